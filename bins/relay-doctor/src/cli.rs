@@ -1,0 +1,70 @@
+//! The command line of §2.5.
+
+use std::path::PathBuf;
+
+use relay_identity::DaemonAddress;
+
+/// Checks this machine-user's Relay set-up.
+#[derive(Debug, clap::Parser)]
+#[command(name = "relay-doctor", version, args_conflicts_with_subcommands = true)]
+pub(crate) struct Cli {
+    /// Print the report as JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Check a managed bundle directory offline, changing nothing (§10.2).
+    #[arg(
+        long,
+        value_name = "DIR",
+        requires = "managed_bundle_sha256",
+        conflicts_with = "live"
+    )]
+    pub(crate) managed_bundle: Option<PathBuf>,
+
+    /// The canonical SHA-256 the managed bundle must have (64 hex digits).
+    #[arg(long, value_name = "HEX", requires = "managed_bundle", value_parser = parse_sha256)]
+    pub(crate) managed_bundle_sha256: Option<String>,
+
+    /// Prove worker-backed operation for this user against a running daemon.
+    #[arg(long, requires = "daemon_address")]
+    pub(crate) live: bool,
+
+    /// The daemon origin to check with --live, e.g. http://127.0.0.1:47632.
+    #[arg(long, value_name = "URL", requires = "live", value_parser = parse_daemon_address)]
+    pub(crate) daemon_address: Option<DaemonAddress>,
+
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// The per-user route token file (§4.1).
+    #[command(subcommand_required = true, arg_required_else_help = false)]
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Create <base>/relay/.client-token if there is none; never prints the token.
+    Ensure {
+        /// Print {"outcome":"created"|"existing","path":...} instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_daemon_address(text: &str) -> Result<DaemonAddress, String> {
+    DaemonAddress::parse(text).map_err(|err| err.to_string())
+}
+
+fn parse_sha256(text: &str) -> Result<String, String> {
+    if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(text.to_ascii_lowercase())
+    } else {
+        Err("expected 64 hex digits".to_owned())
+    }
+}

@@ -1,0 +1,372 @@
+//! End-to-end tests of the `relay-doctor` binary: `token ensure` as an unprivileged user (CI runs
+//! as root, so the binary is started under `setpriv` as uid 65534), as root, and the command line.
+
+// The set-up helpers below sit outside `#[test]` functions, where clippy's allow-unwrap-in-tests
+// does not reach; a failed set-up step must fail the test, which is what unwrap does.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test set-up helpers fail the test on error"
+)]
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use relay_identity::{RouteToken, parse_token_contents};
+
+const NOBODY: u32 = 65534;
+
+fn built_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_relay-doctor"))
+}
+
+/// A temporary directory owned by uid 65534, with a config base inside it and a copy of the
+/// binary there if uid 65534 cannot run the built one where it is.
+struct Sandbox {
+    dir: tempfile::TempDir,
+    binary: PathBuf,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        require_root_and_setpriv();
+        let dir = tempfile::tempdir().unwrap();
+        chown_nobody(dir.path());
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let binary = if *nobody_can_run_built_binary() {
+            built_binary()
+        } else {
+            let copy = dir.path().join("relay-doctor");
+            fs::copy(built_binary(), &copy).unwrap();
+            fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+            copy
+        };
+        Sandbox { dir, binary }
+    }
+
+    /// A fresh, empty config base owned by uid 65534.
+    fn config_base(&self, name: &str) -> PathBuf {
+        let base = self.dir.path().join(name);
+        fs::create_dir(&base).unwrap();
+        chown_nobody(&base);
+        base
+    }
+
+    fn command_as_nobody(&self, base: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&self.binary)
+            .args(args);
+        isolate(&mut command, base, self.dir.path());
+        command
+    }
+
+    fn run_as_nobody(&self, base: &Path, args: &[&str]) -> Output {
+        self.command_as_nobody(base, args).output().unwrap()
+    }
+}
+
+fn isolate(command: &mut Command, base: &Path, cwd: &Path) {
+    command
+        .env_clear()
+        .env("XDG_CONFIG_HOME", base)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+}
+
+fn require_root_and_setpriv() {
+    assert_eq!(
+        relay_identity::store::current_euid(),
+        0,
+        "these tests start relay-doctor as uid 65534 with setpriv, which needs root (CI runs as root)"
+    );
+    let probe = Command::new("setpriv").arg("--version").output();
+    assert!(
+        probe.as_ref().is_ok_and(|out| out.status.success()),
+        "setpriv (util-linux) is required to run relay-doctor as an unprivileged user: {probe:?}"
+    );
+}
+
+fn nobody_can_run_built_binary() -> &'static bool {
+    static RUNNABLE: OnceLock<bool> = OnceLock::new();
+    RUNNABLE.get_or_init(|| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(built_binary())
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    })
+}
+
+fn chown_nobody(path: &Path) {
+    std::os::unix::fs::chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn token_file(base: &Path) -> PathBuf {
+    base.join("relay/.client-token")
+}
+
+/// Reads and checks the token file as its owner would, and returns the token.
+fn read_token(base: &Path) -> RouteToken {
+    let path = token_file(base);
+    let metadata = fs::symlink_metadata(&path).unwrap();
+    assert!(metadata.is_file());
+    assert_eq!(metadata.uid(), NOBODY);
+    assert_eq!(metadata.mode() & 0o7777, 0o600);
+    let dir = fs::metadata(base.join("relay")).unwrap();
+    assert_eq!(dir.uid(), NOBODY);
+    assert_eq!(dir.mode() & 0o7777, 0o700);
+    let bytes = fs::read(&path).unwrap();
+    assert_eq!(bytes.len(), 44, "43 characters and a newline");
+    parse_token_contents(&bytes).unwrap()
+}
+
+fn assert_no_token_in(output: &Output, token: &RouteToken) {
+    let encoded = token.encode();
+    assert!(!text(&output.stdout).contains(&encoded), "token on stdout");
+    assert!(!text(&output.stderr).contains(&encoded), "token on stderr");
+}
+
+#[test]
+fn ensure_creates_the_file_once_then_reports_existing() {
+    let sandbox = Sandbox::new();
+    let base = sandbox.config_base("config");
+    let path = token_file(&base);
+
+    let first = sandbox.run_as_nobody(&base, &["token", "ensure"]);
+    assert!(first.status.success(), "{first:?}");
+    assert_eq!(text(&first.stdout), format!("created {}\n", path.display()));
+    let token = read_token(&base);
+    assert_no_token_in(&first, &token);
+
+    let second = sandbox.run_as_nobody(&base, &["token", "ensure"]);
+    assert!(second.status.success(), "{second:?}");
+    assert_eq!(
+        text(&second.stdout),
+        format!("existing {}\n", path.display())
+    );
+    assert_eq!(read_token(&base), token, "the existing token is left alone");
+    assert_no_token_in(&second, &token);
+    let entries = fs::read_dir(base.join("relay")).unwrap().count();
+    assert_eq!(entries, 1, "only the token file, no temporary file left");
+}
+
+#[test]
+fn ensure_json_output() {
+    let sandbox = Sandbox::new();
+    let base = sandbox.config_base("config");
+    let path = token_file(&base).display().to_string();
+    for expected in ["created", "existing"] {
+        let output = sandbox.run_as_nobody(&base, &["token", "ensure", "--json"]);
+        assert!(output.status.success(), "{output:?}");
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            report,
+            serde_json::json!({"outcome": expected, "path": path})
+        );
+        assert_no_token_in(&output, &read_token(&base));
+    }
+}
+
+#[test]
+fn concurrent_runs_end_with_exactly_one_token() {
+    let sandbox = Sandbox::new();
+    for round in 0..6 {
+        let base = sandbox.config_base(&format!("config-{round}"));
+        let children: Vec<_> = (0..2)
+            .map(|_| {
+                sandbox
+                    .command_as_nobody(&base, &["token", "ensure", "--json"])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outputs: Vec<Output> = children
+            .into_iter()
+            .map(|child| child.wait_with_output().unwrap())
+            .collect();
+        let token = read_token(&base);
+        let mut outcomes: Vec<String> = outputs
+            .iter()
+            .map(|output| {
+                assert!(output.status.success(), "round {round}: {output:?}");
+                assert_no_token_in(output, &token);
+                let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+                report["outcome"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        outcomes.sort();
+        assert_eq!(outcomes, ["created", "existing"], "round {round}");
+        let entries = fs::read_dir(base.join("relay")).unwrap().count();
+        assert_eq!(
+            entries, 1,
+            "round {round}: one file, no temporary file left"
+        );
+    }
+}
+
+#[test]
+fn ensure_refuses_root() {
+    require_root_and_setpriv();
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(built_binary());
+    command.args(["token", "ensure"]);
+    isolate(&mut command, dir.path(), dir.path());
+    let output = command.output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert_eq!(text(&output.stdout), "");
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("refusing to run as root"), "{stderr}");
+    assert!(!dir.path().join("relay").exists(), "root creates nothing");
+}
+
+#[test]
+fn ensure_never_overwrites_an_unusable_file() {
+    let sandbox = Sandbox::new();
+    let cases: [(&[u8], u32, &str); 3] = [
+        (b"not a token\n", 0o600, "invalid_contents"),
+        (
+            b"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8\n",
+            0o644,
+            "insecure_permissions",
+        ),
+        (&[b'A'; 200], 0o600, "too_large"),
+    ];
+    for (i, (contents, mode, reason)) in cases.into_iter().enumerate() {
+        let base = sandbox.config_base(&format!("config-{i}"));
+        let relay = base.join("relay");
+        fs::create_dir(&relay).unwrap();
+        fs::set_permissions(&relay, fs::Permissions::from_mode(0o700)).unwrap();
+        chown_nobody(&relay);
+        let path = token_file(&base);
+        fs::write(&path, contents).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        chown_nobody(&path);
+
+        let output = sandbox.run_as_nobody(&base, &["token", "ensure"]);
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert_eq!(text(&output.stdout), "");
+        let stderr = text(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(&path.display().to_string()), "{stderr}");
+        assert!(stderr.contains(reason), "{stderr}");
+        assert_eq!(fs::read(&path).unwrap(), contents, "left unchanged");
+    }
+}
+
+#[test]
+fn ensure_refuses_a_relay_dir_others_can_write() {
+    let sandbox = Sandbox::new();
+    let base = sandbox.config_base("config");
+    let relay = base.join("relay");
+    fs::create_dir(&relay).unwrap();
+    chown_nobody(&relay);
+    fs::set_permissions(&relay, fs::Permissions::from_mode(0o777)).unwrap();
+    let output = sandbox.run_as_nobody(&base, &["token", "ensure"]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains(&relay.display().to_string()), "{stderr}");
+    assert!(stderr.contains("chmod 700"), "{stderr}");
+    assert!(!token_file(&base).exists());
+}
+
+fn doctor(args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(built_binary());
+    command.args(args);
+    isolate(&mut command, dir.path(), dir.path());
+    command.output().unwrap()
+}
+
+#[test]
+fn help_lists_every_mode_and_version_works() {
+    let help = doctor(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let stdout = text(&help.stdout);
+    for flag in [
+        "--json",
+        "--managed-bundle",
+        "--managed-bundle-sha256",
+        "--live",
+        "--daemon-address",
+        "token",
+    ] {
+        assert!(stdout.contains(flag), "{flag} missing from:\n{stdout}");
+    }
+    let token_help = doctor(&["token", "ensure", "--help"]);
+    assert_eq!(token_help.status.code(), Some(0));
+    assert!(text(&token_help.stdout).contains("--json"));
+
+    let version = doctor(&["--version"]);
+    assert_eq!(version.status.code(), Some(0));
+    assert!(text(&version.stdout).starts_with("relay-doctor "));
+}
+
+#[test]
+fn usage_errors_exit_64_with_one_line() {
+    let cases: [(&[&str], &str); 7] = [
+        (&["--bogus"], "--bogus"),
+        (&["token"], "requires a subcommand"),
+        (&["token", "rotate"], "rotate"),
+        (&["--live"], "--daemon-address"),
+        (
+            &["--live", "--daemon-address", "http://0.0.0.0:47632"],
+            "is a bind address, not a daemon target",
+        ),
+        (
+            &["--managed-bundle", "/opt/bundle"],
+            "--managed-bundle-sha256",
+        ),
+        (
+            &[
+                "--managed-bundle",
+                "/opt/bundle",
+                "--managed-bundle-sha256",
+                "xyz",
+            ],
+            "--managed-bundle-sha256",
+        ),
+    ];
+    for (args, needle) in cases {
+        let output = doctor(args);
+        assert_eq!(output.status.code(), Some(64), "{args:?}: {output:?}");
+        let stderr = text(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert_eq!(text(&output.stdout), "");
+    }
+}
+
+#[test]
+fn modes_not_built_yet_say_so_and_exit_1() {
+    let sha = "0".repeat(64);
+    let cases: [&[&str]; 3] = [
+        &[],
+        &["--live", "--daemon-address", "http://127.0.0.1:47632"],
+        &[
+            "--managed-bundle",
+            "/opt/bundle",
+            "--managed-bundle-sha256",
+            &sha,
+        ],
+    ];
+    for args in cases {
+        let output = doctor(args);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
+        assert!(text(&output.stderr).contains("not implemented yet"));
+    }
+}

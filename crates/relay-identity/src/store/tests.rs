@@ -1,0 +1,132 @@
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use super::*;
+
+fn mode_of(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().mode() & 0o7777
+}
+
+#[test]
+fn creates_missing_dirs_0700() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("a/b/c");
+    ensure_private_dir(&dir).unwrap();
+    assert_eq!(mode_of(&dir), 0o700);
+    assert_eq!(mode_of(&tmp.path().join("a/b")), 0o700);
+    // A second call accepts what the first made.
+    ensure_private_dir(&dir).unwrap();
+}
+
+#[test]
+fn existing_dir_writable_by_others_is_refused_with_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shared");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, Permissions::from_mode(0o777)).unwrap();
+    let err = ensure_private_dir(&dir).unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::DirWritableByOthers { mode: 0o777, .. }
+    ));
+    let message = err.to_string();
+    assert!(message.contains(&dir.display().to_string()), "{message}");
+    assert!(message.contains("chmod 700"), "{message}");
+}
+
+#[test]
+fn existing_readable_dir_is_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("readable");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, Permissions::from_mode(0o755)).unwrap();
+    ensure_private_dir(&dir).unwrap();
+}
+
+#[test]
+fn dir_of_another_user_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("theirs");
+    fs::create_dir(&dir).unwrap();
+    let owner = fs::metadata(&dir).unwrap().uid();
+    let err = ensure_private_dir_for(&dir, owner + 1).unwrap_err();
+    assert!(matches!(err, StoreError::DirNotOwned { .. }), "{err}");
+    assert!(err.to_string().contains("chown"), "{err}");
+}
+
+#[test]
+fn a_file_in_the_way_is_not_a_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("file");
+    fs::write(&path, b"x").unwrap();
+    assert!(matches!(
+        ensure_private_dir(&path),
+        Err(StoreError::NotADirectory { .. })
+    ));
+}
+
+#[test]
+fn write_atomic_replaces_and_sets_the_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("state.json");
+    write_atomic(&path, b"one", 0o600).unwrap();
+    write_atomic(&path, b"two", 0o600).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), b"two");
+    assert_eq!(mode_of(&path), 0o600);
+    let names: Vec<_> = fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(names.len(), 1, "no temporary file is left behind");
+}
+
+#[test]
+fn create_new_linked_never_replaces() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("once");
+    assert!(create_new_linked(&path, b"first", 0o600).unwrap());
+    assert!(!create_new_linked(&path, b"second", 0o600).unwrap());
+    assert_eq!(fs::read(&path).unwrap(), b"first");
+    assert_eq!(mode_of(&path), 0o600);
+    let names: Vec<_> = fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(names.len(), 1, "no temporary file is left behind");
+}
+
+#[test]
+fn create_new_linked_has_one_winner_among_threads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("race");
+    let winners: usize = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let path = &path;
+                scope.spawn(move || create_new_linked(path, format!("{i}").as_bytes(), 0o600))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| usize::from(h.join().unwrap().unwrap()))
+            .sum()
+    });
+    assert_eq!(winners, 1);
+    let names: Vec<_> = fs::read_dir(tmp.path()).unwrap().collect();
+    assert_eq!(names.len(), 1);
+}
+
+#[test]
+fn open_nofollow_refuses_a_symlink() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("target");
+    fs::write(&target, b"x").unwrap();
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let err = open_nofollow(&link).unwrap_err();
+    assert!(is_symlink_error(&link, &err), "{err}");
+    assert!(open_nofollow(&target).is_ok());
+}
+
+#[test]
+fn read_bounded_reads_one_byte_past_the_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("big");
+    fs::write(&path, [b'a'; 300]).unwrap();
+    let mut file = File::open(&path).unwrap();
+    assert_eq!(read_bounded(&mut file, 128).unwrap().len(), 129);
+}
