@@ -1,1 +1,77 @@
-fn main() {}
+//! Relay's development tasks, run as `cargo xtask <task>` (the alias is in `.cargo/config.toml`).
+//!
+//! Each task is one module: `ci` (everything CI checks, in order), `e2e` (the end-to-end tests
+//! with the real binaries and agent CLIs), `bench` (SPEC §12, not written yet) and `tidy` (the
+//! dependency rules of SPEC §11, also run as a test). Everything is `std::process::Command`;
+//! the only dependencies are `anyhow` and `serde_json`.
+
+mod bench;
+mod ci;
+mod command;
+mod e2e;
+mod tidy;
+
+use std::process::ExitCode;
+
+/// Every task with a one-line description, in the order `cargo xtask` prints them.
+const TASKS: [(&str, &str); 4] = [
+    (
+        "ci",
+        "fmt check, clippy, all tests (nextest when installed), then e2e; stops at the first failure",
+    ),
+    (
+        "e2e [TEST ARGS]",
+        "installs the agent CLIs, builds the binaries and runs relay-e2e with RELAY_E2E=1",
+    ),
+    (
+        "bench",
+        "the performance measures of SPEC §12 (not written yet)",
+    ),
+    (
+        "tidy",
+        "checks the dependency rules of SPEC §11 and every member's manifest",
+    ),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = match args.split_first() {
+        None => {
+            print_tasks();
+            return ExitCode::SUCCESS;
+        }
+        Some((task, rest)) => (task.as_str(), rest),
+    };
+    let result = match (task, rest) {
+        ("help" | "--help" | "-h", _) => {
+            print_tasks();
+            return ExitCode::SUCCESS;
+        }
+        ("ci", []) => ci::run(),
+        ("e2e", test_args) => e2e::run(test_args),
+        ("bench", []) => bench::run(),
+        ("tidy", []) => tidy::run(),
+        ("ci" | "bench" | "tidy", extra) => Err(anyhow::anyhow!(
+            "`cargo xtask {task}` takes no arguments, got {extra:?}"
+        )),
+        (unknown, _) => {
+            eprintln!("unknown task {unknown:?}\n");
+            print_tasks();
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_tasks() {
+    println!("usage: cargo xtask <task>\n\ntasks:");
+    for (name, description) in TASKS {
+        println!("  {name:<17} {description}");
+    }
+}

@@ -1,1 +1,29 @@
-//! placeholder
+//! Logging for every Relay process: the `tracing` subscriber set-up and the typed lifecycle events of SPEC §10.3.
+//!
+//! A binary resolves its [`LogConfig`] from defaults, its config file, `RELAY_LOG` / `RELAY_LOG_FORMAT` and its flags ([`LogConfig::resolve`], a pure function), then calls [`init`] once with a writer (stderr, or the worker's log file).
+//! Tests build a [`Dispatch`](tracing::Dispatch) with [`subscriber`] and use it under `tracing::dispatcher::with_default`, writing into a [`LogCapture`].
+//! Lifecycle events are values of [`Lifecycle`] emitted with [`Lifecycle::emit`]; the three provider-failure events are [`ProviderFailure`] values that can only be emitted through a [`RateLimiter`], which adds `suppressed_since_last_emit`.
+//! Fingerprints and credential digests are taken in full and always written as a 12-character prefix; no event type has a place for a token, grant, key or secret.
+//! This crate reads no environment variable and opens no file (callers pass both in), the rate limiter reads no clock, and it depends on no other Relay crate.
+
+mod capture;
+mod config;
+mod jsonl;
+mod lifecycle;
+mod rate_limit;
+mod subscriber;
+#[cfg(test)]
+mod test_support;
+
+pub use crate::{
+    capture::LogCapture,
+    config::{ENV_LOG, ENV_LOG_FORMAT, LogConfig, LogConfigError, LogFormat, LogOrigin},
+    lifecycle::{
+        ActivationCancelReason, ControlRole, CredentialSkipReason, CredentialSource, DaemonKeys,
+        DaemonMode, LIFECYCLE_TARGET, LaunchFailureReason, Lifecycle, McpDisconnectReason,
+        McpPassThroughReason, McpRemovedReason, PassThroughReason, ProcessExit, PublicRoute,
+        RefusalReason, RouteMode, WorkerDisconnectReason, WorkerRemovedReason,
+    },
+    rate_limit::{ProviderFailure, RateLimiter},
+    subscriber::{InitError, init, subscriber},
+};

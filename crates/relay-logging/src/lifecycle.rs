@@ -1,0 +1,1048 @@
+//! The lifecycle events of SPEC §10.3 as typed values, one variant per event name.
+//!
+//! Each variant carries what an operator needs to follow a route (its fingerprint), a worker
+//! (its id) or an MCP session (its instance id), and nothing secret: there is no field for a
+//! token, grant, key, worker secret or request body. Fingerprints and credential digests are
+//! passed in full and written as their first 12 hex characters; a value that is not 64 hex
+//! characters is written as `invalid` so that a token passed by mistake never reaches a log.
+
+use std::{fmt, net::IpAddr, net::SocketAddr, path::Path};
+
+use uuid::Uuid;
+
+/// The `target` of every lifecycle event.
+pub const LIFECYCLE_TARGET: &str = "relay::lifecycle";
+
+/// How many hex characters of a fingerprint or digest a log line shows.
+const PREFIX_LEN: usize = 12;
+/// The full length of a SHA-256 digest in hex.
+const DIGEST_HEX_LEN: usize = 64;
+/// Written instead of a fingerprint or digest that is not 64 hex characters.
+const INVALID_DIGEST: &str = "invalid";
+
+/// The 12-character prefix of a 64-hex fingerprint or digest, or `invalid`.
+pub(crate) fn digest_prefix(full: &str) -> &str {
+    if full.len() == DIGEST_HEX_LEN && full.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        &full[..PREFIX_LEN]
+    } else {
+        INVALID_DIGEST
+    }
+}
+
+/// Declares a small enum of log values with `as_str`, `Display` and `ALL`.
+macro_rules! log_values {
+    (
+        $(#[$meta:meta])*
+        $name:ident { $($(#[$variant_meta:meta])* $variant:ident => $text:literal,)+ }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$variant_meta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The value as written in logs.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+log_values! {
+    /// How the daemon serves requests (`relayd` flags, SPEC §2.1).
+    DaemonMode {
+        /// Default: a worker when one is ready, else pass-through.
+        Managed => "managed",
+        /// `--pass-through`.
+        PassThrough => "pass_through",
+        /// `--require-worker`: 503 when no worker is ready.
+        RequireWorker => "require_worker",
+    }
+}
+
+log_values! {
+    /// `[upstream] daemon_keys` (SPEC §3.2).
+    DaemonKeys {
+        /// Daemon keys only for requests with a bound route credential.
+        BoundOnly => "bound_only",
+        /// Daemon keys for any local request.
+        AnyLocal => "any_local",
+    }
+}
+
+log_values! {
+    /// The role of a control session.
+    ControlRole {
+        Mcp => "mcp",
+        Worker => "worker",
+    }
+}
+
+log_values! {
+    /// The `Refused` codes of SPEC §5.6.
+    RefusalReason {
+        ProtocolUnsupported => "protocol_unsupported",
+        BadSignature => "bad_signature",
+        TranscriptMismatch => "transcript_mismatch",
+        ChallengeExpired => "challenge_expired",
+        CredentialMalformed => "credential_malformed",
+        CredentialBoundElsewhere => "credential_bound_elsewhere",
+        TokenLimit => "token_limit",
+        RouteTableFull => "route_table_full",
+        RateLimited => "rate_limited",
+        SessionLimit => "session_limit",
+        SessionUnknown => "session_unknown",
+        StateUnavailable => "state_unavailable",
+        GrantUnknown => "grant_unknown",
+        GrantReplayed => "grant_replayed",
+        GrantIdentityMismatch => "grant_identity_mismatch",
+        EndpointNotAllowed => "endpoint_not_allowed",
+        GenerationRevoked => "generation_revoked",
+        PassThroughMode => "pass_through_mode",
+        Revoked => "revoked",
+        Blocked => "blocked",
+    }
+}
+
+log_values! {
+    /// Why the daemon stopped counting an MCP session as a reference to its route.
+    McpRemovedReason {
+        /// The MCP sent `Release` (its harness session ended).
+        Released => "released",
+        /// Its control session dropped and did not resume within `reconnect_grace_secs`.
+        GraceExpired => "grace_expired",
+        /// The route was revoked or blocked.
+        Revoked => "revoked",
+    }
+}
+
+log_values! {
+    /// Why an MCP control session closed.
+    McpDisconnectReason {
+        /// No pong within `pong_timeout_secs`.
+        PongTimeout => "pong_timeout",
+        /// The peer closed the connection.
+        PeerClosed => "peer_closed",
+        /// A malformed, oversized or out-of-order message (SPEC §5.1).
+        ProtocolViolation => "protocol_violation",
+        /// More than 64 outbound messages queued.
+        SendQueueFull => "send_queue_full",
+        /// The daemon is stopping.
+        DaemonStopping => "daemon_stopping",
+    }
+}
+
+log_values! {
+    /// Why a worker control session closed (SPEC §10.3).
+    WorkerDisconnectReason {
+        PongTimeout => "pong_timeout",
+        PeerClosed => "peer_closed",
+        WorkerCommunicationFailed => "worker_communication_failed",
+    }
+}
+
+log_values! {
+    /// Why a launch grant was cancelled before its worker was published.
+    ActivationCancelReason {
+        /// The MCP holding the grant disconnected.
+        OwnerDisconnected => "owner_disconnected",
+        /// The MCP holding the grant released its reference.
+        OwnerReleased => "owner_released",
+        /// The route lost its last reference.
+        RouteEmptied => "route_emptied",
+        /// The route was revoked or blocked.
+        Revoked => "revoked",
+    }
+}
+
+log_values! {
+    /// Why a worker generation left the route table (SPEC §10.3).
+    WorkerRemovedReason {
+        Drained => "drained",
+        DrainTimeout => "drain_timeout",
+        Revoked => "revoked",
+        Crashed => "crashed",
+    }
+}
+
+log_values! {
+    /// The family of a public request (SPEC §3.5).
+    PublicRoute {
+        Hook => "hook",
+        Openai => "openai",
+        Anthropic => "anthropic",
+    }
+}
+
+log_values! {
+    /// Why a request with a credential was passed through (SPEC §3.5, §3.7).
+    PassThroughReason {
+        MissingCredential => "missing_credential",
+        UnboundCredential => "unbound_credential",
+        NoLiveSession => "no_live_session",
+        WorkerUnavailable => "worker_unavailable",
+        ConfiguredPassThrough => "configured_pass_through",
+        WorkerConnectFailed => "worker_connect_failed",
+    }
+}
+
+log_values! {
+    /// Where a route's traffic goes.
+    RouteMode {
+        Worker => "worker",
+        PassThrough => "pass_through",
+    }
+}
+
+log_values! {
+    /// Why `relay-mcp` serves its session without a worker route (SPEC §10.3).
+    McpPassThroughReason {
+        CredentialRejected => "credential_rejected",
+        DaemonUnreachable => "daemon_unreachable",
+        RouteTableFull => "route_table_full",
+        ConfiguredPassThrough => "configured_pass_through",
+        ActivationFailed => "activation_failed",
+    }
+}
+
+log_values! {
+    /// Why `relay-mcp` could not launch its worker (SPEC §10.3).
+    LaunchFailureReason {
+        WorkerExecutableResolutionFailed => "worker_executable_resolution_failed",
+        WorkerProcessSpawnFailed => "worker_process_spawn_failed",
+        WorkerActivationPipeUnavailable => "worker_activation_pipe_unavailable",
+        WorkerActivationGrantWriteFailed => "worker_activation_grant_write_failed",
+        WorkerExitedBeforeReady => "worker_exited_before_ready",
+        PluginConfigInvalid => "plugin_config_invalid",
+    }
+}
+
+log_values! {
+    /// Where a route credential was looked for (SPEC §4.1).
+    CredentialSource {
+        /// `RELAY_CLIENT_TOKEN`.
+        Env => "env",
+        /// `<base>/relay/.client-token`.
+        File => "file",
+    }
+}
+
+log_values! {
+    /// Why a route credential source was skipped (SPEC §4.1); `invalid_contents` also covers
+    /// an environment value that is not a token.
+    CredentialSkipReason {
+        Symlink => "symlink",
+        NotRegularFile => "not_regular_file",
+        NotOwnedByCurrentUser => "not_owned_by_current_user",
+        InsecurePermissions => "insecure_permissions",
+        TooLarge => "too_large",
+        InvalidContents => "invalid_contents",
+        Unreadable => "unreadable",
+    }
+}
+
+/// How a process ended, as far as the observer knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessExit {
+    /// It exited with this status code.
+    Code(i32),
+    /// It was killed by this signal (unix).
+    Signal(i32),
+    /// Neither is known.
+    Unknown,
+}
+
+impl From<std::process::ExitStatus> for ProcessExit {
+    fn from(status: std::process::ExitStatus) -> ProcessExit {
+        if let Some(code) = status.code() {
+            return ProcessExit::Code(code);
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt as _;
+            if let Some(signal) = status.signal() {
+                return ProcessExit::Signal(signal);
+            }
+        }
+        ProcessExit::Unknown
+    }
+}
+
+impl ProcessExit {
+    fn code(self) -> Option<i32> {
+        match self {
+            ProcessExit::Code(code) => Some(code),
+            ProcessExit::Signal(_) | ProcessExit::Unknown => None,
+        }
+    }
+
+    fn signal(self) -> Option<i32> {
+        match self {
+            ProcessExit::Signal(signal) => Some(signal),
+            ProcessExit::Code(_) | ProcessExit::Unknown => None,
+        }
+    }
+}
+
+/// Formats an error with its chain of sources: `a: b: c`.
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(error) = source {
+            write!(f, ": {error}")?;
+            source = error.source();
+        }
+        Ok(())
+    }
+}
+
+/// One lifecycle event of SPEC §10.3. Build the variant and call [`Lifecycle::emit`].
+///
+/// `fingerprint` is always the full 64-hex route fingerprint (written as its 12-character
+/// prefix); durations are milliseconds. The provider-failure events are not here: they are
+/// [`ProviderFailure`](crate::ProviderFailure) values, emitted through a
+/// [`RateLimiter`](crate::RateLimiter).
+#[derive(Debug, Clone, Copy)]
+pub enum Lifecycle<'a> {
+    /// The daemon serves on `address` (info).
+    DaemonListening {
+        address: SocketAddr,
+        advertised_origin: Option<&'a str>,
+        mode: DaemonMode,
+        tls: bool,
+        socket_activated: bool,
+        open_file_limit: u64,
+        instance_id: Uuid,
+        version: &'a str,
+    },
+    /// The daemon runs with `--pass-through` (info); says whether daemon provider keys are
+    /// configured, never the keys.
+    DaemonPassThroughEnabled {
+        daemon_keys: DaemonKeys,
+        openai_key_configured: bool,
+        anthropic_key_configured: bool,
+    },
+    /// The daemon stopped cleanly (info).
+    DaemonStopped {
+        uptime_ms: u64,
+        unfinished_requests: u64,
+    },
+    /// The daemon cannot continue (error).
+    DaemonFailed {
+        error: &'a (dyn std::error::Error + 'static),
+    },
+    /// Writing a state file failed; it is retried and `/healthz` says `degraded` (error).
+    StateWriteFailed {
+        file: &'a Path,
+        error: &'a std::io::Error,
+        attempt: u32,
+    },
+    /// A control registration was refused (warn).
+    ControlRegistrationRefused {
+        role: ControlRole,
+        reason: RefusalReason,
+        peer: IpAddr,
+        fingerprint: Option<&'a str>,
+    },
+    /// A non-loopback address opened too many handshakes (warn).
+    ControlRateLimited {
+        role: ControlRole,
+        peer: IpAddr,
+        retry_after_secs: u64,
+    },
+    /// Client side: the daemon's key does not match the pinned one (error).
+    DaemonPinMismatch {
+        role: ControlRole,
+        origin: &'a str,
+        pin_file: &'a Path,
+    },
+    /// One fingerprint registered from two peer addresses at once (warn).
+    MachineIdentityConflict {
+        fingerprint: &'a str,
+        peer: IpAddr,
+        other_peer: IpAddr,
+    },
+    /// An idle credential digest was released to make room for a new one (info).
+    /// `credential_digest` is the full SHA-256 hex of the token, written as its prefix.
+    RouteCredentialEvicted {
+        fingerprint: &'a str,
+        credential_digest: &'a str,
+        max_tokens_per_identity: u32,
+    },
+    /// The least recently used idle route left the full route table (info).
+    RouteEvicted {
+        fingerprint: &'a str,
+        max_routes: u64,
+    },
+    /// An MCP session became a reference of its route (info).
+    McpAdded {
+        fingerprint: &'a str,
+        instance_id: Uuid,
+        references: u32,
+    },
+    /// An MCP session stopped being a reference (info).
+    McpRemoved {
+        fingerprint: &'a str,
+        instance_id: Uuid,
+        references: u32,
+        reason: McpRemovedReason,
+    },
+    /// An MCP control session authenticated (info).
+    McpControlConnected {
+        fingerprint: &'a str,
+        instance_id: Uuid,
+        peer: IpAddr,
+    },
+    /// An MCP resumed its session (info).
+    McpControlReconnected {
+        fingerprint: &'a str,
+        instance_id: Uuid,
+        disconnected_ms: u64,
+    },
+    /// An MCP control session closed (info when the peer closed it, else warn).
+    McpControlDisconnected {
+        fingerprint: &'a str,
+        instance_id: Uuid,
+        reason: McpDisconnectReason,
+    },
+    /// A launch grant went to an MCP (info).
+    WorkerStaged {
+        fingerprint: &'a str,
+        activation_id: Uuid,
+        owner_instance_id: Uuid,
+        attempt: u32,
+    },
+    /// A worker start-up is still running, every `startup_progress_secs` (info).
+    WorkerStartupPending {
+        fingerprint: &'a str,
+        activation_id: Uuid,
+        elapsed_ms: u64,
+    },
+    /// A worker generation was published (info).
+    WorkerAdded {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        activation_id: Uuid,
+        startup_elapsed_ms: u64,
+    },
+    /// A worker is ready; logged by the daemon and by the worker itself (info).
+    WorkerReady {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+    },
+    /// After a failed activation, the retry time was reached (info).
+    WorkerRelaunchRequested { fingerprint: &'a str, attempt: u32 },
+    /// An activation failed; the route passes through until `retry_after_ms` (warn).
+    /// `failure_reason` is the code the MCP or worker reported, or `readiness_probe_failed`.
+    WorkerActivationFailed {
+        fingerprint: &'a str,
+        activation_id: Option<Uuid>,
+        failure_reason: &'a str,
+        retry_after_ms: u64,
+        attempt: u32,
+    },
+    /// A launch grant was cancelled (info).
+    WorkerActivationCancelled {
+        fingerprint: &'a str,
+        activation_id: Uuid,
+        reason: ActivationCancelReason,
+    },
+    /// A worker control session authenticated (info).
+    WorkerControlConnected {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        peer: IpAddr,
+    },
+    /// A worker resumed its control session (info).
+    WorkerControlReconnected {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        disconnected_ms: u64,
+    },
+    /// A worker control session closed (warn).
+    WorkerControlDisconnected {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        reason: WorkerDisconnectReason,
+    },
+    /// The published worker lost its control session; the route recovers (warn).
+    WorkerControlLost {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        reconnect_grace_ms: u64,
+    },
+    /// The published worker failed its readiness probe (warn).
+    WorkerReadinessFailed {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        consecutive_failures: u32,
+    },
+    /// The route entered `Recovering` (warn).
+    WorkerRecoveryStarted {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        reconnect_grace_ms: u64,
+    },
+    /// The worker did not come back in time; its generation is revoked (warn).
+    WorkerRecoveryFailed {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        elapsed_ms: u64,
+    },
+    /// The route lost its last reference; the worker drains (info).
+    WorkerDrainStarted {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        drain_ms: u64,
+        in_flight: u64,
+    },
+    /// A worker generation left the route (info for `drained` and `revoked`, else warn).
+    WorkerRemoved {
+        fingerprint: &'a str,
+        worker_id: Uuid,
+        reason: WorkerRemovedReason,
+    },
+    /// A worker process ended; logged by the MCP that watched it or by the worker (info).
+    WorkerStopped {
+        fingerprint: Option<&'a str>,
+        worker_id: Option<Uuid>,
+        activation_id: Option<Uuid>,
+        exit: Option<ProcessExit>,
+    },
+    /// A request that carried a credential was passed through (info). `fingerprint` is known
+    /// when the credential is bound.
+    PublicRequestPassThrough {
+        route: PublicRoute,
+        reason: PassThroughReason,
+        fingerprint: Option<&'a str>,
+    },
+    /// MCP side: its route is settled (info).
+    DaemonMcpReady {
+        daemon_address: &'a str,
+        fingerprint: &'a str,
+        route_mode: RouteMode,
+        elapsed_ms: u64,
+    },
+    /// MCP side: the session runs without a worker route (info when configured, else warn).
+    DaemonMcpPassThrough {
+        daemon_address: &'a str,
+        fingerprint: Option<&'a str>,
+        reason: McpPassThroughReason,
+    },
+    /// MCP side: the worker could not be launched (warn). `detail` is a diagnostic such as
+    /// the plugin configuration error; it must never hold the grant.
+    WorkerLaunchFailed {
+        fingerprint: &'a str,
+        activation_id: Uuid,
+        failure_reason: LaunchFailureReason,
+        detail: Option<&'a str>,
+    },
+    /// A route credential source was unusable and skipped (warn).
+    RouteCredentialSkipped {
+        source: CredentialSource,
+        reason: CredentialSkipReason,
+        path: Option<&'a Path>,
+    },
+    /// Worker side: its configuration and plugins are loaded; `mode` is `managed_worker` (info).
+    ConfigurationResolved {
+        fingerprint: Option<&'a str>,
+        plugins: u64,
+    },
+}
+
+/// The `mode` of `configuration_resolved`: the only mode a worker runs in.
+const MANAGED_WORKER_MODE: &str = "managed_worker";
+/// The `route_mode` of `public_request_pass_through`.
+const PASS_THROUGH_ROUTE_MODE: &str = "pass_through";
+
+/// Emits one event with the lifecycle target and its `event` name first.
+macro_rules! lifecycle_event {
+    ($level:ident, $name:expr, $message:literal; $($fields:tt)*) => {
+        tracing::event!(
+            target: LIFECYCLE_TARGET,
+            tracing::Level::$level,
+            event = $name,
+            $($fields)*
+            $message
+        )
+    };
+}
+
+impl Lifecycle<'_> {
+    /// The event name of SPEC §10.3, written as the `event` field.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Lifecycle::DaemonListening { .. } => "daemon_listening",
+            Lifecycle::DaemonPassThroughEnabled { .. } => "daemon_pass_through_enabled",
+            Lifecycle::DaemonStopped { .. } => "daemon_stopped",
+            Lifecycle::DaemonFailed { .. } => "daemon_failed",
+            Lifecycle::StateWriteFailed { .. } => "state_write_failed",
+            Lifecycle::ControlRegistrationRefused { .. } => "control_registration_refused",
+            Lifecycle::ControlRateLimited { .. } => "control_rate_limited",
+            Lifecycle::DaemonPinMismatch { .. } => "daemon_pin_mismatch",
+            Lifecycle::MachineIdentityConflict { .. } => "machine_identity_conflict",
+            Lifecycle::RouteCredentialEvicted { .. } => "route_credential_evicted",
+            Lifecycle::RouteEvicted { .. } => "route_evicted",
+            Lifecycle::McpAdded { .. } => "mcp_added",
+            Lifecycle::McpRemoved { .. } => "mcp_removed",
+            Lifecycle::McpControlConnected { .. } => "mcp_control_connected",
+            Lifecycle::McpControlReconnected { .. } => "mcp_control_reconnected",
+            Lifecycle::McpControlDisconnected { .. } => "mcp_control_disconnected",
+            Lifecycle::WorkerStaged { .. } => "worker_staged",
+            Lifecycle::WorkerStartupPending { .. } => "worker_startup_pending",
+            Lifecycle::WorkerAdded { .. } => "worker_added",
+            Lifecycle::WorkerReady { .. } => "worker_ready",
+            Lifecycle::WorkerRelaunchRequested { .. } => "worker_relaunch_requested",
+            Lifecycle::WorkerActivationFailed { .. } => "worker_activation_failed",
+            Lifecycle::WorkerActivationCancelled { .. } => "worker_activation_cancelled",
+            Lifecycle::WorkerControlConnected { .. } => "worker_control_connected",
+            Lifecycle::WorkerControlReconnected { .. } => "worker_control_reconnected",
+            Lifecycle::WorkerControlDisconnected { .. } => "worker_control_disconnected",
+            Lifecycle::WorkerControlLost { .. } => "worker_control_lost",
+            Lifecycle::WorkerReadinessFailed { .. } => "worker_readiness_failed",
+            Lifecycle::WorkerRecoveryStarted { .. } => "worker_recovery_started",
+            Lifecycle::WorkerRecoveryFailed { .. } => "worker_recovery_failed",
+            Lifecycle::WorkerDrainStarted { .. } => "worker_drain_started",
+            Lifecycle::WorkerRemoved { .. } => "worker_removed",
+            Lifecycle::WorkerStopped { .. } => "worker_stopped",
+            Lifecycle::PublicRequestPassThrough { .. } => "public_request_pass_through",
+            Lifecycle::DaemonMcpReady { .. } => "daemon_mcp_ready",
+            Lifecycle::DaemonMcpPassThrough { .. } => "daemon_mcp_pass_through",
+            Lifecycle::WorkerLaunchFailed { .. } => "worker_launch_failed",
+            Lifecycle::RouteCredentialSkipped { .. } => "route_credential_skipped",
+            Lifecycle::ConfigurationResolved { .. } => "configuration_resolved",
+        }
+    }
+
+    /// Logs the event through the current `tracing` subscriber.
+    pub fn emit(&self) {
+        let name = self.name();
+        match *self {
+            Lifecycle::DaemonListening {
+                address,
+                advertised_origin,
+                mode,
+                tls,
+                socket_activated,
+                open_file_limit,
+                instance_id,
+                version,
+            } => lifecycle_event!(INFO, name, "daemon is listening";
+                address = %address,
+                advertised_origin,
+                mode = mode.as_str(),
+                tls,
+                socket_activated,
+                open_file_limit,
+                instance_id = %instance_id,
+                version,
+            ),
+            Lifecycle::DaemonPassThroughEnabled {
+                daemon_keys,
+                openai_key_configured,
+                anthropic_key_configured,
+            } => lifecycle_event!(INFO, name, "daemon pass-through mode is enabled";
+                daemon_keys = daemon_keys.as_str(),
+                openai_key_configured,
+                anthropic_key_configured,
+            ),
+            Lifecycle::DaemonStopped {
+                uptime_ms,
+                unfinished_requests,
+            } => lifecycle_event!(INFO, name, "daemon stopped";
+                uptime_ms,
+                unfinished_requests,
+            ),
+            Lifecycle::DaemonFailed { error } => lifecycle_event!(ERROR, name, "daemon failed";
+                error = ErrorChain(error).to_string().as_str(),
+            ),
+            Lifecycle::StateWriteFailed {
+                file,
+                error,
+                attempt,
+            } => lifecycle_event!(ERROR, name, "state write failed";
+                file = &*file.to_string_lossy(),
+                error = error.to_string().as_str(),
+                attempt,
+            ),
+            Lifecycle::ControlRegistrationRefused {
+                role,
+                reason,
+                peer,
+                fingerprint,
+            } => lifecycle_event!(WARN, name, "control registration refused";
+                role = role.as_str(),
+                reason = reason.as_str(),
+                peer = %peer,
+                fingerprint = fingerprint.map(digest_prefix),
+            ),
+            Lifecycle::ControlRateLimited {
+                role,
+                peer,
+                retry_after_secs,
+            } => lifecycle_event!(WARN, name, "control handshake rate limited";
+                role = role.as_str(),
+                peer = %peer,
+                retry_after_secs,
+            ),
+            Lifecycle::DaemonPinMismatch {
+                role,
+                origin,
+                pin_file,
+            } => lifecycle_event!(ERROR, name, "daemon key does not match the pin";
+                role = role.as_str(),
+                origin,
+                pin_file = &*pin_file.to_string_lossy(),
+            ),
+            Lifecycle::MachineIdentityConflict {
+                fingerprint,
+                peer,
+                other_peer,
+            } => lifecycle_event!(WARN, name, "machine identity registered from two addresses";
+                fingerprint = digest_prefix(fingerprint),
+                peer = %peer,
+                other_peer = %other_peer,
+            ),
+            Lifecycle::RouteCredentialEvicted {
+                fingerprint,
+                credential_digest,
+                max_tokens_per_identity,
+            } => lifecycle_event!(INFO, name, "idle route credential evicted";
+                fingerprint = digest_prefix(fingerprint),
+                credential_digest = digest_prefix(credential_digest),
+                max_tokens_per_identity,
+            ),
+            Lifecycle::RouteEvicted {
+                fingerprint,
+                max_routes,
+            } => lifecycle_event!(INFO, name, "idle route evicted";
+                fingerprint = digest_prefix(fingerprint),
+                max_routes,
+            ),
+            Lifecycle::McpAdded {
+                fingerprint,
+                instance_id,
+                references,
+            } => lifecycle_event!(INFO, name, "mcp session added";
+                fingerprint = digest_prefix(fingerprint),
+                instance_id = %instance_id,
+                references,
+            ),
+            Lifecycle::McpRemoved {
+                fingerprint,
+                instance_id,
+                references,
+                reason,
+            } => lifecycle_event!(INFO, name, "mcp session removed";
+                fingerprint = digest_prefix(fingerprint),
+                instance_id = %instance_id,
+                references,
+                reason = reason.as_str(),
+            ),
+            Lifecycle::McpControlConnected {
+                fingerprint,
+                instance_id,
+                peer,
+            } => lifecycle_event!(INFO, name, "mcp control session connected";
+                fingerprint = digest_prefix(fingerprint),
+                instance_id = %instance_id,
+                peer = %peer,
+            ),
+            Lifecycle::McpControlReconnected {
+                fingerprint,
+                instance_id,
+                disconnected_ms,
+            } => lifecycle_event!(INFO, name, "mcp control session reconnected";
+                fingerprint = digest_prefix(fingerprint),
+                instance_id = %instance_id,
+                disconnected_ms,
+            ),
+            Lifecycle::McpControlDisconnected {
+                fingerprint,
+                instance_id,
+                reason,
+            } => match reason {
+                McpDisconnectReason::PeerClosed | McpDisconnectReason::DaemonStopping => {
+                    lifecycle_event!(INFO, name, "mcp control session disconnected";
+                        fingerprint = digest_prefix(fingerprint),
+                        instance_id = %instance_id,
+                        reason = reason.as_str(),
+                    )
+                }
+                McpDisconnectReason::PongTimeout
+                | McpDisconnectReason::ProtocolViolation
+                | McpDisconnectReason::SendQueueFull => {
+                    lifecycle_event!(WARN, name, "mcp control session disconnected";
+                        fingerprint = digest_prefix(fingerprint),
+                        instance_id = %instance_id,
+                        reason = reason.as_str(),
+                    )
+                }
+            },
+            Lifecycle::WorkerStaged {
+                fingerprint,
+                activation_id,
+                owner_instance_id,
+                attempt,
+            } => lifecycle_event!(INFO, name, "worker launch granted";
+                fingerprint = digest_prefix(fingerprint),
+                activation_id = %activation_id,
+                owner_instance_id = %owner_instance_id,
+                attempt,
+            ),
+            Lifecycle::WorkerStartupPending {
+                fingerprint,
+                activation_id,
+                elapsed_ms,
+            } => lifecycle_event!(INFO, name, "worker start-up still pending";
+                fingerprint = digest_prefix(fingerprint),
+                activation_id = %activation_id,
+                elapsed_ms,
+            ),
+            Lifecycle::WorkerAdded {
+                fingerprint,
+                worker_id,
+                activation_id,
+                startup_elapsed_ms,
+            } => lifecycle_event!(INFO, name, "worker added";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+                activation_id = %activation_id,
+                startup_elapsed_ms,
+            ),
+            Lifecycle::WorkerReady {
+                fingerprint,
+                worker_id,
+            } => lifecycle_event!(INFO, name, "worker is ready";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+            ),
+            Lifecycle::WorkerRelaunchRequested {
+                fingerprint,
+                attempt,
+            } => lifecycle_event!(INFO, name, "worker relaunch requested";
+                fingerprint = digest_prefix(fingerprint),
+                attempt,
+            ),
+            Lifecycle::WorkerActivationFailed {
+                fingerprint,
+                activation_id,
+                failure_reason,
+                retry_after_ms,
+                attempt,
+            } => lifecycle_event!(WARN, name, "worker activation failed";
+                fingerprint = digest_prefix(fingerprint),
+                activation_id = activation_id.map(tracing::field::display),
+                failure_reason,
+                retry_after_ms,
+                attempt,
+            ),
+            Lifecycle::WorkerActivationCancelled {
+                fingerprint,
+                activation_id,
+                reason,
+            } => lifecycle_event!(INFO, name, "worker activation cancelled";
+                fingerprint = digest_prefix(fingerprint),
+                activation_id = %activation_id,
+                reason = reason.as_str(),
+            ),
+            Lifecycle::WorkerControlConnected {
+                fingerprint,
+                worker_id,
+                peer,
+            } => lifecycle_event!(INFO, name, "worker control session connected";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+                peer = %peer,
+            ),
+            Lifecycle::WorkerControlReconnected {
+                fingerprint,
+                worker_id,
+                disconnected_ms,
+            } => lifecycle_event!(INFO, name, "worker control session reconnected";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+                disconnected_ms,
+            ),
+            Lifecycle::WorkerControlDisconnected {
+                fingerprint,
+                worker_id,
+                reason,
+            } => lifecycle_event!(WARN, name, "worker control session disconnected";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+                reason = reason.as_str(),
+            ),
+            Lifecycle::WorkerControlLost {
+                fingerprint,
+                worker_id,
+                reconnect_grace_ms,
+            } => lifecycle_event!(WARN, name, "worker control lost";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+                reconnect_grace_ms,
+            ),
+            Lifecycle::WorkerReadinessFailed {
+                fingerprint,
+                worker_id,
+                consecutive_failures,
+            } => lifecycle_event!(WARN, name, "worker readiness probe failed";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+                consecutive_failures,
+            ),
+            Lifecycle::WorkerRecoveryStarted {
+                fingerprint,
+                worker_id,
+                reconnect_grace_ms,
+            } => lifecycle_event!(WARN, name, "worker recovery started";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+                reconnect_grace_ms,
+            ),
+            Lifecycle::WorkerRecoveryFailed {
+                fingerprint,
+                worker_id,
+                elapsed_ms,
+            } => lifecycle_event!(WARN, name, "worker recovery failed";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+                elapsed_ms,
+            ),
+            Lifecycle::WorkerDrainStarted {
+                fingerprint,
+                worker_id,
+                drain_ms,
+                in_flight,
+            } => lifecycle_event!(INFO, name, "worker drain started";
+                fingerprint = digest_prefix(fingerprint),
+                worker_id = %worker_id,
+                drain_ms,
+                in_flight,
+            ),
+            Lifecycle::WorkerRemoved {
+                fingerprint,
+                worker_id,
+                reason,
+            } => match reason {
+                WorkerRemovedReason::Drained | WorkerRemovedReason::Revoked => {
+                    lifecycle_event!(INFO, name, "worker removed";
+                        fingerprint = digest_prefix(fingerprint),
+                        worker_id = %worker_id,
+                        reason = reason.as_str(),
+                    )
+                }
+                WorkerRemovedReason::DrainTimeout | WorkerRemovedReason::Crashed => {
+                    lifecycle_event!(WARN, name, "worker removed";
+                        fingerprint = digest_prefix(fingerprint),
+                        worker_id = %worker_id,
+                        reason = reason.as_str(),
+                    )
+                }
+            },
+            Lifecycle::WorkerStopped {
+                fingerprint,
+                worker_id,
+                activation_id,
+                exit,
+            } => lifecycle_event!(INFO, name, "worker stopped";
+                fingerprint = fingerprint.map(digest_prefix),
+                worker_id = worker_id.map(tracing::field::display),
+                activation_id = activation_id.map(tracing::field::display),
+                exit_code = exit.and_then(ProcessExit::code),
+                exit_signal = exit.and_then(ProcessExit::signal),
+            ),
+            Lifecycle::PublicRequestPassThrough {
+                route,
+                reason,
+                fingerprint,
+            } => lifecycle_event!(INFO, name, "request passed through";
+                route = route.as_str(),
+                route_mode = PASS_THROUGH_ROUTE_MODE,
+                reason = reason.as_str(),
+                fingerprint = fingerprint.map(digest_prefix),
+            ),
+            Lifecycle::DaemonMcpReady {
+                daemon_address,
+                fingerprint,
+                route_mode,
+                elapsed_ms,
+            } => lifecycle_event!(INFO, name, "route settled with the daemon";
+                daemon_address,
+                fingerprint = digest_prefix(fingerprint),
+                route_mode = route_mode.as_str(),
+                elapsed_ms,
+            ),
+            Lifecycle::DaemonMcpPassThrough {
+                daemon_address,
+                fingerprint,
+                reason,
+            } => match reason {
+                McpPassThroughReason::ConfiguredPassThrough => {
+                    lifecycle_event!(INFO, name, "session continues without a worker route";
+                        daemon_address,
+                        fingerprint = fingerprint.map(digest_prefix),
+                        reason = reason.as_str(),
+                    )
+                }
+                McpPassThroughReason::CredentialRejected
+                | McpPassThroughReason::DaemonUnreachable
+                | McpPassThroughReason::RouteTableFull
+                | McpPassThroughReason::ActivationFailed => {
+                    lifecycle_event!(WARN, name, "session continues without a worker route";
+                        daemon_address,
+                        fingerprint = fingerprint.map(digest_prefix),
+                        reason = reason.as_str(),
+                    )
+                }
+            },
+            Lifecycle::WorkerLaunchFailed {
+                fingerprint,
+                activation_id,
+                failure_reason,
+                detail,
+            } => lifecycle_event!(WARN, name, "worker launch failed";
+                fingerprint = digest_prefix(fingerprint),
+                activation_id = %activation_id,
+                failure_reason = failure_reason.as_str(),
+                detail,
+            ),
+            Lifecycle::RouteCredentialSkipped {
+                source,
+                reason,
+                path,
+            } => lifecycle_event!(WARN, name, "route credential source skipped";
+                source = source.as_str(),
+                reason = reason.as_str(),
+                path = path.map(Path::to_string_lossy).as_deref(),
+            ),
+            Lifecycle::ConfigurationResolved {
+                fingerprint,
+                plugins,
+            } => lifecycle_event!(INFO, name, "configuration resolved";
+                mode = MANAGED_WORKER_MODE,
+                fingerprint = fingerprint.map(digest_prefix),
+                plugins,
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

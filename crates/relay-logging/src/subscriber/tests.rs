@@ -1,0 +1,150 @@
+use uuid::Uuid;
+
+use super::*;
+use crate::{
+    LogCapture, LogOrigin,
+    lifecycle::Lifecycle,
+    test_support::{capture, capture_json},
+};
+
+const FINGERPRINT: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+#[test]
+fn human_format_writes_one_readable_line_per_event() {
+    let worker_id = Uuid::from_u128(7);
+    let output = capture("info", LogFormat::Human, || {
+        Lifecycle::WorkerReady {
+            fingerprint: FINGERPRINT,
+            worker_id,
+        }
+        .emit();
+    });
+    assert_eq!(output.lines().count(), 1, "{output}");
+    assert!(output.ends_with('\n'));
+    assert!(output.contains("INFO"), "{output}");
+    assert!(output.contains("relay::lifecycle"), "{output}");
+    assert!(output.contains("worker is ready"), "{output}");
+    assert!(output.contains("event=\"worker_ready\""), "{output}");
+    assert!(output.contains("fingerprint=\"0123456789ab\""), "{output}");
+    assert!(output.contains(&worker_id.to_string()), "{output}");
+    assert!(!output.contains(FINGERPRINT), "{output}");
+    assert!(!output.contains('\u{1b}'), "no colour codes: {output:?}");
+}
+
+#[test]
+fn human_format_escapes_line_breaks_in_values() {
+    let output = capture("info", LogFormat::Human, || {
+        tracing::info!(detail = "one\ntwo", "value with a line break");
+    });
+    assert_eq!(output.lines().count(), 1, "{output}");
+}
+
+#[test]
+fn the_level_filters_events() {
+    let output = capture("warn", LogFormat::Jsonl, || {
+        tracing::info!("dropped");
+        tracing::warn!("kept");
+    });
+    assert_eq!(output.lines().count(), 1, "{output}");
+    assert!(output.contains("kept"));
+}
+
+#[test]
+fn a_target_filter_applies_per_target() {
+    let output = capture("relay=debug,warn", LogFormat::Jsonl, || {
+        tracing::debug!(target: "relay::proxy", "relay debug");
+        tracing::debug!(target: "hyper::proto", "hyper debug");
+        tracing::warn!(target: "hyper::proto", "hyper warn");
+    });
+    assert!(output.contains("relay debug"), "{output}");
+    assert!(!output.contains("hyper debug"), "{output}");
+    assert!(output.contains("hyper warn"), "{output}");
+}
+
+#[test]
+fn lifecycle_events_pass_a_warn_filter_for_their_target() {
+    let output = capture("warn,relay::lifecycle=info", LogFormat::Jsonl, || {
+        Lifecycle::WorkerReady {
+            fingerprint: FINGERPRINT,
+            worker_id: Uuid::nil(),
+        }
+        .emit();
+        tracing::info!(target: "relay::proxy", "not lifecycle");
+    });
+    assert_eq!(output.lines().count(), 1, "{output}");
+    assert!(output.contains("worker_ready"));
+}
+
+#[test]
+fn an_invalid_configuration_is_refused() {
+    let config = LogConfig {
+        level: "relay=loud".to_owned(),
+        format: LogFormat::Jsonl,
+    };
+    match subscriber(&config, LogCapture::new()) {
+        Err(LogConfigError::InvalidLevel { origin, value, .. }) => {
+            assert_eq!(origin, LogOrigin::Config);
+            assert_eq!(value, "relay=loud");
+        }
+        other => panic!("expected InvalidLevel, got {other:?}"),
+    }
+}
+
+#[test]
+fn capture_json_sees_every_line() {
+    let lines = capture_json(|| {
+        for n in 0..5u64 {
+            tracing::info!(n, "line");
+        }
+    });
+    let numbers: Vec<u64> = lines
+        .iter()
+        .map(|line| line["n"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [0, 1, 2, 3, 4]);
+}
+
+/// The only test in this binary that touches the global subscriber.
+#[test]
+fn init_installs_the_global_subscriber_once() {
+    let capture = LogCapture::new();
+    let config = LogConfig {
+        level: "info".to_owned(),
+        format: LogFormat::Jsonl,
+    };
+    init(&config, capture.clone()).unwrap();
+    // A fresh thread has no scoped default, so it logs through the global subscriber.
+    std::thread::spawn(|| tracing::info!(target: "relay::global", "through the global subscriber"))
+        .join()
+        .unwrap();
+    assert!(capture.contents().contains("through the global subscriber"));
+
+    let again = init(&config, LogCapture::new());
+    assert!(
+        matches!(again, Err(InitError::AlreadyInstalled)),
+        "{again:?}"
+    );
+    let invalid = LogConfig {
+        level: "chatty".to_owned(),
+        format: LogFormat::Human,
+    };
+    assert!(matches!(
+        init(&invalid, LogCapture::new()),
+        Err(InitError::Config(_))
+    ));
+}
+
+#[test]
+fn human_format_keeps_multi_line_errors_and_paths_on_one_line() {
+    let error = std::io::Error::other("first line\nsecond line");
+    let output = capture("info", LogFormat::Human, || {
+        Lifecycle::DaemonFailed { error: &error }.emit();
+        Lifecycle::StateWriteFailed {
+            file: std::path::Path::new("/tmp/odd\nname"),
+            error: &error,
+            attempt: 1,
+        }
+        .emit();
+    });
+    assert_eq!(output.lines().count(), 2, "{output}");
+}

@@ -1,0 +1,54 @@
+//! `cargo xtask ci`: every check CI runs, in order, stopping at the first failure.
+
+use std::{
+    process::{Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::Result;
+
+use crate::{
+    command::{cargo, seconds, step},
+    e2e,
+};
+
+pub(crate) fn run() -> Result<()> {
+    let started = Instant::now();
+    step(
+        "cargo fmt --all --check",
+        cargo(["fmt", "--all", "--check"])?,
+    )?;
+    step(
+        "cargo clippy --workspace --all-targets -- -D warnings",
+        cargo([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])?,
+    )?;
+    // `--workspace` also covers xtask, which is not a default member: its tests include the
+    // tidy check.
+    if nextest_installed()? {
+        step(
+            "cargo nextest run --workspace",
+            cargo(["nextest", "run", "--workspace"])?,
+        )?;
+    } else {
+        step("cargo test --workspace", cargo(["test", "--workspace"])?)?;
+    }
+    println!("\n==> e2e");
+    let e2e_started = Instant::now();
+    e2e::run(&[])?;
+    println!("==> e2e: ok in {}", seconds(e2e_started.elapsed()));
+    println!("\nci passed in {}", seconds(started.elapsed()));
+    Ok(())
+}
+
+fn nextest_installed() -> Result<bool> {
+    let mut probe: Command = cargo(["nextest", "--version"])?;
+    let status = probe.stdout(Stdio::null()).stderr(Stdio::null()).status();
+    Ok(status.is_ok_and(|status| status.success()))
+}
