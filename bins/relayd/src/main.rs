@@ -1,1 +1,37 @@
-fn main() {}
+//! `relayd`: the daemon every model request and hook event of a coding agent passes
+//! through (SPEC §2.1). This binary parses and validates its command line, reads its
+//! configuration, and composes the server from `relay-proxy`.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+mod cli;
+mod daemon;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return relay_logging::clap_exit("relayd", &error),
+    };
+    match &cli.command {
+        None => daemon::run(&cli),
+        Some(cli::Command::Config {
+            command: cli::ConfigCommand::Defaults,
+        }) => {
+            print!("{}", relay_proxy::config::Config::defaults_toml());
+            ExitCode::SUCCESS
+        }
+        Some(cli::Command::Identity {
+            command: cli::IdentityCommand::Show,
+        }) => daemon::identity_show(&cli),
+        Some(cli::Command::Bindings { .. }) => {
+            eprintln!("relayd: credential bindings arrive with worker-backed operation");
+            ExitCode::FAILURE
+        }
+        Some(cli::Command::ManagedBundle { .. }) => {
+            eprintln!("relayd: managed-bundle is not implemented yet");
+            ExitCode::FAILURE
+        }
+    }
+}

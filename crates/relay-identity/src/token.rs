@@ -208,6 +208,17 @@ impl fmt::Display for TokenFileReason {
 
 /// The metadata checks of §4.1, in order: symlink, file type, owner, permissions, size.
 pub fn check_token_file(facts: &FileFacts, euid: u32) -> Result<(), TokenFileReason> {
+    check_private_file(facts, euid, MAX_TOKEN_FILE_BYTES)
+}
+
+/// The checks of §4.1 for any private file (the route token, the daemon's provider key
+/// files): not a symlink, a regular file, owned by `euid`, no group or other access, at most
+/// `max_len` bytes.
+pub fn check_private_file(
+    facts: &FileFacts,
+    euid: u32,
+    max_len: u64,
+) -> Result<(), TokenFileReason> {
     if facts.is_symlink {
         return Err(TokenFileReason::Symlink);
     }
@@ -220,7 +231,7 @@ pub fn check_token_file(facts: &FileFacts, euid: u32) -> Result<(), TokenFileRea
     if facts.mode & 0o077 != 0 {
         return Err(TokenFileReason::InsecurePermissions);
     }
-    if facts.len > MAX_TOKEN_FILE_BYTES {
+    if facts.len > max_len {
         return Err(TokenFileReason::TooLarge);
     }
     Ok(())
@@ -244,6 +255,19 @@ pub fn parse_token_contents(bytes: &[u8]) -> Result<RouteToken, TokenFileReason>
 ///
 /// `Ok(None)` means there is no file, which is not a reason to warn.
 pub fn read_token_file(path: &Path, euid: u32) -> Result<Option<RouteToken>, TokenFileReason> {
+    match read_private_file(path, euid, MAX_TOKEN_FILE_BYTES)? {
+        Some(bytes) => parse_token_contents(&bytes).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Reads a private file with the checks of [`check_private_file`], made on the handle
+/// opened with `O_NOFOLLOW`. `Ok(None)` means there is no file.
+pub fn read_private_file(
+    path: &Path,
+    euid: u32,
+    max_len: u64,
+) -> Result<Option<Vec<u8>>, TokenFileReason> {
     let mut file = match store::open_nofollow(path) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -251,10 +275,12 @@ pub fn read_token_file(path: &Path, euid: u32) -> Result<Option<RouteToken>, Tok
         Err(_) => return Err(TokenFileReason::Unreadable),
     };
     let metadata = file.metadata().map_err(|_| TokenFileReason::Unreadable)?;
-    check_token_file(&FileFacts::from_metadata(&metadata), euid)?;
-    let bytes = store::read_bounded(&mut file, MAX_TOKEN_FILE_BYTES)
-        .map_err(|_| TokenFileReason::Unreadable)?;
-    parse_token_contents(&bytes).map(Some)
+    check_private_file(&FileFacts::from_metadata(&metadata), euid, max_len)?;
+    let bytes = store::read_bounded(&mut file, max_len).map_err(|_| TokenFileReason::Unreadable)?;
+    if bytes.len() as u64 > max_len {
+        return Err(TokenFileReason::TooLarge);
+    }
+    Ok(Some(bytes))
 }
 
 /// Where a route token came from.

@@ -4,10 +4,12 @@
 //! Tests build a [`Dispatch`](tracing::Dispatch) with [`subscriber`] and use it under `tracing::dispatcher::with_default`, writing into a [`LogCapture`].
 //! Lifecycle events are values of [`Lifecycle`] emitted with [`Lifecycle::emit`]; the three provider-failure events are [`ProviderFailure`] values that can only be emitted through a [`RateLimiter`], which adds `suppressed_since_last_emit`.
 //! Fingerprints and credential digests are taken in full and always written as a 12-character prefix; no event type has a place for a token, grant, key or secret.
+//! It also holds the exit conventions every binary shares ([`clap_exit`], [`usage_exit`]: one line on stderr and status 64 for a usage error).
 //! This crate reads no environment variable and opens no file (callers pass both in), the rate limiter reads no clock, and it depends on no other Relay crate.
 
 mod capture;
 mod config;
+mod exit;
 mod jsonl;
 mod lifecycle;
 mod rate_limit;
@@ -18,6 +20,7 @@ mod test_support;
 pub use crate::{
     capture::LogCapture,
     config::{ENV_LOG, ENV_LOG_FORMAT, LogConfig, LogConfigError, LogFormat, LogOrigin},
+    exit::{EXIT_USAGE, clap_exit, usage_exit},
     lifecycle::{
         ActivationCancelReason, ControlRole, CredentialSkipReason, CredentialSource, DaemonKeys,
         DaemonMode, LIFECYCLE_TARGET, LaunchFailureReason, Lifecycle, McpDisconnectReason,

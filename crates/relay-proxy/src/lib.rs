@@ -1,1 +1,22 @@
-//! placeholder
+//! The network half of Relay: the daemon's public HTTP front, the forwarding path toward
+//! providers and workers, TLS, limits, and (with the worker issues) the control transport
+//! and the shell that drives the broker.
+//!
+//! It owns every socket, timer and task; the decisions about routes live in
+//! `relay-broker`, and the wire types in `relay-proto`. It never re-serialises a body it
+//! forwards and never logs a credential.
+//!
+//! Key types: [`server::serve`] with its [`server::Handler`], [`front::Front`] (the daemon's
+//! handler), [`upstream::UpstreamClient`], [`body::RequestBody`] and
+//! [`body::ResponseBody`], and [`config::Config`].
+
+pub mod body;
+pub mod config;
+pub mod conn;
+pub mod front;
+pub mod headers;
+pub mod metrics;
+pub mod routes;
+pub mod server;
+pub mod tls;
+pub mod upstream;

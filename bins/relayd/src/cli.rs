@@ -1,0 +1,243 @@
+//! The command line of SPEC §2.1 and its validation.
+//!
+//! Parsing is clap's; the rules that tie flags together (a non-loopback bind needs an
+//! advertised https origin, TLS needs an https origin, …) are [`Cli::daemon_settings`], a
+//! pure function so every rule is tested without starting anything.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use relay_identity::{DaemonAddress, Scheme};
+use relay_proxy::front::{Advertised, Mode};
+
+/// The daemon that every coding-agent request and hook passes through.
+#[derive(Debug, clap::Parser)]
+#[command(name = "relayd", version, args_conflicts_with_subcommands = true)]
+pub(crate) struct Cli {
+    /// IPv4 address to listen on; anything but 127.0.0.1 needs --advertise-address.
+    #[arg(long, value_name = "IPV4", default_value = "127.0.0.1", value_parser = parse_bind)]
+    pub(crate) bind: Ipv4Addr,
+
+    /// TCP port to listen on (1-65535).
+    #[arg(long, default_value_t = 47632, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) port: u16,
+
+    /// The origin clients use, with scheme, host and explicit port, e.g.
+    /// https://relay.example.com:8443 (https unless the host is loopback).
+    #[arg(long, value_name = "URL")]
+    pub(crate) advertise_address: Option<String>,
+
+    /// PEM certificate chain for HTTPS (with --tls-key).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub(crate) tls_cert: Option<PathBuf>,
+
+    /// PKCS#8 PEM private key for HTTPS (with --tls-cert).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub(crate) tls_key: Option<PathBuf>,
+
+    /// Never use workers: forward every request straight to the provider.
+    #[arg(long, conflicts_with = "require_worker")]
+    pub(crate) pass_through: bool,
+
+    /// Refuse (401/503) instead of passing through when no worker is ready.
+    #[arg(long)]
+    pub(crate) require_worker: bool,
+
+    /// On a non-loopback bind, pass through requests without a bound credential instead of
+    /// answering 401.
+    #[arg(long)]
+    pub(crate) allow_anonymous_pass_through: bool,
+
+    /// Route credentials one machine identity may hold (1-64) [default: 4; also
+    /// [daemon] max_tokens_per_identity and RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=64))]
+    pub(crate) max_tokens_per_identity: Option<u8>,
+
+    /// Read only this config.toml instead of the user and system files.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Log level [default: info, or [daemon.logging] level, or RELAY_LOG].
+    #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub(crate) log_level: Option<String>,
+
+    /// Log format on stderr [default: jsonl, or [daemon.logging] stderr_format, or
+    /// RELAY_LOG_FORMAT].
+    #[arg(long, value_name = "FORMAT", value_parser = ["human", "jsonl"])]
+    pub(crate) log_format: Option<String>,
+
+    /// The daemon's state directory, for `bindings` and `identity` run under another
+    /// account [default: <base>/relay/daemon].
+    #[arg(long, value_name = "DIR", global = true)]
+    pub(crate) state_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub(crate) command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Write the managed harness bundle (§10.2).
+    ManagedBundle {
+        #[arg(long, value_name = "DIR")]
+        output: PathBuf,
+        #[arg(long, value_name = "URL", value_parser = parse_daemon_address)]
+        daemon_address: DaemonAddress,
+        #[arg(long, value_name = "ABS DIR")]
+        bin_dir: PathBuf,
+        #[arg(long, value_parser = ["linux", "macos", "windows"])]
+        platform: String,
+        #[arg(long, value_parser = ["claude", "codex", "pi"], required = true)]
+        agent: Vec<String>,
+    },
+    /// Persisted credential bindings of a running or stopped daemon.
+    Bindings {
+        #[command(subcommand)]
+        command: BindingsCommand,
+    },
+    /// The daemon's signing identity.
+    Identity {
+        #[command(subcommand)]
+        command: IdentityCommand,
+    },
+    /// Configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum BindingsCommand {
+    /// Print the bindings (fingerprint, digest prefix, last use, blocked); never a token.
+    List,
+    /// Remove every binding of a fingerprint, close its sessions and retire its worker.
+    Revoke { fingerprint: String },
+    /// Revoke and refuse the fingerprint until unblocked.
+    Block { fingerprint: String },
+    /// Accept a blocked fingerprint again.
+    Unblock { fingerprint: String },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum IdentityCommand {
+    /// Print the daemon public key in the pin file format (§4.3).
+    Show,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Print the effective default config.toml.
+    Defaults,
+}
+
+fn parse_bind(text: &str) -> Result<Ipv4Addr, String> {
+    text.parse::<Ipv4Addr>()
+        .map_err(|_| format!("{text:?} is not an IPv4 address (IPv6 is not supported)"))
+}
+
+fn parse_daemon_address(text: &str) -> Result<DaemonAddress, String> {
+    DaemonAddress::parse(text).map_err(|e| e.to_string())
+}
+
+/// The validated listener settings of a daemon run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DaemonSettings {
+    pub(crate) bind: Ipv4Addr,
+    pub(crate) port: u16,
+    pub(crate) advertised: Advertised,
+    pub(crate) tls: Option<(PathBuf, PathBuf)>,
+    pub(crate) mode: Mode,
+    pub(crate) allow_anonymous_pass_through: bool,
+}
+
+/// A flag combination §2.1 forbids, naming the flag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FlagError {
+    #[error("--bind {0} is not loopback, so --advertise-address is required")]
+    AdvertiseRequired(Ipv4Addr),
+    #[error("--advertise-address {0}")]
+    BadAdvertised(String),
+    #[error("--advertise-address must be https when --tls-cert and --tls-key are given")]
+    TlsNeedsHttps,
+    #[error(
+        "--advertise-address is https, so --tls-cert and --tls-key are required (relayd terminates TLS itself)"
+    )]
+    HttpsNeedsTls,
+    #[error("--advertise-address must be https for a non-loopback host")]
+    RemoteNeedsHttps,
+}
+
+impl Cli {
+    pub(crate) fn daemon_settings(&self) -> Result<DaemonSettings, FlagError> {
+        let tls = self.tls_cert.clone().zip(self.tls_key.clone());
+        let advertised = match &self.advertise_address {
+            Some(text) => {
+                let address = DaemonAddress::parse(text)
+                    .map_err(|e| FlagError::BadAdvertised(format!("{text:?}: {e}")))?;
+                let https = address.scheme() == Scheme::Https;
+                if tls.is_some() && !https {
+                    return Err(FlagError::TlsNeedsHttps);
+                }
+                if https && tls.is_none() {
+                    return Err(FlagError::HttpsNeedsTls);
+                }
+                if !address.is_loopback() && !https {
+                    return Err(FlagError::RemoteNeedsHttps);
+                }
+                Advertised {
+                    https,
+                    host: address.host().to_ascii_lowercase(),
+                    port: address.port(),
+                }
+            }
+            None if !self.bind.is_loopback() => {
+                return Err(FlagError::AdvertiseRequired(self.bind));
+            }
+            None => Advertised {
+                https: tls.is_some(),
+                host: self.bind.to_string(),
+                port: self.port,
+            },
+        };
+        let mode = if self.pass_through {
+            Mode::PassThrough
+        } else if self.require_worker {
+            Mode::RequireWorker
+        } else {
+            Mode::Managed
+        };
+        Ok(DaemonSettings {
+            bind: self.bind,
+            port: self.port,
+            advertised,
+            tls,
+            mode,
+            allow_anonymous_pass_through: self.allow_anonymous_pass_through,
+        })
+    }
+}
+
+/// The effective `max_tokens_per_identity`: flag > env > file (§2.1). An invalid value
+/// from any source stops start-up.
+pub(crate) fn max_tokens_per_identity(
+    flag: Option<u8>,
+    env: Option<&str>,
+    file: u8,
+) -> Result<u8, String> {
+    if let Some(value) = flag {
+        return Ok(value);
+    }
+    if let Some(text) = env.filter(|t| !t.trim().is_empty()) {
+        return match text.trim().parse::<u8>() {
+            Ok(value) if (1..=64).contains(&value) => Ok(value),
+            _ => Err(format!(
+                "RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY={text:?} must be between 1 and 64"
+            )),
+        };
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests;

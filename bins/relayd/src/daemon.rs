@@ -1,0 +1,349 @@
+//! Starting, serving and stopping the daemon.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use relay_identity::{Env, ProcessEnv, SigningKey, StatePaths, names};
+use relay_logging::{Lifecycle, LogConfig};
+use relay_proxy::config::{Config, ConfigSources};
+use relay_proxy::front::{Front, FrontOptions, Mode, ProviderKeys};
+use relay_proxy::metrics::Metrics;
+use relay_proxy::server::{ServeOptions, serve};
+use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
+use tokio::net::TcpListener;
+
+use crate::cli::{Cli, DaemonSettings, max_tokens_per_identity};
+
+/// Largest provider key file read.
+const MAX_KEY_FILE_BYTES: u64 = 4096;
+
+/// Everything resolved before the runtime starts; a failure here is a usage error (64).
+struct Prepared {
+    settings: DaemonSettings,
+    config: Config,
+    state_dir: PathBuf,
+    /// The socket passed by the service manager, taken before any thread starts (taking it
+    /// edits the environment).
+    activated: Option<std::net::TcpListener>,
+}
+
+pub(crate) fn run(cli: &Cli) -> ExitCode {
+    let env = ProcessEnv;
+    let prepared = match prepare(cli, &env) {
+        Ok(prepared) => prepared,
+        Err(message) => return relay_logging::usage_exit("relayd", &message),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("relayd: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve_daemon(prepared, &env)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            Lifecycle::DaemonFailed {
+                error: error.as_ref(),
+            }
+            .emit();
+            eprintln!("relayd: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
+    let settings = cli.daemon_settings().map_err(|e| e.to_string())?;
+    let sources = match &cli.config {
+        Some(file) => {
+            if !file.is_file() {
+                return Err(format!("--config {}: no such file", file.display()));
+            }
+            ConfigSources::only(file.clone())
+        }
+        None => ConfigSources::standard(
+            StatePaths::resolve(env)
+                .ok()
+                .map(|p| p.relay_dir())
+                .as_deref(),
+            &relay_identity::system_config_dir(env),
+        ),
+    };
+    let mut config = Config::load_daemon(&sources).map_err(|e| e.to_string())?;
+    let env_tokens = env
+        .var_os(names::RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY)
+        .map(|v| v.to_string_lossy().into_owned());
+    config.daemon.max_tokens_per_identity = max_tokens_per_identity(
+        cli.max_tokens_per_identity,
+        env_tokens.as_deref(),
+        config.daemon.max_tokens_per_identity,
+    )?;
+    let text = |name: &str| env.var_os(name).map(|v| v.to_string_lossy().into_owned());
+    let log = LogConfig::resolve(
+        Some(&config.daemon.logging.level),
+        Some(&config.daemon.logging.stderr_format),
+        text(names::RELAY_LOG).as_deref(),
+        text(names::RELAY_LOG_FORMAT).as_deref(),
+        cli.log_level.as_deref(),
+        cli.log_format.as_deref(),
+        LogConfig::daemon_default(),
+    )
+    .map_err(|e| e.to_string())?;
+    relay_logging::init(&log, std::io::stderr).map_err(|e| e.to_string())?;
+    let state_dir = state_dir(cli, env)?;
+    let activated = listenfd::ListenFd::from_env()
+        .take_tcp_listener(0)
+        .map_err(|e| format!("LISTEN_FDS: the passed socket is not a TCP listener: {e}"))?;
+    Ok(Prepared {
+        settings,
+        config,
+        state_dir,
+        activated,
+    })
+}
+
+fn state_dir(cli: &Cli, env: &impl Env) -> Result<PathBuf, String> {
+    match &cli.state_dir {
+        Some(dir) => Ok(dir.clone()),
+        None => StatePaths::resolve(env)
+            .map(|p| p.daemon_dir())
+            .map_err(|e| format!("cannot find the state directory: {e}; set XDG_CONFIG_HOME or HOME, or pass --state-dir")),
+    }
+}
+
+async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> {
+    let Prepared {
+        settings,
+        config,
+        state_dir,
+        activated,
+    } = prepared;
+    let started = Instant::now();
+    relay_identity::store::ensure_private_dir(&state_dir)
+        .with_context(|| format!("preparing the state directory {}", state_dir.display()))?;
+    let (_daemon_key, _) = SigningKey::load_or_create(&state_dir.join("daemon-identity.pk8"))
+        .context("loading the daemon identity")?;
+    let keys = provider_keys(&config, env)?;
+    let open_file_limit = raise_open_file_limit();
+    let socket_activated = activated.is_some();
+    let listener = listener(&settings, activated)?;
+    let local = listener
+        .local_addr()
+        .context("reading the listening address")?;
+    let tls = match &settings.tls {
+        Some((cert, key)) => Some(Arc::new(
+            relay_proxy::tls::server_config_from_files(cert, key)
+                .context("loading the TLS certificate")?,
+        )),
+        None => None,
+    };
+    let mut advertised = settings.advertised.clone();
+    if settings.bind.is_loopback() && advertised.port == settings.port {
+        // Port 0 and socket activation: the loopback origin is the real port.
+        advertised.port = local.port();
+    }
+    let upstream = UpstreamClient::new(&UpstreamOptions {
+        connect_timeout: config.upstream.connect_timeout_secs.get(),
+        response_timeout: (!config.upstream.response_timeout_secs.is_zero())
+            .then(|| config.upstream.response_timeout_secs.get()),
+        proxy_url: (!config.upstream.proxy_url.is_empty())
+            .then(|| config.upstream.proxy_url.clone()),
+        no_proxy: env
+            .var_os("NO_PROXY")
+            .or_else(|| env.var_os("no_proxy"))
+            .map(|v| v.to_string_lossy().into_owned()),
+    })
+    .context("building the upstream client")?;
+    let instance_id = uuid::Uuid::now_v7();
+    let config = Arc::new(config);
+    let front = Arc::new(Front::new(
+        FrontOptions {
+            bind: settings.bind,
+            port: local.port(),
+            advertised: advertised.clone(),
+            mode: settings.mode,
+            allow_anonymous_pass_through: settings.allow_anonymous_pass_through,
+            config: config.clone(),
+            instance_id,
+        },
+        upstream,
+        keys.clone(),
+        Arc::new(Metrics::new()),
+    ));
+    let origin = format!(
+        "{}://{}:{}",
+        if advertised.https { "https" } else { "http" },
+        advertised.host,
+        advertised.port
+    );
+    Lifecycle::DaemonListening {
+        address: local,
+        advertised_origin: Some(&origin),
+        mode: match settings.mode {
+            Mode::Managed => relay_logging::DaemonMode::Managed,
+            Mode::PassThrough => relay_logging::DaemonMode::PassThrough,
+            Mode::RequireWorker => relay_logging::DaemonMode::RequireWorker,
+        },
+        tls: tls.is_some(),
+        socket_activated,
+        open_file_limit,
+        instance_id,
+        version: env!("CARGO_PKG_VERSION"),
+    }
+    .emit();
+    if settings.mode == Mode::PassThrough {
+        Lifecycle::DaemonPassThroughEnabled {
+            daemon_keys: match config.upstream.daemon_keys {
+                relay_proxy::config::DaemonKeys::BoundOnly => relay_logging::DaemonKeys::BoundOnly,
+                relay_proxy::config::DaemonKeys::AnyLocal => relay_logging::DaemonKeys::AnyLocal,
+            },
+            openai_key_configured: keys.openai.is_some(),
+            anthropic_key_configured: keys.anthropic.is_some(),
+        }
+        .emit();
+    }
+    let report = serve(
+        listener,
+        ServeOptions {
+            max_connections: config.daemon.max_connections,
+            header_read_timeout: config.daemon.timers.header_read_timeout_secs.get(),
+            keepalive_idle: config.daemon.keepalive_idle_secs.get(),
+            drain_timeout: config.daemon.timers.drain_secs.get(),
+            tls,
+        },
+        front.clone(),
+        shutdown_signal(),
+    )
+    .await;
+    if !report.drained {
+        tracing::warn!(
+            drain = ?config.daemon.timers.drain_secs.get(),
+            "accepted requests did not complete in the drain time"
+        );
+    }
+    Lifecycle::DaemonStopped {
+        uptime_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        unfinished_requests: u64::try_from(front.metrics().open_streams()).unwrap_or(0),
+    }
+    .emit();
+    Ok(())
+}
+
+/// The listening socket: the one passed by the service manager, else a fresh bind.
+fn listener(
+    settings: &DaemonSettings,
+    activated: Option<std::net::TcpListener>,
+) -> anyhow::Result<TcpListener> {
+    let std_listener = match activated {
+        Some(listener) => listener,
+        None => {
+            let address = SocketAddr::from((settings.bind, settings.port));
+            std::net::TcpListener::bind(address).with_context(|| format!("binding {address}"))?
+        }
+    };
+    std_listener
+        .set_nonblocking(true)
+        .context("configuring the listening socket")?;
+    Ok(TcpListener::from_std(std_listener)?)
+}
+
+/// Raises the soft open-file limit to the hard limit and returns the new soft limit.
+fn raise_open_file_limit() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if setrlimit(Resource::Nofile, limit).is_err() {
+            limit = getrlimit(Resource::Nofile);
+        }
+    }
+    limit.current.unwrap_or(u64::MAX)
+}
+
+/// The daemon's own provider keys: a key file (checked like the token file) wins over the
+/// environment variable.
+fn provider_keys(config: &Config, env: &impl Env) -> anyhow::Result<ProviderKeys> {
+    let read = |file: &str, var: &str| -> anyhow::Result<Option<String>> {
+        if !file.is_empty() {
+            let path = Path::new(file);
+            let euid = relay_identity::store::current_euid();
+            let bytes = relay_identity::read_private_file(path, euid, MAX_KEY_FILE_BYTES)
+                .map_err(|reason| {
+                    anyhow::anyhow!("provider key file {}: {reason}", path.display())
+                })?
+                .ok_or_else(|| {
+                    anyhow::anyhow!("provider key file {} does not exist", path.display())
+                })?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                anyhow::anyhow!("provider key file {} is not UTF-8", path.display())
+            })?;
+            return Ok(Some(text.trim().to_owned()).filter(|k| !k.is_empty()));
+        }
+        Ok(env
+            .var_os(var)
+            .map(|v| v.to_string_lossy().trim().to_owned())
+            .filter(|k| !k.is_empty()))
+    };
+    let openai = read(&config.upstream.openai_api_key_file, names::OPENAI_API_KEY)?;
+    let anthropic = read(
+        &config.upstream.anthropic_api_key_file,
+        names::ANTHROPIC_API_KEY,
+    )?;
+    ProviderKeys::new(openai.as_deref(), anthropic.as_deref())
+        .map_err(|which| anyhow::anyhow!("{which} is not a valid header value"))
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers the daemon can only be killed; serve until then.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+pub(crate) fn identity_show(cli: &Cli) -> ExitCode {
+    let env = ProcessEnv;
+    let run = || -> anyhow::Result<String> {
+        let settings = cli.daemon_settings()?;
+        let dir = state_dir(cli, &env).map_err(anyhow::Error::msg)?;
+        relay_identity::store::ensure_private_dir(&dir)?;
+        let (key, _) = SigningKey::load_or_create(&dir.join("daemon-identity.pk8"))?;
+        let scheme = if settings.advertised.https {
+            "https"
+        } else {
+            "http"
+        };
+        let origin = relay_identity::Origin::parse(&format!(
+            "{scheme}://{}:{}",
+            settings.advertised.host, settings.advertised.port
+        ))?;
+        Ok(relay_identity::format_pin(&origin, &key.public_key()))
+    };
+    match run() {
+        Ok(pin) => {
+            print!("{pin}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("relayd: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! The exit conventions every Relay binary shares (SPEC §2): help and version print
+//! normally and exit 0; any other usage or configuration error is one line on stderr,
+//! naming the flag, file or key at fault, and exit status 64.
+
+use std::fmt::Display;
+use std::process::ExitCode;
+
+/// Exit status for usage and configuration errors.
+pub const EXIT_USAGE: u8 = 64;
+
+/// Turns a clap error into the process's exit: help and version print and succeed; any
+/// other error prints clap's first paragraph (which names the flag at fault) as one line.
+pub fn clap_exit(binary: &str, error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            // Nothing sensible is left to do if stdout is closed.
+            let _ = error.print();
+            ExitCode::SUCCESS
+        }
+        _ => usage_exit(binary, &first_paragraph(&error.render().to_string())),
+    }
+}
+
+/// Prints `<binary>: <message>` as one line and returns status 64.
+pub fn usage_exit(binary: &str, message: &dyn Display) -> ExitCode {
+    let line = message.to_string().replace('\n', " ");
+    eprintln!("{binary}: {line}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+fn first_paragraph(rendered: &str) -> String {
+    let lines: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .skip_while(|line| line.is_empty())
+        .take_while(|line| !line.is_empty())
+        .collect();
+    if lines.is_empty() {
+        "invalid usage".to_owned()
+    } else {
+        lines.join(" ")
+    }
+}

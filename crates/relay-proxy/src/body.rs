@@ -1,0 +1,319 @@
+//! Bodies on the forwarding path (SPEC §3.3, §3.6).
+//!
+//! Bytes pass through untouched, one frame at a time: nothing here buffers, re-encodes or
+//! allocates per chunk. A request body that crosses its limit, and a stream that goes
+//! idle, end with an error, so hyper aborts the connection and the peer never mistakes a
+//! cut message for a complete one.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use tokio::time::{Instant, Sleep};
+
+use crate::conn::ActiveRequest;
+
+/// Why a body stopped early.
+#[derive(Debug)]
+pub enum BodyError {
+    /// A request body grew past its limit while streaming.
+    TooLarge { limit: u64 },
+    /// No byte for the stream idle time.
+    Idle { after: Duration },
+    /// The peer's connection failed mid-body.
+    Transport(hyper::Error),
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BodyError::TooLarge { limit } => write!(f, "body exceeds the limit of {limit} bytes"),
+            BodyError::Idle { after } => write!(f, "no body bytes for {after:?}"),
+            BodyError::Transport(_) => f.write_str("body transport failed"),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BodyError::Transport(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl BodyError {
+    /// Finds a `BodyError` in an error's source chain (hyper wraps body errors).
+    pub fn find<'a>(mut error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyError> {
+        loop {
+            if let Some(found) = error.downcast_ref::<BodyError>() {
+                return Some(found);
+            }
+            error = error.source()?;
+        }
+    }
+}
+
+/// Aborts a stream after `idle` without a byte. The deadline is only moved when the timer
+/// fires, so a busy stream pays one clock read per chunk and no timer reset.
+struct IdleTimer {
+    idle: Duration,
+    last: Instant,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl IdleTimer {
+    fn new(idle: Duration) -> IdleTimer {
+        let now = Instant::now();
+        IdleTimer {
+            idle,
+            last: now,
+            sleep: Box::pin(tokio::time::sleep_until(now + idle)),
+        }
+    }
+
+    fn touch(&mut self) {
+        self.last = Instant::now();
+    }
+
+    /// Ready with an error once the stream has really been idle for the whole time.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<BodyError> {
+        loop {
+            ready!(self.sleep.as_mut().poll(cx));
+            let deadline = self.last + self.idle;
+            if Instant::now() >= deadline {
+                return Poll::Ready(BodyError::Idle { after: self.idle });
+            }
+            self.sleep.as_mut().reset(deadline);
+        }
+    }
+}
+
+/// The body of a request on its way upstream: the client's bytes, cut with an error once
+/// more than `limit` bytes arrive or none arrives for the idle time.
+pub struct RequestBody {
+    inner: RequestInner,
+}
+
+enum RequestInner {
+    Empty,
+    Full(Option<Bytes>),
+    Streaming {
+        incoming: Incoming,
+        remaining: u64,
+        limit: u64,
+        idle: IdleTimer,
+    },
+}
+
+impl fmt::Debug for RequestBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            RequestInner::Empty => f.write_str("RequestBody::Empty"),
+            RequestInner::Full(b) => write!(
+                f,
+                "RequestBody::Full({} bytes)",
+                b.as_ref().map_or(0, Bytes::len)
+            ),
+            RequestInner::Streaming { limit, .. } => {
+                write!(f, "RequestBody::Streaming(limit {limit})")
+            }
+        }
+    }
+}
+
+impl RequestBody {
+    pub fn empty() -> RequestBody {
+        RequestBody {
+            inner: RequestInner::Empty,
+        }
+    }
+
+    pub fn full(bytes: Bytes) -> RequestBody {
+        RequestBody {
+            inner: RequestInner::Full(Some(bytes)),
+        }
+    }
+
+    pub fn streaming(incoming: Incoming, limit: u64, idle: Duration) -> RequestBody {
+        RequestBody {
+            inner: RequestInner::Streaming {
+                incoming,
+                remaining: limit,
+                limit,
+                idle: IdleTimer::new(idle),
+            },
+        }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match &mut self.get_mut().inner {
+            RequestInner::Empty => Poll::Ready(None),
+            RequestInner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            RequestInner::Streaming {
+                incoming,
+                remaining,
+                limit,
+                idle,
+            } => match Pin::new(incoming).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    idle.touch();
+                    if let Some(data) = frame.data_ref() {
+                        let len = data.len() as u64;
+                        if len > *remaining {
+                            return Poll::Ready(Some(Err(BodyError::TooLarge { limit: *limit })));
+                        }
+                        *remaining -= len;
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Transport(e)))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => idle.poll_expired(cx).map(|e| Some(Err(e))),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            RequestInner::Empty => true,
+            RequestInner::Full(bytes) => bytes.is_none(),
+            RequestInner::Streaming { incoming, .. } => incoming.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            RequestInner::Empty => SizeHint::with_exact(0),
+            RequestInner::Full(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            RequestInner::Streaming { incoming, .. } => incoming.size_hint(),
+        }
+    }
+}
+
+/// Something that must live exactly as long as a response stream: metrics of open
+/// streams, the broker's in-flight count. Dropped when the body ends or is dropped.
+pub trait StreamGuard: Send + Sync + 'static {}
+
+impl<T: Send + Sync + 'static> StreamGuard for T {}
+
+/// The body of a response on its way to the client.
+pub struct ResponseBody {
+    inner: ResponseInner,
+    /// Keeps the connection counted as busy until the body is done (keep-alive idle).
+    active: Option<ActiveRequest>,
+}
+
+enum ResponseInner {
+    Full(Option<Bytes>),
+    Forward {
+        incoming: Incoming,
+        idle: IdleTimer,
+        /// Held until the body is finished or dropped.
+        _guard: Option<Box<dyn StreamGuard>>,
+    },
+}
+
+impl fmt::Debug for ResponseBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            ResponseInner::Full(_) => f.write_str("ResponseBody::Full"),
+            ResponseInner::Forward { .. } => f.write_str("ResponseBody::Forward"),
+        }
+    }
+}
+
+impl ResponseBody {
+    pub fn empty() -> ResponseBody {
+        ResponseBody {
+            inner: ResponseInner::Full(None),
+            active: None,
+        }
+    }
+
+    pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
+        let bytes = bytes.into();
+        ResponseBody {
+            inner: ResponseInner::Full((!bytes.is_empty()).then_some(bytes)),
+            active: None,
+        }
+    }
+
+    /// Relays an upstream body frame by frame. An upstream failure or `idle` without a
+    /// byte ends the body with an error, which aborts the client's response.
+    pub fn forward(
+        incoming: Incoming,
+        idle: Duration,
+        guard: Option<Box<dyn StreamGuard>>,
+    ) -> ResponseBody {
+        ResponseBody {
+            inner: ResponseInner::Forward {
+                incoming,
+                idle: IdleTimer::new(idle),
+                _guard: guard,
+            },
+            active: None,
+        }
+    }
+
+    /// Ties the connection's busy mark to this body.
+    pub(crate) fn attach(&mut self, active: ActiveRequest) {
+        self.active = Some(active);
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match &mut self.get_mut().inner {
+            ResponseInner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            ResponseInner::Forward { incoming, idle, .. } => {
+                match Pin::new(incoming).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        idle.touch();
+                        Poll::Ready(Some(Ok(frame)))
+                    }
+                    Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Transport(e)))),
+                    Poll::Ready(None) => Poll::Ready(None),
+                    Poll::Pending => idle.poll_expired(cx).map(|e| Some(Err(e))),
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            ResponseInner::Full(bytes) => bytes.is_none(),
+            ResponseInner::Forward { incoming, .. } => incoming.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            ResponseInner::Full(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            ResponseInner::Forward { incoming, .. } => incoming.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,660 @@
+//! Configuration files (SPEC §8): `config.toml` with `[upstream]`, `[daemon]`,
+//! `[daemon.timers]`, `[daemon.logging]`, `[worker]` and `[logging]`.
+//!
+//! Values come from defaults < user file < system file (< env < flags, applied by the
+//! binaries). The daemon is strict: an unknown key or a bad value names its file and key and
+//! stops start-up. Workers, MCPs and hooks ignore `[daemon…]` tables and only warn about
+//! other unknown keys, so one system file can serve mixed versions during an upgrade.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::Uri;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Every configuration value, with the defaults of SPEC §8.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    pub upstream: UpstreamConfig,
+    pub daemon: DaemonConfig,
+    pub worker: WorkerConfig,
+    pub logging: LoggingConfig,
+}
+
+/// `[upstream]`: where provider requests go.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UpstreamConfig {
+    pub openai_base_url: BaseUrl,
+    pub anthropic_base_url: BaseUrl,
+    pub chatgpt_codex_base_url: BaseUrl,
+    pub connect_timeout_secs: Secs,
+    /// Zero means no response-header deadline.
+    pub response_timeout_secs: Secs,
+    /// Egress proxy (http or https CONNECT); empty for none. `NO_PROXY` is honoured.
+    pub proxy_url: String,
+    /// Upstreams a caller may select with `x-relay-upstream-base-url`, matched exactly
+    /// after normalization.
+    pub allowed_base_urls: Vec<BaseUrl>,
+    pub daemon_keys: DaemonKeys,
+    pub openai_api_key_file: String,
+    pub anthropic_api_key_file: String,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            openai_base_url: BaseUrl::from_static(DEFAULT_OPENAI_BASE_URL),
+            anthropic_base_url: BaseUrl::from_static("https://api.anthropic.com"),
+            chatgpt_codex_base_url: BaseUrl::from_static("https://chatgpt.com/backend-api/codex"),
+            connect_timeout_secs: Secs::from_secs(10),
+            response_timeout_secs: Secs::from_secs(0),
+            proxy_url: String::new(),
+            allowed_base_urls: Vec::new(),
+            daemon_keys: DaemonKeys::BoundOnly,
+            openai_api_key_file: String::new(),
+            anthropic_api_key_file: String::new(),
+        }
+    }
+}
+
+/// The OpenAI base that ChatGPT sign-in rerouting requires (§3.2).
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// When the daemon may add its own provider keys in `--pass-through` (§3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DaemonKeys {
+    /// Only for requests that carry a bound route credential.
+    BoundOnly,
+    /// For any local request meeting the other conditions.
+    AnyLocal,
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DaemonConfig {
+    pub max_request_body_bytes: u64,
+    pub max_hook_body_bytes: u64,
+    pub max_connections: usize,
+    pub max_requests_per_identity: u32,
+    pub max_tokens_per_identity: u8,
+    pub max_sessions_per_route: u32,
+    pub activation_wait_ms: u64,
+    pub keepalive_idle_secs: Secs,
+    pub stream_idle_secs: Secs,
+    pub max_routes: u32,
+    pub max_control_sessions_per_ip: u32,
+    pub binding_tombstone_days: u32,
+    pub status_public: bool,
+    pub allowed_origins: Vec<String>,
+    pub worker_networks: Vec<ipnet::Ipv4Net>,
+    pub timers: TimersConfig,
+    pub logging: DaemonLoggingConfig,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            max_request_body_bytes: 32 * 1024 * 1024,
+            max_hook_body_bytes: 1024 * 1024,
+            max_connections: 10_000,
+            max_requests_per_identity: 256,
+            max_tokens_per_identity: 4,
+            max_sessions_per_route: 64,
+            activation_wait_ms: 2000,
+            keepalive_idle_secs: Secs::from_secs(90),
+            stream_idle_secs: Secs::from_secs(600),
+            max_routes: 4096,
+            max_control_sessions_per_ip: 256,
+            binding_tombstone_days: 30,
+            status_public: false,
+            allowed_origins: Vec::new(),
+            worker_networks: Vec::new(),
+            timers: TimersConfig::default(),
+            logging: DaemonLoggingConfig::default(),
+        }
+    }
+}
+
+/// `[daemon.timers]`: sent to clients in `Registered`; shortened only in tests. Every
+/// `_secs` value may be fractional so tests can run in well under a second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TimersConfig {
+    pub drain_secs: Secs,
+    pub reconnect_grace_secs: Secs,
+    pub retry_base_ms: u64,
+    pub retry_cap_secs: Secs,
+    pub startup_progress_secs: Secs,
+    pub ping_secs: Secs,
+    pub pong_timeout_secs: Secs,
+    pub header_read_timeout_secs: Secs,
+    pub challenge_ttl_secs: Secs,
+    pub challenge_window_secs: Secs,
+    pub challenge_limit: u32,
+    pub reconnect_first_ms: u64,
+    pub reconnect_cap_ms: u64,
+    pub reconnect_attempt_timeout_secs: Secs,
+}
+
+impl Default for TimersConfig {
+    fn default() -> Self {
+        TimersConfig {
+            drain_secs: Secs::from_secs(120),
+            reconnect_grace_secs: Secs::from_secs(30),
+            retry_base_ms: 1000,
+            retry_cap_secs: Secs::from_secs(60),
+            startup_progress_secs: Secs::from_secs(60),
+            ping_secs: Secs::from_secs(30),
+            pong_timeout_secs: Secs::from_secs(10),
+            header_read_timeout_secs: Secs::from_secs(10),
+            challenge_ttl_secs: Secs::from_secs(30),
+            challenge_window_secs: Secs::from_secs(15),
+            challenge_limit: 16,
+            reconnect_first_ms: 250,
+            reconnect_cap_ms: 2000,
+            reconnect_attempt_timeout_secs: Secs::from_secs(5),
+        }
+    }
+}
+
+impl TimersConfig {
+    /// The timers as the control protocol sends them to clients.
+    pub fn to_wire(&self) -> relay_proto::Timers {
+        let ms = |s: &Secs| u64::try_from(s.0.as_millis()).unwrap_or(u64::MAX);
+        relay_proto::Timers {
+            drain_ms: ms(&self.drain_secs),
+            reconnect_grace_ms: ms(&self.reconnect_grace_secs),
+            retry_base_ms: self.retry_base_ms,
+            retry_cap_ms: ms(&self.retry_cap_secs),
+            startup_progress_ms: ms(&self.startup_progress_secs),
+            ping_ms: ms(&self.ping_secs),
+            pong_timeout_ms: ms(&self.pong_timeout_secs),
+            challenge_ttl_ms: ms(&self.challenge_ttl_secs),
+            reconnect_first_ms: self.reconnect_first_ms,
+            reconnect_cap_ms: self.reconnect_cap_ms,
+            reconnect_attempt_timeout_ms: ms(&self.reconnect_attempt_timeout_secs),
+        }
+    }
+}
+
+/// `[daemon.logging]`: the daemon process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DaemonLoggingConfig {
+    pub level: String,
+    pub stderr_format: String,
+}
+
+impl Default for DaemonLoggingConfig {
+    fn default() -> Self {
+        DaemonLoggingConfig {
+            level: "info".into(),
+            stderr_format: "jsonl".into(),
+        }
+    }
+}
+
+/// `[worker]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkerConfig {
+    pub observation_capture_bytes: u64,
+    pub observation_total_bytes: u64,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            observation_capture_bytes: 4 * 1024 * 1024,
+            observation_total_bytes: 256 * 1024 * 1024,
+        }
+    }
+}
+
+/// `[logging]`: workers, MCPs and hooks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LoggingConfig {
+    pub level: String,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig {
+            level: "warn".into(),
+        }
+    }
+}
+
+/// A duration written in (possibly fractional) seconds.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Secs(pub Duration);
+
+impl Secs {
+    pub const fn from_secs(secs: u64) -> Secs {
+        Secs(Duration::from_secs(secs))
+    }
+
+    pub fn get(self) -> Duration {
+        self.0
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.0.is_zero()
+    }
+}
+
+impl fmt::Debug for Secs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+impl Serialize for Secs {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.0.subsec_nanos() == 0 {
+            serializer.serialize_u64(self.0.as_secs())
+        } else {
+            serializer.serialize_f64(self.0.as_secs_f64())
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Secs {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Float(f64),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Int(secs) => Ok(Secs::from_secs(secs)),
+            Raw::Float(secs) => Duration::try_from_secs_f64(secs)
+                .map(Secs)
+                .map_err(|_| serde::de::Error::custom("expected a non-negative number of seconds")),
+        }
+    }
+}
+
+/// An absolute `http` or `https` base URL without query or fragment, stored without a
+/// trailing slash so joining is exact (§3.2).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct BaseUrl {
+    text: String,
+    uri: Uri,
+}
+
+impl BaseUrl {
+    pub fn parse(text: &str) -> Result<BaseUrl, String> {
+        let trimmed = text.trim_end_matches('/');
+        let uri: Uri = trimmed
+            .parse()
+            .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+        let scheme = uri.scheme_str().map(str::to_ascii_lowercase);
+        if !matches!(scheme.as_deref(), Some("http" | "https")) {
+            return Err(format!("{text:?} must be an absolute http or https URL"));
+        }
+        let Some(authority) = uri.authority() else {
+            return Err(format!("{text:?} has no host"));
+        };
+        if authority.as_str().contains('@') {
+            return Err(format!("{text:?} must not carry user information"));
+        }
+        if uri.query().is_some() || text.contains('#') {
+            return Err(format!("{text:?} must not have a query or fragment"));
+        }
+        // Normalize scheme and host case; keep the path as written.
+        let path = uri.path().trim_end_matches('/');
+        let normalized = format!(
+            "{}://{}{}",
+            scheme.unwrap_or_default(),
+            authority.as_str().to_ascii_lowercase(),
+            path
+        );
+        let uri = normalized
+            .parse()
+            .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+        Ok(BaseUrl {
+            text: normalized,
+            uri,
+        })
+    }
+
+    fn from_static(text: &'static str) -> BaseUrl {
+        BaseUrl {
+            text: text.to_owned(),
+            uri: Uri::from_static(text),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
+    /// The base's path, without a trailing slash (`""` for a bare origin).
+    pub fn path(&self) -> &str {
+        let path = self.uri.path();
+        if path == "/" { "" } else { path }
+    }
+
+    pub fn is_https(&self) -> bool {
+        self.uri.scheme_str() == Some("https")
+    }
+}
+
+impl fmt::Debug for BaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.text, f)
+    }
+}
+
+impl fmt::Display for BaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Serialize for BaseUrl {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for BaseUrl {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        BaseUrl::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which files to read, in increasing precedence.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSources {
+    pub user_file: Option<PathBuf>,
+    pub system_file: Option<PathBuf>,
+}
+
+impl ConfigSources {
+    /// The standard places: `<base>/relay/config.toml` and `<system dir>/config.toml`.
+    pub fn standard(user_relay_dir: Option<&Path>, system_dir: &Path) -> ConfigSources {
+        ConfigSources {
+            user_file: user_relay_dir.map(|dir| dir.join("config.toml")),
+            system_file: Some(system_dir.join("config.toml")),
+        }
+    }
+
+    /// Only this file (the daemon's `--config`).
+    pub fn only(file: PathBuf) -> ConfigSources {
+        ConfigSources {
+            user_file: None,
+            system_file: Some(file),
+        }
+    }
+
+    fn files(&self) -> impl Iterator<Item = &PathBuf> {
+        self.user_file.iter().chain(self.system_file.iter())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: unknown key `{key}`")]
+    UnknownKey { path: PathBuf, key: String },
+    #[error("{key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+/// An unknown key a client ignored, to be logged as a warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IgnoredKey {
+    pub path: PathBuf,
+    pub key: String,
+}
+
+impl Config {
+    /// Loads the daemon's configuration: every unknown key is an error.
+    pub fn load_daemon(sources: &ConfigSources) -> Result<Config, ConfigError> {
+        let mut merged = toml::Table::new();
+        for path in sources.files() {
+            let Some(text) = read_optional(path)? else {
+                continue;
+            };
+            let (table, ignored) = check_file(path, &text, false)?;
+            if let Some(key) = ignored.into_iter().next() {
+                return Err(ConfigError::UnknownKey {
+                    path: path.clone(),
+                    key,
+                });
+            }
+            merge(&mut merged, table);
+        }
+        let config = from_table(merged)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Loads a worker's, MCP's or hook's configuration: `[daemon…]` tables are skipped and
+    /// other unknown keys are returned for a warning.
+    pub fn load_client(sources: &ConfigSources) -> Result<(Config, Vec<IgnoredKey>), ConfigError> {
+        let mut merged = toml::Table::new();
+        let mut warnings = Vec::new();
+        for path in sources.files() {
+            let Some(text) = read_optional(path)? else {
+                continue;
+            };
+            let (table, ignored) = check_file(path, &text, true)?;
+            warnings.extend(ignored.into_iter().map(|key| IgnoredKey {
+                path: path.clone(),
+                key,
+            }));
+            merge(&mut merged, table);
+        }
+        let config = from_table(merged)?;
+        config.validate_upstream()?;
+        Ok((config, warnings))
+    }
+
+    /// The effective default `config.toml`, as `relayd config defaults` prints it.
+    pub fn defaults_toml() -> String {
+        toml::to_string_pretty(&Config::default()).unwrap_or_default()
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_upstream()?;
+        let d = &self.daemon;
+        let invalid = |key: &'static str, message: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                message: message.to_owned(),
+            })
+        };
+        if !(1..=64).contains(&d.max_tokens_per_identity) {
+            return invalid("daemon.max_tokens_per_identity", "must be between 1 and 64");
+        }
+        if d.max_request_body_bytes == 0 {
+            return invalid("daemon.max_request_body_bytes", "must be positive");
+        }
+        if d.max_hook_body_bytes == 0 {
+            return invalid("daemon.max_hook_body_bytes", "must be positive");
+        }
+        if d.max_connections == 0 {
+            return invalid("daemon.max_connections", "must be positive");
+        }
+        if d.max_requests_per_identity == 0 {
+            return invalid("daemon.max_requests_per_identity", "must be positive");
+        }
+        if d.max_sessions_per_route == 0 {
+            return invalid("daemon.max_sessions_per_route", "must be positive");
+        }
+        if d.max_routes == 0 {
+            return invalid("daemon.max_routes", "must be positive");
+        }
+        if d.keepalive_idle_secs.is_zero() {
+            return invalid("daemon.keepalive_idle_secs", "must be positive");
+        }
+        if d.stream_idle_secs.is_zero() {
+            return invalid("daemon.stream_idle_secs", "must be positive");
+        }
+        for origin in &d.allowed_origins {
+            if BaseUrl::parse(origin).is_err() {
+                return invalid(
+                    "daemon.allowed_origins",
+                    &format!("{origin:?} is not an http or https origin"),
+                );
+            }
+        }
+        if !matches!(d.logging.stderr_format.as_str(), "human" | "jsonl") {
+            return invalid(
+                "daemon.logging.stderr_format",
+                "must be \"human\" or \"jsonl\"",
+            );
+        }
+        let t = &d.timers;
+        for (key, value) in [
+            ("daemon.timers.drain_secs", t.drain_secs),
+            ("daemon.timers.reconnect_grace_secs", t.reconnect_grace_secs),
+            ("daemon.timers.retry_cap_secs", t.retry_cap_secs),
+            (
+                "daemon.timers.startup_progress_secs",
+                t.startup_progress_secs,
+            ),
+            ("daemon.timers.ping_secs", t.ping_secs),
+            ("daemon.timers.pong_timeout_secs", t.pong_timeout_secs),
+            (
+                "daemon.timers.header_read_timeout_secs",
+                t.header_read_timeout_secs,
+            ),
+            ("daemon.timers.challenge_ttl_secs", t.challenge_ttl_secs),
+            (
+                "daemon.timers.challenge_window_secs",
+                t.challenge_window_secs,
+            ),
+            (
+                "daemon.timers.reconnect_attempt_timeout_secs",
+                t.reconnect_attempt_timeout_secs,
+            ),
+        ] {
+            if value.is_zero() {
+                return invalid(key, "must be positive");
+            }
+        }
+        for (key, value) in [
+            ("daemon.timers.retry_base_ms", t.retry_base_ms),
+            ("daemon.timers.reconnect_first_ms", t.reconnect_first_ms),
+            ("daemon.timers.reconnect_cap_ms", t.reconnect_cap_ms),
+            (
+                "daemon.timers.challenge_limit",
+                u64::from(t.challenge_limit),
+            ),
+        ] {
+            if value == 0 {
+                return invalid(key, "must be positive");
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_upstream(&self) -> Result<(), ConfigError> {
+        let u = &self.upstream;
+        if u.anthropic_base_url.path().ends_with("/v1") {
+            return Err(ConfigError::Invalid {
+                key: "upstream.anthropic_base_url",
+                message: format!(
+                    "{} must not end in /v1: Anthropic paths already start with /v1",
+                    u.anthropic_base_url
+                ),
+            });
+        }
+        if u.connect_timeout_secs.is_zero() {
+            return Err(ConfigError::Invalid {
+                key: "upstream.connect_timeout_secs",
+                message: "must be positive".into(),
+            });
+        }
+        if !u.proxy_url.is_empty() {
+            BaseUrl::parse(&u.proxy_url).map_err(|message| ConfigError::Invalid {
+                key: "upstream.proxy_url",
+                message,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Parses one file and type-checks it on its own, so an error names the file it is in.
+/// Returns the table (without `[daemon]` for clients) and the keys nothing consumed.
+fn check_file(
+    path: &Path,
+    text: &str,
+    skip_daemon: bool,
+) -> Result<(toml::Table, Vec<String>), ConfigError> {
+    let parse_error = |e: &dyn fmt::Display| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string().trim_end().replace('\n', " "),
+    };
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| parse_error(&e))?;
+    if skip_daemon {
+        table.remove("daemon");
+    }
+    let mut ignored = Vec::new();
+    let _: Config = serde_ignored::deserialize(toml::Value::Table(table.clone()), |key| {
+        ignored.push(key.to_string());
+    })
+    .map_err(|e| parse_error(&e))?;
+    Ok((table, ignored))
+}
+
+fn from_table(table: toml::Table) -> Result<Config, ConfigError> {
+    toml::Value::Table(table)
+        .try_into()
+        .map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<merged configuration>"),
+            message: e.to_string(),
+        })
+}
+
+/// Deep-merges `over` into `base`: tables merge key by key, any other value replaces.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(base_table)), toml::Value::Table(over_table)) => {
+                merge(base_table, over_table);
+            }
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,171 @@
+use std::io::Write;
+
+use super::*;
+
+fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+    let path = dir.path().join(name);
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    path
+}
+
+fn sources(user: Option<PathBuf>, system: Option<PathBuf>) -> ConfigSources {
+    ConfigSources {
+        user_file: user,
+        system_file: system,
+    }
+}
+
+#[test]
+fn missing_files_give_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_daemon(&sources(
+        Some(dir.path().join("nope.toml")),
+        Some(dir.path().join("nope2.toml")),
+    ))
+    .unwrap();
+    assert_eq!(config, Config::default());
+    assert_eq!(config.daemon.max_request_body_bytes, 33_554_432);
+    assert_eq!(
+        config.daemon.timers.reconnect_grace_secs.get(),
+        Duration::from_secs(30)
+    );
+}
+
+#[test]
+fn the_system_file_wins_over_the_user_file_key_by_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = file(
+        &dir,
+        "user.toml",
+        "[daemon]\nmax_routes = 10\nstatus_public = true\n[daemon.timers]\ndrain_secs = 5\n",
+    );
+    let system = file(
+        &dir,
+        "system.toml",
+        "[daemon]\nmax_routes = 20\n[daemon.timers]\nping_secs = 0.5\n",
+    );
+    let config = Config::load_daemon(&sources(Some(user), Some(system))).unwrap();
+    assert_eq!(config.daemon.max_routes, 20);
+    assert!(config.daemon.status_public);
+    assert_eq!(
+        config.daemon.timers.drain_secs.get(),
+        Duration::from_secs(5)
+    );
+    assert_eq!(
+        config.daemon.timers.ping_secs.get(),
+        Duration::from_millis(500)
+    );
+}
+
+#[test]
+fn the_daemon_refuses_unknown_keys_naming_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = file(&dir, "config.toml", "[daemon]\nmax_rotes = 10\n");
+    let err = Config::load_daemon(&sources(None, Some(system.clone()))).unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("config.toml"), "{message}");
+    assert!(message.contains("daemon.max_rotes"), "{message}");
+}
+
+#[test]
+fn bad_values_name_their_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = file(&dir, "config.toml", "[daemon]\nmax_routes = \"many\"\n");
+    let err = Config::load_daemon(&sources(None, Some(system))).unwrap_err();
+    assert!(err.to_string().contains("config.toml"), "{err}");
+}
+
+#[test]
+fn invalid_values_name_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, key) in [
+        (
+            "[daemon]\nmax_tokens_per_identity = 65\n",
+            "daemon.max_tokens_per_identity",
+        ),
+        (
+            "[daemon]\nmax_tokens_per_identity = 0\n",
+            "daemon.max_tokens_per_identity",
+        ),
+        (
+            "[upstream]\nanthropic_base_url = \"https://api.anthropic.com/v1\"\n",
+            "upstream.anthropic_base_url",
+        ),
+        (
+            "[daemon.timers]\ndrain_secs = 0\n",
+            "daemon.timers.drain_secs",
+        ),
+        (
+            "[daemon.logging]\nstderr_format = \"xml\"\n",
+            "daemon.logging.stderr_format",
+        ),
+    ] {
+        let system = file(&dir, "config.toml", text);
+        let err = Config::load_daemon(&sources(None, Some(system))).unwrap_err();
+        assert!(err.to_string().contains(key), "{text}: {err}");
+    }
+    let system = file(
+        &dir,
+        "config.toml",
+        "[upstream]\nopenai_base_url = \"ftp://x\"\n",
+    );
+    let err = Config::load_daemon(&sources(None, Some(system))).unwrap_err();
+    assert!(err.to_string().contains("http or https"), "{err}");
+}
+
+#[test]
+fn clients_skip_daemon_tables_and_warn_about_other_unknown_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = file(
+        &dir,
+        "config.toml",
+        "[daemon]\nfuture_key = 1\n[daemon.timers]\nnew_timer = 2\n[logging]\nlevel = \"debug\"\ncolour = true\n",
+    );
+    let (config, ignored) = Config::load_client(&sources(None, Some(system.clone()))).unwrap();
+    assert_eq!(config.logging.level, "debug");
+    assert_eq!(
+        ignored,
+        vec![IgnoredKey {
+            path: system,
+            key: "logging.colour".into()
+        }]
+    );
+}
+
+#[test]
+fn defaults_print_and_parse_back() {
+    let text = Config::defaults_toml();
+    assert!(text.contains("max_request_body_bytes = 33554432"), "{text}");
+    assert!(text.contains("[daemon.timers]"), "{text}");
+    let parsed: Config = toml::from_str(&text).unwrap();
+    assert_eq!(parsed, Config::default());
+}
+
+#[test]
+fn base_urls_are_normalized() {
+    let url = BaseUrl::parse("HTTPS://API.Example.COM:8443/v1/").unwrap();
+    assert_eq!(url.as_str(), "https://api.example.com:8443/v1");
+    assert_eq!(url.path(), "/v1");
+    assert_eq!(BaseUrl::parse("http://127.0.0.1:9").unwrap().path(), "");
+    assert!(BaseUrl::parse("https://user:pw@example.com").is_err());
+    assert!(BaseUrl::parse("https://example.com/?q=1").is_err());
+    assert!(BaseUrl::parse("example.com").is_err());
+}
+
+#[test]
+fn timers_go_on_the_wire_in_milliseconds() {
+    let timers = TimersConfig {
+        drain_secs: Secs(Duration::from_millis(1500)),
+        ..TimersConfig::default()
+    };
+    let wire = timers.to_wire();
+    assert_eq!(wire.drain_ms, 1500);
+    assert_eq!(wire.reconnect_first_ms, 250);
+    assert_eq!(
+        TimersConfig::default().to_wire(),
+        relay_proto::Timers::default()
+    );
+}

@@ -1,0 +1,133 @@
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn tracker() -> ConnIo<()> {
+    ConnIo::new((), Arc::new(ConnState::new()), true)
+}
+
+fn verdicts(io: &ConnIo<()>) -> Vec<HeadVerdict> {
+    io.state.verdicts.lock().unwrap().iter().copied().collect()
+}
+
+const CLEAN: HeadVerdict = HeadVerdict::Clean;
+const AMBIGUOUS: HeadVerdict = HeadVerdict::AmbiguousFraming;
+
+#[test]
+fn content_length_with_transfer_encoding_is_ambiguous_in_either_order() {
+    for head in [
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+    ] {
+        let mut io = tracker();
+        io.observe(head.as_bytes());
+        assert_eq!(verdicts(&io), [AMBIGUOUS], "{head:?}");
+        assert!(matches!(io.framing, Framing::Off));
+    }
+}
+
+#[test]
+fn differing_content_lengths_are_ambiguous_and_equal_ones_are_not() {
+    let mut io = tracker();
+    io.observe(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n");
+    assert_eq!(verdicts(&io), [AMBIGUOUS]);
+    let mut io = tracker();
+    io.observe(b"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok");
+    assert_eq!(verdicts(&io), [CLEAN]);
+    assert!(matches!(io.framing, Framing::Head(ref b) if b.is_empty()));
+}
+
+/// Three pipelined requests: fixed length, chunked with trailers, and a smuggling try.
+const PIPELINE: &[u8] = b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 24\r\n\r\n\r\n\r\nGET /fake HTTP/1.1\r\n\
+POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n18\r\nTransfer-Encoding: x\r\n\r\n\r\n0\r\nTrailer-A: 1\r\n\r\n\
+POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+#[test]
+fn framing_is_followed_across_pipelined_requests() {
+    let mut io = tracker();
+    io.observe(PIPELINE);
+    assert_eq!(verdicts(&io), [CLEAN, CLEAN, AMBIGUOUS]);
+}
+
+proptest! {
+    #[test]
+    fn any_split_of_the_byte_stream_gives_the_same_verdicts(cuts in proptest::collection::vec(0usize..PIPELINE.len(), 0..12)) {
+        let mut cuts = cuts;
+        cuts.sort_unstable();
+        let mut io = tracker();
+        let mut at = 0;
+        for cut in cuts.into_iter().chain([PIPELINE.len()]) {
+            io.observe(&PIPELINE[at..cut.max(at)]);
+            at = cut.max(at);
+        }
+        prop_assert_eq!(verdicts(&io), vec![CLEAN, CLEAN, AMBIGUOUS]);
+    }
+}
+
+#[test]
+fn http2_and_upgrades_stop_tracking() {
+    let mut io = tracker();
+    io.observe(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    assert!(matches!(io.framing, Framing::Off));
+    let mut io = tracker();
+    io.observe(
+        b"GET /_relay/control/v1/mcp HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    );
+    assert_eq!(verdicts(&io), [CLEAN]);
+    assert!(matches!(io.framing, Framing::Off));
+}
+
+#[test]
+fn a_partial_head_marks_the_head_timer_and_a_complete_one_clears_it() {
+    let mut io = tracker();
+    io.observe(b"\r\nGET / HTTP/1.1\r\nHo");
+    assert_ne!(io.state.head_started.load(Ordering::Relaxed), 0);
+    io.observe(b"st: x\r\n\r\n");
+    assert_eq!(io.state.head_started.load(Ordering::Relaxed), 0);
+    assert_eq!(io.state.take_verdict(), CLEAN);
+    assert_eq!(
+        io.state.take_verdict(),
+        CLEAN,
+        "an empty queue reads as clean"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn watchdog_separates_header_timeout_from_keepalive_idle() {
+    let state = Arc::new(ConnState::new());
+    let header = Duration::from_secs(10);
+    let idle = Duration::from_secs(90);
+    // Idle from the start: fires after the keep-alive time, not the header time.
+    let started = Instant::now();
+    assert_eq!(state.expired(header, idle).await, Expiry::Idle);
+    assert!(started.elapsed() >= idle);
+    // A head in progress: fires after the header time.
+    let mut io = ConnIo::new((), state.clone(), true);
+    io.observe(b"GET / HT");
+    let started = Instant::now();
+    assert_eq!(state.expired(header, idle).await, Expiry::HeaderTimeout);
+    assert!(started.elapsed() >= header && started.elapsed() < idle);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_active_request_holds_the_connection_open() {
+    let state = Arc::new(ConnState::new());
+    let request = state.begin_request();
+    let watch = tokio::spawn({
+        let state = state.clone();
+        async move {
+            state
+                .expired(Duration::from_secs(10), Duration::from_secs(90))
+                .await
+        }
+    });
+    tokio::time::advance(Duration::from_secs(600)).await;
+    tokio::task::yield_now().await;
+    assert!(!watch.is_finished());
+    let ended = Instant::now();
+    drop(request);
+    assert_eq!(watch.await.unwrap(), Expiry::Idle);
+    assert!(ended.elapsed() >= Duration::from_secs(90));
+}

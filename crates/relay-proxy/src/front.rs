@@ -1,0 +1,775 @@
+//! The daemon's public HTTP front (SPEC §3): status endpoints, model and hook routes,
+//! the credential table of §3.5, the bad-input rules of §3.6 and the failure answers of
+//! §3.7. Everything a request must pass is checked here, in one order, before a byte goes
+//! anywhere.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use relay_identity::RouteToken;
+use relay_proto::{
+    DeploymentMode, ErrorBody, ErrorKind, Health, HealthStatus, PassThroughReason, RouteMode,
+    RouteState, RouteStatus, WorkerList, WorkerStatusList,
+};
+use uuid::Uuid;
+
+use crate::body::{RequestBody, ResponseBody};
+use crate::config::{Config, DaemonKeys};
+use crate::conn::HeadVerdict;
+use crate::headers::{self, CredentialHeader, Toward};
+use crate::metrics::{Destination, Metrics, RouteLabel};
+use crate::routes::{Agent, Family, ModelFamily, Route, TargetError, upstream_target};
+use crate::server::{ConnContext, Handler};
+use crate::upstream::{UpstreamClient, UpstreamError};
+
+/// How the daemon treats requests without a ready worker (§2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Pass through when no worker is ready.
+    Managed,
+    /// `--pass-through`: never use workers.
+    PassThrough,
+    /// `--require-worker`: 401/503 instead of passing through.
+    RequireWorker,
+}
+
+/// The origin clients use to reach the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advertised {
+    pub https: bool,
+    /// Lowercase host.
+    pub host: String,
+    pub port: u16,
+}
+
+/// Everything the front needs to decide, fixed at start-up.
+#[derive(Debug, Clone)]
+pub struct FrontOptions {
+    pub bind: Ipv4Addr,
+    /// The port the listener really has (after binding port 0 in tests).
+    pub port: u16,
+    pub advertised: Advertised,
+    pub mode: Mode,
+    pub allow_anonymous_pass_through: bool,
+    pub config: Arc<Config>,
+    pub instance_id: Uuid,
+}
+
+/// The daemon's own provider keys for `--pass-through` (§3.2), marked sensitive so hyper
+/// never logs them.
+#[derive(Clone, Default)]
+pub struct ProviderKeys {
+    pub openai: Option<HeaderValue>,
+    pub anthropic: Option<HeaderValue>,
+}
+
+impl std::fmt::Debug for ProviderKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderKeys")
+            .field("openai", &self.openai.is_some())
+            .field("anthropic", &self.anthropic.is_some())
+            .finish()
+    }
+}
+
+impl ProviderKeys {
+    /// Builds the header values: `Authorization: Bearer` for OpenAI, `x-api-key` for
+    /// Anthropic. A key that is not a valid header value is refused.
+    pub fn new(
+        openai: Option<&str>,
+        anthropic: Option<&str>,
+    ) -> Result<ProviderKeys, &'static str> {
+        let value = |text: String, which: &'static str| {
+            let mut value = HeaderValue::from_str(&text).map_err(|_| which)?;
+            value.set_sensitive(true);
+            Ok::<_, &'static str>(value)
+        };
+        Ok(ProviderKeys {
+            openai: openai
+                .map(|k| value(format!("Bearer {}", k.trim()), "the OpenAI key"))
+                .transpose()?,
+            anthropic: anthropic
+                .map(|k| value(k.trim().to_owned(), "the Anthropic key"))
+                .transpose()?,
+        })
+    }
+}
+
+/// The daemon's request handler.
+#[derive(Debug)]
+pub struct Front {
+    options: FrontOptions,
+    upstream: UpstreamClient,
+    keys: ProviderKeys,
+    metrics: Arc<Metrics>,
+    degraded: AtomicBool,
+    failures: std::sync::Mutex<relay_logging::RateLimiter>,
+}
+
+/// What the credential rules decided for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    PassThrough {
+        reason: PassThroughReason,
+        /// True when the request carried a credential (then the pass-through is logged).
+        credentialed: bool,
+        /// True when the credential is bound to a route (daemon keys need it by default).
+        bound: bool,
+    },
+    Unauthorized,
+}
+
+impl Front {
+    pub fn new(
+        options: FrontOptions,
+        upstream: UpstreamClient,
+        keys: ProviderKeys,
+        metrics: Arc<Metrics>,
+    ) -> Front {
+        Front {
+            options,
+            upstream,
+            keys,
+            metrics,
+            degraded: AtomicBool::new(false),
+            failures: std::sync::Mutex::new(relay_logging::RateLimiter::new(
+                std::time::Duration::from_secs(10),
+            )),
+        }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Marks state as unwritable (§4.4): `/healthz` then says `degraded`.
+    pub fn set_degraded(&self, degraded: bool) {
+        self.degraded.store(degraded, Ordering::Relaxed);
+    }
+
+    fn config(&self) -> &Config {
+        &self.options.config
+    }
+
+    fn is_loopback_bind(&self) -> bool {
+        self.options.bind.is_loopback()
+    }
+
+    async fn route(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        conn: ConnContext,
+    ) -> (Response<ResponseBody>, RouteLabel, Destination) {
+        let route = Route::classify(req.method(), req.uri().path());
+        let label = route_label(route);
+        let local = |res| (res, label, Destination::Local);
+        if conn.state.take_verdict() == HeadVerdict::AmbiguousFraming {
+            let mut res = error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::RelayBadRequest,
+                "a request may not carry both Content-Length and Transfer-Encoding, or differing Content-Lengths",
+            );
+            res.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return local(res);
+        }
+        if !self.is_host_allowed(&req, &conn) {
+            return local(error(
+                StatusCode::MISDIRECTED_REQUEST,
+                ErrorKind::RelayMisdirectedRequest,
+                "this host name is not served here",
+            ));
+        }
+        if let Some(origin) = req.headers().get(header::ORIGIN)
+            && !self.is_origin_allowed(origin)
+        {
+            return local(error(
+                StatusCode::FORBIDDEN,
+                ErrorKind::RelayCrossOrigin,
+                "cross-origin requests are refused",
+            ));
+        }
+        match route {
+            Route::HeadRoot => local(Response::new(ResponseBody::empty())),
+            Route::Healthz => local(self.health()),
+            Route::Workers | Route::WorkersStatus | Route::WorkerStatus(_) | Route::Metrics => {
+                if !self.is_status_visible(conn.peer.ip()) {
+                    return local(not_found());
+                }
+                local(match route {
+                    Route::Workers => json(&WorkerList {
+                        instance_id: self.options.instance_id,
+                        status: HealthStatus::Ok,
+                        workers: Vec::new(),
+                    }),
+                    Route::WorkersStatus => json(&WorkerStatusList {
+                        instance_id: self.options.instance_id,
+                        status: HealthStatus::Ok,
+                        workers: Vec::new(),
+                    }),
+                    Route::WorkerStatus(_) => error(
+                        StatusCode::NOT_FOUND,
+                        ErrorKind::RelayNotFound,
+                        "worker not found",
+                    ),
+                    _ => {
+                        let mut res = Response::new(ResponseBody::full(self.metrics.encode()));
+                        res.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                        );
+                        no_store(res)
+                    }
+                })
+            }
+            Route::RouteStatus => local(self.route_status(req.headers())),
+            Route::ControlMcp | Route::ControlWorker => local(not_found()),
+            Route::Model { family, responses } => self.model(req, &conn, family, responses).await,
+            Route::Hook(agent) => self.hook(req, &conn, agent).await,
+            Route::MethodNotAllowed => local(error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                ErrorKind::RelayMethodNotAllowed,
+                "method not allowed on this path",
+            )),
+            Route::NotFound => local(not_found()),
+        }
+    }
+
+    /// §3.6: the advertised host from anyone, loopback names with the listening port from
+    /// loopback peers only.
+    fn is_host_allowed<B>(&self, req: &Request<B>, conn: &ConnContext) -> bool {
+        let authority = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .or_else(|| {
+                req.headers()
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_owned)
+            });
+        let Some(authority) = authority else {
+            return false;
+        };
+        let authority = authority.to_ascii_lowercase();
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) => match port.parse::<u16>() {
+                Ok(port) => (host, Some(port)),
+                Err(_) => return false,
+            },
+            None => (authority.as_str(), None),
+        };
+        let advertised = &self.options.advertised;
+        let default_port = if advertised.https { 443 } else { 80 };
+        if host == advertised.host
+            && (port == Some(advertised.port)
+                || (port.is_none() && advertised.port == default_port))
+        {
+            return true;
+        }
+        conn.peer.ip().is_loopback()
+            && matches!(host, "127.0.0.1" | "localhost")
+            && port == Some(self.options.port)
+    }
+
+    fn is_origin_allowed(&self, origin: &HeaderValue) -> bool {
+        let Ok(origin) = origin.to_str() else {
+            return false;
+        };
+        let origin = origin.trim_end_matches('/');
+        self.config()
+            .daemon
+            .allowed_origins
+            .iter()
+            .any(|allowed| allowed.trim_end_matches('/').eq_ignore_ascii_case(origin))
+    }
+
+    fn is_status_visible(&self, peer: IpAddr) -> bool {
+        self.is_loopback_bind() || peer.is_loopback() || self.config().daemon.status_public
+    }
+
+    fn health(&self) -> Response<ResponseBody> {
+        json(&Health {
+            service: "relayd".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            instance_id: self.options.instance_id,
+            deployment_mode: match self.options.mode {
+                Mode::PassThrough => DeploymentMode::PassThrough,
+                Mode::Managed | Mode::RequireWorker => DeploymentMode::Managed,
+            },
+            status: if self.degraded.load(Ordering::Relaxed) {
+                HealthStatus::Degraded
+            } else {
+                HealthStatus::Ok
+            },
+        })
+    }
+
+    fn route_status(&self, headers: &HeaderMap) -> Response<ResponseBody> {
+        match parse_credential(headers) {
+            Credential::Missing | Credential::Invalid => unauthorized(),
+            Credential::Token(_) => json(&RouteStatus {
+                route_mode: RouteMode::PassThrough,
+                reason: Some(PassThroughReason::UnboundCredential),
+                worker_id: None,
+                state: RouteState::None,
+                control_available: None,
+            }),
+        }
+    }
+
+    /// The table of §3.5 for a request whose credential is not bound to any route.
+    fn decide(&self, credential: &Credential, peer: IpAddr) -> Decision {
+        let anonymous_refused =
+            !self.is_loopback_bind() && !self.options.allow_anonymous_pass_through;
+        let _ = peer;
+        match (credential, self.options.mode) {
+            (Credential::Invalid, _) => Decision::Unauthorized,
+            (_, Mode::RequireWorker) => Decision::Unauthorized,
+            (_, _) if anonymous_refused => Decision::Unauthorized,
+            (Credential::Missing, Mode::Managed) => Decision::PassThrough {
+                reason: PassThroughReason::MissingCredential,
+                credentialed: false,
+                bound: false,
+            },
+            (Credential::Token(_), Mode::Managed) => Decision::PassThrough {
+                reason: PassThroughReason::UnboundCredential,
+                credentialed: true,
+                bound: false,
+            },
+            (credential, Mode::PassThrough) => Decision::PassThrough {
+                reason: PassThroughReason::ConfiguredPassThrough,
+                credentialed: matches!(credential, Credential::Token(_)),
+                bound: false,
+            },
+        }
+    }
+
+    async fn model(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        conn: &ConnContext,
+        family: ModelFamily,
+        responses: bool,
+    ) -> (Response<ResponseBody>, RouteLabel, Destination) {
+        let mut label = match family {
+            ModelFamily::Fixed(Family::Anthropic) => RouteLabel::Anthropic,
+            _ => RouteLabel::Openai,
+        };
+        let local = |res, label| (res, label, Destination::Local);
+        if responses && headers::is_websocket_upgrade(req.method(), req.headers()) {
+            return local(
+                error(
+                    StatusCode::UPGRADE_REQUIRED,
+                    ErrorKind::RelayUpgradeRequired,
+                    "WebSocket is not supported here; use HTTP streaming",
+                ),
+                label,
+            );
+        }
+        if responses && req.method() != Method::POST {
+            return local(
+                error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    ErrorKind::RelayMethodNotAllowed,
+                    "method not allowed on this path",
+                ),
+                label,
+            );
+        }
+        if req.method() == Method::POST && !headers::is_json_media_type(req.headers()) {
+            return local(unsupported_media_type(), label);
+        }
+        let credential = parse_credential(req.headers());
+        let decision = self.decide(&credential, conn.peer.ip());
+        let Decision::PassThrough {
+            reason,
+            credentialed,
+            bound,
+        } = decision
+        else {
+            return local(unauthorized(), label);
+        };
+        let limit = self.config().daemon.max_request_body_bytes;
+        if content_length(req.headers()).is_some_and(|len| len > limit) {
+            return local(payload_too_large(limit), label);
+        }
+        let selected = match req.headers().get(headers::UPSTREAM_BASE_URL) {
+            None => None,
+            Some(value) => match value.to_str() {
+                Ok(text) => Some(text.to_owned()),
+                Err(_) => return local(upstream_not_allowed(), label),
+            },
+        };
+        let target = match upstream_target(
+            &self.config().upstream,
+            family,
+            req.headers(),
+            selected.as_deref(),
+            req.uri().path(),
+            req.uri().query(),
+        ) {
+            Ok(target) => target,
+            Err(TargetError::NotAllowed(_)) => return local(upstream_not_allowed(), label),
+            Err(TargetError::BadUri) => {
+                return local(
+                    error(
+                        StatusCode::BAD_REQUEST,
+                        ErrorKind::RelayBadRequest,
+                        "bad request path",
+                    ),
+                    label,
+                );
+            }
+        };
+        label = match target.family {
+            Family::Anthropic => RouteLabel::Anthropic,
+            Family::OpenAi => RouteLabel::Openai,
+        };
+        if credentialed {
+            self.log_pass_through(target.family.as_str(), reason);
+        }
+        let (parts, incoming) = req.into_parts();
+        let mut headers = headers::forwardable_request_headers(&parts.headers, Toward::Provider);
+        if self.may_add_daemon_keys(&parts.headers, conn, target.is_configured_base, bound) {
+            match target.family {
+                Family::OpenAi => {
+                    if let Some(key) = &self.keys.openai {
+                        headers.insert(header::AUTHORIZATION, key.clone());
+                    }
+                }
+                Family::Anthropic => {
+                    if let Some(key) = &self.keys.anthropic {
+                        headers.insert("x-api-key", key.clone());
+                    }
+                }
+            }
+        }
+        let idle = self.config().daemon.stream_idle_secs.get();
+        let body = if parts.method == Method::GET || parts.method == Method::HEAD {
+            RequestBody::empty()
+        } else {
+            RequestBody::streaming(incoming, limit, idle)
+        };
+        let mut upstream_req = Request::new(body);
+        *upstream_req.method_mut() = parts.method.clone();
+        *upstream_req.uri_mut() = target.uri;
+        *upstream_req.headers_mut() = headers;
+        let result = self.upstream.send(upstream_req).await;
+        let res = match result {
+            Ok(res) => self.relay_response(res, family == ModelFamily::Models, idle),
+            Err(failure) => {
+                self.log_upstream_failure(target.family.as_str(), &failure);
+                upstream_error(&failure)
+            }
+        };
+        (res, label, Destination::PassThrough)
+    }
+
+    /// Every condition of §3.2 under which the daemon adds its own provider keys.
+    fn may_add_daemon_keys(
+        &self,
+        headers: &HeaderMap,
+        conn: &ConnContext,
+        configured_base: bool,
+        bound: bool,
+    ) -> bool {
+        self.options.mode == Mode::PassThrough
+            && self.is_loopback_bind()
+            && conn.peer.ip().is_loopback()
+            && !headers::has_forwarding_headers(headers)
+            && !headers::has_provider_credential(headers)
+            && configured_base
+            && (bound || self.config().upstream.daemon_keys == DaemonKeys::AnyLocal)
+    }
+
+    fn relay_response(
+        &self,
+        res: Response<Incoming>,
+        models: bool,
+        idle: std::time::Duration,
+    ) -> Response<ResponseBody> {
+        let (mut parts, body) = res.into_parts();
+        parts.headers = headers::forwardable_response_headers(&parts.headers);
+        if headers::is_event_stream(&parts.headers)
+            && !parts.headers.contains_key("x-accel-buffering")
+        {
+            parts
+                .headers
+                .insert("x-accel-buffering", HeaderValue::from_static("no"));
+        }
+        if models {
+            parts
+                .headers
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
+        let guard = self.metrics.open_stream();
+        Response::from_parts(
+            parts,
+            ResponseBody::forward(body, idle, Some(Box::new(guard))),
+        )
+    }
+
+    async fn hook(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        conn: &ConnContext,
+        agent: Agent,
+    ) -> (Response<ResponseBody>, RouteLabel, Destination) {
+        let local = |res| (res, RouteLabel::Hook, Destination::Local);
+        if !headers::is_json_media_type(req.headers()) {
+            return local(unsupported_media_type());
+        }
+        let credential = parse_credential(req.headers());
+        let Decision::PassThrough {
+            reason,
+            credentialed,
+            ..
+        } = self.decide(&credential, conn.peer.ip())
+        else {
+            return local(unauthorized());
+        };
+        let limit = self.config().daemon.max_hook_body_bytes;
+        let body = match read_limited(req, limit).await {
+            Ok(body) => body,
+            Err(res) => return local(res),
+        };
+        if !is_json_object(&body) {
+            return local(error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::RelayBadRequest,
+                "a hook body must be a JSON object",
+            ));
+        }
+        if credentialed {
+            self.log_pass_through("hook", reason);
+        }
+        let mut res = Response::new(ResponseBody::full(Bytes::from_static(
+            agent.pass_through_answer(),
+        )));
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        (res, RouteLabel::Hook, Destination::PassThrough)
+    }
+
+    fn log_pass_through(&self, route: &'static str, reason: PassThroughReason) {
+        relay_logging::Lifecycle::PublicRequestPassThrough {
+            route: public_route(route),
+            reason: log_reason(reason),
+            fingerprint: None,
+        }
+        .emit();
+    }
+
+    fn log_upstream_failure(&self, route: &'static str, failure: &UpstreamError) {
+        let event = relay_logging::ProviderFailure::UpstreamRequestFailed {
+            route: public_route(route),
+            fingerprint: None,
+            reason: failure.reason(),
+        };
+        if let Ok(mut limiter) = self.failures.lock() {
+            limiter.emit(Instant::now(), &event);
+        }
+    }
+}
+
+impl Handler for Front {
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        conn: ConnContext,
+    ) -> Response<ResponseBody> {
+        let started = Instant::now();
+        let metrics = self.metrics.clone();
+        let (res, label, destination) = self.route(req, conn).await;
+        metrics.record_request(label, destination, res.status().as_u16());
+        metrics.record_overhead(started.elapsed());
+        res
+    }
+}
+
+fn public_route(route: &str) -> relay_logging::PublicRoute {
+    match route {
+        "hook" => relay_logging::PublicRoute::Hook,
+        "anthropic" => relay_logging::PublicRoute::Anthropic,
+        _ => relay_logging::PublicRoute::Openai,
+    }
+}
+
+fn log_reason(reason: PassThroughReason) -> relay_logging::PassThroughReason {
+    use relay_logging::PassThroughReason as L;
+    match reason {
+        PassThroughReason::MissingCredential => L::MissingCredential,
+        PassThroughReason::UnboundCredential => L::UnboundCredential,
+        PassThroughReason::NoLiveSession => L::NoLiveSession,
+        PassThroughReason::WorkerUnavailable => L::WorkerUnavailable,
+        PassThroughReason::ConfiguredPassThrough => L::ConfiguredPassThrough,
+        PassThroughReason::WorkerConnectFailed => L::WorkerConnectFailed,
+    }
+}
+
+fn route_label(route: Route) -> RouteLabel {
+    match route {
+        Route::Model { .. } => RouteLabel::Openai,
+        Route::Hook(_) => RouteLabel::Hook,
+        Route::ControlMcp | Route::ControlWorker => RouteLabel::Control,
+        Route::HeadRoot
+        | Route::Healthz
+        | Route::Workers
+        | Route::WorkersStatus
+        | Route::WorkerStatus(_)
+        | Route::RouteStatus
+        | Route::Metrics => RouteLabel::Status,
+        Route::MethodNotAllowed | Route::NotFound => RouteLabel::Other,
+    }
+}
+
+/// The route credential as §3.5 classifies it.
+#[derive(Debug)]
+enum Credential {
+    Missing,
+    /// Malformed or present twice.
+    Invalid,
+    Token(
+        #[expect(dead_code, reason = "bound routes are looked up once the broker lands")]
+        RouteToken,
+    ),
+}
+
+fn parse_credential(headers: &HeaderMap) -> Credential {
+    match headers::credential_header(headers) {
+        CredentialHeader::Missing => Credential::Missing,
+        CredentialHeader::Duplicated => Credential::Invalid,
+        CredentialHeader::Present(value) => match value.to_str().ok().map(RouteToken::parse) {
+            Some(Ok(token)) => Credential::Token(token),
+            _ => Credential::Invalid,
+        },
+    }
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Reads a whole body of at most `limit` bytes, or answers 413.
+async fn read_limited(req: Request<Incoming>, limit: u64) -> Result<Bytes, Response<ResponseBody>> {
+    if content_length(req.headers()).is_some_and(|len| len > limit) {
+        return Err(payload_too_large(limit));
+    }
+    let limited = http_body_util::Limited::new(
+        req.into_body(),
+        usize::try_from(limit).unwrap_or(usize::MAX),
+    );
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(payload_too_large(limit))
+        }
+        Err(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            ErrorKind::RelayBadRequest,
+            "the request body could not be read",
+        )),
+    }
+}
+
+fn is_json_object(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+        && body
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|b| *b == b'{')
+}
+
+pub(crate) fn json<T: serde::Serialize>(value: &T) -> Response<ResponseBody> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut res = Response::new(ResponseBody::full(body));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    no_store(res)
+}
+
+fn no_store(mut res: Response<ResponseBody>) -> Response<ResponseBody> {
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+/// A JSON error body (§3.6).
+pub(crate) fn error(status: StatusCode, kind: ErrorKind, message: &str) -> Response<ResponseBody> {
+    let mut res = json(&ErrorBody::new(kind, message));
+    *res.status_mut() = status;
+    res
+}
+
+fn not_found() -> Response<ResponseBody> {
+    error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found")
+}
+
+fn unauthorized() -> Response<ResponseBody> {
+    error(
+        StatusCode::UNAUTHORIZED,
+        ErrorKind::RelayUnauthorized,
+        "a valid x-relay-client-token is required",
+    )
+}
+
+fn unsupported_media_type() -> Response<ResponseBody> {
+    error(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ErrorKind::RelayUnsupportedMediaType,
+        "the body must be application/json",
+    )
+}
+
+fn payload_too_large(limit: u64) -> Response<ResponseBody> {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::RelayPayloadTooLarge,
+        &format!("the body exceeds the limit of {limit} bytes"),
+    )
+}
+
+fn upstream_not_allowed() -> Response<ResponseBody> {
+    error(
+        StatusCode::BAD_REQUEST,
+        ErrorKind::RelayUpstreamNotAllowed,
+        "the selected upstream is not in upstream.allowed_base_urls",
+    )
+}
+
+fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> {
+    match failure {
+        UpstreamError::BodyTooLarge { limit } => payload_too_large(*limit),
+        UpstreamError::ConnectTimeout | UpstreamError::ResponseHeadTimeout => error(
+            StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::RelayUpstreamTimeout,
+            "the provider did not answer in time",
+        ),
+        UpstreamError::Unreachable(_) | UpstreamError::Failed(_) => error(
+            StatusCode::BAD_GATEWAY,
+            ErrorKind::RelayUpstreamUnreachable,
+            "the provider could not be reached",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

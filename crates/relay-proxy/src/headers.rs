@@ -1,0 +1,181 @@
+//! Header policy (SPEC §3.2, §3.5): what is forwarded, what is Relay's own, and how the
+//! route credential and provider credentials are recognised.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// The route credential header. The daemon consumes it; it never reaches a worker or a
+/// provider.
+pub const CLIENT_TOKEN: HeaderName = HeaderName::from_static("x-relay-client-token");
+/// A caller-selected upstream base (pi); passed to the worker, stripped before providers.
+pub const UPSTREAM_BASE_URL: HeaderName = HeaderName::from_static("x-relay-upstream-base-url");
+/// pi's session id for requests that carry none of their own.
+pub const SESSION_ID: HeaderName = HeaderName::from_static("x-relay-session-id");
+/// The per-generation secret the daemon presents to its worker.
+pub const WORKER_SECRET: HeaderName = HeaderName::from_static("x-relay-worker-secret");
+
+/// Headers that carry a provider credential of the caller's own.
+const PROVIDER_CREDENTIALS: [&str; 4] =
+    ["authorization", "x-api-key", "api-key", "anthropic-api-key"];
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1) plus the proxy ones: never forwarded.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Where a header map is about to go, which decides whether Relay's own headers stay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Toward {
+    /// The daemon's own worker: `x-relay-upstream-base-url` and `x-relay-session-id` pass.
+    Worker,
+    /// A model provider: every `x-relay-*` header is removed.
+    Provider,
+}
+
+/// Copies the headers of a request for forwarding: drops hop-by-hop headers, names listed
+/// in `Connection`, `host`, `content-length` (outgoing framing comes from the body),
+/// `expect` (Relay answers `100-continue` itself), and Relay's own headers as `toward`
+/// requires. Every other header passes unchanged, multi-values and all.
+pub fn forwardable_request_headers(headers: &HeaderMap, toward: Toward) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    let connection_listed = connection_tokens(headers);
+    for (name, value) in headers {
+        if is_hop_by_hop(name)
+            || name == header::HOST
+            || name == header::CONTENT_LENGTH
+            || name == header::EXPECT
+            || connection_listed
+                .iter()
+                .any(|t| name.as_str().eq_ignore_ascii_case(t))
+        {
+            continue;
+        }
+        if is_relay_header(name) && !(toward == Toward::Worker && passes_to_worker(name)) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// Copies the headers of a response for the client: drops hop-by-hop headers and names
+/// listed in `Connection`; `content-length` stays (the body is relayed byte for byte, so
+/// the length is still true, and HEAD answers need it).
+pub fn forwardable_response_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    let connection_listed = connection_tokens(headers);
+    for (name, value) in headers {
+        if is_hop_by_hop(name)
+            || connection_listed
+                .iter()
+                .any(|t| name.as_str().eq_ignore_ascii_case(t))
+        {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
+}
+
+fn is_relay_header(name: &HeaderName) -> bool {
+    name.as_str().starts_with("x-relay-")
+}
+
+fn passes_to_worker(name: &HeaderName) -> bool {
+    name == UPSTREAM_BASE_URL || name == SESSION_ID
+}
+
+/// Header names listed in `Connection`, lowercased.
+fn connection_tokens(headers: &HeaderMap) -> Vec<String> {
+    let mut tokens = Vec::new();
+    for value in headers.get_all(header::CONNECTION) {
+        if let Ok(text) = value.to_str() {
+            tokens.extend(
+                text.split(',')
+                    .map(|t| t.trim().to_ascii_lowercase())
+                    .filter(|t| !t.is_empty()),
+            );
+        }
+    }
+    tokens
+}
+
+/// True when the request carries a provider credential of its own.
+pub fn has_provider_credential(headers: &HeaderMap) -> bool {
+    PROVIDER_CREDENTIALS
+        .iter()
+        .any(|name| headers.contains_key(*name))
+}
+
+/// True when the request says it came through a proxy: such a request never gets the
+/// daemon's keys.
+pub fn has_forwarding_headers(headers: &HeaderMap) -> bool {
+    ["forwarded", "x-forwarded-for", "via"]
+        .iter()
+        .any(|name| headers.contains_key(*name))
+}
+
+/// The route credential as the request carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialHeader<'a> {
+    Missing,
+    /// Present more than once: always refused, whatever the values.
+    Duplicated,
+    Present(&'a HeaderValue),
+}
+
+pub fn credential_header(headers: &HeaderMap) -> CredentialHeader<'_> {
+    let mut values = headers.get_all(CLIENT_TOKEN).iter();
+    match (values.next(), values.next()) {
+        (None, _) => CredentialHeader::Missing,
+        (Some(value), None) => CredentialHeader::Present(value),
+        (Some(_), Some(_)) => CredentialHeader::Duplicated,
+    }
+}
+
+/// True when the media type is `application/json`, parameters allowed (§3.6).
+pub fn is_json_media_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return false;
+    };
+    let Ok(text) = value.to_str() else {
+        return false;
+    };
+    let essence = text.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
+/// True for an SSE response, which gets `X-Accel-Buffering: no` if absent (§3.3).
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// True for a WebSocket upgrade attempt (HTTP/1.1 `Upgrade: websocket`, or an HTTP/2
+/// extended CONNECT).
+pub fn is_websocket_upgrade(method: &http::Method, headers: &HeaderMap) -> bool {
+    if method == http::Method::CONNECT {
+        return true;
+    }
+    headers.get_all(header::UPGRADE).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|t| t.to_ascii_lowercase().contains("websocket"))
+    })
+}
+
+#[cfg(test)]
+mod tests;

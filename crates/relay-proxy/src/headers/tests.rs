@@ -1,0 +1,127 @@
+use http::HeaderMap;
+
+use super::*;
+
+fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        map.append(
+            HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    map
+}
+
+fn names(map: &HeaderMap) -> Vec<String> {
+    let mut names: Vec<String> = map.keys().map(|n| n.to_string()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn request_headers_drop_hop_by_hop_framing_and_relay_headers() {
+    let headers = map(&[
+        ("host", "127.0.0.1:47632"),
+        ("connection", "keep-alive, x-drop-me"),
+        ("keep-alive", "timeout=5"),
+        ("x-drop-me", "1"),
+        ("te", "trailers"),
+        ("transfer-encoding", "chunked"),
+        ("content-length", "12"),
+        ("upgrade", "h2c"),
+        ("proxy-authorization", "Basic x"),
+        ("x-relay-client-token", "secret"),
+        ("x-relay-upstream-base-url", "http://x"),
+        ("x-relay-session-id", "s1"),
+        ("authorization", "Bearer sk-1"),
+        ("x-api-key", "sk-ant"),
+        ("anthropic-version", "2023-06-01"),
+        ("anthropic-beta", "a"),
+        ("anthropic-beta", "b"),
+        ("session_id", "pi-session"),
+        ("accept-encoding", "gzip"),
+        ("user-agent", "claude-cli/2"),
+    ]);
+    let to_provider = forwardable_request_headers(&headers, Toward::Provider);
+    assert_eq!(
+        names(&to_provider),
+        [
+            "accept-encoding",
+            "anthropic-beta",
+            "anthropic-version",
+            "authorization",
+            "session_id",
+            "user-agent",
+            "x-api-key"
+        ]
+    );
+    let betas: Vec<_> = to_provider.get_all("anthropic-beta").iter().collect();
+    assert_eq!(betas, ["a", "b"]);
+    let to_worker = forwardable_request_headers(&headers, Toward::Worker);
+    assert!(to_worker.contains_key("x-relay-upstream-base-url"));
+    assert!(to_worker.contains_key("x-relay-session-id"));
+    assert!(!to_worker.contains_key("x-relay-client-token"));
+}
+
+#[test]
+fn response_headers_keep_length_and_multi_values() {
+    let headers = map(&[
+        ("content-length", "5"),
+        ("connection", "close"),
+        ("set-cookie", "a=1"),
+        ("set-cookie", "b=2"),
+        ("retry-after", "7"),
+    ]);
+    let out = forwardable_response_headers(&headers);
+    assert_eq!(names(&out), ["content-length", "retry-after", "set-cookie"]);
+    assert_eq!(out.get_all("set-cookie").iter().count(), 2);
+}
+
+#[test]
+fn credential_header_states() {
+    assert_eq!(credential_header(&map(&[])), CredentialHeader::Missing);
+    assert!(matches!(
+        credential_header(&map(&[("x-relay-client-token", "a")])),
+        CredentialHeader::Present(_)
+    ));
+    assert_eq!(
+        credential_header(&map(&[
+            ("x-relay-client-token", "a"),
+            ("x-relay-client-token", "a")
+        ])),
+        CredentialHeader::Duplicated
+    );
+}
+
+#[test]
+fn json_media_type_allows_parameters_only() {
+    assert!(is_json_media_type(&map(&[(
+        "content-type",
+        "application/json"
+    )])));
+    assert!(is_json_media_type(&map(&[(
+        "content-type",
+        "Application/JSON; charset=utf-8"
+    )])));
+    assert!(!is_json_media_type(&map(&[("content-type", "text/plain")])));
+    assert!(!is_json_media_type(&map(&[(
+        "content-type",
+        "application/jsonx"
+    )])));
+    assert!(!is_json_media_type(&map(&[])));
+}
+
+#[test]
+fn provider_credentials_and_forwarding_marks() {
+    for name in ["authorization", "x-api-key", "api-key", "anthropic-api-key"] {
+        assert!(has_provider_credential(&map(&[(name, "k")])), "{name}");
+    }
+    assert!(!has_provider_credential(&map(&[(
+        "anthropic-version",
+        "1"
+    )])));
+    for name in ["forwarded", "x-forwarded-for", "via"] {
+        assert!(has_forwarding_headers(&map(&[(name, "x")])), "{name}");
+    }
+}

@@ -1,0 +1,180 @@
+//! `GET /metrics` (SPEC §3.1): Prometheus text from the `prometheus-client` crate.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The kind of route a request took, as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum RouteLabel {
+    Anthropic,
+    Openai,
+    Hook,
+    Status,
+    Control,
+    Other,
+}
+
+/// Where a request went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum Destination {
+    Worker,
+    PassThrough,
+    /// Answered by relayd itself (status, errors, refusals).
+    Local,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    route: RouteLabel,
+    destination: Destination,
+    status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// Every metric relayd exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    overhead: Histogram,
+    open_streams: Gauge,
+    open_streams_now: AtomicI64,
+    workers: Family<StateLabels, Gauge>,
+    control_sessions: Gauge,
+    refused: Family<ReasonLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("relay");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests by route, destination and status",
+            requests.clone(),
+        );
+        // 10 µs to about 80 ms.
+        let overhead = Histogram::new(exponential_buckets(0.000_01, 2.0, 14));
+        registry.register(
+            "overhead_seconds",
+            "Time spent inside relayd per request, excluding the wait for the upstream",
+            overhead.clone(),
+        );
+        let open_streams = Gauge::default();
+        registry.register(
+            "open_streams",
+            "Response bodies being relayed",
+            open_streams.clone(),
+        );
+        let workers = Family::<StateLabels, Gauge>::default();
+        registry.register("workers", "Workers by state", workers.clone());
+        let control_sessions = Gauge::default();
+        registry.register(
+            "control_sessions",
+            "Open control sessions",
+            control_sessions.clone(),
+        );
+        let refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "refused_registrations",
+            "Refused control registrations by reason",
+            refused.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            overhead,
+            open_streams,
+            open_streams_now: AtomicI64::new(0),
+            workers,
+            control_sessions,
+            refused,
+        }
+    }
+
+    pub fn record_request(&self, route: RouteLabel, destination: Destination, status: u16) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route,
+                destination,
+                status,
+            })
+            .inc();
+    }
+
+    pub fn record_overhead(&self, spent: Duration) {
+        self.overhead.observe(spent.as_secs_f64());
+    }
+
+    /// Counts one open stream until the returned guard is dropped.
+    pub fn open_stream(self: &std::sync::Arc<Self>) -> OpenStream {
+        self.open_streams.inc();
+        self.open_streams_now.fetch_add(1, Ordering::Relaxed);
+        OpenStream {
+            metrics: self.clone(),
+        }
+    }
+
+    pub fn open_streams(&self) -> i64 {
+        self.open_streams_now.load(Ordering::Relaxed)
+    }
+
+    pub fn set_workers(&self, state: &'static str, count: i64) {
+        self.workers
+            .get_or_create(&StateLabels { state })
+            .set(count);
+    }
+
+    pub fn set_control_sessions(&self, count: i64) {
+        self.control_sessions.set(count);
+    }
+
+    pub fn record_refusal(&self, reason: &'static str) {
+        self.refused.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Held by a response body while it streams.
+#[derive(Debug)]
+pub struct OpenStream {
+    metrics: std::sync::Arc<Metrics>,
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.metrics.open_streams.dec();
+        self.metrics
+            .open_streams_now
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}

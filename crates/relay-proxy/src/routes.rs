@@ -1,0 +1,254 @@
+//! The daemon's routes (SPEC §3.1–§3.4) and the upstream URL rules of §3.2.
+
+use http::{HeaderMap, Method, Uri};
+
+use crate::config::{BaseUrl, DEFAULT_OPENAI_BASE_URL, UpstreamConfig};
+
+/// A provider API family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Anthropic,
+    OpenAi,
+}
+
+impl Family {
+    /// The `route` field of request log events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Anthropic => "anthropic",
+            Family::OpenAi => "openai",
+        }
+    }
+}
+
+/// The harness a hook route serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Agent {
+    ClaudeCode,
+    Codex,
+    Pi,
+}
+
+impl Agent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Agent::ClaudeCode => "claude-code",
+            Agent::Codex => "codex",
+            Agent::Pi => "pi",
+        }
+    }
+
+    /// The answer when no worker takes the hook (§3.4).
+    pub fn pass_through_answer(self) -> &'static [u8] {
+        match self {
+            Agent::ClaudeCode => br#"{"continue":true}"#,
+            Agent::Codex | Agent::Pi => b"{}",
+        }
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `HEAD /`, answered locally (Claude Code probes it).
+    HeadRoot,
+    Healthz,
+    Workers,
+    WorkersStatus,
+    /// `/_relay/v1/workers/<id>/status`; `None` when the id is not a UUID.
+    WorkerStatus(Option<uuid::Uuid>),
+    RouteStatus,
+    Metrics,
+    ControlMcp,
+    ControlWorker,
+    /// A provider request. `responses` marks the Responses paths, which answer WebSocket
+    /// probes with 426.
+    Model {
+        family: ModelFamily,
+        responses: bool,
+    },
+    Hook(Agent),
+    MethodNotAllowed,
+    NotFound,
+}
+
+/// How a model request's family is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFamily {
+    Fixed(Family),
+    /// `/backend-api/codex/responses`: always the ChatGPT Codex base.
+    ChatGptCodex,
+    /// `GET /v1/models`: Anthropic when the request carries `anthropic-version`.
+    Models,
+}
+
+impl Route {
+    pub fn classify(method: &Method, path: &str) -> Route {
+        let get = method == Method::GET;
+        let post = method == Method::POST;
+        let only = |ok: bool, route: Route| if ok { route } else { Route::MethodNotAllowed };
+        match path {
+            "/" if method == Method::HEAD => Route::HeadRoot,
+            "/healthz" => only(get, Route::Healthz),
+            "/metrics" => only(get, Route::Metrics),
+            "/_relay/v1/workers" => only(get, Route::Workers),
+            "/_relay/v1/workers/status" => only(get, Route::WorkersStatus),
+            "/_relay/v1/route" => only(get, Route::RouteStatus),
+            "/_relay/control/v1/mcp" => only(get, Route::ControlMcp),
+            "/_relay/control/v1/worker" => only(get, Route::ControlWorker),
+            "/v1/messages" | "/v1/messages/count_tokens" => only(
+                post,
+                Route::Model {
+                    family: ModelFamily::Fixed(Family::Anthropic),
+                    responses: false,
+                },
+            ),
+            "/v1/responses" | "/responses" => Route::Model {
+                family: ModelFamily::Fixed(Family::OpenAi),
+                responses: true,
+            },
+            "/backend-api/codex/responses" => Route::Model {
+                family: ModelFamily::ChatGptCodex,
+                responses: true,
+            },
+            "/v1/chat/completions" | "/chat/completions" => only(
+                post,
+                Route::Model {
+                    family: ModelFamily::Fixed(Family::OpenAi),
+                    responses: false,
+                },
+            ),
+            "/v1/models" | "/models" => only(
+                get,
+                Route::Model {
+                    family: ModelFamily::Models,
+                    responses: false,
+                },
+            ),
+            "/hooks/claude-code" => only(post, Route::Hook(Agent::ClaudeCode)),
+            "/hooks/codex" => only(post, Route::Hook(Agent::Codex)),
+            "/hooks/pi" => only(post, Route::Hook(Agent::Pi)),
+            _ => match path
+                .strip_prefix("/_relay/v1/workers/")
+                .and_then(|rest| rest.strip_suffix("/status"))
+            {
+                Some(id) => only(get, Route::WorkerStatus(uuid::Uuid::try_parse(id).ok())),
+                None => Route::NotFound,
+            },
+        }
+    }
+}
+
+/// Where a model request goes upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTarget {
+    pub family: Family,
+    pub uri: Uri,
+    /// True when the destination is the configured base for its family (daemon keys may
+    /// only ever go there, §3.2).
+    pub is_configured_base: bool,
+}
+
+/// Why a model request has no upstream.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("upstream base {0:?} is not in upstream.allowed_base_urls")]
+    NotAllowed(String),
+    #[error("the upstream URL could not be built")]
+    BadUri,
+}
+
+/// Resolves the upstream of a model request per §3.2: family, ChatGPT sign-in rerouting,
+/// a caller-selected base (only from `allowed_base_urls`), and the URL joining rule.
+/// `path_and_query` is the request's, kept verbatim.
+pub fn upstream_target(
+    config: &UpstreamConfig,
+    family: ModelFamily,
+    headers: &HeaderMap,
+    selected_base: Option<&str>,
+    path: &str,
+    query: Option<&str>,
+) -> Result<UpstreamTarget, TargetError> {
+    let selected = match selected_base {
+        Some(text) => {
+            let base = BaseUrl::parse(text).map_err(|_| TargetError::NotAllowed(text.into()))?;
+            if !config.allowed_base_urls.contains(&base) {
+                return Err(TargetError::NotAllowed(text.into()));
+            }
+            Some(base)
+        }
+        None => None,
+    };
+    let family_kind = match family {
+        ModelFamily::Fixed(f) => f,
+        ModelFamily::ChatGptCodex => Family::OpenAi,
+        ModelFamily::Models if headers.contains_key("anthropic-version") => Family::Anthropic,
+        ModelFamily::Models => Family::OpenAi,
+    };
+    let chatgpt = family == ModelFamily::ChatGptCodex
+        || (family_kind == Family::OpenAi
+            && selected.is_none()
+            && config.openai_base_url.as_str() == DEFAULT_OPENAI_BASE_URL
+            && headers.contains_key("chatgpt-account-id")
+            && headers
+                .get(http::header::AUTHORIZATION)
+                .is_some_and(|v| v.as_bytes().starts_with(b"Bearer eyJ")));
+    let (base, joined_path) = if chatgpt {
+        let rest = path
+            .strip_prefix("/backend-api/codex")
+            .or_else(|| path.strip_prefix("/v1"))
+            .unwrap_or(path);
+        (
+            &config.chatgpt_codex_base_url,
+            format!("{}{rest}", config.chatgpt_codex_base_url.path()),
+        )
+    } else {
+        let base = selected.as_ref().unwrap_or(match family_kind {
+            Family::Anthropic => &config.anthropic_base_url,
+            Family::OpenAi => &config.openai_base_url,
+        });
+        let joined = match family_kind {
+            Family::Anthropic => {
+                // `/models` is OpenAI's spelling; Anthropic serves models under /v1.
+                let path = if path == "/models" {
+                    "/v1/models"
+                } else {
+                    path
+                };
+                format!("{}{path}", base.path())
+            }
+            Family::OpenAi => join_openai(base.path(), path),
+        };
+        (base, joined)
+    };
+    let mut text = String::with_capacity(base.as_str().len() + joined_path.len() + 32);
+    text.push_str(base.uri().scheme_str().unwrap_or("https"));
+    text.push_str("://");
+    text.push_str(base.uri().authority().map(|a| a.as_str()).unwrap_or(""));
+    text.push_str(&joined_path);
+    if let Some(query) = query {
+        text.push('?');
+        text.push_str(query);
+    }
+    let uri = text.parse().map_err(|_| TargetError::BadUri)?;
+    Ok(UpstreamTarget {
+        family: family_kind,
+        uri,
+        is_configured_base: selected.is_none(),
+    })
+}
+
+/// The OpenAI joining rule: a base ending in `/v1` and a path starting with `/v1/` share
+/// one `/v1`; if neither has it, it is inserted; otherwise they are concatenated.
+fn join_openai(base_path: &str, path: &str) -> String {
+    let base_has = base_path.ends_with("/v1");
+    let path_has = path.starts_with("/v1/");
+    match (base_has, path_has) {
+        (true, true) => format!("{base_path}{}", &path[3..]),
+        (false, false) => format!("{base_path}/v1{path}"),
+        _ => format!("{base_path}{path}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,239 @@
+use http::{HeaderMap, HeaderValue, Method};
+
+use super::*;
+
+fn config(openai: &str, anthropic: &str) -> UpstreamConfig {
+    UpstreamConfig {
+        openai_base_url: BaseUrl::parse(openai).unwrap(),
+        anthropic_base_url: BaseUrl::parse(anthropic).unwrap(),
+        allowed_base_urls: vec![BaseUrl::parse("http://127.0.0.1:9999/custom/v1").unwrap()],
+        ..UpstreamConfig::default()
+    }
+}
+
+fn target(
+    config: &UpstreamConfig,
+    method: &Method,
+    path_and_query: &str,
+    headers: &[(&str, &str)],
+    selected: Option<&str>,
+) -> Result<UpstreamTarget, TargetError> {
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_and_query, None),
+    };
+    let Route::Model { family, .. } = Route::classify(method, path) else {
+        panic!("{path} is not a model route");
+    };
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        map.insert(
+            http::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            HeaderValue::from_str(value).unwrap(),
+        );
+    }
+    upstream_target(config, family, &map, selected, path, query)
+}
+
+fn url(config: &UpstreamConfig, method: &Method, path: &str, headers: &[(&str, &str)]) -> String {
+    target(config, method, path, headers, None)
+        .unwrap()
+        .uri
+        .to_string()
+}
+
+#[test]
+fn openai_joining_rule() {
+    let post = Method::POST;
+    let with_v1 = config("https://api.openai.com/v1", "https://api.anthropic.com");
+    assert_eq!(
+        url(&with_v1, &post, "/v1/responses", &[]),
+        "https://api.openai.com/v1/responses"
+    );
+    assert_eq!(
+        url(&with_v1, &post, "/responses", &[]),
+        "https://api.openai.com/v1/responses"
+    );
+    assert_eq!(
+        url(&with_v1, &post, "/chat/completions", &[]),
+        "https://api.openai.com/v1/chat/completions"
+    );
+    let bare = config("http://127.0.0.1:9000", "http://127.0.0.1:9001");
+    assert_eq!(
+        url(&bare, &post, "/responses", &[]),
+        "http://127.0.0.1:9000/v1/responses"
+    );
+    assert_eq!(
+        url(&bare, &post, "/v1/responses", &[]),
+        "http://127.0.0.1:9000/v1/responses"
+    );
+    let prefixed = config("http://127.0.0.1:9000/openai", "http://127.0.0.1:9001");
+    assert_eq!(
+        url(&prefixed, &post, "/v1/chat/completions?x=1", &[]),
+        "http://127.0.0.1:9000/openai/v1/chat/completions?x=1"
+    );
+}
+
+#[test]
+fn anthropic_concatenates_and_keeps_the_query() {
+    let c = config("https://api.openai.com/v1", "http://127.0.0.1:9001/prefix");
+    assert_eq!(
+        url(&c, &Method::POST, "/v1/messages?beta=true", &[]),
+        "http://127.0.0.1:9001/prefix/v1/messages?beta=true"
+    );
+    assert_eq!(
+        url(
+            &c,
+            &Method::POST,
+            "/v1/messages/count_tokens?beta=true",
+            &[]
+        ),
+        "http://127.0.0.1:9001/prefix/v1/messages/count_tokens?beta=true"
+    );
+}
+
+#[test]
+fn models_follow_anthropic_version() {
+    let c = config("https://api.openai.com/v1", "https://api.anthropic.com");
+    assert_eq!(
+        url(&c, &Method::GET, "/v1/models", &[]),
+        "https://api.openai.com/v1/models"
+    );
+    let t = target(
+        &c,
+        &Method::GET,
+        "/v1/models",
+        &[("anthropic-version", "2023-06-01")],
+        None,
+    )
+    .unwrap();
+    assert_eq!(t.family, Family::Anthropic);
+    assert_eq!(t.uri.to_string(), "https://api.anthropic.com/v1/models");
+    assert_eq!(
+        url(
+            &c,
+            &Method::GET,
+            "/models",
+            &[("anthropic-version", "2023-06-01")]
+        ),
+        "https://api.anthropic.com/v1/models"
+    );
+}
+
+#[test]
+fn chatgpt_sign_in_reroutes_only_when_every_condition_holds() {
+    let default = config("https://api.openai.com/v1", "https://api.anthropic.com");
+    let jwt = ("authorization", "Bearer eyJhbGciOi.x.y");
+    let account = ("chatgpt-account-id", "acct");
+    assert_eq!(
+        url(&default, &Method::POST, "/v1/responses", &[jwt, account]),
+        "https://chatgpt.com/backend-api/codex/responses"
+    );
+    // Any condition failing keeps the OpenAI base.
+    assert_eq!(
+        url(&default, &Method::POST, "/v1/responses", &[jwt]),
+        "https://api.openai.com/v1/responses"
+    );
+    assert_eq!(
+        url(
+            &default,
+            &Method::POST,
+            "/v1/responses",
+            &[("authorization", "Bearer sk-1"), account]
+        ),
+        "https://api.openai.com/v1/responses"
+    );
+    let custom = config("http://127.0.0.1:9000/v1", "https://api.anthropic.com");
+    assert_eq!(
+        url(&custom, &Method::POST, "/v1/responses", &[jwt, account]),
+        "http://127.0.0.1:9000/v1/responses"
+    );
+    let selected = target(
+        &default,
+        &Method::POST,
+        "/v1/responses",
+        &[jwt, account],
+        Some("http://127.0.0.1:9999/custom/v1"),
+    )
+    .unwrap();
+    assert_eq!(
+        selected.uri.to_string(),
+        "http://127.0.0.1:9999/custom/v1/responses"
+    );
+    // The Codex backend path always goes to the ChatGPT base.
+    assert_eq!(
+        url(&custom, &Method::POST, "/backend-api/codex/responses", &[]),
+        "https://chatgpt.com/backend-api/codex/responses"
+    );
+}
+
+#[test]
+fn selected_bases_must_be_allowed() {
+    let c = config("https://api.openai.com/v1", "https://api.anthropic.com");
+    let ok = target(
+        &c,
+        &Method::POST,
+        "/v1/chat/completions",
+        &[],
+        Some("http://127.0.0.1:9999/custom/v1/"),
+    )
+    .unwrap();
+    assert!(!ok.is_configured_base);
+    assert_eq!(
+        ok.uri.to_string(),
+        "http://127.0.0.1:9999/custom/v1/chat/completions"
+    );
+    for bad in [
+        "http://127.0.0.1:9998/custom/v1",
+        "not a url",
+        "http://evil.example/",
+    ] {
+        assert!(matches!(
+            target(&c, &Method::POST, "/v1/chat/completions", &[], Some(bad)),
+            Err(TargetError::NotAllowed(_))
+        ));
+    }
+    assert!(
+        target(&c, &Method::POST, "/v1/messages", &[], None)
+            .unwrap()
+            .is_configured_base
+    );
+}
+
+#[test]
+fn classification() {
+    assert_eq!(Route::classify(&Method::HEAD, "/"), Route::HeadRoot);
+    assert_eq!(Route::classify(&Method::GET, "/"), Route::NotFound);
+    assert_eq!(
+        Route::classify(&Method::GET, "/v1/messages"),
+        Route::MethodNotAllowed
+    );
+    assert_eq!(
+        Route::classify(&Method::POST, "/healthz"),
+        Route::MethodNotAllowed
+    );
+    assert_eq!(
+        Route::classify(&Method::POST, "/hooks/pi"),
+        Route::Hook(Agent::Pi)
+    );
+    assert_eq!(
+        Route::classify(&Method::POST, "/hooks/other"),
+        Route::NotFound
+    );
+    assert_eq!(
+        Route::classify(&Method::GET, "/_relay/v1/workers/not-a-uuid/status"),
+        Route::WorkerStatus(None)
+    );
+    let id = uuid::Uuid::now_v7();
+    assert_eq!(
+        Route::classify(&Method::GET, &format!("/_relay/v1/workers/{id}/status")),
+        Route::WorkerStatus(Some(id))
+    );
+    assert!(matches!(
+        Route::classify(&Method::GET, "/v1/responses"),
+        Route::Model {
+            responses: true,
+            ..
+        }
+    ));
+}

@@ -1,0 +1,191 @@
+//! TLS configurations, all on rustls with the ring provider (SPEC §11).
+//!
+//! - toward providers: the platform's root certificates;
+//! - the daemon's own listener: `--tls-cert` / `--tls-key` PEM files;
+//! - clients toward a remote daemon: platform roots plus `RELAY_EXTRA_CA_FILE`
+//!   (verification cannot be turned off, §9);
+//! - the daemon toward a worker: the worker's registered certificate digest, pinned
+//!   (§5.5). No CA and no name check, but the handshake signature is still verified, so
+//!   a replayed certificate without its key cannot pass.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ring::digest;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read certificates from {path}: {source}")]
+    Certificates {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{path} holds no certificate")]
+    NoCertificate { path: PathBuf },
+    #[error("cannot read the private key from {path}: {source}")]
+    PrivateKey {
+        path: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("no usable root certificate was found on this system or in {extra:?}")]
+    NoRoots { extra: Option<PathBuf> },
+    #[error("the TLS configuration was refused: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// The one crypto provider of the project.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn root_store(extra_ca_file: Option<&Path>) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    // Unreadable system certificates are skipped; an empty result is an error below.
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    if let Some(path) = extra_ca_file {
+        for cert in read_certificates(path)? {
+            roots.add(cert)?;
+        }
+    }
+    if roots.is_empty() {
+        return Err(TlsError::NoRoots {
+            extra: extra_ca_file.map(Path::to_owned),
+        });
+    }
+    Ok(roots)
+}
+
+/// Client configuration toward model providers (no client certificate, platform roots).
+pub fn provider_client_config() -> Result<ClientConfig, TlsError> {
+    client_config(None)
+}
+
+/// Client configuration toward a daemon: platform roots plus an extra CA file.
+pub fn client_config(extra_ca_file: Option<&Path>) -> Result<ClientConfig, TlsError> {
+    Ok(ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(root_store(extra_ca_file)?)
+        .with_no_client_auth())
+}
+
+fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
+        .map_err(|source| TlsError::Certificates {
+            path: path.to_owned(),
+            source,
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_owned(),
+        });
+    }
+    Ok(certs)
+}
+
+/// Server configuration from a PEM certificate chain and a PKCS#8 PEM key, speaking
+/// HTTP/2 and HTTP/1.1 by ALPN.
+pub fn server_config_from_files(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> {
+    let chain = read_certificates(cert)?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|source| TlsError::PrivateKey {
+        path: key.to_owned(),
+        source,
+    })?;
+    server_config(chain, key)
+}
+
+/// Server configuration from DER values (the worker's generated certificate).
+pub fn server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<ServerConfig, TlsError> {
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The SHA-256 of a DER certificate, as workers register it.
+pub fn certificate_sha256(cert: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest::digest(&digest::SHA256, cert).as_ref());
+    out
+}
+
+/// Client configuration toward one worker generation: the presented end-entity
+/// certificate must hash to `pinned_sha256`, and the handshake must be signed by its key.
+pub fn pinned_client_config(pinned_sha256: [u8; 32]) -> Result<ClientConfig, TlsError> {
+    let provider = provider();
+    let verifier = PinnedCertificate {
+        pinned_sha256,
+        algorithms: provider.signature_verification_algorithms,
+    };
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Accepts exactly one certificate, by digest. Signatures over the handshake are checked
+/// with the provider's algorithms, which is what proves the peer holds the private key.
+#[derive(Debug)]
+struct PinnedCertificate {
+    pinned_sha256: [u8; 32],
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for PinnedCertificate {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let presented = certificate_sha256(end_entity.as_ref());
+        // Both digests are public; the comparison needs no constant time.
+        if presented == self.pinned_sha256 {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
