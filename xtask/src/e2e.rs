@@ -10,31 +10,37 @@ use anyhow::{Context as _, Result, bail};
 
 use crate::command::{cargo, project_root, step};
 
-/// The npm packages of the agent CLIs the e2e tests drive. Pin versions here
-/// (`@openai/codex@0.x.y`) once a test depends on one CLI version's behaviour.
-const AGENT_PACKAGES: [&str; 3] = [
-    "@anthropic-ai/claude-code",
-    "@openai/codex",
-    "@mariozechner/pi-coding-agent",
+/// The npm packages of the agent CLIs the e2e tests drive, pinned to the versions the
+/// fixtures in `shared/fixtures` were recorded with (SPEC §7.3 facts depend on them). Change
+/// a pin deliberately, re-run `cargo xtask e2e`, and re-record fixtures whose shape changed.
+const AGENT_PACKAGES: [(&str, &str); 3] = [
+    ("@anthropic-ai/claude-code", "2.1.197"),
+    ("@openai/codex", "0.171.0"),
+    ("@mariozechner/pi-coding-agent", "0.73.1"),
 ];
 /// The executables those packages install into `node_modules/.bin`.
 const AGENT_BINARIES: [&str; 3] = ["claude", "codex", "pi"];
 
 /// Tells the e2e tests that the binaries are built and the agent CLIs installed.
 const ENV_E2E: &str = "RELAY_E2E";
+/// Tells the e2e tests where `relayd` and the other Relay binaries are.
+const ENV_BIN_DIR: &str = "RELAY_BIN_DIR";
 /// Tells the e2e tests where `claude`, `codex` and `pi` are.
 const ENV_AGENT_BIN_DIR: &str = "RELAY_AGENT_BIN_DIR";
 
 /// Installs the agent CLIs, builds every binary, then runs the `relay-e2e` package with
-/// `RELAY_E2E=1`; `test_args` go to the test harness (a name filter, `--nocapture`, …).
+/// `RELAY_E2E=1`, `RELAY_BIN_DIR` and `RELAY_AGENT_BIN_DIR`; `test_args` go to the test
+/// harness (a name filter, `--nocapture`, …).
 pub(crate) fn run(test_args: &[String]) -> Result<()> {
-    let cache_dir = project_root()?.join("target").join("agent-clis");
+    let root = project_root()?;
+    let cache_dir = root.join("target").join("agent-clis");
     let agent_bin_dir = ensure_agent_clis(&cache_dir)?;
 
     step(
         "cargo build --workspace --bins",
         cargo(["build", "--workspace", "--bins"])?,
     )?;
+    let bin_dir = target_dir(&root).join("debug");
 
     let mut tests = cargo(["test", "--package", "relay-e2e"])?;
     if !test_args.is_empty() {
@@ -42,24 +48,37 @@ pub(crate) fn run(test_args: &[String]) -> Result<()> {
     }
     tests
         .env(ENV_E2E, "1")
+        .env(ENV_BIN_DIR, &bin_dir)
         .env(ENV_AGENT_BIN_DIR, &agent_bin_dir);
     step(
         &format!(
-            "{ENV_E2E}=1 {ENV_AGENT_BIN_DIR}={} cargo test --package relay-e2e",
+            "{ENV_E2E}=1 {ENV_BIN_DIR}={} {ENV_AGENT_BIN_DIR}={} cargo test --package relay-e2e",
+            bin_dir.display(),
             agent_bin_dir.display()
         ),
         tests,
     )
 }
 
-/// Installs the agent CLIs under `cache_dir` with npm unless all three are there already, and
-/// returns the directory holding their executables (`cache_dir/node_modules/.bin`).
+/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root) or
+/// `<root>/target`.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty()) {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+/// Installs the pinned agent CLIs under `cache_dir` with npm unless all three are there
+/// already at their pinned versions, and returns the directory holding their executables
+/// (`cache_dir/node_modules/.bin`).
 ///
 /// Fails loudly when npm is missing or the install fails: the e2e tests are about the real
 /// CLIs, so there is no fallback.
 pub(crate) fn ensure_agent_clis(cache_dir: &Path) -> Result<PathBuf> {
     let bin_dir = cache_dir.join("node_modules").join(".bin");
-    if missing_binaries(&bin_dir).is_empty() {
+    let stale = stale_packages(cache_dir);
+    if missing_binaries(&bin_dir).is_empty() && stale.is_empty() {
         println!(
             "\n==> agent CLIs already installed in {}",
             bin_dir.display()
@@ -67,6 +86,10 @@ pub(crate) fn ensure_agent_clis(cache_dir: &Path) -> Result<PathBuf> {
         return Ok(bin_dir);
     }
 
+    let specs: Vec<String> = AGENT_PACKAGES
+        .iter()
+        .map(|(package, version)| format!("{package}@{version}"))
+        .collect();
     match Command::new("npm").arg("--version").output() {
         Ok(output) if output.status.success() => {}
         Ok(output) => bail!(
@@ -75,7 +98,7 @@ pub(crate) fn ensure_agent_clis(cache_dir: &Path) -> Result<PathBuf> {
         ),
         Err(error) if error.kind() == io::ErrorKind::NotFound => bail!(
             "npm is not installed: the e2e tests install the agent CLIs ({}) with npm; install Node.js 20 or newer with npm",
-            AGENT_PACKAGES.join(", ")
+            specs.join(", ")
         ),
         Err(error) => return Err(error).context("running `npm --version`"),
     }
@@ -84,14 +107,20 @@ pub(crate) fn ensure_agent_clis(cache_dir: &Path) -> Result<PathBuf> {
         .with_context(|| format!("creating {}", cache_dir.display()))?;
     let mut install = Command::new("npm");
     install
-        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--save-exact",
+            "--prefix",
+        ])
         .arg(cache_dir)
-        .args(AGENT_PACKAGES);
+        .args(&specs);
     step(
         &format!(
-            "npm install --no-audit --no-fund --prefix {} {}",
+            "npm install --no-audit --no-fund --save-exact --prefix {} {}",
             cache_dir.display(),
-            AGENT_PACKAGES.join(" ")
+            specs.join(" ")
         ),
         install,
     )
@@ -105,6 +134,13 @@ pub(crate) fn ensure_agent_clis(cache_dir: &Path) -> Result<PathBuf> {
             bin_dir.display()
         );
     }
+    let stale = stale_packages(cache_dir);
+    if !stale.is_empty() {
+        bail!(
+            "npm install finished but these packages are not at their pinned versions: {}",
+            stale.join(", ")
+        );
+    }
     Ok(bin_dir)
 }
 
@@ -113,6 +149,34 @@ fn missing_binaries(bin_dir: &Path) -> Vec<&'static str> {
         .into_iter()
         .filter(|name| !bin_dir.join(name).is_file())
         .collect()
+}
+
+/// The pinned packages that are not installed at their pinned version, as
+/// `package (installed X, pinned Y)`.
+fn stale_packages(cache_dir: &Path) -> Vec<String> {
+    AGENT_PACKAGES
+        .iter()
+        .filter_map(|(package, pinned)| {
+            let installed = installed_version(cache_dir, package);
+            (installed.as_deref() != Some(*pinned)).then(|| {
+                format!(
+                    "{package} (installed {}, pinned {pinned})",
+                    installed.as_deref().unwrap_or("none")
+                )
+            })
+        })
+        .collect()
+}
+
+/// The `version` in `node_modules/<package>/package.json`, if it is there and readable.
+fn installed_version(cache_dir: &Path, package: &str) -> Option<String> {
+    let manifest = cache_dir
+        .join("node_modules")
+        .join(package)
+        .join("package.json");
+    let text = std::fs::read_to_string(manifest).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    json.get("version")?.as_str().map(str::to_owned)
 }
 
 #[cfg(test)]

@@ -127,6 +127,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         activated,
     } = prepared;
     let started = Instant::now();
+    let shutdown = shutdown_signal()?;
     relay_identity::store::ensure_private_dir(&state_dir)
         .with_context(|| format!("preparing the state directory {}", state_dir.display()))?;
     let (_daemon_key, _) = SigningKey::load_or_create(&state_dir.join("daemon-identity.pk8"))
@@ -220,7 +221,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
             tls,
         },
         front.clone(),
-        shutdown_signal(),
+        shutdown,
     )
     .await;
     if !report.drained {
@@ -301,21 +302,18 @@ fn provider_keys(config: &Config, env: &impl Env) -> anyhow::Result<ProviderKeys
         .map_err(|which| anyhow::anyhow!("{which} is not a valid header value"))
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers now, so a signal that arrives right after
+/// start-up already stops the daemon cleanly, and resolves on the first of them.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        // Without signal handlers the daemon can only be killed; serve until then.
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 pub(crate) fn identity_show(cli: &Cli) -> ExitCode {

@@ -13,6 +13,17 @@ fn scratch_dir(label: &str) -> PathBuf {
     dir
 }
 
+/// Writes `node_modules/<package>/package.json` as npm would.
+fn write_manifest(cache_dir: &Path, package: &str, version: &str) {
+    let dir = cache_dir.join("node_modules").join(package);
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(
+        dir.join("package.json"),
+        format!(r#"{{"name":"{package}","version":"{version}"}}"#),
+    )
+    .unwrap();
+}
+
 #[test]
 fn installed_clis_are_not_installed_again() {
     let cache_dir = scratch_dir("agent-clis");
@@ -21,7 +32,11 @@ fn installed_clis_are_not_installed_again() {
     for name in AGENT_BINARIES {
         fs::write(bin_dir.join(name), "#!/bin/sh\n").unwrap();
     }
-    // With all three present, npm is never run, so this passes on a machine without npm.
+    for (package, version) in AGENT_PACKAGES {
+        write_manifest(&cache_dir, package, version);
+    }
+    // With all three present at their pins, npm is never run, so this passes on a machine
+    // without npm.
     let found = ensure_agent_clis(&cache_dir).unwrap();
     assert_eq!(found, bin_dir);
     fs::remove_dir_all(&cache_dir).unwrap();
@@ -41,4 +56,35 @@ fn missing_binaries_are_named() {
         "a directory is not an executable"
     );
     fs::remove_dir_all(&cache_dir).unwrap();
+}
+
+#[test]
+fn packages_off_their_pin_are_stale() {
+    let cache_dir = scratch_dir("agent-clis-versions");
+    let [claude, codex, pi] = AGENT_PACKAGES;
+    write_manifest(&cache_dir, claude.0, claude.1);
+    write_manifest(&cache_dir, codex.0, "0.0.1");
+    let stale = stale_packages(&cache_dir);
+    assert_eq!(
+        stale,
+        [
+            format!("{} (installed 0.0.1, pinned {})", codex.0, codex.1),
+            format!("{} (installed none, pinned {})", pi.0, pi.1),
+        ]
+    );
+    write_manifest(&cache_dir, codex.0, codex.1);
+    write_manifest(&cache_dir, pi.0, pi.1);
+    assert!(stale_packages(&cache_dir).is_empty());
+    fs::remove_dir_all(&cache_dir).unwrap();
+}
+
+#[test]
+fn pins_are_exact_versions() {
+    for (package, version) in AGENT_PACKAGES {
+        assert!(
+            version.split('.').count() == 3
+                && version.split('.').all(|part| part.parse::<u32>().is_ok()),
+            "{package} must be pinned to an exact x.y.z version, not {version:?}"
+        );
+    }
 }

@@ -1,0 +1,198 @@
+//! A process's stderr, captured whole into memory and read back as jsonl lifecycle events.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::error::Error;
+
+/// Everything a process wrote to stderr so far. Cloning shares the buffer.
+#[derive(Debug, Clone)]
+pub struct Logs {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    program: String,
+    state: Mutex<State>,
+    /// Bumped on every change so waiters re-check.
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    raw: Vec<u8>,
+    /// The process closed its stderr (usually: it exited).
+    closed: bool,
+}
+
+impl Logs {
+    /// An empty buffer for the process named `program` (used in error messages).
+    pub fn new(program: &str) -> Logs {
+        Logs {
+            inner: Arc::new(Inner {
+                program: program.to_owned(),
+                state: Mutex::new(State::default()),
+                changed: watch::Sender::new(0),
+            }),
+        }
+    }
+
+    fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        // A panicking test thread cannot leave the buffer half-written: every change is one
+        // `extend` or one flag.
+        f(&mut self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn bump(&self) {
+        self.inner.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub(crate) fn push(&self, bytes: &[u8]) {
+        self.with_state(|state| state.raw.extend_from_slice(bytes));
+        self.bump();
+    }
+
+    pub(crate) fn close(&self) {
+        self.with_state(|state| state.closed = true);
+        self.bump();
+    }
+
+    /// Every byte written so far.
+    pub fn raw(&self) -> Vec<u8> {
+        self.with_state(|state| state.raw.clone())
+    }
+
+    /// Every byte written so far, as text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.raw()).into_owned()
+    }
+
+    /// Whether `needle` appears anywhere in what was written, across line breaks too.
+    pub fn contains(&self, needle: &[u8]) -> bool {
+        self.with_state(|state| contains(&state.raw, needle))
+    }
+
+    /// Whether the process closed its stderr.
+    pub fn is_closed(&self) -> bool {
+        self.with_state(|state| state.closed)
+    }
+
+    /// Every complete line that is a JSON object, in order.
+    pub fn events(&self) -> Vec<Value> {
+        self.with_state(|state| parse_events(&state.raw, state.closed))
+    }
+
+    /// The JSON lines whose `event` field is `name`, in order.
+    pub fn events_named(&self, name: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|event| event["event"] == name)
+            .collect()
+    }
+
+    /// Waits until a line with `"event": name` is written and returns it (the first one).
+    /// Fails when the deadline passes or the process closes stderr first; the error carries
+    /// the whole stderr so the test output shows what happened.
+    pub async fn wait_for_event(&self, name: &str, timeout: Duration) -> Result<Value, Error> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.inner.changed.subscribe();
+        loop {
+            // Subscribed before checking, so no write slips between the check and the wait.
+            changes.borrow_and_update();
+            if let Some(event) = self.events_named(name).into_iter().next() {
+                return Ok(event);
+            }
+            if self.is_closed() {
+                return Err(Error::LogEventMissing {
+                    program: self.inner.program.clone(),
+                    event: name.to_owned(),
+                    stderr: self.text(),
+                });
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                return Err(Error::LogEventTimedOut {
+                    program: self.inner.program.clone(),
+                    event: name.to_owned(),
+                    timeout,
+                    stderr: self.text(),
+                });
+            }
+        }
+    }
+
+    /// Waits until the process closes its stderr; false if the deadline passes first.
+    pub async fn wait_closed(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.inner.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            if self.is_closed() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                return self.is_closed();
+            }
+        }
+    }
+}
+
+/// Copies `stream` into `logs` until it ends, then marks the logs closed.
+pub(crate) fn capture(
+    mut stream: impl AsyncRead + Unpin + Send + 'static,
+    logs: Logs,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buffer = vec![0_u8; 16 * 1024];
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => logs.push(&buffer[..n]),
+            }
+        }
+        logs.close();
+    })
+}
+
+/// The lines of `raw` that parse as JSON objects; an unterminated last line counts only
+/// once the stream is `closed` (before that it may still be growing).
+pub(crate) fn parse_events(raw: &[u8], closed: bool) -> Vec<Value> {
+    let complete = if closed {
+        raw
+    } else {
+        match raw.iter().rposition(|&byte| byte == b'\n') {
+            Some(end) => &raw[..end],
+            None => &[],
+        }
+    };
+    complete
+        .split(|&byte| byte == b'\n')
+        .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
+        .filter(Value::is_object)
+        .collect()
+}
+
+pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty()
+        || haystack
+            .windows(needle.len())
+            .any(|window| window == needle)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,14 @@
+//! End-to-end tests of the real `relayd` binary and the real agent CLIs (run them with
+//! `cargo xtask e2e`; docs/e2e.md says what each group proves).
+//!
+//! Every test starts its own daemon in its own temporary directories, on a socket the
+//! harness passed in, in front of its own in-process provider stand-in, so tests run in
+//! parallel without sharing a port, a file or a log.
+
+mod e2e {
+    pub(crate) mod agents;
+    pub(crate) mod cli;
+    pub(crate) mod lifecycle;
+    pub(crate) mod pass_through;
+    pub(crate) mod support;
+}

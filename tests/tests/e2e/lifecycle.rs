@@ -1,0 +1,202 @@
+//! Starting and stopping relayd (SPEC §2.1, §10.3): socket activation and an explicit
+//! port, graceful stop with a stream in flight, and a drain time that runs out.
+
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use relay_e2e::http::{post_json, send};
+use relay_e2e::{Relayd, STOP_TIMEOUT};
+use relay_testkit::{ANTHROPIC_MESSAGES_SSE, Behaviour, REQUEST_ID_HEADER, StandIn, StandInConfig};
+use tokio::net::TcpStream;
+
+use super::support::{EVENT_TIMEOUT, assert_healthy, field, upstream_config};
+
+/// How often the refusal check retries a connection.
+const CONNECT_POLL: Duration = Duration::from_millis(20);
+
+/// A streaming Messages request, answered by the stand-in with the fixture stream.
+fn stream_request() -> anyhow::Result<http::Request<http_body_util::Full<bytes::Bytes>>> {
+    Ok(post_json(
+        "/v1/messages",
+        &[
+            ("x-api-key", "sk-ant-test"),
+            ("anthropic-version", "2023-06-01"),
+        ],
+        r#"{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+    )?)
+}
+
+/// A stand-in whose streams trickle: `chunk` bytes every `pace`.
+async fn slow_stand_in(chunk: usize, pace: Duration) -> anyhow::Result<StandIn> {
+    Ok(StandIn::start_with(StandInConfig {
+        behaviour: Behaviour {
+            chunk_size: Some(chunk),
+            pace: Some(pace),
+            ..Behaviour::default()
+        },
+        ..StandInConfig::default()
+    })
+    .await?)
+}
+
+/// Polls until a connection to `addr` is refused; false if the deadline passes first.
+async fn wait_until_refused(addr: SocketAddr, timeout: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut poll = tokio::time::interval(CONNECT_POLL);
+    loop {
+        poll.tick().await;
+        match TcpStream::connect(addr).await {
+            Err(error) if error.kind() == ErrorKind::ConnectionRefused => return true,
+            // Accepted (or queued) before the signal was handled: try again.
+            Ok(_) | Err(_) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+    }
+}
+
+#[tokio::test]
+async fn socket_activated_relayd_serves_on_the_passed_socket() -> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let mut relayd = Relayd::builder()?
+        .config(upstream_config(&stand_in, ""))
+        .start()
+        .await?;
+    let listening = relayd.listening_event().clone();
+    assert_eq!(listening["socket_activated"], true, "{listening}");
+    assert_eq!(field(&listening, "address"), relayd.addr().to_string());
+    assert_eq!(field(&listening, "advertised_origin"), relayd.origin());
+    assert_eq!(field(&listening, "mode"), "managed");
+    assert!(
+        listening["open_file_limit"].as_u64().is_some(),
+        "{listening}"
+    );
+    assert_healthy(&relayd).await?;
+
+    let status = relayd.stop().await?;
+    assert_eq!(status.code(), Some(0), "{}", relayd.logs().text());
+    Ok(())
+}
+
+#[tokio::test]
+async fn relayd_binds_an_explicit_port_without_activation() -> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let mut relayd = Relayd::builder()?
+        .config(upstream_config(&stand_in, ""))
+        .explicit_port()
+        .start()
+        .await?;
+    let listening = relayd.listening_event().clone();
+    assert_eq!(listening["socket_activated"], false, "{listening}");
+    assert_eq!(field(&listening, "address"), relayd.addr().to_string());
+    assert_healthy(&relayd).await?;
+
+    let status = relayd.stop().await?;
+    assert_eq!(status.code(), Some(0), "{}", relayd.logs().text());
+    Ok(())
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_connections() -> anyhow::Result<()>
+{
+    // 30 chunks of 30 bytes, 120 ms apart: the stream runs for about 3.5 s.
+    let stand_in = slow_stand_in(30, Duration::from_millis(120)).await?;
+    let mut relayd = Relayd::builder()?
+        .config(upstream_config(&stand_in, ""))
+        .start()
+        .await?;
+    let sent = Instant::now();
+    let mut res = send(relayd.addr(), stream_request()?).await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let id: u64 = res.header_str(REQUEST_ID_HEADER).unwrap_or("").parse()?;
+    let first = res.next_data().await?.unwrap_or_default();
+    assert!(!first.is_empty());
+
+    relayd.terminate()?;
+    assert!(
+        wait_until_refused(relayd.addr(), EVENT_TIMEOUT).await,
+        "relayd still accepts connections after SIGTERM"
+    );
+    // The refusal came while the stream was still running (it needs about 3.5 s).
+    let refused_after = sent.elapsed();
+    assert!(
+        refused_after < Duration::from_millis(2500),
+        "the refusal took {refused_after:?}, so the stream may have ended before it"
+    );
+    let body = res.read_rest(&first).await?;
+    assert_eq!(
+        body.len(),
+        ANTHROPIC_MESSAGES_SSE.len(),
+        "the stream was cut short"
+    );
+    assert_eq!(&body[..], ANTHROPIC_MESSAGES_SSE);
+    let recorded = stand_in
+        .request(id)
+        .ok_or_else(|| anyhow::anyhow!("the stand-in has no request {id}"))?;
+    assert!(recorded.body_complete);
+    assert!(
+        !recorded.client_went_away,
+        "relayd dropped the provider stream during the drain"
+    );
+
+    let status = relayd.wait_exit(STOP_TIMEOUT).await?;
+    assert_eq!(status.code(), Some(0), "{}", relayd.logs().text());
+    let stopped = relayd
+        .wait_for_log_event("daemon_stopped", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(stopped["level"], "info", "{stopped}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stream_longer_than_the_drain_time_is_cut_and_relayd_still_exits_0() -> anyhow::Result<()>
+{
+    // 8-byte chunks every 100 ms: over ten seconds of stream against a one-second drain.
+    let stand_in = slow_stand_in(8, Duration::from_millis(100)).await?;
+    let mut relayd = Relayd::builder()?
+        .config(upstream_config(
+            &stand_in,
+            "\n[daemon.timers]\ndrain_secs = 1\n",
+        ))
+        .start()
+        .await?;
+    let mut res = send(relayd.addr(), stream_request()?).await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let id: u64 = res.header_str(REQUEST_ID_HEADER).unwrap_or("").parse()?;
+    let first = res.next_data().await?.unwrap_or_default();
+
+    let signalled = Instant::now();
+    relayd.terminate()?;
+    let status = relayd.wait_exit(STOP_TIMEOUT).await?;
+    let took = signalled.elapsed();
+    assert_eq!(status.code(), Some(0), "{}", relayd.logs().text());
+    assert!(
+        took < Duration::from_secs(5),
+        "relayd took {took:?} to stop with a 1 s drain"
+    );
+
+    match res.read_rest(&first).await {
+        Ok(body) => panic!(
+            "the stream ended cleanly after {} of {} bytes; a cut stream must end with an error",
+            body.len(),
+            ANTHROPIC_MESSAGES_SSE.len()
+        ),
+        Err(cut) => assert!(cut.received.len() < ANTHROPIC_MESSAGES_SSE.len()),
+    }
+    stand_in.wait_for_client_gone(id, EVENT_TIMEOUT).await?;
+    relayd
+        .wait_for_log_event("daemon_stopped", EVENT_TIMEOUT)
+        .await?;
+    let warned = relayd.logs().events().into_iter().any(|event| {
+        event["level"] == "warn" && field(&event, "message").contains("did not complete")
+    });
+    assert!(
+        warned,
+        "no warning that the drain ran out:\n{}",
+        relayd.logs().text()
+    );
+    Ok(())
+}
