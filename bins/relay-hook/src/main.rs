@@ -1,1 +1,120 @@
-fn main() {}
+//! `relay-hook`: the command a coding agent runs for each hook event (SPEC §2.3, §7.1).
+//!
+//! It reads one native hook payload on stdin, posts it unchanged to the daemon's hook route
+//! with this user's route credential, prints the daemon's answer verbatim and exits with the
+//! status the agent understands. It never starts anything, never resends a payload (except
+//! after a 503 that proves nothing was forwarded), reads no configuration file, sets up no
+//! logging and never prints the credential. Without a credential it answers for the daemon
+//! and contacts nothing.
+//!
+//! The pieces, in the order a run uses them: [`cli::Cli`] (flags and the timeout override),
+//! [`payload::read_payload`] (stdin and the event name), [`credential::resolve`],
+//! [`client::HookPost`] (the exchange) and [`outcome::exit_for`] (what to print and the exit
+//! status, with [`outcome::Failure`] for everything that goes wrong).
+
+use std::io::{self, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use bytes::Bytes;
+use clap::Parser as _;
+use relay_identity::{Env as _, ProcessEnv, names, store};
+
+use crate::cli::{Agent, Cli, FailurePolicy};
+use crate::client::HookPost;
+use crate::outcome::{Failure, Outcome, exit_for};
+use crate::payload::{MAX_PAYLOAD_BYTES, Payload};
+
+mod cli;
+mod client;
+mod credential;
+mod outcome;
+mod payload;
+
+/// The name in every usage error line.
+const BINARY: &str = "relay-hook";
+
+fn main() -> ExitCode {
+    // The timeout counts from here: the agent's own limit (Codex kills SessionEnd hooks after
+    // 3 s) runs from when it started this process.
+    let started = Instant::now();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return relay_logging::clap_exit(BINARY, &err),
+    };
+    let env = ProcessEnv;
+    let timeout_override = match cli::timeout_override(&env) {
+        Ok(timeout) => timeout,
+        Err(err) => return relay_logging::usage_exit(BINARY, &err),
+    };
+    let payload = payload::read_payload(io::stdin().lock(), MAX_PAYLOAD_BYTES);
+
+    let Some(token) = credential::resolve(&env, store::current_euid()) else {
+        // No credential: Relay is not in this user's path, so the answer is the one the daemon
+        // gives when no worker handles the event, whatever the payload.
+        return finish(
+            Outcome::Answer(Bytes::from_static(
+                cli.agent.pass_through_answer().as_bytes(),
+            )),
+            cli.agent,
+            None,
+            cli.failure_policy(),
+        );
+    };
+
+    let (outcome, event) = match payload {
+        Err(source) => (Outcome::Failure(Failure::Stdin { source }), None),
+        Ok(Payload {
+            is_oversize: true,
+            event,
+            ..
+        }) => (
+            Outcome::Failure(Failure::PayloadTooLarge {
+                limit: MAX_PAYLOAD_BYTES,
+            }),
+            event,
+        ),
+        Ok(Payload { body, event, .. }) => {
+            let timeout =
+                timeout_override.unwrap_or_else(|| cli.agent.default_timeout(event.as_deref()));
+            let extra_ca_file = env.non_empty(names::RELAY_EXTRA_CA_FILE).map(PathBuf::from);
+            let post = HookPost {
+                address: &cli.daemon_address,
+                route: cli.agent.route(),
+                token: &token,
+                body,
+                deadline: started + timeout,
+                timeout,
+                extra_ca_file: extra_ca_file.as_deref(),
+            };
+            (post.send(), event)
+        }
+    };
+    finish(outcome, cli.agent, event.as_deref(), cli.failure_policy())
+}
+
+/// Prints what the outcome calls for and turns it into the exit status.
+fn finish(outcome: Outcome, agent: Agent, event: Option<&str>, policy: FailurePolicy) -> ExitCode {
+    let exit = exit_for(outcome, agent, event, policy);
+    if let Some(body) = &exit.stdout
+        && let Err(source) = write_stdout(body)
+    {
+        return finish(
+            Outcome::Failure(Failure::Stdout { source }),
+            agent,
+            event,
+            policy,
+        );
+    }
+    if let Some(line) = &exit.stderr {
+        eprintln!("{line}");
+    }
+    ExitCode::from(exit.code)
+}
+
+fn write_stdout(body: &[u8]) -> io::Result<()> {
+    let mut stdout = io::stdout().lock();
+    stdout.write_all(body)?;
+    stdout.flush()
+}

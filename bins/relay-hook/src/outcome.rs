@@ -1,0 +1,290 @@
+//! Steps 4 to 6 of SPEC §7.1 as pure functions: what a daemon answer means, and what the
+//! process prints and exits with for each outcome.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::StatusCode;
+use relay_identity::DaemonAddress;
+
+use crate::cli::{Agent, FailurePolicy};
+
+/// The `error.type` of a 503 that proves nothing was forwarded, so it may be retried.
+const WORKER_UNAVAILABLE: &str = "relay_worker_unavailable";
+/// The `error.type` of a policy block.
+const POLICY_REJECTED: &str = "relay_policy_rejected";
+/// Printed for a policy block whose body gives neither a reason nor a message.
+const UNKNOWN_REASON: &str = "blocked by relay policy";
+
+/// Everything that makes the hook fall back to its failure policy (step 6). Messages never
+/// contain the route credential or the payload.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Failure {
+    /// stdin held more than the limit.
+    #[error("the hook payload is larger than {limit} bytes and was not sent")]
+    PayloadTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// stdin could not be read.
+    #[error("cannot read the hook payload from stdin: {source}")]
+    Stdin {
+        /// The read error.
+        source: io::Error,
+    },
+    /// The TLS client configuration could not be built (e.g. a bad `RELAY_EXTRA_CA_FILE`).
+    #[error("cannot set up tls toward {address}: {source}")]
+    TlsConfig {
+        /// The daemon.
+        address: DaemonAddress,
+        /// What went wrong.
+        source: relay_proxy::tls::TlsError,
+    },
+    /// The daemon's host name did not resolve.
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        /// The host name.
+        host: String,
+        /// The resolver's error.
+        source: io::Error,
+    },
+    /// No TCP connection could be made.
+    #[error("relay daemon at {address} is unreachable: {source}")]
+    Connect {
+        /// The daemon.
+        address: DaemonAddress,
+        /// The last connect error.
+        source: io::Error,
+    },
+    /// The TLS handshake failed (e.g. an untrusted certificate).
+    #[error("tls handshake with relay daemon at {address} failed: {source}")]
+    TlsHandshake {
+        /// The daemon.
+        address: DaemonAddress,
+        /// The handshake error.
+        source: io::Error,
+    },
+    /// The HTTP exchange broke (connection reset, malformed answer, …).
+    #[error("http exchange with relay daemon at {address} failed: {source}")]
+    Http {
+        /// The daemon.
+        address: DaemonAddress,
+        /// hyper's error.
+        source: hyper::Error,
+    },
+    /// No complete answer within the timeout.
+    #[error("relay daemon at {address} did not answer within {} ms", timeout.as_millis())]
+    Timeout {
+        /// The daemon.
+        address: DaemonAddress,
+        /// The timeout that ran out.
+        timeout: Duration,
+    },
+    /// Every attempt within the timeout got 503 `relay_worker_unavailable`.
+    #[error(
+        "relay worker still unavailable after {attempts} attempts within {} ms (503 relay_worker_unavailable)",
+        timeout.as_millis()
+    )]
+    WorkerUnavailable {
+        /// How many 503 answers arrived.
+        attempts: u32,
+        /// The timeout that ran out.
+        timeout: Duration,
+    },
+    /// Any status that is neither 2xx, a retryable 503 nor a policy block.
+    #[error("relay daemon answered {status}{}", ErrorType(error_type.as_deref()))]
+    Status {
+        /// The status.
+        status: StatusCode,
+        /// `error.type` of the body, when it has one.
+        error_type: Option<String>,
+    },
+    /// The answer body is over the limit.
+    #[error("relay daemon's answer is larger than {limit} bytes")]
+    AnswerTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// A 2xx body that is neither empty nor a JSON object: printing it could make the agent
+    /// read arbitrary text as hook output.
+    #[error("relay daemon answered {status} with a body that is not a JSON object")]
+    AnswerNotJson {
+        /// The status.
+        status: StatusCode,
+    },
+    /// The runtime could not be built (out of file descriptors, …).
+    #[error("cannot start the i/o runtime: {source}")]
+    Runtime {
+        /// The error.
+        source: io::Error,
+    },
+    /// A header value could not be encoded (never expected: every value is checked ASCII).
+    #[error("cannot encode the {name} header")]
+    HeaderValue {
+        /// The header name.
+        name: &'static str,
+    },
+    /// The answer could not be written.
+    #[error("cannot write the answer to stdout: {source}")]
+    Stdout {
+        /// The write error.
+        source: io::Error,
+    },
+}
+
+/// ` (relay_unauthorized)` after a status, or nothing.
+struct ErrorType<'a>(Option<&'a str>);
+
+impl fmt::Display for ErrorType<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(kind) => write!(f, " ({kind})"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What one daemon answer means.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// 2xx: print this body.
+    Answer(Bytes),
+    /// 503 `relay_worker_unavailable`: nothing was forwarded, ask again later.
+    RetryLater,
+    /// 403 `relay_policy_rejected`, with the reason to print.
+    PolicyRejected(String),
+    /// Anything else.
+    Failure(Failure),
+}
+
+/// Reads one answer (steps 4 and 5).
+pub(crate) fn judge(status: StatusCode, body: Bytes) -> Verdict {
+    if status.is_success() {
+        return if is_empty_or_object(&body) {
+            Verdict::Answer(body)
+        } else {
+            Verdict::Failure(Failure::AnswerNotJson { status })
+        };
+    }
+    let error = ErrorBody::parse(&body);
+    match (status, error.kind.as_deref()) {
+        (StatusCode::SERVICE_UNAVAILABLE, Some(WORKER_UNAVAILABLE)) => Verdict::RetryLater,
+        (StatusCode::FORBIDDEN, Some(POLICY_REJECTED)) => Verdict::PolicyRejected(
+            error
+                .reason
+                .or(error.message)
+                .unwrap_or_else(|| UNKNOWN_REASON.to_owned()),
+        ),
+        _ => Verdict::Failure(Failure::Status {
+            status,
+            error_type: error.kind,
+        }),
+    }
+}
+
+/// An empty body (nothing to say) or one JSON object, surrounded by JSON whitespace.
+fn is_empty_or_object(body: &[u8]) -> bool {
+    let trimmed = body.trim_ascii();
+    trimmed.is_empty()
+        || (trimmed.starts_with(b"{")
+            && serde_json::from_slice::<serde::de::IgnoredAny>(trimmed).is_ok())
+}
+
+/// The parts of `{"error":{"type","reason","message"}}` that matter; anything else is absent.
+#[derive(Debug, Default)]
+struct ErrorBody {
+    kind: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+}
+
+impl ErrorBody {
+    fn parse(body: &[u8]) -> ErrorBody {
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return ErrorBody::default();
+        };
+        let field = |name: &str| {
+            value
+                .get("error")
+                .and_then(|error| error.get(name))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        ErrorBody {
+            kind: field("type"),
+            reason: field("reason").filter(|reason| !reason.is_empty()),
+            message: field("message").filter(|message| !message.is_empty()),
+        }
+    }
+}
+
+/// How the exchange ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Print this body, exit 0.
+    Answer(Bytes),
+    /// A policy block with its reason.
+    PolicyRejected(String),
+    /// Fall back to the failure policy.
+    Failure(Failure),
+}
+
+/// What the process prints and its exit status.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Exit {
+    /// The exit status.
+    pub(crate) code: u8,
+    /// Bytes for stdout, verbatim.
+    pub(crate) stdout: Option<Bytes>,
+    /// One line for stderr, without its newline.
+    pub(crate) stderr: Option<String>,
+}
+
+/// The exit for a policy block or a failure (steps 5 and 6). Exit 2 is produced only for
+/// blocking events: elsewhere it means something else to the agent.
+pub(crate) fn exit_for(
+    outcome: Outcome,
+    agent: Agent,
+    event: Option<&str>,
+    policy: FailurePolicy,
+) -> Exit {
+    let is_blocking = agent.is_blocking_event(event);
+    let event_label = event.unwrap_or("event");
+    match outcome {
+        Outcome::Answer(body) => Exit {
+            code: 0,
+            stdout: Some(body),
+            stderr: None,
+        },
+        // The reason alone: the agent shows stderr to the model or the user as the block's
+        // explanation. A policy may deny only blocking events (SPEC §7.2); a rejection of any
+        // other event still stops with the reason, as an error rather than a block.
+        Outcome::PolicyRejected(reason) => Exit {
+            code: if is_blocking { 2 } else { 1 },
+            stdout: None,
+            stderr: Some(reason),
+        },
+        Outcome::Failure(failure) => {
+            let closed = match policy {
+                FailurePolicy::Open => false,
+                FailurePolicy::Closed => true,
+                FailurePolicy::Default => is_blocking,
+            };
+            let (code, consequence) = match (closed, is_blocking) {
+                (true, true) => (2, format!("{event_label} blocked: relay-hook fails closed")),
+                (true, false) => (1, "relay-hook fails closed".to_owned()),
+                (false, _) => (0, "continuing: relay-hook fails open".to_owned()),
+            };
+            Exit {
+                code,
+                stdout: None,
+                stderr: Some(format!("relay-hook: {failure} ({consequence})")),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,230 @@
+use super::*;
+
+fn body(text: &str) -> Bytes {
+    Bytes::copy_from_slice(text.as_bytes())
+}
+
+fn refused() -> Failure {
+    Failure::Connect {
+        address: DaemonAddress::parse("http://127.0.0.1:47632").unwrap(),
+        source: io::Error::from(io::ErrorKind::ConnectionRefused),
+    }
+}
+
+#[test]
+fn a_2xx_object_or_empty_body_is_the_answer_verbatim() {
+    for (status, text) in [
+        (StatusCode::OK, r#"{"continue":true}"#),
+        (StatusCode::OK, "{}"),
+        (StatusCode::OK, " {\n \"a\" : [1] }\r\n"),
+        (StatusCode::NO_CONTENT, ""),
+        (StatusCode::CREATED, "\n"),
+    ] {
+        match judge(status, body(text)) {
+            Verdict::Answer(answer) => assert_eq!(answer, body(text)),
+            other => panic!("{status} {text:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_2xx_body_that_is_not_one_object_is_a_failure() {
+    for text in ["[]", "\"ok\"", "ok", "{", "{} {}", "null"] {
+        match judge(StatusCode::OK, body(text)) {
+            Verdict::Failure(Failure::AnswerNotJson { status }) => {
+                assert_eq!(status, StatusCode::OK)
+            }
+            other => panic!("{text:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn only_a_503_worker_unavailable_is_retried() {
+    let unavailable = r#"{"error":{"type":"relay_worker_unavailable","message":"starting"}}"#;
+    assert!(matches!(
+        judge(StatusCode::SERVICE_UNAVAILABLE, body(unavailable)),
+        Verdict::RetryLater
+    ));
+    for (status, text) in [
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"error":{"type":"relay_other"}}"#,
+        ),
+        (StatusCode::SERVICE_UNAVAILABLE, "relay_worker_unavailable"),
+        (StatusCode::SERVICE_UNAVAILABLE, ""),
+        (StatusCode::BAD_GATEWAY, unavailable),
+        (StatusCode::TOO_MANY_REQUESTS, unavailable),
+    ] {
+        assert!(
+            matches!(
+                judge(status, body(text)),
+                Verdict::Failure(Failure::Status { .. })
+            ),
+            "{status} {text}"
+        );
+    }
+}
+
+#[test]
+fn a_policy_rejection_carries_its_reason_else_its_message() {
+    let cases = [
+        (
+            r#"{"error":{"type":"relay_policy_rejected","message":"m","reason":"no rm -rf"}}"#,
+            "no rm -rf",
+        ),
+        (
+            r#"{"error":{"type":"relay_policy_rejected","message":"denied by rule 4"}}"#,
+            "denied by rule 4",
+        ),
+        (
+            r#"{"error":{"type":"relay_policy_rejected","message":"m","reason":""}}"#,
+            "m",
+        ),
+        (
+            r#"{"error":{"type":"relay_policy_rejected","reason":7}}"#,
+            "blocked by relay policy",
+        ),
+    ];
+    for (text, reason) in cases {
+        match judge(StatusCode::FORBIDDEN, body(text)) {
+            Verdict::PolicyRejected(found) => assert_eq!(found, reason),
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+    match judge(
+        StatusCode::FORBIDDEN,
+        body(r#"{"error":{"type":"relay_cross_origin"}}"#),
+    ) {
+        Verdict::Failure(failure) => assert_eq!(
+            failure.to_string(),
+            "relay daemon answered 403 Forbidden (relay_cross_origin)"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        judge(
+            StatusCode::UNAUTHORIZED,
+            body(r#"{"error":{"type":"relay_policy_rejected","reason":"x"}}"#)
+        ),
+        Verdict::Failure(_)
+    ));
+}
+
+#[test]
+fn an_answer_is_printed_and_exits_0() {
+    let exit = exit_for(
+        Outcome::Answer(body("{}")),
+        Agent::Codex,
+        Some("PreToolUse"),
+        FailurePolicy::Closed,
+    );
+    assert_eq!(
+        exit,
+        Exit {
+            code: 0,
+            stdout: Some(body("{}")),
+            stderr: None
+        }
+    );
+}
+
+#[test]
+fn a_policy_rejection_exits_2_only_for_blocking_events() {
+    for policy in [
+        FailurePolicy::Default,
+        FailurePolicy::Open,
+        FailurePolicy::Closed,
+    ] {
+        let exit = exit_for(
+            Outcome::PolicyRejected("no".to_owned()),
+            Agent::Pi,
+            Some("tool_call"),
+            policy,
+        );
+        assert_eq!(exit.code, 2);
+        assert_eq!(exit.stderr.as_deref(), Some("no"));
+        assert_eq!(exit.stdout, None);
+
+        let exit = exit_for(
+            Outcome::PolicyRejected("no".to_owned()),
+            Agent::Claude,
+            Some("Stop"),
+            policy,
+        );
+        assert_eq!(exit.code, 1);
+        assert_eq!(exit.stderr.as_deref(), Some("no"));
+    }
+}
+
+#[test]
+fn failures_follow_the_policy_and_never_exit_2_for_other_events() {
+    let cases = [
+        // (agent, event, policy, code)
+        (Agent::Claude, Some("PreToolUse"), FailurePolicy::Default, 2),
+        (Agent::Claude, Some("PreToolUse"), FailurePolicy::Closed, 2),
+        (Agent::Claude, Some("PreToolUse"), FailurePolicy::Open, 0),
+        (
+            Agent::Codex,
+            Some("PermissionRequest"),
+            FailurePolicy::Default,
+            2,
+        ),
+        (
+            Agent::Codex,
+            Some("UserPromptSubmit"),
+            FailurePolicy::Open,
+            0,
+        ),
+        (Agent::Pi, Some("user_bash"), FailurePolicy::Default, 2),
+        (Agent::Claude, Some("Stop"), FailurePolicy::Default, 0),
+        (Agent::Claude, Some("Stop"), FailurePolicy::Closed, 1),
+        (Agent::Claude, Some("Stop"), FailurePolicy::Open, 0),
+        (Agent::Codex, Some("PostToolUse"), FailurePolicy::Closed, 1),
+        (Agent::Pi, Some("tool_result"), FailurePolicy::Closed, 1),
+        (Agent::Pi, Some("PreToolUse"), FailurePolicy::Closed, 1),
+        (Agent::Claude, None, FailurePolicy::Closed, 1),
+        (Agent::Claude, None, FailurePolicy::Default, 0),
+    ];
+    for (agent, event, policy, code) in cases {
+        let exit = exit_for(Outcome::Failure(refused()), agent, event, policy);
+        assert_eq!(exit.code, code, "{agent:?} {event:?} {policy:?}");
+        assert_eq!(exit.stdout, None);
+        let line = exit.stderr.unwrap();
+        assert!(!line.contains('\n'));
+        assert!(
+            line.starts_with("relay-hook: relay daemon at http://127.0.0.1:47632 is unreachable"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn failure_messages_are_lowercase_one_liners() {
+    let failures = [
+        Failure::PayloadTooLarge { limit: 1048576 },
+        Failure::Timeout {
+            address: DaemonAddress::parse("http://localhost:1").unwrap(),
+            timeout: Duration::from_millis(300),
+        },
+        Failure::WorkerUnavailable {
+            attempts: 3,
+            timeout: Duration::from_millis(300),
+        },
+        Failure::Status {
+            status: StatusCode::TEMPORARY_REDIRECT,
+            error_type: None,
+        },
+        Failure::AnswerTooLarge { limit: 1 },
+    ];
+    let expected = [
+        "the hook payload is larger than 1048576 bytes and was not sent",
+        "relay daemon at http://localhost:1 did not answer within 300 ms",
+        "relay worker still unavailable after 3 attempts within 300 ms (503 relay_worker_unavailable)",
+        "relay daemon answered 307 Temporary Redirect",
+        "relay daemon's answer is larger than 1 bytes",
+    ];
+    for (failure, expected) in failures.iter().zip(expected) {
+        assert_eq!(failure.to_string(), expected);
+    }
+}
