@@ -13,8 +13,8 @@ use relay_proto::{
 use subtle::ConstantTimeEq;
 
 use crate::io::{
-    Decision, Event, Input, McpRemovedReason, Output, ProbeOutcome, RemovedReason, RequestKind,
-    Ticket, WorkerDisconnectReason, launch_status,
+    CancelReason, Decision, Event, Input, McpRemovedReason, Output, ProbeOutcome, RemovedReason,
+    RequestKind, Ticket, WorkerDisconnectReason, launch_status,
 };
 use crate::persist::{PersistedBinding, PersistedGeneration, PersistedState};
 use crate::timers::TimerQueue;
@@ -82,6 +82,8 @@ struct Session {
     instance: Id,
     peer: IpAddr,
     conn: Option<ConnId>,
+    /// When its control session dropped, while it is in its grace.
+    disconnected_at: Option<Instant>,
     hint: Option<WorkerHint>,
     /// Waiting for its new binding to be durable before it is answered.
     pending_persist: Option<u64>,
@@ -114,6 +116,8 @@ enum GenStatus {
 #[derive(Debug)]
 struct Generation {
     fingerprint: Fingerprint,
+    /// The grant it registered with (`None` for one restored from the ledger).
+    activation_id: Option<Id>,
     endpoint: String,
     certificate: Bytes32,
     secret: Bytes32,
@@ -248,6 +252,7 @@ impl Broker {
                 g.worker_id,
                 Generation {
                     fingerprint: g.fingerprint,
+                    activation_id: None,
                     endpoint: g.endpoint,
                     certificate: g.certificate_sha256,
                     secret: Bytes32([0; 32]),
@@ -466,9 +471,12 @@ impl Broker {
                     }
                 }
                 Timer::StartupTick(fp) => {
-                    if let Some(RouteState::Activating { since, .. }) = self.state(fp).cloned() {
+                    if let Some(RouteState::Activating { since, grant, .. }) =
+                        self.state(fp).cloned()
+                    {
                         self.event(Event::WorkerStartupPending {
                             fingerprint: fp,
+                            activation_id: grant,
                             elapsed: now.saturating_duration_since(since),
                         });
                         self.timers
@@ -617,6 +625,7 @@ impl Broker {
                 instance,
                 peer,
                 conn: Some(conn),
+                disconnected_at: None,
                 hint,
                 pending_persist,
             },
@@ -625,6 +634,7 @@ impl Broker {
         self.event(Event::McpConnected {
             fingerprint: fp,
             instance,
+            peer,
         });
         if pending_persist.is_none() {
             self.attach_session(now, session_id);
@@ -671,7 +681,7 @@ impl Broker {
                 Directive::LaunchWorker,
             ),
             RouteState::Activating { grant: None, .. } => {
-                self.issue_grant(now, fp, Some(session_id)).map_or(
+                self.issue_grant(fp, Some(session_id)).map_or(
                     Directive::WaitForWorker {
                         retry_after_ms: retry_hint,
                     },
@@ -749,8 +759,12 @@ impl Broker {
         if !valid {
             return self.refuse(conn, Role::Mcp, RefusedCode::SessionUnknown, Some(fp));
         }
+        let mut disconnected = Duration::ZERO;
         let old = self.sessions.get_mut(&session_id).and_then(|s| {
             s.peer = peer;
+            if let Some(at) = s.disconnected_at.take() {
+                disconnected = now.saturating_duration_since(at);
+            }
             s.conn.replace(conn)
         });
         if let Some(old) = old {
@@ -767,6 +781,7 @@ impl Broker {
         self.event(Event::McpReconnected {
             fingerprint: fp,
             instance,
+            disconnected,
         });
         let directive = self.directive_for(now, fp, session_id, false);
         self.send_registered(session_id, directive);
@@ -809,13 +824,13 @@ impl Broker {
         if references == 0 {
             self.on_last_reference_left(now, fp);
         } else {
-            self.reissue_if_owner_left(now, fp, session_id);
+            self.reissue_if_owner_left(fp, session_id, CancelReason::OwnerReleased);
         }
     }
 
     /// When the grant owner is gone but other references remain, the grant is cancelled and
     /// a fresh one goes at once to another connected MCP (§5.4).
-    fn reissue_if_owner_left(&mut self, now: Instant, fp: Fingerprint, session_id: Id) {
+    fn reissue_if_owner_left(&mut self, fp: Fingerprint, session_id: Id, reason: CancelReason) {
         let Some(RouteState::Activating {
             grant: Some(grant), ..
         }) = self.state(fp).cloned()
@@ -827,8 +842,8 @@ impl Broker {
             .get(&grant)
             .is_some_and(|g| g.owner == session_id)
         {
-            self.cancel_grant(grant);
-            self.issue_grant(now, fp, None);
+            self.cancel_grant(grant, reason);
+            self.issue_grant(fp, None);
         }
     }
 
@@ -852,15 +867,17 @@ impl Broker {
                         },
                     );
                 }
+                let in_flight = self.generations.get(&worker).map_or(0, |g| g.in_flight);
                 self.event(Event::WorkerDrainStarted {
                     fingerprint: fp,
                     worker_id: worker,
+                    in_flight,
                 });
                 self.persist();
             }
             Some(RouteState::Activating { grant, worker, .. }) => {
                 if let Some(grant) = grant {
-                    self.cancel_grant(grant);
+                    self.cancel_grant(grant, CancelReason::RouteEmptied);
                 }
                 if let Some(worker) = worker {
                     self.revoke_generation(worker, RemovedReason::Revoked);
@@ -999,6 +1016,7 @@ impl Broker {
             worker_id,
             Generation {
                 fingerprint: fp,
+                activation_id: Some(activation_id),
                 endpoint,
                 certificate,
                 secret,
@@ -1026,6 +1044,7 @@ impl Broker {
             }),
         );
         self.event(Event::WorkerControlConnected {
+            conn,
             fingerprint: fp,
             worker_id,
         });
@@ -1136,6 +1155,7 @@ impl Broker {
                     return;
                 }
                 session.conn = None;
+                session.disconnected_at = Some(now);
                 let (fp, instance) = (session.fingerprint, session.instance);
                 if session.pending_persist.is_some() {
                     // Never answered: it was not yet a reference.
@@ -1152,7 +1172,7 @@ impl Broker {
                     now + self.config.reconnect_grace(),
                 );
                 // It keeps its reference but receives no grant meanwhile (§5.4).
-                self.reissue_if_owner_left(now, fp, session_id);
+                self.reissue_if_owner_left(fp, session_id, CancelReason::OwnerDisconnected);
             }
             Some(Party::Worker(worker)) => {
                 let Some(generation) = self.generations.get_mut(&worker) else {
@@ -1268,6 +1288,7 @@ impl Broker {
                         self.event(Event::WorkerReadinessFailed {
                             fingerprint: fp,
                             worker_id: worker,
+                            consecutive_failures: u32::from(strikes),
                         });
                         self.enter_recovering(now, fp, worker);
                         self.timers.set(
@@ -1288,9 +1309,18 @@ impl Broker {
                     ProbeOutcome::Ready => {
                         let live = self.routes.get(&fp).is_some_and(|r| !r.sessions.is_empty());
                         if connected && live {
+                            let since = match self.state(fp) {
+                                Some(RouteState::Recovering { deadline, .. }) => {
+                                    deadline.checked_sub(self.config.reconnect_grace())
+                                }
+                                _ => None,
+                            };
+                            let disconnected = since
+                                .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
                             self.event(Event::WorkerControlReconnected {
                                 fingerprint: fp,
                                 worker_id: worker,
+                                disconnected,
                             });
                             self.publish(now, fp, worker);
                         }
@@ -1343,7 +1373,8 @@ impl Broker {
                     // No backoff for a crash of a worker that served (§5.4).
                     self.relaunch_or_empty(now, fp);
                 } else if self.routes.get(&fp).is_some_and(|r| !r.sessions.is_empty()) {
-                    self.enter_pass_through(now, fp, "worker_exited_before_serving");
+                    let activation_id = self.generations.get(&worker).and_then(|g| g.activation_id);
+                    self.enter_pass_through(now, fp, activation_id, "worker_exited_before_serving");
                 } else {
                     self.enter_empty(fp);
                 }
@@ -1379,17 +1410,12 @@ impl Broker {
         };
         self.timers
             .set(Timer::StartupTick(fp), now + self.config.startup_progress());
-        self.issue_grant(now, fp, prefer)
+        self.issue_grant(fp, prefer)
     }
 
     /// Gives the waiting route's grant to `prefer` if connected, else to the first connected
     /// MCP of the route. A grant sent to another MCP goes out as `LaunchWorker`.
-    fn issue_grant(
-        &mut self,
-        now: Instant,
-        fp: Fingerprint,
-        prefer: Option<Id>,
-    ) -> Option<WireGrant> {
+    fn issue_grant(&mut self, fp: Fingerprint, prefer: Option<Id>) -> Option<WireGrant> {
         let connected = |b: &Broker, s: &Id| {
             b.sessions
                 .get(s)
@@ -1425,11 +1451,14 @@ impl Broker {
         if let RouteState::Activating { grant, .. } = &mut self.route_mut(fp).state {
             *grant = Some(activation_id);
         }
+        let owner_instance = self.sessions.get(&owner).map_or(owner, |s| s.instance);
+        let attempt = self.routes.get(&fp).map_or(0, |r| r.attempt);
         self.event(Event::WorkerStaged {
             fingerprint: fp,
             activation_id,
+            owner_instance,
+            attempt,
         });
-        let _ = now;
         if Some(owner) == prefer {
             return Some(wire);
         }
@@ -1439,7 +1468,7 @@ impl Broker {
         None
     }
 
-    fn cancel_grant(&mut self, activation_id: Id) {
+    fn cancel_grant(&mut self, activation_id: Id, reason: CancelReason) {
         let Some(grant) = self.grants.get_mut(&activation_id) else {
             return;
         };
@@ -1466,11 +1495,14 @@ impl Broker {
         self.event(Event::WorkerActivationCancelled {
             fingerprint: fp,
             activation_id,
+            reason,
         });
     }
 
     fn activation_failed(&mut self, now: Instant, fp: Fingerprint, reason: &str) {
+        let mut activation_id = None;
         if let Some(RouteState::Activating { grant, worker, .. }) = self.state(fp).cloned() {
+            activation_id = grant;
             if let Some(worker) = worker {
                 self.revoke_generation(worker, RemovedReason::Crashed);
             }
@@ -1481,11 +1513,17 @@ impl Broker {
                 g.state = GrantState::Cancelled;
             }
         }
-        self.enter_pass_through(now, fp, reason);
+        self.enter_pass_through(now, fp, activation_id, reason);
     }
 
     /// `PassThrough` until `now + backoff`; the backoff doubles up to its cap.
-    fn enter_pass_through(&mut self, now: Instant, fp: Fingerprint, reason: &str) {
+    fn enter_pass_through(
+        &mut self,
+        now: Instant,
+        fp: Fingerprint,
+        activation_id: Option<Id>,
+        reason: &str,
+    ) {
         let base = BrokerConfig::ms(self.config.timers.retry_base_ms);
         let cap = BrokerConfig::ms(self.config.timers.retry_cap_ms);
         self.clear_route_timers(fp);
@@ -1498,11 +1536,14 @@ impl Broker {
         route.backoff = (delay * 2).min(cap);
         let retry_at = now + delay;
         route.state = RouteState::PassThrough { retry_at };
+        let attempt = route.attempt;
         self.timers.set(Timer::Retry(fp), retry_at);
         self.event(Event::WorkerActivationFailed {
             fingerprint: fp,
+            activation_id,
             reason: reason.to_owned(),
             retry_after: delay,
+            attempt,
         });
         self.broadcast(fp, Message::UsePassThrough);
     }
@@ -1525,9 +1566,11 @@ impl Broker {
         self.timers
             .set(Timer::Probe(worker), now + self.config.probe_interval);
         if let Some(since) = since {
+            let activation_id = self.generations.get(&worker).and_then(|g| g.activation_id);
             self.event(Event::WorkerAdded {
                 fingerprint: fp,
                 worker_id: worker,
+                activation_id,
                 startup_elapsed: now.saturating_duration_since(since),
             });
         }
@@ -1674,7 +1717,7 @@ impl Broker {
         match self.state(fp).cloned() {
             Some(RouteState::Activating { grant, worker, .. }) => {
                 if let Some(grant) = grant {
-                    self.cancel_grant(grant);
+                    self.cancel_grant(grant, CancelReason::Revoked);
                 }
                 if let Some(worker) = worker {
                     self.revoke_generation(worker, RemovedReason::Revoked);
@@ -2084,6 +2127,7 @@ impl Broker {
         fingerprint: Option<Fingerprint>,
     ) {
         self.event(Event::RegistrationRefused {
+            conn,
             role,
             reason: code,
             fingerprint,

@@ -139,6 +139,7 @@ pub enum Output {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     RegistrationRefused {
+        conn: ConnId,
         role: Role,
         reason: RefusedCode,
         fingerprint: Option<Fingerprint>,
@@ -169,10 +170,12 @@ pub enum Event {
     McpConnected {
         fingerprint: Fingerprint,
         instance: Id,
+        peer: IpAddr,
     },
     McpReconnected {
         fingerprint: Fingerprint,
         instance: Id,
+        disconnected: Duration,
     },
     McpDisconnected {
         fingerprint: Fingerprint,
@@ -182,14 +185,18 @@ pub enum Event {
     WorkerStaged {
         fingerprint: Fingerprint,
         activation_id: Id,
+        owner_instance: Id,
+        attempt: u32,
     },
     WorkerStartupPending {
         fingerprint: Fingerprint,
+        activation_id: Option<Id>,
         elapsed: Duration,
     },
     WorkerAdded {
         fingerprint: Fingerprint,
         worker_id: Id,
+        activation_id: Option<Id>,
         startup_elapsed: Duration,
     },
     WorkerReady {
@@ -202,20 +209,25 @@ pub enum Event {
     },
     WorkerActivationFailed {
         fingerprint: Fingerprint,
+        activation_id: Option<Id>,
         reason: String,
         retry_after: Duration,
+        attempt: u32,
     },
     WorkerActivationCancelled {
         fingerprint: Fingerprint,
         activation_id: Id,
+        reason: CancelReason,
     },
     WorkerControlConnected {
+        conn: ConnId,
         fingerprint: Fingerprint,
         worker_id: Id,
     },
     WorkerControlReconnected {
         fingerprint: Fingerprint,
         worker_id: Id,
+        disconnected: Duration,
     },
     WorkerControlDisconnected {
         fingerprint: Fingerprint,
@@ -229,6 +241,7 @@ pub enum Event {
     WorkerReadinessFailed {
         fingerprint: Fingerprint,
         worker_id: Id,
+        consecutive_failures: u32,
     },
     WorkerRecoveryStarted {
         fingerprint: Fingerprint,
@@ -241,12 +254,22 @@ pub enum Event {
     WorkerDrainStarted {
         fingerprint: Fingerprint,
         worker_id: Id,
+        in_flight: u32,
     },
     WorkerRemoved {
         fingerprint: Fingerprint,
         worker_id: Id,
         reason: RemovedReason,
     },
+}
+
+/// Why a launch grant was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    OwnerDisconnected,
+    OwnerReleased,
+    RouteEmptied,
+    Revoked,
 }
 
 /// Why an MCP stopped being a reference.

@@ -22,8 +22,8 @@ mod types;
 
 pub use broker::Broker;
 pub use io::{
-    Decision, Event, Input, McpRemovedReason, Output, ProbeOutcome, RemovedReason, RequestKind,
-    Ticket, WorkerDisconnectReason,
+    CancelReason, Decision, Event, Input, McpRemovedReason, Output, ProbeOutcome, RemovedReason,
+    RequestKind, Ticket, WorkerDisconnectReason,
 };
 pub use persist::{PersistedBinding, PersistedGeneration, PersistedState};
 pub use types::{

@@ -51,6 +51,12 @@ macro_rules! log_values {
                     $($name::$variant => $text,)+
                 }
             }
+
+            /// The value written as `code`, so other crates' codes map without a
+            /// dependency between them.
+            pub fn from_code(code: &str) -> Option<$name> {
+                Self::ALL.iter().copied().find(|value| value.as_str() == code)
+            }
         }
 
         impl fmt::Display for $name {
@@ -431,14 +437,16 @@ pub enum Lifecycle<'a> {
     /// A worker start-up is still running, every `startup_progress_secs` (info).
     WorkerStartupPending {
         fingerprint: &'a str,
-        activation_id: Uuid,
+        /// `None` while no MCP is connected to take the grant.
+        activation_id: Option<Uuid>,
         elapsed_ms: u64,
     },
     /// A worker generation was published (info).
     WorkerAdded {
         fingerprint: &'a str,
         worker_id: Uuid,
-        activation_id: Uuid,
+        /// `None` for a generation restored after a daemon restart.
+        activation_id: Option<Uuid>,
         startup_elapsed_ms: u64,
     },
     /// A worker is ready; logged by the daemon and by the worker itself (info).
@@ -812,7 +820,7 @@ impl Lifecycle<'_> {
                 elapsed_ms,
             } => lifecycle_event!(INFO, name, "worker start-up still pending";
                 fingerprint = digest_prefix(fingerprint),
-                activation_id = %activation_id,
+                activation_id = activation_id.map(|id| id.to_string()),
                 elapsed_ms,
             ),
             Lifecycle::WorkerAdded {
@@ -823,7 +831,7 @@ impl Lifecycle<'_> {
             } => lifecycle_event!(INFO, name, "worker added";
                 fingerprint = digest_prefix(fingerprint),
                 worker_id = %worker_id,
-                activation_id = %activation_id,
+                activation_id = activation_id.map(|id| id.to_string()),
                 startup_elapsed_ms,
             ),
             Lifecycle::WorkerReady {

@@ -13,10 +13,16 @@
 pub mod body;
 pub mod config;
 pub mod conn;
+pub mod control;
 pub mod front;
 pub mod headers;
 pub mod metrics;
+pub mod plugins;
 pub mod routes;
 pub mod server;
+pub mod shell;
+pub mod state;
 pub mod tls;
 pub mod upstream;
+pub mod worker;
+pub mod worker_client;

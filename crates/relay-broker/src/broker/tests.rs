@@ -459,6 +459,7 @@ fn describe_event(event: &Event) -> String {
             role,
             reason,
             fingerprint,
+            ..
         } => format!(
             "control_registration_refused {} {} {}",
             role.as_str(),
@@ -516,6 +517,7 @@ fn describe_event(event: &Event) -> String {
         Event::WorkerStaged {
             fingerprint,
             activation_id,
+            ..
         } => {
             format!(
                 "worker_staged {} {}",
@@ -526,6 +528,7 @@ fn describe_event(event: &Event) -> String {
         Event::WorkerStartupPending {
             fingerprint,
             elapsed,
+            ..
         } => {
             format!(
                 "worker_startup_pending {} {}ms",
@@ -537,6 +540,7 @@ fn describe_event(event: &Event) -> String {
             fingerprint,
             worker_id,
             startup_elapsed,
+            ..
         } => format!(
             "worker_added {} {} {}ms",
             fp_name(fingerprint),
@@ -566,6 +570,7 @@ fn describe_event(event: &Event) -> String {
             fingerprint,
             reason,
             retry_after,
+            ..
         } => format!(
             "worker_activation_failed {} {reason} retry_after={}ms",
             fp_name(fingerprint),
@@ -574,6 +579,7 @@ fn describe_event(event: &Event) -> String {
         Event::WorkerActivationCancelled {
             fingerprint,
             activation_id,
+            ..
         } => format!(
             "worker_activation_cancelled {} {}",
             fp_name(fingerprint),
@@ -582,6 +588,7 @@ fn describe_event(event: &Event) -> String {
         Event::WorkerControlConnected {
             fingerprint,
             worker_id,
+            ..
         } => {
             format!(
                 "worker_control_connected {} {}",
@@ -592,6 +599,7 @@ fn describe_event(event: &Event) -> String {
         Event::WorkerControlReconnected {
             fingerprint,
             worker_id,
+            ..
         } => {
             format!(
                 "worker_control_reconnected {} {}",
@@ -623,6 +631,7 @@ fn describe_event(event: &Event) -> String {
         Event::WorkerReadinessFailed {
             fingerprint,
             worker_id,
+            ..
         } => {
             format!(
                 "worker_readiness_failed {} {}",
@@ -653,6 +662,7 @@ fn describe_event(event: &Event) -> String {
         Event::WorkerDrainStarted {
             fingerprint,
             worker_id,
+            ..
         } => {
             format!(
                 "worker_drain_started {} {}",

@@ -202,13 +202,13 @@ fn samples(context: &Context) -> Vec<Lifecycle<'_>> {
         },
         Lifecycle::WorkerStartupPending {
             fingerprint: FINGERPRINT,
-            activation_id: activation(),
+            activation_id: Some(activation()),
             elapsed_ms: 60_000,
         },
         Lifecycle::WorkerAdded {
             fingerprint: FINGERPRINT,
             worker_id: worker(),
-            activation_id: activation(),
+            activation_id: Some(activation()),
             startup_elapsed_ms: 120,
         },
         Lifecycle::WorkerReady {

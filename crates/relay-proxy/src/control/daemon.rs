@@ -1,0 +1,631 @@
+//! The daemon's side of control sessions: the WebSocket upgrade with the per-address
+//! limits of §5.8, the signed handshake of §5.2, and one task per session that moves
+//! frames between the socket and the [`Shell`].
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use relay_broker::{ConnId, Digest, Fingerprint, Input, WorkerDisconnectReason};
+use relay_identity::{HandshakeFields, PublicKey, RouteToken, Secret32, SigningKey, Transcript};
+use relay_proto::{
+    Bytes32, Challenge, Id, Message, Refused, RefusedCode, Role, SUPPORTED_PROTOCOLS, Signature,
+    Text,
+};
+use tokio::task::JoinSet;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+use super::client::encode_fields;
+use super::wire::{Transport, TransportError, ws_config};
+use crate::body::ResponseBody;
+use crate::shell::{Outbound, Shell, control_role, refusal_reason};
+
+/// Everything the daemon's control plane needs, fixed at start-up.
+pub struct ControlOptions {
+    pub daemon_key: Arc<SigningKey>,
+    /// Normalized origins a client may name in `Hello` (the advertised origin, and on a
+    /// loopback bind `http://127.0.0.1:<port>` and `http://localhost:<port>`).
+    pub origins: Vec<String>,
+    pub challenge_ttl: Duration,
+    pub challenge_window: Duration,
+    pub challenge_limit: u32,
+    pub max_sessions_per_ip: u32,
+    pub ping: Duration,
+    pub pong_timeout: Duration,
+    /// Networks remote workers may name as their endpoint (§5.5).
+    pub worker_networks: Vec<ipnet::Ipv4Net>,
+    /// The daemon's own addresses, never accepted as a remote worker endpoint.
+    pub own_addresses: Vec<IpAddr>,
+}
+
+impl std::fmt::Debug for ControlOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlOptions")
+            .field("origins", &self.origins)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The daemon's control plane.
+pub struct ControlPlane {
+    options: ControlOptions,
+    shell: Arc<Shell>,
+    next_conn: AtomicU64,
+    /// Handshakes per non-loopback address in the current window.
+    handshakes: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
+    /// Open sessions per non-loopback address.
+    sessions_per_ip: Mutex<HashMap<IpAddr, u32>>,
+    tasks: Mutex<JoinSet<()>>,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane").finish_non_exhaustive()
+    }
+}
+
+/// Why a session ended, for the broker and the logs.
+fn disconnect_reason(error: &TransportError) -> WorkerDisconnectReason {
+    match error {
+        TransportError::Closed => WorkerDisconnectReason::PeerClosed,
+        TransportError::Timeout => WorkerDisconnectReason::PongTimeout,
+        _ => WorkerDisconnectReason::CommunicationFailed,
+    }
+}
+
+impl ControlPlane {
+    pub fn new(options: ControlOptions, shell: Arc<Shell>) -> Arc<ControlPlane> {
+        Arc::new(ControlPlane {
+            options,
+            shell,
+            next_conn: AtomicU64::new(1),
+            handshakes: Mutex::new(HashMap::new()),
+            sessions_per_ip: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(JoinSet::new()),
+        })
+    }
+
+    pub fn shell(&self) -> &Arc<Shell> {
+        &self.shell
+    }
+
+    /// Closes every session (the daemon stops; clients enter their reconnect grace).
+    pub async fn shutdown(&self) {
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut tasks = tasks;
+        tasks.shutdown().await;
+    }
+
+    /// Answers a WebSocket upgrade on a control path and starts the session task.
+    pub fn upgrade(
+        self: &Arc<Self>,
+        mut req: Request<Incoming>,
+        role: Role,
+        peer: SocketAddr,
+    ) -> Response<ResponseBody> {
+        let headers = req.headers();
+        let is_websocket = headers
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+        let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
+        let version_ok = headers
+            .get(header::SEC_WEBSOCKET_VERSION)
+            .is_some_and(|v| v.as_bytes() == b"13");
+        let (true, Some(key), true) = (is_websocket, key, version_ok) else {
+            let mut res = crate::front::error(
+                StatusCode::UPGRADE_REQUIRED,
+                relay_proto::ErrorKind::RelayUpgradeRequired,
+                "control sessions are WebSocket version 13",
+            );
+            res.headers_mut().insert(
+                header::SEC_WEBSOCKET_VERSION,
+                HeaderValue::from_static("13"),
+            );
+            return res;
+        };
+        let ip = peer.ip();
+        if !ip.is_loopback()
+            && let Some(retry_after) = self.rate_limited(ip)
+        {
+            {
+                relay_logging::Lifecycle::ControlRateLimited {
+                    role: control_role(role),
+                    peer: ip,
+                    retry_after_secs: retry_after,
+                }
+                .emit();
+                let mut res = crate::front::error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    relay_proto::ErrorKind::RelayTooManyRequests,
+                    "too many control handshakes from this address",
+                );
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+                return res;
+            }
+        }
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        let plane = self.clone();
+        self.spawn(async move {
+            let Ok(upgraded) = on_upgrade.await else {
+                return;
+            };
+            let ws = WebSocketStream::from_raw_socket(
+                TokioIo::new(upgraded),
+                WsRole::Server,
+                Some(ws_config()),
+            )
+            .await;
+            plane.session(Transport::new(ws), role, peer).await;
+        });
+        let mut res = Response::new(ResponseBody::empty());
+        *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+        let headers = res.headers_mut();
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        if let Ok(accept) = HeaderValue::from_str(&accept) {
+            headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+        }
+        res
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        if let Ok(mut tasks) = self.tasks.lock() {
+            while tasks.try_join_next().is_some() {}
+            tasks.spawn(task);
+        }
+    }
+
+    /// Counts a handshake of a non-loopback address; `Some(retry_after_secs)` when over the
+    /// limit of §5.2.
+    fn rate_limited(&self, ip: IpAddr) -> Option<u64> {
+        let now = Instant::now();
+        let mut handshakes = self.handshakes.lock().ok()?;
+        let window = self.options.challenge_window;
+        let recent = handshakes.entry(ip).or_default();
+        while recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= window)
+        {
+            recent.pop_front();
+        }
+        if recent.len() >= self.options.challenge_limit as usize {
+            let oldest = recent.front().copied().unwrap_or(now);
+            let wait = window.saturating_sub(now.duration_since(oldest));
+            return Some(wait.as_secs_f64().ceil().max(1.0) as u64);
+        }
+        recent.push_back(now);
+        None
+    }
+
+    async fn session<S>(self: Arc<Self>, mut transport: Transport<S>, role: Role, peer: SocketAddr)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let ip = peer.ip();
+        let remote = !ip.is_loopback();
+        if remote && !self.take_ip_slot(ip) {
+            refuse(&mut transport, role, RefusedCode::SessionLimit, ip, None).await;
+            return;
+        }
+        let registered = self.handshake(&mut transport, role, peer).await;
+        if let Some((conn, receiver)) = registered {
+            let reason = self
+                .serve(&mut transport, role, conn, receiver, remote)
+                .await;
+            self.shell.detach(conn, reason);
+        }
+        if remote {
+            self.release_ip_slot(ip);
+        }
+    }
+
+    fn take_ip_slot(&self, ip: IpAddr) -> bool {
+        let Ok(mut counts) = self.sessions_per_ip.lock() else {
+            return false;
+        };
+        let count = counts.entry(ip).or_default();
+        if *count >= self.options.max_sessions_per_ip {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    fn release_ip_slot(&self, ip: IpAddr) {
+        if let Ok(mut counts) = self.sessions_per_ip.lock()
+            && let Some(count) = counts.get_mut(&ip)
+        {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&ip);
+            }
+        }
+    }
+
+    /// `Hello` → `Challenge` → `Register…`; on success the session is attached to the shell
+    /// and its registration handed to the broker.
+    async fn handshake<S>(
+        &self,
+        transport: &mut Transport<S>,
+        role: Role,
+        peer: SocketAddr,
+    ) -> Option<(ConnId, tokio::sync::mpsc::Receiver<Outbound>)>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let ip = peer.ip();
+        let ttl = self.options.challenge_ttl;
+        let hello = match transport.recv_within(ttl).await {
+            Ok(frame) => match frame.message {
+                Message::Hello(hello) => hello,
+                _ => {
+                    transport.close(CloseCode::Protocol, "expected Hello").await;
+                    return None;
+                }
+            },
+            Err(TransportError::Frame(e)) if e.is_protocol_unsupported() => {
+                refuse(transport, role, RefusedCode::ProtocolUnsupported, ip, None).await;
+                return None;
+            }
+            Err(_) => {
+                transport.close(CloseCode::Protocol, "expected Hello").await;
+                return None;
+            }
+        };
+        let Some(selected) = SUPPORTED_PROTOCOLS.highest_common(&hello.protocols) else {
+            refuse(transport, role, RefusedCode::ProtocolUnsupported, ip, None).await;
+            return None;
+        };
+        let client_key = PublicKey::from_bytes(hello.machine_key.0);
+        let fingerprint = Fingerprint(*client_key.fingerprint().as_bytes());
+        if hello.role != role
+            || !self
+                .options
+                .origins
+                .iter()
+                .any(|o| o == hello.target_origin.as_str())
+        {
+            refuse(
+                transport,
+                role,
+                RefusedCode::TranscriptMismatch,
+                ip,
+                Some(fingerprint),
+            )
+            .await;
+            return None;
+        }
+        let (Ok(daemon_nonce), Ok(challenge_id)) = (Secret32::generate(), Secret32::generate())
+        else {
+            transport.close(CloseCode::Error, "no randomness").await;
+            return None;
+        };
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&challenge_id.as_bytes()[..16]);
+        let daemon_key = self.options.daemon_key.public_key();
+        let transcript = Transcript::new(&HandshakeFields {
+            target_origin: hello.target_origin.as_str(),
+            role: role.transcript_byte(),
+            selected_protocol: selected,
+            challenge_id: id,
+            client_nonce: hello.client_nonce.0,
+            daemon_nonce: *daemon_nonce.as_bytes(),
+            client_key,
+            daemon_key,
+        });
+        let challenge = Challenge {
+            daemon_key: relay_proto::PublicKey(*daemon_key.as_bytes()),
+            daemon_nonce: Bytes32(*daemon_nonce.as_bytes()),
+            challenge_id: Id(id),
+            selected_protocol: selected,
+            signature: Signature(transcript.sign_challenge(&self.options.daemon_key)),
+        };
+        if transport
+            .send(&Message::Challenge(challenge))
+            .await
+            .is_err()
+        {
+            return None;
+        }
+        // The challenge is single-use and expires (§5.2).
+        let frame = match transport.recv_within(ttl).await {
+            Ok(frame) => frame,
+            Err(TransportError::Timeout) => {
+                refuse(
+                    transport,
+                    role,
+                    RefusedCode::ChallengeExpired,
+                    ip,
+                    Some(fingerprint),
+                )
+                .await;
+                return None;
+            }
+            Err(_) => return None,
+        };
+        let (signed, signature, input_for) = match (role, frame.message) {
+            (Role::Mcp, Message::RegisterMcp(m)) => (
+                encode_fields(&m.fields),
+                m.signature,
+                Pending::Mcp(m.fields),
+            ),
+            (Role::Mcp, Message::ResumeMcp(m)) => (
+                encode_fields(&m.fields),
+                m.signature,
+                Pending::ResumeMcp(m.fields),
+            ),
+            (Role::Worker, Message::RegisterWorker(m)) => (
+                encode_fields(&m.fields),
+                m.signature,
+                Pending::Worker(m.fields),
+            ),
+            (Role::Worker, Message::ResumeWorker(m)) => (
+                encode_fields(&m.fields),
+                m.signature,
+                Pending::ResumeWorker(m.fields),
+            ),
+            _ => {
+                transport
+                    .close(CloseCode::Protocol, "expected a registration")
+                    .await;
+                return None;
+            }
+        };
+        if transcript
+            .verify_registration(&signed, &signature.0)
+            .is_err()
+        {
+            refuse(
+                transport,
+                role,
+                RefusedCode::BadSignature,
+                ip,
+                Some(fingerprint),
+            )
+            .await;
+            return None;
+        }
+        let conn = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
+        let input = match input_for {
+            Pending::Mcp(fields) => Input::McpRegister {
+                conn,
+                fingerprint,
+                digest: Digest(
+                    *RouteToken::from_bytes(fields.credential.0)
+                        .digest()
+                        .as_bytes(),
+                ),
+                instance: hello.instance_id,
+                peer: ip,
+                hint: fields.worker_hint,
+            },
+            Pending::ResumeMcp(fields) => Input::McpResume {
+                conn,
+                fingerprint,
+                session_id: fields.session_id,
+                resume_token: fields.resume_token,
+                peer: ip,
+            },
+            Pending::Worker(fields) => {
+                if !self.endpoint_allowed(fields.endpoint.as_str(), ip) {
+                    refuse(
+                        transport,
+                        role,
+                        RefusedCode::EndpointNotAllowed,
+                        ip,
+                        Some(fingerprint),
+                    )
+                    .await;
+                    return None;
+                }
+                Input::WorkerRegister {
+                    conn,
+                    fingerprint,
+                    activation_id: fields.activation_id,
+                    activation_token: fields.activation_token,
+                    endpoint: fields.endpoint.as_str().to_owned(),
+                    certificate_sha256: fields.certificate_sha256,
+                }
+            }
+            Pending::ResumeWorker(fields) => Input::WorkerResume {
+                conn,
+                fingerprint,
+                worker_id: fields.worker_id,
+                certificate_sha256: fields.certificate_sha256,
+            },
+        };
+        let receiver = self.shell.attach(conn, ip);
+        self.shell.input(input);
+        Some((conn, receiver))
+    }
+
+    /// §5.5: `127.0.0.1` for a loopback session; for a remote one the peer's own address or
+    /// one in `worker_networks`, and never a loopback, link-local, multicast, unspecified
+    /// or daemon-owned address.
+    fn endpoint_allowed(&self, endpoint: &str, peer: IpAddr) -> bool {
+        endpoint_allowed(
+            endpoint,
+            peer,
+            &self.options.worker_networks,
+            &self.options.own_addresses,
+        )
+    }
+
+    /// Moves frames until the session ends; returns why it ended.
+    async fn serve<S>(
+        &self,
+        transport: &mut Transport<S>,
+        role: Role,
+        conn: ConnId,
+        mut outbound: tokio::sync::mpsc::Receiver<Outbound>,
+        remote: bool,
+    ) -> WorkerDisconnectReason
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        // Loopback sessions need no pings (§5.1); remote ones are pinged and must answer.
+        let ping_every = if remote {
+            self.options.ping
+        } else {
+            Duration::from_secs(3600 * 24 * 365)
+        };
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + ping_every, ping_every);
+        let mut last_heard = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                out = outbound.recv() => match out {
+                    Some(Outbound::Message(message)) => {
+                        let refused = matches!(*message, Message::Refused(_));
+                        if transport.send(&message).await.is_err() {
+                            return WorkerDisconnectReason::CommunicationFailed;
+                        }
+                        if refused {
+                            transport.close(CloseCode::Policy, "refused").await;
+                            return WorkerDisconnectReason::PeerClosed;
+                        }
+                    }
+                    Some(Outbound::Close) | None => {
+                        transport.close(CloseCode::Normal, "closed by the daemon").await;
+                        return WorkerDisconnectReason::PeerClosed;
+                    }
+                },
+                frame = transport.recv() => match frame {
+                    Ok(None) => last_heard = tokio::time::Instant::now(),
+                    Ok(Some(frame)) => {
+                        last_heard = tokio::time::Instant::now();
+                        match session_input(role, conn, frame.message) {
+                            Some(input) => self.shell.input(input),
+                            None => {
+                                transport.close(CloseCode::Protocol, "unexpected message").await;
+                                return WorkerDisconnectReason::CommunicationFailed;
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        if matches!(error, TransportError::Frame(_) | TransportError::TextFrame) {
+                            transport.close(CloseCode::Protocol, "malformed message").await;
+                        }
+                        return disconnect_reason(&error);
+                    }
+                },
+                _ = ping.tick() => {
+                    if last_heard.elapsed() > ping_every + self.options.pong_timeout {
+                        transport.close(CloseCode::Away, "pong timeout").await;
+                        return WorkerDisconnectReason::PongTimeout;
+                    }
+                    if transport.ping().await.is_err() {
+                        return WorkerDisconnectReason::CommunicationFailed;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A registration waiting for its checks.
+enum Pending {
+    Mcp(relay_proto::RegisterMcpFields),
+    ResumeMcp(relay_proto::ResumeMcpFields),
+    Worker(relay_proto::RegisterWorkerFields),
+    ResumeWorker(relay_proto::ResumeWorkerFields),
+}
+
+/// The broker input of an in-session message, or `None` when the role may not send it.
+fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
+    Some(match (role, message) {
+        (Role::Mcp, Message::Release) => Input::McpRelease { conn },
+        (Role::Mcp, Message::ActivationFailed(m)) => Input::McpActivationFailed {
+            conn,
+            activation_id: m.activation_id,
+            reason: m.failure_reason.as_str().to_owned(),
+        },
+        (Role::Mcp, Message::WorkerExited(m)) => Input::McpWorkerExited {
+            conn,
+            activation_id: m.activation_id,
+        },
+        (Role::Mcp, Message::LaunchStatus { activation_id }) => Input::McpLaunchStatus {
+            conn,
+            activation_id,
+        },
+        (Role::Worker, Message::Ready) => Input::WorkerReady { conn },
+        (Role::Worker, Message::WorkerActivationFailed(m)) => Input::WorkerActivationFailed {
+            conn,
+            reason: m.failure_reason.as_str().to_owned(),
+        },
+        (Role::Worker, Message::Stopping) => Input::WorkerStopping { conn },
+        _ => return None,
+    })
+}
+
+/// Sends a typed refusal, logs it, and closes (§5.8).
+async fn refuse<S>(
+    transport: &mut Transport<S>,
+    role: Role,
+    code: RefusedCode,
+    peer: IpAddr,
+    fingerprint: Option<Fingerprint>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let fp = fingerprint.map(|f| f.to_hex());
+    relay_logging::Lifecycle::ControlRegistrationRefused {
+        role: control_role(role),
+        reason: refusal_reason(code),
+        peer,
+        fingerprint: fp.as_deref(),
+    }
+    .emit();
+    let refused = Message::Refused(Refused {
+        code: code.code(),
+        text: Text::truncated(code.as_str()),
+        supported: SUPPORTED_PROTOCOLS,
+    });
+    let _ = transport.send(&refused).await;
+    transport.close(CloseCode::Policy, "refused").await;
+}
+
+/// The endpoint rule of §5.5, as a pure function.
+pub fn endpoint_allowed(
+    endpoint: &str,
+    peer: IpAddr,
+    networks: &[ipnet::Ipv4Net],
+    own: &[IpAddr],
+) -> bool {
+    let Ok(addr) = endpoint.parse::<SocketAddr>() else {
+        return false;
+    };
+    let IpAddr::V4(host) = addr.ip() else {
+        return false;
+    };
+    if addr.port() == 0 {
+        return false;
+    }
+    if peer.is_loopback() {
+        return host == std::net::Ipv4Addr::LOCALHOST;
+    }
+    if host.is_loopback()
+        || host.is_link_local()
+        || host.is_multicast()
+        || host.is_unspecified()
+        || host.is_broadcast()
+        || own.contains(&IpAddr::V4(host))
+    {
+        return false;
+    }
+    IpAddr::V4(host) == peer || networks.iter().any(|net| net.contains(&host))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,765 @@
+//! The async shell around the pure broker (SPEC §5.4, §11): it feeds inputs with `now`,
+//! executes the outputs (messages to control sessions, readiness probes, state writes,
+//! log events), and arms one timer from `poll_timeout`.
+//!
+//! The broker sits behind a mutex that is held only for `handle` and for draining its
+//! outputs, never across an await; outputs are executed after the lock is released.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use relay_broker::{
+    Broker, BrokerConfig, CancelReason, ConnId, Decision, Digest, Entropy, Event, Input,
+    McpRemovedReason, Output, ProbeOutcome, RemovedReason, RequestKind, Ticket,
+    WorkerDisconnectReason,
+};
+use relay_proto::{Bytes32, Id, Message};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::metrics::Metrics;
+use crate::state::StateStore;
+use crate::worker_client::{WorkerClient, WorkerTarget};
+
+/// What the shell hands a control session's task.
+#[derive(Debug)]
+pub enum Outbound {
+    Message(Box<Message>),
+    Close,
+}
+
+/// Queue length per control session (§5.8): a session that cannot keep up is closed.
+pub const SESSION_QUEUE: usize = 64;
+
+/// The OS random generator, for the broker's fresh ids and secrets.
+#[derive(Debug)]
+pub struct OsEntropy;
+
+impl Entropy for OsEntropy {
+    fn id(&mut self) -> Id {
+        Id::from(uuid::Uuid::now_v7())
+    }
+
+    fn secret(&mut self) -> Bytes32 {
+        // SystemRandom only fails when the OS has no entropy source at all, in which case
+        // the daemon cannot run safely: a zero secret would be guessable, so abort.
+        match relay_identity::Secret32::generate() {
+            Ok(secret) => Bytes32(*secret.as_bytes()),
+            Err(_) => std::process::abort(),
+        }
+    }
+}
+
+struct Attached {
+    sender: mpsc::Sender<Outbound>,
+    peer: IpAddr,
+}
+
+/// Drives the broker.
+pub struct Shell {
+    broker: Mutex<Broker>,
+    sessions: Mutex<HashMap<ConnId, Attached>>,
+    /// Woken after every input: requests waiting for an activating route re-ask.
+    changed: Notify,
+    /// Woken when the broker's next deadline may have moved.
+    timer: Notify,
+    workers: WorkerClient,
+    persist: watch::Sender<u64>,
+    state: StateStore,
+    metrics: Arc<Metrics>,
+    tasks: Mutex<JoinSet<()>>,
+    /// True while state cannot be written (§4.4): `/healthz` says `degraded`.
+    degraded: std::sync::atomic::AtomicBool,
+    grace: Duration,
+    drain: Duration,
+}
+
+impl std::fmt::Debug for Shell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shell").finish_non_exhaustive()
+    }
+}
+
+impl Shell {
+    /// A shell around a broker restored from `state`. Call [`Shell::run`] to drive its
+    /// timer and state writes.
+    pub fn new(
+        config: BrokerConfig,
+        state: StateStore,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Shell>, crate::state::StateError> {
+        let persisted = state.load()?;
+        let grace = Duration::from_millis(config.timers.reconnect_grace_ms);
+        let drain = Duration::from_millis(config.timers.drain_ms);
+        let mut broker = Broker::new(config, Box::new(OsEntropy));
+        broker.restore(Instant::now(), persisted);
+        let (persist, _) = watch::channel(0);
+        Ok(Arc::new(Shell {
+            broker: Mutex::new(broker),
+            sessions: Mutex::new(HashMap::new()),
+            changed: Notify::new(),
+            timer: Notify::new(),
+            workers: WorkerClient::new(),
+            persist,
+            state,
+            metrics,
+            tasks: Mutex::new(JoinSet::new()),
+            degraded: std::sync::atomic::AtomicBool::new(false),
+            grace,
+            drain,
+        }))
+    }
+
+    pub fn workers(&self) -> &WorkerClient {
+        &self.workers
+    }
+
+    /// Runs the timer and the state writer until `shutdown`, then writes the state a last
+    /// time (§5.7).
+    pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        let writer = {
+            let shell = self.clone();
+            let mut requests = self.persist.subscribe();
+            async move {
+                while requests.changed().await.is_ok() {
+                    let seq = *requests.borrow_and_update();
+                    shell.write_state(seq).await;
+                }
+            }
+        };
+        let timer = {
+            let shell = self.clone();
+            async move {
+                loop {
+                    let next = shell.with_broker(|b| b.poll_timeout());
+                    let woken = shell.timer.notified();
+                    match next {
+                        Some(at) => {
+                            tokio::select! {
+                                () = tokio::time::sleep_until(at.into()) => {
+                                    shell.timeout();
+                                }
+                                () = woken => {}
+                            }
+                        }
+                        None => woken.await,
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            () = shutdown => {}
+            () = writer => {}
+            () = timer => {}
+        }
+        // Final write, and no more background work.
+        let seq = *self.persist.borrow();
+        self.write_state(seq).await;
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(tasks);
+    }
+
+    /// Writes the state; a failure is logged, surfaces in `/healthz`, fails the
+    /// registrations that waited for it, and is retried while the daemon runs (§4.4).
+    async fn write_state(self: &Arc<Self>, seq: u64) {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let snapshot = self.with_broker(|b| b.snapshot());
+            let store = self.state.clone();
+            let result = tokio::task::spawn_blocking(move || store.save(&snapshot)).await;
+            let ok = matches!(result, Ok(Ok(())));
+            if let Ok(Err(error)) = &result {
+                let io = find_io_error(error)
+                    .unwrap_or_else(|| std::io::Error::other("state write failed"));
+                relay_logging::Lifecycle::StateWriteFailed {
+                    file: self.state.path(),
+                    error: &io,
+                    attempt,
+                }
+                .emit();
+            }
+            self.degraded
+                .store(!ok, std::sync::atomic::Ordering::Relaxed);
+            if seq > 0 && (ok || attempt == 1) {
+                self.input(Input::Persisted { seq, ok });
+            }
+            if ok {
+                return;
+            }
+            let retry = Duration::from_secs(u64::from(attempt.min(30)));
+            tokio::time::sleep(retry).await;
+        }
+    }
+
+    pub fn is_degraded(&self) -> bool {
+        self.degraded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn with_broker<T>(&self, f: impl FnOnce(&mut Broker) -> T) -> T {
+        let mut broker = self.broker.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut broker)
+    }
+
+    /// Feeds one input and executes what the broker decided.
+    pub fn input(self: &Arc<Self>, input: Input) {
+        let outputs = self.with_broker(|b| {
+            b.handle(Instant::now(), input);
+            drain(b)
+        });
+        self.execute(outputs);
+    }
+
+    fn timeout(self: &Arc<Self>) {
+        let outputs = self.with_broker(|b| {
+            b.handle_timeout(Instant::now());
+            drain(b)
+        });
+        self.execute(outputs);
+    }
+
+    /// Registers the outbound queue of an authenticated control session.
+    pub fn attach(&self, conn: ConnId, peer: IpAddr) -> mpsc::Receiver<Outbound> {
+        let (sender, receiver) = mpsc::channel(SESSION_QUEUE);
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.insert(conn, Attached { sender, peer });
+            self.metrics.set_control_sessions(sessions.len() as i64);
+        }
+        receiver
+    }
+
+    /// A control session ended: the broker is told, its queue dropped.
+    pub fn detach(self: &Arc<Self>, conn: ConnId, reason: WorkerDisconnectReason) {
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.remove(&conn);
+            self.metrics.set_control_sessions(sessions.len() as i64);
+        }
+        self.input(Input::Disconnected { conn, reason });
+    }
+
+    fn execute(self: &Arc<Self>, outputs: Vec<Output>) {
+        for output in outputs {
+            match output {
+                Output::Send { conn, message } => {
+                    self.deliver(conn, Outbound::Message(Box::new(message)))
+                }
+                Output::Close { conn } => self.deliver(conn, Outbound::Close),
+                Output::Probe {
+                    worker_id,
+                    probe,
+                    endpoint,
+                    certificate_sha256,
+                    secret,
+                } => {
+                    let shell = self.clone();
+                    let target = WorkerTarget {
+                        worker_id,
+                        endpoint,
+                        certificate_sha256: certificate_sha256.0,
+                        secret: secret.0,
+                    };
+                    self.spawn(async move {
+                        let outcome = shell.workers.probe(&target).await;
+                        shell.input(Input::ProbeResult {
+                            worker_id,
+                            probe,
+                            outcome,
+                        });
+                    });
+                }
+                Output::Persist { seq } => {
+                    self.persist.send_replace(seq);
+                }
+                Output::Forget { worker_id } => self.workers.forget(worker_id),
+                Output::Event(event) => self.log(&event),
+            }
+        }
+        self.changed.notify_waiters();
+        self.timer.notify_one();
+        let workers = self.with_broker(|b| b.workers());
+        for state in ["ready", "draining", "recovering"] {
+            let count = workers
+                .iter()
+                .filter(|w| worker_state_name(w.state) == state)
+                .count();
+            self.metrics.set_workers(state, count as i64);
+        }
+    }
+
+    fn deliver(&self, conn: ConnId, outbound: Outbound) {
+        let Ok(mut sessions) = self.sessions.lock() else {
+            return;
+        };
+        let full = sessions
+            .get(&conn)
+            .is_some_and(|attached| attached.sender.try_send(outbound).is_err());
+        if full {
+            // A session that cannot keep up is closed rather than buffered without bound
+            // (§5.1): dropping its queue ends its task.
+            tracing::warn!(reason = "send_queue_full", "control session closed");
+            sessions.remove(&conn);
+        }
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        if let Ok(mut tasks) = self.tasks.lock() {
+            while tasks.try_join_next().is_some() {}
+            tasks.spawn(task);
+        }
+    }
+
+    /// Where a request with a well-formed credential goes, waiting up to `activation_wait`
+    /// while its route starts its first worker (§3.5).
+    pub async fn route(self: &Arc<Self>, digest: Digest, kind: RequestKind) -> Decision {
+        let wait = self.with_broker(|b| b.config().activation_wait);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let waited = tokio::time::Instant::now() >= deadline;
+            let decision =
+                self.with_broker(|b| b.begin_request(Instant::now(), digest, kind, waited));
+            if decision != Decision::Wait {
+                return decision;
+            }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    pub fn end_request(&self, ticket: Ticket) {
+        self.with_broker(|b| b.end_request(ticket));
+    }
+
+    /// The worker of `ticket` could not be reached before anything was written.
+    pub fn worker_unreachable(self: &Arc<Self>, ticket: Ticket, outcome: ProbeOutcome) {
+        let outputs = self.with_broker(|b| {
+            b.worker_unreachable(Instant::now(), ticket, outcome);
+            drain(b)
+        });
+        self.execute(outputs);
+    }
+
+    pub fn workers_view(&self) -> Vec<relay_broker::WorkerView> {
+        self.with_broker(|b| b.workers())
+    }
+
+    pub fn route_view(&self, digest: &Digest) -> Option<relay_broker::RouteView> {
+        self.with_broker(|b| b.route_view(digest))
+    }
+
+    pub fn bindings_view(&self) -> Vec<relay_broker::BindingView> {
+        self.with_broker(|b| b.bindings())
+    }
+
+    pub fn state_store(&self) -> &StateStore {
+        &self.state
+    }
+
+    fn peer_of(&self, conn: ConnId) -> Option<IpAddr> {
+        self.sessions.lock().ok()?.get(&conn).map(|a| a.peer)
+    }
+
+    fn log(&self, event: &Event) {
+        use relay_logging::Lifecycle as L;
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let uuid = |id: &Id| id.as_uuid();
+        match event {
+            Event::RegistrationRefused {
+                conn,
+                role,
+                reason,
+                fingerprint,
+            } => {
+                self.metrics.record_refusal(reason.as_str());
+                let fp = fingerprint.map(|f| f.to_hex());
+                L::ControlRegistrationRefused {
+                    role: control_role(*role),
+                    reason: refusal_reason(*reason),
+                    peer: self.peer_of(*conn).unwrap_or(IpAddr::from([0, 0, 0, 0])),
+                    fingerprint: fp.as_deref(),
+                }
+                .emit();
+            }
+            Event::MachineIdentityConflict {
+                fingerprint,
+                peer,
+                other_peer,
+            } => L::MachineIdentityConflict {
+                fingerprint: &fingerprint.to_hex(),
+                peer: *peer,
+                other_peer: *other_peer,
+            }
+            .emit(),
+            Event::CredentialEvicted {
+                fingerprint,
+                digest,
+            } => {
+                let max = self.with_broker(|b| b.config().max_tokens_per_identity);
+                L::RouteCredentialEvicted {
+                    fingerprint: &fingerprint.to_hex(),
+                    credential_digest: &digest.to_hex(),
+                    max_tokens_per_identity: u32::try_from(max).unwrap_or(u32::MAX),
+                }
+                .emit();
+            }
+            Event::RouteEvicted { fingerprint } => {
+                let max = self.with_broker(|b| b.config().max_routes);
+                L::RouteEvicted {
+                    fingerprint: &fingerprint.to_hex(),
+                    max_routes: max as u64,
+                }
+                .emit();
+            }
+            Event::McpAdded {
+                fingerprint,
+                instance,
+                references,
+            } => L::McpAdded {
+                fingerprint: &fingerprint.to_hex(),
+                instance_id: uuid(instance),
+                references: *references,
+            }
+            .emit(),
+            Event::McpRemoved {
+                fingerprint,
+                instance,
+                references,
+                reason,
+            } => L::McpRemoved {
+                fingerprint: &fingerprint.to_hex(),
+                instance_id: uuid(instance),
+                references: *references,
+                reason: match reason {
+                    McpRemovedReason::Released => relay_logging::McpRemovedReason::Released,
+                    McpRemovedReason::GraceExpired | McpRemovedReason::StateUnavailable => {
+                        relay_logging::McpRemovedReason::GraceExpired
+                    }
+                    McpRemovedReason::Revoked => relay_logging::McpRemovedReason::Revoked,
+                },
+            }
+            .emit(),
+            Event::McpConnected {
+                fingerprint,
+                instance,
+                peer,
+            } => L::McpControlConnected {
+                fingerprint: &fingerprint.to_hex(),
+                instance_id: uuid(instance),
+                peer: *peer,
+            }
+            .emit(),
+            Event::McpReconnected {
+                fingerprint,
+                instance,
+                disconnected,
+            } => L::McpControlReconnected {
+                fingerprint: &fingerprint.to_hex(),
+                instance_id: uuid(instance),
+                disconnected_ms: ms(*disconnected),
+            }
+            .emit(),
+            Event::McpDisconnected {
+                fingerprint,
+                instance,
+                reason,
+            } => L::McpControlDisconnected {
+                fingerprint: &fingerprint.to_hex(),
+                instance_id: uuid(instance),
+                reason: match reason {
+                    WorkerDisconnectReason::PongTimeout => {
+                        relay_logging::McpDisconnectReason::PongTimeout
+                    }
+                    WorkerDisconnectReason::PeerClosed => {
+                        relay_logging::McpDisconnectReason::PeerClosed
+                    }
+                    WorkerDisconnectReason::CommunicationFailed => {
+                        relay_logging::McpDisconnectReason::ProtocolViolation
+                    }
+                },
+            }
+            .emit(),
+            Event::WorkerStaged {
+                fingerprint,
+                activation_id,
+                owner_instance,
+                attempt,
+            } => L::WorkerStaged {
+                fingerprint: &fingerprint.to_hex(),
+                activation_id: uuid(activation_id),
+                owner_instance_id: uuid(owner_instance),
+                attempt: *attempt,
+            }
+            .emit(),
+            Event::WorkerStartupPending {
+                fingerprint,
+                activation_id,
+                elapsed,
+            } => L::WorkerStartupPending {
+                fingerprint: &fingerprint.to_hex(),
+                activation_id: activation_id.as_ref().map(uuid),
+                elapsed_ms: ms(*elapsed),
+            }
+            .emit(),
+            Event::WorkerAdded {
+                fingerprint,
+                worker_id,
+                activation_id,
+                startup_elapsed,
+            } => L::WorkerAdded {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                activation_id: activation_id.as_ref().map(uuid),
+                startup_elapsed_ms: ms(*startup_elapsed),
+            }
+            .emit(),
+            Event::WorkerReady {
+                fingerprint,
+                worker_id,
+            } => L::WorkerReady {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+            }
+            .emit(),
+            Event::WorkerRelaunchRequested {
+                fingerprint,
+                attempt,
+            } => L::WorkerRelaunchRequested {
+                fingerprint: &fingerprint.to_hex(),
+                attempt: *attempt,
+            }
+            .emit(),
+            Event::WorkerActivationFailed {
+                fingerprint,
+                activation_id,
+                reason,
+                retry_after,
+                attempt,
+            } => L::WorkerActivationFailed {
+                fingerprint: &fingerprint.to_hex(),
+                activation_id: activation_id.as_ref().map(uuid),
+                failure_reason: reason,
+                retry_after_ms: ms(*retry_after),
+                attempt: *attempt,
+            }
+            .emit(),
+            Event::WorkerActivationCancelled {
+                fingerprint,
+                activation_id,
+                reason,
+            } => L::WorkerActivationCancelled {
+                fingerprint: &fingerprint.to_hex(),
+                activation_id: uuid(activation_id),
+                reason: match reason {
+                    CancelReason::OwnerDisconnected => {
+                        relay_logging::ActivationCancelReason::OwnerDisconnected
+                    }
+                    CancelReason::OwnerReleased => {
+                        relay_logging::ActivationCancelReason::OwnerReleased
+                    }
+                    CancelReason::RouteEmptied => {
+                        relay_logging::ActivationCancelReason::RouteEmptied
+                    }
+                    CancelReason::Revoked => relay_logging::ActivationCancelReason::Revoked,
+                },
+            }
+            .emit(),
+            Event::WorkerControlConnected {
+                conn,
+                fingerprint,
+                worker_id,
+            } => L::WorkerControlConnected {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                peer: self.peer_of(*conn).unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            }
+            .emit(),
+            Event::WorkerControlReconnected {
+                fingerprint,
+                worker_id,
+                disconnected,
+            } => L::WorkerControlReconnected {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                disconnected_ms: ms(*disconnected),
+            }
+            .emit(),
+            Event::WorkerControlDisconnected {
+                fingerprint,
+                worker_id,
+                reason,
+            } => L::WorkerControlDisconnected {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                reason: match reason {
+                    WorkerDisconnectReason::PongTimeout => {
+                        relay_logging::WorkerDisconnectReason::PongTimeout
+                    }
+                    WorkerDisconnectReason::PeerClosed => {
+                        relay_logging::WorkerDisconnectReason::PeerClosed
+                    }
+                    WorkerDisconnectReason::CommunicationFailed => {
+                        relay_logging::WorkerDisconnectReason::WorkerCommunicationFailed
+                    }
+                },
+            }
+            .emit(),
+            Event::WorkerControlLost {
+                fingerprint,
+                worker_id,
+            } => L::WorkerControlLost {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                reconnect_grace_ms: ms(self.grace),
+            }
+            .emit(),
+            Event::WorkerReadinessFailed {
+                fingerprint,
+                worker_id,
+                consecutive_failures,
+            } => L::WorkerReadinessFailed {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                consecutive_failures: *consecutive_failures,
+            }
+            .emit(),
+            Event::WorkerRecoveryStarted {
+                fingerprint,
+                worker_id,
+            } => L::WorkerRecoveryStarted {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                reconnect_grace_ms: ms(self.grace),
+            }
+            .emit(),
+            Event::WorkerRecoveryFailed {
+                fingerprint,
+                worker_id,
+            } => L::WorkerRecoveryFailed {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                elapsed_ms: ms(self.grace),
+            }
+            .emit(),
+            Event::WorkerDrainStarted {
+                fingerprint,
+                worker_id,
+                in_flight,
+            } => L::WorkerDrainStarted {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                drain_ms: ms(self.drain),
+                in_flight: u64::from(*in_flight),
+            }
+            .emit(),
+            Event::WorkerRemoved {
+                fingerprint,
+                worker_id,
+                reason,
+            } => L::WorkerRemoved {
+                fingerprint: &fingerprint.to_hex(),
+                worker_id: uuid(worker_id),
+                reason: match reason {
+                    RemovedReason::Drained => relay_logging::WorkerRemovedReason::Drained,
+                    RemovedReason::DrainTimeout => relay_logging::WorkerRemovedReason::DrainTimeout,
+                    RemovedReason::Revoked => relay_logging::WorkerRemovedReason::Revoked,
+                    RemovedReason::Crashed => relay_logging::WorkerRemovedReason::Crashed,
+                },
+            }
+            .emit(),
+        }
+    }
+}
+
+fn find_io_error(mut error: &(dyn std::error::Error + 'static)) -> Option<std::io::Error> {
+    loop {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return Some(std::io::Error::new(io.kind(), io.to_string()));
+        }
+        error = error.source()?;
+    }
+}
+
+fn drain(broker: &mut Broker) -> Vec<Output> {
+    std::iter::from_fn(|| broker.poll_output()).collect()
+}
+
+fn worker_state_name(state: relay_proto::WorkerState) -> &'static str {
+    match state {
+        relay_proto::WorkerState::Ready => "ready",
+        relay_proto::WorkerState::Draining => "draining",
+        relay_proto::WorkerState::Recovering => "recovering",
+    }
+}
+
+pub(crate) fn control_role(role: relay_proto::Role) -> relay_logging::ControlRole {
+    match role {
+        relay_proto::Role::Mcp => relay_logging::ControlRole::Mcp,
+        relay_proto::Role::Worker => relay_logging::ControlRole::Worker,
+    }
+}
+
+pub(crate) fn refusal_reason(code: relay_proto::RefusedCode) -> relay_logging::RefusalReason {
+    use relay_logging::RefusalReason as L;
+    use relay_proto::RefusedCode as C;
+    match code {
+        C::ProtocolUnsupported => L::ProtocolUnsupported,
+        C::BadSignature => L::BadSignature,
+        C::TranscriptMismatch => L::TranscriptMismatch,
+        C::ChallengeExpired => L::ChallengeExpired,
+        C::CredentialMalformed => L::CredentialMalformed,
+        C::CredentialBoundElsewhere => L::CredentialBoundElsewhere,
+        C::TokenLimit => L::TokenLimit,
+        C::RouteTableFull => L::RouteTableFull,
+        C::RateLimited => L::RateLimited,
+        C::SessionLimit => L::SessionLimit,
+        C::SessionUnknown => L::SessionUnknown,
+        C::StateUnavailable => L::StateUnavailable,
+        C::GrantUnknown => L::GrantUnknown,
+        C::GrantReplayed => L::GrantReplayed,
+        C::GrantIdentityMismatch => L::GrantIdentityMismatch,
+        C::EndpointNotAllowed => L::EndpointNotAllowed,
+        C::GenerationRevoked => L::GenerationRevoked,
+        C::PassThroughMode => L::PassThroughMode,
+        C::Revoked => L::Revoked,
+        C::Blocked => L::Blocked,
+    }
+}
+
+/// Ends a broker ticket when the request it belongs to is done: the response body ended
+/// or was dropped, or the request failed.
+#[derive(Debug)]
+pub struct TicketGuard {
+    shell: Arc<Shell>,
+    ticket: Option<Ticket>,
+}
+
+impl TicketGuard {
+    pub fn new(shell: Arc<Shell>, ticket: Ticket) -> TicketGuard {
+        TicketGuard {
+            shell,
+            ticket: Some(ticket),
+        }
+    }
+
+    /// The worker could not be reached before anything was written: the ticket ends here
+    /// and the broker hears of it (§3.7).
+    pub fn unreachable(mut self, outcome: ProbeOutcome) {
+        if let Some(ticket) = self.ticket.take() {
+            self.shell.worker_unreachable(ticket, outcome);
+        }
+    }
+}
+
+impl Drop for TicketGuard {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.shell.end_request(ticket);
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The worker's request handler (SPEC §5.5, §3.2–§3.4, §3.7, §7.2).
+//!
+//! Order on every request: the generation secret (401 before anything else, before the
+//! body is read), then the route, then the worker's state (503 while starting, while
+//! control is lost, and for model requests while draining), then the request itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use relay_proto::ErrorKind;
+
+use super::identity::WorkerIdentity;
+use super::state::{InFlight, RequestKind, WorkerState};
+use crate::body::{BodyError, RequestBody, ResponseBody};
+use crate::config::{Config, DaemonConfig, TimersConfig};
+use crate::conn::HeadVerdict;
+use crate::front::{error, json};
+use crate::headers::{self, Toward, UPSTREAM_BASE_URL, WORKER_SECRET};
+use crate::routes::{Agent, ModelFamily, Route, TargetError, upstream_target};
+use crate::server::{ConnContext, Handler, ServeOptions};
+use crate::upstream::{UpstreamClient, UpstreamError};
+
+/// The readiness probe the daemon sends over the pinned connection (§5.5).
+pub const READY_PATH: &str = "/_relay/worker/v1/ready";
+
+/// Body limits and the stream idle time. A worker reads no `[daemon]` table, so these are
+/// the daemon's defaults (§3.6, §3.3); tests shorten them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerLimits {
+    /// Model request bodies (32 MiB).
+    pub max_request_body_bytes: u64,
+    /// Hook bodies (1 MiB).
+    pub max_hook_body_bytes: u64,
+    /// A stream with no byte for this long is aborted on both sides (600 s).
+    pub stream_idle: Duration,
+}
+
+impl Default for WorkerLimits {
+    fn default() -> Self {
+        let daemon = DaemonConfig::default();
+        WorkerLimits {
+            max_request_body_bytes: daemon.max_request_body_bytes,
+            max_hook_body_bytes: daemon.max_hook_body_bytes,
+            stream_idle: daemon.stream_idle_secs.get(),
+        }
+    }
+}
+
+/// How the worker's listener is served: TLS with the generation's identity, and the
+/// daemon's default connection limits and timers. `drain_timeout` is how long accepted
+/// requests may run on once the serve future's shutdown resolves.
+pub fn serve_options(identity: &WorkerIdentity, drain_timeout: Duration) -> ServeOptions {
+    let daemon = DaemonConfig::default();
+    ServeOptions {
+        max_connections: daemon.max_connections,
+        header_read_timeout: TimersConfig::default().header_read_timeout_secs.get(),
+        keepalive_idle: daemon.keepalive_idle_secs.get(),
+        drain_timeout,
+        tls: Some(identity.server_config()),
+    }
+}
+
+/// Serves the daemon's requests to this worker.
+#[derive(Debug)]
+pub struct WorkerHandler {
+    state: Arc<WorkerState>,
+    config: Arc<Config>,
+    upstream: UpstreamClient,
+    limits: WorkerLimits,
+}
+
+impl WorkerHandler {
+    /// `config` is the worker's own (its `[upstream]` decides where model requests go);
+    /// `upstream` is built from the same `[upstream]` table (connect and response-head
+    /// timeouts, egress proxy).
+    pub fn new(
+        state: Arc<WorkerState>,
+        config: Arc<Config>,
+        upstream: UpstreamClient,
+        limits: WorkerLimits,
+    ) -> WorkerHandler {
+        WorkerHandler {
+            state,
+            config,
+            upstream,
+            limits,
+        }
+    }
+
+    pub fn state(&self) -> &Arc<WorkerState> {
+        &self.state
+    }
+
+    async fn route(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        conn: ConnContext,
+    ) -> Response<ResponseBody> {
+        // Taken for every request so the connection's verdicts stay in step with its heads.
+        let verdict = conn.state.take_verdict();
+        if !self.is_authorized(req.headers()) {
+            tracing::debug!(peer = %conn.peer, "worker request without the generation secret");
+            return unauthorized();
+        }
+        if verdict == HeadVerdict::AmbiguousFraming {
+            let mut res = error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::RelayBadRequest,
+                "a request may not carry both Content-Length and Transfer-Encoding, or differing Content-Lengths",
+            );
+            res.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return res;
+        }
+        if req.uri().path() == READY_PATH {
+            return if req.method() == Method::GET {
+                self.ready()
+            } else {
+                method_not_allowed()
+            };
+        }
+        match Route::classify(req.method(), req.uri().path()) {
+            Route::Model { family, responses } => self.model(req, family, responses).await,
+            Route::Hook(agent) => self.hook(req, agent).await,
+            Route::MethodNotAllowed => method_not_allowed(),
+            // The daemon's own status, control and probe routes do not exist here.
+            _ => error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found"),
+        }
+    }
+
+    /// Exactly one `x-relay-worker-secret`, equal to the current secret.
+    fn is_authorized(&self, headers: &HeaderMap) -> bool {
+        let mut values = headers.get_all(WORKER_SECRET).iter();
+        match (values.next(), values.next()) {
+            (Some(value), None) => self.state.is_authorized(value.as_bytes()),
+            _ => false,
+        }
+    }
+
+    fn ready(&self) -> Response<ResponseBody> {
+        if self.state.is_ready() {
+            json(&serde_json::json!({ "ready": true }))
+        } else {
+            unavailable()
+        }
+    }
+
+    async fn model(
+        &self,
+        req: Request<Incoming>,
+        family: ModelFamily,
+        responses: bool,
+    ) -> Response<ResponseBody> {
+        if responses && headers::is_websocket_upgrade(req.method(), req.headers()) {
+            return error(
+                StatusCode::UPGRADE_REQUIRED,
+                ErrorKind::RelayUpgradeRequired,
+                "WebSocket is not supported here; use HTTP streaming",
+            );
+        }
+        if responses && req.method() != Method::POST {
+            return method_not_allowed();
+        }
+        let Some(in_flight) = self.state.admit(RequestKind::Model) else {
+            return unavailable();
+        };
+        let limit = self.limits.max_request_body_bytes;
+        if declared_length(req.headers()).is_some_and(|len| len > limit) {
+            return payload_too_large(limit);
+        }
+        let selected = match req.headers().get(UPSTREAM_BASE_URL).map(|v| v.to_str()) {
+            None => None,
+            Some(Ok(text)) => Some(text.to_owned()),
+            Some(Err(_)) => return upstream_not_allowed(),
+        };
+        let target = match upstream_target(
+            &self.config.upstream,
+            family,
+            req.headers(),
+            selected.as_deref(),
+            req.uri().path(),
+            req.uri().query(),
+        ) {
+            Ok(target) => target,
+            Err(TargetError::NotAllowed(_)) => return upstream_not_allowed(),
+            Err(TargetError::BadUri) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::RelayBadRequest,
+                    "bad request path",
+                );
+            }
+        };
+        let (parts, incoming) = req.into_parts();
+        let idle = self.limits.stream_idle;
+        let body = if parts.method == Method::GET || parts.method == Method::HEAD {
+            RequestBody::empty()
+        } else {
+            RequestBody::streaming(incoming, limit, idle)
+        };
+        let mut upstream_req = Request::new(body);
+        *upstream_req.method_mut() = parts.method;
+        *upstream_req.uri_mut() = target.uri;
+        *upstream_req.headers_mut() =
+            headers::forwardable_request_headers(&parts.headers, Toward::Provider);
+        match self.upstream.send(upstream_req).await {
+            Ok(res) => relay_response(res, family == ModelFamily::Models, idle, in_flight),
+            Err(failure) => {
+                tracing::debug!(reason = failure.reason(), "worker upstream request failed");
+                upstream_error(&failure)
+            }
+        }
+    }
+
+    async fn hook(&self, req: Request<Incoming>, agent: Agent) -> Response<ResponseBody> {
+        let Some(_in_flight) = self.state.admit(RequestKind::Hook) else {
+            return unavailable();
+        };
+        let limit = self.limits.max_hook_body_bytes;
+        if declared_length(req.headers()).is_some_and(|len| len > limit) {
+            return payload_too_large(limit);
+        }
+        let body = RequestBody::streaming(req.into_body(), limit, self.limits.stream_idle);
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(BodyError::TooLarge { limit }) => return payload_too_large(limit),
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::RelayBadRequest,
+                    "the request body could not be read",
+                );
+            }
+        };
+        // The policy component will look at the event here; it is parsed once for it.
+        if serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes).is_err() {
+            return error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::RelayBadRequest,
+                "a hook body must be a JSON object",
+            );
+        }
+        // No policy component exists yet, so every event is allowed; terminal events have
+        // no records to wait for yet, so they are answered at once too.
+        let mut res = Response::new(ResponseBody::full(Bytes::from_static(allow_answer(agent))));
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        res
+    }
+}
+
+impl Handler for WorkerHandler {
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        conn: ConnContext,
+    ) -> Response<ResponseBody> {
+        self.route(req, conn).await
+    }
+}
+
+/// The answer that lets a hook event proceed (§7.2). It equals the pass-through answer of
+/// §3.4 today, but it is a different rule: Claude Code gets `{"continue":true}` and never
+/// `permissionDecision: allow`, which would bypass the user's own permission prompts.
+fn allow_answer(agent: Agent) -> &'static [u8] {
+    match agent {
+        Agent::ClaudeCode => br#"{"continue":true}"#,
+        // Codex refuses unknown fields in hook output; pi expects an object.
+        Agent::Codex | Agent::Pi => b"{}",
+    }
+}
+
+/// The declared `Content-Length`, when it parses.
+// TODO(lead): share with front.rs (`content_length`).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    let value = headers.get(header::CONTENT_LENGTH)?.to_str().ok()?;
+    value.trim().parse().ok()
+}
+
+/// The provider's answer on its way back to the daemon: hop-by-hop headers dropped,
+/// `X-Accel-Buffering: no` on SSE unless the provider set it, `no-store` on model lists,
+/// and the request counted in flight until the body ends.
+// TODO(lead): share with front.rs (`Front::relay_response`, without its metrics guard).
+fn relay_response(
+    res: Response<Incoming>,
+    models: bool,
+    idle: Duration,
+    in_flight: InFlight,
+) -> Response<ResponseBody> {
+    let (mut parts, body) = res.into_parts();
+    parts.headers = headers::forwardable_response_headers(&parts.headers);
+    if headers::is_event_stream(&parts.headers) && !parts.headers.contains_key("x-accel-buffering")
+    {
+        parts
+            .headers
+            .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    }
+    if models {
+        parts
+            .headers
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    Response::from_parts(
+        parts,
+        ResponseBody::forward(body, idle, Some(Box::new(in_flight))),
+    )
+}
+
+fn unauthorized() -> Response<ResponseBody> {
+    error(
+        StatusCode::UNAUTHORIZED,
+        ErrorKind::RelayUnauthorized,
+        "a valid x-relay-worker-secret is required",
+    )
+}
+
+/// 503 with `Retry-After: 1` (§3.5: every 503 carries one).
+fn unavailable() -> Response<ResponseBody> {
+    let mut res = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::RelayWorkerUnavailable,
+        "the worker is not accepting this request now",
+    );
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
+}
+
+fn method_not_allowed() -> Response<ResponseBody> {
+    error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorKind::RelayMethodNotAllowed,
+        "method not allowed on this path",
+    )
+}
+
+// TODO(lead): share with front.rs (`payload_too_large`).
+fn payload_too_large(limit: u64) -> Response<ResponseBody> {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::RelayPayloadTooLarge,
+        &format!("the body exceeds the limit of {limit} bytes"),
+    )
+}
+
+// TODO(lead): share with front.rs (`upstream_not_allowed`).
+fn upstream_not_allowed() -> Response<ResponseBody> {
+    error(
+        StatusCode::BAD_REQUEST,
+        ErrorKind::RelayUpstreamNotAllowed,
+        "the selected upstream is not in upstream.allowed_base_urls",
+    )
+}
+
+/// The failure answers of §3.7 toward the provider.
+// TODO(lead): share with front.rs (`upstream_error`).
+fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> {
+    match failure {
+        UpstreamError::BodyTooLarge { limit } => payload_too_large(*limit),
+        UpstreamError::ConnectTimeout | UpstreamError::ResponseHeadTimeout => error(
+            StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::RelayUpstreamTimeout,
+            "the provider did not answer in time",
+        ),
+        UpstreamError::Unreachable(_) | UpstreamError::Failed(_) => error(
+            StatusCode::BAD_GATEWAY,
+            ErrorKind::RelayUpstreamUnreachable,
+            "the provider could not be reached",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! The daemon's connections to its workers (SPEC §5.5): HTTPS to the registered endpoint,
+//! accepting only the registered certificate, with the generation secret on every request.
+//!
+//! Connections are HTTP/1.1, pooled per worker generation. A request is handed to a
+//! connection with `try_send_request`, so a pooled connection that turns out dead gives the
+//! request back unsent; the caller can then tell "nothing was written" (pass through once,
+//! §3.7) from "the worker may have it" (502, never retried).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use http::header::HeaderValue;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use relay_broker::ProbeOutcome;
+use relay_proto::Id;
+use tokio::net::TcpStream;
+
+use crate::body::RequestBody;
+use crate::headers::WORKER_SECRET;
+
+/// Probes get this long (§5.1).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The readiness endpoint of a worker.
+pub const READY_PATH: &str = "/_relay/worker/v1/ready";
+/// Idle connections kept per worker.
+const MAX_IDLE: usize = 32;
+
+/// Where and how to reach one worker generation.
+#[derive(Debug, Clone)]
+pub struct WorkerTarget {
+    pub worker_id: Id,
+    pub endpoint: String,
+    pub certificate_sha256: [u8; 32],
+    pub secret: [u8; 32],
+}
+
+/// Why a request did not reach a worker.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerSendError {
+    /// Nothing of the request was written: it is given back. `outcome` says whether the
+    /// worker looks gone (refused, wrong certificate) or just failed.
+    #[error("the worker could not be reached")]
+    NotSent {
+        request: Box<Request<RequestBody>>,
+        outcome: ProbeOutcome,
+    },
+    /// The request may have reached the worker.
+    #[error("the worker failed before its response head")]
+    Failed(#[source] hyper::Error),
+}
+
+/// Pools of connections, one per worker generation.
+#[derive(Default)]
+pub struct WorkerClient {
+    pools: Mutex<HashMap<Id, Vec<SendRequest<RequestBody>>>>,
+}
+
+impl std::fmt::Debug for WorkerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerClient").finish_non_exhaustive()
+    }
+}
+
+/// The header value of a generation secret: base64url without padding.
+pub fn secret_header(secret: &[u8; 32]) -> HeaderValue {
+    let mut value =
+        HeaderValue::from_str(&base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret))
+            .unwrap_or_else(|_| HeaderValue::from_static(""));
+    value.set_sensitive(true);
+    value
+}
+
+impl WorkerClient {
+    pub fn new() -> WorkerClient {
+        WorkerClient::default()
+    }
+
+    /// Drops every pooled connection of a generation (revoked, or its secret changed).
+    pub fn forget(&self, worker_id: Id) {
+        if let Ok(mut pools) = self.pools.lock() {
+            pools.remove(&worker_id);
+        }
+    }
+
+    /// Sends a request to the worker; the secret header is added here.
+    pub async fn send(
+        &self,
+        target: &WorkerTarget,
+        mut req: Request<RequestBody>,
+    ) -> Result<Response<Incoming>, WorkerSendError> {
+        req.headers_mut()
+            .insert(WORKER_SECRET, secret_header(&target.secret));
+        // Pooled connections first; a dead one gives the request back unsent.
+        while let Some(mut sender) = self.take_ready(target.worker_id) {
+            match sender.try_send_request(req).await {
+                Ok(res) => {
+                    self.put_back(target.worker_id, sender);
+                    return Ok(res);
+                }
+                Err(mut error) => match error.take_message() {
+                    Some(back) => req = back,
+                    None => return Err(WorkerSendError::Failed(error.into_error())),
+                },
+            }
+        }
+        let mut sender = match connect(target).await {
+            Ok(sender) => sender,
+            Err(outcome) => {
+                return Err(WorkerSendError::NotSent {
+                    request: Box::new(req),
+                    outcome,
+                });
+            }
+        };
+        match sender.try_send_request(req).await {
+            Ok(res) => {
+                self.put_back(target.worker_id, sender);
+                Ok(res)
+            }
+            Err(mut error) => match error.take_message() {
+                Some(back) => Err(WorkerSendError::NotSent {
+                    request: Box::new(back),
+                    outcome: ProbeOutcome::Failed,
+                }),
+                None => Err(WorkerSendError::Failed(error.into_error())),
+            },
+        }
+    }
+
+    /// A pooled connection that can take a request now; closed ones are dropped.
+    fn take_ready(&self, worker_id: Id) -> Option<SendRequest<RequestBody>> {
+        let mut pools = self.pools.lock().ok()?;
+        let pool = pools.get_mut(&worker_id)?;
+        pool.retain(|sender| !sender.is_closed());
+        let ready = pool.iter().position(SendRequest::is_ready)?;
+        Some(pool.swap_remove(ready))
+    }
+
+    /// Keeps a connection for later. With HTTP/1 it stays busy until its response body is
+    /// read; `take_ready` skips it until then.
+    fn put_back(&self, worker_id: Id, sender: SendRequest<RequestBody>) {
+        if let Ok(mut pools) = self.pools.lock() {
+            let pool = pools.entry(worker_id).or_default();
+            if pool.len() < MAX_IDLE {
+                pool.push(sender);
+            }
+        }
+    }
+
+    /// `GET /_relay/worker/v1/ready` over a fresh pinned connection (§5.5).
+    pub async fn probe(&self, target: &WorkerTarget) -> ProbeOutcome {
+        let probe = async {
+            let mut sender = connect(target).await?;
+            let mut req = Request::new(RequestBody::empty());
+            *req.uri_mut() = http::Uri::from_static(READY_PATH);
+            req.headers_mut()
+                .insert(http::header::HOST, HeaderValue::from_static("relay-worker"));
+            req.headers_mut()
+                .insert(WORKER_SECRET, secret_header(&target.secret));
+            let res = sender
+                .send_request(req)
+                .await
+                .map_err(|_| ProbeOutcome::Failed)?;
+            if !res.status().is_success() {
+                return Err(ProbeOutcome::Failed);
+            }
+            let body = http_body_util::BodyExt::collect(http_body_util::Limited::new(
+                res.into_body(),
+                4096,
+            ))
+            .await
+            .map_err(|_| ProbeOutcome::Failed)?
+            .to_bytes();
+            let ready = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("ready").and_then(serde_json::Value::as_bool))
+                == Some(true);
+            Ok::<_, ProbeOutcome>(if ready {
+                ProbeOutcome::Ready
+            } else {
+                ProbeOutcome::Failed
+            })
+        };
+        match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+            Ok(Ok(outcome) | Err(outcome)) => outcome,
+            Err(_) => ProbeOutcome::Failed,
+        }
+    }
+}
+
+/// One pinned HTTPS connection. A refused connection or a certificate other than the
+/// registered one is evidence that the worker is gone (§5.4).
+async fn connect(target: &WorkerTarget) -> Result<SendRequest<RequestBody>, ProbeOutcome> {
+    let addr: SocketAddr = target.endpoint.parse().map_err(|_| ProbeOutcome::Gone)?;
+    let tcp = match TcpStream::connect(addr).await {
+        Ok(tcp) => tcp,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Err(ProbeOutcome::Gone);
+        }
+        Err(_) => return Err(ProbeOutcome::Failed),
+    };
+    let _ = tcp.set_nodelay(true);
+    let config = crate::tls::pinned_client_config(target.certificate_sha256)
+        .map_err(|_| ProbeOutcome::Failed)?;
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let tls = match tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+    {
+        Ok(tls) => tls,
+        Err(e) if is_certificate_mismatch(&e) => return Err(ProbeOutcome::Gone),
+        Err(_) => return Err(ProbeOutcome::Failed),
+    };
+    let (sender, connection) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(crate::server::STREAM_BUFFER_BYTES)
+        .handshake(TokioIo::new(tls))
+        .await
+        .map_err(|_| ProbeOutcome::Failed)?;
+    // The connection task ends when its sender is dropped or the worker closes.
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+fn is_certificate_mismatch(error: &std::io::Error) -> bool {
+    error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_)))
+}

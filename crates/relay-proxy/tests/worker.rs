@@ -1,0 +1,1171 @@
+//! Integration tests of the worker's data plane (SPEC §5.5, §3.2–§3.4, §3.7, §7.2): a real
+//! `WorkerHandler` served over TLS on `127.0.0.1:0` with a freshly generated identity, in
+//! front of the recording provider stand-in, called by a client that pins the certificate
+//! digest the way the daemon does. Every test asserts on what the stand-in received.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test set-up helpers fail the test on error"
+)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use relay_proxy::config::{BaseUrl, Config, Secs};
+use relay_proxy::server::{ServeReport, serve};
+use relay_proxy::tls;
+use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
+use relay_proxy::worker::{
+    READY_PATH, WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState, serve_options,
+};
+use relay_testkit::{
+    ANTHROPIC_MESSAGES_SSE, Behaviour, FIXTURE_REQUEST_NAMES, OPENAI_CHAT_SSE,
+    OPENAI_RESPONSES_SSE, StandIn, fixture_request,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// How long a test waits for something that should happen at once.
+const WAIT: Duration = Duration::from_secs(5);
+
+const SECRET: [u8; 32] = [0x5a; 32];
+
+const STREAMS: [(&str, &[u8]); 3] = [
+    ("/v1/messages?beta=true", ANTHROPIC_MESSAGES_SSE),
+    ("/v1/responses", OPENAI_RESPONSES_SSE),
+    ("/v1/chat/completions", OPENAI_CHAT_SSE),
+];
+
+// ---- set-up ----
+
+/// Everything a test may change before the worker starts.
+struct Setup {
+    config: Config,
+    limits: WorkerLimits,
+    /// `None`: the worker has not registered yet.
+    secret: Option<[u8; 32]>,
+    ready: bool,
+}
+
+impl Setup {
+    /// A registered, ready worker whose three upstream bases point at `upstream`: OpenAI at
+    /// `<upstream>/v1`, Anthropic at `<upstream>`, ChatGPT Codex at
+    /// `<upstream>/backend-api/codex`.
+    fn new(upstream: &str) -> Setup {
+        let mut config = Config::default();
+        config.upstream.openai_base_url = base(&format!("{upstream}/v1"));
+        config.upstream.anthropic_base_url = base(upstream);
+        config.upstream.chatgpt_codex_base_url = base(&format!("{upstream}/backend-api/codex"));
+        Setup {
+            config,
+            limits: WorkerLimits::default(),
+            secret: Some(SECRET),
+            ready: true,
+        }
+    }
+
+    async fn start(self) -> Worker {
+        let identity = WorkerIdentity::generate("127.0.0.1").unwrap();
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let upstream = &self.config.upstream;
+        let client = UpstreamClient::new(&UpstreamOptions {
+            connect_timeout: upstream.connect_timeout_secs.get(),
+            response_timeout: (!upstream.response_timeout_secs.is_zero())
+                .then(|| upstream.response_timeout_secs.get()),
+            proxy_url: None,
+            no_proxy: None,
+        })
+        .unwrap();
+        let state = Arc::new(WorkerState::new());
+        if let Some(secret) = self.secret {
+            state.set_secret(secret);
+        }
+        if self.ready {
+            state.set_ready();
+        }
+        let handler = Arc::new(WorkerHandler::new(
+            state.clone(),
+            Arc::new(self.config),
+            client,
+            self.limits,
+        ));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(
+            listener,
+            serve_options(&identity, Duration::from_secs(1)),
+            handler,
+            async move {
+                stopped.await.ok();
+            },
+        ));
+        let sha256 = identity.certificate_sha256();
+        Worker {
+            addr,
+            state,
+            sha256,
+            client: pinned_client(sha256),
+            _stop: stop,
+            _task: task,
+        }
+    }
+}
+
+fn base(text: &str) -> BaseUrl {
+    BaseUrl::parse(text).unwrap()
+}
+
+type PinnedClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A client that trusts exactly one certificate digest, as the daemon does.
+fn pinned_client(sha256: [u8; 32]) -> PinnedClient {
+    let mut config = tls::pinned_client_config(sha256).unwrap();
+    // hyper-rustls sets ALPN itself (http/1.1 here) and refuses a preset list.
+    config.alpn_protocols.clear();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_only()
+        .enable_http1()
+        .build();
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
+fn secret_header(secret: [u8; 32]) -> String {
+    URL_SAFE_NO_PAD.encode(secret)
+}
+
+/// A running worker. Dropping it stops the server.
+struct Worker {
+    addr: SocketAddr,
+    state: Arc<WorkerState>,
+    sha256: [u8; 32],
+    client: PinnedClient,
+    _stop: oneshot::Sender<()>,
+    _task: JoinHandle<ServeReport>,
+}
+
+impl Worker {
+    fn url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
+    }
+
+    /// A request carrying the right secret.
+    fn request(&self, method: Method, path: &str) -> http::request::Builder {
+        self.unauthenticated(method, path)
+            .header("x-relay-worker-secret", secret_header(SECRET))
+    }
+
+    fn unauthenticated(&self, method: Method, path: &str) -> http::request::Builder {
+        Request::builder().method(method).uri(self.url(path))
+    }
+
+    async fn send(&self, req: Request<Full<Bytes>>) -> Answer {
+        Answer::read(self.client.request(req).await.unwrap()).await
+    }
+
+    async fn post(&self, path: &str, body: &[u8]) -> Answer {
+        let req = self
+            .request(Method::POST, path)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .unwrap();
+        self.send(req).await
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send(
+            self.request(Method::GET, path)
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+    }
+
+    /// A raw TLS connection pinned to this worker.
+    async fn connect(&self) -> tokio_rustls::client::TlsStream<TcpStream> {
+        connect_pinned(self.addr, self.sha256).await.unwrap()
+    }
+}
+
+async fn connect_pinned(
+    addr: SocketAddr,
+    sha256: [u8; 32],
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let connector =
+        tokio_rustls::TlsConnector::from(Arc::new(tls::pinned_client_config(sha256).unwrap()));
+    let tcp = TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    connector
+        .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+        .await
+}
+
+/// A whole answer.
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    async fn read(res: Response<Incoming>) -> Answer {
+        let (parts, body) = res.into_parts();
+        Answer {
+            status: parts.status,
+            headers: parts.headers,
+            body: body.collect().await.unwrap().to_bytes(),
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// Asserts a Relay error: this status and `{"error":{"type":kind,"message":…}}`.
+    #[track_caller]
+    fn assert_error(&self, status: u16, kind: &str) {
+        let text = String::from_utf8_lossy(&self.body);
+        assert_eq!(self.status.as_u16(), status, "{text}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json"),
+            "{text}"
+        );
+        let value: Value = serde_json::from_slice(&self.body).unwrap();
+        assert_eq!(value["error"]["type"], kind, "{text}");
+        assert!(
+            value["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+        if status == 503 {
+            assert_eq!(self.header("retry-after"), Some("1"));
+        }
+    }
+}
+
+/// The body frames of a response and how the body ended.
+struct Received {
+    bytes: Bytes,
+    error: Option<String>,
+}
+
+async fn receive_body(mut body: Incoming) -> Received {
+    let mut bytes = BytesMut::new();
+    let error = loop {
+        match body.frame().await {
+            None => break None,
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    bytes.extend_from_slice(&data);
+                }
+            }
+            Some(Err(e)) => break Some(e.to_string()),
+        }
+    };
+    Received {
+        bytes: bytes.freeze(),
+        error,
+    }
+}
+
+fn stream_request(worker: &Worker, path: &str) -> Request<Full<Bytes>> {
+    worker
+        .request(Method::POST, path)
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer caller")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"m","stream":true}"#,
+        )))
+        .unwrap()
+}
+
+/// Polls `check` until it holds or `within` passes.
+async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Reads a response head off a raw stream, returning the status line and headers as text.
+async fn read_head(stream: &mut (impl AsyncRead + Unpin), within: Duration) -> String {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut seen = Vec::new();
+    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout_at(deadline, stream.read(&mut chunk))
+            .await
+            .expect("no response head in time")
+            .unwrap();
+        assert!(n > 0, "closed before a response head: {seen:?}");
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+/// The stand-in's request id from a response head.
+fn request_id(headers: &HeaderMap) -> u64 {
+    headers["x-stand-in-request-id"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[track_caller]
+fn assert_no_relay_headers(recorded: &relay_testkit::Recorded) {
+    for (name, _) in &recorded.headers {
+        assert!(!name.starts_with("x-relay-"), "{name} reached the provider");
+    }
+}
+
+// ---- the secret ----
+
+#[tokio::test]
+async fn every_request_needs_the_generation_secret() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    let mut other = SECRET;
+    other[0] ^= 1;
+    let wrong_values = [
+        secret_header(other),
+        format!("{}=", secret_header(SECRET)),
+        base64::engine::general_purpose::STANDARD.encode(SECRET),
+        hex::encode(SECRET),
+        String::new(),
+    ];
+    for path in ["/v1/messages", "/hooks/claude-code", READY_PATH, "/nowhere"] {
+        let method = if path == READY_PATH {
+            Method::GET
+        } else {
+            Method::POST
+        };
+        // Missing.
+        let req = worker
+            .unauthenticated(method.clone(), path)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap();
+        worker
+            .send(req)
+            .await
+            .assert_error(401, "relay_unauthorized");
+        // Wrong.
+        for value in &wrong_values {
+            let req = worker
+                .unauthenticated(method.clone(), path)
+                .header("x-relay-worker-secret", value.as_str())
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap();
+            worker
+                .send(req)
+                .await
+                .assert_error(401, "relay_unauthorized");
+        }
+        // Right, but twice.
+        let req = worker
+            .request(method.clone(), path)
+            .header("x-relay-worker-secret", secret_header(SECRET))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap();
+        worker
+            .send(req)
+            .await
+            .assert_error(401, "relay_unauthorized");
+    }
+    // A replaced secret no longer works; the new one does.
+    worker.state.set_secret(other);
+    worker
+        .post("/v1/chat/completions", b"{}")
+        .await
+        .assert_error(401, "relay_unauthorized");
+    worker.state.set_secret(SECRET);
+    // Nothing reached the provider: the first request it sees is this one.
+    let answer = worker
+        .post("/v1/chat/completions", br#"{"marker":1}"#)
+        .await;
+    assert_eq!(answer.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].body, r#"{"marker":1}"#);
+}
+
+#[tokio::test]
+async fn a_worker_without_a_secret_yet_answers_401() {
+    let stand_in = StandIn::start().await.unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.secret = None;
+    let worker = setup.start().await;
+    for header in [secret_header(SECRET), secret_header([0; 32]), String::new()] {
+        let req = worker
+            .unauthenticated(Method::GET, READY_PATH)
+            .header("x-relay-worker-secret", header)
+            .body(Full::default())
+            .unwrap();
+        worker
+            .send(req)
+            .await
+            .assert_error(401, "relay_unauthorized");
+    }
+    worker
+        .post("/v1/messages", b"{}")
+        .await
+        .assert_error(401, "relay_unauthorized");
+    assert_eq!(stand_in.request_count(), 0);
+}
+
+/// The secret is checked before the body is read: a wrong secret with a body that never
+/// ends, or a huge one, is answered at once and the body is not consumed.
+#[tokio::test]
+async fn a_wrong_secret_is_answered_before_the_body_is_read() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    let head = "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                Content-Type: application/json\r\nx-relay-worker-secret: wrong\r\n\
+                Transfer-Encoding: chunked\r\n\r\n";
+
+    // A body that never ends.
+    let mut stream = worker.connect().await;
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(b"2\r\n{\"\r\n").await.unwrap();
+    let started = Instant::now();
+    let text = read_head(&mut stream, Duration::from_secs(1)).await;
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+
+    // A 256 MiB body, written as fast as the worker takes it.
+    let stream = worker.connect().await;
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let writing = tokio::spawn(async move {
+        writer.write_all(head.as_bytes()).await?;
+        let chunk = vec![b'x'; 64 * 1024];
+        let framed = [
+            format!("{:x}\r\n", chunk.len()).into_bytes(),
+            chunk,
+            b"\r\n".to_vec(),
+        ]
+        .concat();
+        for _ in 0..4096 {
+            writer.write_all(&framed).await?;
+        }
+        writer.write_all(b"0\r\n\r\n").await?;
+        writer.flush().await
+    });
+    let started = Instant::now();
+    let text = read_head(&mut reader, Duration::from_secs(1)).await;
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // The worker closes the connection instead of reading the rest, so the writer fails.
+    drop(reader);
+    let written = tokio::time::timeout(WAIT, writing).await.unwrap().unwrap();
+    assert!(
+        written.is_err(),
+        "the worker read a 256 MiB body it had refused"
+    );
+    assert_eq!(stand_in.request_count(), 0);
+}
+
+// ---- readiness and states ----
+
+#[tokio::test]
+async fn the_readiness_probe_says_ready_once_plugins_are_loaded() {
+    let stand_in = StandIn::start().await.unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.ready = false;
+    let worker = setup.start().await;
+    // Starting: the probe, model requests and hooks get 503.
+    worker
+        .get(READY_PATH)
+        .await
+        .assert_error(503, "relay_worker_unavailable");
+    worker
+        .post("/v1/messages", b"{}")
+        .await
+        .assert_error(503, "relay_worker_unavailable");
+    worker
+        .post("/hooks/codex", b"{}")
+        .await
+        .assert_error(503, "relay_worker_unavailable");
+    worker.state.set_ready();
+    let answer = worker.get(READY_PATH).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, r#"{"ready":true}"#);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    assert_eq!(answer.header("cache-control"), Some("no-store"));
+    // Only GET.
+    worker
+        .post(READY_PATH, b"{}")
+        .await
+        .assert_error(405, "relay_method_not_allowed");
+    // The daemon's own routes do not exist here.
+    for path in ["/healthz", "/_relay/v1/workers", "/nowhere"] {
+        worker.get(path).await.assert_error(404, "relay_not_found");
+    }
+    let answer = worker
+        .send(
+            worker
+                .request(Method::HEAD, "/")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(answer.status, 404);
+    assert_eq!(stand_in.request_count(), 0);
+}
+
+#[tokio::test]
+async fn without_control_new_requests_get_503_while_an_accepted_stream_finishes() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    stand_in.set_behaviour(Behaviour {
+        stream_events: Some(20),
+        pace: Some(Duration::from_millis(20)),
+        ..Behaviour::default()
+    });
+    let res = worker
+        .client
+        .request(stream_request(&worker, "/v1/messages"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(worker.state.in_flight(), 1);
+    worker.state.set_control(false);
+    stand_in.set_behaviour(Behaviour::default());
+    worker
+        .post("/v1/messages", b"{}")
+        .await
+        .assert_error(503, "relay_worker_unavailable");
+    worker
+        .post("/hooks/claude-code", b"{}")
+        .await
+        .assert_error(503, "relay_worker_unavailable");
+    worker
+        .get(READY_PATH)
+        .await
+        .assert_error(503, "relay_worker_unavailable");
+    // The secret is still checked first.
+    let req = worker
+        .unauthenticated(Method::GET, READY_PATH)
+        .body(Full::default())
+        .unwrap();
+    worker
+        .send(req)
+        .await
+        .assert_error(401, "relay_unauthorized");
+    // The accepted stream completes.
+    let received = receive_body(res.into_body()).await;
+    assert!(received.error.is_none(), "{:?}", received.error);
+    assert!(received.bytes.ends_with(b"\n\n"));
+    assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
+    assert_eq!(stand_in.request_count(), 1);
+    // A resume: a fresh secret, then control.
+    let fresh = [0x11; 32];
+    worker.state.set_secret(fresh);
+    worker.state.set_control(true);
+    let req = worker
+        .unauthenticated(Method::GET, READY_PATH)
+        .header("x-relay-worker-secret", secret_header(fresh))
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(worker.send(req).await.status, 200);
+}
+
+#[tokio::test]
+async fn draining_refuses_model_requests_answers_hooks_and_resolves_once_in_flight_ends() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    stand_in.set_behaviour(Behaviour {
+        stream_events: Some(20),
+        pace: Some(Duration::from_millis(20)),
+        ..Behaviour::default()
+    });
+    let res = worker
+        .client
+        .request(stream_request(&worker, "/v1/chat/completions"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    worker
+        .state
+        .start_drain(Instant::now() + Duration::from_secs(60));
+    worker
+        .post("/v1/chat/completions", b"{}")
+        .await
+        .assert_error(503, "relay_worker_unavailable");
+    worker
+        .get("/v1/models")
+        .await
+        .assert_error(503, "relay_worker_unavailable");
+    let answer = worker
+        .post("/hooks/claude-code", br#"{"hook_event_name":"Stop"}"#)
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, r#"{"continue":true}"#);
+    worker
+        .get(READY_PATH)
+        .await
+        .assert_error(503, "relay_worker_unavailable");
+    // The stream is still in flight, so the drain is not done.
+    let mut drained = Box::pin(worker.state.drained());
+    assert!((&mut drained).now_or_never().is_none());
+    assert_eq!(worker.state.in_flight(), 1);
+    let received = receive_body(res.into_body()).await;
+    assert!(received.error.is_none(), "{:?}", received.error);
+    tokio::time::timeout(WAIT, drained)
+        .await
+        .expect("drained() did not resolve after the last stream ended");
+    assert_eq!(worker.state.in_flight(), 0);
+    assert_eq!(stand_in.request_count(), 1);
+}
+
+// ---- model routes ----
+
+#[tokio::test]
+async fn every_model_route_is_forwarded_byte_for_byte_without_relay_headers() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    // Odd spacing, key order and escapes that re-serialising would change.
+    let body: &[u8] = b"{ \"z\":1,\"model\" : \"m\",\"a\":\"\\u00e9\xc3\xa9\",\"stream\":false}";
+    for (method, path, upstream_path) in [
+        (
+            Method::POST,
+            "/v1/messages?beta=true",
+            "/v1/messages?beta=true",
+        ),
+        (
+            Method::POST,
+            "/v1/messages/count_tokens",
+            "/v1/messages/count_tokens",
+        ),
+        (Method::POST, "/v1/responses", "/v1/responses"),
+        (Method::POST, "/responses", "/v1/responses"),
+        (
+            Method::POST,
+            "/backend-api/codex/responses",
+            "/backend-api/codex/responses",
+        ),
+        (Method::POST, "/v1/chat/completions", "/v1/chat/completions"),
+        (Method::POST, "/chat/completions", "/v1/chat/completions"),
+        (Method::GET, "/v1/models", "/v1/models"),
+        (Method::GET, "/models", "/v1/models"),
+    ] {
+        stand_in.clear_requests();
+        let mut req = worker
+            .request(method.clone(), path)
+            .header("authorization", "Bearer caller-key")
+            .header("x-api-key", "caller-anthropic-key")
+            .header("session_id", "pi-session")
+            .header("x-relay-session-id", "relay-session")
+            .header("x-vendor-thing", "a")
+            .header("x-vendor-thing", "b");
+        let sent = if method == Method::POST {
+            req = req.header("content-type", "application/json");
+            Full::new(Bytes::from_static(body))
+        } else {
+            Full::default()
+        };
+        let answer = worker.send(req.body(sent).unwrap()).await;
+        assert_eq!(answer.status, 200, "{path}: {:?}", answer.body);
+        let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+        let recorded = &recorded[0];
+        assert_eq!(recorded.method, method, "{path}");
+        assert_eq!(recorded.path_and_query, upstream_path, "{path}");
+        if method == Method::POST {
+            assert_eq!(recorded.body, body, "{path}");
+            assert!(recorded.body_complete);
+        }
+        assert_no_relay_headers(recorded);
+        assert_eq!(
+            recorded.header_str("authorization"),
+            Some("Bearer caller-key")
+        );
+        assert_eq!(
+            recorded.header_str("x-api-key"),
+            Some("caller-anthropic-key")
+        );
+        assert_eq!(recorded.header_str("session_id"), Some("pi-session"));
+        assert_eq!(recorded.header_values("x-vendor-thing"), [b"a", b"b"]);
+        let models = path.ends_with("models");
+        assert_eq!(
+            answer.header("cache-control") == Some("no-store"),
+            models,
+            "{path}"
+        );
+    }
+    // The models list of Anthropic, chosen by `anthropic-version`.
+    stand_in.clear_requests();
+    let req = worker
+        .request(Method::GET, "/models")
+        .header("anthropic-version", "2023-06-01")
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(worker.send(req).await.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(recorded[0].path_and_query, "/v1/models");
+    assert_eq!(
+        recorded[0].header_str("anthropic-version"),
+        Some("2023-06-01")
+    );
+}
+
+/// The requests the real harnesses sent reach the provider with their bodies and headers.
+#[tokio::test]
+async fn harness_requests_reach_the_provider_unchanged() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    for name in FIXTURE_REQUEST_NAMES {
+        stand_in.clear_requests();
+        let fixture = fixture_request(name).unwrap();
+        let mut req = fixture.to_request(&worker.url("")).unwrap();
+        req.headers_mut().insert(
+            "x-relay-worker-secret",
+            secret_header(SECRET).parse().unwrap(),
+        );
+        let answer = worker.send(req).await;
+        assert_eq!(answer.status, 200, "{name}");
+        let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+        assert_eq!(recorded[0].body, fixture.body, "{name}");
+        assert_no_relay_headers(&recorded[0]);
+        for (header, value) in &fixture.headers {
+            let header = header.to_ascii_lowercase();
+            let hop_by_hop = [
+                "connection",
+                "keep-alive",
+                "te",
+                "transfer-encoding",
+                "upgrade",
+            ];
+            if header.starts_with("x-relay-") || hop_by_hop.contains(&header.as_str()) {
+                continue;
+            }
+            assert!(
+                recorded[0]
+                    .header_values(&header)
+                    .contains(&value.as_bytes()),
+                "{name}: {header} did not pass"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_caller_selected_upstream_is_honoured_only_when_allowed() {
+    let stand_in = StandIn::start().await.unwrap();
+    let selected = StandIn::start().await.unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.config.upstream.allowed_base_urls = vec![base(&format!("{}/v1", selected.base_url()))];
+    let worker = setup.start().await;
+    let send = |base: String| {
+        let req = worker
+            .request(Method::POST, "/v1/chat/completions")
+            .header("content-type", "application/json")
+            .header("x-relay-upstream-base-url", base)
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap();
+        worker.send(req)
+    };
+    let answer = send(format!("{}/v1/", selected.base_url())).await;
+    assert_eq!(answer.status, 200);
+    let recorded = selected.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(recorded[0].path_and_query, "/v1/chat/completions");
+    assert_no_relay_headers(&recorded[0]);
+    for base in [
+        stand_in.base_url(),
+        format!("{}/v2", selected.base_url()),
+        "not a url".to_owned(),
+    ] {
+        send(base)
+            .await
+            .assert_error(400, "relay_upstream_not_allowed");
+    }
+    assert_eq!(stand_in.request_count(), 0);
+    assert_eq!(selected.request_count(), 1);
+}
+
+#[tokio::test]
+async fn websocket_probes_wrong_methods_and_oversized_bodies_are_refused() {
+    let stand_in = StandIn::start().await.unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.limits.max_request_body_bytes = 1000;
+    let worker = setup.start().await;
+    let req = worker
+        .request(Method::GET, "/v1/responses")
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .body(Full::default())
+        .unwrap();
+    worker
+        .send(req)
+        .await
+        .assert_error(426, "relay_upgrade_required");
+    worker
+        .get("/v1/responses")
+        .await
+        .assert_error(405, "relay_method_not_allowed");
+    worker
+        .get("/v1/messages")
+        .await
+        .assert_error(405, "relay_method_not_allowed");
+    worker
+        .post("/v1/messages", &[b' '; 1001])
+        .await
+        .assert_error(413, "relay_payload_too_large");
+    assert_eq!(stand_in.request_count(), 0);
+}
+
+/// A chunked body that crosses the limit while streaming: the provider never receives a
+/// complete request, and the answer is 413.
+#[tokio::test]
+async fn a_streamed_body_over_the_limit_never_reaches_the_provider_whole() {
+    let stand_in = StandIn::start().await.unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.limits.max_request_body_bytes = 1000;
+    let worker = setup.start().await;
+    let mut stream = worker.connect().await;
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         x-relay-worker-secret: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        secret_header(SECRET)
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    for _ in 0..3 {
+        stream.write_all(b"190\r\n").await.unwrap();
+        stream.write_all(&[b' '; 0x190]).await.unwrap();
+        stream.write_all(b"\r\n").await.unwrap();
+    }
+    stream.write_all(b"0\r\n\r\n").await.unwrap();
+    let text = read_head(&mut stream, WAIT).await;
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    for recorded in stand_in.requests() {
+        assert!(
+            !recorded.body_complete,
+            "the provider got a complete request"
+        );
+    }
+}
+
+#[tokio::test]
+async fn provider_failures_get_the_answers_of_section_3_7() {
+    // Unreachable: a port nobody listens on.
+    let closed = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+    let closed_url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let worker = Setup::new(&closed_url).start().await;
+    worker
+        .post("/v1/messages", b"{}")
+        .await
+        .assert_error(502, "relay_upstream_unreachable");
+    assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
+
+    // No response head within `response_timeout_secs`.
+    let stand_in = StandIn::start().await.unwrap();
+    stand_in.set_behaviour(Behaviour {
+        hang_before_headers: true,
+        ..Behaviour::default()
+    });
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.config.upstream.response_timeout_secs = Secs(Duration::from_millis(200));
+    let worker = setup.start().await;
+    worker
+        .post("/v1/responses", b"{}")
+        .await
+        .assert_error(504, "relay_upstream_timeout");
+    assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
+}
+
+// ---- streaming ----
+
+#[tokio::test]
+async fn fixture_streams_arrive_byte_exact_whole_and_in_one_byte_chunks() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    for chunk_size in [None, Some(1)] {
+        stand_in.set_behaviour(Behaviour {
+            chunk_size,
+            ..Behaviour::default()
+        });
+        for (path, fixture) in STREAMS {
+            let res = worker
+                .client
+                .request(stream_request(&worker, path))
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200, "{path}");
+            assert_eq!(res.headers()["content-type"], "text/event-stream");
+            let accel: Vec<_> = res.headers().get_all("x-accel-buffering").iter().collect();
+            assert_eq!(accel, ["no"], "{path}");
+            let received = receive_body(res.into_body()).await;
+            assert!(received.error.is_none(), "{path}: {:?}", received.error);
+            assert_eq!(received.bytes, fixture, "{path} chunk {chunk_size:?}");
+        }
+    }
+    assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
+}
+
+/// The daemon going away mid-stream cancels the provider request at once and ends the
+/// request's in-flight count.
+#[tokio::test]
+async fn a_client_leaving_mid_stream_cancels_the_provider_request() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    stand_in.set_behaviour(Behaviour {
+        stream_events: Some(400),
+        pace: Some(Duration::from_millis(25)),
+        ..Behaviour::default()
+    });
+    let mut stream = worker.connect().await;
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         x-relay-worker-secret: {}\r\nContent-Length: 15\r\n\r\n{{\"stream\":true}}",
+        secret_header(SECRET)
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    while !seen.windows(10).any(|w| w == b"text_delta") {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(WAIT, stream.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0);
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(worker.state.in_flight(), 1);
+    let text = String::from_utf8_lossy(&seen);
+    let id: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("x-stand-in-request-id: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let left = Instant::now();
+    drop(stream);
+    let gone = stand_in
+        .wait_for_client_gone(id, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(gone.went_away_at.unwrap() - left < Duration::from_secs(1));
+    assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
+
+    // The same through the pooled client: dropping the body mid-stream.
+    let res = worker
+        .client
+        .request(stream_request(&worker, "/v1/messages"))
+        .await
+        .unwrap();
+    let id = request_id(res.headers());
+    let mut body = res.into_body();
+    body.frame().await.unwrap().unwrap();
+    drop(body);
+    stand_in
+        .wait_for_client_gone(id, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
+}
+
+/// A provider that breaks mid-stream makes the daemon's read fail after exactly the bytes
+/// the provider sent.
+#[tokio::test]
+async fn a_provider_breaking_mid_stream_fails_the_client_read() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    for fail_after in [300, ANTHROPIC_MESSAGES_SSE.len()] {
+        stand_in.set_behaviour(Behaviour {
+            fail_after_bytes: Some(fail_after),
+            ..Behaviour::default()
+        });
+        let res = worker
+            .client
+            .request(stream_request(&worker, "/v1/messages"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        let received = receive_body(res.into_body()).await;
+        assert!(received.error.is_some(), "a truncated stream ended cleanly");
+        assert_eq!(received.bytes, &ANTHROPIC_MESSAGES_SSE[..fail_after]);
+    }
+    assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
+}
+
+// ---- hooks ----
+
+fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hooks")
+}
+
+#[tokio::test]
+async fn every_captured_hook_payload_gets_its_agents_answer() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    let mut n = 0;
+    for (agent, answer) in [
+        ("claude-code", r#"{"continue":true}"#),
+        ("codex", "{}"),
+        ("pi", "{}"),
+    ] {
+        let mut files: Vec<_> = std::fs::read_dir(fixtures_dir().join(agent))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        files.sort();
+        assert!(files.len() >= 5, "{agent}: {files:?}");
+        for file in files {
+            let payload = std::fs::read(&file).unwrap();
+            let req = worker
+                .request(Method::POST, &format!("/hooks/{agent}"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(payload)))
+                .unwrap();
+            let got = worker.send(req).await;
+            assert_eq!(got.status, 200, "{}", file.display());
+            assert_eq!(got.body, answer, "{}", file.display());
+            assert_eq!(got.header("content-type"), Some("application/json"));
+            n += 1;
+        }
+    }
+    assert!(n >= 30);
+    assert_eq!(worker.state.in_flight(), 0);
+    // Hooks never reach the provider.
+    assert_eq!(stand_in.request_count(), 0);
+}
+
+#[tokio::test]
+async fn hook_bodies_must_be_json_objects_of_at_most_1_mib() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    for body in [&b""[..], b"[]", b"\"x\"", b"3", b"{", b"{} {}", b"\xff"] {
+        worker
+            .post("/hooks/pi", body)
+            .await
+            .assert_error(400, "relay_bad_request");
+    }
+    let mut big = b"{\"a\":\"".to_vec();
+    big.resize(1024 * 1024 + 1, b'x');
+    worker
+        .post("/hooks/codex", &big)
+        .await
+        .assert_error(413, "relay_payload_too_large");
+    // Exactly 1 MiB is fine.
+    let mut fits = b"{\"a\":\"".to_vec();
+    fits.resize(1024 * 1024 - 2, b'x');
+    fits.extend_from_slice(b"\"}");
+    let answer = worker.post("/hooks/codex", &fits).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, "{}");
+    worker
+        .get("/hooks/claude-code")
+        .await
+        .assert_error(405, "relay_method_not_allowed");
+}
+
+// ---- TLS pinning ----
+
+#[tokio::test]
+async fn a_client_pinning_another_certificate_fails_the_handshake() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    let other = WorkerIdentity::generate("127.0.0.1").unwrap();
+    for pin in [other.certificate_sha256(), [0; 32]] {
+        assert!(connect_pinned(worker.addr, pin).await.is_err());
+        let req = Request::get(worker.url(READY_PATH))
+            .header("x-relay-worker-secret", secret_header(SECRET))
+            .body(Full::default())
+            .unwrap();
+        assert!(pinned_client(pin).request(req).await.is_err());
+    }
+    // The right pin works.
+    assert!(connect_pinned(worker.addr, worker.sha256).await.is_ok());
+}
+
+/// Serves one TLS handshake with `certificate` and `key` (which need not match).
+#[derive(Debug)]
+struct FixedCertificate(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::server::ResolvesServerCert for FixedCertificate {
+    fn resolve(
+        &self,
+        _hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+async fn serve_handshakes(
+    certificate: CertificateDer<'static>,
+    key: &rcgen::KeyPair,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> SocketAddr {
+    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let signing = rustls::crypto::ring::sign::any_supported_type(&der).unwrap();
+    let certified = rustls::sign::CertifiedKey::new(vec![certificate], signing);
+    let config = rustls::ServerConfig::builder_with_provider(tls::provider())
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(FixedCertificate(Arc::new(certified))));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(mut tls) = acceptor.accept(tcp).await {
+                    let _ = tls.read(&mut [0u8; 1]).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A squatter replaying the registered certificate without its key cannot complete the
+/// handshake: the pinned verifier still checks the handshake signature (TLS 1.3 and 1.2).
+#[tokio::test]
+async fn the_right_certificate_with_another_key_fails_the_handshake() {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let other_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "relay-worker");
+    let certificate = params.self_signed(&key).unwrap().der().clone();
+    let pin = tls::certificate_sha256(certificate.as_ref());
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        // The genuine holder of the key passes, so the failure below is the key's.
+        let genuine = serve_handshakes(certificate.clone(), &key, version).await;
+        assert!(connect_pinned(genuine, pin).await.is_ok(), "{version:?}");
+        let squatter = serve_handshakes(certificate.clone(), &other_key, version).await;
+        assert!(connect_pinned(squatter, pin).await.is_err(), "{version:?}");
+    }
+}
