@@ -1,1 +1,228 @@
-fn main() {}
+//! `relay-mcp --daemon-address <URL>`: the MCP server a harness starts (SPEC §2.2, §6). It
+//! serves MCP on stdin/stdout, registers this machine-user's route with the daemon, and
+//! launches the worker when the broker says so. Nothing but JSON-RPC is written to stdout;
+//! logs go to stderr.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser as _;
+use relay_identity::{DaemonAddress, Env, PinStore, ProcessEnv, SigningKey, StatePaths, names};
+use relay_logging::{Lifecycle, LogConfig};
+use relay_proto::{Text, WorkerHint};
+use relay_proxy::control::client::ClientIdentity;
+use tokio::sync::{oneshot, watch};
+
+mod control;
+mod jsonrpc;
+mod launch;
+
+/// How long `initialize` may wait for the route to settle (§6).
+const INITIALIZE_WAIT: Duration = Duration::from_secs(5);
+
+/// MCP server that connects a harness session to Relay.
+#[derive(Debug, clap::Parser)]
+#[command(name = "relay-mcp", version)]
+struct Cli {
+    /// The daemon origin, e.g. http://127.0.0.1:47632.
+    #[arg(long, value_name = "URL", value_parser = parse_daemon_address)]
+    daemon_address: DaemonAddress,
+}
+
+fn parse_daemon_address(text: &str) -> Result<DaemonAddress, String> {
+    DaemonAddress::parse(text).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return relay_logging::clap_exit("relay-mcp", &error),
+    };
+    let env = ProcessEnv;
+    let text = |name: &str| env.var_os(name).map(|v| v.to_string_lossy().into_owned());
+    let log = match LogConfig::resolve(
+        None,
+        None,
+        text(names::RELAY_LOG).as_deref(),
+        text(names::RELAY_LOG_FORMAT).as_deref(),
+        None,
+        None,
+        LogConfig::client_default(),
+    ) {
+        Ok(log) => log,
+        Err(error) => return relay_logging::usage_exit("relay-mcp", &error),
+    };
+    if let Err(error) = relay_logging::init(&log, std::io::stderr) {
+        return relay_logging::usage_exit("relay-mcp", &error);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("relay-mcp: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli, env));
+    // The worker is in its own process group and outlives this runtime.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    ExitCode::SUCCESS
+}
+
+async fn run(cli: Cli, env: ProcessEnv) {
+    let (settled_tx, settled_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let control = prepare(&cli, &env, settled_tx).map(|control| tokio::spawn(control.run(stop_rx)));
+    let settled = {
+        let mut settled = settled_rx;
+        async move {
+            let _ = settled.wait_for(|settled| *settled).await;
+        }
+    };
+    let serving = jsonrpc::serve(
+        tokio::io::BufReader::new(tokio::io::stdin()),
+        tokio::io::stdout(),
+        settled,
+        INITIALIZE_WAIT,
+    );
+    // Claude Code stops its MCP servers with SIGINT, Codex with SIGTERM; neither closes
+    // stdin first.
+    tokio::select! {
+        result = serving => {
+            if let Err(error) = result {
+                tracing::warn!(%error, "MCP stdio failed");
+            }
+        }
+        () = signal() => {}
+    }
+    if let Some(control) = control {
+        let _ = stop_tx.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(2), control).await;
+    }
+}
+
+async fn signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Resolves the credential and identity; `None` serves MCP without a route.
+fn prepare(cli: &Cli, env: &ProcessEnv, settled: watch::Sender<bool>) -> Option<control::Control> {
+    let daemon_address = cli.daemon_address.origin().to_string();
+    let give_up = |reason: relay_logging::McpPassThroughReason| {
+        Lifecycle::DaemonMcpPassThrough {
+            daemon_address: &daemon_address,
+            fingerprint: None,
+            reason,
+        }
+        .emit();
+        settled.send_replace(true);
+    };
+    let paths = match StatePaths::resolve(env) {
+        Ok(paths) => paths,
+        Err(error) => {
+            tracing::warn!(%error, "no state directory; serving MCP without a route");
+            give_up(relay_logging::McpPassThroughReason::CredentialRejected);
+            return None;
+        }
+    };
+    let euid = relay_identity::store::current_euid();
+    let resolved = relay_identity::resolve_credential(env, &paths, euid);
+    for (source, reason) in &resolved.skipped {
+        Lifecycle::RouteCredentialSkipped {
+            source: match source {
+                relay_identity::CredentialSource::Env => relay_logging::CredentialSource::Env,
+                relay_identity::CredentialSource::File => relay_logging::CredentialSource::File,
+            },
+            reason: relay_logging::CredentialSkipReason::from_code(reason.as_str())
+                .unwrap_or(relay_logging::CredentialSkipReason::Unreadable),
+            path: matches!(source, relay_identity::CredentialSource::File)
+                .then(|| paths.token_file())
+                .as_deref(),
+        }
+        .emit();
+    }
+    let Some((credential, _)) = resolved.token else {
+        // Without a credential relay-mcp serves MCP and registers nothing (§6).
+        settled.send_replace(true);
+        return None;
+    };
+    let key = match relay_identity::store::ensure_private_dir(&paths.daemon_dir())
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            SigningKey::load_or_create(&paths.machine_key_file()).map_err(|e| e.to_string())
+        }) {
+        Ok((key, _)) => Arc::new(key),
+        Err(error) => {
+            tracing::error!(%error, "the machine identity is unusable; serving MCP without a route");
+            give_up(relay_logging::McpPassThroughReason::CredentialRejected);
+            return None;
+        }
+    };
+    let pins = Arc::new(PinStore::new(
+        paths.pins_dir(),
+        Some(relay_identity::provisioned_daemon_key_file(env)),
+    ));
+    let tls = if cli.daemon_address.is_tls() {
+        let extra = env
+            .var_os(names::RELAY_EXTRA_CA_FILE)
+            .map(std::path::PathBuf::from);
+        match relay_proxy::tls::client_config(extra.as_deref()) {
+            Ok(config) => Some(Arc::new(config)),
+            Err(error) => {
+                tracing::error!(%error, "no TLS configuration for the daemon; serving MCP without a route");
+                give_up(relay_logging::McpPassThroughReason::DaemonUnreachable);
+                return None;
+            }
+        }
+    } else {
+        None
+    };
+    let hint = worker_hint(env);
+    let launcher = launch::Launcher::new(env, daemon_address.clone(), paths.logs_dir());
+    Some(control::Control {
+        identity: ClientIdentity {
+            daemon: cli.daemon_address.clone(),
+            key,
+            pins,
+            tls,
+            instance_id: relay_proto::Id::from(uuid::Uuid::now_v7()),
+        },
+        credential,
+        hint,
+        launcher,
+        settled,
+    })
+}
+
+/// The remote worker's network hint (§9), from `RELAY_WORKER_ADVERTISE_ADDRESS` and
+/// `RELAY_WORKER_PORT`.
+fn worker_hint(env: &ProcessEnv) -> Option<WorkerHint> {
+    let address = env
+        .var_os(names::RELAY_WORKER_ADVERTISE_ADDRESS)
+        .map(|v| v.to_string_lossy().into_owned())
+        .filter(|v| !v.is_empty());
+    let port = env
+        .var_os(names::RELAY_WORKER_PORT)
+        .and_then(|v| v.to_string_lossy().parse::<u16>().ok());
+    if address.is_none() && port.is_none() {
+        return None;
+    }
+    Some(WorkerHint {
+        advertise_address: address.map(|a| Text::truncated(&a)),
+        port,
+    })
+}

@@ -1,1 +1,400 @@
-fn main() {}
+//! `relay-worker --daemon-address <URL>` (SPEC §2.4, §5.5): the per-user process that runs
+//! the organisation's plugins and calls the provider. It is never started by hand: its
+//! one-time launch grant arrives on stdin from `relay-mcp`, and it refuses to run without.
+//!
+//! Order of start-up: bind, make this generation's certificate, serve HTTPS, register with
+//! the grant, load the plugins, report `Ready`. Afterwards it follows its control session:
+//! it drains on `Drain`, stops taking new requests when control is lost and resumes as the
+//! same generation within the grace, and exits when the grace runs out or it is revoked.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use relay_identity::{DaemonAddress, Env, PinStore, ProcessEnv, SigningKey, StatePaths, names};
+use relay_logging::{Lifecycle, LogConfig};
+use relay_proto::{
+    Bytes32, Grant, Message, RefusedCode, RegisterWorkerFields, Registered, ResumeWorkerFields,
+    Text, Timers,
+};
+use relay_proxy::config::{Config, ConfigSources};
+use relay_proxy::control::client::{
+    Backoff, ClientIdentity, ConnectError, Registration, Session, connect,
+};
+use relay_proxy::plugins::Plugins;
+use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
+use relay_proxy::worker::{
+    WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState, serve_options,
+};
+use tokio::io::AsyncReadExt as _;
+
+/// The grant frame is small; anything longer on stdin is not a grant.
+const MAX_GRANT_BYTES: u64 = 64 * 1024;
+
+/// The worker of one machine-user.
+#[derive(Debug, clap::Parser)]
+#[command(name = "relay-worker", version)]
+struct Cli {
+    /// The daemon origin, e.g. http://127.0.0.1:47632.
+    #[arg(long, value_name = "URL", value_parser = parse_daemon_address)]
+    daemon_address: DaemonAddress,
+}
+
+fn parse_daemon_address(text: &str) -> Result<DaemonAddress, String> {
+    DaemonAddress::parse(text).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return relay_logging::clap_exit("relay-worker", &error),
+    };
+    let env = ProcessEnv;
+    let text = |name: &str| env.var_os(name).map(|v| v.to_string_lossy().into_owned());
+    let log = match LogConfig::resolve(
+        None,
+        None,
+        text(names::RELAY_LOG).as_deref(),
+        text(names::RELAY_LOG_FORMAT).as_deref(),
+        None,
+        None,
+        LogConfig::client_default(),
+    ) {
+        Ok(log) => log,
+        Err(error) => return relay_logging::usage_exit("relay-worker", &error),
+    };
+    if let Err(error) = relay_logging::init(&log, std::io::stderr) {
+        return relay_logging::usage_exit("relay-worker", &error);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("relay-worker: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli, env)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "worker stopped");
+            eprintln!("relay-worker: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads the one grant from stdin; there is no other way to start a worker.
+async fn read_grant() -> anyhow::Result<Grant> {
+    let mut bytes = Vec::new();
+    tokio::io::stdin()
+        .take(MAX_GRANT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .context("reading the launch grant from stdin")?;
+    anyhow::ensure!(
+        !bytes.is_empty(),
+        "no launch grant on stdin: relay-worker is started by relay-mcp"
+    );
+    anyhow::ensure!(
+        bytes.len() as u64 <= MAX_GRANT_BYTES,
+        "stdin holds more than a launch grant"
+    );
+    match relay_proto::decode(&bytes)
+        .context("decoding the launch grant")?
+        .message
+    {
+        Message::LaunchWorker(grant) => Ok(grant),
+        _ => anyhow::bail!("stdin holds another message than a launch grant"),
+    }
+}
+
+async fn run(cli: Cli, env: ProcessEnv) -> anyhow::Result<()> {
+    let grant = read_grant().await?;
+    let paths = StatePaths::resolve(&env).context("finding the state directory")?;
+    let system_dir = relay_identity::system_config_dir(&env);
+    let (config, ignored) = Config::load_client(&ConfigSources::standard(
+        Some(&paths.relay_dir()),
+        &system_dir,
+    ))
+    .context("reading config.toml")?;
+    for key in ignored {
+        tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
+    }
+    let config = Arc::new(config);
+
+    // Bind, and make this generation's certificate.
+    let bind = SocketAddr::from((Ipv4Addr::from(grant.bind_ip), grant.port));
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .with_context(|| format!("binding {bind}"))?;
+    let local = listener.local_addr()?;
+    let advertised: IpAddr = match &grant.advertise_address {
+        Some(address) => address
+            .as_str()
+            .parse()
+            .context("the advertised worker address")?,
+        None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    };
+    let endpoint = SocketAddr::new(advertised, local.port());
+    let identity = WorkerIdentity::generate(&advertised.to_string())
+        .context("making the worker certificate")?;
+
+    // Serve HTTPS for the whole life of the process.
+    let state = Arc::new(WorkerState::new());
+    let upstream = UpstreamClient::new(&UpstreamOptions {
+        connect_timeout: config.upstream.connect_timeout_secs.get(),
+        response_timeout: (!config.upstream.response_timeout_secs.is_zero())
+            .then(|| config.upstream.response_timeout_secs.get()),
+        proxy_url: (!config.upstream.proxy_url.is_empty())
+            .then(|| config.upstream.proxy_url.clone()),
+        no_proxy: env
+            .var_os("NO_PROXY")
+            .or_else(|| env.var_os("no_proxy"))
+            .map(|v| v.to_string_lossy().into_owned()),
+    })
+    .context("building the provider client")?;
+    let handler = Arc::new(WorkerHandler::new(
+        state.clone(),
+        config.clone(),
+        upstream,
+        WorkerLimits::default(),
+    ));
+    let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(relay_proxy::server::serve(
+        listener,
+        serve_options(&identity, Duration::from_secs(5)),
+        handler,
+        async move {
+            let _ = serving_stopped.await;
+        },
+    ));
+
+    // Register with the grant.
+    relay_identity::store::ensure_private_dir(&paths.daemon_dir())?;
+    let (key, _) = SigningKey::load_or_create(&paths.machine_key_file())
+        .context("loading the machine identity")?;
+    let tls = if cli.daemon_address.is_tls() {
+        let extra = env
+            .var_os(names::RELAY_EXTRA_CA_FILE)
+            .map(std::path::PathBuf::from);
+        Some(Arc::new(relay_proxy::tls::client_config(extra.as_deref())?))
+    } else {
+        None
+    };
+    let client = ClientIdentity {
+        daemon: cli.daemon_address.clone(),
+        key: Arc::new(key),
+        pins: Arc::new(PinStore::new(
+            paths.pins_dir(),
+            Some(relay_identity::provisioned_daemon_key_file(&env)),
+        )),
+        tls,
+        instance_id: relay_proto::Id::from(uuid::Uuid::now_v7()),
+    };
+    let certificate_sha256 = Bytes32(identity.certificate_sha256());
+    let registration = Registration::Worker(RegisterWorkerFields {
+        activation_id: grant.activation_id,
+        activation_token: grant.activation_token,
+        endpoint: Text::truncated(&endpoint.to_string()),
+        certificate_sha256,
+    });
+    let (mut session, registered) = connect(&client, registration, Duration::from_secs(10))
+        .await
+        .map_err(|e| refusal_context(&client, e))?;
+    let Registered::Worker {
+        worker_id,
+        generation_secret,
+        drain_deadline_ms,
+        timers,
+    } = registered
+    else {
+        anyhow::bail!("the daemon answered a worker registration as an MCP's");
+    };
+    state.set_secret(generation_secret.0);
+    let fingerprint = client.key.fingerprint().to_string();
+
+    // Load the plugins; an invalid configuration stops the activation.
+    let plugins = Plugins::load(
+        &system_dir.join("plugins.toml"),
+        Some(&paths.user_plugins_file()),
+    );
+    let plugins = match plugins {
+        Ok(plugins) => plugins,
+        Err(error) => {
+            let _ = session
+                .send(&Message::WorkerActivationFailed(
+                    error.to_activation_failed(),
+                ))
+                .await;
+            anyhow::bail!("plugin configuration: {error}");
+        }
+    };
+    state.set_ready();
+    session
+        .send(&Message::Ready)
+        .await
+        .context("reporting Ready")?;
+    Lifecycle::ConfigurationResolved {
+        fingerprint: Some(&fingerprint),
+        plugins: plugins.enabled().count() as u64,
+    }
+    .emit();
+    Lifecycle::WorkerReady {
+        fingerprint: &fingerprint,
+        worker_id: worker_id.as_uuid(),
+    }
+    .emit();
+
+    let life = Life {
+        client,
+        state: state.clone(),
+        worker_id,
+        certificate_sha256,
+        timers,
+    };
+    let result = match drain_deadline_ms {
+        Some(ms) => life.drain(&mut session, Duration::from_millis(ms)).await,
+        None => life.follow(session).await,
+    };
+    let _ = stop_serving.send(());
+    let _ = server.await;
+    Lifecycle::WorkerStopped {
+        fingerprint: Some(&fingerprint),
+        worker_id: Some(worker_id.as_uuid()),
+        activation_id: Some(grant.activation_id.as_uuid()),
+        exit: None,
+    }
+    .emit();
+    result
+}
+
+fn refusal_context(client: &ClientIdentity, error: ConnectError) -> anyhow::Error {
+    if let ConnectError::Pin(relay_identity::PinError::Mismatch { origin, pin_file }) = &error {
+        Lifecycle::DaemonPinMismatch {
+            role: relay_logging::ControlRole::Worker,
+            origin: &origin.to_string(),
+            pin_file,
+        }
+        .emit();
+    }
+    anyhow::Error::new(error).context(format!("registering with {}", client.daemon.origin()))
+}
+
+/// The worker after its registration.
+struct Life {
+    client: ClientIdentity,
+    state: Arc<WorkerState>,
+    worker_id: relay_proto::Id,
+    certificate_sha256: Bytes32,
+    timers: Timers,
+}
+
+impl Life {
+    /// Follows the control session until the worker drains, is revoked, or loses control
+    /// for longer than the grace.
+    async fn follow(mut self, mut session: Session) -> anyhow::Result<()> {
+        loop {
+            let dropped = loop {
+                match session.recv().await {
+                    Ok(None) => {}
+                    Ok(Some(frame)) => match frame.message {
+                        Message::Drain { deadline_ms } => {
+                            return self
+                                .drain(&mut session, Duration::from_millis(deadline_ms))
+                                .await;
+                        }
+                        Message::DaemonStopping { .. } => break "daemon_stopping",
+                        Message::Refused(refused) => {
+                            anyhow::bail!("the daemon ended this worker: {}", refused.text);
+                        }
+                        other => tracing::debug!(kind = ?other.kind(), "ignored control message"),
+                    },
+                    Err(_) => break "control_lost",
+                }
+            };
+            // Without control: no new requests (503), accepted ones finish, and the same
+            // generation resumes within the grace (§5.4).
+            self.state.set_control(false);
+            tracing::warn!(reason = dropped, "worker control lost; resuming");
+            match self.resume().await? {
+                Some(resumed) => session = resumed,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Resumes as the same generation: first retry at once, then `reconnect_first_ms`
+    /// doubling to `reconnect_cap_ms`, each attempt bounded, until the grace runs out.
+    /// `None` when the route drained meanwhile and the worker has finished.
+    async fn resume(&mut self) -> anyhow::Result<Option<Session>> {
+        let grace = Duration::from_millis(self.timers.reconnect_grace_ms);
+        let deadline = Instant::now() + grace;
+        let mut backoff = Backoff::new(
+            Duration::from_millis(self.timers.reconnect_first_ms),
+            Duration::from_millis(self.timers.reconnect_cap_ms),
+        );
+        loop {
+            tokio::time::sleep(backoff.next_delay()).await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            anyhow::ensure!(!left.is_zero(), "no daemon control for {grace:?}: exiting");
+            let attempt = left.min(Duration::from_millis(
+                self.timers.reconnect_attempt_timeout_ms,
+            ));
+            let registration = Registration::ResumeWorker(ResumeWorkerFields {
+                worker_id: self.worker_id,
+                certificate_sha256: self.certificate_sha256,
+            });
+            match connect(&self.client, registration, attempt).await {
+                Ok((
+                    mut session,
+                    Registered::Worker {
+                        generation_secret,
+                        drain_deadline_ms,
+                        timers,
+                        ..
+                    },
+                )) => {
+                    self.timers = timers;
+                    self.state.set_secret(generation_secret.0);
+                    self.state.set_control(true);
+                    if let Some(ms) = drain_deadline_ms {
+                        self.drain(&mut session, Duration::from_millis(ms)).await?;
+                        return Ok(None);
+                    }
+                    return Ok(Some(session));
+                }
+                Ok(_) => anyhow::bail!("the daemon answered a worker resume as an MCP's"),
+                Err(error)
+                    if error.refused_code() == Some(RefusedCode::GenerationRevoked)
+                        || error.is_fatal() =>
+                {
+                    return Err(refusal_context(&self.client, error));
+                }
+                Err(error) => tracing::debug!(%error, "resume attempt failed"),
+            }
+        }
+    }
+
+    /// Finishes accepted requests (at most until the deadline), says `Stopping`, exits.
+    async fn drain(&self, session: &mut Session, deadline: Duration) -> anyhow::Result<()> {
+        self.state.start_drain(Instant::now() + deadline);
+        if tokio::time::timeout(deadline, self.state.drained())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                in_flight = self.state.in_flight(),
+                "drain did not complete in {deadline:?}"
+            );
+        }
+        let _ = session.send(&Message::Stopping).await;
+        Ok(())
+    }
+}

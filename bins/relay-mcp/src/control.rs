@@ -1,0 +1,382 @@
+//! The MCP's control session (SPEC §5, §6): register this machine-user's route, follow the
+//! broker's directives, launch and watch the worker, resume after drops, and release the
+//! reference when the harness session ends.
+
+use std::time::{Duration, Instant};
+
+use relay_identity::RouteToken;
+use relay_logging::{Lifecycle, McpPassThroughReason, ProcessExit, RouteMode};
+use relay_proto::{
+    Bytes32, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message, RefusedCode,
+    RegisterMcpFields, Registered, ResumeMcpFields, Text, Timers, WorkerExited, WorkerHint,
+};
+use relay_proxy::control::client::{
+    Backoff, ClientIdentity, ConnectError, Registration, Session, connect,
+};
+use tokio::process::Child;
+use tokio::sync::{oneshot, watch};
+
+use crate::launch::Launcher;
+
+/// How long the release sequence may take before the MCP exits anyway (§5.5).
+const RELEASE_BUDGET: Duration = Duration::from_millis(1800);
+
+/// Everything the control loop needs.
+pub(crate) struct Control {
+    pub(crate) identity: ClientIdentity,
+    pub(crate) credential: RouteToken,
+    pub(crate) hint: Option<WorkerHint>,
+    pub(crate) launcher: Launcher,
+    /// Set once the route is settled (`RouteReady` or `UsePassThrough`), or given up on.
+    pub(crate) settled: watch::Sender<bool>,
+}
+
+/// The worker this MCP launched.
+struct Launched {
+    activation_id: Id,
+    child: Child,
+}
+
+/// How a connected session ended.
+enum Ended {
+    /// The transport dropped or the daemon is stopping: resume within the grace.
+    Dropped,
+    /// The harness session ended and the reference was released.
+    Released,
+    /// The route is revoked or blocked: stop for good.
+    Revoked,
+}
+
+impl Control {
+    fn fingerprint(&self) -> String {
+        self.identity.key.fingerprint().to_string()
+    }
+
+    fn daemon_address(&self) -> String {
+        self.identity.daemon.origin().to_string()
+    }
+
+    fn settle(&self) {
+        self.settled.send_replace(true);
+    }
+
+    fn pass_through(&self, reason: McpPassThroughReason) {
+        let fingerprint = self.fingerprint();
+        Lifecycle::DaemonMcpPassThrough {
+            daemon_address: &self.daemon_address(),
+            fingerprint: Some(&fingerprint),
+            reason,
+        }
+        .emit();
+    }
+
+    /// Runs until `shutdown` fires (the harness session ended) or the route is refused for
+    /// good; then releases the reference as §5.5 says.
+    pub(crate) async fn run(self, mut shutdown: oneshot::Receiver<()>) {
+        let started = Instant::now();
+        let mut timers = Timers::default();
+        let mut session: Option<(Id, Bytes32, Instant)> = None;
+        let mut launched: Option<Launched> = None;
+        let mut pending_exit: Option<WorkerExited> = None;
+        let mut backoff = Backoff::new(
+            Duration::from_millis(timers.reconnect_first_ms),
+            Duration::from_millis(timers.reconnect_cap_ms),
+        );
+        let mut warned_unreachable = false;
+        loop {
+            let grace = Duration::from_millis(timers.reconnect_grace_ms);
+            let registration = match session {
+                Some((session_id, resume_token, dropped_at)) if dropped_at.elapsed() < grace => {
+                    Registration::ResumeMcp(ResumeMcpFields {
+                        session_id,
+                        resume_token,
+                    })
+                }
+                _ => Registration::Mcp(RegisterMcpFields {
+                    credential: Bytes32(*self.credential.expose_bytes()),
+                    worker_hint: self.hint.clone(),
+                }),
+            };
+            let attempt = Duration::from_millis(timers.reconnect_attempt_timeout_ms);
+            let result = tokio::select! {
+                _ = &mut shutdown => {
+                    // The daemon cannot be reached: cleanup is left to the broker and the
+                    // worker's own grace (§5.5).
+                    return;
+                }
+                result = connect(&self.identity, registration, attempt) => result,
+            };
+            let (mut transport, registered) = match result {
+                Ok(ok) => ok,
+                Err(error) => {
+                    match error.refused_code() {
+                        Some(RefusedCode::SessionUnknown) => {
+                            // The daemon restarted or the grace ran out: register anew.
+                            session = None;
+                            continue;
+                        }
+                        Some(
+                            RefusedCode::CredentialBoundElsewhere
+                            | RefusedCode::TokenLimit
+                            | RefusedCode::CredentialMalformed
+                            | RefusedCode::StateUnavailable,
+                        ) => {
+                            self.pass_through(McpPassThroughReason::CredentialRejected);
+                            return self.idle(launched, shutdown).await;
+                        }
+                        Some(RefusedCode::RouteTableFull) => {
+                            self.pass_through(McpPassThroughReason::RouteTableFull);
+                            return self.idle(launched, shutdown).await;
+                        }
+                        _ => {}
+                    }
+                    if let ConnectError::Pin(relay_identity::PinError::Mismatch {
+                        origin,
+                        pin_file,
+                    }) = &error
+                    {
+                        Lifecycle::DaemonPinMismatch {
+                            role: relay_logging::ControlRole::Mcp,
+                            origin: &origin.to_string(),
+                            pin_file,
+                        }
+                        .emit();
+                    }
+                    if error.is_fatal() {
+                        tracing::error!(error = %error, "control registration failed for good");
+                        self.pass_through(McpPassThroughReason::CredentialRejected);
+                        return self.idle(launched, shutdown).await;
+                    }
+                    if !warned_unreachable {
+                        warned_unreachable = true;
+                        tracing::warn!(error = %error, "daemon not reachable; retrying");
+                    }
+                    let delay = backoff.next_delay();
+                    tokio::select! {
+                        _ = &mut shutdown => return,
+                        () = tokio::time::sleep(delay) => {}
+                        exit = wait_child(&mut launched) => pending_exit = Some(exit),
+                    }
+                    continue;
+                }
+            };
+            let Registered::Mcp {
+                session_id,
+                resume_token,
+                directive,
+                timers: effective,
+            } = registered
+            else {
+                tracing::error!("the daemon answered an MCP registration as a worker's");
+                return self.idle(launched, shutdown).await;
+            };
+            timers = effective;
+            backoff = Backoff::new(
+                Duration::from_millis(timers.reconnect_first_ms),
+                Duration::from_millis(timers.reconnect_cap_ms),
+            );
+            warned_unreachable = false;
+            session = Some((session_id, resume_token, Instant::now()));
+            if let Some(exit) = pending_exit.take() {
+                let _ = transport.send(&Message::WorkerExited(exit)).await;
+            }
+            self.directive(&mut transport, directive, &mut launched, started)
+                .await;
+            let ended = self
+                .connected(&mut transport, &mut launched, &mut shutdown, started)
+                .await;
+            match ended {
+                Ended::Released => return,
+                Ended::Revoked => {
+                    self.pass_through(McpPassThroughReason::CredentialRejected);
+                    return self.idle(launched, shutdown).await;
+                }
+                Ended::Dropped => {
+                    if let Some((id, token, _)) = session {
+                        session = Some((id, token, Instant::now()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The registered session: directives in, child exits out, until it drops or the
+    /// harness session ends.
+    async fn connected(
+        &self,
+        transport: &mut Session,
+        launched: &mut Option<Launched>,
+        shutdown: &mut oneshot::Receiver<()>,
+        started: Instant,
+    ) -> Ended {
+        loop {
+            tokio::select! {
+                _ = &mut *shutdown => {
+                    self.release(transport, launched).await;
+                    return Ended::Released;
+                }
+                exit = wait_child(launched) => {
+                    if transport.send(&Message::WorkerExited(exit)).await.is_err() {
+                        return Ended::Dropped;
+                    }
+                }
+                frame = transport.recv() => match frame {
+                    Ok(None) => {}
+                    Ok(Some(frame)) => match frame.message {
+                        Message::DaemonStopping { .. } => return Ended::Dropped,
+                        Message::Refused(refused) => {
+                            tracing::warn!(reason = refused.text.as_str(), "the daemon ended the session");
+                            return match refused.reason() {
+                                Some(RefusedCode::Revoked | RefusedCode::Blocked) => Ended::Revoked,
+                                _ => Ended::Dropped,
+                            };
+                        }
+                        message => match message.as_directive() {
+                            Some(directive) => self.directive(transport, directive, launched, started).await,
+                            None => tracing::debug!(kind = ?message.kind(), "ignored control message"),
+                        },
+                    },
+                    Err(_) => return Ended::Dropped,
+                },
+            }
+        }
+    }
+
+    async fn directive(
+        &self,
+        transport: &mut Session,
+        directive: Directive,
+        launched: &mut Option<Launched>,
+        started: Instant,
+    ) {
+        match directive {
+            Directive::LaunchWorker(grant) => self.launch(transport, grant, launched).await,
+            Directive::WaitForWorker { retry_after_ms } => {
+                tracing::debug!(retry_after_ms, "waiting for the route's worker");
+            }
+            Directive::ReuseWorker => {}
+            Directive::RouteReady => {
+                let fingerprint = self.fingerprint();
+                Lifecycle::DaemonMcpReady {
+                    daemon_address: &self.daemon_address(),
+                    fingerprint: &fingerprint,
+                    route_mode: RouteMode::Worker,
+                    elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                }
+                .emit();
+                self.settle();
+            }
+            Directive::UsePassThrough => {
+                if !*self.settled.borrow() {
+                    self.pass_through(McpPassThroughReason::ActivationFailed);
+                }
+                self.settle();
+            }
+        }
+    }
+
+    async fn launch(&self, transport: &mut Session, grant: Grant, launched: &mut Option<Launched>) {
+        // A previous launch of this MCP lost its grant; its worker cannot register.
+        if let Some(mut old) = launched.take() {
+            let _ = old.child.start_kill();
+            let _ = old.child.wait().await;
+        }
+        match self.launcher.launch(&grant).await {
+            Ok(child) => {
+                *launched = Some(Launched {
+                    activation_id: grant.activation_id,
+                    child,
+                });
+            }
+            Err(failure) => {
+                let fingerprint = self.fingerprint();
+                Lifecycle::WorkerLaunchFailed {
+                    fingerprint: &fingerprint,
+                    activation_id: grant.activation_id.as_uuid(),
+                    failure_reason: failure.reason,
+                    detail: Some(&failure.detail),
+                }
+                .emit();
+                let _ = transport
+                    .send(&Message::ActivationFailed(McpActivationFailed {
+                        activation_id: grant.activation_id,
+                        failure_reason: Text::truncated(failure.reason.as_str()),
+                    }))
+                    .await;
+            }
+        }
+    }
+
+    /// `Release`, then `LaunchStatus`: the child is killed unless the broker owns it now.
+    async fn release(&self, transport: &mut Session, launched: &mut Option<Launched>) {
+        let sequence = async {
+            transport.send(&Message::Release).await.ok()?;
+            let activation_id = launched.as_ref()?.activation_id;
+            transport
+                .send(&Message::LaunchStatus { activation_id })
+                .await
+                .ok()?;
+            loop {
+                if let Some(frame) = transport.recv().await.ok()?
+                    && let Message::LaunchStatusIs(status) = frame.message
+                    && status.activation_id == activation_id
+                {
+                    return Some(status.outcome);
+                }
+            }
+        };
+        let outcome = tokio::time::timeout(RELEASE_BUDGET, sequence)
+            .await
+            .ok()
+            .flatten();
+        if let Some(mut launched) = launched.take() {
+            match outcome {
+                // The broker owns the worker: it drains and exits on its own.
+                Some(LaunchOutcome::Published) => return,
+                // No answer: the broker and the worker's own grace clean up (§5.5).
+                None => return,
+                Some(_) => {}
+            }
+            let _ = launched.child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_millis(200), launched.child.wait()).await;
+        }
+    }
+
+    /// Without a route: serve MCP only, and forget the worker if there is one.
+    async fn idle(&self, launched: Option<Launched>, shutdown: oneshot::Receiver<()>) {
+        self.settle();
+        drop(launched);
+        let _ = shutdown.await;
+    }
+}
+
+/// Resolves when the launched child exits; never when there is none.
+async fn wait_child(launched: &mut Option<Launched>) -> WorkerExited {
+    let Some(current) = launched.as_mut() else {
+        return std::future::pending().await;
+    };
+    let status = current.child.wait().await;
+    let activation_id = current.activation_id;
+    *launched = None;
+    let exit = match status {
+        Ok(status) => ProcessExit::from(status),
+        Err(_) => ProcessExit::Unknown,
+    };
+    Lifecycle::WorkerStopped {
+        fingerprint: None,
+        worker_id: None,
+        activation_id: Some(activation_id.as_uuid()),
+        exit: Some(exit),
+    }
+    .emit();
+    let (exit_code, signal) = match exit {
+        ProcessExit::Code(code) => (Some(code), None),
+        ProcessExit::Signal(signal) => (None, Some(signal)),
+        ProcessExit::Unknown => (None, None),
+    };
+    WorkerExited {
+        activation_id,
+        exit_code,
+        signal,
+    }
+}

@@ -1,0 +1,153 @@
+//! Starting `relay-worker` for a launch grant (SPEC §5.5): the binary beside this one, a
+//! cleared environment with an allow-list, its own process group, the grant written to
+//! its stdin and nowhere else, and a private log file as its stderr.
+
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use relay_identity::{Env, names};
+use relay_logging::LaunchFailureReason;
+use relay_proto::{Grant, Message};
+use tokio::io::AsyncWriteExt as _;
+use tokio::process::{Child, Command};
+
+/// Worker log files kept per user (§5.5).
+const KEPT_LOGS: usize = 5;
+
+/// A launch that did not produce a running worker.
+#[derive(Debug)]
+pub(crate) struct LaunchFailure {
+    pub(crate) reason: LaunchFailureReason,
+    pub(crate) detail: String,
+}
+
+fn fail(reason: LaunchFailureReason, detail: impl std::fmt::Display) -> LaunchFailure {
+    LaunchFailure {
+        reason,
+        detail: detail.to_string(),
+    }
+}
+
+/// Where the worker comes from and what it may see.
+#[derive(Debug, Clone)]
+pub(crate) struct Launcher {
+    pub(crate) worker_binary: PathBuf,
+    pub(crate) daemon_address: String,
+    pub(crate) logs_dir: PathBuf,
+    /// The allow-listed variables of this process, copied into the child's cleared
+    /// environment.
+    pub(crate) env: Vec<(String, OsString)>,
+}
+
+impl Launcher {
+    pub(crate) fn new(env: &impl Env, daemon_address: String, logs_dir: PathBuf) -> Launcher {
+        let worker_binary = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join("relay-worker")))
+            .unwrap_or_else(|| PathBuf::from("relay-worker"));
+        let env = names::WORKER_ENV_ALLOW_LIST
+            .iter()
+            .filter_map(|name| env.var_os(name).map(|value| ((*name).to_owned(), value)))
+            .collect();
+        Launcher {
+            worker_binary,
+            daemon_address,
+            logs_dir,
+            env,
+        }
+    }
+
+    /// Starts the worker for `grant`.
+    pub(crate) async fn launch(&self, grant: &Grant) -> Result<Child, LaunchFailure> {
+        if !self.worker_binary.is_file() {
+            return Err(fail(
+                LaunchFailureReason::WorkerExecutableResolutionFailed,
+                format!("{} does not exist", self.worker_binary.display()),
+            ));
+        }
+        let log = self.open_log(grant).map_err(|e| {
+            fail(
+                LaunchFailureReason::WorkerProcessSpawnFailed,
+                format!("worker log file: {e}"),
+            )
+        })?;
+        let mut command = Command::new(&self.worker_binary);
+        command
+            .arg("--daemon-address")
+            .arg(&self.daemon_address)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            // Its own process group: it outlives this MCP and the harness's signals.
+            .process_group(0)
+            .kill_on_drop(false);
+        let mut child = command
+            .spawn()
+            .map_err(|e| fail(LaunchFailureReason::WorkerProcessSpawnFailed, e))?;
+        let Some(mut stdin) = child.stdin.take() else {
+            let _ = child.start_kill();
+            return Err(fail(
+                LaunchFailureReason::WorkerActivationPipeUnavailable,
+                "the worker has no stdin pipe",
+            ));
+        };
+        let frame = relay_proto::encode(&Message::LaunchWorker(grant.clone()))
+            .map_err(|e| fail(LaunchFailureReason::WorkerActivationGrantWriteFailed, e))?;
+        let written = async {
+            stdin.write_all(&frame).await?;
+            stdin.shutdown().await
+        }
+        .await;
+        drop(stdin);
+        if let Err(e) = written {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(fail(
+                LaunchFailureReason::WorkerActivationGrantWriteFailed,
+                e,
+            ));
+        }
+        Ok(child)
+    }
+
+    /// `<logs>/worker-<activation id prefix>.log`, mode 0600, keeping the five newest.
+    fn open_log(&self, grant: &Grant) -> std::io::Result<File> {
+        relay_identity::store::ensure_private_dir(&self.logs_dir).map_err(std::io::Error::other)?;
+        // Sixteen hex digits: the UUIDv7 timestamp and some of its random bits.
+        let simple = grant.activation_id.as_uuid().simple().to_string();
+        let path = self.logs_dir.join(format!("worker-{}.log", &simple[..16]));
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)?;
+        prune_logs(&self.logs_dir, KEPT_LOGS);
+        Ok(file)
+    }
+}
+
+/// Removes all but the `keep` newest `worker-*.log` files.
+fn prune_logs(dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut logs: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("worker-") && name.ends_with(".log")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    logs.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
+    for (_, path) in logs.into_iter().skip(keep) {
+        let _ = std::fs::remove_file(path);
+    }
+}
