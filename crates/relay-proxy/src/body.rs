@@ -317,3 +317,6 @@ impl Body for ResponseBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

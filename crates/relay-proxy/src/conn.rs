@@ -167,6 +167,13 @@ pub struct ConnIo<T> {
 
 impl<T> ConnIo<T> {
     pub fn new(inner: T, state: std::sync::Arc<ConnState>, http1: bool) -> ConnIo<T> {
+        if http1 {
+            // The first head is timed from the start of the connection, so a client that
+            // connects and sends nothing is cut at the header timeout like a slow head
+            // (hyper's own header timeout did the same), not kept for the idle time.
+            let now = state.now_ms();
+            state.head_started.store(now + 1, Ordering::Relaxed);
+        }
         ConnIo {
             inner,
             state,
@@ -190,7 +197,13 @@ impl<T> ConnIo<T> {
                         let start = bytes.iter().position(|b| *b != b'\r' && *b != b'\n');
                         let Some(start) = start else { return };
                         bytes = &bytes[start..];
-                        self.state.head_started.store(now + 1, Ordering::Relaxed);
+                        // Keeps the start of the connection for its first head.
+                        let _ = self.state.head_started.compare_exchange(
+                            0,
+                            now + 1,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
                         self.state.wake.notify_one();
                     }
                     let searched = buf.len().saturating_sub(3);

@@ -466,7 +466,10 @@ impl Front {
         let res = match result {
             Ok(res) => self.relay_response(res, family == ModelFamily::Models, idle),
             Err(failure) => {
-                self.log_upstream_failure(target.family.as_str(), &failure);
+                // A body over the limit is the client's fault, not a provider failure.
+                if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
+                    self.log_upstream_failure(target.family.as_str(), &failure);
+                }
                 upstream_error(&failure)
             }
         };
@@ -619,6 +622,10 @@ fn log_reason(reason: PassThroughReason) -> relay_logging::PassThroughReason {
 
 fn route_label(route: Route) -> RouteLabel {
     match route {
+        Route::Model {
+            family: ModelFamily::Fixed(Family::Anthropic),
+            ..
+        } => RouteLabel::Anthropic,
         Route::Model { .. } => RouteLabel::Openai,
         Route::Hook(_) => RouteLabel::Hook,
         Route::ControlMcp | Route::ControlWorker => RouteLabel::Control,

@@ -1,9 +1,10 @@
 //! `GET /metrics` (SPEC §3.1): Prometheus text from the `prometheus-client` crate.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -11,7 +12,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// The kind of route a request took, as a metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RouteLabel {
     Anthropic,
     Openai,
@@ -22,12 +23,50 @@ pub enum RouteLabel {
 }
 
 /// Where a request went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Destination {
     Worker,
     PassThrough,
     /// Answered by relayd itself (status, errors, refusals).
     Local,
+}
+
+impl RouteLabel {
+    /// The label value: lowercase, as Prometheus labels are usually written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteLabel::Anthropic => "anthropic",
+            RouteLabel::Openai => "openai",
+            RouteLabel::Hook => "hook",
+            RouteLabel::Status => "status",
+            RouteLabel::Control => "control",
+            RouteLabel::Other => "other",
+        }
+    }
+}
+
+impl Destination {
+    /// The label value, spelled as SPEC §3.1 names it (`worker`, `pass_through`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Destination::Worker => "worker",
+            Destination::PassThrough => "pass_through",
+            Destination::Local => "local",
+        }
+    }
+}
+
+// The derive would write the variant names (`PassThrough`); the values are snake_case.
+impl EncodeLabelValue for RouteLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for Destination {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]

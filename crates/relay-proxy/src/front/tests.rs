@@ -1,1 +1,415 @@
+//! The rules of the front that depend on the TCP peer, checked directly: an integration test
+//! can only make a non-loopback peer where the machine has a non-loopback address.
 
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use relay_identity::RouteToken;
+use relay_proto::PassThroughReason;
+
+use super::*;
+use crate::conn::ConnState;
+use crate::upstream::UpstreamOptions;
+
+const PORT: u16 = 47632;
+
+fn front(bind: Ipv4Addr, mode: Mode, advertised: Advertised, config: Config) -> Front {
+    let upstream = UpstreamClient::new(&UpstreamOptions {
+        connect_timeout: Duration::from_secs(1),
+        response_timeout: None,
+        proxy_url: None,
+        no_proxy: None,
+    })
+    .unwrap();
+    Front::new(
+        FrontOptions {
+            bind,
+            port: PORT,
+            advertised,
+            mode,
+            allow_anonymous_pass_through: false,
+            config: Arc::new(config),
+            instance_id: Uuid::now_v7(),
+        },
+        upstream,
+        ProviderKeys::new(Some("sk-o"), Some("sk-a")).unwrap(),
+        Arc::new(Metrics::new()),
+    )
+}
+
+fn local_front() -> Front {
+    front(
+        Ipv4Addr::LOCALHOST,
+        Mode::Managed,
+        Advertised {
+            https: false,
+            host: "127.0.0.1".into(),
+            port: PORT,
+        },
+        Config::default(),
+    )
+}
+
+fn remote_front(config: Config) -> Front {
+    front(
+        Ipv4Addr::UNSPECIFIED,
+        Mode::Managed,
+        Advertised {
+            https: true,
+            host: "relay.example.com".into(),
+            port: 443,
+        },
+        config,
+    )
+}
+
+fn conn(peer: [u8; 4]) -> ConnContext {
+    ConnContext {
+        peer: SocketAddr::from((peer, 50000)),
+        local: SocketAddr::from(([127, 0, 0, 1], PORT)),
+        tls: false,
+        state: Arc::new(ConnState::new()),
+    }
+}
+
+const LOOPBACK: [u8; 4] = [127, 0, 0, 1];
+const REMOTE: [u8; 4] = [192, 0, 2, 7];
+
+fn with_host(host: &str) -> Request<()> {
+    Request::builder()
+        .uri("/v1/messages")
+        .header(header::HOST, host)
+        .body(())
+        .unwrap()
+}
+
+#[test]
+fn loopback_names_need_a_loopback_peer_and_the_listening_port() {
+    let front = remote_front(Config::default());
+    let p = PORT;
+    for (host, from_loopback, from_remote) in [
+        (format!("127.0.0.1:{p}"), true, false),
+        (format!("localhost:{p}"), true, false),
+        (format!("LocalHost:{p}"), true, false),
+        ("localhost".to_owned(), false, false),
+        ("127.0.0.1".to_owned(), false, false),
+        (format!("localhost:{}", p + 1), false, false),
+        (format!("127.0.0.2:{p}"), false, false),
+        ("relay.example.com".to_owned(), true, true),
+        ("relay.example.com:443".to_owned(), true, true),
+        ("RELAY.Example.COM".to_owned(), true, true),
+        ("relay.example.com:80".to_owned(), false, false),
+        (format!("relay.example.com:{p}"), false, false),
+        ("relay.example.com:".to_owned(), false, false),
+        ("relay.example.com:https".to_owned(), false, false),
+        ("evil.example".to_owned(), false, false),
+        ("user@relay.example.com".to_owned(), false, false),
+        (String::new(), false, false),
+    ] {
+        let req = with_host(&host);
+        assert_eq!(
+            front.is_host_allowed(&req, &conn(LOOPBACK)),
+            from_loopback,
+            "{host:?} from loopback"
+        );
+        assert_eq!(
+            front.is_host_allowed(&req, &conn(REMOTE)),
+            from_remote,
+            "{host:?} from a remote peer"
+        );
+    }
+    // No Host at all.
+    let req = Request::builder().uri("/").body(()).unwrap();
+    assert!(!front.is_host_allowed(&req, &conn(LOOPBACK)));
+}
+
+#[test]
+fn the_default_port_of_an_http_origin_is_80() {
+    let front = front(
+        Ipv4Addr::LOCALHOST,
+        Mode::Managed,
+        Advertised {
+            https: false,
+            host: "relay.lan".into(),
+            port: 80,
+        },
+        Config::default(),
+    );
+    assert!(front.is_host_allowed(&with_host("relay.lan"), &conn(REMOTE)));
+    assert!(front.is_host_allowed(&with_host("relay.lan:80"), &conn(REMOTE)));
+    assert!(!front.is_host_allowed(&with_host("relay.lan:443"), &conn(REMOTE)));
+}
+
+/// An absolute-form target (HTTP/1.1) or `:authority` (HTTP/2) is what the request is for:
+/// it decides, not a Host header beside it.
+#[test]
+fn the_uri_authority_wins_over_the_host_header() {
+    let front = local_front();
+    let req = Request::builder()
+        .uri(format!("http://evil.example:{PORT}/v1/messages"))
+        .header(header::HOST, format!("127.0.0.1:{PORT}"))
+        .body(())
+        .unwrap();
+    assert!(!front.is_host_allowed(&req, &conn(LOOPBACK)));
+    let req = Request::builder()
+        .uri(format!("http://localhost:{PORT}/v1/messages"))
+        .header(header::HOST, "evil.example")
+        .body(())
+        .unwrap();
+    assert!(front.is_host_allowed(&req, &conn(LOOPBACK)));
+}
+
+#[test]
+fn status_endpoints_are_visible_to_remote_peers_only_when_public() {
+    let local = local_front();
+    assert!(local.is_status_visible(IpAddr::from(LOOPBACK)));
+    let remote = remote_front(Config::default());
+    assert!(remote.is_status_visible(IpAddr::from(LOOPBACK)));
+    assert!(remote.is_status_visible(IpAddr::from([127, 1, 2, 3])));
+    assert!(!remote.is_status_visible(IpAddr::from(REMOTE)));
+    let mut config = Config::default();
+    config.daemon.status_public = true;
+    let public = remote_front(config);
+    assert!(public.is_status_visible(IpAddr::from(REMOTE)));
+}
+
+fn keyed(bind: Ipv4Addr, mode: Mode, daemon_keys: DaemonKeys) -> Front {
+    let mut config = Config::default();
+    config.upstream.daemon_keys = daemon_keys;
+    front(
+        bind,
+        mode,
+        Advertised {
+            https: false,
+            host: "127.0.0.1".into(),
+            port: PORT,
+        },
+        config,
+    )
+}
+
+#[test]
+fn daemon_keys_need_every_condition() {
+    let none = HeaderMap::new();
+    let yes = keyed(Ipv4Addr::LOCALHOST, Mode::PassThrough, DaemonKeys::AnyLocal);
+    assert!(yes.may_add_daemon_keys(&none, &conn(LOOPBACK), true, false));
+    // Each condition failing alone.
+    let managed = keyed(Ipv4Addr::LOCALHOST, Mode::Managed, DaemonKeys::AnyLocal);
+    assert!(!managed.may_add_daemon_keys(&none, &conn(LOOPBACK), true, true));
+    let strict = keyed(
+        Ipv4Addr::LOCALHOST,
+        Mode::RequireWorker,
+        DaemonKeys::AnyLocal,
+    );
+    assert!(!strict.may_add_daemon_keys(&none, &conn(LOOPBACK), true, true));
+    let exposed = keyed(
+        Ipv4Addr::UNSPECIFIED,
+        Mode::PassThrough,
+        DaemonKeys::AnyLocal,
+    );
+    assert!(!exposed.may_add_daemon_keys(&none, &conn(LOOPBACK), true, true));
+    // A remote peer on a loopback bind cannot happen through the kernel, but the rule holds
+    // on its own.
+    assert!(!yes.may_add_daemon_keys(&none, &conn(REMOTE), true, true));
+    assert!(!yes.may_add_daemon_keys(&none, &conn(LOOPBACK), false, true));
+    for name in [
+        "authorization",
+        "x-api-key",
+        "api-key",
+        "anthropic-api-key",
+        "forwarded",
+        "x-forwarded-for",
+        "via",
+    ] {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::HeaderName::from_static(name),
+            HeaderValue::from_static("x"),
+        );
+        assert!(
+            !yes.may_add_daemon_keys(&headers, &conn(LOOPBACK), true, true),
+            "{name}"
+        );
+    }
+    let bound_only = keyed(
+        Ipv4Addr::LOCALHOST,
+        Mode::PassThrough,
+        DaemonKeys::BoundOnly,
+    );
+    assert!(!bound_only.may_add_daemon_keys(&none, &conn(LOOPBACK), true, false));
+    assert!(bound_only.may_add_daemon_keys(&none, &conn(LOOPBACK), true, true));
+}
+
+fn token() -> RouteToken {
+    RouteToken::from_bytes([7; 32])
+}
+
+#[test]
+fn the_credential_table_without_bound_routes() {
+    use Decision::{PassThrough as P, Unauthorized as U};
+    let peer = IpAddr::from(LOOPBACK);
+    let pass = |reason, credentialed| P {
+        reason,
+        credentialed,
+        bound: false,
+    };
+    let local = |mode| keyed(Ipv4Addr::LOCALHOST, mode, DaemonKeys::BoundOnly);
+    let cases = [
+        (
+            local(Mode::Managed),
+            pass(PassThroughReason::MissingCredential, false),
+            pass(PassThroughReason::UnboundCredential, true),
+        ),
+        (
+            local(Mode::PassThrough),
+            pass(PassThroughReason::ConfiguredPassThrough, false),
+            pass(PassThroughReason::ConfiguredPassThrough, true),
+        ),
+        (local(Mode::RequireWorker), U, U),
+        (
+            keyed(Ipv4Addr::UNSPECIFIED, Mode::Managed, DaemonKeys::BoundOnly),
+            U,
+            U,
+        ),
+        (
+            keyed(
+                Ipv4Addr::new(10, 0, 0, 5),
+                Mode::PassThrough,
+                DaemonKeys::BoundOnly,
+            ),
+            U,
+            U,
+        ),
+    ];
+    for (front, missing, unbound) in cases {
+        let mode = front.options.mode;
+        assert_eq!(
+            front.decide(&Credential::Missing, peer),
+            missing,
+            "{mode:?}"
+        );
+        assert_eq!(
+            front.decide(&Credential::Token(token()), peer),
+            unbound,
+            "{mode:?}"
+        );
+        assert_eq!(front.decide(&Credential::Invalid, peer), U, "{mode:?}");
+    }
+    // Anonymous pass-through allowed on a non-loopback bind.
+    let mut open = keyed(Ipv4Addr::UNSPECIFIED, Mode::Managed, DaemonKeys::BoundOnly);
+    open.options.allow_anonymous_pass_through = true;
+    assert_eq!(
+        open.decide(&Credential::Missing, peer),
+        pass(PassThroughReason::MissingCredential, false)
+    );
+    assert_eq!(open.decide(&Credential::Invalid, peer), U);
+    open.options.mode = Mode::RequireWorker;
+    assert_eq!(open.decide(&Credential::Token(token()), peer), U);
+}
+
+#[test]
+fn credentials_are_parsed_strictly() {
+    let valid = token().encode();
+    let parse = |values: &[&str]| {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(headers::CLIENT_TOKEN, HeaderValue::from_str(value).unwrap());
+        }
+        parse_credential(&headers)
+    };
+    assert!(matches!(parse(&[]), Credential::Missing));
+    assert!(matches!(parse(&[&valid]), Credential::Token(_)));
+    assert!(matches!(parse(&[&valid, &valid]), Credential::Invalid));
+    assert!(matches!(parse(&[""]), Credential::Invalid));
+    assert!(matches!(parse(&[&valid[..42]]), Credential::Invalid));
+    assert!(matches!(
+        parse(&[&format!("{valid}=")]),
+        Credential::Invalid
+    ));
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        headers::CLIENT_TOKEN,
+        HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+    );
+    assert!(matches!(parse_credential(&headers), Credential::Invalid));
+}
+
+#[test]
+fn hook_bodies_must_be_json_objects() {
+    for ok in [&b"{}"[..], b" \r\n{\"a\":[1]}\n", b"{\"a\":{\"b\":null}}"] {
+        assert!(is_json_object(ok), "{ok:?}");
+    }
+    for bad in [
+        &b""[..],
+        b"[]",
+        b"null",
+        b"\"{}\"",
+        b"1",
+        b"{} {}",
+        b"{",
+        b"{\"a\":1,}",
+        b"\xef\xbb\xbf{}",
+    ] {
+        assert!(!is_json_object(bad), "{bad:?}");
+    }
+}
+
+#[tokio::test]
+async fn upstream_failures_map_to_their_statuses() {
+    let boxed = || Box::new(std::io::Error::other("x")) as Box<dyn std::error::Error + Send + Sync>;
+    for (failure, status, kind) in [
+        (
+            UpstreamError::BodyTooLarge { limit: 5 },
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "relay_payload_too_large",
+        ),
+        (
+            UpstreamError::ConnectTimeout,
+            StatusCode::GATEWAY_TIMEOUT,
+            "relay_upstream_timeout",
+        ),
+        (
+            UpstreamError::ResponseHeadTimeout,
+            StatusCode::GATEWAY_TIMEOUT,
+            "relay_upstream_timeout",
+        ),
+        (
+            UpstreamError::Unreachable(boxed()),
+            StatusCode::BAD_GATEWAY,
+            "relay_upstream_unreachable",
+        ),
+        (
+            UpstreamError::Failed(boxed()),
+            StatusCode::BAD_GATEWAY,
+            "relay_upstream_unreachable",
+        ),
+    ] {
+        let res = upstream_error(&failure);
+        assert_eq!(res.status(), status, "{failure:?}");
+        assert_eq!(res.headers()[header::CACHE_CONTROL], "no-store");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["error"]["type"], kind, "{failure:?}");
+    }
+}
+
+#[test]
+fn refusals_are_counted_under_the_family_of_their_path() {
+    let label = |method: Method, path: &str| route_label(Route::classify(&method, path));
+    assert_eq!(label(Method::POST, "/v1/messages"), RouteLabel::Anthropic);
+    assert_eq!(
+        label(Method::POST, "/v1/messages/count_tokens"),
+        RouteLabel::Anthropic
+    );
+    assert_eq!(label(Method::POST, "/v1/responses"), RouteLabel::Openai);
+    assert_eq!(
+        label(Method::POST, "/backend-api/codex/responses"),
+        RouteLabel::Openai
+    );
+    assert_eq!(label(Method::GET, "/v1/models"), RouteLabel::Openai);
+    assert_eq!(label(Method::POST, "/hooks/pi"), RouteLabel::Hook);
+    assert_eq!(label(Method::GET, "/healthz"), RouteLabel::Status);
+    assert_eq!(label(Method::GET, "/nope"), RouteLabel::Other);
+}

@@ -1,0 +1,432 @@
+//! §3.3: streams pass chunk by chunk and byte for byte, paced as the provider paced them; a
+//! client that leaves cancels the provider request; a provider that breaks makes the
+//! client's response fail instead of ending cleanly.
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Method, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
+use relay_testkit::{
+    ANTHROPIC_MESSAGES_SSE, Behaviour, CannedResponse, OPENAI_CHAT_SSE, OPENAI_RESPONSES_SSE,
+    StandIn,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{Relay, Setup, TestClient, WAIT, h2c_client, http1_client};
+
+const STREAMS: [(&str, &[u8]); 3] = [
+    ("/v1/messages?beta=true", ANTHROPIC_MESSAGES_SSE),
+    ("/v1/responses", OPENAI_RESPONSES_SSE),
+    ("/v1/chat/completions", OPENAI_CHAT_SSE),
+];
+
+fn stream_request(relay: &Relay, path: &str) -> http::Request<Full<Bytes>> {
+    relay
+        .request(Method::POST, path)
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer caller")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"m","stream":true}"#,
+        )))
+        .unwrap()
+}
+
+/// The body frames as they arrived, with their arrival times, and how the body ended.
+struct Received {
+    frames: Vec<(Instant, Bytes)>,
+    error: Option<String>,
+}
+
+impl Received {
+    fn bytes(&self) -> Bytes {
+        let mut all = BytesMut::new();
+        for (_, frame) in &self.frames {
+            all.extend_from_slice(frame);
+        }
+        all.freeze()
+    }
+}
+
+async fn receive(
+    client: &TestClient,
+    req: http::Request<Full<Bytes>>,
+) -> (http::Response<()>, Received) {
+    let res = client.request(req).await.unwrap();
+    let (parts, mut body) = res.into_parts();
+    let mut frames = Vec::new();
+    let error = loop {
+        match body.frame().await {
+            None => break None,
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    frames.push((Instant::now(), data));
+                }
+            }
+            Some(Err(e)) => break Some(e.to_string()),
+        }
+    };
+    (
+        http::Response::from_parts(parts, ()),
+        Received { frames, error },
+    )
+}
+
+#[tokio::test]
+async fn fixture_streams_arrive_byte_exact_whole_and_in_one_byte_chunks() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    for chunk_size in [None, Some(1)] {
+        stand_in.set_behaviour(Behaviour {
+            chunk_size,
+            ..Behaviour::default()
+        });
+        for (path, fixture) in STREAMS {
+            for client in [http1_client(), h2c_client()] {
+                let (res, received) = receive(&client, stream_request(&relay, path)).await;
+                assert_eq!(res.status(), 200, "{path}");
+                assert!(received.error.is_none(), "{path}: {:?}", received.error);
+                assert_eq!(received.bytes(), fixture, "{path} chunk {chunk_size:?}");
+                assert_eq!(
+                    res.headers().get("content-type").unwrap(),
+                    "text/event-stream"
+                );
+                let accel: Vec<_> = res.headers().get_all("x-accel-buffering").iter().collect();
+                assert_eq!(accel, ["no"], "{path}");
+                assert!(res.headers().get("x-stand-in-request-id").is_some());
+            }
+        }
+    }
+    // h2c reached Relay as HTTP/2.
+    let (res, _) = receive(&h2c_client(), stream_request(&relay, "/v1/messages")).await;
+    assert_eq!(res.version(), Version::HTTP_2);
+}
+
+#[tokio::test]
+async fn x_accel_buffering_is_added_only_to_sse_and_never_overrides_the_provider() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    // A JSON answer gets nothing.
+    let answer = relay.post("/v1/chat/completions", &[], "{}").await;
+    assert_eq!(answer.status, 200);
+    assert!(answer.headers.get("x-accel-buffering").is_none());
+    // An SSE answer that says what it wants keeps it.
+    stand_in.set_behaviour(Behaviour {
+        status: Some(
+            CannedResponse::new(StatusCode::OK)
+                .header(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/event-stream; charset=utf-8"),
+                )
+                .header(
+                    http::HeaderName::from_static("x-accel-buffering"),
+                    HeaderValue::from_static("yes"),
+                )
+                .body("data: [DONE]\r\n\r\n"),
+        ),
+        ..Behaviour::default()
+    });
+    let answer = relay.post("/v1/chat/completions", &[], "{}").await;
+    let accel: Vec<_> = answer.headers.get_all("x-accel-buffering").iter().collect();
+    assert_eq!(accel, ["yes"]);
+    assert_eq!(answer.body, "data: [DONE]\r\n\r\n");
+}
+
+/// Events the provider paces 100 ms apart reach the client paced, not bunched at the end.
+#[tokio::test]
+async fn paced_events_arrive_paced() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    let pace = Duration::from_millis(100);
+    stand_in.set_behaviour(Behaviour {
+        pace: Some(pace),
+        ..Behaviour::default()
+    });
+    for client in [http1_client(), h2c_client()] {
+        let (_, received) = receive(&client, stream_request(&relay, "/v1/messages")).await;
+        assert_eq!(received.bytes(), ANTHROPIC_MESSAGES_SSE);
+        // The arrival time of the end of each event.
+        let mut ends = Vec::new();
+        let mut seen = Vec::new();
+        for (at, frame) in &received.frames {
+            seen.extend_from_slice(frame);
+            let events = seen.windows(2).filter(|w| w == b"\n\n").count();
+            while ends.len() < events {
+                ends.push(*at);
+            }
+        }
+        let n = ends.len();
+        assert!(n >= 5, "only {n} events");
+        let spread = ends[n - 1] - ends[0];
+        assert!(
+            spread >= pace * u32::try_from(n - 1).unwrap() * 7 / 10,
+            "{n} events arrived within {spread:?}"
+        );
+        let paced_gaps = ends.windows(2).filter(|w| w[1] - w[0] >= pace / 2).count();
+        assert!(
+            paced_gaps >= n - 2,
+            "events bunched: gaps {:?}",
+            ends.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// The stand-in's id for the request a response answers.
+fn request_id(headers: &http::HeaderMap) -> u64 {
+    headers["x-stand-in-request-id"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A client that disconnects mid-stream cancels the provider request at once.
+#[tokio::test]
+async fn a_client_leaving_mid_stream_cancels_the_provider_request() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    stand_in.set_behaviour(Behaviour {
+        stream_events: Some(400),
+        pace: Some(Duration::from_millis(25)),
+        ..Behaviour::default()
+    });
+    // HTTP/1.1 over a raw socket that the test closes.
+    let mut stream = relay.connect().await;
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 15\r\n\r\n{{\"stream\":true}}",
+        relay.host()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    while !seen.windows(10).any(|w| w == b"text_delta") {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(WAIT, stream.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0);
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&seen);
+    let id: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("x-stand-in-request-id: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let left = Instant::now();
+    drop(stream);
+    let gone = stand_in
+        .wait_for_client_gone(id, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(gone.went_away_at.unwrap() - left < Duration::from_secs(1));
+
+    // HTTP/2: dropping the response body resets the stream.
+    let client = h2c_client();
+    let res = client
+        .request(stream_request(&relay, "/v1/messages"))
+        .await
+        .unwrap();
+    let id = request_id(res.headers());
+    let mut body = res.into_body();
+    body.frame().await.unwrap().unwrap();
+    drop(body);
+    stand_in
+        .wait_for_client_gone(id, Duration::from_secs(1))
+        .await
+        .unwrap();
+}
+
+/// A client that disconnects while the provider has not answered yet cancels it too.
+#[tokio::test]
+async fn a_client_leaving_before_the_response_head_cancels_the_provider_request() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    stand_in.set_behaviour(Behaviour {
+        hang_before_headers: true,
+        ..Behaviour::default()
+    });
+    let mut stream = relay.connect().await;
+    let head = format!(
+        "POST /v1/responses HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 2\r\n\r\n{{}}",
+        relay.host()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert!(recorded[0].body_complete);
+    assert!(!recorded[0].client_went_away);
+    let left = Instant::now();
+    drop(stream);
+    let gone = stand_in
+        .wait_for_client_gone(recorded[0].id, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(gone.went_away_at.unwrap() - left < Duration::from_secs(1));
+
+    // The same over HTTP/2: the request future is dropped, the stream reset.
+    stand_in.clear_requests();
+    let client = h2c_client();
+    let sending = tokio::spawn({
+        let req = stream_request(&relay, "/v1/messages");
+        async move { client.request(req).await }
+    });
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    sending.abort();
+    stand_in
+        .wait_for_client_gone(recorded[0].id, Duration::from_secs(1))
+        .await
+        .unwrap();
+}
+
+/// A provider that breaks mid-stream makes the client's read fail, after exactly the bytes
+/// the provider sent: chunked HTTP/1.1, a Content-Length body, and HTTP/2.
+#[tokio::test]
+async fn a_provider_breaking_mid_stream_fails_the_client_read() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    stand_in.set_behaviour(Behaviour {
+        fail_after_bytes: Some(300),
+        ..Behaviour::default()
+    });
+    for client in [http1_client(), h2c_client()] {
+        let (res, received) = receive(&client, stream_request(&relay, "/v1/messages")).await;
+        assert_eq!(res.status(), 200);
+        assert!(
+            received.error.is_some(),
+            "the truncated stream ended cleanly"
+        );
+        assert_eq!(received.bytes(), &ANTHROPIC_MESSAGES_SSE[..300]);
+    }
+    // Complete data but no clean end is still a failure.
+    stand_in.set_behaviour(Behaviour {
+        fail_after_bytes: Some(ANTHROPIC_MESSAGES_SSE.len()),
+        ..Behaviour::default()
+    });
+    let (_, received) = receive(&http1_client(), stream_request(&relay, "/v1/messages")).await;
+    assert!(
+        received.error.is_some(),
+        "a stream without its end ended cleanly"
+    );
+    assert_eq!(received.bytes(), ANTHROPIC_MESSAGES_SSE);
+
+    // A Content-Length answer cut short.
+    let body = Bytes::from(vec![b'x'; 1000]);
+    stand_in.set_behaviour(Behaviour {
+        status: Some(CannedResponse::json(StatusCode::OK, body.clone()).header(
+            http::header::CONTENT_LENGTH,
+            HeaderValue::from_static("1000"),
+        )),
+        fail_after_bytes: Some(100),
+        ..Behaviour::default()
+    });
+    for client in [http1_client(), h2c_client()] {
+        let (res, received) =
+            receive(&client, stream_request(&relay, "/v1/chat/completions")).await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.headers()["content-length"], "1000");
+        assert!(
+            received.error.is_some(),
+            "a short Content-Length body ended cleanly"
+        );
+        assert_eq!(received.bytes(), &body[..100]);
+    }
+}
+
+/// The raw HTTP/1.1 bytes of a truncated chunked stream: no terminating chunk, then the
+/// connection closes.
+#[tokio::test]
+async fn a_truncated_chunked_stream_never_gets_its_terminating_chunk() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    stand_in.set_behaviour(Behaviour {
+        fail_after_bytes: Some(50),
+        ..Behaviour::default()
+    });
+    let mut stream = relay.connect().await;
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 15\r\n\r\n{{\"stream\":true}}",
+        relay.host()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut all))
+        .await
+        .unwrap()
+        .ok();
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.contains("transfer-encoding: chunked"), "{text}");
+    assert!(!text.ends_with("0\r\n\r\n"), "{text}");
+    assert!(text.contains(std::str::from_utf8(&ANTHROPIC_MESSAGES_SSE[..50]).unwrap()));
+}
+
+/// Provider errors reach the client verbatim: status, `Retry-After`, body.
+#[tokio::test]
+async fn rate_limits_and_provider_errors_are_relayed_verbatim() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    for (status, retry_after, body) in [
+        (
+            429,
+            Some("7"),
+            r#"{"type":"error","error":{"type":"rate_limit_error"}}"#,
+        ),
+        (
+            529,
+            None,
+            r#"{"type":"error","error":{"type":"overloaded_error"}}"#,
+        ),
+        (500, None, "not json at all"),
+    ] {
+        let mut canned = CannedResponse::json(StatusCode::from_u16(status).unwrap(), body);
+        if let Some(value) = retry_after {
+            canned = canned.header(http::header::RETRY_AFTER, HeaderValue::from_static(value));
+        }
+        stand_in.set_behaviour(Behaviour {
+            status: Some(canned),
+            ..Behaviour::default()
+        });
+        stand_in.clear_requests();
+        let answer = relay
+            .post("/v1/messages", &[("x-api-key", "caller")], "{}")
+            .await;
+        assert_eq!(answer.status, status);
+        assert_eq!(answer.header("retry-after"), retry_after);
+        assert_eq!(answer.body, body);
+        let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+        assert!(recorded[0].body_complete);
+    }
+}
+
+/// A stream without a byte for `stream_idle_secs` is aborted toward both sides: the client's
+/// read fails and the provider sees its client go.
+#[tokio::test]
+async fn an_idle_stream_is_aborted_on_both_sides() {
+    let stand_in = StandIn::start().await.unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.config.daemon.stream_idle_secs = crate::support::secs_f64(0.3);
+    let relay = setup.start().await;
+    stand_in.set_behaviour(Behaviour {
+        pace: Some(Duration::from_secs(2)),
+        ..Behaviour::default()
+    });
+    let started = Instant::now();
+    let (res, received) = receive(&http1_client(), stream_request(&relay, "/v1/messages")).await;
+    let took = started.elapsed();
+    assert_eq!(res.status(), 200);
+    assert!(received.error.is_some(), "an idle stream ended cleanly");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+    // Only the first event had been sent.
+    assert!(ANTHROPIC_MESSAGES_SSE.starts_with(&received.bytes()));
+    stand_in
+        .wait_for_client_gone(request_id(res.headers()), Duration::from_secs(1))
+        .await
+        .unwrap();
+}

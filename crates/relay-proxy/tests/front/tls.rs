@@ -1,0 +1,104 @@
+//! §9: relayd terminates TLS itself; HTTP/1.1 and HTTP/2 by ALPN.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Version};
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use relay_testkit::{ANTHROPIC_MESSAGES_SSE, StandIn};
+
+use crate::support::{Answer, Setup, WAIT};
+
+struct Certificate {
+    _dir: tempfile::TempDir,
+    server: rustls::ServerConfig,
+    roots: rustls::RootCertStore,
+}
+
+fn certificate() -> Certificate {
+    let generated =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cert_path = dir.path().join("cert.pem");
+    let key_path = dir.path().join("key.pem");
+    std::fs::write(&cert_path, generated.cert.pem()).unwrap();
+    std::fs::write(&key_path, generated.signing_key.serialize_pem()).unwrap();
+    let server = relay_proxy::tls::server_config_from_files(&cert_path, &key_path).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(generated.cert.der().clone()).unwrap();
+    Certificate {
+        _dir: dir,
+        server,
+        roots,
+    }
+}
+
+fn client_config(roots: &rustls::RootCertStore) -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(relay_proxy::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots.clone())
+        .with_no_client_auth()
+}
+
+#[tokio::test]
+async fn https_serves_http1_and_http2_by_alpn() {
+    let stand_in = StandIn::start().await.unwrap();
+    let certificate = certificate();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.tls = Some(Arc::new(certificate.server));
+    setup.advertised_host = Some("localhost".into());
+    let relay = setup.start().await;
+    let port = relay.addr.port();
+    for (h2, version) in [(false, Version::HTTP_11), (true, Version::HTTP_2)] {
+        let builder = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(client_config(&certificate.roots))
+            .https_only();
+        let connector = if h2 {
+            builder.enable_http2().build()
+        } else {
+            builder.enable_http1().build()
+        };
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(h2)
+            .build::<_, Full<Bytes>>(connector);
+        for host in ["localhost", "127.0.0.1"] {
+            let req = http::Request::builder()
+                .method(Method::GET)
+                .uri(format!("https://{host}:{port}/healthz"))
+                .body(Full::default())
+                .unwrap();
+            let answer = Answer::read(client.request(req).await.unwrap()).await;
+            assert_eq!(answer.status, 200, "{host}");
+            assert_eq!(answer.version, version);
+        }
+        stand_in.clear_requests();
+        let req = http::Request::builder()
+            .method(Method::POST)
+            .uri(format!("https://localhost:{port}/v1/messages?beta=true"))
+            .header("content-type", "application/json")
+            .header("x-api-key", "caller")
+            .body(Full::new(Bytes::from_static(br#"{"stream":true}"#)))
+            .unwrap();
+        let answer = Answer::read(client.request(req).await.unwrap()).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.version, version);
+        assert_eq!(answer.body, ANTHROPIC_MESSAGES_SSE);
+        let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+        assert_eq!(recorded[0].body, r#"{"stream":true}"#);
+        assert_eq!(recorded[0].path_and_query, "/v1/messages?beta=true");
+    }
+    // Plain HTTP on the TLS port is not served.
+    let plain = crate::support::http1_client()
+        .request(
+            relay
+                .request(Method::GET, "/healthz")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert!(plain.is_err(), "plain HTTP was answered on the TLS port");
+}

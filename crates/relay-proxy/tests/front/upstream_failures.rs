@@ -1,0 +1,114 @@
+//! §3.7: a provider that cannot be reached, does not accept in time, or does not answer in
+//! time gets the documented status, quickly.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use relay_testkit::{Behaviour, StandIn};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::support::{Setup, WAIT, base, secs_f64};
+
+#[tokio::test]
+async fn a_refused_connection_is_502_upstream_unreachable() {
+    // A port nobody listens on: bind, note it, close.
+    let closed = {
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        listener.local_addr().unwrap()
+    };
+    let relay = Setup::new(&format!("http://{closed}")).start().await;
+    for (path, headers) in [
+        ("/v1/messages", vec![]),
+        ("/v1/chat/completions", vec![]),
+        ("/v1/models", vec![("anthropic-version", "2023-06-01")]),
+    ] {
+        let started = Instant::now();
+        let answer = if path.ends_with("models") {
+            relay.get(path, &headers).await
+        } else {
+            relay.post(path, &headers, "{}").await
+        };
+        answer.assert_error(502, "relay_upstream_unreachable");
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}
+
+/// A listener whose accept queue is full: the kernel drops further SYNs, so a connect to it
+/// hangs until the connector's own timeout. The fillers must stay open.
+async fn full_backlog() -> (tokio::net::TcpListener, Vec<TcpStream>) {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind((Ipv4Addr::LOCALHOST, 0).into()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut fillers = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => fillers.push(stream),
+            Ok(Err(e)) => panic!("filling the backlog: {e}"),
+            Err(_) => break,
+        }
+        assert!(fillers.len() < 64, "the accept queue never filled");
+    }
+    (listener, fillers)
+}
+
+#[tokio::test]
+async fn a_connect_timeout_is_504_upstream_timeout() {
+    let (listener, _fillers) = full_backlog().await;
+    let mut setup = Setup::new(&format!("http://{}", listener.local_addr().unwrap()));
+    setup.config.upstream.connect_timeout_secs = secs_f64(0.3);
+    let relay = setup.start().await;
+    for path in ["/v1/messages", "/v1/responses"] {
+        let started = Instant::now();
+        let answer = relay.post(path, &[], "{}").await;
+        let took = started.elapsed();
+        answer.assert_error(504, "relay_upstream_timeout");
+        assert!(took >= Duration::from_millis(250), "{took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_response_head_timeout_is_504_and_cancels_the_provider_request() {
+    let stand_in = StandIn::start().await.unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.config.upstream.response_timeout_secs = secs_f64(0.3);
+    let relay = setup.start().await;
+    stand_in.set_behaviour(Behaviour {
+        hang_before_headers: true,
+        ..Behaviour::default()
+    });
+    let started = Instant::now();
+    let answer = relay.post("/v1/messages", &[], r#"{"stream":true}"#).await;
+    let took = started.elapsed();
+    answer.assert_error(504, "relay_upstream_timeout");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert!(recorded[0].body_complete);
+    stand_in
+        .wait_for_client_gone(recorded[0].id, Duration::from_secs(1))
+        .await
+        .unwrap();
+
+    // The deadline covers the head only: a slow stream after a prompt head is not cut.
+    stand_in.set_behaviour(Behaviour {
+        pace: Some(Duration::from_millis(100)),
+        ..Behaviour::default()
+    });
+    let answer = relay.post("/v1/messages", &[], r#"{"stream":true}"#).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, relay_testkit::ANTHROPIC_MESSAGES_SSE);
+}
+
+/// A base whose host does not resolve is unreachable, not a timeout.
+#[tokio::test]
+async fn an_unresolvable_host_is_502() {
+    let mut setup = Setup::new("http://127.0.0.1:9");
+    setup.config.upstream.openai_base_url = base("http://relay-test.invalid:9/v1");
+    let relay = setup.start().await;
+    let answer = relay.post("/v1/chat/completions", &[], "{}").await;
+    answer.assert_error(502, "relay_upstream_unreachable");
+}
