@@ -1,18 +1,22 @@
 //! Starting, serving and stopping the daemon.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use relay_broker::BrokerConfig;
 use relay_identity::{Env, ProcessEnv, SigningKey, StatePaths, names};
 use relay_logging::{Lifecycle, LogConfig};
 use relay_proxy::config::{Config, ConfigSources};
+use relay_proxy::control::daemon::{ControlOptions, ControlPlane};
 use relay_proxy::front::{Front, FrontOptions, Mode, ProviderKeys};
 use relay_proxy::metrics::Metrics;
 use relay_proxy::server::{ServeOptions, serve};
+use relay_proxy::shell::Shell;
+use relay_proxy::state::StateStore;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
 use tokio::net::TcpListener;
 
@@ -130,7 +134,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     let shutdown = shutdown_signal()?;
     relay_identity::store::ensure_private_dir(&state_dir)
         .with_context(|| format!("preparing the state directory {}", state_dir.display()))?;
-    let (_daemon_key, _) = SigningKey::load_or_create(&state_dir.join("daemon-identity.pk8"))
+    let (daemon_key, _) = SigningKey::load_or_create(&state_dir.join("daemon-identity.pk8"))
         .context("loading the daemon identity")?;
     let keys = provider_keys(&config, env)?;
     let open_file_limit = raise_open_file_limit();
@@ -165,20 +169,38 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     .context("building the upstream client")?;
     let instance_id = uuid::Uuid::now_v7();
     let config = Arc::new(config);
-    let front = Arc::new(Front::new(
-        FrontOptions {
-            bind: settings.bind,
-            port: local.port(),
-            advertised: advertised.clone(),
-            mode: settings.mode,
-            allow_anonymous_pass_through: settings.allow_anonymous_pass_through,
-            config: config.clone(),
-            instance_id,
-        },
-        upstream,
-        keys.clone(),
-        Arc::new(Metrics::new()),
-    ));
+    let metrics = Arc::new(Metrics::new());
+    let shell = Shell::new(
+        broker_config(&config, settings.mode),
+        StateStore::new(&state_dir),
+        metrics.clone(),
+    )
+    .context("loading the daemon state")?;
+    let control = ControlPlane::new(
+        control_options(&config, &settings, &advertised, local, Arc::new(daemon_key))?,
+        shell.clone(),
+    );
+    let (stop_shell, shell_stopped) = tokio::sync::oneshot::channel::<()>();
+    let shell_task = tokio::spawn(shell.clone().run(async move {
+        let _ = shell_stopped.await;
+    }));
+    let front = Arc::new(
+        Front::new(
+            FrontOptions {
+                bind: settings.bind,
+                port: local.port(),
+                advertised: advertised.clone(),
+                mode: settings.mode,
+                allow_anonymous_pass_through: settings.allow_anonymous_pass_through,
+                config: config.clone(),
+                instance_id,
+            },
+            upstream,
+            keys.clone(),
+            metrics,
+        )
+        .with_control(shell.clone(), control.clone()),
+    );
     let origin = format!(
         "{}://{}:{}",
         if advertised.https { "https" } else { "http" },
@@ -230,12 +252,78 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
             "accepted requests did not complete in the drain time"
         );
     }
+    // Clients keep their state and resume within their grace (§5.7).
+    shell.input(relay_broker::Input::DaemonStopping);
+    control.shutdown().await;
+    let _ = stop_shell.send(());
+    let _ = shell_task.await;
     Lifecycle::DaemonStopped {
         uptime_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         unfinished_requests: u64::try_from(front.metrics().open_streams()).unwrap_or(0),
     }
     .emit();
     Ok(())
+}
+
+/// The broker's settings from the daemon's configuration.
+fn broker_config(config: &Config, mode: Mode) -> BrokerConfig {
+    let d = &config.daemon;
+    let timers = d.timers.to_wire();
+    BrokerConfig {
+        pass_through: mode == Mode::PassThrough,
+        max_tokens_per_identity: usize::from(d.max_tokens_per_identity),
+        max_routes: d.max_routes as usize,
+        max_sessions_per_route: d.max_sessions_per_route as usize,
+        max_requests_per_identity: d.max_requests_per_identity,
+        activation_wait: Duration::from_millis(d.activation_wait_ms),
+        binding_tombstone: Duration::from_secs(u64::from(d.binding_tombstone_days) * 24 * 3600),
+        probe_interval: d.timers.ping_secs.get(),
+        activation_probe_retry: Duration::from_millis(timers.reconnect_first_ms),
+        bindings_flush: Duration::from_secs(300),
+        timers,
+    }
+}
+
+/// The control plane's settings: the origins clients may name, limits and timers.
+fn control_options(
+    config: &Config,
+    settings: &DaemonSettings,
+    advertised: &relay_proxy::front::Advertised,
+    local: SocketAddr,
+    daemon_key: Arc<SigningKey>,
+) -> anyhow::Result<ControlOptions> {
+    let scheme = if advertised.https { "https" } else { "http" };
+    let mut origins = vec![format!(
+        "{scheme}://{}:{}",
+        advertised.host, advertised.port
+    )];
+    if settings.bind.is_loopback() {
+        for host in ["127.0.0.1", "localhost"] {
+            origins.push(format!("{scheme}://{host}:{}", local.port()));
+        }
+    }
+    let origins = origins
+        .iter()
+        .map(|o| relay_identity::Origin::parse(o).map(|o| o.to_string()))
+        .collect::<Result<Vec<_>, _>>()
+        .context("normalizing the daemon's origins")?;
+    let mut own_addresses = vec![IpAddr::V4(settings.bind)];
+    if let Ok(ip) = advertised.host.parse::<IpAddr>() {
+        own_addresses.push(ip);
+    }
+    let t = &config.daemon.timers;
+    Ok(ControlOptions {
+        daemon_key,
+        origins,
+        challenge_ttl: t.challenge_ttl_secs.get(),
+        challenge_window: t.challenge_window_secs.get(),
+        challenge_limit: t.challenge_limit,
+        max_sessions_per_ip: config.daemon.max_control_sessions_per_ip,
+        ping: t.ping_secs.get(),
+        pong_timeout: t.pong_timeout_secs.get(),
+        worker_networks: config.daemon.worker_networks.clone(),
+        own_addresses,
+    })
 }
 
 /// The listening socket: the one passed by the service manager, else a fresh bind.

@@ -6,28 +6,34 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use relay_broker::{Decision as BrokerDecision, Digest, Fingerprint, ProbeOutcome, RequestKind};
 use relay_identity::RouteToken;
 use relay_proto::{
-    DeploymentMode, ErrorBody, ErrorKind, Health, HealthStatus, PassThroughReason, RouteMode,
-    RouteState, RouteStatus, WorkerList, WorkerStatusList,
+    DeploymentMode, ErrorBody, ErrorKind, Health, HealthStatus, Id, PassThroughReason, Role,
+    RouteMode, RouteState, RouteStatus, WorkerList, WorkerStatus, WorkerStatusList,
 };
 use uuid::Uuid;
 
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::{Config, DaemonKeys};
 use crate::conn::HeadVerdict;
+use crate::control::daemon::ControlPlane;
 use crate::headers::{self, CredentialHeader, Toward};
 use crate::metrics::{Destination, Metrics, RouteLabel};
-use crate::routes::{Agent, Family, ModelFamily, Route, TargetError, upstream_target};
+use crate::routes::{
+    Agent, Family, ModelFamily, Route, TargetError, UpstreamTarget, upstream_target,
+};
 use crate::server::{ConnContext, Handler};
+use crate::shell::{Shell, TicketGuard};
 use crate::upstream::{UpstreamClient, UpstreamError};
+use crate::worker_client::{WorkerSendError, WorkerTarget};
 
 /// How the daemon treats requests without a ready worker (§2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,19 +117,35 @@ pub struct Front {
     metrics: Arc<Metrics>,
     degraded: AtomicBool,
     failures: std::sync::Mutex<relay_logging::RateLimiter>,
+    /// The broker's shell and the control plane; absent in front-only tests, where no
+    /// credential is ever bound.
+    shell: Option<Arc<Shell>>,
+    control: Option<Arc<ControlPlane>>,
 }
 
-/// What the credential rules decided for one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the credential rules decided for one request (§3.5).
+#[derive(Debug)]
 enum Decision {
     PassThrough {
         reason: PassThroughReason,
         /// True when the request carried a credential (then the pass-through is logged).
         credentialed: bool,
-        /// True when the credential is bound to a route (daemon keys need it by default).
-        bound: bool,
+        /// The route of a bound credential (daemon keys need one by default).
+        fingerprint: Option<Fingerprint>,
+        /// Counts the request against its route until it ends.
+        ticket: Option<TicketGuard>,
+    },
+    Worker {
+        target: WorkerTarget,
+        fingerprint: Fingerprint,
+        ticket: TicketGuard,
     },
     Unauthorized,
+    /// Strict mode without a ready worker: 503 with this `Retry-After`.
+    Unavailable {
+        retry_after: Duration,
+    },
+    TooMany,
 }
 
 impl Front {
@@ -142,7 +164,16 @@ impl Front {
             failures: std::sync::Mutex::new(relay_logging::RateLimiter::new(
                 std::time::Duration::from_secs(10),
             )),
+            shell: None,
+            control: None,
         }
+    }
+
+    /// Routes bound credentials through the broker and serves the control endpoints.
+    pub fn with_control(mut self, shell: Arc<Shell>, control: Arc<ControlPlane>) -> Front {
+        self.shell = Some(shell);
+        self.control = Some(control);
+        self
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -203,22 +234,41 @@ impl Front {
                 if !self.is_status_visible(conn.peer.ip()) {
                     return local(not_found());
                 }
+                let workers: Vec<WorkerStatus> = self
+                    .shell
+                    .as_ref()
+                    .map(|shell| shell.workers_view())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|w| WorkerStatus {
+                        worker_id: w.worker_id.as_uuid(),
+                        state: w.state,
+                        control_available: w.control_available,
+                        reference_count: w.reference_count,
+                        in_flight: w.in_flight,
+                    })
+                    .collect();
                 local(match route {
                     Route::Workers => json(&WorkerList {
                         instance_id: self.options.instance_id,
                         status: HealthStatus::Ok,
-                        workers: Vec::new(),
+                        workers: workers.iter().map(|w| w.worker_id).collect(),
                     }),
                     Route::WorkersStatus => json(&WorkerStatusList {
                         instance_id: self.options.instance_id,
                         status: HealthStatus::Ok,
-                        workers: Vec::new(),
+                        workers,
                     }),
-                    Route::WorkerStatus(_) => error(
-                        StatusCode::NOT_FOUND,
-                        ErrorKind::RelayNotFound,
-                        "worker not found",
-                    ),
+                    Route::WorkerStatus(id) => {
+                        match workers.into_iter().find(|w| Some(w.worker_id) == id) {
+                            Some(worker) => json(&worker),
+                            None => error(
+                                StatusCode::NOT_FOUND,
+                                ErrorKind::RelayNotFound,
+                                "worker not found",
+                            ),
+                        }
+                    }
                     _ => {
                         let mut res = Response::new(ResponseBody::full(self.metrics.encode()));
                         res.headers_mut().insert(
@@ -230,9 +280,19 @@ impl Front {
                 })
             }
             Route::RouteStatus => local(self.route_status(req.headers())),
-            Route::ControlMcp | Route::ControlWorker => local(not_found()),
+            Route::ControlMcp | Route::ControlWorker => match &self.control {
+                Some(control) => {
+                    let role = if route == Route::ControlMcp {
+                        Role::Mcp
+                    } else {
+                        Role::Worker
+                    };
+                    local(control.upgrade(req, role, conn.peer))
+                }
+                None => local(not_found()),
+            },
             Route::Model { family, responses } => self.model(req, &conn, family, responses).await,
-            Route::Hook(agent) => self.hook(req, &conn, agent).await,
+            Route::Hook(agent) => self.hook(req, agent).await,
             Route::MethodNotAllowed => local(error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 ErrorKind::RelayMethodNotAllowed,
@@ -304,7 +364,9 @@ impl Front {
                 Mode::PassThrough => DeploymentMode::PassThrough,
                 Mode::Managed | Mode::RequireWorker => DeploymentMode::Managed,
             },
-            status: if self.degraded.load(Ordering::Relaxed) {
+            status: if self.degraded.load(Ordering::Relaxed)
+                || self.shell.as_ref().is_some_and(|shell| shell.is_degraded())
+            {
                 HealthStatus::Degraded
             } else {
                 HealthStatus::Ok
@@ -313,42 +375,139 @@ impl Front {
     }
 
     fn route_status(&self, headers: &HeaderMap) -> Response<ResponseBody> {
-        match parse_credential(headers) {
-            Credential::Missing | Credential::Invalid => unauthorized(),
-            Credential::Token(_) => json(&RouteStatus {
+        let token = match parse_credential(headers) {
+            Credential::Missing | Credential::Invalid => return unauthorized(),
+            Credential::Token(token) => token,
+        };
+        let digest = Digest(*token.digest().as_bytes());
+        let view = self
+            .shell
+            .as_ref()
+            .and_then(|shell| shell.route_view(&digest));
+        let Some(view) = view else {
+            return json(&RouteStatus {
                 route_mode: RouteMode::PassThrough,
                 reason: Some(PassThroughReason::UnboundCredential),
                 worker_id: None,
                 state: RouteState::None,
                 control_available: None,
-            }),
-        }
+            });
+        };
+        let reason = if view.worker_ready {
+            None
+        } else if self.options.mode == Mode::PassThrough {
+            Some(PassThroughReason::ConfiguredPassThrough)
+        } else if view.live_references == 0 {
+            Some(PassThroughReason::NoLiveSession)
+        } else {
+            Some(PassThroughReason::WorkerUnavailable)
+        };
+        json(&RouteStatus {
+            route_mode: if view.worker_ready {
+                RouteMode::Worker
+            } else {
+                RouteMode::PassThrough
+            },
+            reason,
+            worker_id: view.worker_id.map(|id| id.as_uuid()),
+            state: view.state,
+            control_available: view.control_available,
+        })
     }
 
-    /// The table of §3.5 for a request whose credential is not bound to any route.
-    fn decide(&self, credential: &Credential, peer: IpAddr) -> Decision {
+    /// The table of §3.5: a bound credential goes to the broker, which may wait for an
+    /// activating route; everything else follows the rules for unbound callers.
+    async fn decide(&self, credential: &Credential, kind: RequestKind) -> Decision {
+        if let (Credential::Token(token), Some(shell)) = (credential, &self.shell) {
+            let digest = Digest(*token.digest().as_bytes());
+            match shell.route(digest, kind).await {
+                BrokerDecision::Unbound => {}
+                BrokerDecision::Worker {
+                    ticket,
+                    fingerprint,
+                    worker_id,
+                    endpoint,
+                    certificate_sha256,
+                    secret,
+                } => {
+                    return Decision::Worker {
+                        target: WorkerTarget {
+                            worker_id,
+                            endpoint,
+                            certificate_sha256: certificate_sha256.0,
+                            secret: secret.0,
+                        },
+                        fingerprint,
+                        ticket: TicketGuard::new(shell.clone(), ticket),
+                    };
+                }
+                BrokerDecision::PassThrough {
+                    ticket,
+                    fingerprint,
+                    reason,
+                    retry_after,
+                } => {
+                    let ticket = TicketGuard::new(shell.clone(), ticket);
+                    return match self.options.mode {
+                        Mode::RequireWorker => Decision::Unavailable { retry_after },
+                        Mode::Managed | Mode::PassThrough => Decision::PassThrough {
+                            reason,
+                            credentialed: true,
+                            fingerprint: Some(fingerprint),
+                            ticket: Some(ticket),
+                        },
+                    };
+                }
+                BrokerDecision::TooMany { .. } => return Decision::TooMany,
+                // The shell only returns once the wait is over.
+                BrokerDecision::Wait => {
+                    return Decision::Unavailable {
+                        retry_after: Duration::from_secs(1),
+                    };
+                }
+            }
+        }
         let anonymous_refused =
             !self.is_loopback_bind() && !self.options.allow_anonymous_pass_through;
-        let _ = peer;
+        let pass_through = |reason, credentialed| Decision::PassThrough {
+            reason,
+            credentialed,
+            fingerprint: None,
+            ticket: None,
+        };
         match (credential, self.options.mode) {
             (Credential::Invalid, _) => Decision::Unauthorized,
             (_, Mode::RequireWorker) => Decision::Unauthorized,
             (_, _) if anonymous_refused => Decision::Unauthorized,
-            (Credential::Missing, Mode::Managed) => Decision::PassThrough {
-                reason: PassThroughReason::MissingCredential,
-                credentialed: false,
-                bound: false,
-            },
-            (Credential::Token(_), Mode::Managed) => Decision::PassThrough {
-                reason: PassThroughReason::UnboundCredential,
-                credentialed: true,
-                bound: false,
-            },
-            (credential, Mode::PassThrough) => Decision::PassThrough {
-                reason: PassThroughReason::ConfiguredPassThrough,
-                credentialed: matches!(credential, Credential::Token(_)),
-                bound: false,
-            },
+            (Credential::Missing, Mode::Managed) => {
+                pass_through(PassThroughReason::MissingCredential, false)
+            }
+            (Credential::Token(_), Mode::Managed) => {
+                pass_through(PassThroughReason::UnboundCredential, true)
+            }
+            (credential, Mode::PassThrough) => pass_through(
+                PassThroughReason::ConfiguredPassThrough,
+                matches!(credential, Credential::Token(_)),
+            ),
+        }
+    }
+
+    /// The answer for a decision that sends the request nowhere.
+    fn refusal(decision: &Decision) -> Option<Response<ResponseBody>> {
+        match decision {
+            Decision::Unauthorized => Some(unauthorized()),
+            Decision::Unavailable { retry_after } => Some(worker_unavailable(*retry_after)),
+            Decision::TooMany => {
+                let mut res = error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    ErrorKind::RelayTooManyRequests,
+                    "too many requests in flight for this route",
+                );
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                Some(res)
+            }
+            Decision::PassThrough { .. } | Decision::Worker { .. } => None,
         }
     }
 
@@ -359,7 +518,7 @@ impl Front {
         family: ModelFamily,
         responses: bool,
     ) -> (Response<ResponseBody>, RouteLabel, Destination) {
-        let mut label = match family {
+        let label = match family {
             ModelFamily::Fixed(Family::Anthropic) => RouteLabel::Anthropic,
             _ => RouteLabel::Openai,
         };
@@ -387,16 +546,6 @@ impl Front {
         if req.method() == Method::POST && !headers::is_json_media_type(req.headers()) {
             return local(unsupported_media_type(), label);
         }
-        let credential = parse_credential(req.headers());
-        let decision = self.decide(&credential, conn.peer.ip());
-        let Decision::PassThrough {
-            reason,
-            credentialed,
-            bound,
-        } = decision
-        else {
-            return local(unauthorized(), label);
-        };
         let limit = self.config().daemon.max_request_body_bytes;
         if content_length(req.headers()).is_some_and(|len| len > limit) {
             return local(payload_too_large(limit), label);
@@ -429,14 +578,95 @@ impl Front {
                 );
             }
         };
-        label = match target.family {
+        let label = match target.family {
             Family::Anthropic => RouteLabel::Anthropic,
             Family::OpenAi => RouteLabel::Openai,
         };
-        if credentialed {
-            self.log_pass_through(target.family.as_str(), reason);
+        let credential = parse_credential(req.headers());
+        let decision = self.decide(&credential, RequestKind::Model).await;
+        if let Some(res) = Self::refusal(&decision) {
+            return local(res, label);
         }
+        let idle = self.config().daemon.stream_idle_secs.get();
+        let models = family == ModelFamily::Models;
         let (parts, incoming) = req.into_parts();
+        let body = if parts.method == Method::GET || parts.method == Method::HEAD {
+            RequestBody::empty()
+        } else {
+            RequestBody::streaming(incoming, limit, idle)
+        };
+        match decision {
+            Decision::Worker {
+                target: worker,
+                fingerprint,
+                ticket,
+            } => {
+                let mut req = Request::from_parts(parts, body);
+                *req.headers_mut() =
+                    headers::forwardable_request_headers(req.headers(), Toward::Worker);
+                match self
+                    .send_to_worker(&worker, fingerprint, target.family.as_str(), req)
+                    .await
+                {
+                    WorkerResult::Answered(res) => (
+                        self.relay_response(res, models, idle, Some(ticket)),
+                        label,
+                        Destination::Worker,
+                    ),
+                    WorkerResult::Failed(res) => (res, label, Destination::Worker),
+                    WorkerResult::NotSent(req, outcome) => {
+                        // Nothing reached the worker: pass through once (§3.7).
+                        ticket.unreachable(outcome);
+                        if self.options.mode == Mode::RequireWorker {
+                            return local(worker_unavailable(Duration::from_secs(1)), label);
+                        }
+                        self.log_pass_through(
+                            target.family.as_str(),
+                            PassThroughReason::WorkerConnectFailed,
+                            Some(fingerprint),
+                        );
+                        let (parts, body) = req.into_parts();
+                        let res = self
+                            .to_provider(&parts, body, &target, conn, true, models, idle, None)
+                            .await;
+                        (res, label, Destination::PassThrough)
+                    }
+                }
+            }
+            Decision::PassThrough {
+                reason,
+                credentialed,
+                fingerprint,
+                ticket,
+            } => {
+                if credentialed {
+                    self.log_pass_through(target.family.as_str(), reason, fingerprint);
+                }
+                let bound = fingerprint.is_some();
+                let res = self
+                    .to_provider(&parts, body, &target, conn, bound, models, idle, ticket)
+                    .await;
+                (res, label, Destination::PassThrough)
+            }
+            Decision::Unauthorized | Decision::Unavailable { .. } | Decision::TooMany => {
+                local(unauthorized(), label)
+            }
+        }
+    }
+
+    /// Forwards a request straight to its provider.
+    #[allow(clippy::too_many_arguments)]
+    async fn to_provider(
+        &self,
+        parts: &http::request::Parts,
+        body: RequestBody,
+        target: &UpstreamTarget,
+        conn: &ConnContext,
+        bound: bool,
+        models: bool,
+        idle: Duration,
+        ticket: Option<TicketGuard>,
+    ) -> Response<ResponseBody> {
         let mut headers = headers::forwardable_request_headers(&parts.headers, Toward::Provider);
         if self.may_add_daemon_keys(&parts.headers, conn, target.is_configured_base, bound) {
             match target.family {
@@ -452,19 +682,12 @@ impl Front {
                 }
             }
         }
-        let idle = self.config().daemon.stream_idle_secs.get();
-        let body = if parts.method == Method::GET || parts.method == Method::HEAD {
-            RequestBody::empty()
-        } else {
-            RequestBody::streaming(incoming, limit, idle)
-        };
         let mut upstream_req = Request::new(body);
         *upstream_req.method_mut() = parts.method.clone();
-        *upstream_req.uri_mut() = target.uri;
+        *upstream_req.uri_mut() = target.uri.clone();
         *upstream_req.headers_mut() = headers;
-        let result = self.upstream.send(upstream_req).await;
-        let res = match result {
-            Ok(res) => self.relay_response(res, family == ModelFamily::Models, idle),
+        match self.upstream.send(upstream_req).await {
+            Ok(res) => self.relay_response(res, models, idle, ticket),
             Err(failure) => {
                 // A body over the limit is the client's fault, not a provider failure.
                 if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
@@ -472,8 +695,60 @@ impl Front {
                 }
                 upstream_error(&failure)
             }
+        }
+    }
+
+    /// Sends a request to its worker over the pinned TLS connection, with the response-head
+    /// backstop of §3.3 (the worker's own timeout plus 5 s, none when that is 0).
+    async fn send_to_worker(
+        &self,
+        worker: &WorkerTarget,
+        fingerprint: Fingerprint,
+        route: &'static str,
+        mut req: Request<RequestBody>,
+    ) -> WorkerResult {
+        let Some(shell) = &self.shell else {
+            return WorkerResult::Failed(worker_failed());
         };
-        (res, label, Destination::PassThrough)
+        if let Some(path) = req.uri().path_and_query() {
+            *req.uri_mut() = http::Uri::from(path.clone());
+        }
+        if let Ok(host) = HeaderValue::from_str(&worker.endpoint) {
+            req.headers_mut().insert(header::HOST, host);
+        }
+        let response_timeout = self.config().upstream.response_timeout_secs.get();
+        let sending = shell.workers().send(worker, req);
+        let result = if response_timeout.is_zero() {
+            sending.await
+        } else {
+            match tokio::time::timeout(response_timeout + WORKER_BACKSTOP, sending).await {
+                Ok(result) => result,
+                Err(_) => {
+                    self.log_worker_failure(
+                        route,
+                        fingerprint,
+                        worker.worker_id,
+                        "response_head_timeout",
+                    );
+                    return WorkerResult::Failed(error(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        ErrorKind::RelayUpstreamTimeout,
+                        "the worker did not answer in time",
+                    ));
+                }
+            }
+        };
+        match result {
+            Ok(res) => WorkerResult::Answered(res),
+            Err(WorkerSendError::NotSent { request, outcome }) => {
+                self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");
+                WorkerResult::NotSent(*request, outcome)
+            }
+            Err(WorkerSendError::Failed(_)) => {
+                self.log_worker_failure(route, fingerprint, worker.worker_id, "worker_failed");
+                WorkerResult::Failed(worker_failed())
+            }
+        }
     }
 
     /// Every condition of §3.2 under which the daemon adds its own provider keys.
@@ -497,7 +772,8 @@ impl Front {
         &self,
         res: Response<Incoming>,
         models: bool,
-        idle: std::time::Duration,
+        idle: Duration,
+        ticket: Option<TicketGuard>,
     ) -> Response<ResponseBody> {
         let (mut parts, body) = res.into_parts();
         parts.headers = headers::forwardable_response_headers(&parts.headers);
@@ -513,7 +789,7 @@ impl Front {
                 .headers
                 .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         }
-        let guard = self.metrics.open_stream();
+        let guard = (self.metrics.open_stream(), ticket);
         Response::from_parts(
             parts,
             ResponseBody::forward(body, idle, Some(Box::new(guard))),
@@ -523,7 +799,6 @@ impl Front {
     async fn hook(
         self: Arc<Self>,
         req: Request<Incoming>,
-        conn: &ConnContext,
         agent: Agent,
     ) -> (Response<ResponseBody>, RouteLabel, Destination) {
         let local = |res| (res, RouteLabel::Hook, Destination::Local);
@@ -531,16 +806,13 @@ impl Front {
             return local(unsupported_media_type());
         }
         let credential = parse_credential(req.headers());
-        let Decision::PassThrough {
-            reason,
-            credentialed,
-            ..
-        } = self.decide(&credential, conn.peer.ip())
-        else {
-            return local(unauthorized());
-        };
+        let decision = self.decide(&credential, RequestKind::Hook).await;
+        if let Some(res) = Self::refusal(&decision) {
+            return local(res);
+        }
         let limit = self.config().daemon.max_hook_body_bytes;
-        let body = match read_limited(req, limit).await {
+        let (parts, incoming) = req.into_parts();
+        let body = match read_limited(&parts.headers, incoming, limit).await {
             Ok(body) => body,
             Err(res) => return local(res),
         };
@@ -551,8 +823,50 @@ impl Front {
                 "a hook body must be a JSON object",
             ));
         }
-        if credentialed {
-            self.log_pass_through("hook", reason);
+        let (reason, fingerprint) = match decision {
+            Decision::Worker {
+                target: worker,
+                fingerprint,
+                ticket,
+            } => {
+                let mut req = Request::new(RequestBody::full(body));
+                *req.method_mut() = Method::POST;
+                *req.uri_mut() = parts.uri.clone();
+                *req.headers_mut() =
+                    headers::forwardable_request_headers(&parts.headers, Toward::Worker);
+                match self.send_to_worker(&worker, fingerprint, "hook", req).await {
+                    WorkerResult::Answered(res) => {
+                        let idle = self.config().daemon.stream_idle_secs.get();
+                        let res = self.relay_response(res, false, idle, Some(ticket));
+                        return (res, RouteLabel::Hook, Destination::Worker);
+                    }
+                    WorkerResult::Failed(res) => {
+                        return (res, RouteLabel::Hook, Destination::Worker);
+                    }
+                    WorkerResult::NotSent(_, outcome) => {
+                        ticket.unreachable(outcome);
+                        if self.options.mode == Mode::RequireWorker {
+                            return local(worker_unavailable(Duration::from_secs(1)));
+                        }
+                        (
+                            Some(PassThroughReason::WorkerConnectFailed),
+                            Some(fingerprint),
+                        )
+                    }
+                }
+            }
+            Decision::PassThrough {
+                reason,
+                credentialed,
+                fingerprint,
+                ..
+            } => (credentialed.then_some(reason), fingerprint),
+            Decision::Unauthorized | Decision::Unavailable { .. } | Decision::TooMany => {
+                return local(unauthorized());
+            }
+        };
+        if let Some(reason) = reason {
+            self.log_pass_through("hook", reason, fingerprint);
         }
         let mut res = Response::new(ResponseBody::full(Bytes::from_static(
             agent.pass_through_answer(),
@@ -564,13 +878,50 @@ impl Front {
         (res, RouteLabel::Hook, Destination::PassThrough)
     }
 
-    fn log_pass_through(&self, route: &'static str, reason: PassThroughReason) {
+    fn log_pass_through(
+        &self,
+        route: &'static str,
+        reason: PassThroughReason,
+        fingerprint: Option<Fingerprint>,
+    ) {
+        let fingerprint = fingerprint.map(|f| f.to_hex());
         relay_logging::Lifecycle::PublicRequestPassThrough {
             route: public_route(route),
             reason: log_reason(reason),
-            fingerprint: None,
+            fingerprint: fingerprint.as_deref(),
         }
         .emit();
+    }
+
+    fn log_worker_failure(
+        &self,
+        route: &'static str,
+        fingerprint: Fingerprint,
+        worker: Id,
+        reason: &'static str,
+    ) {
+        let fingerprint = fingerprint.to_hex();
+        let event = relay_logging::ProviderFailure::WorkerRequestFailed {
+            route: public_route(route),
+            fingerprint: &fingerprint,
+            worker_id: worker.as_uuid(),
+            reason,
+        };
+        if let Ok(mut limiter) = self.failures.lock() {
+            limiter.emit(Instant::now(), &event);
+        }
+    }
+
+    fn log_worker_communication(&self, fingerprint: Fingerprint, worker: Id, reason: &'static str) {
+        let fingerprint = fingerprint.to_hex();
+        let event = relay_logging::ProviderFailure::WorkerCommunicationFailed {
+            fingerprint: &fingerprint,
+            worker_id: worker.as_uuid(),
+            reason,
+        };
+        if let Ok(mut limiter) = self.failures.lock() {
+            limiter.emit(Instant::now(), &event);
+        }
     }
 
     fn log_upstream_failure(&self, route: &'static str, failure: &UpstreamError) {
@@ -640,16 +991,24 @@ fn route_label(route: Route) -> RouteLabel {
     }
 }
 
+/// How a call to a worker ended.
+enum WorkerResult {
+    Answered(Response<Incoming>),
+    /// Nothing reached the worker; the request comes back unsent.
+    NotSent(Request<RequestBody>, ProbeOutcome),
+    Failed(Response<ResponseBody>),
+}
+
+/// The daemon's backstop toward a worker beyond the worker's own response timeout (§3.3).
+const WORKER_BACKSTOP: Duration = Duration::from_secs(5);
+
 /// The route credential as §3.5 classifies it.
 #[derive(Debug)]
 enum Credential {
     Missing,
     /// Malformed or present twice.
     Invalid,
-    Token(
-        #[expect(dead_code, reason = "bound routes are looked up once the broker lands")]
-        RouteToken,
-    ),
+    Token(RouteToken),
 }
 
 fn parse_credential(headers: &HeaderMap) -> Credential {
@@ -671,14 +1030,15 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// Reads a whole body of at most `limit` bytes, or answers 413.
-async fn read_limited(req: Request<Incoming>, limit: u64) -> Result<Bytes, Response<ResponseBody>> {
-    if content_length(req.headers()).is_some_and(|len| len > limit) {
+async fn read_limited(
+    headers: &HeaderMap,
+    body: Incoming,
+    limit: u64,
+) -> Result<Bytes, Response<ResponseBody>> {
+    if content_length(headers).is_some_and(|len| len > limit) {
         return Err(payload_too_large(limit));
     }
-    let limited = http_body_util::Limited::new(
-        req.into_body(),
-        usize::try_from(limit).unwrap_or(usize::MAX),
-    );
+    let limited = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
     match limited.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e)
@@ -735,6 +1095,27 @@ fn unauthorized() -> Response<ResponseBody> {
         StatusCode::UNAUTHORIZED,
         ErrorKind::RelayUnauthorized,
         "a valid x-relay-client-token is required",
+    )
+}
+
+fn worker_unavailable(retry_after: Duration) -> Response<ResponseBody> {
+    let mut res = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::RelayWorkerUnavailable,
+        "no worker is ready for this route",
+    );
+    // Rounded up, at least one second (§3.5).
+    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    res
+}
+
+fn worker_failed() -> Response<ResponseBody> {
+    error(
+        StatusCode::BAD_GATEWAY,
+        ErrorKind::RelayWorkerFailed,
+        "the worker failed before answering",
     )
 }
 

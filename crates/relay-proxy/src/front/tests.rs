@@ -246,15 +246,24 @@ fn token() -> RouteToken {
     RouteToken::from_bytes([7; 32])
 }
 
-#[test]
-fn the_credential_table_without_bound_routes() {
-    use Decision::{PassThrough as P, Unauthorized as U};
-    let peer = IpAddr::from(LOOPBACK);
-    let pass = |reason, credentialed| P {
-        reason,
-        credentialed,
-        bound: false,
-    };
+/// A decision as a comparable value: (pass-through reason, credentialed) or `None` for 401.
+fn summary(decision: &Decision) -> Option<(PassThroughReason, bool)> {
+    match decision {
+        Decision::PassThrough {
+            reason,
+            credentialed,
+            fingerprint: None,
+            ticket: None,
+        } => Some((*reason, *credentialed)),
+        Decision::Unauthorized => None,
+        other => panic!("unexpected decision without bound routes: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_credential_table_without_bound_routes() {
+    const U: Option<(PassThroughReason, bool)> = None;
+    let pass = |reason, credentialed| Some((reason, credentialed));
     let local = |mode| keyed(Ipv4Addr::LOCALHOST, mode, DaemonKeys::BoundOnly);
     let cases = [
         (
@@ -283,30 +292,26 @@ fn the_credential_table_without_bound_routes() {
             U,
         ),
     ];
+    let decide = |front: &Front, credential: Credential| {
+        let decision = futures_util::FutureExt::now_or_never(front.decide(&credential, RequestKind::Model));
+        summary(&decision.expect("no wait without a broker"))
+    };
     for (front, missing, unbound) in cases {
         let mode = front.options.mode;
-        assert_eq!(
-            front.decide(&Credential::Missing, peer),
-            missing,
-            "{mode:?}"
-        );
-        assert_eq!(
-            front.decide(&Credential::Token(token()), peer),
-            unbound,
-            "{mode:?}"
-        );
-        assert_eq!(front.decide(&Credential::Invalid, peer), U, "{mode:?}");
+        assert_eq!(decide(&front, Credential::Missing), missing, "{mode:?}");
+        assert_eq!(decide(&front, Credential::Token(token())), unbound, "{mode:?}");
+        assert_eq!(decide(&front, Credential::Invalid), U, "{mode:?}");
     }
     // Anonymous pass-through allowed on a non-loopback bind.
     let mut open = keyed(Ipv4Addr::UNSPECIFIED, Mode::Managed, DaemonKeys::BoundOnly);
     open.options.allow_anonymous_pass_through = true;
     assert_eq!(
-        open.decide(&Credential::Missing, peer),
+        decide(&open, Credential::Missing),
         pass(PassThroughReason::MissingCredential, false)
     );
-    assert_eq!(open.decide(&Credential::Invalid, peer), U);
+    assert_eq!(decide(&open, Credential::Invalid), U);
     open.options.mode = Mode::RequireWorker;
-    assert_eq!(open.decide(&Credential::Token(token()), peer), U);
+    assert_eq!(decide(&open, Credential::Token(token())), U);
 }
 
 #[test]
