@@ -11,7 +11,7 @@ use relay_proto::{
     RegisterMcpFields, Registered, ResumeMcpFields, Text, Timers, WorkerExited, WorkerHint,
 };
 use relay_proxy::control::client::{
-    Backoff, ClientIdentity, ConnectError, Registration, Session, connect,
+    Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
 };
 use tokio::process::Child;
 use tokio::sync::{oneshot, watch};
@@ -182,8 +182,15 @@ impl Control {
             }
             self.directive(&mut transport, directive, &mut launched, started)
                 .await;
+            let silence = silence_limit(&self.identity.daemon, &timers);
             let ended = self
-                .connected(&mut transport, &mut launched, &mut shutdown, started)
+                .connected(
+                    &mut transport,
+                    &mut launched,
+                    &mut shutdown,
+                    started,
+                    silence,
+                )
                 .await;
             match ended {
                 Ended::Released => return,
@@ -208,6 +215,7 @@ impl Control {
         launched: &mut Option<Launched>,
         shutdown: &mut oneshot::Receiver<()>,
         started: Instant,
+        silence: Option<Duration>,
     ) -> Ended {
         loop {
             tokio::select! {
@@ -220,7 +228,7 @@ impl Control {
                         return Ended::Dropped;
                     }
                 }
-                frame = transport.recv() => match frame {
+                frame = transport.recv_alive(silence) => match frame {
                     Ok(None) => {}
                     Ok(Some(frame)) => match frame.message {
                         Message::DaemonStopping { .. } => return Ended::Dropped,

@@ -22,7 +22,7 @@ use relay_proto::{
 };
 use relay_proxy::config::{Config, ConfigSources};
 use relay_proxy::control::client::{
-    Backoff, ClientIdentity, ConnectError, Registration, Session, connect,
+    Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
 };
 use relay_proxy::plugins::Plugins;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
@@ -301,8 +301,9 @@ impl Life {
     /// for longer than the grace.
     async fn follow(mut self, mut session: Session) -> anyhow::Result<()> {
         loop {
+            let silence = silence_limit(&self.client.daemon, &self.timers);
             let dropped = loop {
-                match session.recv().await {
+                match session.recv_alive(silence).await {
                     Ok(None) => {}
                     Ok(Some(frame)) => match frame.message {
                         Message::Drain { deadline_ms } => {

@@ -312,6 +312,14 @@ fn refused_error(refused: &relay_proto::Refused) -> ConnectError {
     }
 }
 
+/// How long a client waits without any frame before it treats its session as dropped:
+/// `ping + pong timeout + 5 s` on a non-loopback session, never on loopback (§5.1).
+pub fn silence_limit(daemon: &DaemonAddress, timers: &relay_proto::Timers) -> Option<Duration> {
+    (!daemon.is_loopback()).then(|| {
+        Duration::from_millis(timers.ping_ms + timers.pong_timeout_ms) + Duration::from_secs(5)
+    })
+}
+
 /// The reconnect schedule of §5.4: the first retry at once, then `first` doubling to
 /// `cap`.
 #[derive(Debug, Clone)]

@@ -65,6 +65,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Transport<S> {
         }
     }
 
+    /// Like [`Transport::recv`], but with no frame at all (pings included) for `silence`
+    /// the session counts as dropped (§5.1, non-loopback clients).
+    pub async fn recv_alive(
+        &mut self,
+        silence: Option<Duration>,
+    ) -> Result<Option<Frame>, TransportError> {
+        match silence {
+            None => self.recv().await,
+            Some(limit) => tokio::time::timeout(limit, self.recv())
+                .await
+                .unwrap_or(Err(TransportError::Timeout)),
+        }
+    }
+
     /// The next control frame within `limit`, skipping liveness frames.
     pub async fn recv_within(&mut self, limit: Duration) -> Result<Frame, TransportError> {
         let deadline = tokio::time::Instant::now() + limit;

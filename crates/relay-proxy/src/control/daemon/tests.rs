@@ -10,7 +10,15 @@ fn ip(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
 fn a_loopback_session_may_only_name_127_0_0_1() {
     let peer = ip(127, 0, 0, 1);
     assert!(endpoint_allowed("127.0.0.1:40001", peer, &[], &[]));
-    for endpoint in ["127.0.0.2:40001", "10.0.0.5:40001", "0.0.0.0:40001", "127.0.0.1:0", "localhost:40001", "[::1]:40001", "garbage"] {
+    for endpoint in [
+        "127.0.0.2:40001",
+        "10.0.0.5:40001",
+        "0.0.0.0:40001",
+        "127.0.0.1:0",
+        "localhost:40001",
+        "[::1]:40001",
+        "garbage",
+    ] {
         assert!(!endpoint_allowed(endpoint, peer, &[], &[]), "{endpoint}");
     }
 }
@@ -31,7 +39,10 @@ fn a_remote_worker_names_its_own_address_or_an_allowed_network() {
         "255.255.255.255:47700",
         "10.0.0.1:47700",
     ] {
-        assert!(!endpoint_allowed(endpoint, peer, &networks, &own), "{endpoint}");
+        assert!(
+            !endpoint_allowed(endpoint, peer, &networks, &own),
+            "{endpoint}"
+        );
     }
     // The daemon's own address stays refused even inside an allowed network.
     let networks = ["10.0.0.0/8".parse().unwrap()];
