@@ -1,7 +1,7 @@
 //! Relay's development tasks, run as `cargo xtask <task>` (the alias is in `.cargo/config.toml`).
 //!
 //! Each task is one module: `ci` (everything CI checks, in order), `e2e` (the end-to-end tests
-//! with the real binaries and agent CLIs), `bench` (SPEC §12, not written yet) and `tidy` (the
+//! with the real binaries and agent CLIs), `bench` (SPEC §12, against a direct baseline) and `tidy` (the
 //! dependency rules of SPEC §11, also run as a test). Everything is `std::process::Command`;
 //! the only dependencies are `anyhow` and `serde_json`.
 
@@ -25,7 +25,7 @@ const TASKS: [(&str, &str); 4] = [
     ),
     (
         "bench",
-        "the performance measures of SPEC §12 (not written yet)",
+        "the performance measures of SPEC §12, beside a direct baseline",
     ),
     (
         "tidy",
