@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use relay_broker::{
-    Broker, BrokerConfig, CancelReason, ConnId, Decision, Digest, Entropy, Event, Input,
-    McpRemovedReason, Output, ProbeOutcome, RemovedReason, RequestKind, Ticket,
+    Broker, BrokerConfig, CancelReason, ConnId, Decision, Digest, Entropy, Event, Fingerprint,
+    Input, McpRemovedReason, Output, ProbeOutcome, RemovedReason, RequestKind, Ticket,
     WorkerDisconnectReason,
 };
 use relay_proto::{Bytes32, Id, Message};
@@ -230,6 +230,14 @@ impl Shell {
         receiver
     }
 
+    /// Drops every session's queue: each session sends what is queued, then closes.
+    pub fn close_sessions(&self) {
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.clear();
+            self.metrics.set_control_sessions(0);
+        }
+    }
+
     /// A control session ended: the broker is told, its queue dropped.
     pub fn detach(self: &Arc<Self>, conn: ConnId, reason: WorkerDisconnectReason) {
         if let Ok(mut sessions) = self.sessions.lock() {
@@ -359,6 +367,80 @@ impl Shell {
 
     pub fn state_store(&self) -> &StateStore {
         &self.state
+    }
+
+    /// `relayd bindings revoke` (or `block` when `block`) for a running daemon (§5.4, last
+    /// row): the broker ends the route, and this says what it ended.
+    pub fn revoke(self: &Arc<Self>, fingerprint: Fingerprint, block: bool) -> RevokeSummary {
+        let (bindings, outputs) = self.with_broker(|b| {
+            let bindings = b
+                .bindings()
+                .iter()
+                .filter(|v| v.fingerprint == fingerprint && !v.tombstone)
+                .count();
+            b.handle(Instant::now(), Input::Revoke { fingerprint, block });
+            (bindings, drain(b))
+        });
+        let mut summary = RevokeSummary {
+            bindings,
+            ..RevokeSummary::default()
+        };
+        for output in &outputs {
+            match output {
+                Output::Event(Event::McpRemoved {
+                    fingerprint: fp,
+                    reason: McpRemovedReason::Revoked,
+                    ..
+                }) if *fp == fingerprint => summary.sessions += 1,
+                Output::Event(Event::WorkerActivationCancelled {
+                    fingerprint: fp,
+                    reason: CancelReason::Revoked,
+                    ..
+                }) if *fp == fingerprint => summary.launch_cancelled = true,
+                // Every generation the revocation retires is forgotten, published or not.
+                Output::Forget { .. } => summary.worker_retired = true,
+                _ => {}
+            }
+        }
+        self.execute(outputs);
+        summary
+    }
+
+    /// `relayd bindings unblock` for a running daemon; true when the fingerprint was
+    /// blocked.
+    pub fn unblock(self: &Arc<Self>, fingerprint: Fingerprint) -> bool {
+        let (was_blocked, outputs) = self.with_broker(|b| {
+            let was_blocked = b.snapshot().blocked.contains(&fingerprint);
+            b.handle(Instant::now(), Input::Unblock { fingerprint });
+            (was_blocked, drain(b))
+        });
+        self.execute(outputs);
+        was_blocked
+    }
+
+    /// The blocked fingerprints, also those without any binding.
+    pub fn blocked_fingerprints(&self) -> Vec<Fingerprint> {
+        self.with_broker(|b| b.snapshot().blocked)
+    }
+
+    /// Writes the current state now, so an admin command answers only once its change is
+    /// durable. The background writer may rename an older snapshot after this one; it then
+    /// writes again, because the change that preceded this call also requested a write.
+    pub async fn persist_now(&self) -> Result<(), crate::state::StateError> {
+        let snapshot = self.with_broker(|b| b.snapshot());
+        let store = self.state.clone();
+        match tokio::task::spawn_blocking(move || store.save(&snapshot)).await {
+            Ok(result) => result,
+            // The blocking task panicked or was cancelled at shutdown: nothing was renamed
+            // into place by it, so report the write as failed.
+            Err(join) => Err(crate::state::StateError::Write {
+                path: self.state.path().to_owned(),
+                source: relay_identity::StoreError::Write {
+                    path: self.state.path().to_owned(),
+                    source: std::io::Error::other(join.to_string()),
+                },
+            }),
+        }
     }
 
     fn peer_of(&self, conn: ConnId) -> Option<IpAddr> {
@@ -729,6 +811,19 @@ pub(crate) fn refusal_reason(code: relay_proto::RefusedCode) -> relay_logging::R
         C::Revoked => L::Revoked,
         C::Blocked => L::Blocked,
     }
+}
+
+/// What [`Shell::revoke`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RevokeSummary {
+    /// Bindings of the fingerprint that became tombstones.
+    pub bindings: usize,
+    /// MCP sessions removed; their connections got `Refused { revoked | blocked }`.
+    pub sessions: usize,
+    /// A worker generation left service (a published one was told to `Drain`).
+    pub worker_retired: bool,
+    /// A launch grant that had not produced a worker yet was cancelled.
+    pub launch_cancelled: bool,
 }
 
 /// Ends a broker ticket when the request it belongs to is done: the response body ended

@@ -98,10 +98,18 @@ impl ControlPlane {
     }
 
     /// Closes every session (the daemon stops; clients enter their reconnect grace).
+    /// Ends every session: what is queued for it (the `DaemonStopping` of §5.7) is sent,
+    /// then it closes; sessions that do not finish within a second are aborted.
     pub async fn shutdown(&self) {
-        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut tasks = tasks;
-        tasks.shutdown().await;
+        self.shell.close_sessions();
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let flushed = async { while tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(std::time::Duration::from_secs(1), flushed)
+            .await
+            .is_err()
+        {
+            tasks.shutdown().await;
+        }
     }
 
     /// Answers a WebSocket upgrade on a control path and starts the session task.
