@@ -12,7 +12,7 @@ use relay_proxy::front::{Advertised, Mode};
 
 /// The daemon that every coding-agent request and hook passes through.
 #[derive(Debug, clap::Parser)]
-#[command(name = "relayd", version, args_conflicts_with_subcommands = true)]
+#[command(name = "relayd", version)]
 pub(crate) struct Cli {
     /// IPv4 address to listen on; anything but 127.0.0.1 needs --advertise-address.
     #[arg(long, value_name = "IPV4", default_value = "127.0.0.1", value_parser = parse_bind)]
@@ -169,6 +169,41 @@ pub(crate) enum FlagError {
 }
 
 impl Cli {
+    /// Parses the process's arguments; see [`Cli::from_args`].
+    pub(crate) fn parse_args() -> Result<Cli, clap::Error> {
+        Cli::from_args(std::env::args_os())
+    }
+
+    /// Parses a command line. Daemon flags and subcommands exclude each other, except
+    /// `--state-dir`, which §2.1 places before `bindings` and `identity` (clap's
+    /// `args_conflicts_with_subcommands` would refuse it there too).
+    pub(crate) fn from_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::parser::ValueSource;
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let mut command = Cli::command();
+        let matches = command.try_get_matches_from_mut(args)?;
+        if let Some((subcommand, _)) = matches.subcommand() {
+            let conflict = command
+                .get_arguments()
+                .filter(|arg| !matches!(arg.get_id().as_str(), "state_dir" | "help" | "version"))
+                .find(|arg| {
+                    matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine)
+                });
+            if let Some(arg) = conflict {
+                let flag = arg.get_long().unwrap_or(arg.get_id().as_str()).to_owned();
+                return Err(command.error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!("--{flag} cannot be used with the {subcommand} subcommand"),
+                ));
+            }
+        }
+        Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+    }
+
     pub(crate) fn daemon_settings(&self) -> Result<DaemonSettings, FlagError> {
         let tls = self.tls_cert.clone().zip(self.tls_key.clone());
         let advertised = match &self.advertise_address {

@@ -134,6 +134,11 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     let shutdown = shutdown_signal()?;
     relay_identity::store::ensure_private_dir(&state_dir)
         .with_context(|| format!("preparing the state directory {}", state_dir.display()))?;
+    // The state lock is held until the state is written a last time, so `relayd bindings`
+    // never edits the file of a running daemon; the admin socket serves those commands.
+    let (_state_lock, admin_listener) = relay_proxy::admin::bind(&state_dir)
+        .await
+        .context("opening the admin socket")?;
     let (daemon_key, _) = SigningKey::load_or_create(&state_dir.join("daemon-identity.pk8"))
         .context("loading the daemon identity")?;
     let keys = provider_keys(&config, env)?;
@@ -184,6 +189,14 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     let shell_task = tokio::spawn(shell.clone().run(async move {
         let _ = shell_stopped.await;
     }));
+    let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin_task = tokio::spawn(relay_proxy::admin::serve(
+        admin_listener,
+        shell.clone(),
+        async move {
+            let _ = admin_stopped.await;
+        },
+    ));
     let front = Arc::new(
         Front::new(
             FrontOptions {
@@ -255,6 +268,8 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     // Clients keep their state and resume within their grace (§5.7).
     shell.input(relay_broker::Input::DaemonStopping);
     control.shutdown().await;
+    let _ = stop_admin.send(());
+    let _ = admin_task.await;
     let _ = stop_shell.send(());
     let _ = shell_task.await;
     Lifecycle::DaemonStopped {

@@ -4,13 +4,12 @@
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
-
+mod admin;
 mod cli;
 mod daemon;
 
 fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
+    let cli = match cli::Cli::parse_args() {
         Ok(cli) => cli,
         Err(error) => return relay_logging::clap_exit("relayd", &error),
     };
@@ -25,10 +24,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Identity {
             command: cli::IdentityCommand::Show,
         }) => daemon::identity_show(&cli),
-        Some(cli::Command::Bindings { .. }) => {
-            eprintln!("relayd: credential bindings arrive with worker-backed operation");
-            ExitCode::FAILURE
-        }
+        Some(cli::Command::Bindings { command }) => admin::run(cli.state_dir.as_deref(), command),
         Some(cli::Command::ManagedBundle { .. }) => {
             eprintln!("relayd: managed-bundle is not implemented yet");
             ExitCode::FAILURE

@@ -10,6 +10,7 @@
 //! handler), [`upstream::UpstreamClient`], [`body::RequestBody`] and
 //! [`body::ResponseBody`], and [`config::Config`].
 
+pub mod admin;
 pub mod body;
 pub mod config;
 pub mod conn;

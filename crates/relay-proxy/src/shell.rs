@@ -72,6 +72,8 @@ pub struct Shell {
     tasks: Mutex<JoinSet<()>>,
     /// True while state cannot be written (§4.4): `/healthz` says `degraded`.
     degraded: std::sync::atomic::AtomicBool,
+    /// Serializes state writes (the background writer and `persist_now`).
+    writing: tokio::sync::Mutex<()>,
     grace: Duration,
     drain: Duration,
 }
@@ -107,6 +109,7 @@ impl Shell {
             metrics,
             tasks: Mutex::new(JoinSet::new()),
             degraded: std::sync::atomic::AtomicBool::new(false),
+            writing: tokio::sync::Mutex::new(()),
             grace,
             drain,
         }))
@@ -167,11 +170,9 @@ impl Shell {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let snapshot = self.with_broker(|b| b.snapshot());
-            let store = self.state.clone();
-            let result = tokio::task::spawn_blocking(move || store.save(&snapshot)).await;
-            let ok = matches!(result, Ok(Ok(())));
-            if let Ok(Err(error)) = &result {
+            let result = self.save_snapshot().await;
+            let ok = result.is_ok();
+            if let Err(error) = &result {
                 let io = find_io_error(error)
                     .unwrap_or_else(|| std::io::Error::other("state write failed"));
                 relay_logging::Lifecycle::StateWriteFailed {
@@ -427,6 +428,13 @@ impl Shell {
     /// durable. The background writer may rename an older snapshot after this one; it then
     /// writes again, because the change that preceded this call also requested a write.
     pub async fn persist_now(&self) -> Result<(), crate::state::StateError> {
+        self.save_snapshot().await
+    }
+
+    /// Takes a snapshot and writes it, one write at a time: a write that starts later always
+    /// writes a newer snapshot, so an older one can never land last.
+    async fn save_snapshot(&self) -> Result<(), crate::state::StateError> {
+        let _writing = self.writing.lock().await;
         let snapshot = self.with_broker(|b| b.snapshot());
         let store = self.state.clone();
         match tokio::task::spawn_blocking(move || store.save(&snapshot)).await {

@@ -1,1 +1,59 @@
+use super::*;
 
+fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::from_args(std::iter::once("relayd").chain(args.iter().copied()))
+}
+
+#[test]
+fn state_dir_goes_before_or_after_the_bindings_subcommand() {
+    let fp = "ab".repeat(32);
+    for args in [
+        vec!["--state-dir", "/srv/relay", "bindings", "revoke", &fp],
+        vec!["bindings", "--state-dir", "/srv/relay", "revoke", &fp],
+        vec!["bindings", "revoke", &fp, "--state-dir", "/srv/relay"],
+    ] {
+        let cli = parse(&args).unwrap();
+        assert_eq!(
+            cli.state_dir.as_deref(),
+            Some(std::path::Path::new("/srv/relay"))
+        );
+        assert!(matches!(
+            cli.command,
+            Some(Command::Bindings {
+                command: BindingsCommand::Revoke { ref fingerprint }
+            }) if *fingerprint == fp
+        ));
+    }
+    let cli = parse(&["bindings", "list"]).unwrap();
+    assert!(cli.state_dir.is_none());
+}
+
+#[test]
+fn daemon_flags_do_not_go_with_a_subcommand() {
+    for args in [
+        vec!["--port", "5000", "bindings", "list"],
+        vec!["--pass-through", "bindings", "list"],
+        vec!["--bind", "127.0.0.1", "identity", "show"],
+    ] {
+        let error = parse(&args).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
+        assert!(error.to_string().contains("cannot be used with"), "{error}");
+    }
+    // A daemon run with its flags still parses.
+    let cli = parse(&["--port", "5000", "--state-dir", "/srv/relay"]).unwrap();
+    assert_eq!(cli.port, 5000);
+    assert!(cli.command.is_none());
+}
+
+#[test]
+fn bindings_commands_need_their_fingerprint() {
+    for args in [
+        vec!["bindings", "revoke"],
+        vec!["bindings", "block"],
+        vec!["bindings", "unblock"],
+        vec!["bindings"],
+        vec!["bindings", "list", "extra"],
+    ] {
+        assert!(parse(&args).is_err(), "{args:?}");
+    }
+}

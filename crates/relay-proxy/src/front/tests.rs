@@ -293,13 +293,18 @@ async fn the_credential_table_without_bound_routes() {
         ),
     ];
     let decide = |front: &Front, credential: Credential| {
-        let decision = futures_util::FutureExt::now_or_never(front.decide(&credential, RequestKind::Model));
+        let decision =
+            futures_util::FutureExt::now_or_never(front.decide(&credential, RequestKind::Model));
         summary(&decision.expect("no wait without a broker"))
     };
     for (front, missing, unbound) in cases {
         let mode = front.options.mode;
         assert_eq!(decide(&front, Credential::Missing), missing, "{mode:?}");
-        assert_eq!(decide(&front, Credential::Token(token())), unbound, "{mode:?}");
+        assert_eq!(
+            decide(&front, Credential::Token(token())),
+            unbound,
+            "{mode:?}"
+        );
         assert_eq!(decide(&front, Credential::Invalid), U, "{mode:?}");
     }
     // Anonymous pass-through allowed on a non-loopback bind.

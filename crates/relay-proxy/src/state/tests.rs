@@ -36,7 +36,10 @@ fn state_round_trips_through_a_private_file() {
     let store = StateStore::new(dir.path());
     let now = Instant::now();
     store.save(&sample(now)).unwrap();
-    let mode = std::fs::metadata(store.path()).unwrap().permissions().mode();
+    let mode = std::fs::metadata(store.path())
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o600);
     let loaded = store.load().unwrap();
     let expected = sample(now);
@@ -46,7 +49,11 @@ fn state_round_trips_through_a_private_file() {
         assert_eq!(a.digest, b.digest);
         assert_eq!(a.fingerprint, b.fingerprint);
         // Wall-clock milliseconds: within a millisecond.
-        let drift = if a.last_use > b.last_use { a.last_use - b.last_use } else { b.last_use - a.last_use };
+        let drift = if a.last_use > b.last_use {
+            a.last_use - b.last_use
+        } else {
+            b.last_use - a.last_use
+        };
         assert!(drift <= Duration::from_millis(1));
         assert_eq!(a.tombstone_until.is_some(), b.tombstone_until.is_some());
     }
@@ -69,6 +76,10 @@ fn a_missing_file_is_an_empty_state_and_a_corrupt_one_an_error() {
     assert_eq!(store.load().unwrap(), PersistedState::default());
     std::fs::write(store.path(), "{ not json").unwrap();
     assert!(matches!(store.load(), Err(StateError::Corrupt { .. })));
-    std::fs::write(store.path(), r#"{"version":2,"bindings":[],"blocked":[],"generations":[]}"#).unwrap();
+    std::fs::write(
+        store.path(),
+        r#"{"version":2,"bindings":[],"blocked":[],"generations":[]}"#,
+    )
+    .unwrap();
     assert!(matches!(store.load(), Err(StateError::Corrupt { .. })));
 }
