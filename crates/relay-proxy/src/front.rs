@@ -16,11 +16,16 @@ use hyper::body::Incoming;
 use relay_broker::{Decision as BrokerDecision, Digest, Fingerprint, ProbeOutcome, RequestKind};
 use relay_identity::RouteToken;
 use relay_proto::{
-    DeploymentMode, ErrorBody, ErrorKind, Health, HealthStatus, Id, PassThroughReason, Role,
-    RouteMode, RouteState, RouteStatus, WorkerList, WorkerStatus, WorkerStatusList,
+    DeploymentMode, ErrorKind, Health, HealthStatus, Id, PassThroughReason, Role, RouteMode,
+    RouteState, RouteStatus, WorkerList, WorkerStatus, WorkerStatusList,
 };
 use uuid::Uuid;
 
+use crate::answers::{
+    content_length, error, json, no_store, not_found, payload_too_large, relay_response,
+    unauthorized, unsupported_media_type, upstream_error, upstream_not_allowed, worker_failed,
+    worker_unavailable,
+};
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::{Config, DaemonKeys};
 use crate::conn::HeadVerdict;
@@ -609,7 +614,12 @@ impl Front {
                     .await
                 {
                     WorkerResult::Answered(res) => (
-                        self.relay_response(res, models, idle, Some(ticket)),
+                        relay_response(
+                            res,
+                            models,
+                            idle,
+                            Box::new((self.metrics.open_stream(), Some(ticket))),
+                        ),
                         label,
                         Destination::Worker,
                     ),
@@ -687,7 +697,12 @@ impl Front {
         *upstream_req.uri_mut() = target.uri.clone();
         *upstream_req.headers_mut() = headers;
         match self.upstream.send(upstream_req).await {
-            Ok(res) => self.relay_response(res, models, idle, ticket),
+            Ok(res) => relay_response(
+                res,
+                models,
+                idle,
+                Box::new((self.metrics.open_stream(), ticket)),
+            ),
             Err(failure) => {
                 // A body over the limit is the client's fault, not a provider failure.
                 if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
@@ -768,34 +783,6 @@ impl Front {
             && (bound || self.config().upstream.daemon_keys == DaemonKeys::AnyLocal)
     }
 
-    fn relay_response(
-        &self,
-        res: Response<Incoming>,
-        models: bool,
-        idle: Duration,
-        ticket: Option<TicketGuard>,
-    ) -> Response<ResponseBody> {
-        let (mut parts, body) = res.into_parts();
-        parts.headers = headers::forwardable_response_headers(&parts.headers);
-        if headers::is_event_stream(&parts.headers)
-            && !parts.headers.contains_key("x-accel-buffering")
-        {
-            parts
-                .headers
-                .insert("x-accel-buffering", HeaderValue::from_static("no"));
-        }
-        if models {
-            parts
-                .headers
-                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        }
-        let guard = (self.metrics.open_stream(), ticket);
-        Response::from_parts(
-            parts,
-            ResponseBody::forward(body, idle, Some(Box::new(guard))),
-        )
-    }
-
     async fn hook(
         self: Arc<Self>,
         req: Request<Incoming>,
@@ -837,7 +824,12 @@ impl Front {
                 match self.send_to_worker(&worker, fingerprint, "hook", req).await {
                     WorkerResult::Answered(res) => {
                         let idle = self.config().daemon.stream_idle_secs.get();
-                        let res = self.relay_response(res, false, idle, Some(ticket));
+                        let res = relay_response(
+                            res,
+                            false,
+                            idle,
+                            Box::new((self.metrics.open_stream(), Some(ticket))),
+                        );
                         return (res, RouteLabel::Hook, Destination::Worker);
                     }
                     WorkerResult::Failed(res) => {
@@ -1022,13 +1014,6 @@ fn parse_credential(headers: &HeaderMap) -> Credential {
     }
 }
 
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
-}
-
 /// Reads a whole body of at most `limit` bytes, or answers 413.
 async fn read_limited(
     headers: &HeaderMap,
@@ -1061,102 +1046,6 @@ fn is_json_object(body: &[u8]) -> bool {
             .iter()
             .find(|b| !b.is_ascii_whitespace())
             .is_some_and(|b| *b == b'{')
-}
-
-pub(crate) fn json<T: serde::Serialize>(value: &T) -> Response<ResponseBody> {
-    let body = serde_json::to_vec(value).unwrap_or_default();
-    let mut res = Response::new(ResponseBody::full(body));
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    no_store(res)
-}
-
-fn no_store(mut res: Response<ResponseBody>) -> Response<ResponseBody> {
-    res.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    res
-}
-
-/// A JSON error body (§3.6).
-pub(crate) fn error(status: StatusCode, kind: ErrorKind, message: &str) -> Response<ResponseBody> {
-    let mut res = json(&ErrorBody::new(kind, message));
-    *res.status_mut() = status;
-    res
-}
-
-fn not_found() -> Response<ResponseBody> {
-    error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found")
-}
-
-fn unauthorized() -> Response<ResponseBody> {
-    error(
-        StatusCode::UNAUTHORIZED,
-        ErrorKind::RelayUnauthorized,
-        "a valid x-relay-client-token is required",
-    )
-}
-
-fn worker_unavailable(retry_after: Duration) -> Response<ResponseBody> {
-    let mut res = error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        ErrorKind::RelayWorkerUnavailable,
-        "no worker is ready for this route",
-    );
-    // Rounded up, at least one second (§3.5).
-    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-    res
-}
-
-fn worker_failed() -> Response<ResponseBody> {
-    error(
-        StatusCode::BAD_GATEWAY,
-        ErrorKind::RelayWorkerFailed,
-        "the worker failed before answering",
-    )
-}
-
-fn unsupported_media_type() -> Response<ResponseBody> {
-    error(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        ErrorKind::RelayUnsupportedMediaType,
-        "the body must be application/json",
-    )
-}
-
-fn payload_too_large(limit: u64) -> Response<ResponseBody> {
-    error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorKind::RelayPayloadTooLarge,
-        &format!("the body exceeds the limit of {limit} bytes"),
-    )
-}
-
-fn upstream_not_allowed() -> Response<ResponseBody> {
-    error(
-        StatusCode::BAD_REQUEST,
-        ErrorKind::RelayUpstreamNotAllowed,
-        "the selected upstream is not in upstream.allowed_base_urls",
-    )
-}
-
-fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> {
-    match failure {
-        UpstreamError::BodyTooLarge { limit } => payload_too_large(*limit),
-        UpstreamError::ConnectTimeout | UpstreamError::ResponseHeadTimeout => error(
-            StatusCode::GATEWAY_TIMEOUT,
-            ErrorKind::RelayUpstreamTimeout,
-            "the provider did not answer in time",
-        ),
-        UpstreamError::Unreachable(_) | UpstreamError::Failed(_) => error(
-            StatusCode::BAD_GATEWAY,
-            ErrorKind::RelayUpstreamUnreachable,
-            "the provider could not be reached",
-        ),
-    }
 }
 
 #[cfg(test)]

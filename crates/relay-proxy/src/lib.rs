@@ -11,6 +11,7 @@
 //! [`body::ResponseBody`], and [`config::Config`].
 
 pub mod admin;
+mod answers;
 pub mod body;
 pub mod config;
 pub mod conn;

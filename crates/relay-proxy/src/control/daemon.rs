@@ -129,7 +129,7 @@ impl ControlPlane {
             .get(header::SEC_WEBSOCKET_VERSION)
             .is_some_and(|v| v.as_bytes() == b"13");
         let (true, Some(key), true) = (is_websocket, key, version_ok) else {
-            let mut res = crate::front::error(
+            let mut res = crate::answers::error(
                 StatusCode::UPGRADE_REQUIRED,
                 relay_proto::ErrorKind::RelayUpgradeRequired,
                 "control sessions are WebSocket version 13",
@@ -151,7 +151,7 @@ impl ControlPlane {
                     retry_after_secs: retry_after,
                 }
                 .emit();
-                let mut res = crate::front::error(
+                let mut res = crate::answers::error(
                     StatusCode::TOO_MANY_REQUESTS,
                     relay_proto::ErrorKind::RelayTooManyRequests,
                     "too many control handshakes from this address",

@@ -15,15 +15,18 @@ use hyper::body::Incoming;
 use relay_proto::ErrorKind;
 
 use super::identity::WorkerIdentity;
-use super::state::{InFlight, RequestKind, WorkerState};
+use super::state::{RequestKind, WorkerState};
+use crate::answers::{
+    content_length, error, json, payload_too_large, relay_response, upstream_error,
+    upstream_not_allowed,
+};
 use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::conn::HeadVerdict;
-use crate::front::{error, json};
 use crate::headers::{self, Toward, UPSTREAM_BASE_URL, WORKER_SECRET};
 use crate::routes::{Agent, ModelFamily, Route, TargetError, upstream_target};
 use crate::server::{ConnContext, Handler, ServeOptions};
-use crate::upstream::{UpstreamClient, UpstreamError};
+use crate::upstream::UpstreamClient;
 
 /// The readiness probe the daemon sends over the pinned connection (§5.5).
 pub const READY_PATH: &str = "/_relay/worker/v1/ready";
@@ -170,7 +173,7 @@ impl WorkerHandler {
             return unavailable();
         };
         let limit = self.limits.max_request_body_bytes;
-        if declared_length(req.headers()).is_some_and(|len| len > limit) {
+        if content_length(req.headers()).is_some_and(|len| len > limit) {
             return payload_too_large(limit);
         }
         let selected = match req.headers().get(UPSTREAM_BASE_URL).map(|v| v.to_str()) {
@@ -209,7 +212,12 @@ impl WorkerHandler {
         *upstream_req.headers_mut() =
             headers::forwardable_request_headers(&parts.headers, Toward::Provider);
         match self.upstream.send(upstream_req).await {
-            Ok(res) => relay_response(res, family == ModelFamily::Models, idle, in_flight),
+            Ok(res) => relay_response(
+                res,
+                family == ModelFamily::Models,
+                idle,
+                Box::new(in_flight),
+            ),
             Err(failure) => {
                 tracing::debug!(reason = failure.reason(), "worker upstream request failed");
                 upstream_error(&failure)
@@ -222,7 +230,7 @@ impl WorkerHandler {
             return unavailable();
         };
         let limit = self.limits.max_hook_body_bytes;
-        if declared_length(req.headers()).is_some_and(|len| len > limit) {
+        if content_length(req.headers()).is_some_and(|len| len > limit) {
             return payload_too_large(limit);
         }
         let body = RequestBody::streaming(req.into_body(), limit, self.limits.stream_idle);
@@ -277,42 +285,6 @@ fn allow_answer(agent: Agent) -> &'static [u8] {
     }
 }
 
-/// The declared `Content-Length`, when it parses.
-// TODO(lead): share with front.rs (`content_length`).
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    let value = headers.get(header::CONTENT_LENGTH)?.to_str().ok()?;
-    value.trim().parse().ok()
-}
-
-/// The provider's answer on its way back to the daemon: hop-by-hop headers dropped,
-/// `X-Accel-Buffering: no` on SSE unless the provider set it, `no-store` on model lists,
-/// and the request counted in flight until the body ends.
-// TODO(lead): share with front.rs (`Front::relay_response`, without its metrics guard).
-fn relay_response(
-    res: Response<Incoming>,
-    models: bool,
-    idle: Duration,
-    in_flight: InFlight,
-) -> Response<ResponseBody> {
-    let (mut parts, body) = res.into_parts();
-    parts.headers = headers::forwardable_response_headers(&parts.headers);
-    if headers::is_event_stream(&parts.headers) && !parts.headers.contains_key("x-accel-buffering")
-    {
-        parts
-            .headers
-            .insert("x-accel-buffering", HeaderValue::from_static("no"));
-    }
-    if models {
-        parts
-            .headers
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
-    Response::from_parts(
-        parts,
-        ResponseBody::forward(body, idle, Some(Box::new(in_flight))),
-    )
-}
-
 fn unauthorized() -> Response<ResponseBody> {
     error(
         StatusCode::UNAUTHORIZED,
@@ -339,42 +311,6 @@ fn method_not_allowed() -> Response<ResponseBody> {
         ErrorKind::RelayMethodNotAllowed,
         "method not allowed on this path",
     )
-}
-
-// TODO(lead): share with front.rs (`payload_too_large`).
-fn payload_too_large(limit: u64) -> Response<ResponseBody> {
-    error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorKind::RelayPayloadTooLarge,
-        &format!("the body exceeds the limit of {limit} bytes"),
-    )
-}
-
-// TODO(lead): share with front.rs (`upstream_not_allowed`).
-fn upstream_not_allowed() -> Response<ResponseBody> {
-    error(
-        StatusCode::BAD_REQUEST,
-        ErrorKind::RelayUpstreamNotAllowed,
-        "the selected upstream is not in upstream.allowed_base_urls",
-    )
-}
-
-/// The failure answers of §3.7 toward the provider.
-// TODO(lead): share with front.rs (`upstream_error`).
-fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> {
-    match failure {
-        UpstreamError::BodyTooLarge { limit } => payload_too_large(*limit),
-        UpstreamError::ConnectTimeout | UpstreamError::ResponseHeadTimeout => error(
-            StatusCode::GATEWAY_TIMEOUT,
-            ErrorKind::RelayUpstreamTimeout,
-            "the provider did not answer in time",
-        ),
-        UpstreamError::Unreachable(_) | UpstreamError::Failed(_) => error(
-            StatusCode::BAD_GATEWAY,
-            ErrorKind::RelayUpstreamUnreachable,
-            "the provider could not be reached",
-        ),
-    }
 }
 
 #[cfg(test)]

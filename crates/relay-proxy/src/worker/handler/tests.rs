@@ -1,4 +1,5 @@
 use super::*;
+use crate::upstream::UpstreamError;
 
 #[test]
 fn hook_answers_are_the_agents_allow_answers() {
@@ -36,11 +37,11 @@ fn provider_failures_map_to_the_answers_of_section_3_7() {
 #[test]
 fn declared_length_reads_only_a_number() {
     let mut headers = HeaderMap::new();
-    assert_eq!(declared_length(&headers), None);
+    assert_eq!(content_length(&headers), None);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static(" 42 "));
-    assert_eq!(declared_length(&headers), Some(42));
+    assert_eq!(content_length(&headers), Some(42));
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("4x"));
-    assert_eq!(declared_length(&headers), None);
+    assert_eq!(content_length(&headers), None);
 }
 
 #[test]

@@ -1,0 +1,142 @@
+//! The answers Relay writes itself (SPEC §3.6, §3.7): JSON error bodies, and the relay of
+//! a provider's or worker's response. Shared by the daemon's front and the worker.
+
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Response, StatusCode};
+use hyper::body::Incoming;
+use relay_proto::{ErrorBody, ErrorKind};
+
+use crate::body::{ResponseBody, StreamGuard};
+use crate::headers;
+use crate::upstream::UpstreamError;
+
+/// The declared `Content-Length`, when it parses.
+pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A response on its way back to the client: hop-by-hop headers dropped,
+/// `X-Accel-Buffering: no` on SSE unless the sender set it (§3.3), `Cache-Control:
+/// no-store` forced on model lists (§3.2), and `guard` held until the body ends.
+pub(crate) fn relay_response(
+    res: Response<Incoming>,
+    models: bool,
+    idle: Duration,
+    guard: Box<dyn StreamGuard>,
+) -> Response<ResponseBody> {
+    let (mut parts, body) = res.into_parts();
+    parts.headers = headers::forwardable_response_headers(&parts.headers);
+    if headers::is_event_stream(&parts.headers) && !parts.headers.contains_key("x-accel-buffering")
+    {
+        parts
+            .headers
+            .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    }
+    if models {
+        parts
+            .headers
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    Response::from_parts(parts, ResponseBody::forward(body, idle, Some(guard)))
+}
+
+pub(crate) fn json<T: serde::Serialize>(value: &T) -> Response<ResponseBody> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut res = Response::new(ResponseBody::full(body));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    no_store(res)
+}
+
+pub(crate) fn no_store(mut res: Response<ResponseBody>) -> Response<ResponseBody> {
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+/// A JSON error body (§3.6).
+pub(crate) fn error(status: StatusCode, kind: ErrorKind, message: &str) -> Response<ResponseBody> {
+    let mut res = json(&ErrorBody::new(kind, message));
+    *res.status_mut() = status;
+    res
+}
+
+pub(crate) fn not_found() -> Response<ResponseBody> {
+    error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found")
+}
+
+pub(crate) fn unauthorized() -> Response<ResponseBody> {
+    error(
+        StatusCode::UNAUTHORIZED,
+        ErrorKind::RelayUnauthorized,
+        "a valid x-relay-client-token is required",
+    )
+}
+
+pub(crate) fn worker_unavailable(retry_after: Duration) -> Response<ResponseBody> {
+    let mut res = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::RelayWorkerUnavailable,
+        "no worker is ready for this route",
+    );
+    // Rounded up, at least one second (§3.5).
+    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    res
+}
+
+pub(crate) fn worker_failed() -> Response<ResponseBody> {
+    error(
+        StatusCode::BAD_GATEWAY,
+        ErrorKind::RelayWorkerFailed,
+        "the worker failed before answering",
+    )
+}
+
+pub(crate) fn unsupported_media_type() -> Response<ResponseBody> {
+    error(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ErrorKind::RelayUnsupportedMediaType,
+        "the body must be application/json",
+    )
+}
+
+pub(crate) fn payload_too_large(limit: u64) -> Response<ResponseBody> {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::RelayPayloadTooLarge,
+        &format!("the body exceeds the limit of {limit} bytes"),
+    )
+}
+
+pub(crate) fn upstream_not_allowed() -> Response<ResponseBody> {
+    error(
+        StatusCode::BAD_REQUEST,
+        ErrorKind::RelayUpstreamNotAllowed,
+        "the selected upstream is not in upstream.allowed_base_urls",
+    )
+}
+
+pub(crate) fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> {
+    match failure {
+        UpstreamError::BodyTooLarge { limit } => payload_too_large(*limit),
+        UpstreamError::ConnectTimeout | UpstreamError::ResponseHeadTimeout => error(
+            StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::RelayUpstreamTimeout,
+            "the provider did not answer in time",
+        ),
+        UpstreamError::Unreachable(_) | UpstreamError::Failed(_) => error(
+            StatusCode::BAD_GATEWAY,
+            ErrorKind::RelayUpstreamUnreachable,
+            "the provider could not be reached",
+        ),
+    }
+}
