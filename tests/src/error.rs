@@ -60,10 +60,11 @@ pub enum Error {
     },
     #[error("{program} has no process id: it was already reaped")]
     NoPid { program: String },
-    #[error("sending SIGTERM to {program} (pid {pid})")]
+    #[error("sending {signal} to {program} (pid {pid})")]
     Signal {
         program: String,
         pid: u32,
+        signal: String,
         #[source]
         source: io::Error,
     },
@@ -130,4 +131,44 @@ pub enum Error {
         stdout: String,
         stderr: String,
     },
+    #[error("expected {expected} relay-worker process(es) within {timeout:?}, found {found:?}")]
+    WorkerCount {
+        expected: usize,
+        found: Vec<u32>,
+        timeout: Duration,
+    },
+    #[error("writing to the stdin of {program}")]
+    WriteStdin {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{program} has no stdin or stdout pipe (already taken or closed)")]
+    NoPipe { program: String },
+    #[error("a line from {program} is not JSON: {line:?}")]
+    NotJson { program: String, line: String },
+    #[error("the worker gate {} was not opened within {timeout:?}: no worker was launched", fifo.display())]
+    GateTimedOut { fifo: PathBuf, timeout: Duration },
+    #[error("preparing the gated worker launch in {}", dir.display())]
+    Gate {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("opening a control session to {addr}")]
+    ControlDial {
+        addr: SocketAddr,
+        #[source]
+        source: tokio_tungstenite::tungstenite::Error,
+    },
+    #[error("the control session failed")]
+    ControlTransport(#[from] relay_proxy::control::TransportError),
+    #[error("no secure random numbers are available")]
+    Random,
+    #[error("making a TLS identity for a test endpoint")]
+    TlsIdentity(#[from] relay_proxy::worker::IdentityError),
+    #[error("the daemon address {address:?} is not valid: {reason}")]
+    DaemonAddress { address: String, reason: String },
+    #[error("the machine identity key")]
+    Key(#[from] relay_identity::KeyError),
 }

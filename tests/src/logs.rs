@@ -104,18 +104,48 @@ impl Logs {
     /// Fails when the deadline passes or the process closes stderr first; the error carries
     /// the whole stderr so the test output shows what happened.
     pub async fn wait_for_event(&self, name: &str, timeout: Duration) -> Result<Value, Error> {
+        self.wait_for(name, timeout, |logs| {
+            logs.events_named(name).into_iter().next()
+        })
+        .await
+    }
+
+    /// Waits until `count` lines with `"event": name` are written and returns them all.
+    pub async fn wait_for_events(
+        &self,
+        name: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, Error> {
+        let what = format!("{count} × {name}");
+        self.wait_for(&what, timeout, |logs| {
+            let events = logs.events_named(name);
+            (events.len() >= count).then_some(events)
+        })
+        .await
+    }
+
+    /// Waits until `check` finds what it looks for in the logs (it runs again after every
+    /// write). `what` names it in the error when the deadline passes or the stream closes
+    /// first; the error carries the whole text.
+    pub async fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&Logs) -> Option<T>,
+    ) -> Result<T, Error> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut changes = self.inner.changed.subscribe();
         loop {
             // Subscribed before checking, so no write slips between the check and the wait.
             changes.borrow_and_update();
-            if let Some(event) = self.events_named(name).into_iter().next() {
-                return Ok(event);
+            if let Some(found) = check(self) {
+                return Ok(found);
             }
             if self.is_closed() {
                 return Err(Error::LogEventMissing {
                     program: self.inner.program.clone(),
-                    event: name.to_owned(),
+                    event: what.to_owned(),
                     stderr: self.text(),
                 });
             }
@@ -125,12 +155,17 @@ impl Logs {
             {
                 return Err(Error::LogEventTimedOut {
                     program: self.inner.program.clone(),
-                    event: name.to_owned(),
+                    event: what.to_owned(),
                     timeout,
                     stderr: self.text(),
                 });
             }
         }
+    }
+
+    /// The complete lines written so far (without their `\n`), as text.
+    pub fn lines(&self) -> Vec<String> {
+        self.with_state(|state| complete_lines(&state.raw, state.closed))
     }
 
     /// Waits until the process closes its stderr; false if the deadline passes first.
@@ -169,21 +204,50 @@ pub(crate) fn capture(
     })
 }
 
-/// The lines of `raw` that parse as JSON objects; an unterminated last line counts only
-/// once the stream is `closed` (before that it may still be growing).
-pub(crate) fn parse_events(raw: &[u8], closed: bool) -> Vec<Value> {
-    let complete = if closed {
+/// The part of `raw` made of complete lines; an unterminated last line counts only once
+/// the stream is `closed` (before that it may still be growing).
+fn complete_part(raw: &[u8], closed: bool) -> &[u8] {
+    if closed {
         raw
     } else {
         match raw.iter().rposition(|&byte| byte == b'\n') {
             Some(end) => &raw[..end],
             None => &[],
         }
-    };
-    complete
+    }
+}
+
+/// The lines of `raw` that parse as JSON objects (see [`complete_part`]).
+pub(crate) fn parse_events(raw: &[u8], closed: bool) -> Vec<Value> {
+    complete_part(raw, closed)
         .split(|&byte| byte == b'\n')
         .filter_map(|line| serde_json::from_slice::<Value>(line).ok())
         .filter(Value::is_object)
+        .collect()
+}
+
+/// The complete lines of `raw` as text, without their line ends; an unterminated last
+/// line counts only once the stream is `closed`.
+pub(crate) fn complete_lines(raw: &[u8], closed: bool) -> Vec<String> {
+    let complete = if closed {
+        raw
+    } else {
+        match raw.iter().rposition(|&byte| byte == b'\n') {
+            Some(end) => &raw[..=end],
+            None => &[],
+        }
+    };
+    let complete = complete.strip_suffix(b"\n").unwrap_or(complete);
+    if complete.is_empty() && !raw.starts_with(b"\n") {
+        return Vec::new();
+    }
+    complete
+        .split(|&byte| byte == b'\n')
+        .map(|line| {
+            String::from_utf8_lossy(line)
+                .trim_end_matches('\r')
+                .to_owned()
+        })
         .collect()
 }
 

@@ -4,7 +4,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use crate::error::Error;
@@ -63,19 +63,25 @@ impl Process {
         })
     }
 
+    /// The process's standard input, if the command piped it and nobody took it yet.
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.child.stdin.take()
+    }
+
+    /// The process's standard output, if the command piped it and nobody took it yet.
+    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
+        self.child.stdout.take()
+    }
+
     /// Sends SIGTERM and returns at once.
     pub fn terminate(&self) -> Result<(), Error> {
+        self.signal(Signal::TERM)
+    }
+
+    /// Sends `signal` and returns at once.
+    pub fn signal(&self, signal: Signal) -> Result<(), Error> {
         let pid = self.pid()?;
-        let signal_error = |source| Error::Signal {
-            program: self.name.clone(),
-            pid,
-            source,
-        };
-        let raw = i32::try_from(pid)
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| signal_error(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
-        kill_process(raw, Signal::TERM).map_err(|errno| signal_error(errno.into()))
+        send_signal(&self.name, pid, signal)
     }
 
     /// Waits until the process has exited and its stderr is read to the end, so the logs
@@ -127,6 +133,21 @@ impl Process {
         self.terminate()?;
         self.wait(STOP_TIMEOUT).await
     }
+}
+
+/// Sends `signal` to the process `pid` (one the test started), naming `program` in errors.
+pub(crate) fn send_signal(program: &str, pid: u32, signal: Signal) -> Result<(), Error> {
+    let signal_error = |source| Error::Signal {
+        program: program.to_owned(),
+        pid,
+        signal: format!("{signal:?}"),
+        source,
+    };
+    let raw = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| signal_error(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?;
+    kill_process(raw, signal).map_err(|errno| signal_error(errno.into()))
 }
 
 impl Drop for Process {

@@ -300,6 +300,23 @@ impl Relayd {
         self.dir.path()
     }
 
+    /// relayd's `XDG_CONFIG_HOME`; its state is in `relay/daemon/` below.
+    pub fn xdg_config_home(&self) -> PathBuf {
+        self.dir.path().join("xdg")
+    }
+
+    /// The daemon's signing key (§4.2).
+    pub fn daemon_key_file(&self) -> PathBuf {
+        self.xdg_config_home()
+            .join("relay")
+            .join("daemon")
+            .join("daemon-identity.pk8")
+    }
+
+    pub fn pid(&self) -> Result<u32, Error> {
+        self.process.pid()
+    }
+
     /// The `daemon_listening` line relayd logged at start.
     pub fn listening_event(&self) -> &Value {
         &self.listening

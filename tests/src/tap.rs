@@ -1,5 +1,6 @@
-//! A transparent TCP forwarder that records what clients send, so a test can compare the
-//! bytes an agent CLI sent with the bytes the provider stand-in received through relayd.
+//! A transparent TCP forwarder that records what clients send (and what they are sent
+//! back), so a test can compare the bytes an agent CLI sent with the bytes the provider
+//! stand-in received through relayd, or read the control messages of a session.
 //!
 //! It changes nothing: every byte is copied both ways as it arrives. Point the client at
 //! [`Tap::origin`] and tell relayd, with `--advertise-address`, that this is its origin (the
@@ -15,14 +16,31 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::error::Error;
 
-/// The bytes one client connection sent, shared with its forwarding task.
-type Sent = Arc<Mutex<Vec<u8>>>;
+/// The bytes of one connection, shared with its forwarding task.
+type Recording = Arc<Mutex<Exchange>>;
+
+/// Both directions of one forwarded connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exchange {
+    /// What the client sent.
+    pub sent: Vec<u8>,
+    /// What the server sent back.
+    pub received: Vec<u8>,
+}
+
+impl Exchange {
+    /// The HTTP/1.1 requests the client sent on this connection (for an upgraded one, the
+    /// upgrade request only).
+    pub fn requests(&self) -> Vec<TappedRequest> {
+        parse_requests(&self.sent)
+    }
+}
 
 /// The running forwarder. Dropping it closes every connection it carries.
 #[derive(Debug)]
 pub struct Tap {
     addr: SocketAddr,
-    connections: Arc<Mutex<Vec<Sent>>>,
+    connections: Arc<Mutex<Vec<Recording>>>,
     accept_task: JoinHandle<()>,
 }
 
@@ -118,14 +136,29 @@ impl Tap {
 
     /// Every request recorded so far, connection by connection in accept order.
     pub fn requests(&self) -> Vec<TappedRequest> {
-        let connections: Vec<Sent> = self
+        let connections: Vec<Recording> = self
             .connections
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         connections
             .iter()
-            .flat_map(|sent| parse_requests(&sent.lock().unwrap_or_else(PoisonError::into_inner)))
+            .flat_map(|sent| {
+                parse_requests(&sent.lock().unwrap_or_else(PoisonError::into_inner).sent)
+            })
+            .collect()
+    }
+
+    /// Both directions of every connection so far, in accept order.
+    pub fn exchanges(&self) -> Vec<Exchange> {
+        let connections: Vec<Recording> = self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        connections
+            .iter()
+            .map(|sent| sent.lock().unwrap_or_else(PoisonError::into_inner).clone())
             .collect()
     }
 }
@@ -140,7 +173,7 @@ impl Drop for Tap {
 async fn accept_loop(
     listener: TcpListener,
     target: SocketAddr,
-    connections: Arc<Mutex<Vec<Sent>>>,
+    connections: Arc<Mutex<Vec<Recording>>>,
 ) {
     let mut tasks = JoinSet::new();
     loop {
@@ -150,16 +183,16 @@ async fn accept_loop(
             return;
         };
         while tasks.try_join_next().is_some() {}
-        let sent: Sent = Arc::default();
+        let recording: Recording = Arc::default();
         connections
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(sent.clone());
-        tasks.spawn(forward(client, target, sent));
+            .push(recording.clone());
+        tasks.spawn(forward(client, target, recording));
     }
 }
 
-async fn forward(client: TcpStream, target: SocketAddr, sent: Sent) {
+async fn forward(client: TcpStream, target: SocketAddr, recording: Recording) {
     let Ok(server) = TcpStream::connect(target).await else {
         return;
     };
@@ -173,8 +206,10 @@ async fn forward(client: TcpStream, target: SocketAddr, sent: Sent) {
             match client_read.read(&mut buffer).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    sent.lock()
+                    recording
+                        .lock()
                         .unwrap_or_else(PoisonError::into_inner)
+                        .sent
                         .extend_from_slice(&buffer[..n]);
                     if server_write.write_all(&buffer[..n]).await.is_err() {
                         break;
@@ -185,7 +220,22 @@ async fn forward(client: TcpStream, target: SocketAddr, sent: Sent) {
         let _ = server_write.shutdown().await;
     };
     let downstream = async {
-        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+        let mut buffer = vec![0_u8; 64 * 1024];
+        loop {
+            match server_read.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    recording
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .received
+                        .extend_from_slice(&buffer[..n]);
+                    if client_write.write_all(&buffer[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
         let _ = client_write.shutdown().await;
     };
     tokio::join!(upstream, downstream);

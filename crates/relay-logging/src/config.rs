@@ -175,11 +175,12 @@ impl LogConfig {
     /// Builds the `EnvFilter` for this configuration.
     pub(crate) fn filter(&self) -> Result<EnvFilter, LogConfigError> {
         let level = check_level(&self.level, LogOrigin::Config)?;
-        parse_filter(&level).map_err(|reason| LogConfigError::InvalidLevel {
+        let filter = parse_filter(&level).map_err(|reason| LogConfigError::InvalidLevel {
             origin: LogOrigin::Config,
             value: self.level.clone(),
             reason,
-        })
+        })?;
+        Ok(cap_frame_logging(filter))
     }
 }
 
@@ -214,6 +215,19 @@ fn check_level(value: &str, origin: LogOrigin) -> Result<String, LogConfigError>
     }
     parse_filter(trimmed).map_err(invalid)?;
     Ok(trimmed.to_owned())
+}
+
+/// The WebSocket library logs every control frame whole at `trace`, and control frames
+/// carry route credentials, grants and generation secrets, which no level may log (§4.1):
+/// when the filter lets `trace` through, the WebSocket crates are held at `debug`.
+fn cap_frame_logging(filter: EnvFilter) -> EnvFilter {
+    if filter.max_level_hint() != Some(tracing_subscriber::filter::LevelFilter::TRACE) {
+        return filter;
+    }
+    ["tungstenite=debug", "tokio_tungstenite=debug"]
+        .into_iter()
+        .filter_map(|directive| directive.parse().ok())
+        .fold(filter, EnvFilter::add_directive)
 }
 
 fn parse_filter(value: &str) -> Result<EnvFilter, String> {

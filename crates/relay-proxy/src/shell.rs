@@ -195,6 +195,12 @@ impl Shell {
         }
     }
 
+    /// Counts a refusal the control plane answered before the broker saw the registration
+    /// (a bad handshake, an endpoint not allowed), like the broker's own (§3.1 `/metrics`).
+    pub fn record_refusal(&self, code: relay_proto::RefusedCode) {
+        self.metrics.record_refusal(code.as_str());
+    }
+
     pub fn is_degraded(&self) -> bool {
         self.degraded.load(std::sync::atomic::Ordering::Relaxed)
     }

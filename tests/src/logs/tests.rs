@@ -20,6 +20,16 @@ fn only_complete_json_object_lines_are_events() {
 }
 
 #[test]
+fn complete_lines_wait_for_their_line_end() {
+    assert_eq!(complete_lines(b"a\nb\nc", false), ["a", "b"]);
+    assert_eq!(complete_lines(b"a\nb\nc", true), ["a", "b", "c"]);
+    assert_eq!(complete_lines(b"a\r\n", false), ["a"]);
+    assert_eq!(complete_lines(b"\n", false), [""]);
+    assert!(complete_lines(b"abc", false).is_empty());
+    assert!(complete_lines(b"", true).is_empty());
+}
+
+#[test]
 fn contains_finds_needles_across_lines() {
     assert!(contains(b"ab\ncd", b"b\nc"));
     assert!(contains(b"abc", b""));

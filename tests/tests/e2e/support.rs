@@ -1,11 +1,11 @@
 //! What several test modules share: timeouts, the config that points relayd at a stand-in,
-//! and fresh secrets.
+//! fresh secrets, and the status, route and metrics reads of the worker tests.
 
 use std::time::Duration;
 
 use http::{Method, StatusCode};
-use relay_e2e::Relayd;
-use relay_e2e::http::{fetch, request};
+use relay_e2e::http::{fetch, post_json, request};
+use relay_e2e::{Mcp, Relayd, User};
 use relay_identity::RouteToken;
 use relay_testkit::StandIn;
 
@@ -78,4 +78,240 @@ pub(crate) async fn assert_healthy(relayd: &Relayd) -> anyhow::Result<()> {
         "the daemon that answered is the one that was started"
     );
     Ok(())
+}
+
+/// For `initialize`, which relay-mcp may hold up to 5 s while its route settles (§6).
+pub(crate) const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(10);
+/// For a worker to start, register and pass its readiness probe.
+pub(crate) const WORKER_TIMEOUT: Duration = Duration::from_secs(20);
+/// For relay-mcp to exit after a signal or the end of stdin (§5.5 says 2 s; the margin is
+/// for a loaded machine).
+pub(crate) const MCP_EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a test re-reads a status endpoint it polls.
+pub(crate) const STATUS_POLL: Duration = Duration::from_millis(20);
+
+/// relayd's config for worker tests: `[upstream]` at the stand-in and short timers
+/// (§5.4: every timer is configurable so tests can shorten it), plus `extra` lines, which
+/// may add `[daemon]` keys but no second `[daemon.timers]` table.
+pub(crate) fn worker_config(stand_in: &StandIn, daemon: &str) -> String {
+    upstream_config(
+        stand_in,
+        &format!(
+            "\n[daemon]\n{daemon}\n[daemon.timers]\ndrain_secs = 1\nreconnect_grace_secs = 2\nretry_base_ms = 200\n"
+        ),
+    )
+}
+
+/// A machine-user whose workers send both provider families to `stand_in` (the worker
+/// reads `[upstream]` only from config files, §8).
+pub(crate) fn user_for(stand_in: &StandIn) -> anyhow::Result<User> {
+    let user = User::new()?;
+    user.write_system_config(&upstream_config(stand_in, ""))?;
+    Ok(user)
+}
+
+/// `GET path` with `headers`; the status and the JSON body.
+pub(crate) async fn get_json(
+    relayd: &Relayd,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> anyhow::Result<(StatusCode, serde_json::Value)> {
+    let (status, _, body) = fetch(
+        relayd.addr(),
+        request(Method::GET, path, headers, bytes::Bytes::new())?,
+    )
+    .await?;
+    let value = serde_json::from_slice(&body)
+        .map_err(|_| anyhow::anyhow!("{path} answered {status} with {body:?}"))?;
+    Ok((status, value))
+}
+
+/// `GET /_relay/v1/workers/status`'s list.
+pub(crate) async fn workers_status(relayd: &Relayd) -> anyhow::Result<Vec<serde_json::Value>> {
+    let (status, body) = get_json(relayd, "/_relay/v1/workers/status", &[]).await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    Ok(body["workers"].as_array().cloned().unwrap_or_default())
+}
+
+/// `GET /_relay/v1/route` for `token`.
+pub(crate) async fn route_status(
+    relayd: &Relayd,
+    token: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let (status, body) = get_json(
+        relayd,
+        "/_relay/v1/route",
+        &[("x-relay-client-token", token)],
+    )
+    .await?;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    Ok(body)
+}
+
+/// Polls `/_relay/v1/route` for `token` until its `state` is `state`.
+pub(crate) async fn wait_for_route_state(
+    relayd: &Relayd,
+    token: &str,
+    state: &str,
+    timeout: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut poll = tokio::time::interval(STATUS_POLL);
+    loop {
+        poll.tick().await;
+        let route = route_status(relayd, token).await?;
+        if route["state"] == state {
+            return Ok(route);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("the route did not reach {state:?} within {timeout:?}: {route}");
+        }
+    }
+}
+
+/// relayd's `/metrics` text.
+pub(crate) async fn metrics(relayd: &Relayd) -> anyhow::Result<String> {
+    let (status, _, body) = fetch(
+        relayd.addr(),
+        request(Method::GET, "/metrics", &[], bytes::Bytes::new())?,
+    )
+    .await?;
+    assert_eq!(status, StatusCode::OK);
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// How many requests of `route` relayd counted toward `destination` (any status).
+pub(crate) async fn requests_to(
+    relayd: &Relayd,
+    route: &str,
+    destination: &str,
+) -> anyhow::Result<u64> {
+    let text = metrics(relayd).await?;
+    let sum = relay_e2e::metrics::sample_sum(
+        &text,
+        "relay_requests_total",
+        &[("route", route), ("destination", destination)],
+    );
+    Ok(sum as u64)
+}
+
+/// A non-streaming Anthropic Messages request with the route credential `token` whose
+/// body carries `marker`.
+pub(crate) fn anthropic_request(
+    token: &str,
+    marker: &str,
+) -> anyhow::Result<http::Request<http_body_util::Full<bytes::Bytes>>> {
+    Ok(post_json(
+        "/v1/messages",
+        &[
+            ("x-relay-client-token", token),
+            ("x-api-key", "sk-ant-test"),
+            ("anthropic-version", "2023-06-01"),
+        ],
+        format!(
+            r#"{{"model":"m","max_tokens":16,"messages":[{{"role":"user","content":"{marker}"}}]}}"#
+        ),
+    )?)
+}
+
+/// The stand-in request id of an answer.
+pub(crate) fn stand_in_id(headers: &http::HeaderMap) -> anyhow::Result<u64> {
+    Ok(headers
+        .get(relay_testkit::REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| anyhow::anyhow!("the answer did not come from the stand-in: {headers:?}"))?
+        .parse()?)
+}
+
+/// The stand-in's recorded requests whose body contains `marker`.
+pub(crate) fn recorded_with(stand_in: &StandIn, marker: &str) -> Vec<relay_testkit::Recorded> {
+    stand_in
+        .requests()
+        .into_iter()
+        .filter(|r| contains(&r.body, marker.as_bytes()))
+        .collect()
+}
+
+/// Whether `needle` occurs in `haystack`.
+pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty()
+        && haystack
+            .windows(needle.len())
+            .any(|window| window == needle)
+}
+
+/// The `public_request_pass_through` events relayd logged so far.
+pub(crate) fn pass_throughs(relayd: &Relayd) -> Vec<serde_json::Value> {
+    relayd.logs().events_named("public_request_pass_through")
+}
+
+/// Everything a failed worker test needs to show.
+pub(crate) fn context(relayd: &Relayd, user: &User, mcps: &[&Mcp]) -> String {
+    let mut out = format!("--- relayd ---\n{}", relayd.logs().text());
+    for (i, mcp) in mcps.iter().enumerate() {
+        out.push_str(&format!("\n--- relay-mcp {i} ---\n{}", mcp.logs().text()));
+    }
+    out.push('\n');
+    out.push_str(&user.worker_log_text());
+    out
+}
+
+/// The secrets of a worker-backed run: the route tokens, the user's machine key, the
+/// daemon's key, and every secret the control sessions forwarded by `tap` carried (route
+/// credentials, resume tokens, activation tokens, generation secrets). Returns them with
+/// the kinds of control secrets found, so a test can check the capture worked.
+pub(crate) fn run_secrets(
+    relayd: &Relayd,
+    user: &User,
+    tokens: &[&str],
+    tap: Option<&relay_e2e::Tap>,
+) -> anyhow::Result<(relay_e2e::Secrets, Vec<&'static str>)> {
+    let mut secrets = relay_e2e::Secrets::new();
+    for token in tokens {
+        secrets.add_text("route token", token);
+        secrets.add_bytes("route token", RouteToken::parse(token)?.expose_bytes());
+    }
+    secrets.add_key_file("machine key", &user.machine_key_file())?;
+    secrets.add_key_file("daemon key", &relayd.daemon_key_file())?;
+    let mut kinds = Vec::new();
+    if let Some(tap) = tap {
+        for session in relay_e2e::ws::control_sessions(&tap.exchanges()) {
+            for message in session.from_client.iter().chain(&session.from_daemon) {
+                for (kind, secret) in relay_e2e::ws::secrets(message) {
+                    secrets.add_bytes(kind, &secret);
+                    if !kinds.contains(&kind) {
+                        kinds.push(kind);
+                    }
+                }
+            }
+        }
+    }
+    Ok((secrets, kinds))
+}
+
+/// Fails, naming every secret and the log it was found in, if any of `logs` holds one.
+pub(crate) fn assert_no_leaks(secrets: &relay_e2e::Secrets, logs: &[(String, Vec<u8>)]) {
+    assert!(!secrets.is_empty());
+    let leaks: Vec<String> = logs
+        .iter()
+        .flat_map(|(name, bytes)| secrets.find_in(name, bytes))
+        .map(|leak| leak.to_string())
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "secrets reached the logs:\n{}",
+        leaks.join("\n")
+    );
+}
+
+/// relayd's stderr, each MCP's stderr and every worker log of `user`, named.
+pub(crate) fn all_logs(relayd: &Relayd, user: &User, mcps: &[&Mcp]) -> Vec<(String, Vec<u8>)> {
+    let mut logs = vec![("relayd stderr".to_owned(), relayd.logs().raw())];
+    for (i, mcp) in mcps.iter().enumerate() {
+        logs.push((format!("relay-mcp {i} stderr"), mcp.logs().raw()));
+    }
+    for (path, bytes) in user.worker_logs() {
+        logs.push((path.display().to_string(), bytes));
+    }
+    logs
 }

@@ -236,3 +236,19 @@ fn env_variable_names_are_the_spec_names() {
     assert_eq!(ENV_LOG, "RELAY_LOG");
     assert_eq!(ENV_LOG_FORMAT, "RELAY_LOG_FORMAT");
 }
+
+#[test]
+fn trace_never_reaches_the_websocket_frame_logs() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let config = LogConfig {
+        level: "trace".into(),
+        format: LogFormat::Jsonl,
+    };
+    let filter = config.filter().unwrap();
+    let subscriber = tracing_subscriber::registry().with(filter);
+    tracing::subscriber::with_default(subscriber, || {
+        assert!(!tracing::enabled!(target: "tungstenite::protocol", tracing::Level::TRACE));
+        assert!(!tracing::enabled!(target: "tokio_tungstenite", tracing::Level::TRACE));
+        assert!(tracing::enabled!(target: "relay_proxy::front", tracing::Level::TRACE));
+    });
+}

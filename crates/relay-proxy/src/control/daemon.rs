@@ -223,7 +223,15 @@ impl ControlPlane {
         let ip = peer.ip();
         let remote = !ip.is_loopback();
         if remote && !self.take_ip_slot(ip) {
-            refuse(&mut transport, role, RefusedCode::SessionLimit, ip, None).await;
+            refuse(
+                &self.shell,
+                &mut transport,
+                role,
+                RefusedCode::SessionLimit,
+                ip,
+                None,
+            )
+            .await;
             return;
         }
         let registered = self.handshake(&mut transport, role, peer).await;
@@ -283,7 +291,15 @@ impl ControlPlane {
                 }
             },
             Err(TransportError::Frame(e)) if e.is_protocol_unsupported() => {
-                refuse(transport, role, RefusedCode::ProtocolUnsupported, ip, None).await;
+                refuse(
+                    &self.shell,
+                    transport,
+                    role,
+                    RefusedCode::ProtocolUnsupported,
+                    ip,
+                    None,
+                )
+                .await;
                 return None;
             }
             Err(_) => {
@@ -292,7 +308,15 @@ impl ControlPlane {
             }
         };
         let Some(selected) = SUPPORTED_PROTOCOLS.highest_common(&hello.protocols) else {
-            refuse(transport, role, RefusedCode::ProtocolUnsupported, ip, None).await;
+            refuse(
+                &self.shell,
+                transport,
+                role,
+                RefusedCode::ProtocolUnsupported,
+                ip,
+                None,
+            )
+            .await;
             return None;
         };
         let client_key = PublicKey::from_bytes(hello.machine_key.0);
@@ -305,6 +329,7 @@ impl ControlPlane {
                 .any(|o| o == hello.target_origin.as_str())
         {
             refuse(
+                &self.shell,
                 transport,
                 role,
                 RefusedCode::TranscriptMismatch,
@@ -351,6 +376,7 @@ impl ControlPlane {
             Ok(frame) => frame,
             Err(TransportError::Timeout) => {
                 refuse(
+                    &self.shell,
                     transport,
                     role,
                     RefusedCode::ChallengeExpired,
@@ -395,6 +421,7 @@ impl ControlPlane {
             .is_err()
         {
             refuse(
+                &self.shell,
                 transport,
                 role,
                 RefusedCode::BadSignature,
@@ -428,6 +455,7 @@ impl ControlPlane {
             Pending::Worker(fields) => {
                 if !self.endpoint_allowed(fields.endpoint.as_str(), ip) {
                     refuse(
+                        &self.shell,
                         transport,
                         role,
                         RefusedCode::EndpointNotAllowed,
@@ -577,8 +605,9 @@ fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
     })
 }
 
-/// Sends a typed refusal, logs it, and closes (§5.8).
+/// Sends a typed refusal, logs it, counts it in `/metrics`, and closes (§5.8).
 async fn refuse<S>(
+    shell: &Shell,
     transport: &mut Transport<S>,
     role: Role,
     code: RefusedCode,
@@ -587,6 +616,7 @@ async fn refuse<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
+    shell.record_refusal(code);
     let fp = fingerprint.map(|f| f.to_hex());
     relay_logging::Lifecycle::ControlRegistrationRefused {
         role: control_role(role),
