@@ -1802,12 +1802,21 @@ impl Broker {
         kind: RequestKind,
         waited: bool,
     ) -> Decision {
-        let Some(binding) = self.bindings.get_mut(&digest) else {
-            return Decision::Unbound;
+        let may_wait =
+            !waited && !self.config.activation_wait.is_zero() && !self.config.pass_through;
+        let opening = kind == RequestKind::OpeningHook;
+        let Some(binding) = self
+            .bindings
+            .get_mut(&digest)
+            .filter(|b| b.tombstone_until.is_none())
+        else {
+            // Its MCP may be registering this very credential for the first time.
+            return if opening && may_wait {
+                Decision::Wait
+            } else {
+                Decision::Unbound
+            };
         };
-        if binding.tombstone_until.is_some() {
-            return Decision::Unbound;
-        }
         binding.last_use = now;
         self.last_use_dirty = true;
         let fp = binding.fingerprint;
@@ -1818,10 +1827,10 @@ impl Broker {
             return Decision::TooMany { fingerprint: fp };
         }
         let live = !route.sessions.is_empty();
-        let worker = match (&route.state, kind) {
+        let worker = match &route.state {
             _ if self.config.pass_through => None,
-            (RouteState::Ready { worker }, _) if live => Some(*worker),
-            (RouteState::Draining { worker, .. }, RequestKind::Hook) => Some(*worker),
+            RouteState::Ready { worker } if live => Some(*worker),
+            RouteState::Draining { worker, .. } if kind.is_hook() => Some(*worker),
             _ => None,
         };
         let worker = worker.and_then(|w| {
@@ -1830,12 +1839,8 @@ impl Broker {
                 .filter(|g| g.conn.is_some() && g.status != GenStatus::Revoked)
                 .map(|g| (w, g.endpoint.clone(), g.certificate, g.secret))
         });
-        if worker.is_none()
-            && !waited
-            && !self.config.activation_wait.is_zero()
-            && matches!(route.state, RouteState::Activating { .. })
-            && live
-        {
+        let starting = matches!(route.state, RouteState::Activating { .. }) && live;
+        if worker.is_none() && may_wait && (starting || (opening && !live)) {
             return Decision::Wait;
         }
         let (reason, retry_after) = if self.config.pass_through {

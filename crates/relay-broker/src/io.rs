@@ -296,6 +296,16 @@ pub enum RemovedReason {
 pub enum RequestKind {
     Model,
     Hook,
+    /// A hook that opens a harness session (`SessionStart`, the first prompt): the harness
+    /// sends it while its MCP server is still registering, so it may wait for the session
+    /// as it would for an activating route, instead of bypassing the worker.
+    OpeningHook,
+}
+
+impl RequestKind {
+    pub(crate) fn is_hook(self) -> bool {
+        matches!(self, RequestKind::Hook | RequestKind::OpeningHook)
+    }
 }
 
 /// A request routed to a worker, to be ended with [`crate::Broker::end_request`].

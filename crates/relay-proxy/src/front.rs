@@ -792,23 +792,28 @@ impl Front {
         if !headers::is_json_media_type(req.headers()) {
             return local(unsupported_media_type());
         }
-        let credential = parse_credential(req.headers());
-        let decision = self.decide(&credential, RequestKind::Hook).await;
-        if let Some(res) = Self::refusal(&decision) {
-            return local(res);
-        }
         let limit = self.config().daemon.max_hook_body_bytes;
         let (parts, incoming) = req.into_parts();
         let body = match read_limited(&parts.headers, incoming, limit).await {
             Ok(body) => body,
             Err(res) => return local(res),
         };
-        if !is_json_object(&body) {
+        let Some(event) = hook_event(&body) else {
             return local(error(
                 StatusCode::BAD_REQUEST,
                 ErrorKind::RelayBadRequest,
                 "a hook body must be a JSON object",
             ));
+        };
+        let kind = if event.is_some_and(|name| agent.is_opening_event(name)) {
+            RequestKind::OpeningHook
+        } else {
+            RequestKind::Hook
+        };
+        let credential = parse_credential(&parts.headers);
+        let decision = self.decide(&credential, kind).await;
+        if let Some(res) = Self::refusal(&decision) {
+            return local(res);
         }
         let (reason, fingerprint) = match decision {
             Decision::Worker {
@@ -1040,12 +1045,30 @@ async fn read_limited(
     }
 }
 
-fn is_json_object(body: &[u8]) -> bool {
-    serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
-        && body
-            .iter()
-            .find(|b| !b.is_ascii_whitespace())
-            .is_some_and(|b| *b == b'{')
+/// The `hook_event_name` of a hook body, `Some(None)` for an object without one, and `None`
+/// when the body is not a JSON object.
+fn hook_event(body: &[u8]) -> Option<Option<&str>> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        hook_event_name: Option<&'a str>,
+    }
+    // serde accepts an array for a struct; only an object is a hook payload.
+    let object = body
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{');
+    if !object {
+        return None;
+    }
+    // A name with escapes cannot be borrowed; it is then no event Relay waits for.
+    match serde_json::from_slice::<Head<'_>>(body) {
+        Ok(head) => Some(head.hook_event_name),
+        Err(e) if e.is_data() => serde_json::from_slice::<serde::de::IgnoredAny>(body)
+            .is_ok()
+            .then_some(None),
+        Err(_) => None,
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,17 @@ impl Agent {
         }
     }
 
+    /// True for the events that open a harness session, which the harness sends while its
+    /// MCP server is still registering (§3.5): they wait for the session's worker.
+    pub fn is_opening_event(self, event: &str) -> bool {
+        match self {
+            Agent::ClaudeCode | Agent::Codex => {
+                matches!(event, "SessionStart" | "UserPromptSubmit")
+            }
+            Agent::Pi => matches!(event, "session_start" | "input"),
+        }
+    }
+
     /// The answer when no worker takes the hook (§3.4).
     pub fn pass_through_answer(self) -> &'static [u8] {
         match self {

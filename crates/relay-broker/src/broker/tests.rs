@@ -2210,3 +2210,72 @@ fn daemon_stopping_is_sent_to_every_session() {
           persist
     "#]]);
 }
+
+#[test]
+fn an_opening_hook_waits_for_its_session_instead_of_bypassing_the_worker() {
+    let mut s = Scenario::new();
+    // First session of this identity: the credential is not bound yet.
+    s.request("a1", RequestKind::OpeningHook, false)
+        .request("a1", RequestKind::Hook, false)
+        .request("a1", RequestKind::OpeningHook, true)
+        .mcp(1, 'A', "a1")
+        .request("a1", RequestKind::OpeningHook, false)
+        .worker(2, 'A')
+        .ready(2)
+        .probe(2, ProbeOutcome::Ready)
+        .request("a1", RequestKind::OpeningHook, false)
+        .end_all()
+        .release(1)
+        .step(
+            "the worker says it stops",
+            Input::WorkerStopping { conn: ConnId(2) },
+        );
+    // A later session: bound, but no live reference yet.
+    s.request("a1", RequestKind::OpeningHook, false)
+        .request("a1", RequestKind::Model, false)
+        .request("a1", RequestKind::OpeningHook, true);
+    s.check(expect![[r#"
+        > OpeningHook request with a1
+          = wait
+        > Hook request with a1
+          = unbound
+        > OpeningHook request with a1 (waited)
+          = unbound
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > OpeningHook request with a1
+          = wait
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > OpeningHook request with a1
+          = worker #5 with $6
+        > every request ends
+        > mcp c1 releases
+          event mcp_removed A refs=0 Released
+          c2 <- Drain(120000ms)
+          event worker_drain_started A #5
+          persist
+        > the worker says it stops
+          forget #5
+          event worker_removed A #5 Drained
+          persist
+        > OpeningHook request with a1
+          = wait
+        > Model request with a1
+          = pass through (no_live_session, retry after 1000ms)
+        > OpeningHook request with a1 (waited)
+          = pass through (no_live_session, retry after 1000ms)
+    "#]]);
+}

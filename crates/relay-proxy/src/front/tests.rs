@@ -349,7 +349,7 @@ fn credentials_are_parsed_strictly() {
 #[test]
 fn hook_bodies_must_be_json_objects() {
     for ok in [&b"{}"[..], b" \r\n{\"a\":[1]}\n", b"{\"a\":{\"b\":null}}"] {
-        assert!(is_json_object(ok), "{ok:?}");
+        assert!(hook_event(ok).is_some(), "{ok:?}");
     }
     for bad in [
         &b""[..],
@@ -362,7 +362,7 @@ fn hook_bodies_must_be_json_objects() {
         b"{\"a\":1,}",
         b"\xef\xbb\xbf{}",
     ] {
-        assert!(!is_json_object(bad), "{bad:?}");
+        assert!(hook_event(bad).is_none(), "{bad:?}");
     }
 }
 
@@ -422,4 +422,24 @@ fn refusals_are_counted_under_the_family_of_their_path() {
     assert_eq!(label(Method::POST, "/hooks/pi"), RouteLabel::Hook);
     assert_eq!(label(Method::GET, "/healthz"), RouteLabel::Status);
     assert_eq!(label(Method::GET, "/nope"), RouteLabel::Other);
+}
+
+#[test]
+fn hook_events_are_read_from_the_payload() {
+    assert_eq!(
+        hook_event(br#"{"hook_event_name":"SessionStart","x":[1]}"#),
+        Some(Some("SessionStart"))
+    );
+    assert_eq!(hook_event(br#"{"session_id":"s"}"#), Some(None));
+    assert_eq!(hook_event(br#"{"hook_event_name":7}"#), Some(None));
+    assert_eq!(
+        hook_event(br#"{"hook_event_name":"Session\u0053tart"}"#),
+        Some(None)
+    );
+    assert_eq!(hook_event(br#"["hook_event_name"]"#), None);
+    assert!(Agent::ClaudeCode.is_opening_event("SessionStart"));
+    assert!(Agent::Codex.is_opening_event("UserPromptSubmit"));
+    assert!(!Agent::Codex.is_opening_event("PreToolUse"));
+    assert!(Agent::Pi.is_opening_event("session_start"));
+    assert!(!Agent::Pi.is_opening_event("SessionStart"));
 }
