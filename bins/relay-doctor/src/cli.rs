@@ -30,7 +30,7 @@ pub(crate) struct Cli {
     pub(crate) live: bool,
 
     /// The daemon origin to check with --live, e.g. http://127.0.0.1:47632.
-    #[arg(long, value_name = "URL", requires = "live", value_parser = parse_daemon_address)]
+    #[arg(long, value_name = "URL", requires = "live")]
     pub(crate) daemon_address: Option<DaemonAddress>,
 
     #[command(subcommand)]
@@ -55,10 +55,6 @@ pub(crate) enum TokenCommand {
         #[arg(long)]
         json: bool,
     },
-}
-
-fn parse_daemon_address(text: &str) -> Result<DaemonAddress, String> {
-    DaemonAddress::parse(text).map_err(|err| err.to_string())
 }
 
 fn parse_sha256(text: &str) -> Result<String, String> {

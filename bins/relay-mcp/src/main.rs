@@ -26,12 +26,8 @@ const INITIALIZE_WAIT: Duration = Duration::from_secs(5);
 #[command(name = "relay-mcp", version)]
 struct Cli {
     /// The daemon origin, e.g. http://127.0.0.1:47632.
-    #[arg(long, value_name = "URL", value_parser = parse_daemon_address)]
+    #[arg(long, value_name = "URL")]
     daemon_address: DaemonAddress,
-}
-
-fn parse_daemon_address(text: &str) -> Result<DaemonAddress, String> {
-    DaemonAddress::parse(text).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -40,21 +36,24 @@ fn main() -> ExitCode {
         Err(error) => return relay_logging::clap_exit("relay-mcp", &error),
     };
     let env = ProcessEnv;
+    let (config, ignored) = match relay_proxy::config::Config::load_client_from(&env) {
+        Ok(loaded) => loaded,
+        Err(error) => return relay_logging::usage_exit("relay-mcp", &error),
+    };
     let text = |name: &str| env.var_os(name).map(|v| v.to_string_lossy().into_owned());
-    let log = match LogConfig::resolve(
-        None,
-        None,
+    let log = match LogConfig::client(
+        Some(&config.logging.level),
         text(names::RELAY_LOG).as_deref(),
         text(names::RELAY_LOG_FORMAT).as_deref(),
-        None,
-        None,
-        LogConfig::client_default(),
     ) {
         Ok(log) => log,
         Err(error) => return relay_logging::usage_exit("relay-mcp", &error),
     };
     if let Err(error) = relay_logging::init(&log, std::io::stderr) {
         return relay_logging::usage_exit("relay-mcp", &error);
+    }
+    for key in ignored {
+        tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

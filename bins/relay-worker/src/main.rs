@@ -20,7 +20,7 @@ use relay_proto::{
     Bytes32, Grant, Message, RefusedCode, RegisterWorkerFields, Registered, ResumeWorkerFields,
     Text, Timers,
 };
-use relay_proxy::config::{Config, ConfigSources};
+use relay_proxy::config::Config;
 use relay_proxy::control::client::{
     Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
 };
@@ -39,12 +39,8 @@ const MAX_GRANT_BYTES: u64 = 64 * 1024;
 #[command(name = "relay-worker", version)]
 struct Cli {
     /// The daemon origin, e.g. http://127.0.0.1:47632.
-    #[arg(long, value_name = "URL", value_parser = parse_daemon_address)]
+    #[arg(long, value_name = "URL")]
     daemon_address: DaemonAddress,
-}
-
-fn parse_daemon_address(text: &str) -> Result<DaemonAddress, String> {
-    DaemonAddress::parse(text).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -53,21 +49,24 @@ fn main() -> ExitCode {
         Err(error) => return relay_logging::clap_exit("relay-worker", &error),
     };
     let env = ProcessEnv;
+    let (config, ignored) = match relay_proxy::config::Config::load_client_from(&env) {
+        Ok(loaded) => loaded,
+        Err(error) => return relay_logging::usage_exit("relay-worker", &error),
+    };
     let text = |name: &str| env.var_os(name).map(|v| v.to_string_lossy().into_owned());
-    let log = match LogConfig::resolve(
-        None,
-        None,
+    let log = match LogConfig::client(
+        Some(&config.logging.level),
         text(names::RELAY_LOG).as_deref(),
         text(names::RELAY_LOG_FORMAT).as_deref(),
-        None,
-        None,
-        LogConfig::client_default(),
     ) {
         Ok(log) => log,
         Err(error) => return relay_logging::usage_exit("relay-worker", &error),
     };
     if let Err(error) = relay_logging::init(&log, std::io::stderr) {
         return relay_logging::usage_exit("relay-worker", &error);
+    }
+    for key in ignored {
+        tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -80,7 +79,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli, env)) {
+    match runtime.block_on(run(cli, env, config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "worker stopped");
@@ -115,18 +114,10 @@ async fn read_grant() -> anyhow::Result<Grant> {
     }
 }
 
-async fn run(cli: Cli, env: ProcessEnv) -> anyhow::Result<()> {
+async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
     let grant = read_grant().await?;
     let paths = StatePaths::resolve(&env).context("finding the state directory")?;
     let system_dir = relay_identity::system_config_dir(&env);
-    let (config, ignored) = Config::load_client(&ConfigSources::standard(
-        Some(&paths.relay_dir()),
-        &system_dir,
-    ))
-    .context("reading config.toml")?;
-    for key in ignored {
-        tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
-    }
     let config = Arc::new(config);
 
     // Bind, and make this generation's certificate.
@@ -148,18 +139,8 @@ async fn run(cli: Cli, env: ProcessEnv) -> anyhow::Result<()> {
 
     // Serve HTTPS for the whole life of the process.
     let state = Arc::new(WorkerState::new());
-    let upstream = UpstreamClient::new(&UpstreamOptions {
-        connect_timeout: config.upstream.connect_timeout_secs.get(),
-        response_timeout: (!config.upstream.response_timeout_secs.is_zero())
-            .then(|| config.upstream.response_timeout_secs.get()),
-        proxy_url: (!config.upstream.proxy_url.is_empty())
-            .then(|| config.upstream.proxy_url.clone()),
-        no_proxy: env
-            .var_os("NO_PROXY")
-            .or_else(|| env.var_os("no_proxy"))
-            .map(|v| v.to_string_lossy().into_owned()),
-    })
-    .context("building the provider client")?;
+    let upstream = UpstreamClient::new(&UpstreamOptions::from_config(&config.upstream, &env))
+        .context("building the provider client")?;
     let handler = Arc::new(WorkerHandler::new(
         state.clone(),
         config.clone(),

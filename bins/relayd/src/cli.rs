@@ -81,7 +81,7 @@ pub(crate) enum Command {
     ManagedBundle {
         #[arg(long, value_name = "DIR")]
         output: PathBuf,
-        #[arg(long, value_name = "URL", value_parser = parse_daemon_address)]
+        #[arg(long, value_name = "URL")]
         daemon_address: DaemonAddress,
         #[arg(long, value_name = "ABS DIR")]
         bin_dir: PathBuf,
@@ -134,10 +134,6 @@ pub(crate) enum ConfigCommand {
 fn parse_bind(text: &str) -> Result<Ipv4Addr, String> {
     text.parse::<Ipv4Addr>()
         .map_err(|_| format!("{text:?} is not an IPv4 address (IPv6 is not supported)"))
-}
-
-fn parse_daemon_address(text: &str) -> Result<DaemonAddress, String> {
-    DaemonAddress::parse(text).map_err(|e| e.to_string())
 }
 
 /// The validated listener settings of a daemon run.

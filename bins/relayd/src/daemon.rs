@@ -160,18 +160,8 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         // Port 0 and socket activation: the loopback origin is the real port.
         advertised.port = local.port();
     }
-    let upstream = UpstreamClient::new(&UpstreamOptions {
-        connect_timeout: config.upstream.connect_timeout_secs.get(),
-        response_timeout: (!config.upstream.response_timeout_secs.is_zero())
-            .then(|| config.upstream.response_timeout_secs.get()),
-        proxy_url: (!config.upstream.proxy_url.is_empty())
-            .then(|| config.upstream.proxy_url.clone()),
-        no_proxy: env
-            .var_os("NO_PROXY")
-            .or_else(|| env.var_os("no_proxy"))
-            .map(|v| v.to_string_lossy().into_owned()),
-    })
-    .context("building the upstream client")?;
+    let upstream = UpstreamClient::new(&UpstreamOptions::from_config(&config.upstream, env))
+        .context("building the upstream client")?;
     let instance_id = uuid::Uuid::now_v7();
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::new());

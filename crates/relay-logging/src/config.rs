@@ -135,6 +135,25 @@ impl LogConfig {
     /// An empty or blank environment value counts as unset (shells and service managers often
     /// export empty variables); an empty value from a file or flag is an error.
     /// The caller reads the environment and passes the values in.
+    /// The configuration of a client process (`relay-mcp`, `relay-worker`): the client
+    /// defaults, overridden by `[logging] level` of its config file, then by `RELAY_LOG`
+    /// and `RELAY_LOG_FORMAT`.
+    pub fn client(
+        file_level: Option<&str>,
+        env_log: Option<&str>,
+        env_format: Option<&str>,
+    ) -> Result<LogConfig, LogConfigError> {
+        LogConfig::resolve(
+            file_level,
+            None,
+            env_log,
+            env_format,
+            None,
+            None,
+            LogConfig::client_default(),
+        )
+    }
+
     pub fn resolve(
         file_level: Option<&str>,
         file_format: Option<&str>,

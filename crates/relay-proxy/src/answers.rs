@@ -20,6 +20,19 @@ pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// 400 and close for a request with both `Content-Length` and `Transfer-Encoding`, or
+/// differing lengths: a request-smuggling attempt (§3.6).
+pub(crate) fn ambiguous_framing() -> Response<ResponseBody> {
+    let mut res = error(
+        StatusCode::BAD_REQUEST,
+        ErrorKind::RelayBadRequest,
+        "a request may not carry both Content-Length and Transfer-Encoding, or differing Content-Lengths",
+    );
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
+}
+
 /// A response on its way back to the client: hop-by-hop headers dropped,
 /// `X-Accel-Buffering: no` on SSE unless the sender set it (§3.3), `Cache-Control:
 /// no-store` forced on model lists (§3.2), and `guard` held until the body ends.

@@ -472,6 +472,18 @@ impl Config {
         Ok((config, warnings))
     }
 
+    /// A client's configuration from the standard places of `env`: `<base>/relay/config.toml`
+    /// and `<system dir>/config.toml` (§8).
+    pub fn load_client_from(
+        env: &impl relay_identity::Env,
+    ) -> Result<(Config, Vec<IgnoredKey>), ConfigError> {
+        let user = relay_identity::StatePaths::resolve(env)
+            .ok()
+            .map(|p| p.relay_dir());
+        let system = relay_identity::system_config_dir(env);
+        Config::load_client(&ConfigSources::standard(user.as_deref(), &system))
+    }
+
     /// The effective default `config.toml`, as `relayd config defaults` prints it.
     pub fn defaults_toml() -> String {
         toml::to_string_pretty(&Config::default()).unwrap_or_default()

@@ -22,9 +22,9 @@ use relay_proto::{
 use uuid::Uuid;
 
 use crate::answers::{
-    content_length, error, json, no_store, not_found, payload_too_large, relay_response,
-    unauthorized, unsupported_media_type, upstream_error, upstream_not_allowed, worker_failed,
-    worker_unavailable,
+    ambiguous_framing, content_length, error, json, no_store, not_found, payload_too_large,
+    relay_response, unauthorized, unsupported_media_type, upstream_error, upstream_not_allowed,
+    worker_failed, worker_unavailable,
 };
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::{Config, DaemonKeys};
@@ -207,14 +207,7 @@ impl Front {
         let label = route_label(route);
         let local = |res| (res, label, Destination::Local);
         if conn.state.take_verdict() == HeadVerdict::AmbiguousFraming {
-            let mut res = error(
-                StatusCode::BAD_REQUEST,
-                ErrorKind::RelayBadRequest,
-                "a request may not carry both Content-Length and Transfer-Encoding, or differing Content-Lengths",
-            );
-            res.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return local(res);
+            return local(ambiguous_framing());
         }
         if !self.is_host_allowed(&req, &conn) {
             return local(error(

@@ -36,6 +36,25 @@ pub struct UpstreamOptions {
     pub no_proxy: Option<String>,
 }
 
+impl UpstreamOptions {
+    /// The options of `[upstream]`, with `NO_PROXY` (or `no_proxy`) from `env`.
+    pub fn from_config(
+        config: &crate::config::UpstreamConfig,
+        env: &impl relay_identity::Env,
+    ) -> UpstreamOptions {
+        let response = config.response_timeout_secs;
+        UpstreamOptions {
+            connect_timeout: config.connect_timeout_secs.get(),
+            response_timeout: (!response.is_zero()).then(|| response.get()),
+            proxy_url: (!config.proxy_url.is_empty()).then(|| config.proxy_url.clone()),
+            no_proxy: env
+                .var_os("NO_PROXY")
+                .or_else(|| env.var_os("no_proxy"))
+                .map(|v| v.to_string_lossy().into_owned()),
+        }
+    }
+}
+
 /// Why an upstream request produced no response head.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {

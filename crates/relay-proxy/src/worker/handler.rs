@@ -17,8 +17,8 @@ use relay_proto::ErrorKind;
 use super::identity::WorkerIdentity;
 use super::state::{RequestKind, WorkerState};
 use crate::answers::{
-    content_length, error, json, payload_too_large, relay_response, upstream_error,
-    upstream_not_allowed,
+    ambiguous_framing, content_length, error, json, payload_too_large, relay_response,
+    upstream_error, upstream_not_allowed,
 };
 use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
@@ -111,14 +111,7 @@ impl WorkerHandler {
             return unauthorized();
         }
         if verdict == HeadVerdict::AmbiguousFraming {
-            let mut res = error(
-                StatusCode::BAD_REQUEST,
-                ErrorKind::RelayBadRequest,
-                "a request may not carry both Content-Length and Transfer-Encoding, or differing Content-Lengths",
-            );
-            res.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return res;
+            return ambiguous_framing();
         }
         if req.uri().path() == READY_PATH {
             return if req.method() == Method::GET {
