@@ -689,7 +689,13 @@ impl Front {
         *upstream_req.method_mut() = parts.method.clone();
         *upstream_req.uri_mut() = target.uri.clone();
         *upstream_req.headers_mut() = headers;
-        match self.upstream.send(upstream_req).await {
+        let waiting = Instant::now();
+        let result = self.upstream.send(upstream_req).await;
+        let waited = UpstreamWait(waiting.elapsed());
+        match result.map(|mut res| {
+            res.extensions_mut().insert(waited);
+            res
+        }) {
             Ok(res) => relay_response(
                 res,
                 models,
@@ -725,6 +731,7 @@ impl Front {
             req.headers_mut().insert(header::HOST, host);
         }
         let response_timeout = self.config().upstream.response_timeout_secs.get();
+        let waiting = Instant::now();
         let sending = shell.workers().send(worker, req);
         let result = if response_timeout.is_zero() {
             sending.await
@@ -747,7 +754,10 @@ impl Front {
             }
         };
         match result {
-            Ok(res) => WorkerResult::Answered(res),
+            Ok(mut res) => {
+                res.extensions_mut().insert(UpstreamWait(waiting.elapsed()));
+                WorkerResult::Answered(res)
+            }
             Err(WorkerSendError::NotSent { request, outcome }) => {
                 self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");
                 WorkerResult::NotSent(*request, outcome)
@@ -936,7 +946,12 @@ impl Handler for Front {
         let metrics = self.metrics.clone();
         let (res, label, destination) = self.route(req, conn).await;
         metrics.record_request(label, destination, res.status().as_u16());
-        metrics.record_overhead(started.elapsed());
+        // Time inside relayd: all of it but the wait for the provider's or worker's head.
+        let waited = res
+            .extensions()
+            .get::<UpstreamWait>()
+            .map_or(Duration::ZERO, |w| w.0);
+        metrics.record_overhead(started.elapsed().saturating_sub(waited));
         res
     }
 }
@@ -988,6 +1003,11 @@ enum WorkerResult {
     NotSent(Request<RequestBody>, ProbeOutcome),
     Failed(Response<ResponseBody>),
 }
+
+/// How long a request waited for its provider's or worker's response head, carried in
+/// the response's extensions so the overhead metric can leave it out (§3.1).
+#[derive(Debug, Clone, Copy)]
+struct UpstreamWait(Duration);
 
 /// The daemon's backstop toward a worker beyond the worker's own response timeout (§3.3).
 const WORKER_BACKSTOP: Duration = Duration::from_secs(5);
