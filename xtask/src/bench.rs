@@ -1,10 +1,15 @@
 //! `cargo xtask bench`: the performance measures of SPEC §12, informational and not part of CI.
 //!
-//! It builds relayd and the testkit binaries in release, starts two provider stand-ins (a fast one, and a paced one whose streams stay open for the memory measure) and relayd in pass-through in front of them, pins them to cores with `taskset` where it can, and runs `relay-loadgen`, which measures every figure directly and through relayd in alternating blocks.
-//! It prints the loadgen's measures as a table beside their targets and writes the same as JSON to `target/bench/<timestamp>.json` and `target/bench/latest.json`.
-//! Every process it starts is killed when its handle drops, on success and on failure; the stand-ins also stop when this process's end of their standard input closes.
+//! It builds relayd, the client binaries and the testkit binaries in release and runs two phases against a provider stand-in, pinning processes to cores with `taskset` where it can.
+//! The pass-through phase starts a second, paced stand-in and relayd in `--pass-through` in front of both, and runs `relay-loadgen`, which measures every figure directly and through relayd in alternating blocks.
+//! The worker phase (module `worker`) starts relayd in managed mode, times MCP sessions from `relay-mcp`'s start to a ready route, keeps one session live while `relay-loadgen` measures the path relayd → worker → stand-in and while `relay-hook` runs beside `/bin/true`.
+//! It prints every measure as a table beside its target and writes the same as JSON to `target/bench/<timestamp>.json` and `target/bench/latest.json`.
+//! Every process it starts is killed when its handle drops, on success and on failure; the stand-ins also stop when this process's end of their standard input closes, and a worker left by a failed session is stopped by its pid.
+
+mod worker;
 
 use std::{
+    ffi::OsString,
     fmt::Write as _,
     fs,
     io::{BufRead as _, BufReader, Read as _, Write as _},
@@ -27,10 +32,26 @@ const STAND_IN_START_TIMEOUT: Duration = Duration::from_secs(10);
 const RELAYD_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// Attempts at starting relayd, each on a fresh free port, when the port was taken in between.
 const RELAYD_PORT_ATTEMPTS: usize = 5;
-/// The whole load run; the loadgen takes about a minute at full scale.
+/// The pass-through load run; the loadgen takes about a minute at full scale.
 const LOADGEN_TIMEOUT: Duration = Duration::from_secs(240);
 /// Deltas and pacing of the stand-in behind relayd's Anthropic route: a stream lasts about four minutes, longer than it is held.
 const PACED_STREAM_ARGS: [&str; 4] = ["--stream-events", "1000", "--pace-ms", "250"];
+/// The release build: relayd, the binaries a harness starts, and the stand-in and load generator.
+const BUILD: [&str; 13] = [
+    "build",
+    "--release",
+    "-p",
+    "relayd",
+    "-p",
+    "relay-mcp",
+    "-p",
+    "relay-worker",
+    "-p",
+    "relay-hook",
+    "-p",
+    "relay-testkit",
+    "--bins",
+];
 
 /// Environment variables relayd reads that must not leak from the caller into a measurement.
 const RELAYD_ENV_REMOVED: [&str; 7] = [
@@ -46,18 +67,7 @@ const RELAYD_ENV_REMOVED: [&str; 7] = [
 pub(crate) fn run() -> Result<()> {
     let started = Instant::now();
     let root = project_root()?;
-    step(
-        "cargo build --release -p relayd -p relay-testkit --bins",
-        cargo([
-            "build",
-            "--release",
-            "-p",
-            "relayd",
-            "-p",
-            "relay-testkit",
-            "--bins",
-        ])?,
-    )?;
+    step(&format!("cargo {}", BUILD.join(" ")), cargo(BUILD)?)?;
     let target_dir = target_dir(&root);
     let bin_dir = target_dir.join("release");
     let pinning = Pinning::detect();
@@ -71,60 +81,42 @@ pub(crate) fn run() -> Result<()> {
         &scratch,
         "fast",
     )?;
-    let paced = StandIn::start(
-        &bin_dir,
-        pinning.stand_ins.as_deref(),
-        &PACED_STREAM_ARGS,
-        &scratch,
-        "paced",
-    )?;
-    let relayd = Relayd::start(
-        &bin_dir,
-        pinning.relayd.as_deref(),
-        fast.addr,
-        paced.addr,
-        &scratch,
-    )?;
-    println!(
-        "==> stand-in {} (fast), stand-in {} (paced: {}), relayd {} (pass-through, pid {})",
-        fast.addr,
-        paced.addr,
-        PACED_STREAM_ARGS.join(" "),
-        relayd.addr,
-        relayd.process.pid(),
-    );
-
-    let servers = [
-        relayd.process.pid(),
-        fast.process.pid(),
-        paced.process.pid(),
-    ];
-    let cpu_before = CpuSnapshot::take(&servers);
-    let loadgen = run_loadgen(&bin_dir, pinning.loadgen.as_deref(), &fast, &paced, &relayd)?;
-    let cpu_after = CpuSnapshot::take(&servers);
-    let other_cpu_share = match (cpu_before, cpu_after) {
-        (Some(before), Some(after)) => {
-            other_cpu_share(&before, &after, loadgen["cpu_ticks"].as_u64().unwrap_or(0))
-        }
-        _ => None,
-    };
-    drop(relayd);
-    drop(paced);
+    let pass_through = pass_through_phase(&bin_dir, &pinning, &fast, &scratch)?;
+    let worker = worker::run(&bin_dir, &pinning, &fast, &scratch)?;
     drop(fast);
 
-    let rows = rows(&loadgen)?;
+    let mut measures = Vec::new();
+    for report in [&pass_through.loadgen, &worker.loadgen] {
+        measures.extend(
+            report["measures"]
+                .as_array()
+                .context("relay-loadgen's report has no `measures` array")?
+                .iter()
+                .cloned(),
+        );
+    }
+    measures.extend(worker.rows.iter().cloned());
+    let measures = Value::Array(measures);
+    let rows = rows(&json!({ "measures": measures.clone() }))?;
     let mut notes = vec![pinning.note.clone()];
     notes.push(
-        "2 cores are shared by the load generator, both stand-ins and relayd: absolute figures, throughput above all, are lower than on a machine where relayd has its cores; read each beside its direct baseline".to_owned(),
+        "2 cores are shared by the load generator, the stand-ins, relayd and the worker: absolute figures, throughput above all, are lower than on a machine where relayd has its cores; read each beside its direct baseline".to_owned(),
     );
-    notes.push(other_load_note(other_cpu_share));
-    if let Some(loadgen_notes) = loadgen["notes"].as_array() {
-        notes.extend(
-            loadgen_notes
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned),
-        );
+    notes.push(other_load_note(
+        "pass-through measures",
+        pass_through.other_cpu_share,
+    ));
+    notes.push(other_load_note("worker measures", worker.other_cpu_share));
+    notes.extend(worker.notes.iter().cloned());
+    for report in [&pass_through.loadgen, &worker.loadgen] {
+        if let Some(loadgen_notes) = report["notes"].as_array() {
+            notes.extend(
+                loadgen_notes
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned),
+            );
+        }
     }
     println!("\n{}", table(&rows));
     for note in &notes {
@@ -144,16 +136,13 @@ pub(crate) fn run() -> Result<()> {
             "relayd": pinning.relayd,
         },
         "paced_stand_in_args": PACED_STREAM_ARGS,
-        "other_cpu_share": other_cpu_share,
-        "cpu_ticks": cpu_before.zip(cpu_after).map(|(before, after)| json!({
-            "all_cpus": after.total.saturating_sub(before.total),
-            "busy": after.busy.saturating_sub(before.busy),
-            "relayd_and_stand_ins": after.ours.saturating_sub(before.ours),
-            "loadgen": loadgen["cpu_ticks"],
-        })),
+        "other_cpu_share": pass_through.other_cpu_share,
+        "cpu_ticks": pass_through.cpu_ticks,
         "notes": notes,
-        "measures": loadgen["measures"],
-        "loadgen": loadgen,
+        "measures": measures,
+        "loadgen": pass_through.loadgen,
+        "worker_phase": worker.detail,
+        "loadgen_worker": worker.loadgen,
     });
     let out_dir = target_dir.join("bench");
     fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
@@ -169,6 +158,101 @@ pub(crate) fn run() -> Result<()> {
         seconds(started.elapsed())
     );
     Ok(())
+}
+
+/// What the pass-through phase produced.
+#[derive(Debug)]
+struct PassThroughPhase {
+    loadgen: Value,
+    other_cpu_share: Option<f64>,
+    cpu_ticks: Value,
+}
+
+/// relayd in `--pass-through` in front of the fast stand-in (OpenAI routes) and a paced one (Anthropic routes, held open by the memory measure), measured by the loadgen's pass-through scenarios.
+fn pass_through_phase(
+    bin_dir: &Path,
+    pinning: &Pinning,
+    fast: &StandIn,
+    scratch: &Scratch,
+) -> Result<PassThroughPhase> {
+    let paced = StandIn::start(
+        bin_dir,
+        pinning.stand_ins.as_deref(),
+        &PACED_STREAM_ARGS,
+        scratch,
+        "paced",
+    )?;
+    let relayd = Relayd::start(
+        bin_dir,
+        pinning.relayd.as_deref(),
+        RelaydMode::PassThrough,
+        fast.addr,
+        paced.addr,
+        scratch,
+    )?;
+    println!(
+        "==> stand-in {} (fast), stand-in {} (paced: {}), relayd {} (pass-through, pid {})",
+        fast.addr,
+        paced.addr,
+        PACED_STREAM_ARGS.join(" "),
+        relayd.addr,
+        relayd.process.pid(),
+    );
+    let servers = [
+        relayd.process.pid(),
+        fast.process.pid(),
+        paced.process.pid(),
+    ];
+    let mut args: Vec<OsString> = Vec::new();
+    for (flag, value) in [
+        ("--direct", fast.addr.to_string()),
+        ("--relay", relayd.addr.to_string()),
+        ("--relay-pid", relayd.process.pid().to_string()),
+        ("--stream-stand-in-pid", paced.process.pid().to_string()),
+    ] {
+        args.push(flag.into());
+        args.push(value.into());
+    }
+    let cpu_before = CpuSnapshot::take(&servers);
+    let loadgen = run_loadgen(
+        bin_dir,
+        pinning.loadgen.as_deref(),
+        &args,
+        &[],
+        "pass-through, about a minute",
+        LOADGEN_TIMEOUT,
+    )?;
+    let cpu_after = CpuSnapshot::take(&servers);
+    let loadgen_ticks = loadgen["cpu_ticks"].as_u64().unwrap_or(0);
+    let other_cpu_share = match (cpu_before, cpu_after) {
+        (Some(before), Some(after)) => other_cpu_share(&before, &after, loadgen_ticks),
+        _ => None,
+    };
+    let cpu_ticks = cpu_ticks_json(cpu_before, cpu_after, loadgen["cpu_ticks"].clone());
+    Ok(PassThroughPhase {
+        loadgen,
+        other_cpu_share,
+        cpu_ticks,
+    })
+}
+
+/// The raw tick counts behind an other-load share, for the JSON.
+fn cpu_ticks_json(
+    before: Option<CpuSnapshot>,
+    after: Option<CpuSnapshot>,
+    client_ticks: Value,
+) -> Value {
+    before
+        .zip(after)
+        .map(|(before, after)| {
+            json!({
+                "all_cpus": after.total.saturating_sub(before.total),
+                "busy": after.busy.saturating_sub(before.busy),
+                "servers": after.ours.saturating_sub(before.ours),
+                "clients": client_ticks,
+            })
+        })
+        .unwrap_or(Value::Null)
 }
 
 /// cargo's target directory: `CARGO_TARGET_DIR` when set (relative to the workspace root), else `target/`.
@@ -214,23 +298,25 @@ impl CpuSnapshot {
     }
 }
 
-/// The share of all CPU time between two snapshots that neither the measured processes nor the load generator (`loadgen_ticks`) used.
-fn other_cpu_share(before: &CpuSnapshot, after: &CpuSnapshot, loadgen_ticks: u64) -> Option<f64> {
+/// The share of all CPU time between two snapshots that neither the measured processes nor the clients (`client_ticks`: the load generator, or the xtask with the children it reaped) used.
+fn other_cpu_share(before: &CpuSnapshot, after: &CpuSnapshot, client_ticks: u64) -> Option<f64> {
     let total = after.total.checked_sub(before.total)?;
     let busy = after.busy.saturating_sub(before.busy);
-    let ours = after.ours.saturating_sub(before.ours) + loadgen_ticks;
+    let ours = after.ours.saturating_sub(before.ours) + client_ticks;
     (total > 0).then(|| busy.saturating_sub(ours) as f64 / total as f64)
 }
 
-/// The note on other processes' load. Per-process and machine-wide tick counts disagree by a few percent, so a small share is reported as such rather than as a precise figure.
-fn other_load_note(share: Option<f64>) -> String {
+/// The note on other processes' load during one phase. Per-process and machine-wide tick counts disagree by a few percent, so a small share is reported as such rather than as a precise figure.
+fn other_load_note(phase: &str, share: Option<f64>) -> String {
     match share {
-        None => "how busy other processes kept the CPUs is unknown (no /proc/stat)".to_owned(),
-        Some(share) if share < 0.05 => {
-            "other processes used under 5% of the CPUs during the measurement (the estimate is good to a few percent)".to_owned()
+        None => {
+            format!("{phase}: how busy other processes kept the CPUs is unknown (no /proc/stat)")
         }
+        Some(share) if share < 0.05 => format!(
+            "{phase}: other processes used under 5% of the CPUs (the estimate is good to a few percent)"
+        ),
         Some(share) => format!(
-            "other processes kept the CPUs about {:.0}% busy during the measurement: that load shows in the tails (p99) of both columns",
+            "{phase}: other processes kept the CPUs about {:.0}% busy, which shows in the tails (p99) of both columns",
             share * 100.0
         ),
     }
@@ -253,12 +339,33 @@ fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
 
 /// utime + stime of `/proc/<pid>/stat`, in clock ticks. The command name in parentheses may hold spaces, so fields are counted after its closing parenthesis.
 fn parse_pid_stat_ticks(text: &str) -> Option<u64> {
-    let after_name = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let fields = stat_fields(text)?;
     // Field 3 of the line (state) is the first after the name; utime and stime are fields 14 and 15.
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// utime + stime + cutime + cstime of `/proc/<pid>/stat`: the process and every child it has reaped.
+fn parse_pid_stat_ticks_with_children(text: &str) -> Option<u64> {
+    let fields = stat_fields(text)?;
+    // cutime and cstime are fields 16 and 17.
+    let children = fields
+        .get(13..15)?
+        .iter()
+        .map(|t| t.parse::<u64>().ok())
+        .sum::<Option<u64>>()?;
+    Some(parse_pid_stat_ticks(text)? + children)
+}
+
+/// The fields of a `/proc/<pid>/stat` line after the command name, from the state on.
+fn stat_fields(text: &str) -> Option<Vec<&str>> {
+    Some(text[text.rfind(')')? + 1..].split_whitespace().collect())
+}
+
+/// The one-letter state of `/proc/<pid>/stat` (`R`, `S`, `Z`, …).
+fn parse_pid_state(text: &str) -> Option<char> {
+    stat_fields(text)?.first()?.chars().next()
 }
 
 /// Which CPUs each process is pinned to (a `taskset -c` list), or `None` for unpinned.
@@ -514,48 +621,84 @@ fn parse_listening(line: &str) -> Option<SocketAddr> {
     line.trim().strip_prefix("listening ")?.parse().ok()
 }
 
-/// A running relayd in pass-through.
+/// How a bench relayd routes model requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RelaydMode {
+    /// `--pass-through`: every request goes straight to the stand-ins.
+    PassThrough,
+    /// The default managed mode: requests with a credential whose worker is ready go to the worker.
+    Managed,
+}
+
+impl RelaydMode {
+    /// The scratch subdirectory of this relayd's files, and its name in messages.
+    fn label(self) -> &'static str {
+        match self {
+            RelaydMode::PassThrough => "pass-through",
+            RelaydMode::Managed => "managed",
+        }
+    }
+}
+
+/// A running relayd.
 #[derive(Debug)]
 struct Relayd {
     addr: SocketAddr,
     process: Process,
+    /// Its `RELAY_SYSTEM_CONFIG_DIR`, whose `config.toml` also gives a worker its upstreams.
+    system_dir: PathBuf,
 }
 
 impl Relayd {
     /// relayd refuses `--port 0`, so a free port is found by binding and closing it; if another process takes it in between, relayd exits and the next attempt uses a fresh port.
+    /// Its files live in the scratch subdirectory named for `mode`: `relayd.toml`, `daemon/` (its `XDG_CONFIG_HOME`) and `system/` (`RELAY_SYSTEM_CONFIG_DIR`).
+    /// In managed mode the same upstreams also go to `system/config.toml`, because a worker takes `[upstream]` only from the config files (SPEC §8).
     fn start(
         bin_dir: &Path,
         cpus: Option<&str>,
+        mode: RelaydMode,
         openai_upstream: SocketAddr,
         anthropic_upstream: SocketAddr,
         scratch: &Scratch,
     ) -> Result<Relayd> {
-        let config = scratch.path("relayd.toml");
-        fs::write(&config, relayd_config(openai_upstream, anthropic_upstream))
-            .with_context(|| format!("writing {}", config.display()))?;
-        let xdg = scratch.path("xdg");
-        let system = scratch.path("system");
-        for dir in [&xdg, &system] {
+        let dir = scratch.path(mode.label());
+        let xdg = dir.join("daemon");
+        let system_dir = dir.join("system");
+        for dir in [&xdg, &system_dir] {
             fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let config_text = relayd_config(openai_upstream, anthropic_upstream);
+        let config = dir.join("relayd.toml");
+        let mut config_files = vec![config.clone()];
+        if mode == RelaydMode::Managed {
+            config_files.push(system_dir.join("config.toml"));
+        }
+        for file in &config_files {
+            fs::write(file, &config_text).with_context(|| format!("writing {}", file.display()))?;
         }
         let mut last_log = String::new();
         for attempt in 1..=RELAYD_PORT_ATTEMPTS {
             let port = free_port()?;
-            let (log, log_file) = scratch.log(&format!("relayd-{attempt}.stderr"))?;
+            let (log, log_file) =
+                scratch.log(&format!("{}/relayd-{attempt}.stderr", mode.label()))?;
             let mut command = pinned_command(&bin_dir.join("relayd"), cpus);
+            command.args(["--port", &port.to_string()]);
+            if mode == RelaydMode::PassThrough {
+                command.arg("--pass-through");
+            }
             command
-                .args(["--port", &port.to_string(), "--pass-through", "--config"])
+                .arg("--config")
                 .arg(&config)
                 .args(["--log-level", "warn"])
                 .env("XDG_CONFIG_HOME", &xdg)
-                .env("RELAY_SYSTEM_CONFIG_DIR", &system)
+                .env("RELAY_SYSTEM_CONFIG_DIR", &system_dir)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(log_file);
             for name in RELAYD_ENV_REMOVED {
                 command.env_remove(name);
             }
-            let mut process = Process::spawn("relayd", command)?;
+            let mut process = Process::spawn(&format!("relayd ({})", mode.label()), command)?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let deadline = Instant::now() + RELAYD_START_TIMEOUT;
             loop {
@@ -568,7 +711,11 @@ impl Relayd {
                     bail!("relayd exited at start-up ({status}); its stderr:\n{last_log}");
                 }
                 if is_relayd_healthy(addr) {
-                    return Ok(Relayd { addr, process });
+                    return Ok(Relayd {
+                        addr,
+                        process,
+                        system_dir,
+                    });
                 }
                 if Instant::now() >= deadline {
                     bail!(
@@ -603,44 +750,81 @@ fn free_port() -> Result<u16> {
 
 /// True when `GET /healthz` on `addr` is answered by relayd (and not some other process that took the port).
 fn is_relayd_healthy(addr: SocketAddr) -> bool {
-    let probe = || -> std::io::Result<String> {
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        write!(
-            stream,
-            "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer)?;
-        Ok(answer)
-    };
-    probe().is_ok_and(|answer| {
-        answer.starts_with("HTTP/1.1 200") && answer.contains("\"service\":\"relayd\"")
+    http_get(addr, "/healthz", None)
+        .is_ok_and(|(status, body)| status == 200 && body.contains("\"service\":\"relayd\""))
+}
+
+/// One `GET` on its own connection (`Connection: close`), with the route credential when given; returns the status and the body.
+fn http_get(addr: SocketAddr, path: &str, token: Option<&str>) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let credential = token
+        .map(|token| format!("x-relay-client-token: {token}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{credential}Connection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    parse_response(&answer).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not an HTTP/1.1 answer to GET {path}"),
+        )
     })
 }
 
-/// Runs the load generator against the running processes and returns its JSON report.
+/// The status and body of a whole HTTP/1.1 response read until the connection closed; a chunked body is joined.
+fn parse_response(answer: &str) -> Option<(u16, String)> {
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()?
+        .strip_prefix("HTTP/1.1 ")?
+        .get(..3)?
+        .parse()
+        .ok()?;
+    let chunked = lines.any(|line| {
+        line.split_once(':').is_some_and(|(name, value)| {
+            name.eq_ignore_ascii_case("transfer-encoding")
+                && value.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    if !chunked {
+        return Some((status, body.to_owned()));
+    }
+    let mut joined = String::new();
+    let mut rest = body;
+    loop {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some((status, joined));
+        }
+        joined.push_str(after.get(..size)?);
+        rest = after.get(size..)?.strip_prefix("\r\n")?;
+    }
+}
+
+/// Runs the load generator with `args` (and `envs`), waits at most `timeout`, and returns its JSON report.
 fn run_loadgen(
     bin_dir: &Path,
     cpus: Option<&str>,
-    fast: &StandIn,
-    paced: &StandIn,
-    relayd: &Relayd,
+    args: &[OsString],
+    envs: &[(&str, &str)],
+    what: &str,
+    timeout: Duration,
 ) -> Result<Value> {
     let mut command = pinned_command(&bin_dir.join("relay-loadgen"), cpus);
     command
-        .arg("--direct")
-        .arg(fast.addr.to_string())
-        .arg("--relay")
-        .arg(relayd.addr.to_string())
-        .arg("--relay-pid")
-        .arg(relayd.process.pid().to_string())
-        .arg("--stream-stand-in-pid")
-        .arg(paced.process.pid().to_string())
+        .args(args)
+        .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    println!("\n==> relay-loadgen (about a minute)");
+    println!("\n==> relay-loadgen ({what})");
     let started = Instant::now();
     let mut process = Process::spawn("relay-loadgen", command)?;
     let mut stdout = process
@@ -656,8 +840,8 @@ fn run_loadgen(
         if let Some(status) = process.exited()? {
             break status;
         }
-        if started.elapsed() >= LOADGEN_TIMEOUT {
-            bail!("relay-loadgen did not finish within {LOADGEN_TIMEOUT:?}");
+        if started.elapsed() >= timeout {
+            bail!("relay-loadgen did not finish within {timeout:?}");
         }
         thread::sleep(Duration::from_millis(100));
     };

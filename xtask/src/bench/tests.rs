@@ -289,7 +289,75 @@ fn own_process_ticks_are_readable() {
 
 #[test]
 fn a_small_other_load_is_not_given_a_precise_figure() {
-    assert!(other_load_note(Some(0.0)).starts_with("other processes used under 5%"));
-    assert!(other_load_note(Some(0.31)).contains("about 31% busy"));
-    assert!(other_load_note(None).contains("unknown"));
+    assert_eq!(
+        other_load_note("worker measures", Some(0.0)),
+        "worker measures: other processes used under 5% of the CPUs (the estimate is good to a few percent)"
+    );
+    assert!(other_load_note("x", Some(0.31)).contains("about 31% busy"));
+    assert!(other_load_note("x", None).contains("unknown"));
+}
+
+#[test]
+fn process_ticks_with_children_add_cutime_and_cstime() {
+    let stat =
+        "4242 (relay (x) d) S 1 4242 4242 0 -1 4194560 500 0 0 0 123 45 7 3 20 0 2 0 99 1000 200\n";
+    assert_eq!(parse_pid_stat_ticks_with_children(stat), Some(178));
+    assert_eq!(parse_pid_state(stat), Some('S'));
+    assert_eq!(parse_pid_state("9 (zombie) Z 1 9\n"), Some('Z'));
+    assert_eq!(parse_pid_state("garbage"), None);
+    assert_eq!(
+        parse_pid_stat_ticks_with_children("4242 (short) S 1\n"),
+        None
+    );
+}
+
+#[test]
+fn responses_are_parsed_with_plain_and_chunked_bodies() {
+    assert_eq!(
+        parse_response("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"),
+        Some((200, "{}".to_owned()))
+    );
+    assert_eq!(
+        parse_response(
+            "HTTP/1.1 401 Unauthorized\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nrela\r\n2;x=y\r\nyd\r\n0\r\n\r\n"
+        ),
+        Some((401, "relayd".to_owned()))
+    );
+    assert_eq!(parse_response("HTTP/1.0 200 OK\r\n\r\n"), None);
+    assert_eq!(parse_response("HTTP/1.1 200 OK\r\n"), None);
+    // A chunk cut short is not a body.
+    assert_eq!(
+        parse_response("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n9\r\nabc"),
+        None
+    );
+}
+
+#[test]
+fn a_get_reaches_a_local_server_with_the_credential() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0_u8; 512];
+        while !request.ends_with(b"\r\n\r\n") {
+            let n = stream.read(&mut buf).unwrap();
+            request.extend_from_slice(&buf[..n]);
+        }
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nfine")
+            .unwrap();
+        String::from_utf8(request).unwrap()
+    });
+    let answer = http_get(addr, "/_relay/v1/route", Some("tok")).unwrap();
+    assert_eq!(answer, (200, "fine".to_owned()));
+    let request = server.join().unwrap();
+    assert!(
+        request.starts_with("GET /_relay/v1/route HTTP/1.1\r\n"),
+        "{request}"
+    );
+    assert!(
+        request.contains("\r\nx-relay-client-token: tok\r\n"),
+        "{request}"
+    );
 }

@@ -2,19 +2,20 @@
 //!
 //! It drives two targets that answer the same routes, the provider stand-in reached directly and relayd in front of it, and prints one JSON document on stdout.
 //! Each measure is taken on both targets in alternating blocks (direct then relayd, then relayd then direct, …), so drift on a shared machine hits both alike, and is reported as the relayd value, the direct value and the added value (relayd − direct at the same percentile) beside its target.
-//! A scenario is one variant of [`Scenario`] with one async function that returns its [`Measure`] rows; a later measure (through the worker, hook wall time, activation time) is a new variant.
-//! It does not start, pin or stop processes (the xtask does), and it does not judge the machine: on shared cores a figure is only as good as the run, which is why the direct baseline sits beside it.
+//! A scenario is one variant of [`Scenario`] with one async function that returns its [`Measure`] rows.
+//! The pass-through scenarios send no route credential; the worker scenarios send the one in `RELAY_CLIENT_TOKEN` on the relayd side, so their requests go relayd → worker → stand-in, and they fail when relayd's `/metrics` shows that any of them passed through instead.
+//! It does not start, pin or stop processes (the xtask does, including the MCP session that keeps the worker up), and it does not judge the machine: on shared cores a figure is only as good as the run, which is why the direct baseline sits beside it.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use bytes::Bytes;
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
-use http::header::{CONTENT_TYPE, HOST, HeaderValue};
+use http::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
@@ -44,6 +45,12 @@ const CHAT_STREAM_BODY: &[u8] =
 /// A streaming Anthropic Messages request: relayd sends these to the paced stand-in (its `anthropic_base_url`).
 const MESSAGES_STREAM_BODY: &[u8] =
     br#"{"model":"m","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+/// The size of the large request body of SPEC §12 (2 MiB).
+const LARGE_BODY_BYTES: usize = 2 * 1024 * 1024;
+/// The route credential of the worker scenarios (the variable relay-mcp and relay-hook read), kept out of argv.
+const TOKEN_ENV: &str = "RELAY_CLIENT_TOKEN";
+/// The header that carries the route credential (SPEC §3.5).
+const TOKEN_HEADER: HeaderName = HeaderName::from_static("x-relay-client-token");
 
 /// Drives the provider stand-in directly and through relayd, and prints the measures as JSON.
 #[derive(Debug, Parser)]
@@ -61,7 +68,10 @@ struct Args {
     /// The paced stand-in's process id (relayd's Anthropic upstream); its open-file limit is raised to its hard limit so the held streams fit.
     #[arg(long, value_name = "PID")]
     stream_stand_in_pid: Option<u32>,
-    /// Scenarios to run, in this order [default: all, memory first so idle RSS follows only a warm-up].
+    /// The worker's process id, whose RSS the worker-memory scenario samples.
+    #[arg(long, value_name = "PID")]
+    worker_pid: Option<u32>,
+    /// Scenarios to run, in this order [default: the pass-through ones, memory first so idle RSS follows only a warm-up]. The worker scenarios run only when named, with RELAY_CLIENT_TOKEN set to a credential whose MCP session is live.
     #[arg(long, value_enum, value_name = "NAME")]
     scenario: Vec<Scenario>,
     /// Multiplies sample counts and durations (0.05 gives a quick smoke run).
@@ -84,10 +94,19 @@ enum Scenario {
     Ttfb,
     /// Requests per second and p99 at concurrency 64.
     Throughput,
+    /// The worker's RSS after a warm-up through it.
+    WorkerMemory,
+    /// Added latency of a tiny non-streaming request through the worker at concurrency 1.
+    WorkerLatency,
+    /// Added time to the first body byte of a stream through the worker.
+    WorkerTtfb,
+    /// Added time of a 2 MiB request body through the worker.
+    WorkerBody,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 4] = [
+    /// What runs without `--scenario`: everything that needs no MCP session.
+    const PASS_THROUGH: [Scenario; 4] = [
         Scenario::Memory,
         Scenario::Latency,
         Scenario::Ttfb,
@@ -100,6 +119,10 @@ impl Scenario {
             Scenario::Latency => "latency",
             Scenario::Ttfb => "ttfb",
             Scenario::Throughput => "throughput",
+            Scenario::WorkerMemory => "worker-memory",
+            Scenario::WorkerLatency => "worker-latency",
+            Scenario::WorkerTtfb => "worker-ttfb",
+            Scenario::WorkerBody => "worker-body",
         }
     }
 
@@ -109,6 +132,10 @@ impl Scenario {
             Scenario::Latency => latency(ctx).await,
             Scenario::Ttfb => ttfb(ctx).await,
             Scenario::Throughput => throughput(ctx).await,
+            Scenario::WorkerMemory => worker_memory(ctx).await,
+            Scenario::WorkerLatency => worker_latency(ctx).await,
+            Scenario::WorkerTtfb => worker_ttfb(ctx).await,
+            Scenario::WorkerBody => worker_body(ctx).await,
         }
     }
 }
@@ -118,6 +145,7 @@ impl Scenario {
 struct Plan {
     latency: Interleave,
     ttfb: Interleave,
+    large_body: Interleave,
     throughput_concurrency: usize,
     throughput_warmup: Duration,
     throughput_rounds: usize,
@@ -155,6 +183,12 @@ impl Plan {
                 rounds: rounds(1000),
                 block: 10,
             },
+            // A 2 MiB exchange takes milliseconds, so 200 samples per path keep the scenario to a few seconds.
+            large_body: Interleave {
+                warmup: count(20),
+                rounds: rounds(40),
+                block: 5,
+            },
             throughput_concurrency: 64,
             throughput_warmup: time(1000),
             throughput_rounds: 6,
@@ -175,6 +209,9 @@ struct Ctx {
     relay: SocketAddr,
     relay_pid: Option<u32>,
     stream_stand_in_pid: Option<u32>,
+    worker_pid: Option<u32>,
+    /// The route credential of the worker scenarios, from [`TOKEN_ENV`].
+    token: Option<HeaderValue>,
     plan: Plan,
 }
 
@@ -217,6 +254,28 @@ impl Ctx {
             Side::Relay => self.relay,
         }
     }
+
+    /// The credential a worker scenario sends on the relayd side.
+    fn token(&self) -> Result<&HeaderValue> {
+        self.token.as_ref().with_context(|| {
+            format!("the worker scenarios need {TOKEN_ENV}, a credential with a live MCP session")
+        })
+    }
+
+    /// A connection to relayd that sends the route credential, so its model requests go to the worker.
+    async fn worker_conn(&self) -> Result<Conn> {
+        let token = self.token()?.clone();
+        Ok(Conn::open(self.relay).await?.with_token(token))
+    }
+}
+
+/// Which way the relayd side of a measure goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// No credential: relayd forwards to the stand-in itself.
+    PassThrough,
+    /// With the route credential: relayd forwards to the worker, which calls the stand-in.
+    Worker,
 }
 
 /// What one exchange sends and what it times.
@@ -228,6 +287,8 @@ enum Probe {
     StreamFirstByte,
     /// Streaming Messages request to the paced stand-in, held open by the memory scenario.
     HeldStream,
+    /// Chat Completions request whose body is [`LARGE_BODY_BYTES`] of JSON; time until the whole answer has arrived.
+    LargeJson,
     /// `GET /metrics` on relayd.
     Metrics,
 }
@@ -235,10 +296,23 @@ enum Probe {
 impl Probe {
     fn request(self, host: &HeaderValue) -> Result<Request<Full<Bytes>>> {
         let (method, path, body) = match self {
-            Probe::Json => (Method::POST, "/v1/chat/completions", CHAT_BODY),
-            Probe::StreamFirstByte => (Method::POST, "/v1/chat/completions", CHAT_STREAM_BODY),
-            Probe::HeldStream => (Method::POST, "/v1/messages", MESSAGES_STREAM_BODY),
-            Probe::Metrics => (Method::GET, "/metrics", &b""[..]),
+            Probe::Json => (
+                Method::POST,
+                "/v1/chat/completions",
+                Bytes::from_static(CHAT_BODY),
+            ),
+            Probe::StreamFirstByte => (
+                Method::POST,
+                "/v1/chat/completions",
+                Bytes::from_static(CHAT_STREAM_BODY),
+            ),
+            Probe::HeldStream => (
+                Method::POST,
+                "/v1/messages",
+                Bytes::from_static(MESSAGES_STREAM_BODY),
+            ),
+            Probe::LargeJson => (Method::POST, "/v1/chat/completions", large_body()),
+            Probe::Metrics => (Method::GET, "/metrics", Bytes::new()),
         };
         let mut builder = Request::builder()
             .method(method)
@@ -250,10 +324,27 @@ impl Probe {
         if self == Probe::HeldStream {
             builder = builder.header("anthropic-version", "2023-06-01");
         }
-        builder
-            .body(Full::new(Bytes::from_static(body)))
-            .context("building a request")
+        builder.body(Full::new(body)).context("building a request")
     }
+}
+
+/// The 2 MiB Chat Completions body, built once and shared (cloning `Bytes` copies nothing, so building the request is not timed as copying 2 MiB).
+fn large_body() -> Bytes {
+    static BODY: OnceLock<Bytes> = OnceLock::new();
+    BODY.get_or_init(|| Bytes::from(chat_body_of_size(LARGE_BODY_BYTES)))
+        .clone()
+}
+
+/// A Chat Completions body of exactly `size` bytes (or the smallest one, when `size` is below that), its user message padded with `x`.
+fn chat_body_of_size(size: usize) -> Vec<u8> {
+    let head = br#"{"model":"m","messages":[{"role":"user","content":""#;
+    let tail = br#""}]}"#;
+    let padding = size.saturating_sub(head.len() + tail.len());
+    let mut body = Vec::with_capacity(head.len() + padding + tail.len());
+    body.extend_from_slice(head);
+    body.resize(head.len() + padding, b'x');
+    body.extend_from_slice(tail);
+    body
 }
 
 /// One HTTP/1.1 keep-alive connection with `TCP_NODELAY`, as a harness would hold.
@@ -262,6 +353,8 @@ struct Conn {
     sender: SendRequest<Full<Bytes>>,
     driver: JoinHandle<()>,
     host: HeaderValue,
+    /// The route credential sent with every request, if any.
+    token: Option<HeaderValue>,
 }
 
 impl Drop for Conn {
@@ -288,12 +381,22 @@ impl Conn {
             sender,
             driver,
             host,
+            token: None,
         })
+    }
+
+    /// The same connection, sending `token` as the route credential with every request.
+    fn with_token(mut self, token: HeaderValue) -> Conn {
+        self.token = Some(token);
+        self
     }
 
     /// Sends the probe's request and returns its response once the head has arrived.
     async fn send(&mut self, probe: Probe) -> Result<Response<Incoming>> {
-        let req = probe.request(&self.host)?;
+        let mut req = probe.request(&self.host)?;
+        if let Some(token) = &self.token {
+            req.headers_mut().insert(TOKEN_HEADER, token.clone());
+        }
         self.sender.ready().await.context("connection closed")?;
         let res = self
             .sender
@@ -322,7 +425,7 @@ impl Conn {
                     }
                     Ok(elapsed)
                 }
-                Probe::Json | Probe::HeldStream | Probe::Metrics => {
+                Probe::Json | Probe::HeldStream | Probe::LargeJson | Probe::Metrics => {
                     body.collect().await.context("reading the answer")?;
                     Ok(started.elapsed())
                 }
@@ -414,10 +517,24 @@ impl Samples {
 }
 
 /// Runs `probe` on one connection per target: warm-up, then alternating blocks.
-async fn interleaved(ctx: &Ctx, probe: Probe, shape: Interleave) -> Result<Sides<Samples>> {
+/// Through the worker, it also checks with relayd's `/metrics` that every relayd-side exchange went to the worker.
+async fn interleaved(
+    ctx: &Ctx,
+    probe: Probe,
+    shape: Interleave,
+    via: Via,
+) -> Result<Sides<Samples>> {
+    let relay = match via {
+        Via::PassThrough => Conn::open(ctx.relay).await?,
+        Via::Worker => ctx.worker_conn().await?,
+    };
+    let before = match via {
+        Via::PassThrough => None,
+        Via::Worker => Some(destinations(ctx).await?),
+    };
     let mut conns = Sides {
         direct: Conn::open(ctx.direct).await?,
-        relay: Conn::open(ctx.relay).await?,
+        relay,
     };
     for side in [Side::Direct, Side::Relay] {
         let conn = conns.get_mut(side);
@@ -441,11 +558,15 @@ async fn interleaved(ctx: &Ctx, probe: Probe, shape: Interleave) -> Result<Sides
             }
         }
     }
+    if let Some(before) = before {
+        let sent = shape.warmup + shape.rounds * shape.block;
+        before.ensure_all_went_to_worker(&destinations(ctx).await?, sent as u64)?;
+    }
     Ok(samples)
 }
 
 async fn latency(ctx: &Ctx) -> Result<Vec<Measure>> {
-    let s = interleaved(ctx, Probe::Json, ctx.plan.latency).await?;
+    let s = interleaved(ctx, Probe::Json, ctx.plan.latency, Via::PassThrough).await?;
     let counts = SampleCounts::of(&s);
     Ok(vec![
         Measure::compare(
@@ -470,7 +591,7 @@ async fn latency(ctx: &Ctx) -> Result<Vec<Measure>> {
 }
 
 async fn ttfb(ctx: &Ctx) -> Result<Vec<Measure>> {
-    let s = interleaved(ctx, Probe::StreamFirstByte, ctx.plan.ttfb).await?;
+    let s = interleaved(ctx, Probe::StreamFirstByte, ctx.plan.ttfb, Via::PassThrough).await?;
     let counts = SampleCounts::of(&s);
     Ok(vec![
         Measure::compare(
@@ -498,6 +619,90 @@ async fn ttfb(ctx: &Ctx) -> Result<Vec<Measure>> {
             s.relay.stalls as f64,
             s.direct.stalls as f64,
             Some(Target::RelayAtMost(0.0)),
+        )
+        .with_samples(counts),
+    ])
+}
+
+async fn worker_latency(ctx: &Ctx) -> Result<Vec<Measure>> {
+    let s = interleaved(ctx, Probe::Json, ctx.plan.latency, Via::Worker).await?;
+    let counts = SampleCounts::of(&s);
+    Ok(vec![
+        Measure::compare(
+            Scenario::WorkerLatency,
+            "added latency through the worker, plugins off, c=1, p50",
+            Unit::Micros,
+            s.relay.micros(0.5),
+            s.direct.micros(0.5),
+            None,
+        )
+        .with_samples(counts),
+        Measure::compare(
+            Scenario::WorkerLatency,
+            "added latency through the worker, plugins off, c=1, p99",
+            Unit::Micros,
+            s.relay.micros(0.99),
+            s.direct.micros(0.99),
+            Some(Target::AddedAtMost(400.0)),
+        )
+        .with_samples(counts),
+    ])
+}
+
+async fn worker_ttfb(ctx: &Ctx) -> Result<Vec<Measure>> {
+    let s = interleaved(ctx, Probe::StreamFirstByte, ctx.plan.ttfb, Via::Worker).await?;
+    let counts = SampleCounts::of(&s);
+    Ok(vec![
+        Measure::compare(
+            Scenario::WorkerTtfb,
+            "added stream time to first byte through the worker, p50",
+            Unit::Micros,
+            s.relay.micros(0.5),
+            s.direct.micros(0.5),
+            None,
+        )
+        .with_samples(counts),
+        Measure::compare(
+            Scenario::WorkerTtfb,
+            "added stream time to first byte through the worker, p99",
+            Unit::Micros,
+            s.relay.micros(0.99),
+            s.direct.micros(0.99),
+            None,
+        )
+        .with_samples(counts),
+        Measure::compare(
+            Scenario::WorkerTtfb,
+            "stream first bytes after ≥ 35 ms through the worker",
+            Unit::Count,
+            s.relay.stalls as f64,
+            s.direct.stalls as f64,
+            Some(Target::RelayAtMost(0.0)),
+        )
+        .with_samples(counts),
+    ])
+}
+
+async fn worker_body(ctx: &Ctx) -> Result<Vec<Measure>> {
+    let s = interleaved(ctx, Probe::LargeJson, ctx.plan.large_body, Via::Worker).await?;
+    let counts = SampleCounts::of(&s);
+    Ok(vec![
+        Measure::compare(
+            Scenario::WorkerBody,
+            "added time of a 2 MiB request body through the worker, p50",
+            Unit::Millis,
+            s.relay.millis(0.5),
+            s.direct.millis(0.5),
+            Some(Target::AddedAtMost(2.0)),
+        )
+        .with_samples(counts),
+        Measure::compare(
+            Scenario::WorkerBody,
+            "added time of a 2 MiB request body through the worker, p99",
+            Unit::Millis,
+            s.relay.millis(0.99),
+            s.direct.millis(0.99),
+            None,
         )
         .with_samples(counts),
     ])
@@ -747,6 +952,93 @@ async fn memory(ctx: &Ctx, report: &mut Report) -> Result<Vec<Measure>> {
             Some(Target::RelayAtMost(64.0)),
         ),
     ])
+}
+
+async fn worker_memory(ctx: &Ctx) -> Result<Vec<Measure>> {
+    let plan = &ctx.plan;
+    let pid = ctx
+        .worker_pid
+        .context("the worker-memory scenario needs --worker-pid")?;
+    // The same warm-up as relayd's idle figure, through the worker: its request path, its upstream pool and a few streams have run once.
+    let before = destinations(ctx).await?;
+    let mut conn = ctx.worker_conn().await?;
+    let streams = plan.memory_warmup.div_ceil(10);
+    for _ in 0..plan.memory_warmup {
+        conn.exchange(Probe::Json)
+            .await
+            .context("worker memory warm-up")?;
+    }
+    for _ in 0..streams {
+        conn.exchange(Probe::StreamFirstByte)
+            .await
+            .context("worker memory warm-up")?;
+    }
+    drop(conn);
+    before.ensure_all_went_to_worker(
+        &destinations(ctx).await?,
+        (plan.memory_warmup + streams) as u64,
+    )?;
+    let idle = rss_median(pid, plan).await?;
+    Ok(vec![Measure::relay_only(
+        Scenario::WorkerMemory,
+        "worker RSS idle (after activation and a warm-up)",
+        Unit::Mebibytes,
+        idle as f64 / (1024.0 * 1024.0),
+        Some(Target::RelayAtMost(20.0)),
+    )])
+}
+
+/// relayd's model requests by destination, summed over routes and statuses, from `relay_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Destinations {
+    worker: u64,
+    pass_through: u64,
+}
+
+impl Destinations {
+    fn parse(text: &str) -> Destinations {
+        let mut counts = Destinations::default();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("relay_requests_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.rsplit_once("} ") else {
+                continue;
+            };
+            // Counters are written as integers or, by some encoders, as floats.
+            let Some(value) = value.trim().parse::<f64>().ok().filter(|v| *v >= 0.0) else {
+                continue;
+            };
+            let value = value as u64;
+            if labels.contains(r#"destination="worker""#) {
+                counts.worker += value;
+            } else if labels.contains(r#"destination="pass_through""#) {
+                counts.pass_through += value;
+            }
+        }
+        counts
+    }
+
+    /// Fails unless, between `self` and `after`, `sent` more requests went to the worker and none passed through: relayd passes a request with a bound credential through when the worker is not ready, which would measure the wrong path.
+    fn ensure_all_went_to_worker(&self, after: &Destinations, sent: u64) -> Result<()> {
+        let passed = after.pass_through.saturating_sub(self.pass_through);
+        let worker = after.worker.saturating_sub(self.worker);
+        ensure!(
+            passed == 0,
+            "{passed} requests with the route credential passed through instead of going to the worker (is the MCP session still live?)"
+        );
+        ensure!(
+            worker >= sent,
+            "relayd counted {worker} requests to the worker, expected at least {sent}"
+        );
+        Ok(())
+    }
+}
+
+/// relayd's request counts by destination, now.
+async fn destinations(ctx: &Ctx) -> Result<Destinations> {
+    let mut conn = Conn::open(ctx.relay).await?;
+    Ok(Destinations::parse(&conn.metrics_text().await?))
 }
 
 /// The value of `relay_open_streams` in Prometheus text, if present.
@@ -1070,15 +1362,26 @@ fn main() -> Result<()> {
 
 async fn run(args: Args) -> Result<Report> {
     let scenarios = if args.scenario.is_empty() {
-        Scenario::ALL.to_vec()
+        Scenario::PASS_THROUGH.to_vec()
     } else {
         args.scenario.clone()
+    };
+    let token = match std::env::var(TOKEN_ENV) {
+        Ok(token) if !token.is_empty() => {
+            let mut value = HeaderValue::from_str(&token)
+                .with_context(|| format!("{TOKEN_ENV} is not a valid header value"))?;
+            value.set_sensitive(true);
+            Some(value)
+        }
+        _ => None,
     };
     let ctx = Ctx {
         direct: args.direct,
         relay: args.relay,
         relay_pid: args.relay_pid,
         stream_stand_in_pid: args.stream_stand_in_pid,
+        worker_pid: args.worker_pid,
+        token,
         plan: Plan::scaled(args.scale, args.streams),
     };
     let mut report = Report {

@@ -22,6 +22,8 @@ fn ctx_against(addr: SocketAddr, plan: Plan) -> Ctx {
         relay: addr,
         relay_pid: None,
         stream_stand_in_pid: None,
+        worker_pid: None,
+        token: None,
         plan,
     }
 }
@@ -53,6 +55,7 @@ fn full_scale_plan_matches_the_documented_counts() {
     );
     assert_eq!(plan.ttfb.rounds * plan.ttfb.block, 10_000);
     assert_eq!(plan.latency.rounds * plan.latency.block, 20_000);
+    assert_eq!(plan.large_body.rounds * plan.large_body.block, 200);
     assert_eq!(plan.throughput_concurrency, 64);
     assert_eq!(plan.throughput_block, Duration::from_secs(2));
     assert_eq!(plan.streams, 1000);
@@ -266,4 +269,89 @@ async fn a_refused_stream_fails_the_hold_with_the_status() {
         .await
         .unwrap_err();
     assert!(format!("{error:#}").contains("connecting to"), "{error:#}");
+}
+
+#[test]
+fn the_large_body_is_two_mebibytes_of_valid_json() {
+    let body = large_body();
+    assert_eq!(body.len(), 2 * 1024 * 1024);
+    let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(value["model"], "m");
+    assert!(value["messages"][0]["content"].as_str().unwrap().len() > 2_000_000);
+    // Smaller than the frame itself: the frame alone, still valid JSON.
+    let tiny = chat_body_of_size(3);
+    let value: serde_json::Value = serde_json::from_slice(&tiny).unwrap();
+    assert_eq!(value["messages"][0]["content"], "");
+}
+
+#[test]
+fn destinations_sum_every_route_and_status() {
+    let text = "# HELP relay_requests Requests by route, destination and status.\n\
+                # TYPE relay_requests counter\n\
+                relay_requests_total{route=\"openai\",destination=\"worker\",status=\"200\"} 20000\n\
+                relay_requests_total{route=\"hook\",destination=\"worker\",status=\"200\"} 12\n\
+                relay_requests_total{route=\"openai\",destination=\"pass_through\",status=\"200\"} 3\n\
+                relay_requests_total{route=\"status\",destination=\"local\",status=\"200\"} 9\n\
+                relay_requests_created{route=\"openai\",destination=\"worker\",status=\"200\"} 1.7e9\n\
+                relay_open_streams 0\n";
+    assert_eq!(
+        Destinations::parse(text),
+        Destinations {
+            worker: 20_012,
+            pass_through: 3
+        }
+    );
+    assert_eq!(Destinations::parse(""), Destinations::default());
+}
+
+#[test]
+fn a_request_that_passed_through_fails_a_worker_measure() {
+    let before = Destinations {
+        worker: 10,
+        pass_through: 2,
+    };
+    let all_to_worker = Destinations {
+        worker: 110,
+        pass_through: 2,
+    };
+    assert!(
+        before
+            .ensure_all_went_to_worker(&all_to_worker, 100)
+            .is_ok()
+    );
+    let one_passed = Destinations {
+        worker: 109,
+        pass_through: 3,
+    };
+    let error = before
+        .ensure_all_went_to_worker(&one_passed, 100)
+        .unwrap_err();
+    assert!(error.to_string().contains("1 requests"), "{error}");
+    let too_few = Destinations {
+        worker: 50,
+        pass_through: 2,
+    };
+    assert!(before.ensure_all_went_to_worker(&too_few, 100).is_err());
+}
+
+#[tokio::test]
+async fn a_worker_connection_sends_the_credential_and_the_large_body_arrives_whole() {
+    let stand_in = StandIn::start().await.unwrap();
+    let token = HeaderValue::from_static("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA");
+    let mut ctx = ctx_against(stand_in.addr(), tiny_plan());
+    assert!(ctx.worker_conn().await.is_err());
+    ctx.token = Some(token);
+    let mut conn = ctx.worker_conn().await.unwrap();
+    conn.exchange(Probe::LargeJson).await.unwrap();
+    let mut plain = Conn::open(stand_in.addr()).await.unwrap();
+    plain.exchange(Probe::Json).await.unwrap();
+    let records = stand_in.requests();
+    assert_eq!(records.len(), 2);
+    assert_eq!(
+        records[0].header_str("x-relay-client-token"),
+        Some("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+    );
+    assert_eq!(records[0].body.len(), 2 * 1024 * 1024);
+    assert!(records[0].body_complete);
+    assert_eq!(records[1].header("x-relay-client-token"), None);
 }
