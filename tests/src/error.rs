@@ -155,6 +155,12 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    #[error("preparing the broken worker binary in {}", dir.display())]
+    BrokenWorker {
+        dir: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("opening a control session to {addr}")]
     ControlDial {
         addr: SocketAddr,
@@ -171,4 +177,18 @@ pub enum Error {
     DaemonAddress { address: String, reason: String },
     #[error("the machine identity key")]
     Key(#[from] relay_identity::KeyError),
+    #[error("{program} is still running: stop it before starting it again")]
+    StillRunning { program: String },
+    #[error(
+        "relayd's socket was not kept: build it with `keep_socket()` to start it again on the same socket"
+    )]
+    SocketNotKept,
+    #[error("process {pid} ({program}) is not one of this user's worker processes")]
+    NotAWorker { program: String, pid: u32 },
+    #[error("process {pid} ({program}) did not exit within {timeout:?}")]
+    PidStillAlive {
+        program: String,
+        pid: u32,
+        timeout: Duration,
+    },
 }

@@ -11,13 +11,17 @@
 //! a connection so they can be compared with what the provider stand-in
 //! (`relay_testkit::StandIn`) received, or read back as control messages ([`ws`]);
 //! [`ControlClient`] and [`RawHandshake`] speak the control protocol with a key of the
-//! test's own, to attack the daemon; [`Secrets`] looks for secrets in logs.
+//! test's own, to attack the daemon; [`Secrets`] looks for secrets in logs; [`ControlCut`]
+//! cuts and restores the control sessions of one path between the clients and relayd, and
+//! [`BrokenWorker`] is a worker binary that fails to start until the test repairs it.
 //! It never sleeps to wait for a condition, never skips a test whose binaries are missing
 //! (it fails, naming `cargo xtask e2e`), and is not a library for production code.
 
 mod agent;
 mod bins;
+mod broken;
 mod control;
+mod cut;
 mod endpoint;
 mod error;
 mod gate;
@@ -36,11 +40,13 @@ pub mod ws;
 pub use crate::{
     agent::{AGENT_TIMEOUT, AgentCommand, AgentOutput},
     bins::{ENV_AGENT_BIN_DIR, ENV_BIN_DIR, ENV_E2E, agent_binary, bin_dir, binary},
+    broken::BrokenWorker,
     control::{CONNECT_TIMEOUT, ControlClient, RawHandshake, worker_fields},
+    cut::{ControlCut, ControlCutListener, PathCounts},
     endpoint::{EndpointRequest, PinnedEndpoint, Squatter, SquatterConnection},
     error::Error,
     gate::WorkerGate,
-    logs::Logs,
+    logs::{Logs, event_time},
     mcp::{Mcp, McpBuilder},
     process::{Process, STOP_TIMEOUT},
     relayd::{CliOutput, Listen, Relayd, RelaydBuilder, START_TIMEOUT},

@@ -1,7 +1,7 @@
 //! A process's stderr, captured whole into memory and read back as jsonl lifecycle events.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt as _};
@@ -185,6 +185,49 @@ impl Logs {
             }
         }
     }
+}
+
+/// When a jsonl event was logged: its `timestamp` (RFC 3339 in UTC, as
+/// `2026-11-30T01:08:00.123456Z`), or `None` if it has none or another format. Tests use it
+/// to measure the time between two events without their own reading delay.
+pub fn event_time(event: &Value) -> Option<SystemTime> {
+    parse_utc_timestamp(event.get("timestamp")?.as_str()?)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]Z` → the time it names.
+pub(crate) fn parse_utc_timestamp(text: &str) -> Option<SystemTime> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut date_parts = date.splitn(3, '-');
+    let year: i64 = date_parts.next()?.parse().ok()?;
+    let month: i64 = date_parts.next()?.parse().ok()?;
+    let day: i64 = date_parts.next()?.parse().ok()?;
+    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut clock_parts = clock.splitn(3, ':');
+    let hour: i64 = clock_parts.next()?.parse().ok()?;
+    let minute: i64 = clock_parts.next()?.parse().ok()?;
+    let second: i64 = clock_parts.next()?.parse().ok()?;
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    let nanos: u32 = if fraction.is_empty() {
+        0
+    } else {
+        let digits: String = fraction.chars().take(9).collect();
+        if !digits.chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        format!("{digits:0<9}").parse().ok()?
+    };
+    // Days since 1970-01-01 of a proleptic Gregorian date (the civil-from-days inverse).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let secs = u64::try_from(days * 86_400 + hour * 3600 + minute * 60 + second).ok()?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
 }
 
 /// Copies `stream` into `logs` until it ends, then marks the logs closed.

@@ -194,6 +194,11 @@ impl Mcp {
         self.process.signal(signal)
     }
 
+    /// The exit status if it has already exited, without waiting.
+    pub fn try_status(&mut self) -> Result<Option<ExitStatus>, Error> {
+        self.process.try_status()
+    }
+
     /// Waits for the exit and the end of its output, at most `timeout`.
     pub async fn wait(&mut self, timeout: Duration) -> Result<ExitStatus, Error> {
         let deadline = tokio::time::Instant::now() + timeout;

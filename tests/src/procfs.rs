@@ -146,6 +146,22 @@ pub fn parent_pid(pid: u32) -> Option<u32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The state letter of a process from `/proc/<pid>/stat` (`R`, `S`, `T` for stopped, `Z`
+/// for a zombie, …); `None` once it is gone.
+pub fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// Whether process `pid` still runs (it exists and is not a zombie waiting to be reaped).
+pub fn is_alive(pid: u32) -> bool {
+    state(pid).is_some_and(|state| !matches!(state, 'Z' | 'X'))
+}
+
 /// The path of a process's executable, if it still runs.
 pub fn executable(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()

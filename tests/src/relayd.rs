@@ -39,10 +39,18 @@ pub enum Listen {
 #[derive(Debug)]
 pub struct RelaydBuilder {
     dir: TempDir,
+    recipe: Recipe,
+    listen: Listen,
+    keep_socket: bool,
+}
+
+/// How to start relayd again with the same directories, config, flags and environment.
+#[derive(Debug, Clone)]
+struct Recipe {
+    root: PathBuf,
     args: Vec<OsString>,
     envs: Vec<(OsString, OsString)>,
     config: Option<String>,
-    listen: Listen,
 }
 
 /// What a relayd command printed before it exited.
@@ -63,12 +71,17 @@ impl RelaydBuilder {
             let path = dir.path().join(sub);
             std::fs::create_dir(&path).map_err(|source| Error::WriteFile { path, source })?;
         }
-        Ok(RelaydBuilder {
-            dir,
+        let recipe = Recipe {
+            root: dir.path().to_path_buf(),
             args: Vec::new(),
             envs: Vec::new(),
             config: None,
+        };
+        Ok(RelaydBuilder {
+            dir,
+            recipe,
             listen: Listen::SocketActivated,
+            keep_socket: false,
         })
     }
 
@@ -95,34 +108,17 @@ impl RelaydBuilder {
     /// Writes `contents` to `name` in the run's directory with mode 0600 and returns its
     /// path (key files, config files).
     pub fn write_private_file(&self, name: &str, contents: &str) -> Result<PathBuf, Error> {
-        let path = self.dir.path().join(name);
-        let write = || -> std::io::Result<()> {
-            use std::io::Write as _;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&path)?;
-            file.write_all(contents.as_bytes())?;
-            // The umask cannot widen 0600, but a test may depend on the exact mode.
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))
-        };
-        write().map_err(|source| Error::WriteFile {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(path)
+        write_private_file(&self.dir.path().join(name), contents)
     }
 
     /// The config file passed with `--config` (written as `config.toml` on start).
     pub fn config(mut self, toml: impl Into<String>) -> RelaydBuilder {
-        self.config = Some(toml.into());
+        self.recipe.config = Some(toml.into());
         self
     }
 
     pub fn arg(mut self, arg: impl AsRef<OsStr>) -> RelaydBuilder {
-        self.args.push(arg.as_ref().to_owned());
+        self.recipe.args.push(arg.as_ref().to_owned());
         self
     }
 
@@ -131,14 +127,16 @@ impl RelaydBuilder {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        self.args
+        self.recipe
+            .args
             .extend(args.into_iter().map(|arg| arg.as_ref().to_owned()));
         self
     }
 
     /// An environment variable on top of the cleared environment.
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> RelaydBuilder {
-        self.envs
+        self.recipe
+            .envs
             .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
         self
     }
@@ -149,104 +147,62 @@ impl RelaydBuilder {
         self
     }
 
-    /// The command with the cleared environment, the run's directories and the config.
-    fn command(&self) -> Result<Command, Error> {
-        let mut command = Command::new(bins::binary("relayd")?);
-        command
-            .env_clear()
-            .env(relay_identity::names::HOME, self.home_dir())
-            .env(
-                relay_identity::names::XDG_CONFIG_HOME,
-                self.xdg_config_home(),
-            )
-            .env(
-                relay_identity::names::RELAY_SYSTEM_CONFIG_DIR,
-                self.system_config_dir(),
-            )
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null());
-        if let Some(path) = bins::inherited_path() {
-            command.env(relay_identity::names::PATH, path);
-        }
-        if let Some(config) = &self.config {
-            let path = self.write_private_file("config.toml", config)?;
-            command.arg("--config").arg(path);
-        }
-        command.args(&self.args);
-        for (key, value) in &self.envs {
-            command.env(key, value);
-        }
-        Ok(command)
+    /// Keep the harness's copy of the passed socket, as systemd's `relayd.socket` does, so
+    /// [`Relayd::start_again`] can hand the same socket to the next relayd. While no relayd
+    /// runs, connections then wait in the socket's backlog instead of being refused.
+    pub fn keep_socket(mut self) -> RelaydBuilder {
+        self.keep_socket = true;
+        self
     }
 
     /// Runs relayd to its exit (a subcommand, `--help`, a usage error) without a listening
     /// socket, killing it if it is still running after `timeout`. The builder can run again
     /// (the same directories, so the same state).
     pub async fn output(&self, timeout: Duration) -> Result<CliOutput, Error> {
-        let mut command = self.command()?;
-        command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let program = PathBuf::from(command.as_std().get_program());
-        let child = command.spawn().map_err(|source| Error::Spawn {
-            program: program.clone(),
-            source,
-        })?;
-        match tokio::time::timeout(timeout, child.wait_with_output()).await {
-            Ok(Ok(output)) => Ok(CliOutput {
-                status: output.status,
-                stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            }),
-            Ok(Err(source)) => Err(Error::Wait {
-                program: program.display().to_string(),
-                source,
-            }),
-            // Dropping the future drops the child, which kills it.
-            Err(_) => Err(Error::ExitTimedOut {
-                program: program.display().to_string(),
-                timeout,
-                stderr: String::new(),
-            }),
-        }
+        run_to_exit(self.recipe.command()?, timeout).await
     }
 
     /// Starts the daemon and waits until it logs `daemon_listening`.
     pub async fn start(self) -> Result<Relayd, Error> {
-        let mut command = self.command()?;
-        command.stdout(Stdio::null());
-        let addr = match self.listen {
+        let mut command = self.recipe.command()?;
+        let (addr, kept) = match self.listen {
             Listen::SocketActivated => {
                 let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
                     .map_err(|source| Error::Bind { source })?;
                 let addr = listener
                     .local_addr()
                     .map_err(|source| Error::Bind { source })?;
-                command
-                    .env("LISTEN_FDS", "1")
-                    .fd_mappings(vec![FdMapping {
-                        parent_fd: OwnedFd::from(listener),
-                        child_fd: LISTEN_FDS_START,
-                    }])
-                    .map_err(|_| Error::FdMappingCollision {
-                        child_fd: LISTEN_FDS_START,
-                    })?;
-                addr
+                let socket = OwnedFd::from(listener);
+                let kept = if self.keep_socket {
+                    Some(
+                        socket
+                            .try_clone()
+                            .map_err(|source| Error::Bind { source })?,
+                    )
+                } else {
+                    None
+                };
+                pass_socket(&mut command, socket)?;
+                (addr, kept)
             }
             Listen::ExplicitPort => {
                 let port = free_port()?;
                 command.arg("--port").arg(port.to_string());
-                SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+                (SocketAddr::from((Ipv4Addr::LOCALHOST, port)), None)
             }
         };
         let process = Process::spawn("relayd", command)?;
-        // `command` owned the harness's copy of the socket; now only relayd holds it, so
-        // once relayd closes it new connections are refused rather than queued.
+        // `command` owned the harness's copy of the socket; now only relayd holds it (and
+        // `kept`, when asked for), so once relayd closes it new connections are refused
+        // rather than queued.
         let mut relayd = Relayd {
             process,
             addr,
             listening: Value::Null,
+            recipe: self.recipe,
+            listen: self.listen,
+            kept,
+            previous: Vec::new(),
             dir: self.dir,
         };
         relayd.listening = relayd
@@ -256,6 +212,113 @@ impl RelaydBuilder {
             .await?;
         Ok(relayd)
     }
+}
+
+impl Recipe {
+    /// The daemon command: the cleared environment, the run's directories, the config and
+    /// the flags. Its stdout is discarded.
+    fn command(&self) -> Result<Command, Error> {
+        let mut command = self.bare_command()?;
+        if let Some(config) = &self.config {
+            let path = write_private_file(&self.root.join("config.toml"), config)?;
+            command.arg("--config").arg(path);
+        }
+        command.args(&self.args);
+        Ok(command)
+    }
+
+    /// relayd with the run's environment and directories but none of the daemon's flags,
+    /// for a subcommand (`bindings …`), which takes no daemon flag.
+    fn bare_command(&self) -> Result<Command, Error> {
+        let mut command = Command::new(bins::binary("relayd")?);
+        command
+            .env_clear()
+            .env(relay_identity::names::HOME, self.root.join("home"))
+            .env(
+                relay_identity::names::XDG_CONFIG_HOME,
+                self.root.join("xdg"),
+            )
+            .env(
+                relay_identity::names::RELAY_SYSTEM_CONFIG_DIR,
+                self.root.join("system"),
+            )
+            .current_dir(&self.root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        if let Some(path) = bins::inherited_path() {
+            command.env(relay_identity::names::PATH, path);
+        }
+        for (key, value) in &self.envs {
+            command.env(key, value);
+        }
+        Ok(command)
+    }
+}
+
+/// Hands `socket` to the command as fd 3 with `LISTEN_FDS=1`, as systemd does.
+fn pass_socket(command: &mut Command, socket: OwnedFd) -> Result<(), Error> {
+    command
+        .env("LISTEN_FDS", "1")
+        .fd_mappings(vec![FdMapping {
+            parent_fd: socket,
+            child_fd: LISTEN_FDS_START,
+        }])
+        .map_err(|_| Error::FdMappingCollision {
+            child_fd: LISTEN_FDS_START,
+        })?;
+    Ok(())
+}
+
+/// Runs `command` to its exit with stdout and stderr captured, killing it if it still
+/// runs after `timeout`.
+async fn run_to_exit(mut command: Command, timeout: Duration) -> Result<CliOutput, Error> {
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let program = PathBuf::from(command.as_std().get_program());
+    let child = command.spawn().map_err(|source| Error::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(output)) => Ok(CliOutput {
+            status: output.status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }),
+        Ok(Err(source)) => Err(Error::Wait {
+            program: program.display().to_string(),
+            source,
+        }),
+        // Dropping the future drops the child, which kills it.
+        Err(_) => Err(Error::ExitTimedOut {
+            program: program.display().to_string(),
+            timeout,
+            stderr: String::new(),
+        }),
+    }
+}
+
+/// Writes `contents` to `path` with mode 0600.
+fn write_private_file(path: &Path, contents: &str) -> Result<PathBuf, Error> {
+    let write = || -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
+        file.write_all(contents.as_bytes())?;
+        // The umask cannot widen 0600, but a test may depend on the exact mode.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+    };
+    write().map_err(|source| Error::WriteFile {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(path.to_path_buf())
 }
 
 /// Finds a free loopback port by binding and releasing it.
@@ -274,6 +337,12 @@ pub struct Relayd {
     process: Process,
     addr: SocketAddr,
     listening: Value,
+    recipe: Recipe,
+    listen: Listen,
+    /// The harness's copy of the passed socket, if the builder was asked to keep it.
+    kept: Option<OwnedFd>,
+    /// The stderr of the runs before [`Relayd::start_again`], oldest first.
+    previous: Vec<Logs>,
     // Declared last so the directory outlives the process when dropped.
     dir: TempDir,
 }
@@ -303,6 +372,12 @@ impl Relayd {
     /// relayd's `XDG_CONFIG_HOME`; its state is in `relay/daemon/` below.
     pub fn xdg_config_home(&self) -> PathBuf {
         self.dir.path().join("xdg")
+    }
+
+    /// relayd's state directory, `<XDG_CONFIG_HOME>/relay/daemon` (`state.json`,
+    /// `admin.sock`).
+    pub fn state_dir(&self) -> PathBuf {
+        self.xdg_config_home().join("relay").join("daemon")
     }
 
     /// The daemon's signing key (§4.2).
@@ -344,5 +419,55 @@ impl Relayd {
     /// SIGTERM, then the exit status; the logs are complete afterwards.
     pub async fn stop(&mut self) -> Result<ExitStatus, Error> {
         self.process.stop().await
+    }
+
+    /// The stderr of every earlier run of this daemon (before [`Relayd::start_again`]),
+    /// oldest first.
+    pub fn previous_logs(&self) -> &[Logs] {
+        &self.previous
+    }
+
+    /// Starts relayd again after it exited, with the same directories (so the same state),
+    /// config, flags and environment, on the same socket (kept by the harness, see
+    /// [`RelaydBuilder::keep_socket`]) or the same `--port`, and waits for its
+    /// `daemon_listening`. [`Relayd::logs`] is the new run's stderr from then on.
+    pub async fn start_again(&mut self) -> Result<(), Error> {
+        if self.process.try_status()?.is_none() {
+            return Err(Error::StillRunning {
+                program: "relayd".to_owned(),
+            });
+        }
+        let mut command = self.recipe.command()?;
+        match self.listen {
+            Listen::SocketActivated => {
+                let kept = self.kept.as_ref().ok_or(Error::SocketNotKept)?;
+                let socket = kept.try_clone().map_err(|source| Error::Bind { source })?;
+                pass_socket(&mut command, socket)?;
+            }
+            Listen::ExplicitPort => {
+                command.arg("--port").arg(self.addr.port().to_string());
+            }
+        }
+        let process = Process::spawn("relayd", command)?;
+        let previous = std::mem::replace(&mut self.process, process);
+        self.previous.push(previous.logs().clone());
+        self.listening = self
+            .process
+            .logs()
+            .wait_for_event("daemon_listening", START_TIMEOUT)
+            .await?;
+        Ok(())
+    }
+
+    /// Runs a relayd subcommand (`bindings list`, `bindings revoke <fp>`, …) to its exit
+    /// as the daemon's account would, with `--state-dir` naming this daemon's state.
+    pub async fn cli<I, S>(&self, args: I, timeout: Duration) -> Result<CliOutput, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = self.recipe.bare_command()?;
+        command.arg("--state-dir").arg(self.state_dir()).args(args);
+        run_to_exit(command, timeout).await
     }
 }

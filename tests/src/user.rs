@@ -136,6 +136,37 @@ impl User {
         }
     }
 
+    /// Sends `signal` to `pid`, which must be one of this user's worker processes (the test
+    /// never signals a process it did not start).
+    pub fn signal_worker(&self, pid: u32, signal: Signal) -> Result<(), Error> {
+        if !self.worker_pids().contains(&pid) {
+            return Err(Error::NotAWorker {
+                program: "relay-worker".to_owned(),
+                pid,
+            });
+        }
+        crate::process::send_signal("relay-worker", pid, signal)
+    }
+
+    /// Waits until process `pid` has exited (gone, or a zombie its parent has not reaped).
+    pub async fn wait_for_exit(&self, pid: u32, timeout: Duration) -> Result<(), Error> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut poll = tokio::time::interval(PROC_POLL);
+        loop {
+            poll.tick().await;
+            if !procfs::is_alive(pid) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Error::PidStillAlive {
+                    program: "relay-worker".to_owned(),
+                    pid,
+                    timeout,
+                });
+            }
+        }
+    }
+
     /// Every worker log file of this user with its contents, oldest name first.
     pub fn worker_logs(&self) -> Vec<(PathBuf, Vec<u8>)> {
         let Ok(entries) = std::fs::read_dir(self.logs_dir()) else {

@@ -9,10 +9,13 @@ mod e2e {
     pub(crate) mod agents;
     pub(crate) mod attacks;
     pub(crate) mod cli;
+    pub(crate) mod credentials;
+    pub(crate) mod faults;
     pub(crate) mod hooks;
     pub(crate) mod lifecycle;
     pub(crate) mod mcp;
     pub(crate) mod pass_through;
+    pub(crate) mod recovery;
     pub(crate) mod sessions;
     pub(crate) mod support;
     pub(crate) mod workers;

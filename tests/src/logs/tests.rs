@@ -73,3 +73,31 @@ async fn waiting_fails_at_the_deadline() {
         .unwrap_err();
     assert!(matches!(error, Error::LogEventTimedOut { .. }), "{error}");
 }
+
+#[test]
+fn timestamps_are_read_as_utc_instants() {
+    let at = |text: &str| {
+        parse_utc_timestamp(text).map(|t| t.duration_since(SystemTime::UNIX_EPOCH).unwrap())
+    };
+    assert_eq!(at("1970-01-01T00:00:00Z"), Some(Duration::ZERO));
+    // 2026-11-30T01:08:00Z is 1_796_000_880 s after the epoch (date -u -d … +%s).
+    assert_eq!(
+        at("2026-11-30T01:08:00.123456Z"),
+        Some(Duration::new(1_796_000_880, 123_456_000))
+    );
+    assert_eq!(
+        at("2024-02-29T23:59:59.5Z"),
+        Some(Duration::new(1_709_251_199, 500_000_000))
+    );
+    assert_eq!(at("2026-11-30 01:08:00Z"), None);
+    assert_eq!(at("2026-11-30T01:08:00+01:00"), None);
+    assert_eq!(at("2026-13-30T01:08:00Z"), None);
+    let event = serde_json::json!({"timestamp": "2026-11-30T01:08:00.5Z"});
+    let later = serde_json::json!({"timestamp": "2026-11-30T01:08:02Z"});
+    let gap = event_time(&later)
+        .unwrap()
+        .duration_since(event_time(&event).unwrap())
+        .unwrap();
+    assert_eq!(gap, Duration::from_millis(1500));
+    assert_eq!(event_time(&serde_json::json!({})), None);
+}

@@ -315,3 +315,209 @@ pub(crate) fn all_logs(relayd: &Relayd, user: &User, mcps: &[&Mcp]) -> Vec<(Stri
     }
     logs
 }
+
+// ----- fault tests (SPEC §5.4 under failure) -------------------------------------------------
+
+/// relayd's config for fault tests: `[upstream]` at the stand-in, `daemon` lines under
+/// `[daemon]` and `timers` lines under `[daemon.timers]`, each test choosing the timers it
+/// measures and shortening the others.
+pub(crate) fn fault_config(stand_in: &StandIn, daemon: &str, timers: &str) -> String {
+    upstream_config(
+        stand_in,
+        &format!("\n[daemon]\n{daemon}\n[daemon.timers]\n{timers}\n"),
+    )
+}
+
+/// Starts relay-mcp for `user` with `token` (through `program` when given), logging at
+/// `info` in jsonl so its lifecycle events can be read; `initialize` is not sent yet.
+pub(crate) fn spawn_mcp(
+    user: &User,
+    origin: &str,
+    token: &str,
+    program: Option<std::path::PathBuf>,
+) -> anyhow::Result<Mcp> {
+    let mut builder = user.mcp(origin)?.token(token).log("info", "jsonl");
+    if let Some(program) = program {
+        builder = builder.program(program);
+    }
+    Ok(builder.spawn()?)
+}
+
+/// Starts relay-mcp for `user` with `token` and waits until it answered `initialize` and
+/// logged `daemon_mcp_ready route_mode="worker"`.
+pub(crate) async fn ready_mcp(user: &User, origin: &str, token: &str) -> anyhow::Result<Mcp> {
+    let mut mcp = spawn_mcp(user, origin, token, None)?;
+    let answer = mcp.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
+    assert_eq!(
+        answer["result"]["protocolVersion"], "2025-11-25",
+        "{answer}"
+    );
+    let ready = mcp
+        .logs()
+        .wait_for_event("daemon_mcp_ready", WORKER_TIMEOUT)
+        .await?;
+    assert_eq!(field(&ready, "route_mode"), "worker", "{ready}");
+    Ok(mcp)
+}
+
+/// Sends `tools/list` with `id` and checks the answer is the empty tool list (§6): the
+/// MCP session still works whatever happened to its route.
+pub(crate) async fn assert_serves_mcp(mcp: &mut Mcp, id: u64) -> anyhow::Result<()> {
+    mcp.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#
+    ))
+    .await?;
+    let answer = mcp.next_json(EVENT_TIMEOUT).await?;
+    assert_eq!(answer["id"], id, "{answer}");
+    assert_eq!(
+        answer["result"],
+        serde_json::json!({"tools": []}),
+        "{answer}"
+    );
+    Ok(())
+}
+
+/// The `n`-th (from 1) `event` logged by `logs`, waiting for it.
+pub(crate) async fn nth_event(
+    logs: &relay_e2e::Logs,
+    event: &str,
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    let events = logs.wait_for_events(event, n, timeout).await?;
+    Ok(events[n - 1].clone())
+}
+
+/// The first `event` logged by `logs` whose `key` field is `value`, waiting for it.
+pub(crate) async fn event_with(
+    logs: &relay_e2e::Logs,
+    event: &str,
+    key: &str,
+    value: &str,
+    timeout: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    Ok(logs
+        .wait_for(&format!("{event} {key}={value}"), timeout, |logs| {
+            logs.events_named(event)
+                .into_iter()
+                .find(|e| field(e, key) == value)
+        })
+        .await?)
+}
+
+/// The time between two logged events, from their own timestamps.
+pub(crate) fn between(earlier: &serde_json::Value, later: &serde_json::Value) -> Duration {
+    match (relay_e2e::event_time(earlier), relay_e2e::event_time(later)) {
+        (Some(a), Some(b)) => b.duration_since(a).unwrap_or(Duration::ZERO),
+        _ => panic!("events without a timestamp: {earlier} {later}"),
+    }
+}
+
+/// A streaming Anthropic Messages request with the route credential `token` whose body
+/// carries `marker`.
+pub(crate) fn streaming_request(
+    token: &str,
+    marker: &str,
+) -> anyhow::Result<http::Request<http_body_util::Full<bytes::Bytes>>> {
+    Ok(post_json(
+        "/v1/messages",
+        &[
+            ("x-relay-client-token", token),
+            ("x-api-key", "sk-ant-test"),
+            ("anthropic-version", "2023-06-01"),
+        ],
+        format!(
+            r#"{{"model":"m","max_tokens":16,"stream":true,"messages":[{{"role":"user","content":"{marker}"}}]}}"#
+        ),
+    )?)
+}
+
+/// Stand-in behaviour whose streams trickle: `chunk` bytes every `pace`.
+pub(crate) fn paced(chunk: usize, pace: Duration) -> relay_testkit::Behaviour {
+    relay_testkit::Behaviour {
+        chunk_size: Some(chunk),
+        pace: Some(pace),
+        ..relay_testkit::Behaviour::default()
+    }
+}
+
+/// Sends `req` and checks it reached the stand-in through the worker `worker`: the
+/// stand-in's TCP peer is a socket of that process, not of relayd.
+pub(crate) async fn assert_through_worker(
+    relayd: &Relayd,
+    stand_in: &StandIn,
+    worker: u32,
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+) -> anyhow::Result<relay_testkit::Recorded> {
+    let (status, headers, body) = fetch(relayd.addr(), req).await?;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let id = stand_in_id(&headers)?;
+    let recorded = stand_in
+        .request(id)
+        .ok_or_else(|| anyhow::anyhow!("the stand-in has no request {id}"))?;
+    assert!(
+        relay_e2e::procfs::owns_connection(worker, recorded.peer, stand_in.addr()),
+        "the stand-in's peer {} is not a socket of the worker (pid {worker})",
+        recorded.peer
+    );
+    assert!(
+        !relay_e2e::procfs::owns_connection(relayd.pid()?, recorded.peer, stand_in.addr()),
+        "relayd itself held the provider connection"
+    );
+    for name in ["x-relay-client-token", "x-relay-worker-secret"] {
+        assert_eq!(recorded.header(name), None, "{name} reached the provider");
+    }
+    Ok(recorded)
+}
+
+/// Sends `req` and checks relayd passed it through itself (its own socket is the stand-in's
+/// peer) and logged `public_request_pass_through` with `reason`.
+pub(crate) async fn assert_passed_through(
+    relayd: &Relayd,
+    stand_in: &StandIn,
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+    reason: &str,
+) -> anyhow::Result<relay_testkit::Recorded> {
+    let before = pass_throughs(relayd).len();
+    let (status, headers, body) = fetch(relayd.addr(), req).await?;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let id = stand_in_id(&headers)?;
+    let recorded = stand_in
+        .request(id)
+        .ok_or_else(|| anyhow::anyhow!("the stand-in has no request {id}"))?;
+    assert!(
+        relay_e2e::procfs::owns_connection(relayd.pid()?, recorded.peer, stand_in.addr()),
+        "the stand-in's peer {} is not relayd's socket: the request did not pass through",
+        recorded.peer
+    );
+    let logged = relayd
+        .logs()
+        .wait_for_events("public_request_pass_through", before + 1, EVENT_TIMEOUT)
+        .await?;
+    let event = &logged[before];
+    assert_eq!(field(event, "reason"), reason, "{event}");
+    assert_eq!(field(event, "route_mode"), "pass_through", "{event}");
+    assert_eq!(field(event, "route"), "anthropic", "{event}");
+    Ok(recorded)
+}
+
+/// Polls `/_relay/v1/workers/status` until `check` accepts the list.
+pub(crate) async fn wait_for_workers_status(
+    relayd: &Relayd,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&[serde_json::Value]) -> bool,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut poll = tokio::time::interval(STATUS_POLL);
+    loop {
+        poll.tick().await;
+        let workers = workers_status(relayd).await?;
+        if check(&workers) {
+            return Ok(workers);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("the workers status never showed {what} within {timeout:?}: {workers:?}");
+        }
+    }
+}

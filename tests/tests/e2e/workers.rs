@@ -10,15 +10,15 @@ use http::StatusCode;
 use http_body_util::Full;
 use relay_e2e::http::{fetch, post_json};
 use relay_e2e::{Mcp, Relayd, Tap, User, WorkerGate, procfs};
-use relay_testkit::{ANTHROPIC_MESSAGES_SSE, Recorded, StandIn};
+use relay_testkit::{ANTHROPIC_MESSAGES_SSE, StandIn};
 use rustix::process::Signal;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::support::{
     EVENT_TIMEOUT, INITIALIZE_TIMEOUT, MCP_EXIT_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, all_logs,
-    anthropic_request, assert_no_leaks, contains, context, field, fresh_token, marker,
-    pass_throughs, recorded_with, requests_to, route_status, run_secrets, stand_in_id, user_for,
-    wait_for_route_state, worker_config, workers_status,
+    anthropic_request, assert_no_leaks, assert_through_worker, contains, context, field,
+    fresh_token, marker, pass_throughs, recorded_with, requests_to, route_status, run_secrets,
+    stand_in_id, user_for, wait_for_route_state, worker_config, workers_status,
 };
 
 type Request = http::Request<Full<bytes::Bytes>>;
@@ -35,35 +35,6 @@ async fn start_mcp(user: &User, origin: &str, token: &str, version: &str) -> any
     let answer = mcp.initialize(version, INITIALIZE_TIMEOUT).await?;
     assert_eq!(answer["result"]["protocolVersion"], version, "{answer}");
     Ok(mcp)
-}
-
-/// Sends `req` and checks it reached the stand-in through the worker `worker`: the
-/// stand-in's TCP peer is a socket of that process, not of relayd.
-async fn assert_through_worker(
-    relayd: &Relayd,
-    stand_in: &StandIn,
-    worker: u32,
-    req: Request,
-) -> anyhow::Result<Recorded> {
-    let (status, headers, body) = fetch(relayd.addr(), req).await?;
-    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-    let id = stand_in_id(&headers)?;
-    let recorded = stand_in
-        .request(id)
-        .ok_or_else(|| anyhow::anyhow!("the stand-in has no request {id}"))?;
-    assert!(
-        procfs::owns_connection(worker, recorded.peer, stand_in.addr()),
-        "the stand-in's peer {} is not a socket of the worker (pid {worker})",
-        recorded.peer
-    );
-    assert!(
-        !procfs::owns_connection(relayd.pid()?, recorded.peer, stand_in.addr()),
-        "relayd itself held the provider connection"
-    );
-    for name in ["x-relay-client-token", "x-relay-worker-secret"] {
-        assert_eq!(recorded.header(name), None, "{name} reached the provider");
-    }
-    Ok(recorded)
 }
 
 fn streaming_request(token: &str) -> anyhow::Result<Request> {

@@ -2279,3 +2279,667 @@ fn an_opening_hook_waits_for_its_session_instead_of_bypassing_the_worker() {
           = pass through (no_live_session, retry after 1000ms)
     "#]]);
 }
+
+// ----- the fault rules of issue 5, as scripts (the e2e tests run them with processes) -----
+
+/// A worker's own control session resuming as the same generation.
+fn resume_worker(s: &mut Scenario, conn: u64, old_conn: u64, route: char) {
+    let worker = s.workers[&old_conn];
+    s.step(
+        &format!("worker c{conn} resumes the generation of c{old_conn}"),
+        Input::WorkerResume {
+            conn: ConnId(conn),
+            fingerprint: fp(route),
+            worker_id: worker,
+            certificate_sha256: Bytes32([old_conn as u8; 32]),
+        },
+    );
+    s.workers.insert(conn, worker);
+}
+
+#[test]
+fn a_worker_control_cut_shorter_than_the_grace_resumes_the_same_generation() {
+    let mut config = test_config();
+    config.timers.reconnect_grace_ms = 5000;
+    let mut s = Scenario::with(config);
+    s.ready_route(1, 'A', "a1", 2)
+        .drop_conn(2)
+        .probe(2, ProbeOutcome::Failed)
+        .request("a1", RequestKind::Model, false)
+        .end_all()
+        .advance(4000);
+    resume_worker(&mut s, 3, 2, 'A');
+    s.probe(3, ProbeOutcome::Ready)
+        .advance(2000)
+        .request("a1", RequestKind::Model, false)
+        .status();
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > c2 drops
+          event worker_control_disconnected A #5
+          event worker_control_lost A #5
+          event worker_recovery_started A #5
+          probe #5 with $6
+        > probe of #5 says Failed
+        > Model request with a1
+          = pass through (worker_unavailable, retry after 1000ms)
+        > every request ends
+        > clock +4000ms (t=4000ms)
+          probe #5 with $6
+        > worker c3 resumes the generation of c2
+          forget #5
+          c3 <- Registered(worker #5, $7)
+          probe #5 with $7
+        > probe of #5 says Ready
+          event worker_control_reconnected A #5
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > clock +2000ms (t=6000ms)
+        > Model request with a1
+          = worker #5 with $7
+        > status
+          = #5 Ready control=true refs=1 in_flight=1
+    "#]]);
+}
+
+#[test]
+fn a_worker_control_cut_longer_than_the_grace_revokes_the_generation_and_relaunches_at_once() {
+    let mut config = test_config();
+    config.timers.reconnect_grace_ms = 5000;
+    let mut s = Scenario::with(config);
+    s.ready_route(1, 'A', "a1", 2)
+        .drop_conn(2)
+        .probe(2, ProbeOutcome::Failed)
+        .advance(4999)
+        .advance(1);
+    resume_worker(&mut s, 3, 2, 'A');
+    let first = s.grant(0).0;
+    s.step(
+        "its MCP sees the old worker exit",
+        Input::McpWorkerExited {
+            conn: ConnId(1),
+            activation_id: first,
+        },
+    )
+    .worker(4, 'A')
+    .ready(4)
+    .probe(4, ProbeOutcome::Ready)
+    .request("a1", RequestKind::Model, false)
+    .status();
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > c2 drops
+          event worker_control_disconnected A #5
+          event worker_control_lost A #5
+          event worker_recovery_started A #5
+          probe #5 with $6
+        > probe of #5 says Failed
+        > clock +4999ms (t=4999ms)
+          probe #5 with $6
+        > clock +1ms (t=5000ms)
+          event worker_recovery_failed A #5
+          forget #5
+          event worker_removed A #5 Revoked
+          persist
+          event worker_staged A #7
+          c1 <- LaunchWorker(grant #7 bind [127, 0, 0, 1]:0)
+        > worker c3 resumes the generation of c2
+          event control_registration_refused worker generation_revoked A
+          c3 <- Refused(generation_revoked)
+          close c3
+        > its MCP sees the old worker exit
+        > worker c4 registers A with grant #7
+          c4 <- Registered(worker #9, $10)
+          event worker_control_connected A #9
+        > worker c4 is ready
+          probe #9 with $10
+        > probe of #9 says Ready
+          event worker_added A #9 0ms
+          event worker_ready A #9
+          c1 <- RouteReady
+          persist
+        > Model request with a1
+          = worker #9 with $10
+        > status
+          = #9 Ready control=true refs=1 in_flight=1
+    "#]]);
+}
+
+#[test]
+fn a_worker_killed_mid_request_is_relaunched_once_whichever_evidence_comes_first() {
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2)
+        .request("a1", RequestKind::Model, false)
+        .drop_conn(2);
+    let first = s.grant(0).0;
+    s.step(
+        "its MCP sees the worker killed",
+        Input::McpWorkerExited {
+            conn: ConnId(1),
+            activation_id: first,
+        },
+    )
+    .probe(2, ProbeOutcome::Gone)
+    .status()
+    .end_all()
+    .worker(3, 'A')
+    .ready(3)
+    .probe(3, ProbeOutcome::Ready)
+    .status();
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > Model request with a1
+          = worker #5 with $6
+        > c2 drops
+          event worker_control_disconnected A #5
+          event worker_control_lost A #5
+          event worker_recovery_started A #5
+          probe #5 with $6
+        > its MCP sees the worker killed
+          forget #5
+          event worker_removed A #5 Crashed
+          persist
+          event worker_staged A #7
+          c1 <- LaunchWorker(grant #7 bind [127, 0, 0, 1]:0)
+        > probe of #5 says Gone
+        > status
+          = no workers
+        > every request ends
+        > worker c3 registers A with grant #7
+          c3 <- Registered(worker #9, $10)
+          event worker_control_connected A #9
+        > worker c3 is ready
+          probe #9 with $10
+        > probe of #9 says Ready
+          event worker_added A #9 0ms
+          event worker_ready A #9
+          c1 <- RouteReady
+          persist
+        > status
+          = #9 Ready control=true refs=1 in_flight=0
+    "#]]);
+}
+
+#[test]
+fn a_draining_worker_stuck_with_a_request_is_revoked_after_drain_plus_grace() {
+    let mut config = test_config();
+    config.timers.drain_ms = 2000;
+    config.timers.reconnect_grace_ms = 1000;
+    let mut s = Scenario::with(config);
+    s.ready_route(1, 'A', "a1", 2)
+        .request("a1", RequestKind::Model, false)
+        .release(1)
+        .mcp(3, 'A', "a1")
+        .request("a1", RequestKind::Model, false)
+        .status()
+        .advance(2999)
+        .advance(1)
+        .step(
+            "the stuck worker says it stops, too late",
+            Input::WorkerStopping { conn: ConnId(2) },
+        )
+        .end_all()
+        .worker(4, 'A')
+        .ready(4)
+        .probe(4, ProbeOutcome::Ready)
+        .status();
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > Model request with a1
+          = worker #5 with $6
+        > mcp c1 releases
+          event mcp_removed A refs=0 Released
+          c2 <- Drain(2000ms)
+          event worker_drain_started A #5
+          persist
+        > mcp c3 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          c3 <- Registered(session #7, WaitForWorker(1000ms))
+        > Model request with a1
+          = pass through (worker_unavailable, retry after 1000ms)
+        > status
+          = #5 Draining control=true refs=1 in_flight=1
+        > clock +2999ms (t=2999ms)
+        > clock +1ms (t=3000ms)
+          forget #5
+          event worker_removed A #5 DrainTimeout
+          persist
+          c2 <- Refused(generation_revoked)
+          close c2
+          event worker_staged A #9
+          c3 <- LaunchWorker(grant #9 bind [127, 0, 0, 1]:0)
+        > the stuck worker says it stops, too late
+        > every request ends
+        > worker c4 registers A with grant #9
+          c4 <- Registered(worker #11, $12)
+          event worker_control_connected A #11
+        > worker c4 is ready
+          probe #11 with $12
+        > probe of #11 says Ready
+          event worker_added A #11 0ms
+          event worker_ready A #11
+          c3 <- RouteReady
+          persist
+        > status
+          = #11 Ready control=true refs=1 in_flight=0
+    "#]]);
+}
+
+#[test]
+fn with_four_live_tokens_a_fifth_is_refused_and_an_idle_one_is_evicted_first() {
+    let mut s = Scenario::with(BrokerConfig {
+        max_tokens_per_identity: 4,
+        max_sessions_per_route: 8,
+        ..test_config()
+    });
+    s.mcp(1, 'A', "t1")
+        .release(1)
+        .mcp(2, 'A', "t2")
+        .mcp(3, 'A', "t3")
+        .mcp(4, 'A', "t4")
+        .mcp(5, 'A', "t5")
+        .request("t1", RequestKind::Model, false)
+        .mcp(6, 'A', "t6")
+        .release(3)
+        .mcp(7, 'A', "t6")
+        .request("t3", RequestKind::Model, false)
+        .mcp(8, 'B', "t1")
+        .mcp(9, 'A', "t1");
+    s.check(expect![[r#"
+        > mcp c1 registers A with t1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > mcp c1 releases
+          event mcp_removed A refs=0 Released
+          event worker_activation_cancelled A #3
+        > mcp c2 registers A with t2
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #7
+          c2 <- Registered(session #5, LaunchWorker(grant #7 bind [127, 0, 0, 1]:0))
+        > mcp c3 registers A with t3
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=2
+          c3 <- Registered(session #9, WaitForWorker(1000ms))
+        > mcp c4 registers A with t4
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=3
+          c4 <- Registered(session #11, WaitForWorker(1000ms))
+        > mcp c5 registers A with t5
+          event route_credential_evicted A t1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=4
+          c5 <- Registered(session #13, WaitForWorker(1000ms))
+        > Model request with t1
+          = unbound
+        > mcp c6 registers A with t6
+          event control_registration_refused mcp token_limit A
+          c6 <- Refused(token_limit)
+          close c6
+        > mcp c3 releases
+          event mcp_removed A refs=3 Released
+        > mcp c7 registers A with t6
+          event route_credential_evicted A t3
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=4
+          c7 <- Registered(session #15, WaitForWorker(1000ms))
+        > Model request with t3
+          = unbound
+        > mcp c8 registers B with t1
+          event control_registration_refused mcp credential_bound_elsewhere B
+          c8 <- Refused(credential_bound_elsewhere)
+          close c8
+        > mcp c9 registers A with t1
+          event control_registration_refused mcp token_limit A
+          c9 <- Refused(token_limit)
+          close c9
+    "#]]);
+}
+
+#[test]
+fn backoff_doubles_up_to_the_cap_and_starts_again_after_a_published_worker() {
+    let mut config = test_config();
+    config.timers.retry_cap_ms = 3000;
+    let mut s = Scenario::with(config);
+    s.mcp(1, 'A', "a1");
+    for wait in [1000, 2000, 3000, 3000] {
+        let grant = s.last_grant().0;
+        s.step(
+            "the launch fails",
+            Input::McpActivationFailed {
+                conn: ConnId(1),
+                activation_id: grant,
+                reason: "worker_exited_before_ready".into(),
+            },
+        )
+        .advance(wait);
+    }
+    s.worker(2, 'A').ready(2).probe(2, ProbeOutcome::Ready);
+    let grant = s.last_grant().0;
+    s.step(
+        "it dies before serving",
+        Input::McpWorkerExited {
+            conn: ConnId(1),
+            activation_id: grant,
+        },
+    )
+    .advance(1000);
+    let grant = s.last_grant().0;
+    s.step(
+        "the next launch fails too",
+        Input::McpActivationFailed {
+            conn: ConnId(1),
+            activation_id: grant,
+            reason: "worker_exited_before_ready".into(),
+        },
+    );
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > the launch fails
+          event worker_activation_failed A worker_exited_before_ready retry_after=1000ms
+          c1 <- UsePassThrough
+        > clock +1000ms (t=1000ms)
+          event worker_relaunch_requested A attempt=1
+          event worker_staged A #5
+          c1 <- LaunchWorker(grant #5 bind [127, 0, 0, 1]:0)
+        > the launch fails
+          event worker_activation_failed A worker_exited_before_ready retry_after=2000ms
+          c1 <- UsePassThrough
+        > clock +2000ms (t=3000ms)
+          event worker_relaunch_requested A attempt=2
+          event worker_staged A #7
+          c1 <- LaunchWorker(grant #7 bind [127, 0, 0, 1]:0)
+        > the launch fails
+          event worker_activation_failed A worker_exited_before_ready retry_after=3000ms
+          c1 <- UsePassThrough
+        > clock +3000ms (t=6000ms)
+          event worker_relaunch_requested A attempt=3
+          event worker_staged A #9
+          c1 <- LaunchWorker(grant #9 bind [127, 0, 0, 1]:0)
+        > the launch fails
+          event worker_activation_failed A worker_exited_before_ready retry_after=3000ms
+          c1 <- UsePassThrough
+        > clock +3000ms (t=9000ms)
+          event worker_relaunch_requested A attempt=4
+          event worker_staged A #11
+          c1 <- LaunchWorker(grant #11 bind [127, 0, 0, 1]:0)
+        > worker c2 registers A with grant #11
+          c2 <- Registered(worker #13, $14)
+          event worker_control_connected A #13
+        > worker c2 is ready
+          probe #13 with $14
+        > probe of #13 says Ready
+          event worker_added A #13 0ms
+          event worker_ready A #13
+          c1 <- RouteReady
+          persist
+        > it dies before serving
+          forget #13
+          event worker_removed A #13 Crashed
+          persist
+          c2 <- Refused(generation_revoked)
+          close c2
+          event worker_activation_failed A worker_exited_before_serving retry_after=1000ms
+          c1 <- UsePassThrough
+        > clock +1000ms (t=10000ms)
+          event worker_relaunch_requested A attempt=1
+          event worker_staged A #15
+          c1 <- LaunchWorker(grant #15 bind [127, 0, 0, 1]:0)
+        > the next launch fails too
+          event worker_activation_failed A worker_exited_before_ready retry_after=2000ms
+          c1 <- UsePassThrough
+    "#]]);
+}
+
+#[test]
+fn after_a_restart_the_mcp_may_come_back_before_its_worker() {
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2);
+    let snapshot = s.broker.snapshot();
+    let worker = s.workers[&2];
+    let mut s = Scenario::new();
+    s.broker.restore(s.now, snapshot);
+    s.mcp(10, 'A', "a1")
+        .request("a1", RequestKind::Model, false)
+        .end_all()
+        .step(
+            "the worker resumes",
+            Input::WorkerResume {
+                conn: ConnId(11),
+                fingerprint: fp('A'),
+                worker_id: worker,
+                certificate_sha256: Bytes32([2; 32]),
+            },
+        );
+    s.workers.insert(11, worker);
+    s.probe(11, ProbeOutcome::Ready)
+        .request("a1", RequestKind::Model, false)
+        .status();
+    s.check(expect![[r#"
+        > mcp c10 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          c10 <- Registered(session #1, WaitForWorker(1000ms))
+        > Model request with a1
+          = pass through (worker_unavailable, retry after 1000ms)
+        > every request ends
+        > the worker resumes
+          forget #5
+          c11 <- Registered(worker #5, $3)
+          probe #5 with $3
+        > probe of #5 says Ready
+          event worker_control_reconnected A #5
+          event worker_ready A #5
+          c10 <- RouteReady
+          persist
+        > Model request with a1
+          = worker #5 with $3
+        > status
+          = #5 Ready control=true refs=1 in_flight=1
+    "#]]);
+    // The worker does not come back within the grace: the waiting MCP launches a new one.
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2);
+    let snapshot = s.broker.snapshot();
+    let mut s = Scenario::new();
+    s.broker.restore(s.now, snapshot);
+    s.mcp(10, 'A', "a1").advance(30_000);
+    s.check(expect![[r#"
+        > mcp c10 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          c10 <- Registered(session #1, WaitForWorker(1000ms))
+        > clock +30000ms (t=30000ms)
+          event worker_recovery_failed A #5
+          forget #5
+          event worker_removed A #5 Revoked
+          persist
+          event worker_staged A #3
+          c10 <- LaunchWorker(grant #3 bind [127, 0, 0, 1]:0)
+    "#]]);
+}
+
+#[test]
+fn revoking_a_recovering_or_draining_route_empties_it_without_a_launch() {
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2).drop_conn(2).step(
+        "relayd bindings revoke A",
+        Input::Revoke {
+            fingerprint: fp('A'),
+            block: false,
+        },
+    );
+    resume_worker(&mut s, 3, 2, 'A');
+    s.request("a1", RequestKind::Model, false).status();
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > c2 drops
+          event worker_control_disconnected A #5
+          event worker_control_lost A #5
+          event worker_recovery_started A #5
+          probe #5 with $6
+        > relayd bindings revoke A
+          c1 <- Refused(revoked)
+          close c1
+          event mcp_removed A refs=0 Revoked
+          forget #5
+          event worker_removed A #5 Revoked
+          persist
+          persist
+        > worker c3 resumes the generation of c2
+          event control_registration_refused worker generation_revoked A
+          c3 <- Refused(generation_revoked)
+          close c3
+        > Model request with a1
+          = unbound
+        > status
+          = no workers
+    "#]]);
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2)
+        .release(1)
+        .mcp(3, 'A', "a1")
+        .step(
+            "relayd bindings revoke A",
+            Input::Revoke {
+                fingerprint: fp('A'),
+                block: false,
+            },
+        )
+        .step(
+            "the drained worker stops",
+            Input::WorkerStopping { conn: ConnId(2) },
+        )
+        .status()
+        .advance(200_000);
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > mcp c1 releases
+          event mcp_removed A refs=0 Released
+          c2 <- Drain(120000ms)
+          event worker_drain_started A #5
+          persist
+        > mcp c3 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          c3 <- Registered(session #7, WaitForWorker(1000ms))
+        > relayd bindings revoke A
+          c3 <- Refused(revoked)
+          close c3
+          event mcp_removed A refs=0 Revoked
+          c2 <- Drain(120000ms)
+          forget #5
+          event worker_removed A #5 Revoked
+          persist
+          persist
+        > the drained worker stops
+        > status
+          = no workers
+        > clock +200000ms (t=200000ms)
+    "#]]);
+}

@@ -1,0 +1,525 @@
+//! A worker's life under failure (SPEC §3.3, §3.7, §5.4, §5.5): a worker killed mid-stream,
+//! a client that goes away mid-stream, the last session ending while a stream runs, a
+//! worker binary that fails to start and is repaired, and a draining worker that never
+//! exits. Each test runs the real processes with shortened timers and checks the lifecycle
+//! events relayd, relay-mcp and the worker log (§10.3) beside what the client and the
+//! provider stand-in saw.
+
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use relay_e2e::http::send;
+use relay_e2e::{BrokenWorker, Relayd, Tap, User, procfs};
+use relay_proto::Message;
+use relay_testkit::{ANTHROPIC_MESSAGES_SSE, Behaviour, REQUEST_ID_HEADER, StandIn};
+use rustix::process::Signal;
+
+use super::support::{
+    EVENT_TIMEOUT, MCP_EXIT_TIMEOUT, WORKER_TIMEOUT, anthropic_request, assert_passed_through,
+    assert_through_worker, between, context, event_with, fault_config, field, fresh_token, marker,
+    nth_event, paced, pass_throughs, ready_mcp, recorded_with, route_status, spawn_mcp,
+    streaming_request, user_for, wait_for_workers_status, workers_status,
+};
+
+/// How soon a broken stream or a client's disconnect must be seen on the other side (§3.3:
+/// "at once"); generous for two shared cores, far below any timer in play.
+const PROMPTLY: Duration = Duration::from_secs(1);
+
+/// The worker id and pid of the `n`-th (from 1) worker relayd added, once it runs.
+async fn nth_worker(relayd: &Relayd, user: &User, n: usize) -> anyhow::Result<(String, u32)> {
+    let added = nth_event(relayd.logs(), "worker_added", n, WORKER_TIMEOUT).await?;
+    let id = field(&added, "worker_id").to_owned();
+    let pids = user.wait_for_workers(1, WORKER_TIMEOUT).await?;
+    Ok((id, pids[0]))
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_stream_breaks_that_stream_and_a_new_generation_takes_over()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    // The clients dial through a tap, so the test can read the `WorkerExited` relay-mcp
+    // sends; the grace is long so a relaunch within it proves nobody waited for it.
+    let tap = Tap::bind().await?;
+    let relayd = Relayd::builder()?
+        .config(fault_config(
+            &stand_in,
+            "",
+            "reconnect_grace_secs = 20\ndrain_secs = 1\nretry_base_ms = 200",
+        ))
+        .args(["--advertise-address", &tap.origin()])
+        .start()
+        .await?;
+    let tap = tap.forward_to(relayd.addr());
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let mcp = ready_mcp(&user, &tap.origin(), &token).await?;
+    let (first_id, first_pid) = nth_worker(&relayd, &user, 1).await?;
+
+    // 16 bytes every 100 ms: the stream would take about six seconds.
+    stand_in.set_behaviour(paced(16, Duration::from_millis(100)));
+    let streamed = marker("killed")?;
+    let mut res = send(relayd.addr(), streaming_request(&token, &streamed)?).await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let first = res.next_data().await?.unwrap_or_default();
+    assert!(!first.is_empty());
+    let id: u64 = res.header_str(REQUEST_ID_HEADER).unwrap_or("").parse()?;
+    let peer = stand_in
+        .request(id)
+        .ok_or_else(|| anyhow::anyhow!("the stand-in has no request {id}"))?
+        .peer;
+    assert!(
+        procfs::owns_connection(first_pid, peer, stand_in.addr()),
+        "the stream does not go through the worker"
+    );
+
+    user.signal_worker(first_pid, Signal::KILL)?;
+    let killed = Instant::now();
+    let cut = tokio::time::timeout(PROMPTLY, res.read_rest(&first))
+        .await
+        .map_err(|_| anyhow::anyhow!("the stream was still open {PROMPTLY:?} after the kill"))?;
+    match cut {
+        Ok(body) => panic!(
+            "the stream ended cleanly after {} of {} bytes; a broken stream must end with an error",
+            body.len(),
+            ANTHROPIC_MESSAGES_SSE.len()
+        ),
+        Err(broken) => assert!(broken.received.len() < ANTHROPIC_MESSAGES_SSE.len()),
+    }
+
+    // relay-mcp saw its child die and said so; the broker calls it a crash and relaunches
+    // at once, since the worker had served (§5.4), far inside the 20 s grace.
+    let stopped = mcp
+        .logs()
+        .wait_for_event("worker_stopped", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(stopped["exit_signal"], 9, "{stopped}");
+    let removed = event_with(
+        relayd.logs(),
+        "worker_removed",
+        "worker_id",
+        &first_id,
+        EVENT_TIMEOUT,
+    )
+    .await?;
+    assert_eq!(field(&removed, "reason"), "crashed", "{removed}");
+    let (second_id, second_pid) = nth_worker(&relayd, &user, 2).await?;
+    let relaunched = killed.elapsed();
+    assert_ne!(second_id, first_id);
+    assert_ne!(second_pid, first_pid);
+    assert!(
+        relaunched < Duration::from_secs(5),
+        "the new generation took {relaunched:?}"
+    );
+    assert_eq!(procfs::parent_pid(second_pid), Some(mcp.pid()?));
+    let sessions = relay_e2e::ws::control_sessions(&tap.exchanges());
+    let exited = sessions
+        .iter()
+        .filter(|s| s.path == relay_proxy::control::MCP_PATH)
+        .flat_map(|s| &s.from_client)
+        .filter(|m| matches!(m, Message::WorkerExited(exit) if exit.signal == Some(9)))
+        .count();
+    assert_eq!(
+        exited, 1,
+        "relay-mcp did not report WorkerExited for the kill"
+    );
+    for event in ["worker_recovery_failed", "worker_activation_failed"] {
+        assert!(
+            relayd.logs().events_named(event).is_empty(),
+            "{event}: {}",
+            context(&relayd, &user, &[&mcp])
+        );
+    }
+
+    // The next request goes to the new generation; the broken one was never retried.
+    stand_in.set_behaviour(Behaviour::default());
+    let next = marker("next")?;
+    assert_through_worker(
+        &relayd,
+        &stand_in,
+        second_pid,
+        anthropic_request(&token, &next)?,
+    )
+    .await?;
+    assert_eq!(recorded_with(&stand_in, &streamed).len(), 1);
+    assert_eq!(stand_in.request_count(), 2, "a request was sent again");
+    assert!(
+        pass_throughs(&relayd).is_empty(),
+        "{:?}",
+        pass_throughs(&relayd)
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_client_leaving_mid_stream_cancels_the_provider_request_through_the_worker()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(fault_config(
+            &stand_in,
+            "",
+            "drain_secs = 1\nreconnect_grace_secs = 2",
+        ))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let (worker_id, worker_pid) = nth_worker(&relayd, &user, 1).await?;
+
+    stand_in.set_behaviour(paced(16, Duration::from_millis(100)));
+    let mut res = send(
+        relayd.addr(),
+        streaming_request(&token, &marker("leaves")?)?,
+    )
+    .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let first = res.next_data().await?.unwrap_or_default();
+    assert!(!first.is_empty());
+    let id: u64 = res.header_str(REQUEST_ID_HEADER).unwrap_or("").parse()?;
+    let peer = stand_in
+        .request(id)
+        .ok_or_else(|| anyhow::anyhow!("the stand-in has no request {id}"))?
+        .peer;
+    assert!(procfs::owns_connection(worker_pid, peer, stand_in.addr()));
+    let workers = workers_status(&relayd).await?;
+    assert_eq!(workers[0]["in_flight"], 1, "{workers:?}");
+
+    drop(res);
+    let left = Instant::now();
+    let gone = stand_in.wait_for_client_gone(id, EVENT_TIMEOUT).await?;
+    let went_away_at = gone
+        .went_away_at
+        .ok_or_else(|| anyhow::anyhow!("no disconnect time recorded"))?;
+    let took = went_away_at.saturating_duration_since(left);
+    assert!(
+        took < PROMPTLY,
+        "the provider saw the client go {took:?} after it left"
+    );
+    wait_for_workers_status(&relayd, "in_flight 0", EVENT_TIMEOUT, |workers| {
+        workers.len() == 1 && workers[0]["in_flight"] == 0
+    })
+    .await?;
+    // The worker is still the route's, and serves the next request.
+    stand_in.set_behaviour(Behaviour::default());
+    assert_through_worker(
+        &relayd,
+        &stand_in,
+        worker_pid,
+        anthropic_request(&token, &marker("after")?)?,
+    )
+    .await?;
+    assert_eq!(
+        route_status(&relayd, &token).await?["worker_id"],
+        worker_id.as_str()
+    );
+    // A client going away is no fault of the worker's: its route never changed.
+    for event in [
+        "worker_control_lost",
+        "worker_removed",
+        "worker_request_failed",
+        "public_request_pass_through",
+    ] {
+        assert!(
+            relayd.logs().events_named(event).is_empty(),
+            "{event}: {}",
+            context(&relayd, &user, &[&mcp])
+        );
+    }
+    assert_eq!(user.worker_pids(), [worker_pid]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_last_session_ending_mid_stream_drains_the_worker_and_a_new_session_gets_a_fresh_one()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(fault_config(
+            &stand_in,
+            "activation_wait_ms = 0",
+            "drain_secs = 8\nreconnect_grace_secs = 2\nretry_base_ms = 200",
+        ))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let mut mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let (old_id, old_pid) = nth_worker(&relayd, &user, 1).await?;
+
+    // 32 bytes every 100 ms: about three seconds of stream.
+    stand_in.set_behaviour(paced(32, Duration::from_millis(100)));
+    let streamed = marker("drained")?;
+    let mut res = send(relayd.addr(), streaming_request(&token, &streamed)?).await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let first = res.next_data().await?.unwrap_or_default();
+    let id: u64 = res.header_str(REQUEST_ID_HEADER).unwrap_or("").parse()?;
+
+    // The harness session ends: relay-mcp's stdin closes.
+    mcp.close_stdin();
+    assert_eq!(mcp.wait(MCP_EXIT_TIMEOUT).await?.code(), Some(0));
+    let drain = relayd
+        .wait_for_log_event("worker_drain_started", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(field(&drain, "worker_id"), old_id);
+
+    // A new session of the same user arrives during the drain: the draining worker never
+    // returns to service, so its requests pass through until a fresh worker is ready.
+    let mut next = spawn_mcp(&user, &relayd.origin(), &token, None)?;
+    relayd
+        .logs()
+        .wait_for("a second mcp_added", EVENT_TIMEOUT, |logs| {
+            logs.events_named("mcp_added").get(1).cloned()
+        })
+        .await?;
+    let route = route_status(&relayd, &token).await?;
+    assert_eq!(route["state"], "draining", "{route}");
+    let during = marker("during-drain")?;
+    stand_in.set_behaviour(Behaviour::default());
+    assert_passed_through(
+        &relayd,
+        &stand_in,
+        anthropic_request(&token, &during)?,
+        "worker_unavailable",
+    )
+    .await?;
+    // Still draining afterwards: the request met the draining worker, not a fresh one.
+    let route = route_status(&relayd, &token).await?;
+    assert_eq!(route["state"], "draining", "{route}");
+    assert_eq!(route["reason"], "worker_unavailable", "{route}");
+
+    // The stream in flight finishes on the draining worker, byte for byte.
+    let body = res.read_rest(&first).await?;
+    assert!(body == ANTHROPIC_MESSAGES_SSE, "the drained stream changed");
+    let recorded = stand_in
+        .request(id)
+        .ok_or_else(|| anyhow::anyhow!("the stand-in has no request {id}"))?;
+    assert!(!recorded.client_went_away, "the drain cut the stream");
+
+    // Then the old worker exits within drain_secs, and the new session's worker starts.
+    let removed = event_with(
+        relayd.logs(),
+        "worker_removed",
+        "worker_id",
+        &old_id,
+        WORKER_TIMEOUT,
+    )
+    .await?;
+    assert_eq!(field(&removed, "reason"), "drained", "{removed}");
+    assert!(between(&drain, &removed) < Duration::from_secs(8));
+    user.wait_for_exit(old_pid, WORKER_TIMEOUT).await?;
+    let (new_id, new_pid) = nth_worker(&relayd, &user, 2).await?;
+    assert_ne!(new_id, old_id);
+    assert_eq!(procfs::parent_pid(new_pid), Some(next.pid()?));
+    let added = nth_event(relayd.logs(), "worker_added", 2, EVENT_TIMEOUT).await?;
+    assert!(
+        relay_e2e::event_time(&added) >= relay_e2e::event_time(&removed),
+        "the fresh worker was added before the old one left"
+    );
+    let answer = next.initialize("2025-11-25", EVENT_TIMEOUT).await?;
+    assert_eq!(answer["result"]["protocolVersion"], "2025-11-25");
+    assert_through_worker(
+        &relayd,
+        &stand_in,
+        new_pid,
+        anthropic_request(&token, &marker("fresh")?)?,
+    )
+    .await?;
+    assert_eq!(recorded_with(&stand_in, &during).len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn failed_worker_starts_back_off_and_a_repaired_binary_resets_the_delay() -> anyhow::Result<()>
+{
+    let stand_in = StandIn::start().await?;
+    // A scaled-down base so the three delays take three and a half seconds; the broker doubles
+    // whatever the config says (§5.4).
+    let relayd = Relayd::builder()?
+        .config(fault_config(
+            &stand_in,
+            "activation_wait_ms = 0",
+            "retry_base_ms = 500\nretry_cap_secs = 60\ndrain_secs = 1\nreconnect_grace_secs = 2",
+        ))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let broken = BrokenWorker::install(&user.dir().join("broken"))?;
+    let token = fresh_token()?;
+    let mut mcp = spawn_mcp(&user, &relayd.origin(), &token, Some(broken.mcp_program()))?;
+
+    let failures = relayd
+        .logs()
+        .wait_for_events("worker_activation_failed", 3, WORKER_TIMEOUT)
+        .await?;
+    // Repaired at once, so the fourth launch (after 2 s) finds the real binary.
+    broken.repair()?;
+    let delays: Vec<u64> = failures
+        .iter()
+        .map(|f| f["retry_after_ms"].as_u64().unwrap_or_default())
+        .collect();
+    assert_eq!(delays, [500, 1000, 2000], "{failures:?}");
+    for failure in &failures {
+        assert_eq!(
+            field(failure, "failure_reason"),
+            "worker_exited_before_ready",
+            "{failure}"
+        );
+    }
+    // Each relaunch waited out its delay (from the log's own clock).
+    let relaunches = relayd
+        .logs()
+        .wait_for_events("worker_relaunch_requested", 3, WORKER_TIMEOUT)
+        .await?;
+    for (n, (failure, relaunch)) in failures.iter().zip(&relaunches).enumerate() {
+        assert_eq!(relaunch["attempt"], n + 1, "{relaunch}");
+        let waited = between(failure, relaunch);
+        assert!(
+            waited >= Duration::from_millis(delays[n]) - Duration::from_millis(5),
+            "relaunch {} came {waited:?} after its failure",
+            n + 1
+        );
+    }
+    let mcp_failed = mcp
+        .logs()
+        .wait_for_events("worker_stopped", 3, EVENT_TIMEOUT)
+        .await?;
+    assert!(
+        mcp_failed.iter().all(|e| e["exit_code"] == 1),
+        "{mcp_failed:?}"
+    );
+
+    // The repaired binary starts: the route is ready and the session works.
+    let (worker_id, worker_pid) = nth_worker(&relayd, &user, 1).await?;
+    assert_eq!(
+        relayd.logs().events_named("worker_activation_failed").len(),
+        3,
+        "{}",
+        context(&relayd, &user, &[&mcp])
+    );
+    let answer = mcp.initialize("2025-11-25", EVENT_TIMEOUT).await?;
+    assert_eq!(answer["result"]["protocolVersion"], "2025-11-25");
+
+    // It dies before serving anything: a failed start again, with the delay back at the
+    // base because a worker became ready in between (§5.4: reset once a worker is ready).
+    user.signal_worker(worker_pid, Signal::KILL)?;
+    let fourth = nth_event(relayd.logs(), "worker_activation_failed", 4, EVENT_TIMEOUT).await?;
+    assert_eq!(fourth["retry_after_ms"], 500, "{fourth}");
+    assert_eq!(
+        field(&fourth, "failure_reason"),
+        "worker_exited_before_serving"
+    );
+    let removed = event_with(
+        relayd.logs(),
+        "worker_removed",
+        "worker_id",
+        &worker_id,
+        EVENT_TIMEOUT,
+    )
+    .await?;
+    assert_eq!(field(&removed, "reason"), "crashed", "{removed}");
+    let (again_id, again_pid) = nth_worker(&relayd, &user, 2).await?;
+    assert_ne!(again_id, worker_id);
+    assert_through_worker(
+        &relayd,
+        &stand_in,
+        again_pid,
+        anthropic_request(&token, &marker("repaired")?)?,
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_draining_worker_that_never_exits_is_revoked_after_drain_plus_grace() -> anyhow::Result<()>
+{
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(fault_config(
+            &stand_in,
+            "activation_wait_ms = 0",
+            "drain_secs = 2\nreconnect_grace_secs = 1\nretry_base_ms = 200",
+        ))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let mut mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let (old_id, old_pid) = nth_worker(&relayd, &user, 1).await?;
+
+    // A long stream keeps the worker busy, so it is still draining when it hangs.
+    stand_in.set_behaviour(paced(8, Duration::from_millis(100)));
+    let mut res = send(relayd.addr(), streaming_request(&token, &marker("hung")?)?).await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    res.next_data().await?;
+
+    // The last session ends, then the worker hangs (stopped, its sockets open). It is
+    // stopped only once relay-mcp has exited: stopping it before would make the kernel
+    // send it SIGHUP and SIGCONT when its parent exits (POSIX orphaned process groups),
+    // which kills it.
+    mcp.close_stdin();
+    assert_eq!(mcp.wait(MCP_EXIT_TIMEOUT).await?.code(), Some(0));
+    user.signal_worker(old_pid, Signal::STOP)?;
+    let drain = relayd
+        .wait_for_log_event("worker_drain_started", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(drain["in_flight"], 1, "{drain}");
+    // A new session arrives meanwhile and waits for the route's next worker.
+    let mut next = spawn_mcp(&user, &relayd.origin(), &token, None)?;
+
+    let removed = event_with(
+        relayd.logs(),
+        "worker_removed",
+        "worker_id",
+        &old_id,
+        WORKER_TIMEOUT,
+    )
+    .await?;
+    assert_eq!(
+        field(&removed, "reason"),
+        "drain_timeout",
+        "{}",
+        context(&relayd, &user, &[&mcp, &next])
+    );
+    let waited = between(&drain, &removed);
+    assert!(
+        waited >= Duration::from_millis(2990) && waited < Duration::from_secs(6),
+        "revoked {waited:?} after the drain started; drain_secs + reconnect_grace_secs is 3 s"
+    );
+    assert_eq!(
+        procfs::state(old_pid),
+        Some('T'),
+        "the stopped worker went away by itself"
+    );
+
+    // The new session's fresh worker serves it; the stopped one is gone from the status.
+    let added = nth_event(relayd.logs(), "worker_added", 2, WORKER_TIMEOUT).await?;
+    let new_id = field(&added, "worker_id").to_owned();
+    assert_ne!(new_id, old_id);
+    let answer = next.initialize("2025-11-25", EVENT_TIMEOUT).await?;
+    assert_eq!(answer["result"]["protocolVersion"], "2025-11-25");
+    let new_pid = user
+        .worker_pids()
+        .into_iter()
+        .find(|pid| *pid != old_pid)
+        .ok_or_else(|| anyhow::anyhow!("no new worker process"))?;
+    assert_eq!(procfs::parent_pid(new_pid), Some(next.pid()?));
+    stand_in.set_behaviour(Behaviour::default());
+    assert_through_worker(
+        &relayd,
+        &stand_in,
+        new_pid,
+        anthropic_request(&token, &marker("after-timeout")?)?,
+    )
+    .await?;
+    let workers = workers_status(&relayd).await?;
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    assert_eq!(workers[0]["worker_id"], new_id.as_str(), "{workers:?}");
+
+    // Let the revoked process run again: past its drain deadline, it stops and exits.
+    drop(res);
+    user.signal_worker(old_pid, Signal::CONT)?;
+    user.wait_for_exit(old_pid, WORKER_TIMEOUT).await?;
+    assert_eq!(user.worker_pids(), [new_pid]);
+    Ok(())
+}
