@@ -162,7 +162,7 @@ fn answer(shared: &Mutex<Shared>, req: &Request<Incoming>) -> Response<Full<Byte
             StatusCode::UNAUTHORIZED,
             r#"{"error":{"type":"relay_unauthorized"}}"#,
         )
-    } else if req.uri().path() == relay_proxy::worker_client::READY_PATH {
+    } else if req.uri().path() == relay_proxy::worker::READY_PATH {
         (StatusCode::OK, r#"{"ready":true}"#)
     } else if req.uri().path() == "/hooks/claude-code" {
         (StatusCode::OK, r#"{"continue":true}"#)

@@ -115,11 +115,12 @@ impl Control {
                             session = None;
                             continue;
                         }
+                        // state_unavailable is not here: the daemon retries its write, so
+                        // this retries its registration.
                         Some(
                             RefusedCode::CredentialBoundElsewhere
                             | RefusedCode::TokenLimit
-                            | RefusedCode::CredentialMalformed
-                            | RefusedCode::StateUnavailable,
+                            | RefusedCode::CredentialMalformed,
                         ) => {
                             self.pass_through(McpPassThroughReason::CredentialRejected);
                             return self.idle(launched, shutdown).await;

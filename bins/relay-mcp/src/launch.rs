@@ -83,8 +83,8 @@ impl Launcher {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
-            // Its own process group: it outlives this MCP and the harness's signals.
-            .process_group(0)
+            // The worker makes itself a session leader (setsid) as its first act, which it
+            // could not do as a process group leader: it outlives this MCP.
             .kill_on_drop(false);
         let mut child = command
             .spawn()

@@ -31,6 +31,10 @@ use relay_proxy::worker::{
 };
 use tokio::io::AsyncReadExt as _;
 
+/// A draining worker stops once nothing came for this long: the harness's last hooks
+/// (`Stop`, `SessionEnd`) arrive around its MCP's release.
+const DRAIN_QUIET: Duration = Duration::from_secs(2);
+
 /// The grant frame is small; anything longer on stdin is not a grant.
 const MAX_GRANT_BYTES: u64 = 64 * 1024;
 
@@ -44,6 +48,10 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // Its own session, before anything else: the worker outlives the MCP that launched it
+    // and must not get the harness's terminal signals, nor a SIGHUP when that MCP's
+    // process group is orphaned (§5.5).
+    let _ = rustix::process::setsid();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => return relay_logging::clap_exit("relay-worker", &error),
@@ -364,13 +372,12 @@ impl Life {
         }
     }
 
-    /// Finishes accepted requests (at most until the deadline), says `Stopping`, exits.
+    /// Finishes accepted requests and answers late hooks (at most until the deadline), says
+    /// `Stopping`, exits.
     async fn drain(&self, session: &mut Session, deadline: Duration) -> anyhow::Result<()> {
         self.state.start_drain(Instant::now() + deadline);
-        if tokio::time::timeout(deadline, self.state.drained())
-            .await
-            .is_err()
-        {
+        let quiet = self.state.quiet_for(DRAIN_QUIET.min(deadline));
+        if tokio::time::timeout(deadline, quiet).await.is_err() {
             tracing::warn!(
                 in_flight = self.state.in_flight(),
                 "drain did not complete in {deadline:?}"

@@ -337,7 +337,18 @@ fn listener(
     activated: Option<std::net::TcpListener>,
 ) -> anyhow::Result<TcpListener> {
     let std_listener = match activated {
-        Some(listener) => listener,
+        Some(listener) => {
+            // Loopback privileges follow --bind: a passed socket must listen where it says.
+            let local = listener
+                .local_addr()
+                .context("reading the passed socket's address")?;
+            let expected = IpAddr::V4(settings.bind);
+            anyhow::ensure!(
+                local.ip().to_canonical() == expected,
+                "the socket passed by the service manager listens on {local}, not on --bind {expected}"
+            );
+            listener
+        }
         None => {
             let address = SocketAddr::from((settings.bind, settings.port));
             std::net::TcpListener::bind(address).with_context(|| format!("binding {address}"))?

@@ -24,6 +24,8 @@ use crate::types::{
 
 /// Retry-After for a 503 when no retry time is known (§3.5).
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Tombstones kept per identity, as a multiple of its token limit.
+const TOMBSTONES_PER_TOKEN: usize = 4;
 /// Readiness probe failures in a row that count as a failed probe (§5.1).
 const PROBE_STRIKES: u8 = 2;
 
@@ -87,6 +89,9 @@ struct Session {
     hint: Option<WorkerHint>,
     /// Waiting for its new binding to be durable before it is answered.
     pending_persist: Option<u64>,
+    /// The binding (a tombstone, or an expired one of another identity) its registration
+    /// replaced, put back if the new binding cannot be made durable.
+    replaced: Option<Binding>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +133,8 @@ struct Generation {
     ready_reported: bool,
     /// The probe whose answer is awaited, if any.
     probe: Option<u64>,
+    /// It resumed its control session since it was last published.
+    resumed: bool,
     strikes: u8,
     in_flight: u32,
     served: u64,
@@ -261,9 +268,11 @@ impl Broker {
                     was_live: true,
                     ready_reported: true,
                     probe: None,
+                    resumed: false,
                     strikes: 0,
                     in_flight: 0,
-                    served: 0,
+                    // It served before the restart: a crash relaunches at once.
+                    served: 1,
                 },
             );
             let route = self.route_mut_or_create(g.fingerprint);
@@ -394,7 +403,14 @@ impl Broker {
                 if let Some(Party::Worker(worker)) = self.conns.get(&conn).copied() {
                     self.on_starting_worker_failed(now, worker, &reason);
                     if self.conns.contains_key(&conn) {
-                        self.close(conn);
+                        // A published worker that says it failed is treated as gone from
+                        // control: the route recovers or relaunches.
+                        self.on_disconnected(
+                            now,
+                            conn,
+                            WorkerDisconnectReason::CommunicationFailed,
+                        );
+                        self.outputs.push_back(Output::Close { conn });
                     }
                 }
             }
@@ -494,7 +510,8 @@ impl Broker {
                     }
                 }
                 Timer::Flush => {
-                    if self.last_use_dirty {
+                    let pruned = self.prune(now);
+                    if self.last_use_dirty || pruned {
                         self.last_use_dirty = false;
                         self.persist();
                     }
@@ -525,9 +542,8 @@ impl Broker {
             return self.refuse(conn, Role::Mcp, RefusedCode::Blocked, Some(fp));
         }
         // The credential binding (§5.3).
-        let mut new_binding = true;
-        if let Some(binding) = self.bindings.get(&digest) {
-            let tombstoned = binding.tombstone_until.is_some();
+        let previous = self.bindings.get(&digest);
+        if let Some(binding) = previous {
             let expired = binding.tombstone_until.is_some_and(|until| until <= now);
             if binding.fingerprint != fp && !expired {
                 return self.refuse(
@@ -537,10 +553,34 @@ impl Broker {
                     Some(fp),
                 );
             }
-            new_binding = tombstoned || binding.fingerprint != fp;
         }
-        // The route table (§5.3).
-        if !self.routes.contains_key(&fp) && self.routes.len() >= self.config.max_routes {
+        let new_binding =
+            previous.is_none_or(|b| b.tombstone_until.is_some() || b.fingerprint != fp);
+        // Every refusal is decided before anything changes.
+        let route = self.routes.get(&fp);
+        if route.is_some_and(|r| r.sessions.len() >= self.config.max_sessions_per_route) {
+            return self.refuse(conn, Role::Mcp, RefusedCode::SessionLimit, Some(fp));
+        }
+        let evict_token = if new_binding
+            && route.map_or(0, |r| r.digests.len()) >= self.config.max_tokens_per_identity
+        {
+            // The least recently registered digest without a live MCP (§5.3).
+            let idle = route.and_then(|route| {
+                route.digests.iter().copied().find(|d| {
+                    !route
+                        .sessions
+                        .iter()
+                        .any(|s| self.sessions.get(s).is_some_and(|s| s.digest == *d))
+                })
+            });
+            match idle {
+                Some(victim) => Some(victim),
+                None => return self.refuse(conn, Role::Mcp, RefusedCode::TokenLimit, Some(fp)),
+            }
+        } else {
+            None
+        };
+        let evict_route = if route.is_none() && self.routes.len() >= self.config.max_routes {
             let victim = self
                 .routes
                 .iter()
@@ -548,44 +588,21 @@ impl Broker {
                 .min_by_key(|(_, r)| r.used)
                 .map(|(fp, _)| *fp);
             match victim {
-                Some(victim) => self.evict_route(now, victim),
+                Some(victim) => Some(victim),
                 None => return self.refuse(conn, Role::Mcp, RefusedCode::RouteTableFull, Some(fp)),
             }
+        } else {
+            None
+        };
+        if let Some(victim) = evict_route {
+            self.evict_route(now, victim);
         }
-        if new_binding {
-            let max = self.config.max_tokens_per_identity;
-            let live = self.routes.get(&fp).map_or(0, |r| r.digests.len());
-            if live >= max {
-                let idle = self.routes.get(&fp).and_then(|route| {
-                    route
-                        .digests
-                        .iter()
-                        .find(|d| {
-                            !route
-                                .sessions
-                                .iter()
-                                .any(|s| self.sessions.get(s).is_some_and(|s| s.digest == **d))
-                        })
-                        .copied()
-                });
-                match idle {
-                    Some(victim) => {
-                        self.tombstone(now, victim);
-                        self.event(Event::CredentialEvicted {
-                            fingerprint: fp,
-                            digest: victim,
-                        });
-                    }
-                    None => return self.refuse(conn, Role::Mcp, RefusedCode::TokenLimit, Some(fp)),
-                }
-            }
-        }
-        if self
-            .routes
-            .get(&fp)
-            .is_some_and(|r| r.sessions.len() >= self.config.max_sessions_per_route)
-        {
-            return self.refuse(conn, Role::Mcp, RefusedCode::SessionLimit, Some(fp));
+        if let Some(victim) = evict_token {
+            self.tombstone(now, victim);
+            self.event(Event::CredentialEvicted {
+                fingerprint: fp,
+                digest: victim,
+            });
         }
         let conflict = self.routes.get(&fp).and_then(|r| {
             r.sessions
@@ -601,8 +618,9 @@ impl Broker {
                 other_peer,
             });
         }
+        let mut replaced = None;
         if new_binding {
-            self.bindings.insert(
+            replaced = self.bindings.insert(
                 digest,
                 Binding {
                     fingerprint: fp,
@@ -628,6 +646,7 @@ impl Broker {
                 disconnected_at: None,
                 hint,
                 pending_persist,
+                replaced,
             },
         );
         self.conns.insert(conn, Party::Mcp(session_id));
@@ -1025,6 +1044,7 @@ impl Broker {
                 was_live: false,
                 ready_reported: false,
                 probe: None,
+                resumed: false,
                 strikes: 0,
                 in_flight: 0,
                 served: 0,
@@ -1072,6 +1092,7 @@ impl Broker {
         let old = self.generations.get_mut(&worker_id).and_then(|g| {
             g.secret = secret;
             g.strikes = 0;
+            g.resumed = true;
             g.conn.replace(conn)
         });
         if let Some(old) = old {
@@ -1079,7 +1100,7 @@ impl Broker {
             self.outputs.push_back(Output::Close { conn: old });
         }
         self.conns.insert(conn, Party::Worker(worker_id));
-        // The secret changed: pooled connections carry the old one.
+        // Requests decided before the resume carry the old secret; start afresh.
         self.outputs.push_back(Output::Forget { worker_id });
         let drain_deadline_ms = match self.state(fp) {
             Some(RouteState::Draining { deadline, .. }) => Some(
@@ -1309,6 +1330,7 @@ impl Broker {
                     ProbeOutcome::Ready => {
                         let live = self.routes.get(&fp).is_some_and(|r| !r.sessions.is_empty());
                         if connected && live {
+                            let resumed = self.generations.get(&worker).is_some_and(|g| g.resumed);
                             let since = match self.state(fp) {
                                 Some(RouteState::Recovering { deadline, .. }) => {
                                     deadline.checked_sub(self.config.reconnect_grace())
@@ -1317,11 +1339,14 @@ impl Broker {
                             };
                             let disconnected = since
                                 .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
-                            self.event(Event::WorkerControlReconnected {
-                                fingerprint: fp,
-                                worker_id: worker,
-                                disconnected,
-                            });
+                            // Only a worker that had to resume reconnected (§5.4).
+                            if resumed {
+                                self.event(Event::WorkerControlReconnected {
+                                    fingerprint: fp,
+                                    worker_id: worker,
+                                    disconnected,
+                                });
+                            }
                             self.publish(now, fp, worker);
                         }
                         // Not connected or no reference yet: a resume or a registration probes again.
@@ -1562,6 +1587,7 @@ impl Broker {
             g.status = GenStatus::Live;
             g.was_live = true;
             g.strikes = 0;
+            g.resumed = false;
         }
         self.timers
             .set(Timer::Probe(worker), now + self.config.probe_interval);
@@ -1672,13 +1698,50 @@ impl Broker {
     }
 
     fn tombstone(&mut self, now: Instant, digest: Digest) {
-        if let Some(binding) = self.bindings.get_mut(&digest) {
-            binding.tombstone_until = Some(now + self.config.binding_tombstone);
-            let fp = binding.fingerprint;
-            if let Some(route) = self.routes.get_mut(&fp) {
-                route.digests.retain(|d| *d != digest);
+        let Some(binding) = self.bindings.get_mut(&digest) else {
+            return;
+        };
+        binding.tombstone_until = Some(now + self.config.binding_tombstone);
+        let fp = binding.fingerprint;
+        if let Some(route) = self.routes.get_mut(&fp) {
+            route.digests.retain(|d| *d != digest);
+        }
+        // A peer minting tokens for its own identity must not grow the table without bound:
+        // beyond the cap, the tombstones of that identity that expire first go.
+        let cap = self.config.max_tokens_per_identity * TOMBSTONES_PER_TOKEN;
+        let mut tombstones: Vec<(Instant, Digest)> = self
+            .bindings
+            .iter()
+            .filter(|(_, b)| b.fingerprint == fp)
+            .filter_map(|(d, b)| b.tombstone_until.map(|until| (until, *d)))
+            .collect();
+        if tombstones.len() > cap {
+            tombstones.sort();
+            for (_, digest) in &tombstones[..tombstones.len() - cap] {
+                self.bindings.remove(digest);
             }
         }
+    }
+
+    /// Forgets what can no longer matter: expired tombstones, grants that ended (a
+    /// `LaunchStatus` asks within seconds of a release; this runs every few minutes), and
+    /// retired generations with no connection and no request left. Returns whether the
+    /// persisted state changed.
+    fn prune(&mut self, now: Instant) -> bool {
+        let before = self.bindings.len();
+        self.bindings
+            .retain(|_, b| b.tombstone_until.is_none_or(|until| until > now));
+        let generations = &self.generations;
+        self.grants.retain(|_, grant| match grant.state {
+            GrantState::Issued => true,
+            GrantState::Cancelled => false,
+            GrantState::Consumed { worker } => generations
+                .get(&worker)
+                .is_some_and(|g| g.status != GenStatus::Revoked),
+        });
+        self.generations
+            .retain(|_, g| g.status != GenStatus::Revoked || g.conn.is_some() || g.in_flight > 0);
+        self.bindings.len() != before
     }
 
     fn on_revoke(&mut self, now: Instant, fp: Fingerprint, block: bool) {
@@ -1771,7 +1834,16 @@ impl Broker {
                 if let Some(route) = self.routes.get_mut(&session.fingerprint) {
                     route.digests.retain(|d| *d != session.digest);
                 }
-                self.bindings.remove(&session.digest);
+                // Put back what the registration replaced: a revived tombstone must keep
+                // blocking other identities (§5.3).
+                match session.replaced {
+                    Some(previous) => {
+                        self.bindings.insert(session.digest, previous);
+                    }
+                    None => {
+                        self.bindings.remove(&session.digest);
+                    }
+                }
                 if let Some(conn) = session.conn {
                     self.conns.remove(&conn);
                     self.refuse(
@@ -2151,11 +2223,6 @@ impl Broker {
                 supported: SUPPORTED_PROTOCOLS,
             }),
         );
-        self.outputs.push_back(Output::Close { conn });
-    }
-
-    fn close(&mut self, conn: ConnId) {
-        self.conns.remove(&conn);
         self.outputs.push_back(Output::Close { conn });
     }
 }

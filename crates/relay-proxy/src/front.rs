@@ -128,9 +128,9 @@ pub struct Front {
     control: Option<Arc<ControlPlane>>,
 }
 
-/// What the credential rules decided for one request (§3.5).
+/// Where the credential rules send a request (§3.5).
 #[derive(Debug)]
-enum Decision {
+enum Routed {
     PassThrough {
         reason: PassThroughReason,
         /// True when the request carried a credential (then the pass-through is logged).
@@ -145,12 +145,36 @@ enum Decision {
         fingerprint: Fingerprint,
         ticket: TicketGuard,
     },
+}
+
+/// Why the credential rules send a request nowhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
     Unauthorized,
     /// Strict mode without a ready worker: 503 with this `Retry-After`.
     Unavailable {
         retry_after: Duration,
     },
     TooMany,
+}
+
+impl Refusal {
+    fn answer(self) -> Response<ResponseBody> {
+        match self {
+            Refusal::Unauthorized => unauthorized(),
+            Refusal::Unavailable { retry_after } => worker_unavailable(retry_after),
+            Refusal::TooMany => {
+                let mut res = error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    ErrorKind::RelayTooManyRequests,
+                    "too many requests in flight for this route",
+                );
+                res.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                res
+            }
+        }
+    }
 }
 
 impl Front {
@@ -415,7 +439,15 @@ impl Front {
 
     /// The table of §3.5: a bound credential goes to the broker, which may wait for an
     /// activating route; everything else follows the rules for unbound callers.
-    async fn decide(&self, credential: &Credential, kind: RequestKind) -> Decision {
+    async fn decide(&self, credential: &Credential, kind: RequestKind) -> Result<Routed, Refusal> {
+        let anonymous_refused =
+            !self.is_loopback_bind() && !self.options.allow_anonymous_pass_through;
+        // A caller whose credential turns out unbound gets 401 here: it may not park a
+        // request waiting for a session.
+        let kind = match kind {
+            RequestKind::OpeningHook if anonymous_refused => RequestKind::Hook,
+            kind => kind,
+        };
         if let (Credential::Token(token), Some(shell)) = (credential, &self.shell) {
             let digest = Digest(*token.digest().as_bytes());
             match shell.route(digest, kind).await {
@@ -428,7 +460,7 @@ impl Front {
                     certificate_sha256,
                     secret,
                 } => {
-                    return Decision::Worker {
+                    return Ok(Routed::Worker {
                         target: WorkerTarget {
                             worker_id,
                             endpoint,
@@ -437,7 +469,7 @@ impl Front {
                         },
                         fingerprint,
                         ticket: TicketGuard::new(shell.clone(), ticket),
-                    };
+                    });
                 }
                 BrokerDecision::PassThrough {
                     ticket,
@@ -447,36 +479,37 @@ impl Front {
                 } => {
                     let ticket = TicketGuard::new(shell.clone(), ticket);
                     return match self.options.mode {
-                        Mode::RequireWorker => Decision::Unavailable { retry_after },
-                        Mode::Managed | Mode::PassThrough => Decision::PassThrough {
+                        Mode::RequireWorker => Err(Refusal::Unavailable { retry_after }),
+                        Mode::Managed | Mode::PassThrough => Ok(Routed::PassThrough {
                             reason,
                             credentialed: true,
                             fingerprint: Some(fingerprint),
                             ticket: Some(ticket),
-                        },
+                        }),
                     };
                 }
-                BrokerDecision::TooMany { .. } => return Decision::TooMany,
-                // The shell only returns once the wait is over.
+                BrokerDecision::TooMany { .. } => return Err(Refusal::TooMany),
+                // The shell only returns once the wait is over; should it not, nothing is
+                // forwarded.
                 BrokerDecision::Wait => {
-                    return Decision::Unavailable {
+                    return Err(Refusal::Unavailable {
                         retry_after: Duration::from_secs(1),
-                    };
+                    });
                 }
             }
         }
-        let anonymous_refused =
-            !self.is_loopback_bind() && !self.options.allow_anonymous_pass_through;
-        let pass_through = |reason, credentialed| Decision::PassThrough {
-            reason,
-            credentialed,
-            fingerprint: None,
-            ticket: None,
+        let pass_through = |reason, credentialed| {
+            Ok(Routed::PassThrough {
+                reason,
+                credentialed,
+                fingerprint: None,
+                ticket: None,
+            })
         };
         match (credential, self.options.mode) {
-            (Credential::Invalid, _) => Decision::Unauthorized,
-            (_, Mode::RequireWorker) => Decision::Unauthorized,
-            (_, _) if anonymous_refused => Decision::Unauthorized,
+            (Credential::Invalid, _) => Err(Refusal::Unauthorized),
+            (_, Mode::RequireWorker) => Err(Refusal::Unauthorized),
+            (_, _) if anonymous_refused => Err(Refusal::Unauthorized),
             (Credential::Missing, Mode::Managed) => {
                 pass_through(PassThroughReason::MissingCredential, false)
             }
@@ -487,25 +520,6 @@ impl Front {
                 PassThroughReason::ConfiguredPassThrough,
                 matches!(credential, Credential::Token(_)),
             ),
-        }
-    }
-
-    /// The answer for a decision that sends the request nowhere.
-    fn refusal(decision: &Decision) -> Option<Response<ResponseBody>> {
-        match decision {
-            Decision::Unauthorized => Some(unauthorized()),
-            Decision::Unavailable { retry_after } => Some(worker_unavailable(*retry_after)),
-            Decision::TooMany => {
-                let mut res = error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    ErrorKind::RelayTooManyRequests,
-                    "too many requests in flight for this route",
-                );
-                res.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                Some(res)
-            }
-            Decision::PassThrough { .. } | Decision::Worker { .. } => None,
         }
     }
 
@@ -581,10 +595,10 @@ impl Front {
             Family::OpenAi => RouteLabel::Openai,
         };
         let credential = parse_credential(req.headers());
-        let decision = self.decide(&credential, RequestKind::Model).await;
-        if let Some(res) = Self::refusal(&decision) {
-            return local(res, label);
-        }
+        let routed = match self.decide(&credential, RequestKind::Model).await {
+            Ok(routed) => routed,
+            Err(refusal) => return local(refusal.answer(), label),
+        };
         let idle = self.config().daemon.stream_idle_secs.get();
         let models = family == ModelFamily::Models;
         let (parts, incoming) = req.into_parts();
@@ -593,8 +607,8 @@ impl Front {
         } else {
             RequestBody::streaming(incoming, limit, idle)
         };
-        match decision {
-            Decision::Worker {
+        match routed {
+            Routed::Worker {
                 target: worker,
                 fingerprint,
                 ticket,
@@ -636,7 +650,7 @@ impl Front {
                     }
                 }
             }
-            Decision::PassThrough {
+            Routed::PassThrough {
                 reason,
                 credentialed,
                 fingerprint,
@@ -650,9 +664,6 @@ impl Front {
                     .to_provider(&parts, body, &target, conn, bound, models, idle, ticket)
                     .await;
                 (res, label, Destination::PassThrough)
-            }
-            Decision::Unauthorized | Decision::Unavailable { .. } | Decision::TooMany => {
-                local(unauthorized(), label)
             }
         }
     }
@@ -754,6 +765,13 @@ impl Front {
             }
         };
         match result {
+            // The worker refused the secret: a request decided just before the worker resumed
+            // with a new one. The worker read no body, but ours may be partly written: 502,
+            // never the worker's 401, which a harness would take as a login problem.
+            Ok(res) if res.status() == StatusCode::UNAUTHORIZED => {
+                self.log_worker_failure(route, fingerprint, worker.worker_id, "secret_refused");
+                WorkerResult::Failed(worker_failed())
+            }
             Ok(mut res) => {
                 res.extensions_mut().insert(UpstreamWait(waiting.elapsed()));
                 WorkerResult::Answered(res)
@@ -814,12 +832,12 @@ impl Front {
             RequestKind::Hook
         };
         let credential = parse_credential(&parts.headers);
-        let decision = self.decide(&credential, kind).await;
-        if let Some(res) = Self::refusal(&decision) {
-            return local(res);
-        }
-        let (reason, fingerprint) = match decision {
-            Decision::Worker {
+        let routed = match self.decide(&credential, kind).await {
+            Ok(routed) => routed,
+            Err(refusal) => return local(refusal.answer()),
+        };
+        let (reason, fingerprint) = match routed {
+            Routed::Worker {
                 target: worker,
                 fingerprint,
                 ticket,
@@ -855,15 +873,12 @@ impl Front {
                     }
                 }
             }
-            Decision::PassThrough {
+            Routed::PassThrough {
                 reason,
                 credentialed,
                 fingerprint,
                 ..
             } => (credentialed.then_some(reason), fingerprint),
-            Decision::Unauthorized | Decision::Unavailable { .. } | Decision::TooMany => {
-                return local(unauthorized());
-            }
         };
         if let Some(reason) = reason {
             self.log_pass_through("hook", reason, fingerprint);

@@ -102,6 +102,9 @@ pub async fn serve<H: Handler>(
             },
         };
         let _ = tcp.set_nodelay(true);
+        // An IPv4 peer on a dual-stack socket arrives as ::ffff:a.b.c.d; every rule that
+        // looks at loopback must see a.b.c.d.
+        let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
         let local = tcp.local_addr().unwrap_or(peer);
         let handler = handler.clone();
         let builder = builder.clone();

@@ -30,6 +30,10 @@ pub enum Outbound {
     Close,
 }
 
+/// Requests that may wait for a starting route at once; each re-asks the broker on every
+/// change, so their number is bounded.
+pub const MAX_WAITING: usize = 256;
+
 /// Queue length per control session (§5.8): a session that cannot keep up is closed.
 pub const SESSION_QUEUE: usize = 64;
 
@@ -74,8 +78,13 @@ pub struct Shell {
     degraded: std::sync::atomic::AtomicBool,
     /// Serializes state writes (the background writer and `persist_now`).
     writing: tokio::sync::Mutex<()>,
+    /// Requests waiting for a route to start (§3.5), at most [`MAX_WAITING`].
+    waiting: tokio::sync::Semaphore,
     grace: Duration,
     drain: Duration,
+    /// Copies of two limits for log events written while the broker is locked.
+    max_tokens_per_identity: usize,
+    max_routes: usize,
 }
 
 impl std::fmt::Debug for Shell {
@@ -94,6 +103,8 @@ impl Shell {
     ) -> Result<Arc<Shell>, crate::state::StateError> {
         let persisted = state.load()?;
         let grace = Duration::from_millis(config.timers.reconnect_grace_ms);
+        let (max_tokens_per_identity, max_routes) =
+            (config.max_tokens_per_identity, config.max_routes);
         let drain = Duration::from_millis(config.timers.drain_ms);
         let mut broker = Broker::new(config, Box::new(OsEntropy));
         broker.restore(Instant::now(), persisted);
@@ -110,8 +121,11 @@ impl Shell {
             tasks: Mutex::new(JoinSet::new()),
             degraded: std::sync::atomic::AtomicBool::new(false),
             writing: tokio::sync::Mutex::new(()),
+            waiting: tokio::sync::Semaphore::new(MAX_WAITING),
             grace,
             drain,
+            max_tokens_per_identity,
+            max_routes,
         }))
     }
 
@@ -119,18 +133,29 @@ impl Shell {
         &self.workers
     }
 
-    /// Runs the timer and the state writer until `shutdown`, then writes the state a last
-    /// time (§5.7).
+    /// Runs the timer and the state writer until `shutdown`, then lets a write in progress
+    /// finish and writes the state a last time (§5.7).
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        let (stop, stopped) = watch::channel(false);
         let writer = {
             let shell = self.clone();
             let mut requests = self.persist.subscribe();
-            async move {
-                while requests.changed().await.is_ok() {
-                    let seq = *requests.borrow_and_update();
-                    shell.write_state(seq).await;
+            let mut stopped = stopped.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        biased;
+                        _ = stopped.changed() => return,
+                        changed = requests.changed() => {
+                            if changed.is_err() {
+                                return;
+                            }
+                            requests.borrow_and_update();
+                            shell.write_state(&stopped).await;
+                        }
+                    }
                 }
-            }
+            })
         };
         let timer = {
             let shell = self.clone();
@@ -154,22 +179,25 @@ impl Shell {
         };
         tokio::select! {
             () = shutdown => {}
-            () = writer => {}
             () = timer => {}
         }
-        // Final write, and no more background work.
-        let seq = *self.persist.borrow();
-        self.write_state(seq).await;
+        // No write may land after the final one.
+        stop.send_replace(true);
+        let _ = writer.await;
+        self.write_state(&stopped).await;
         let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
         drop(tasks);
     }
 
-    /// Writes the state; a failure is logged, surfaces in `/healthz`, fails the
-    /// registrations that waited for it, and is retried while the daemon runs (§4.4).
-    async fn write_state(self: &Arc<Self>, seq: u64) {
+    /// Writes the state. Every attempt reports to the broker, so the registrations waiting
+    /// for it are answered or refused (§5.3); a failure is logged, surfaces in `/healthz`,
+    /// and is retried until it succeeds or the daemon stops (§4.4).
+    async fn write_state(self: &Arc<Self>, stopped: &watch::Receiver<bool>) {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
+            // Read before the snapshot is taken: the write covers every request up to it.
+            let seq = *self.persist.borrow();
             let result = self.save_snapshot().await;
             let ok = result.is_ok();
             if let Err(error) = &result {
@@ -184,14 +212,18 @@ impl Shell {
             }
             self.degraded
                 .store(!ok, std::sync::atomic::Ordering::Relaxed);
-            if seq > 0 && (ok || attempt == 1) {
+            if seq > 0 {
                 self.input(Input::Persisted { seq, ok });
             }
-            if ok {
+            if ok || *stopped.borrow() {
                 return;
             }
             let retry = Duration::from_secs(u64::from(attempt.min(30)));
-            tokio::time::sleep(retry).await;
+            let mut stopped = stopped.clone();
+            tokio::select! {
+                () = tokio::time::sleep(retry) => {}
+                _ = stopped.changed() => return,
+            }
         }
     }
 
@@ -212,19 +244,59 @@ impl Shell {
 
     /// Feeds one input and executes what the broker decided.
     pub fn input(self: &Arc<Self>, input: Input) {
-        let outputs = self.with_broker(|b| {
-            b.handle(Instant::now(), input);
-            drain(b)
-        });
-        self.execute(outputs);
+        self.drive(|b| b.handle(Instant::now(), input));
     }
 
     fn timeout(self: &Arc<Self>) {
-        let outputs = self.with_broker(|b| {
-            b.handle_timeout(Instant::now());
-            drain(b)
-        });
-        self.execute(outputs);
+        self.drive(|b| b.handle_timeout(Instant::now()));
+    }
+
+    /// Runs `f` on the broker and executes its outputs in order while the lock is still
+    /// held: they only queue work (session messages, a state-write request, pool evictions,
+    /// log lines), and executing them in the broker's order is what keeps a `Registered`
+    /// ahead of a `RouteReady` decided by another task. Probes are spawned after the lock is
+    /// released. Returns `f`'s value and the outputs, for callers that report on them.
+    fn drive<T>(self: &Arc<Self>, f: impl FnOnce(&mut Broker) -> T) -> (T, Vec<Output>) {
+        let (value, outputs) = {
+            let mut broker = self.broker.lock().unwrap_or_else(|e| e.into_inner());
+            let value = f(&mut broker);
+            let outputs = drain(&mut broker);
+            for output in &outputs {
+                self.execute(output);
+            }
+            let workers = broker.workers();
+            for state in ["ready", "draining", "recovering"] {
+                let count = workers
+                    .iter()
+                    .filter(|w| worker_state_name(w.state) == state)
+                    .count();
+                self.metrics.set_workers(state, count as i64);
+            }
+            (value, outputs)
+        };
+        for output in &outputs {
+            if let Output::Probe {
+                worker_id,
+                probe,
+                endpoint,
+                certificate_sha256,
+                secret,
+            } = output
+            {
+                self.spawn_probe(
+                    *probe,
+                    WorkerTarget {
+                        worker_id: *worker_id,
+                        endpoint: endpoint.clone(),
+                        certificate_sha256: certificate_sha256.0,
+                        secret: secret.0,
+                    },
+                );
+            }
+        }
+        self.changed.notify_waiters();
+        self.timer.notify_one();
+        (value, outputs)
     }
 
     /// Registers the outbound queue of an authenticated control session.
@@ -254,53 +326,40 @@ impl Shell {
         self.input(Input::Disconnected { conn, reason });
     }
 
-    fn execute(self: &Arc<Self>, outputs: Vec<Output>) {
-        for output in outputs {
-            match output {
-                Output::Send { conn, message } => {
-                    self.deliver(conn, Outbound::Message(Box::new(message)))
-                }
-                Output::Close { conn } => self.deliver(conn, Outbound::Close),
-                Output::Probe {
-                    worker_id,
-                    probe,
-                    endpoint,
-                    certificate_sha256,
-                    secret,
-                } => {
-                    let shell = self.clone();
-                    let target = WorkerTarget {
-                        worker_id,
-                        endpoint,
-                        certificate_sha256: certificate_sha256.0,
-                        secret: secret.0,
-                    };
-                    self.spawn(async move {
-                        let outcome = shell.workers.probe(&target).await;
-                        shell.input(Input::ProbeResult {
-                            worker_id,
-                            probe,
-                            outcome,
-                        });
-                    });
-                }
-                Output::Persist { seq } => {
-                    self.persist.send_replace(seq);
-                }
-                Output::Forget { worker_id } => self.workers.forget(worker_id),
-                Output::Event(event) => self.log(&event),
+    /// Executes one output, with the broker locked (see [`Shell::drive`]); probes are
+    /// left to the caller.
+    fn execute(&self, output: &Output) {
+        match output {
+            Output::Send { conn, message } => {
+                self.deliver(*conn, Outbound::Message(Box::new(message.clone())));
             }
+            Output::Close { conn } => self.deliver(*conn, Outbound::Close),
+            Output::Probe { .. } => {}
+            Output::Persist { seq } => {
+                // Never move the request back: a later seq covers the earlier ones.
+                self.persist.send_if_modified(|current| {
+                    let newer = *seq > *current;
+                    if newer {
+                        *current = *seq;
+                    }
+                    newer
+                });
+            }
+            Output::Forget { worker_id } => self.workers.forget(*worker_id),
+            Output::Event(event) => self.log(event),
         }
-        self.changed.notify_waiters();
-        self.timer.notify_one();
-        let workers = self.with_broker(|b| b.workers());
-        for state in ["ready", "draining", "recovering"] {
-            let count = workers
-                .iter()
-                .filter(|w| worker_state_name(w.state) == state)
-                .count();
-            self.metrics.set_workers(state, count as i64);
-        }
+    }
+
+    fn spawn_probe(self: &Arc<Self>, probe: u64, target: WorkerTarget) {
+        let shell = self.clone();
+        self.spawn(async move {
+            let outcome = shell.workers.probe(&target).await;
+            shell.input(Input::ProbeResult {
+                worker_id: target.worker_id,
+                probe,
+                outcome,
+            });
+        });
     }
 
     fn deliver(&self, conn: ConnId, outbound: Outbound) {
@@ -330,6 +389,8 @@ impl Shell {
     pub async fn route(self: &Arc<Self>, digest: Digest, kind: RequestKind) -> Decision {
         let wait = self.with_broker(|b| b.config().activation_wait);
         let deadline = tokio::time::Instant::now() + wait;
+        // Waiting is bounded in numbers too: beyond MAX_WAITING requests decide at once.
+        let mut permit = None;
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
@@ -339,6 +400,15 @@ impl Shell {
                 self.with_broker(|b| b.begin_request(Instant::now(), digest, kind, waited));
             if decision != Decision::Wait {
                 return decision;
+            }
+            if permit.is_none() {
+                match self.waiting.try_acquire() {
+                    Ok(held) => permit = Some(held),
+                    Err(_) => {
+                        return self
+                            .with_broker(|b| b.begin_request(Instant::now(), digest, kind, true));
+                    }
+                }
             }
             tokio::select! {
                 () = changed => {}
@@ -353,11 +423,7 @@ impl Shell {
 
     /// The worker of `ticket` could not be reached before anything was written.
     pub fn worker_unreachable(self: &Arc<Self>, ticket: Ticket, outcome: ProbeOutcome) {
-        let outputs = self.with_broker(|b| {
-            b.worker_unreachable(Instant::now(), ticket, outcome);
-            drain(b)
-        });
-        self.execute(outputs);
+        self.drive(|b| b.worker_unreachable(Instant::now(), ticket, outcome));
     }
 
     pub fn workers_view(&self) -> Vec<relay_broker::WorkerView> {
@@ -379,14 +445,14 @@ impl Shell {
     /// `relayd bindings revoke` (or `block` when `block`) for a running daemon (§5.4, last
     /// row): the broker ends the route, and this says what it ended.
     pub fn revoke(self: &Arc<Self>, fingerprint: Fingerprint, block: bool) -> RevokeSummary {
-        let (bindings, outputs) = self.with_broker(|b| {
+        let (bindings, outputs) = self.drive(|b| {
             let bindings = b
                 .bindings()
                 .iter()
                 .filter(|v| v.fingerprint == fingerprint && !v.tombstone)
                 .count();
             b.handle(Instant::now(), Input::Revoke { fingerprint, block });
-            (bindings, drain(b))
+            bindings
         });
         let mut summary = RevokeSummary {
             bindings,
@@ -409,19 +475,17 @@ impl Shell {
                 _ => {}
             }
         }
-        self.execute(outputs);
         summary
     }
 
     /// `relayd bindings unblock` for a running daemon; true when the fingerprint was
     /// blocked.
     pub fn unblock(self: &Arc<Self>, fingerprint: Fingerprint) -> bool {
-        let (was_blocked, outputs) = self.with_broker(|b| {
+        let (was_blocked, _) = self.drive(|b| {
             let was_blocked = b.snapshot().blocked.contains(&fingerprint);
             b.handle(Instant::now(), Input::Unblock { fingerprint });
-            (was_blocked, drain(b))
+            was_blocked
         });
-        self.execute(outputs);
         was_blocked
     }
 
@@ -496,7 +560,7 @@ impl Shell {
                 fingerprint,
                 digest,
             } => {
-                let max = self.with_broker(|b| b.config().max_tokens_per_identity);
+                let max = self.max_tokens_per_identity;
                 L::RouteCredentialEvicted {
                     fingerprint: &fingerprint.to_hex(),
                     credential_digest: &digest.to_hex(),
@@ -505,7 +569,7 @@ impl Shell {
                 .emit();
             }
             Event::RouteEvicted { fingerprint } => {
-                let max = self.with_broker(|b| b.config().max_routes);
+                let max = self.max_routes;
                 L::RouteEvicted {
                     fingerprint: &fingerprint.to_hex(),
                     max_routes: max as u64,

@@ -23,11 +23,12 @@ use tokio::net::TcpStream;
 
 use crate::body::RequestBody;
 use crate::headers::WORKER_SECRET;
+use crate::worker::READY_PATH;
 
 /// Probes get this long (§5.1).
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-/// The readiness endpoint of a worker.
-pub const READY_PATH: &str = "/_relay/worker/v1/ready";
+/// TCP, TLS and HTTP handshakes with a worker get this long together.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle connections kept per worker.
 const MAX_IDLE: usize = 32;
 
@@ -109,7 +110,10 @@ impl WorkerClient {
                 },
             }
         }
-        let mut sender = match connect(target).await {
+        // A stopped or unreachable worker must not hold the request: nothing is written until
+        // the connection is up, so a timeout here still allows one pass-through (§3.7).
+        let connecting = tokio::time::timeout(CONNECT_TIMEOUT, connect(target)).await;
+        let mut sender = match connecting.unwrap_or(Err(ProbeOutcome::Failed)) {
             Ok(sender) => sender,
             Err(outcome) => {
                 return Err(WorkerSendError::NotSent {

@@ -2943,3 +2943,155 @@ fn revoking_a_recovering_or_draining_route_empties_it_without_a_launch() {
         > clock +200000ms (t=200000ms)
     "#]]);
 }
+
+#[test]
+fn a_revived_tombstone_survives_a_failed_state_write() {
+    let mut s = Scenario::new();
+    s.mcp(1, 'A', "a1").step(
+        "relayd bindings revoke A",
+        Input::Revoke {
+            fingerprint: fp('A'),
+            block: false,
+        },
+    );
+    s.auto_persist = false;
+    s.mcp(2, 'A', "a1");
+    let seq = s.last_seq;
+    s.step("the state write fails", Input::Persisted { seq, ok: false });
+    s.auto_persist = true;
+    // The tombstone still keeps the revoked token from another identity.
+    s.mcp(3, 'B', "a1");
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > relayd bindings revoke A
+          c1 <- Refused(revoked)
+          close c1
+          event mcp_removed A refs=0 Revoked
+          event worker_activation_cancelled A #3
+          persist
+        > mcp c2 registers A with a1
+          persist
+          event mcp_control_connected A
+        > the state write fails
+          event control_registration_refused mcp state_unavailable A
+          c2 <- Refused(state_unavailable)
+          close c2
+        > mcp c3 registers B with a1
+          event control_registration_refused mcp credential_bound_elsewhere B
+          c3 <- Refused(credential_bound_elsewhere)
+          close c3
+    "#]]);
+}
+
+#[test]
+fn a_refused_registration_changes_nothing() {
+    let mut config = test_config();
+    config.max_sessions_per_route = 2;
+    let mut s = Scenario::with(config);
+    s.mcp(1, 'A', "a1").mcp(2, 'A', "a2").release(1);
+    // Two sessions are live again; a third, with a new token, is refused for the session
+    // limit before the idle token a1 is evicted for it.
+    s.mcp(3, 'A', "a1")
+        .mcp(4, 'A', "a3")
+        .request("a1", RequestKind::Model, false);
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > mcp c2 registers A with a2
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=2
+          c2 <- Registered(session #5, WaitForWorker(1000ms))
+        > mcp c1 releases
+          event mcp_removed A refs=1 Released
+          event worker_activation_cancelled A #3
+          event worker_staged A #7
+          c2 <- LaunchWorker(grant #7 bind [127, 0, 0, 1]:0)
+        > mcp c3 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=2
+          c3 <- Registered(session #9, WaitForWorker(1000ms))
+        > mcp c4 registers A with a3
+          event control_registration_refused mcp session_limit A
+          c4 <- Refused(session_limit)
+          close c4
+        > Model request with a1
+          = wait
+    "#]]);
+}
+
+#[test]
+fn expired_tombstones_ended_grants_and_retired_generations_are_forgotten() {
+    let mut config = test_config();
+    config.binding_tombstone = Duration::from_secs(60);
+    config.bindings_flush = Duration::from_secs(300);
+    let mut s = Scenario::with(config);
+    s.ready_route(1, 'A', "a1", 2)
+        .step(
+            "relayd bindings revoke A",
+            Input::Revoke {
+                fingerprint: fp('A'),
+                block: false,
+            },
+        )
+        .drop_conn(2);
+    assert_eq!(s.broker.bindings().len(), 1);
+    assert!(!s.broker.grants.is_empty());
+    assert!(!s.broker.generations.is_empty());
+    s.advance(300_000);
+    assert!(s.broker.bindings().is_empty());
+    assert!(s.broker.grants.is_empty());
+    assert!(s.broker.generations.is_empty());
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > relayd bindings revoke A
+          c1 <- Refused(revoked)
+          close c1
+          event mcp_removed A refs=0 Revoked
+          c2 <- Drain(120000ms)
+          forget #5
+          event worker_removed A #5 Revoked
+          persist
+          persist
+        > c2 drops
+          event worker_control_disconnected A #5
+        > clock +300000ms (t=300000ms)
+          persist
+    "#]]);
+}
+
+#[test]
+fn tombstones_per_identity_are_capped() {
+    let mut s = Scenario::new();
+    // Token limit 2, so at most 8 tombstones: mint 12 tokens, each evicting the last.
+    for n in 0..12 {
+        s.mcp(100 + n, 'A', &format!("t{n}")).release(100 + n);
+    }
+    let tombstones = s.broker.bindings().iter().filter(|b| b.tombstone).count();
+    assert_eq!(tombstones, 8);
+    s.out.clear();
+}

@@ -200,6 +200,13 @@ impl ControlPlane {
         let now = Instant::now();
         let mut handshakes = self.handshakes.lock().ok()?;
         let window = self.options.challenge_window;
+        // Addresses whose window has passed are forgotten, so the map stays as small as the
+        // set of recently active peers.
+        handshakes.retain(|_, recent| {
+            recent
+                .back()
+                .is_some_and(|last| now.duration_since(*last) < window)
+        });
         let recent = handshakes.entry(ip).or_default();
         while recent
             .front()
@@ -557,13 +564,15 @@ impl ControlPlane {
                     }
                 },
                 _ = ping.tick() => {
-                    if last_heard.elapsed() > ping_every + self.options.pong_timeout {
-                        transport.close(CloseCode::Away, "pong timeout").await;
-                        return WorkerDisconnectReason::PongTimeout;
-                    }
                     if transport.ping().await.is_err() {
                         return WorkerDisconnectReason::CommunicationFailed;
                     }
+                }
+                // A remote peer that sent nothing, not even a pong, for a ping interval and
+                // the pong timeout is gone (§5.1).
+                () = tokio::time::sleep_until(last_heard + ping_every + self.options.pong_timeout), if remote => {
+                    transport.close(CloseCode::Away, "pong timeout").await;
+                    return WorkerDisconnectReason::PongTimeout;
                 }
             }
         }

@@ -247,15 +247,15 @@ fn token() -> RouteToken {
 }
 
 /// A decision as a comparable value: (pass-through reason, credentialed) or `None` for 401.
-fn summary(decision: &Decision) -> Option<(PassThroughReason, bool)> {
+fn summary(decision: &Result<Routed, Refusal>) -> Option<(PassThroughReason, bool)> {
     match decision {
-        Decision::PassThrough {
+        Ok(Routed::PassThrough {
             reason,
             credentialed,
             fingerprint: None,
             ticket: None,
-        } => Some((*reason, *credentialed)),
-        Decision::Unauthorized => None,
+        }) => Some((*reason, *credentialed)),
+        Err(Refusal::Unauthorized) => None,
         other => panic!("unexpected decision without bound routes: {other:?}"),
     }
 }

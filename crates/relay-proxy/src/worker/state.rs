@@ -180,6 +180,25 @@ impl WorkerState {
         let _ = watching.wait_for(|n| *n == 0).await;
     }
 
+    /// Resolves once no request has been in flight for `quiet` without a break. A draining
+    /// worker waits for this before it stops, so the hooks a harness posts as it ends
+    /// (`Stop`, `SessionEnd`), which still go to a draining worker (§3.5), find it.
+    pub async fn quiet_for(&self, quiet: std::time::Duration) {
+        let mut watching = self.in_flight.subscribe();
+        loop {
+            let _ = watching.wait_for(|n| *n == 0).await;
+            watching.mark_unchanged();
+            tokio::select! {
+                () = tokio::time::sleep(quiet) => return,
+                changed = watching.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// Compares the presented header value with the secret, in constant time. False while
     /// no secret is set.
     pub(crate) fn is_authorized(&self, presented: &[u8]) -> bool {

@@ -141,3 +141,31 @@ fn drained_resolves_once_the_last_request_ends() {
     assert_eq!(state.in_flight(), 0);
     assert!(drained.now_or_never().is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_draining_worker_stays_for_late_hooks_until_it_has_been_quiet() {
+    let state = Arc::new(WorkerState::new());
+    state.set_ready();
+    state.start_drain(Instant::now() + Duration::from_secs(60));
+    let quiet = Duration::from_secs(2);
+    let waiting = tokio::spawn({
+        let state = state.clone();
+        async move { state.quiet_for(quiet).await }
+    });
+    // A late hook arrives after one quiet second and takes a second itself.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let hook = state
+        .admit(RequestKind::Hook)
+        .expect("hooks are still answered");
+    tokio::task::yield_now().await;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    tokio::task::yield_now().await;
+    assert!(!waiting.is_finished());
+    let ended = tokio::time::Instant::now();
+    drop(hook);
+    waiting.await.unwrap();
+    assert!(
+        ended.elapsed() >= quiet,
+        "the quiet time restarts after the hook"
+    );
+}
