@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use relay_identity::{DaemonAddress, Env, PinStore, ProcessEnv, SigningKey, StatePaths, names};
-use relay_logging::{Lifecycle, LogConfig};
+use relay_logging::Lifecycle;
 use relay_proto::{Text, WorkerHint};
 use relay_proxy::control::client::ClientIdentity;
 use tokio::sync::{oneshot, watch};
@@ -36,35 +36,9 @@ fn main() -> ExitCode {
         Err(error) => return relay_logging::clap_exit("relay-mcp", &error),
     };
     let env = ProcessEnv;
-    let (config, ignored) = match relay_proxy::config::Config::load_client_from(&env) {
-        Ok(loaded) => loaded,
-        Err(error) => return relay_logging::usage_exit("relay-mcp", &error),
-    };
-    let text = |name: &str| env.var_os(name).map(|v| v.to_string_lossy().into_owned());
-    let log = match LogConfig::client(
-        Some(&config.logging.level),
-        text(names::RELAY_LOG).as_deref(),
-        text(names::RELAY_LOG_FORMAT).as_deref(),
-    ) {
-        Ok(log) => log,
-        Err(error) => return relay_logging::usage_exit("relay-mcp", &error),
-    };
-    if let Err(error) = relay_logging::init(&log, std::io::stderr) {
-        return relay_logging::usage_exit("relay-mcp", &error);
-    }
-    for key in ignored {
-        tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("relay-mcp: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+    let (_config, runtime) = match relay_proxy::client_process::start("relay-mcp", &env) {
+        Ok(started) => started,
+        Err(exit) => return exit,
     };
     runtime.block_on(run(cli, env));
     // The worker is in its own process group and outlives this runtime.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Parser as _;
 use relay_identity::{DaemonAddress, Env, PinStore, ProcessEnv, SigningKey, StatePaths, names};
-use relay_logging::{Lifecycle, LogConfig};
+use relay_logging::Lifecycle;
 use relay_proto::{
     Bytes32, Grant, Message, RefusedCode, RegisterWorkerFields, Registered, ResumeWorkerFields,
     Text, Timers,
@@ -57,35 +57,9 @@ fn main() -> ExitCode {
         Err(error) => return relay_logging::clap_exit("relay-worker", &error),
     };
     let env = ProcessEnv;
-    let (config, ignored) = match relay_proxy::config::Config::load_client_from(&env) {
-        Ok(loaded) => loaded,
-        Err(error) => return relay_logging::usage_exit("relay-worker", &error),
-    };
-    let text = |name: &str| env.var_os(name).map(|v| v.to_string_lossy().into_owned());
-    let log = match LogConfig::client(
-        Some(&config.logging.level),
-        text(names::RELAY_LOG).as_deref(),
-        text(names::RELAY_LOG_FORMAT).as_deref(),
-    ) {
-        Ok(log) => log,
-        Err(error) => return relay_logging::usage_exit("relay-worker", &error),
-    };
-    if let Err(error) = relay_logging::init(&log, std::io::stderr) {
-        return relay_logging::usage_exit("relay-worker", &error);
-    }
-    for key in ignored {
-        tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("relay-worker: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+    let (config, runtime) = match relay_proxy::client_process::start("relay-worker", &env) {
+        Ok(started) => started,
+        Err(exit) => return exit,
     };
     match runtime.block_on(run(cli, env, config)) {
         Ok(()) => ExitCode::SUCCESS,

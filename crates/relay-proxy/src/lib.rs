@@ -13,6 +13,7 @@
 pub mod admin;
 mod answers;
 pub mod body;
+pub mod client_process;
 pub mod config;
 pub mod conn;
 pub mod control;
