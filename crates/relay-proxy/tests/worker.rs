@@ -302,14 +302,15 @@ fn stream_request(worker: &Worker, path: &str) -> Request<Full<Bytes>> {
 /// Polls `check` until it holds or `within` passes.
 async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
+    let mut poll = tokio::time::interval(Duration::from_millis(10));
     loop {
+        poll.tick().await;
         if check() {
             return true;
         }
         if Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
