@@ -59,6 +59,43 @@ const ASYNC_NETWORK_CRATES: &[&str] = &[
     "socket2",
 ];
 
+/// What the pure plugin crate must not reach: the async and network stack, the OS and
+/// exporters. Unlike the broker it may use `ring`, for keyed hashes of redacted values.
+const PLUGIN_FORBIDDEN: &[&str] = &[
+    "tokio",
+    "tokio-util",
+    "tokio-rustls",
+    "tokio-tungstenite",
+    "tungstenite",
+    "hyper",
+    "hyper-util",
+    "hyper-rustls",
+    "h2",
+    "rustls",
+    "mio",
+    "socket2",
+    "rustix",
+    "nix",
+    "listenfd",
+    "reqwest",
+    "ureq",
+    "opentelemetry",
+    "opentelemetry_sdk",
+    "opentelemetry-otlp",
+    "opentelemetry-http",
+    "opentelemetry-proto",
+];
+
+/// The exporters that only the worker links (through `relay-sinks`).
+const OBSERVABILITY_EXPORTERS: &[&str] = &[
+    "relay-sinks",
+    "opentelemetry",
+    "opentelemetry_sdk",
+    "opentelemetry-otlp",
+    "opentelemetry-http",
+    "opentelemetry-proto",
+];
+
 /// Crates that must not appear anywhere in the graph, dev and build dependencies included:
 /// TLS is rustls with ring only.
 const BANNED_EVERYWHERE: &[&str] = &["aws-lc-rs", "aws-lc-sys", "openssl", "openssl-sys"];
@@ -96,10 +133,68 @@ pub(crate) const LAYER_RULES: &[LayerRule] = &[
     },
     LayerRule {
         krate: "relay-logging",
-        allowed_internal: &[],
+        allowed_internal: &["relay-proto"],
         forbidden: &[],
-        reason: "SPEC §11: tracing set-up only, below every other crate",
+        reason: "SPEC §11: tracing set-up and the lifecycle events, over relay-proto's vocabulary only",
     },
+    LayerRule {
+        krate: "relay-plugins",
+        allowed_internal: &["relay-proto"],
+        forbidden: PLUGIN_FORBIDDEN,
+        reason: "SPEC §11: the plugin logic is pure, no tokio, hyper, sockets or exporters",
+    },
+    LayerRule {
+        krate: "relay-sinks",
+        allowed_internal: &["relay-proto", "relay-plugins", "relay-logging"],
+        forbidden: &[],
+        reason: "SPEC §11: the observability IO, below the worker only",
+    },
+    LayerRule {
+        krate: "relay-proxy",
+        allowed_internal: &[
+            "relay-proto",
+            "relay-identity",
+            "relay-broker",
+            "relay-logging",
+            "relay-plugins",
+        ],
+        forbidden: OBSERVABILITY_EXPORTERS,
+        reason: "SPEC §11: relayd links relay-proxy, and relayd never links the observability exporters",
+    },
+    LayerRule {
+        krate: "relayd",
+        allowed_internal: DAEMON_SIDE,
+        forbidden: OBSERVABILITY_EXPORTERS,
+        reason: "SPEC §11: relayd never links relay-sinks or OpenTelemetry",
+    },
+    LayerRule {
+        krate: "relay-mcp",
+        allowed_internal: DAEMON_SIDE,
+        forbidden: OBSERVABILITY_EXPORTERS,
+        reason: "SPEC §11: only relay-worker links relay-sinks",
+    },
+    LayerRule {
+        krate: "relay-hook",
+        allowed_internal: DAEMON_SIDE,
+        forbidden: OBSERVABILITY_EXPORTERS,
+        reason: "SPEC §11: only relay-worker links relay-sinks",
+    },
+    LayerRule {
+        krate: "relay-doctor",
+        allowed_internal: DAEMON_SIDE,
+        forbidden: OBSERVABILITY_EXPORTERS,
+        reason: "SPEC §11: only relay-worker links relay-sinks",
+    },
+];
+
+/// The libraries a binary other than the worker may link.
+const DAEMON_SIDE: &[&str] = &[
+    "relay-proto",
+    "relay-identity",
+    "relay-broker",
+    "relay-proxy",
+    "relay-logging",
+    "relay-plugins",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -76,6 +76,8 @@ fn good() -> Graph {
         "relay-broker",
         "relay-proxy",
         "relay-logging",
+        "relay-plugins",
+        "relay-sinks",
         "relay-testkit",
         "relay-e2e",
     ] {
@@ -101,6 +103,13 @@ fn good() -> Graph {
         .normal("relay-identity", "rustix")
         .normal("relay-broker", "relay-proto")
         .normal("relay-logging", "tracing")
+        .normal("relay-logging", "relay-proto")
+        .normal("relay-plugins", "relay-proto")
+        .normal("relay-plugins", "ring")
+        .normal("relay-sinks", "relay-plugins")
+        .normal("relay-sinks", "tokio")
+        .normal("relay-sinks", "opentelemetry")
+        .normal("relay-worker", "relay-sinks")
         .normal("relay-proxy", "relay-proto")
         .normal("relay-proxy", "relay-identity")
         .normal("relay-proxy", "relay-broker")
@@ -161,6 +170,17 @@ fn proto_reaching_tokio_transitively_is_reported_with_its_path() {
                 ],
                 reason: LAYER_RULES[1].reason,
             },
+            Violation::Forbidden {
+                krate: "relay-plugins".to_owned(),
+                dependency: "tokio".to_owned(),
+                path: vec![
+                    "relay-plugins".into(),
+                    "relay-proto".into(),
+                    "uuid".into(),
+                    "tokio".into()
+                ],
+                reason: LAYER_RULES[4].reason,
+            },
         ]
     );
     let message = violations[0].to_string();
@@ -220,11 +240,12 @@ fn broker_may_depend_on_proto_only() {
 }
 
 #[test]
-fn proto_identity_and_logging_depend_on_no_internal_crate() {
+fn proto_identity_logging_and_plugins_reach_only_their_allowed_crates() {
     for (krate, internal) in [
         ("relay-proto", "relay-logging"),
         ("relay-identity", "relay-proto"),
-        ("relay-logging", "relay-proto"),
+        ("relay-logging", "relay-identity"),
+        ("relay-plugins", "relay-broker"),
     ] {
         let violations = good().normal(krate, internal).check();
         assert!(
@@ -260,6 +281,10 @@ fn nothing_depends_on_a_binary() {
         .normal("relay-proxy", "relayd")
         .dep("relay-mcp", "relay-worker", DepKind::Build)
         .check();
+    let violations: Vec<Violation> = violations
+        .into_iter()
+        .filter(|violation| matches!(violation, Violation::DependsOnBinary { .. }))
+        .collect();
     assert_eq!(
         violations,
         [
@@ -448,5 +473,39 @@ fn the_workspace_follows_the_rules() {
             .members()
             .map(|(_, package)| &package.name)
             .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn only_the_worker_links_the_sinks_and_opentelemetry() {
+    for (krate, exporter) in [
+        ("relayd", "relay-sinks"),
+        ("relay-proxy", "relay-sinks"),
+        ("relay-mcp", "relay-sinks"),
+        ("relayd", "opentelemetry"),
+    ] {
+        let violations = good().normal(krate, exporter).check();
+        assert!(
+            violations.iter().any(|violation| matches!(
+                violation,
+                Violation::Forbidden { krate: k, dependency, .. } if k == krate && dependency == exporter
+            )),
+            "{krate} -> {exporter}: {:?}",
+            messages(&violations)
+        );
+    }
+}
+
+#[test]
+fn the_plugin_core_stays_pure() {
+    let violations = good()
+        .normal("relay-plugins", "some-exporter")
+        .normal("some-exporter", "tokio")
+        .check();
+    assert_eq!(
+        messages(&violations),
+        [
+            "relay-plugins must not depend on tokio (SPEC §11: the plugin logic is pure, no tokio, hyper, sockets or exporters); path: relay-plugins -> some-exporter -> tokio"
+        ]
     );
 }

@@ -1,0 +1,7 @@
+//! The worker's plugin logic, pure like the broker: `plugins.toml`, the policy engine, the
+//! redactor, usage and cost, bounded decoding of captured bodies, and the ATOF recorder as a
+//! state machine. It does no IO: no tokio, no hyper, no sockets, no clock; time and data come
+//! in as arguments, so every rule is testable as a script.
+//!
+//! It is empty while the plugins are being built; `cargo xtask tidy` already holds it to its
+//! layering rules.
