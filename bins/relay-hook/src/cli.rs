@@ -71,9 +71,10 @@ impl Agent {
         }
     }
 
-    /// What the daemon answers when no worker handles the event (SPEC §3.4); printed as is
-    /// when there is no credential.
-    pub(crate) fn pass_through_answer(self) -> &'static str {
+    /// The agent's silent answer: what the daemon answers when no worker handles the event
+    /// (SPEC §3.4) and what a worker answers when policy does not deny (SPEC §7.2). It is all
+    /// relay-hook ever prints on stdout.
+    pub(crate) fn silent_answer(self) -> &'static str {
         match self {
             Agent::Claude => r#"{"continue":true}"#,
             Agent::Codex | Agent::Pi => "{}",

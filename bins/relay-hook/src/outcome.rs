@@ -1,5 +1,10 @@
 //! Steps 4 to 6 of SPEC §7.1 as pure functions: what a daemon answer means, and what the
 //! process prints and exits with for each outcome.
+//!
+//! Relay only ever denies or stays silent (SPEC §7.2), so stdout is never taken from the
+//! daemon: a 2xx answer means "go on", and what is printed is the agent's silent answer of
+//! [`Agent::silent_answer`]. Whatever a body says (an impostor on the daemon port answering
+//! `permissionDecision: "allow"` or `additionalContext`, say) cannot reach the agent.
 
 use std::fmt;
 use std::io;
@@ -149,8 +154,8 @@ impl fmt::Display for ErrorType<'_> {
 /// What one daemon answer means.
 #[derive(Debug)]
 pub(crate) enum Verdict {
-    /// 2xx: print this body.
-    Answer(Bytes),
+    /// 2xx with an empty or JSON object body: go on silently. The body itself is not kept.
+    Proceed,
     /// 503 `relay_worker_unavailable`: nothing was forwarded, ask again later.
     RetryLater,
     /// 403 `relay_policy_rejected`, with the reason to print.
@@ -159,11 +164,12 @@ pub(crate) enum Verdict {
     Failure(Failure),
 }
 
-/// Reads one answer (steps 4 and 5).
+/// Reads one answer (steps 4 and 5). A 2xx body that is neither empty nor a JSON object is
+/// not what a Relay daemon sends, so it is a failure rather than a silent go-ahead.
 pub(crate) fn judge(status: StatusCode, body: Bytes) -> Verdict {
     if status.is_success() {
         return if is_empty_or_object(&body) {
-            Verdict::Answer(body)
+            Verdict::Proceed
         } else {
             Verdict::Failure(Failure::AnswerNotJson { status })
         };
@@ -223,8 +229,9 @@ impl ErrorBody {
 /// How the exchange ended.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// Print this body, exit 0.
-    Answer(Bytes),
+    /// Go on: print the agent's silent answer, exit 0. A 2xx from the daemon and the
+    /// pass-through without a credential both end here.
+    Silent,
     /// A policy block with its reason.
     PolicyRejected(String),
     /// Fall back to the failure policy.
@@ -236,8 +243,9 @@ pub(crate) enum Outcome {
 pub(crate) struct Exit {
     /// The exit status.
     pub(crate) code: u8,
-    /// Bytes for stdout, verbatim.
-    pub(crate) stdout: Option<Bytes>,
+    /// What stdout gets: only ever the agent's silent answer, a constant, so nothing the
+    /// daemon sent can be printed.
+    pub(crate) stdout: Option<&'static str>,
     /// One line for stderr, without its newline.
     pub(crate) stderr: Option<String>,
 }
@@ -253,9 +261,9 @@ pub(crate) fn exit_for(
     let is_blocking = agent.is_blocking_event(event);
     let event_label = event.unwrap_or("event");
     match outcome {
-        Outcome::Answer(body) => Exit {
+        Outcome::Silent => Exit {
             code: 0,
-            stdout: Some(body),
+            stdout: Some(agent.silent_answer()),
             stderr: None,
         },
         // The reason alone: the agent shows stderr to the model or the user as the block's
