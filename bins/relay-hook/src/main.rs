@@ -51,9 +51,16 @@ fn main() -> ExitCode {
     let payload = payload::read_payload(io::stdin().lock(), MAX_PAYLOAD_BYTES);
 
     let Some(token) = credential::resolve(&env, store::current_euid()) else {
-        // No credential: Relay is not in this user's path, so the answer is the one the daemon
-        // gives when no worker handles the event, whatever the payload.
-        return finish(Outcome::Silent, cli.agent, None, cli.failure_policy());
+        // No credential: the daemon is not contacted. Relay is not in this user's path, so the
+        // answer is the one the daemon gives when no worker handles the event, whatever the
+        // payload; only an explicit --fail-closed blocks a blocking event instead.
+        let event = payload.ok().and_then(|payload| payload.event);
+        return finish(
+            Outcome::NoCredential,
+            cli.agent,
+            event.as_deref(),
+            cli.failure_policy(),
+        );
     };
 
     let (outcome, event) = match payload {

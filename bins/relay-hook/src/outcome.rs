@@ -22,6 +22,10 @@ const WORKER_UNAVAILABLE: &str = "relay_worker_unavailable";
 const POLICY_REJECTED: &str = "relay_policy_rejected";
 /// Printed for a policy block whose body gives neither a reason nor a message.
 const UNKNOWN_REASON: &str = "blocked by relay policy";
+/// The line for a blocking event refused because there is no usable credential under an
+/// explicit `--fail-closed` (SPEC §7.1 step 2), word for word.
+pub(crate) const NO_CREDENTIAL: &str =
+    "relay-hook: no Relay credential (run relay-doctor token ensure)";
 
 /// Everything that makes the hook fall back to its failure policy (step 6). Messages never
 /// contain the route credential or the payload.
@@ -236,6 +240,9 @@ pub(crate) enum Outcome {
     PolicyRejected(String),
     /// Fall back to the failure policy.
     Failure(Failure),
+    /// No usable route credential, so the daemon was not contacted (step 2): the silent
+    /// answer, except for a blocking event under an explicit `--fail-closed`.
+    NoCredential,
 }
 
 /// What the process prints and its exit status.
@@ -250,8 +257,8 @@ pub(crate) struct Exit {
     pub(crate) stderr: Option<String>,
 }
 
-/// The exit for a policy block or a failure (steps 5 and 6). Exit 2 is produced only for
-/// blocking events: elsewhere it means something else to the agent.
+/// The exit for each outcome (steps 2, 4, 5 and 6). Exit 2 is produced only for blocking
+/// events: elsewhere it means something else to the agent.
 pub(crate) fn exit_for(
     outcome: Outcome,
     agent: Agent,
@@ -262,6 +269,19 @@ pub(crate) fn exit_for(
     let event_label = event.unwrap_or("event");
     match outcome {
         Outcome::Silent => Exit {
+            code: 0,
+            stdout: Some(agent.silent_answer()),
+            stderr: None,
+        },
+        // Only the explicit flag: a managed deployment writes `--fail-closed` on its blocking
+        // hooks so that a missing token never lets a tool run unchecked, while a hand-wired
+        // hook without the flag keeps answering for a user Relay is not set up for.
+        Outcome::NoCredential if policy == FailurePolicy::Closed && is_blocking => Exit {
+            code: 2,
+            stdout: None,
+            stderr: Some(NO_CREDENTIAL.to_owned()),
+        },
+        Outcome::NoCredential => Exit {
             code: 0,
             stdout: Some(agent.silent_answer()),
             stderr: None,

@@ -539,7 +539,7 @@ async fn a_2xx_answer_that_is_not_a_json_object_is_a_failure() {
 #[tokio::test]
 async fn without_a_credential_the_pass_through_answer_is_printed_and_nothing_is_sent() {
     let daemon = Daemon::script(vec![Reply::ok(r#"{"from":"daemon"}"#)]).await;
-    for (agent, dir, _, blocking, _) in AGENTS {
+    for (agent, dir, _, blocking, non_blocking) in AGENTS {
         let expected = silent_answer(agent);
         let run = Hook::new(agent, &daemon.url())
             .stdin(fixture(dir, blocking))
@@ -550,6 +550,55 @@ async fn without_a_credential_the_pass_through_answer_is_printed_and_nothing_is_
         assert_eq!(run.stderr, "");
 
         // Even a payload that could never be sent: Relay is not in this user's path.
+        for (payload, flag) in [(blocking, None), (non_blocking, Some("--fail-closed"))] {
+            let mut oversize = fixture(dir, payload);
+            oversize.resize(1024 * 1024 + 1, b' ');
+            let mut hook = Hook::new(agent, &daemon.url()).stdin(oversize);
+            if let Some(flag) = flag {
+                hook = hook.flag(flag);
+            }
+            let run = hook.run().await;
+            assert_eq!(run.code, Some(0), "{run:?}");
+            assert_eq!(run.stdout(), expected);
+        }
+    }
+    assert!(daemon.seen().is_empty());
+}
+
+/// A managed deployment writes `--fail-closed` on its blocking hooks: there, a missing token
+/// must not let a tool run unchecked. Every other combination lets the agent go on.
+#[tokio::test]
+async fn without_a_credential_only_an_explicit_fail_closed_blocks_a_blocking_event() {
+    let daemon = Daemon::script(vec![Reply::ok("{}")]).await;
+    for (agent, dir, _, blocking, non_blocking) in AGENTS {
+        let cases = [
+            (blocking, None, 0),
+            (blocking, Some("--fail-open"), 0),
+            (blocking, Some("--fail-closed"), 2),
+            (non_blocking, None, 0),
+            (non_blocking, Some("--fail-open"), 0),
+            (non_blocking, Some("--fail-closed"), 0),
+        ];
+        for (payload, flag, code) in cases {
+            let mut hook = Hook::new(agent, &daemon.url()).stdin(fixture(dir, payload));
+            if let Some(flag) = flag {
+                hook = hook.flag(flag);
+            }
+            let run = hook.run().await;
+            let what = format!("{agent} {payload} {flag:?}");
+            assert_eq!(run.code, Some(code), "{what}: {run:?}");
+            if code == 2 {
+                assert_eq!(run.stdout, b"", "{what}");
+                assert_eq!(
+                    run.stderr, "relay-hook: no Relay credential (run relay-doctor token ensure)\n",
+                    "{what}"
+                );
+            } else {
+                assert_eq!(run.stdout(), silent_answer(agent), "{what}");
+                assert_eq!(run.stderr, "", "{what}");
+            }
+        }
+        // An oversize blocking payload still names its event, and is blocked the same way.
         let mut oversize = fixture(dir, blocking);
         oversize.resize(1024 * 1024 + 1, b' ');
         let run = Hook::new(agent, &daemon.url())
@@ -557,9 +606,53 @@ async fn without_a_credential_the_pass_through_answer_is_printed_and_nothing_is_
             .flag("--fail-closed")
             .run()
             .await;
-        assert_eq!(run.code, Some(0), "{run:?}");
-        assert_eq!(run.stdout(), expected);
+        assert_eq!(run.code, Some(2), "{agent} oversize: {run:?}");
+        assert_eq!(run.stdout, b"");
     }
+    assert!(daemon.seen().is_empty());
+}
+
+/// A credential that is there but cannot be used (an invalid env token, a token file others
+/// can read) counts as missing: under `--fail-closed` a blocking event is blocked, after the
+/// usual redacted warnings.
+#[tokio::test]
+async fn an_unusable_credential_under_fail_closed_blocks_a_blocking_event() {
+    let daemon = Daemon::script(vec![Reply::ok("{}")]).await;
+    let bad_env = &new_token()[..42];
+    let hook = Hook::new("claude", &daemon.url())
+        .token(bad_env)
+        .token_file(&new_token())
+        .flag("--fail-closed")
+        .stdin(fixture("claude-code", "PreToolUse-Bash.json"));
+    let path = hook.token_file_path();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let run = hook.run().await;
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert_eq!(run.stdout, b"");
+    assert_eq!(
+        run.stderr_lines(),
+        [
+            "relay-hook: warning: route_credential_skipped source=env reason=invalid_contents"
+                .to_owned(),
+            format!(
+                "relay-hook: warning: route_credential_skipped source=file reason=insecure_permissions path={}",
+                path.display()
+            ),
+            "relay-hook: no Relay credential (run relay-doctor token ensure)".to_owned(),
+        ]
+    );
+
+    // Without the flag the same event goes on.
+    let hook = Hook::new("pi", &daemon.url())
+        .token(bad_env)
+        .stdin(fixture("pi", "tool_call-bash.json"));
+    let run = hook.run().await;
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(run.stdout(), "{}");
+    assert_eq!(
+        run.stderr_lines(),
+        ["relay-hook: warning: route_credential_skipped source=env reason=invalid_contents"]
+    );
     assert!(daemon.seen().is_empty());
 }
 
@@ -1137,6 +1230,12 @@ async fn usage_errors_exit_64_with_one_line() {
 
     let run = Hook::bare(&["--help"]).run().await;
     assert_eq!(run.code, Some(0));
+    // Help says what it means: no specification section numbers.
+    assert!(
+        !run.stdout().contains('§') && !run.stdout().contains("SPEC"),
+        "{}",
+        run.stdout()
+    );
     for flag in [
         "--daemon-address",
         "--fail-open",

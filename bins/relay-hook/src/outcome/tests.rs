@@ -240,3 +240,71 @@ fn failure_messages_are_lowercase_one_liners() {
         assert_eq!(failure.to_string(), expected);
     }
 }
+
+#[test]
+fn no_credential_blocks_only_a_blocking_event_under_an_explicit_fail_closed() {
+    let cases = [
+        // (agent, event, policy, blocks)
+        (
+            Agent::Claude,
+            Some("PreToolUse"),
+            FailurePolicy::Closed,
+            true,
+        ),
+        (
+            Agent::Codex,
+            Some("PermissionRequest"),
+            FailurePolicy::Closed,
+            true,
+        ),
+        (
+            Agent::Codex,
+            Some("UserPromptSubmit"),
+            FailurePolicy::Closed,
+            true,
+        ),
+        (Agent::Pi, Some("tool_call"), FailurePolicy::Closed, true),
+        (Agent::Pi, Some("user_bash"), FailurePolicy::Closed, true),
+        (
+            Agent::Claude,
+            Some("PreToolUse"),
+            FailurePolicy::Default,
+            false,
+        ),
+        (
+            Agent::Claude,
+            Some("PreToolUse"),
+            FailurePolicy::Open,
+            false,
+        ),
+        (Agent::Pi, Some("tool_call"), FailurePolicy::Default, false),
+        (Agent::Claude, Some("Stop"), FailurePolicy::Closed, false),
+        (
+            Agent::Codex,
+            Some("SessionStart"),
+            FailurePolicy::Closed,
+            false,
+        ),
+        (Agent::Pi, Some("PreToolUse"), FailurePolicy::Closed, false),
+        (Agent::Claude, None, FailurePolicy::Closed, false),
+    ];
+    for (agent, event, policy, blocks) in cases {
+        let exit = exit_for(Outcome::NoCredential, agent, event, policy);
+        let expected = if blocks {
+            Exit {
+                code: 2,
+                stdout: None,
+                stderr: Some(
+                    "relay-hook: no Relay credential (run relay-doctor token ensure)".to_owned(),
+                ),
+            }
+        } else {
+            Exit {
+                code: 0,
+                stdout: Some(agent.silent_answer()),
+                stderr: None,
+            }
+        };
+        assert_eq!(exit, expected, "{agent:?} {event:?} {policy:?}");
+    }
+}
