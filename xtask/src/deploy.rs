@@ -578,6 +578,10 @@ pub(crate) fn check_plist(plist: &Value, scope: Scope) -> Vec<String> {
             &format!("Sockets.{name} must listen on 127.0.0.1:{DAEMON_PORT}"),
         );
     }
+    expect(
+        plist["ProcessType"].as_str() != Some("Background"),
+        "ProcessType must not be Background: launchd throttles it, and relayd is on every request's path",
+    );
     let account = plist["UserName"].as_str();
     match scope {
         Scope::System => expect(

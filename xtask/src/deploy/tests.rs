@@ -258,6 +258,14 @@ fn a_plist_missing_or_changing_a_key_is_refused() {
             "{key}"
         );
     }
+    let mut throttled = daemon_plist();
+    throttled["ProcessType"] = json!("Background");
+    assert_eq!(
+        check_plist(&throttled, Scope::System),
+        [
+            "ProcessType must not be Background: launchd throttles it, and relayd is on every request's path"
+        ]
+    );
     let mut leaky = daemon_plist();
     leaky["EnvironmentVariables"]["RELAY_CLIENT_TOKEN"] = json!("x");
     assert_eq!(
@@ -405,4 +413,36 @@ fn a_launcher_that_leaves_the_token_or_never_rotates_is_refused() {
         check_launcher(&no_rotation),
         ["must rotate the log over 10 MB"]
     );
+}
+
+/// The shipped launchd and Task Scheduler files, parsed by the same python3 helpers
+/// deploy-check uses.
+#[test]
+fn the_shipped_plists_and_tasks_pass_their_checks() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    for (file, scope) in [
+        ("launchd/org.relay.relayd.daemon.plist", Scope::System),
+        ("launchd/org.relay.relayd.agent.plist", Scope::User),
+    ] {
+        let plist = python_json(PLIST_TO_JSON, &deploy.join(file)).unwrap();
+        assert_eq!(check_plist(&plist, scope), Vec::<String>::new(), "{file}");
+    }
+    for (file, scope) in [
+        ("windows/relayd-system-task.xml", Scope::System),
+        ("windows/relayd-user-task.xml", Scope::User),
+    ] {
+        let task = python_json(XML_TO_JSON, &deploy.join(file)).unwrap();
+        assert_eq!(check_task(&task, scope), Vec::<String>::new(), "{file}");
+    }
+}
+
+#[test]
+fn a_task_that_is_not_well_formed_xml_is_refused() {
+    let dir = std::env::temp_dir().join(format!("relay-deploy-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("broken.xml");
+    std::fs::write(&file, "<Task><Triggers></Task>").unwrap();
+    let err = python_json(XML_TO_JSON, &file).unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(err.to_string().contains("does not parse"), "{err:#}");
 }
