@@ -8,13 +8,14 @@
 mod bench;
 mod ci;
 mod command;
+mod deploy;
 mod e2e;
 mod tidy;
 
 use std::process::ExitCode;
 
 /// Every task with a one-line description, in the order `cargo xtask` prints them.
-const TASKS: [(&str, &str); 4] = [
+const TASKS: [(&str, &str); 5] = [
     (
         "ci",
         "fmt check, clippy, all tests (nextest when installed), then e2e; stops at the first failure",
@@ -26,6 +27,10 @@ const TASKS: [(&str, &str); 4] = [
     (
         "bench",
         "the performance measures of SPEC §12, beside a direct baseline",
+    ),
+    (
+        "deploy-check",
+        "checks the service files in deploy/ with systemd-analyze, plistlib and xml.etree",
     ),
     (
         "tidy",
@@ -51,7 +56,8 @@ fn main() -> ExitCode {
         ("e2e", test_args) => e2e::run(test_args),
         ("bench", []) => bench::run(),
         ("tidy", []) => tidy::run(),
-        ("ci" | "bench" | "tidy", extra) => Err(anyhow::anyhow!(
+        ("deploy-check", []) => deploy::run(),
+        ("ci" | "bench" | "tidy" | "deploy-check", extra) => Err(anyhow::anyhow!(
             "`cargo xtask {task}` takes no arguments, got {extra:?}"
         )),
         (unknown, _) => {

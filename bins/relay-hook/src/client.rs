@@ -133,7 +133,7 @@ impl HookPost<'_> {
             let status = response.status();
             let body = self.read_answer(response.into_body()).await?;
             match judge(status, body) {
-                Verdict::Answer(body) => return Ok(Outcome::Answer(body)),
+                Verdict::Proceed => return Ok(Outcome::Silent),
                 Verdict::PolicyRejected(reason) => return Ok(Outcome::PolicyRejected(reason)),
                 Verdict::Failure(failure) => return Err(failure),
                 Verdict::RetryLater => {
