@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use relay_broker::{Fingerprint, PersistedState};
-use relay_identity::{ProcessEnv, StatePaths};
+use relay_broker::{Broker, BrokerConfig, Fingerprint, Input, PersistedState};
+use relay_identity::{Env, ProcessEnv, StatePaths};
 use relay_proxy::admin::{
-    Action, ActionOutcome, AdminClient, AdminClientError, AdminError, BindingEntry, BindingsList,
-    Probe, StateLock,
+    Action, ActionOutcome, AdminClient, AdminClientError, AdminError, BindingsList, Probe,
+    StateLock,
 };
-use relay_proxy::config::{Config, ConfigError, ConfigSources};
+use relay_proxy::config::ConfigSources;
+use relay_proxy::front::Mode;
+use relay_proxy::shell::OsEntropy;
 use relay_proxy::state::{StateError, StateStore};
 
 use crate::cli::BindingsCommand;
@@ -44,8 +46,8 @@ pub(crate) enum BindingsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("reading the daemon configuration for binding_tombstone_days")]
-    Config(#[source] ConfigError),
+    #[error("reading the daemon configuration: {message}")]
+    Config { message: String },
     #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),
     #[error(
@@ -80,10 +82,15 @@ pub(crate) struct Edit {
     pub(crate) is_blocked: bool,
 }
 
-impl Edit {
-    fn changed(&self) -> bool {
-        self.bindings > 0 || self.generations > 0 || self.was_blocked != self.is_blocked
-    }
+/// A stopped daemon's state after the broker handled an action on it.
+#[derive(Debug)]
+pub(crate) struct Applied {
+    /// The broker's snapshot, as the daemon would write it.
+    pub(crate) state: PersistedState,
+    pub(crate) edit: Edit,
+    /// Whether the snapshot differs from the one of the restored state: only then is the
+    /// state file rewritten.
+    pub(crate) changed: bool,
 }
 
 /// The fingerprint argument, validated: 64 hex characters, uppercase lowered.
@@ -119,8 +126,8 @@ pub(crate) fn run(state_dir: Option<&Path>, command: &BindingsCommand) -> ExitCo
     };
     match execute(&dir, target) {
         Ok(done) => report(&done),
-        Err(BindingsError::Config(error)) => {
-            relay_logging::usage_exit("relayd", &one_line(&BindingsError::Config(error)))
+        Err(error @ BindingsError::Config { .. }) => {
+            relay_logging::usage_exit("relayd", &one_line(&error))
         }
         Err(error) => {
             eprintln!("relayd: {}", one_line(&error));
@@ -161,11 +168,11 @@ fn execute(dir: &Path, target: Option<(Action, Fingerprint)>) -> Result<Done, Bi
         }),
         Some((action, fingerprint)) => {
             let system_dir = relay_identity::system_config_dir(&ProcessEnv);
-            let tombstone = tombstone_period(dir, &system_dir)?;
+            let config = daemon_broker_config(dir, &system_dir, &ProcessEnv)?;
             Ok(Done::Edited {
                 action,
                 fingerprint,
-                outcome: edit_stopped(dir, action, fingerprint, tombstone, LOCK_WAIT)?,
+                outcome: edit_stopped(dir, action, fingerprint, config, LOCK_WAIT)?,
             })
         }
     }
@@ -214,34 +221,35 @@ fn report(done: &Done) -> ExitCode {
 fn list_stopped(dir: &Path) -> Result<BindingsList, BindingsError> {
     let store = StateStore::new(dir);
     let state = store.load()?;
-    Ok(list_of(&state, Instant::now(), |at| store.wall_ms(at)))
+    // What the view shows does not depend on the broker's settings, so a configuration
+    // file that does not parse does not keep an administrator from listing.
+    Ok(list_of(
+        BrokerConfig::default(),
+        Instant::now(),
+        state,
+        |at| store.wall_ms(at),
+    ))
 }
 
-/// The list of a persisted state; tombstones that expired by `now` are left out, as the
-/// daemon forgets them when it starts.
+/// The list of a persisted state, made from the bindings view of a broker that restored
+/// it, as the running daemon's admin socket answers; tombstones that expired by `now` are
+/// left out, as the daemon forgets them when it starts.
 pub(crate) fn list_of(
-    state: &PersistedState,
+    config: BrokerConfig,
     now: Instant,
+    state: PersistedState,
     wall_ms: impl Fn(Instant) -> u64,
 ) -> BindingsList {
-    let mut bindings: Vec<BindingEntry> = state
-        .bindings
-        .iter()
-        .filter(|b| b.tombstone_until.is_none_or(|until| until > now))
-        .map(|b| BindingEntry {
-            fingerprint: b.fingerprint.to_hex(),
-            digest_prefix: b.digest.to_hex()[..12].to_owned(),
-            last_use_unix_ms: wall_ms(b.last_use),
-            tombstone: b.tombstone_until.is_some(),
-            blocked: state.blocked.contains(&b.fingerprint),
-        })
-        .collect();
-    bindings.sort_by(|a, b| {
-        (&a.fingerprint, &a.digest_prefix).cmp(&(&b.fingerprint, &b.digest_prefix))
-    });
-    let mut blocked: Vec<String> = state.blocked.iter().map(Fingerprint::to_hex).collect();
-    blocked.sort();
-    BindingsList { bindings, blocked }
+    let broker = restored(config, now, state);
+    BindingsList::from_views(&broker.bindings(), &broker.snapshot().blocked, wall_ms)
+}
+
+fn restored(config: BrokerConfig, now: Instant, state: PersistedState) -> Broker {
+    // Restoring and revoking draw no fresh id or secret; should a later broker draw one,
+    // it gets the daemon's own generator.
+    let mut broker = Broker::new(config, Box::new(OsEntropy));
+    broker.restore(now, state);
+    broker
 }
 
 /// Revokes, blocks or unblocks in the state file of a stopped daemon, holding the state
@@ -250,7 +258,7 @@ fn edit_stopped(
     dir: &Path,
     action: Action,
     fingerprint: Fingerprint,
-    tombstone: Duration,
+    config: BrokerConfig,
     lock_wait: Duration,
 ) -> Result<Edit, BindingsError> {
     let deadline = Instant::now() + lock_wait;
@@ -278,11 +286,9 @@ fn edit_stopped(
         });
     }
     let store = StateStore::new(dir);
-    let mut state = store.load()?;
-    let now = Instant::now();
-    let edit = apply(&mut state, action, fingerprint, now + tombstone);
-    if edit.changed() {
-        store.save(&state)?;
+    let applied = apply(config, Instant::now(), store.load()?, action, fingerprint);
+    if applied.changed {
+        store.save(&applied.state)?;
         let path = store.path();
         let ownership = |source| BindingsError::Ownership {
             path: path.to_owned(),
@@ -291,54 +297,74 @@ fn edit_stopped(
         let file = relay_identity::store::open_nofollow(path).map_err(ownership)?;
         relay_proxy::admin::give_to_directory_owner(dir, &file).map_err(ownership)?;
     }
-    Ok(edit)
+    Ok(applied.edit)
 }
 
-/// What §5.4's revoke/block row does to a running route, done to the persisted state: the
-/// fingerprint's live bindings become tombstones until `tombstone_until`, its generation
-/// ledger entries are dropped so no worker resumes, and `blocked` gains or loses it.
+/// What §5.4's revoke/block row does to a route, decided by the broker itself: a broker
+/// with the daemon's settings restores the persisted state, handles the revocation, block
+/// or unblock as the running daemon's does, and its snapshot is the new state. Offline
+/// nothing is connected, so the outputs (refusals, log events, the write request) have
+/// nobody to go to; the caller writes the snapshot.
 pub(crate) fn apply(
-    state: &mut PersistedState,
+    config: BrokerConfig,
+    now: Instant,
+    state: PersistedState,
     action: Action,
     fingerprint: Fingerprint,
-    tombstone_until: Instant,
-) -> Edit {
-    let was_blocked = state.blocked.contains(&fingerprint);
-    let mut edit = Edit {
-        was_blocked,
-        is_blocked: was_blocked,
-        ..Edit::default()
+) -> Applied {
+    let mut broker = restored(config, now, state);
+    let before = broker.snapshot();
+    let input = match action {
+        Action::Revoke => Input::Revoke {
+            fingerprint,
+            block: false,
+        },
+        Action::Block => Input::Revoke {
+            fingerprint,
+            block: true,
+        },
+        Action::Unblock => Input::Unblock { fingerprint },
     };
-    if action == Action::Unblock {
-        state.blocked.retain(|fp| *fp != fingerprint);
-        edit.is_blocked = false;
-        return edit;
+    broker.handle(now, input);
+    while broker.poll_output().is_some() {}
+    let after = broker.snapshot();
+    let live = |state: &PersistedState| {
+        state
+            .bindings
+            .iter()
+            .filter(|b| b.fingerprint == fingerprint && b.tombstone_until.is_none())
+            .count()
+    };
+    let edit = Edit {
+        bindings: live(&before).saturating_sub(live(&after)),
+        generations: before
+            .generations
+            .len()
+            .saturating_sub(after.generations.len()),
+        was_blocked: before.blocked.contains(&fingerprint),
+        is_blocked: after.blocked.contains(&fingerprint),
+    };
+    Applied {
+        changed: after != before,
+        state: after,
+        edit,
     }
-    for binding in &mut state.bindings {
-        if binding.fingerprint == fingerprint && binding.tombstone_until.is_none() {
-            binding.tombstone_until = Some(tombstone_until);
-            edit.bindings += 1;
-        }
-    }
-    let before = state.generations.len();
-    state.generations.retain(|g| g.fingerprint != fingerprint);
-    edit.generations = before - state.generations.len();
-    if action == Action::Block && !was_blocked {
-        state.blocked.push(fingerprint);
-        state.blocked.sort();
-        edit.is_blocked = true;
-    }
-    edit
 }
 
-/// `[daemon] binding_tombstone_days` from the files the daemon of `dir` reads: the user
-/// file beside its state directory (`<base>/relay/config.toml`) and the system file.
-fn tombstone_period(dir: &Path, system_dir: &Path) -> Result<Duration, BindingsError> {
+/// The broker settings of the daemon of `dir`, built as relayd builds them: from the files
+/// it reads (the user file beside its state directory, `<base>/relay/config.toml`, and the
+/// system file) and `RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY`. The daemon's command-line flags
+/// are not known here; none of them but `--max-tokens-per-identity` and `--config` changes
+/// what a revocation writes (docs/operations.md says so).
+fn daemon_broker_config(
+    dir: &Path,
+    system_dir: &Path,
+    env: &impl Env,
+) -> Result<BrokerConfig, BindingsError> {
     let sources = ConfigSources::standard(dir.parent(), system_dir);
-    let config = Config::load_daemon(&sources).map_err(BindingsError::Config)?;
-    Ok(Duration::from_secs(
-        u64::from(config.daemon.binding_tombstone_days) * 24 * 3600,
-    ))
+    let config = crate::daemon::load_config(&sources, None, env)
+        .map_err(|message| BindingsError::Config { message })?;
+    Ok(crate::daemon::broker_config(&config, Mode::Managed))
 }
 
 /// One line per binding, then one per blocked fingerprint without a binding.

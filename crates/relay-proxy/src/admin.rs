@@ -18,14 +18,14 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt as _, Empty, Full, Limited};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use relay_broker::Fingerprint;
+use relay_broker::{BindingView, Fingerprint};
 use serde::{Deserialize, Serialize};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinSet;
@@ -85,6 +85,31 @@ pub struct BindingsList {
     pub bindings: Vec<BindingEntry>,
     /// Every blocked fingerprint, also those without a binding.
     pub blocked: Vec<String>,
+}
+
+impl BindingsList {
+    /// The list of the broker's bindings view and its blocked fingerprints, with last-use
+    /// times in wall-clock milliseconds. A running daemon answers with it, and `relayd
+    /// bindings list` makes a stopped daemon's list with it from a broker it restores.
+    pub fn from_views(
+        views: &[BindingView],
+        blocked: &[Fingerprint],
+        wall_ms: impl Fn(Instant) -> u64,
+    ) -> BindingsList {
+        BindingsList {
+            bindings: views
+                .iter()
+                .map(|view| BindingEntry {
+                    fingerprint: view.fingerprint.to_hex(),
+                    digest_prefix: view.digest.to_hex()[..12].to_owned(),
+                    last_use_unix_ms: wall_ms(view.last_use),
+                    tombstone: view.tombstone,
+                    blocked: view.blocked,
+                })
+                .collect(),
+            blocked: blocked.iter().map(Fingerprint::to_hex).collect(),
+        }
+    }
 }
 
 /// One persisted credential binding: digests only, never a token (§4.1).
@@ -490,24 +515,11 @@ async fn respond(method: &Method, path: &str, shell: &Arc<Shell>) -> Response<Fu
 
 fn list(shell: &Shell) -> BindingsList {
     let store = shell.state_store();
-    BindingsList {
-        bindings: shell
-            .bindings_view()
-            .into_iter()
-            .map(|view| BindingEntry {
-                fingerprint: view.fingerprint.to_hex(),
-                digest_prefix: view.digest.to_hex()[..12].to_owned(),
-                last_use_unix_ms: store.wall_ms(view.last_use),
-                tombstone: view.tombstone,
-                blocked: view.blocked,
-            })
-            .collect(),
-        blocked: shell
-            .blocked_fingerprints()
-            .iter()
-            .map(Fingerprint::to_hex)
-            .collect(),
-    }
+    BindingsList::from_views(
+        &shell.bindings_view(),
+        &shell.blocked_fingerprints(),
+        |at| store.wall_ms(at),
+    )
 }
 
 async fn act(shell: &Arc<Shell>, fingerprint: Fingerprint, action: Action) -> ActionOutcome {

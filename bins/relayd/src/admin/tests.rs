@@ -1,6 +1,7 @@
 use std::os::unix::fs::PermissionsExt as _;
 
 use relay_broker::{Digest, PersistedBinding, PersistedGeneration};
+use relay_identity::MapEnv;
 use relay_proto::{Bytes32, Id};
 
 use super::*;
@@ -8,6 +9,14 @@ use super::*;
 const FP: Fingerprint = Fingerprint([0xab; 32]);
 const OTHER: Fingerprint = Fingerprint([0x11; 32]);
 const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The daemon's broker settings with tombstones that last `tombstone`.
+fn config(tombstone: Duration) -> BrokerConfig {
+    BrokerConfig {
+        binding_tombstone: tombstone,
+        ..BrokerConfig::default()
+    }
+}
 
 fn binding(
     now: Instant,
@@ -80,9 +89,9 @@ fn the_fingerprint_argument_is_validated_and_lowered() {
 #[test]
 fn revoke_tombstones_the_live_bindings_and_drops_the_ledger_entries_of_one_fingerprint() {
     let now = Instant::now();
-    let mut edited = state(now);
     let until = now + 30 * DAY;
-    let edit = apply(&mut edited, Action::Revoke, FP, until);
+    let applied = apply(config(30 * DAY), now, state(now), Action::Revoke, FP);
+    let (edited, edit) = (applied.state, applied.edit);
     assert_eq!(
         edit,
         Edit {
@@ -92,7 +101,7 @@ fn revoke_tombstones_the_live_bindings_and_drops_the_ledger_entries_of_one_finge
             is_blocked: false
         }
     );
-    assert!(edit.changed());
+    assert!(applied.changed);
     let original = state(now);
     for (after, before) in edited.bindings.iter().zip(&original.bindings) {
         assert_eq!(after.digest, before.digest);
@@ -108,27 +117,30 @@ fn revoke_tombstones_the_live_bindings_and_drops_the_ledger_entries_of_one_finge
     assert!(edited.blocked.is_empty());
 
     // Nothing is left to end the second time.
-    let again = apply(&mut edited, Action::Revoke, FP, until);
-    assert_eq!(again, Edit::default());
-    assert!(!again.changed());
+    let again = apply(config(30 * DAY), now, edited, Action::Revoke, FP);
+    assert_eq!(again.edit, Edit::default());
+    assert!(!again.changed);
 }
 
 #[test]
 fn block_revokes_and_records_the_fingerprint_once_and_unblock_removes_it() {
     let now = Instant::now();
-    let mut edited = state(now);
-    edited.blocked.push(Fingerprint([0xff; 32]));
-    let edit = apply(&mut edited, Action::Block, OTHER, now + DAY);
+    let mut original = state(now);
+    original.blocked.push(Fingerprint([0xff; 32]));
+    let applied = apply(config(DAY), now, original, Action::Block, OTHER);
+    let (edited, edit) = (applied.state, applied.edit);
     assert_eq!((edit.bindings, edit.generations), (1, 1));
     assert!(!edit.was_blocked && edit.is_blocked);
     assert_eq!(edited.blocked, vec![OTHER, Fingerprint([0xff; 32])]);
 
-    let again = apply(&mut edited, Action::Block, OTHER, now + DAY);
-    assert!(again.was_blocked && again.is_blocked && !again.changed());
+    let again = apply(config(DAY), now, edited, Action::Block, OTHER);
+    let (edited, edit) = (again.state, again.edit);
+    assert!(edit.was_blocked && edit.is_blocked && !again.changed);
     assert_eq!(edited.blocked.len(), 2);
 
-    let unblocked = apply(&mut edited, Action::Unblock, OTHER, now + DAY);
-    assert!(unblocked.was_blocked && !unblocked.is_blocked && unblocked.changed());
+    let unblocked = apply(config(DAY), now, edited, Action::Unblock, OTHER);
+    let (edited, edit) = (unblocked.state, unblocked.edit);
+    assert!(edit.was_blocked && !edit.is_blocked && unblocked.changed);
     assert_eq!(edited.blocked, vec![Fingerprint([0xff; 32])]);
     // Unblocking gives no binding back: the machine registers again.
     assert!(
@@ -138,8 +150,8 @@ fn block_revokes_and_records_the_fingerprint_once_and_unblock_removes_it() {
             .filter(|b| b.fingerprint == OTHER)
             .all(|b| b.tombstone_until.is_some())
     );
-    let not_blocked = apply(&mut edited, Action::Unblock, OTHER, now + DAY);
-    assert_eq!(not_blocked, Edit::default());
+    let not_blocked = apply(config(DAY), now, edited, Action::Unblock, OTHER);
+    assert_eq!(not_blocked.edit, Edit::default());
 }
 
 #[test]
@@ -148,7 +160,7 @@ fn a_stopped_daemons_state_file_is_edited_in_place() {
     let store = StateStore::new(dir.path());
     store.save(&state(Instant::now())).unwrap();
 
-    let edit = edit_stopped(dir.path(), Action::Block, FP, 7 * DAY, LOCK_POLL).unwrap();
+    let edit = edit_stopped(dir.path(), Action::Block, FP, config(7 * DAY), LOCK_POLL).unwrap();
     assert_eq!((edit.bindings, edit.generations), (2, 1));
     let loaded = StateStore::new(dir.path()).load().unwrap();
     assert_eq!(loaded.blocked, vec![FP]);
@@ -184,11 +196,11 @@ fn a_stopped_daemons_state_file_is_edited_in_place() {
 #[test]
 fn an_edit_with_nothing_to_change_leaves_a_missing_file_missing() {
     let dir = tempfile::tempdir().unwrap();
-    let edit = edit_stopped(dir.path(), Action::Revoke, FP, DAY, LOCK_POLL).unwrap();
+    let edit = edit_stopped(dir.path(), Action::Revoke, FP, config(DAY), LOCK_POLL).unwrap();
     assert_eq!(edit, Edit::default());
     assert!(!dir.path().join(relay_proxy::state::STATE_FILE).exists());
     // Blocking a machine that never registered is recorded.
-    edit_stopped(dir.path(), Action::Block, FP, DAY, LOCK_POLL).unwrap();
+    edit_stopped(dir.path(), Action::Block, FP, config(DAY), LOCK_POLL).unwrap();
     assert_eq!(
         StateStore::new(dir.path()).load().unwrap().blocked,
         vec![FP]
@@ -205,7 +217,7 @@ fn no_edit_while_a_daemon_answers_or_holds_the_lock() {
 
     // Another command (or a daemon between its socket and its last write) holds the lock.
     let held = StateLock::try_acquire(dir.path()).unwrap().unwrap();
-    let error = edit_stopped(dir.path(), Action::Revoke, FP, DAY, LOCK_POLL).unwrap_err();
+    let error = edit_stopped(dir.path(), Action::Revoke, FP, config(DAY), LOCK_POLL).unwrap_err();
     assert!(
         matches!(error, BindingsError::Admin(AdminError::LockBusy { .. })),
         "{error:?}"
@@ -214,14 +226,14 @@ fn no_edit_while_a_daemon_answers_or_holds_the_lock() {
     let socket =
         std::os::unix::net::UnixListener::bind(dir.path().join(relay_proxy::admin::SOCKET_FILE))
             .unwrap();
-    let error = edit_stopped(dir.path(), Action::Revoke, FP, DAY, LOCK_POLL).unwrap_err();
+    let error = edit_stopped(dir.path(), Action::Revoke, FP, config(DAY), LOCK_POLL).unwrap_err();
     assert!(
         matches!(error, BindingsError::DaemonStarted { .. }),
         "{error:?}"
     );
     // A daemon that answers although the lock is free is not edited behind either.
     drop(held);
-    let error = edit_stopped(dir.path(), Action::Revoke, FP, DAY, LOCK_POLL).unwrap_err();
+    let error = edit_stopped(dir.path(), Action::Revoke, FP, config(DAY), LOCK_POLL).unwrap_err();
     assert!(
         matches!(error, BindingsError::DaemonStarted { .. }),
         "{error:?}"
@@ -247,18 +259,73 @@ fn the_tombstone_period_comes_from_the_daemons_config_files() {
     std::fs::create_dir_all(&state_dir).unwrap();
     let system = base.path().join("system");
     std::fs::create_dir(&system).unwrap();
-    assert_eq!(tombstone_period(&state_dir, &system).unwrap(), 30 * DAY);
+    let env = MapEnv::new();
+    let tombstone_period =
+        |env: &MapEnv| daemon_broker_config(&state_dir, &system, env).map(|c| c.binding_tombstone);
+    assert_eq!(tombstone_period(&env).unwrap(), 30 * DAY);
     std::fs::write(
         base.path().join("relay").join("config.toml"),
         "[daemon]\nbinding_tombstone_days = 7\n",
     )
     .unwrap();
-    assert_eq!(tombstone_period(&state_dir, &system).unwrap(), 7 * DAY);
+    assert_eq!(tombstone_period(&env).unwrap(), 7 * DAY);
     std::fs::write(system.join("config.toml"), "[daemon]\nnot_a_key = 1\n").unwrap();
     assert!(matches!(
-        tombstone_period(&state_dir, &system),
-        Err(BindingsError::Config(_))
+        tombstone_period(&env),
+        Err(BindingsError::Config { .. })
     ));
+}
+
+#[test]
+fn the_tombstone_cap_follows_the_daemons_token_limit_from_its_files_and_environment() {
+    let base = tempfile::tempdir().unwrap();
+    let state_dir = base.path().join("relay").join("daemon");
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let system = base.path().join("system");
+    std::fs::create_dir(&system).unwrap();
+    std::fs::write(
+        system.join("config.toml"),
+        "[daemon]\nmax_tokens_per_identity = 2\n",
+    )
+    .unwrap();
+    let tokens = |env: &MapEnv| {
+        daemon_broker_config(&state_dir, &system, env).map(|c| c.max_tokens_per_identity)
+    };
+    assert_eq!(tokens(&MapEnv::new()).unwrap(), 2);
+    let env = MapEnv::new().with(
+        relay_identity::names::RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY,
+        "1",
+    );
+    assert_eq!(tokens(&env).unwrap(), 1);
+    let bad = MapEnv::new().with(
+        relay_identity::names::RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY,
+        "99",
+    );
+    assert!(matches!(tokens(&bad), Err(BindingsError::Config { .. })));
+
+    // With one token per identity, an identity keeps at most four tombstones: a revocation
+    // drops the ones that expire first, as the running daemon does.
+    let now = Instant::now();
+    let persisted = PersistedState {
+        bindings: (1..=6)
+            .map(|n| binding(now, n, FP, (n > 2).then(|| now + u32::from(n) * DAY)))
+            .collect(),
+        ..PersistedState::default()
+    };
+    let config = daemon_broker_config(&state_dir, &system, &env).unwrap();
+    let applied = apply(config, now, persisted, Action::Revoke, FP);
+    assert_eq!(applied.edit.bindings, 2);
+    let kept: Vec<u8> = applied
+        .state
+        .bindings
+        .iter()
+        .map(|b| b.digest.0[0])
+        .collect();
+    assert_eq!(
+        kept,
+        vec![1, 2, 5, 6],
+        "the two tombstones that end first went"
+    );
 }
 
 #[test]
@@ -270,7 +337,7 @@ fn the_list_shows_digest_prefixes_and_leaves_expired_tombstones_out() {
         ..binding(now, 5, OTHER, None)
     });
     persisted.blocked = vec![OTHER, Fingerprint([0xff; 32])];
-    let list = list_of(&persisted, now, |_| 1_764_460_800_000);
+    let list = list_of(config(DAY), now, persisted, |_| 1_764_460_800_000);
     assert_eq!(list.bindings.len(), 4);
     assert_eq!(list.bindings[0].fingerprint, OTHER.to_hex());
     assert_eq!(list.bindings[0].digest_prefix, "040404040404");
