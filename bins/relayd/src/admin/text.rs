@@ -91,37 +91,19 @@ pub(crate) fn describe_offline(action: Action, fingerprint: &Fingerprint, edit: 
     }
 }
 
-/// Milliseconds since the Unix epoch as RFC 3339 UTC with whole seconds.
+/// Milliseconds since the Unix epoch as RFC 3339 UTC with whole seconds
+/// (`2025-11-30T00:00:00Z`). A time RFC 3339 cannot write (after the year 9999, which only
+/// a damaged state file holds) is printed as its number of milliseconds.
 pub(crate) fn rfc3339_utc(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01, counted in 400-year eras that
-/// start on 1 March so the leap day is the last day of an era's year.
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let shifted = days + 719_468; // days from 0000-03-01 to 1970-01-01
-    let era = shifted / 146_097;
-    let day_of_era = shifted % 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153; // 0 = March
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+    // Whole seconds: `time` leaves out the fraction when it is zero.
+    i64::try_from(unix_ms / 1000)
+        .ok()
+        .and_then(|secs| time::OffsetDateTime::from_unix_timestamp(secs).ok())
+        .and_then(|at| {
+            at.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| unix_ms.to_string())
 }
 
 #[cfg(test)]
