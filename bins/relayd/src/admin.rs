@@ -100,10 +100,10 @@ pub(crate) fn run(state_dir: Option<&Path>, command: &BindingsCommand) -> ExitCo
     match execute(&dir, target) {
         Ok(done) => report(&done),
         Err(error @ BindingsError::Config { .. }) => {
-            relay_logging::usage_exit("relayd", &one_line(&error))
+            relay_logging::usage_exit("relayd", &relay_proxy::error_chain(&error))
         }
         Err(error) => {
-            eprintln!("relayd: {}", one_line(&error));
+            eprintln!("relayd: {}", relay_proxy::error_chain(&error));
             ExitCode::FAILURE
         }
     }
@@ -188,18 +188,6 @@ fn report(done: &Done) -> ExitCode {
             ExitCode::SUCCESS
         }
     }
-}
-
-/// An error and its causes on one line.
-fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text.replace('\n', " ")
 }
 
 #[cfg(test)]

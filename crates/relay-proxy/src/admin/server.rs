@@ -308,19 +308,8 @@ async fn act(shell: &Arc<Shell>, fingerprint: Fingerprint, action: Action) -> Ac
         launch_cancelled: summary.launch_cancelled,
         was_blocked,
         persisted: persisted.is_ok(),
-        persist_error: persisted.err().map(|e| error_chain(&e)),
+        persist_error: persisted.err().map(|e| crate::error_chain(&e)),
     }
-}
-
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Full<Bytes>> {
