@@ -81,15 +81,7 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
             &relay_identity::system_config_dir(env),
         ),
     };
-    let mut config = Config::load_daemon(&sources).map_err(|e| e.to_string())?;
-    let env_tokens = env
-        .var_os(names::RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY)
-        .map(|v| v.to_string_lossy().into_owned());
-    config.daemon.max_tokens_per_identity = max_tokens_per_identity(
-        cli.max_tokens_per_identity,
-        env_tokens.as_deref(),
-        config.daemon.max_tokens_per_identity,
-    )?;
+    let config = load_config(&sources, cli.max_tokens_per_identity, env)?;
     let text = |name: &str| env.var_os(name).map(|v| v.to_string_lossy().into_owned());
     let log = LogConfig::resolve(
         Some(&config.daemon.logging.level),
@@ -112,6 +104,26 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
         state_dir,
         activated,
     })
+}
+
+/// The daemon's configuration: the files of `sources`, then `max_tokens_per_identity` from
+/// the flag or the environment (§2.1). `relayd bindings` builds a stopped daemon's broker
+/// settings from it too, without the flag.
+pub(crate) fn load_config(
+    sources: &ConfigSources,
+    max_tokens_flag: Option<u8>,
+    env: &impl Env,
+) -> Result<Config, String> {
+    let mut config = Config::load_daemon(sources).map_err(|e| e.to_string())?;
+    let env_tokens = env
+        .var_os(names::RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY)
+        .map(|v| v.to_string_lossy().into_owned());
+    config.daemon.max_tokens_per_identity = max_tokens_per_identity(
+        max_tokens_flag,
+        env_tokens.as_deref(),
+        config.daemon.max_tokens_per_identity,
+    )?;
+    Ok(config)
 }
 
 fn state_dir(cli: &Cli, env: &impl Env) -> Result<PathBuf, String> {
@@ -270,8 +282,9 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// The broker's settings from the daemon's configuration.
-fn broker_config(config: &Config, mode: Mode) -> BrokerConfig {
+/// The broker's settings from the daemon's configuration; `relayd bindings` drives a broker
+/// with them on a stopped daemon's state.
+pub(crate) fn broker_config(config: &Config, mode: Mode) -> BrokerConfig {
     let d = &config.daemon;
     let timers = d.timers.to_wire();
     BrokerConfig {
