@@ -18,7 +18,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 /// Longest request head tracked; hyper refuses longer ones itself (431).
@@ -157,15 +157,70 @@ enum Framing {
     Off,
 }
 
+/// Whatever must live exactly as long as the connection's socket (its connection permit),
+/// including after an upgrade hands the socket to another task.
+pub struct Keep {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl Keep {
+    pub fn new(value: impl Send + Sync + 'static) -> Keep {
+        Keep {
+            _held: Box::new(value),
+        }
+    }
+}
+
+impl std::fmt::Debug for Keep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Keep")
+    }
+}
+
+/// The socket and its [`Keep`], handed back when hyper lets go of a connection it did not
+/// upgrade, so the server can close it gently.
+pub type GiveBack<T> = oneshot::Sender<(T, Option<Keep>)>;
+
 /// The IO of one accepted connection, observed on the way to hyper.
 #[derive(Debug)]
 pub struct ConnIo<T> {
-    inner: T,
+    /// `None` only after `drop` has handed the socket back.
+    inner: Option<T>,
     state: std::sync::Arc<ConnState>,
     framing: Framing,
+    keep: Option<Keep>,
+    give_back: Option<GiveBack<T>>,
+}
+
+impl<T> Drop for ConnIo<T> {
+    fn drop(&mut self) {
+        if let (Some(inner), Some(give_back)) = (self.inner.take(), self.give_back.take()) {
+            // When nobody waits any more (the connection was upgraded, or timed out), the
+            // socket and its keep are simply dropped here.
+            let _ = give_back.send((inner, self.keep.take()));
+        }
+    }
 }
 
 impl<T> ConnIo<T> {
+    /// Holds `keep` for as long as the socket lives, and sends both to `give_back` when the
+    /// wrapper is dropped.
+    pub fn with_keep(mut self, keep: Keep, give_back: GiveBack<T>) -> ConnIo<T> {
+        self.keep = Some(keep);
+        self.give_back = Some(give_back);
+        self
+    }
+
+    fn inner_mut(&mut self) -> io::Result<Pin<&mut T>>
+    where
+        T: Unpin,
+    {
+        match self.inner.as_mut() {
+            Some(inner) => Ok(Pin::new(inner)),
+            None => Err(io::ErrorKind::NotConnected.into()),
+        }
+    }
+
     pub fn new(inner: T, state: std::sync::Arc<ConnState>, http1: bool) -> ConnIo<T> {
         if http1 {
             // The first head is timed from the start of the connection, so a client that
@@ -175,13 +230,15 @@ impl<T> ConnIo<T> {
             state.head_started.store(now + 1, Ordering::Relaxed);
         }
         ConnIo {
-            inner,
+            inner: Some(inner),
             state,
             framing: if http1 {
                 Framing::Head(Vec::new())
             } else {
                 Framing::Off
             },
+            keep: None,
+            give_back: None,
         }
     }
 
@@ -377,7 +434,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        ready!(this.inner_mut()?.poll_read(cx, buf))?;
         this.observe(&buf.filled()[before..]);
         Poll::Ready(Ok(()))
     }
@@ -389,19 +446,19 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        self.get_mut().inner_mut()?.poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        self.get_mut().inner_mut()?.poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        self.get_mut().inner_mut()?.poll_shutdown(cx)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.inner.as_ref().is_some_and(T::is_write_vectored)
     }
 
     fn poll_write_vectored(
@@ -409,7 +466,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        self.get_mut().inner_mut()?.poll_write_vectored(cx, bufs)
     }
 }
 

@@ -65,6 +65,7 @@ pub fn serve_options(identity: &WorkerIdentity, drain_timeout: Duration) -> Serv
         keepalive_idle: daemon.keepalive_idle_secs.get(),
         drain_timeout,
         tls: Some(identity.server_config()),
+        ..ServeOptions::default()
     }
 }
 
