@@ -9,6 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http::header::{self, HeaderValue};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -21,7 +22,7 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 
 use crate::body::ResponseBody;
-use crate::conn::{ConnIo, ConnState, Expiry, Keep};
+use crate::conn::{ConnIo, ConnState, Keep};
 
 /// Per-stream window and HTTP/1 buffer: at most this much body is buffered per stream
 /// (§3.3).
@@ -334,8 +335,15 @@ impl Conn<'_> {
         let service = service_fn(move |req| {
             let active = ctx.state.begin_request();
             let handling = handler.clone().handle(req, ctx.clone());
+            let state = ctx.state.clone();
             async move {
                 let mut res = handling.await;
+                if state.is_untracked() {
+                    // The framing watcher lost this byte stream: no further request may
+                    // come on it unchecked and untimed.
+                    res.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
                 res.body_mut().attach(active);
                 Ok::<_, Infallible>(res)
             }
@@ -369,7 +377,7 @@ impl Conn<'_> {
             // Dropping the connection closes the socket: a slow head gets no answer, an idle
             // keep-alive connection has nothing in flight.
             Some(expiry) => {
-                tracing::debug!(slow_head = expiry == Expiry::HeaderTimeout, "connection timed out");
+                tracing::debug!(?expiry, "connection timed out");
             }
         }
     }

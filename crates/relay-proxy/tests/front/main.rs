@@ -13,11 +13,11 @@
 mod support;
 
 mod bad_input;
+mod connections;
 mod credentials;
 mod daemon_keys;
 mod egress;
 mod forwarding;
-mod lingering;
 mod secrets;
 mod status;
 mod streaming;
