@@ -19,6 +19,8 @@ use hyper::body::Incoming;
 use relay_proxy::body::ResponseBody;
 use relay_proxy::conn::HeadVerdict;
 use relay_proxy::server::{ConnContext, Handler, PeerLimit, ServeOptions, serve};
+use relay_proxy::worker::WorkerIdentity;
+use relay_proxy::worker::serve_options;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -275,4 +277,41 @@ async fn one_address_holds_at_most_its_cap_of_connections() {
             "the freed slot was never given back"
         );
     }
+}
+
+#[tokio::test]
+async fn upgraded_connections_keep_their_connection_permit() {
+    let server = start(ServeOptions {
+        max_connections: 2,
+        ..options(5.0, 30.0)
+    })
+    .await;
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(
+                b"GET /up HTTP/1.1\r\nHost: x\r\nUpgrade: test\r\nConnection: upgrade\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        assert_eq!(read_status(&mut stream).await, Some(101));
+        sessions.push(stream);
+    }
+    // The kernel queues the connection, but relayd must not take it while two upgraded
+    // sessions are open.
+    let mut third = TcpStream::connect(server.addr).await.unwrap();
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first_byte = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(500), third.peek(&mut first_byte)).await;
+    assert!(
+        early.is_err(),
+        "a connection was served beyond max_connections"
+    );
+    // Ending one session frees its permit.
+    drop(sessions.pop());
+    assert_eq!(read_status(&mut third).await, Some(200));
 }
