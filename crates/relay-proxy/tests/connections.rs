@@ -315,3 +315,19 @@ async fn upgraded_connections_keep_their_connection_permit() {
     drop(sessions.pop());
     assert_eq!(read_status(&mut third).await, Some(200));
 }
+
+#[test]
+fn workers_listen_with_small_limits_and_a_per_peer_cap() {
+    let identity = WorkerIdentity::generate("127.0.0.1").unwrap();
+    let options = serve_options(&identity, Duration::from_secs(1));
+    let daemon = ServeOptions::default();
+    assert!(options.max_connections <= 1024);
+    assert!(options.handshake_timeout <= Duration::from_secs(2));
+    assert!(options.header_read_timeout < daemon.header_read_timeout);
+    assert!(
+        options.per_peer.loopback,
+        "local users share 127.0.0.1 with the daemon"
+    );
+    assert!(options.per_peer.max < options.max_connections);
+    assert!(options.tls.is_some());
+}
