@@ -14,7 +14,7 @@ use relay_proxy::config::{Config, ConfigSources};
 use relay_proxy::control::daemon::{ControlOptions, ControlPlane};
 use relay_proxy::front::{Front, FrontOptions, Mode, ProviderKeys};
 use relay_proxy::metrics::Metrics;
-use relay_proxy::server::{ServeOptions, serve};
+use relay_proxy::server::{Linger, PeerLimit, ServeOptions, serve};
 use relay_proxy::shell::Shell;
 use relay_proxy::state::StateStore;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
@@ -256,6 +256,12 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
             keepalive_idle: config.daemon.keepalive_idle_secs.get(),
             drain_timeout: config.daemon.timers.drain_secs.get(),
             tls,
+            handshake_timeout: config.daemon.timers.header_read_timeout_secs.get(),
+            per_peer: PeerLimit {
+                max: config.daemon.max_connections_per_ip,
+                loopback: false,
+            },
+            linger: Linger::default(),
         },
         front.clone(),
         shutdown,

@@ -25,7 +25,7 @@ use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::conn::HeadVerdict;
 use crate::headers::{self, Toward, UPSTREAM_BASE_URL, WORKER_SECRET};
 use crate::routes::{Agent, ModelFamily, Route, TargetError, upstream_target};
-use crate::server::{ConnContext, Handler, ServeOptions};
+use crate::server::{ConnContext, Handler, Linger, PeerLimit, ServeOptions};
 use crate::upstream::UpstreamClient;
 
 /// The readiness probe the daemon sends over the pinned connection (§5.5).
@@ -54,17 +54,29 @@ impl Default for WorkerLimits {
     }
 }
 
-/// How the worker's listener is served: TLS with the generation's identity, and the
-/// daemon's default connection limits and timers. `drain_timeout` is how long accepted
-/// requests may run on once the serve future's shutdown resolves.
+/// How the worker's listener is served: TLS with the generation's identity, and limits
+/// sized for its one legitimate client, the daemon (which opens one connection per request
+/// in flight, at most `max_requests_per_identity`, 256 by default, plus probes and idle
+/// pooled ones): 512 connections, at most 384 from one address (loopback included, since a
+/// remote worker's daemon is one address and an attacker on the network another), a 2 s
+/// TLS handshake and a 5 s header timeout, so another user cannot starve it cheaply.
+/// `drain_timeout` is how long accepted requests may run on once the serve future's
+/// shutdown resolves.
 pub fn serve_options(identity: &WorkerIdentity, drain_timeout: Duration) -> ServeOptions {
     let daemon = DaemonConfig::default();
     ServeOptions {
-        max_connections: daemon.max_connections,
-        header_read_timeout: TimersConfig::default().header_read_timeout_secs.get(),
+        max_connections: 512,
+        // Half the daemon's: 5 s by default.
+        header_read_timeout: TimersConfig::default().header_read_timeout_secs.get() / 2,
         keepalive_idle: daemon.keepalive_idle_secs.get(),
         drain_timeout,
         tls: Some(identity.server_config()),
+        handshake_timeout: Duration::from_secs(2),
+        per_peer: PeerLimit {
+            max: 384,
+            loopback: true,
+        },
+        linger: Linger::default(),
     }
 }
 

@@ -13,6 +13,7 @@
 mod support;
 
 mod bad_input;
+mod connections;
 mod credentials;
 mod daemon_keys;
 mod egress;

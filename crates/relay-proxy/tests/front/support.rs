@@ -120,6 +120,7 @@ impl Setup {
                 keepalive_idle: config.daemon.keepalive_idle_secs.get(),
                 drain_timeout: Duration::from_secs(1),
                 tls: self.tls,
+                ..ServeOptions::default()
             },
             front.clone(),
             async move {
