@@ -23,18 +23,17 @@ use uuid::Uuid;
 
 use crate::answers::{
     ambiguous_framing, content_length, error, json, no_store, not_found, payload_too_large,
-    relay_response, unauthorized, unsupported_media_type, upstream_error, upstream_not_allowed,
-    worker_failed, worker_unavailable,
+    relay_response, unauthorized, unsupported_media_type, upstream_error, worker_failed,
+    worker_unavailable,
 };
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::{Config, DaemonKeys};
 use crate::conn::HeadVerdict;
 use crate::control::daemon::ControlPlane;
+use crate::forward::{Checked, Prologue, method_not_allowed};
 use crate::headers::{self, CredentialHeader, Toward};
 use crate::metrics::{Destination, Metrics, RouteLabel};
-use crate::routes::{
-    Agent, Family, ModelFamily, Route, TargetError, UpstreamTarget, upstream_target,
-};
+use crate::routes::{Agent, Family, ModelFamily, Route, UpstreamTarget};
 use crate::server::{ConnContext, Handler};
 use crate::shell::{Shell, TicketGuard};
 use crate::upstream::{UpstreamClient, UpstreamError};
@@ -315,11 +314,7 @@ impl Front {
             },
             Route::Model { family, responses } => self.model(req, &conn, family, responses).await,
             Route::Hook(agent) => self.hook(req, agent).await,
-            Route::MethodNotAllowed => local(error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                ErrorKind::RelayMethodNotAllowed,
-                "method not allowed on this path",
-            )),
+            Route::MethodNotAllowed => local(method_not_allowed()),
             Route::NotFound => local(not_found()),
         }
     }
@@ -535,78 +530,31 @@ impl Front {
             _ => RouteLabel::Openai,
         };
         let local = |res, label| (res, label, Destination::Local);
-        if responses && headers::is_websocket_upgrade(req.method(), req.headers()) {
-            return local(
-                error(
-                    StatusCode::UPGRADE_REQUIRED,
-                    ErrorKind::RelayUpgradeRequired,
-                    "WebSocket is not supported here; use HTTP streaming",
-                ),
-                label,
-            );
-        }
-        if responses && req.method() != Method::POST {
-            return local(
-                error(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    ErrorKind::RelayMethodNotAllowed,
-                    "method not allowed on this path",
-                ),
-                label,
-            );
-        }
-        if req.method() == Method::POST && !headers::is_json_media_type(req.headers()) {
-            return local(unsupported_media_type(), label);
-        }
-        let limit = self.config().daemon.max_request_body_bytes;
-        if content_length(req.headers()).is_some_and(|len| len > limit) {
-            return local(payload_too_large(limit), label);
-        }
-        let selected = match req.headers().get(headers::UPSTREAM_BASE_URL) {
-            None => None,
-            Some(value) => match value.to_str() {
-                Ok(text) => Some(text.to_owned()),
-                Err(_) => return local(upstream_not_allowed(), label),
-            },
+        let idle = self.config().daemon.stream_idle_secs.get();
+        let prologue = Prologue {
+            upstream: &self.config().upstream,
+            max_body_bytes: self.config().daemon.max_request_body_bytes,
+            stream_idle: idle,
+            require_json: true,
         };
-        let target = match upstream_target(
-            &self.config().upstream,
-            family,
-            req.headers(),
-            selected.as_deref(),
-            req.uri().path(),
-            req.uri().query(),
-        ) {
-            Ok(target) => target,
-            Err(TargetError::NotAllowed(_)) => return local(upstream_not_allowed(), label),
-            Err(TargetError::BadUri) => {
-                return local(
-                    error(
-                        StatusCode::BAD_REQUEST,
-                        ErrorKind::RelayBadRequest,
-                        "bad request path",
-                    ),
-                    label,
-                );
-            }
+        let Checked {
+            parts,
+            body,
+            target,
+        } = match prologue.check(req, family, responses) {
+            Ok(checked) => checked,
+            Err(refused) => return local(refused.answer(), label),
         };
         let label = match target.family {
             Family::Anthropic => RouteLabel::Anthropic,
             Family::OpenAi => RouteLabel::Openai,
         };
-        let credential = parse_credential(req.headers());
+        let credential = parse_credential(&parts.headers);
         let routed = match self.decide(&credential, RequestKind::Model).await {
             Ok(routed) => routed,
             Err(refusal) => return local(refusal.answer(), label),
         };
-        let idle = self.config().daemon.stream_idle_secs.get();
         let models = family == ModelFamily::Models;
-        let (parts, incoming) = req.into_parts();
-        let body = if parts.method == Method::GET || parts.method == Method::HEAD {
-            RequestBody::empty()
-        } else {
-            RequestBody::streaming(incoming, limit, idle)
-        };
         match routed {
             Routed::Worker {
                 target: worker,

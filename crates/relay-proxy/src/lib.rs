@@ -17,6 +17,7 @@ pub mod client_process;
 pub mod config;
 pub mod conn;
 pub mod control;
+mod forward;
 pub mod front;
 pub mod headers;
 pub mod metrics;

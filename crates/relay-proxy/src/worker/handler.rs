@@ -18,13 +18,14 @@ use super::identity::WorkerIdentity;
 use super::state::{RequestKind, WorkerState};
 use crate::answers::{
     ambiguous_framing, content_length, error, json, payload_too_large, relay_response,
-    upstream_error, upstream_not_allowed,
+    upstream_error,
 };
 use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::conn::HeadVerdict;
-use crate::headers::{self, Toward, UPSTREAM_BASE_URL, WORKER_SECRET};
-use crate::routes::{Agent, ModelFamily, Route, TargetError, upstream_target};
+use crate::forward::{Checked, Prologue, method_not_allowed};
+use crate::headers::{self, Toward, WORKER_SECRET};
+use crate::routes::{Agent, ModelFamily, Route};
 use crate::server::{ConnContext, Handler, ServeOptions};
 use crate::upstream::UpstreamClient;
 
@@ -152,53 +153,28 @@ impl WorkerHandler {
         family: ModelFamily,
         responses: bool,
     ) -> Response<ResponseBody> {
-        if responses && headers::is_websocket_upgrade(req.method(), req.headers()) {
-            return error(
-                StatusCode::UPGRADE_REQUIRED,
-                ErrorKind::RelayUpgradeRequired,
-                "WebSocket is not supported here; use HTTP streaming",
-            );
+        let prologue = self.prologue();
+        if let Err(refused) = prologue.shape(&req, responses) {
+            return refused.answer();
         }
-        if responses && req.method() != Method::POST {
-            return method_not_allowed();
-        }
+        // The worker's state is checked between the shape and the request (see the order
+        // at the top of this file).
         let Some(in_flight) = self.state.admit(RequestKind::Model) else {
             return unavailable();
         };
-        let limit = self.limits.max_request_body_bytes;
-        if content_length(req.headers()).is_some_and(|len| len > limit) {
-            return payload_too_large(limit);
-        }
-        let selected = match req.headers().get(UPSTREAM_BASE_URL).map(|v| v.to_str()) {
-            None => None,
-            Some(Ok(text)) => Some(text.to_owned()),
-            Some(Err(_)) => return upstream_not_allowed(),
+        let checked = match prologue.target(&req, family) {
+            Ok(target) => prologue.checked(req, target),
+            Err(refused) => return refused.answer(),
         };
-        let target = match upstream_target(
-            &self.config.upstream,
-            family,
-            req.headers(),
-            selected.as_deref(),
-            req.uri().path(),
-            req.uri().query(),
-        ) {
-            Ok(target) => target,
-            Err(TargetError::NotAllowed(_)) => return upstream_not_allowed(),
-            Err(TargetError::BadUri) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    ErrorKind::RelayBadRequest,
-                    "bad request path",
-                );
-            }
+        let Checked {
+            parts,
+            body,
+            target,
+        } = match self.plugin_stage(checked) {
+            Ok(checked) => checked,
+            Err(res) => return res,
         };
-        let (parts, incoming) = req.into_parts();
         let idle = self.limits.stream_idle;
-        let body = if parts.method == Method::GET || parts.method == Method::HEAD {
-            RequestBody::empty()
-        } else {
-            RequestBody::streaming(incoming, limit, idle)
-        };
         let mut upstream_req = Request::new(body);
         *upstream_req.method_mut() = parts.method;
         *upstream_req.uri_mut() = target.uri;
@@ -216,6 +192,26 @@ impl WorkerHandler {
                 upstream_error(&failure)
             }
         }
+    }
+
+    /// The model-request rules of this worker: its own `[upstream]`, the daemon's limits,
+    /// no media-type check (the daemon made it).
+    fn prologue(&self) -> Prologue<'_> {
+        Prologue {
+            upstream: &self.config.upstream,
+            max_body_bytes: self.limits.max_request_body_bytes,
+            stream_idle: self.limits.stream_idle,
+            require_json: false,
+        }
+    }
+
+    /// Where the plugins of SPEC §7 attach to a model request: after the prologue has
+    /// accepted it and before it is sent to the provider. Policy will run here first
+    /// (and may answer the request itself), then redaction (which may change the body).
+    /// No plugin exists yet, so the request passes unchanged.
+    #[allow(clippy::unused_self, clippy::result_large_err)]
+    fn plugin_stage(&self, checked: Checked) -> Result<Checked, Response<ResponseBody>> {
+        Ok(checked)
     }
 
     async fn hook(&self, req: Request<Incoming>, agent: Agent) -> Response<ResponseBody> {
@@ -296,14 +292,6 @@ fn unavailable() -> Response<ResponseBody> {
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     res
-}
-
-fn method_not_allowed() -> Response<ResponseBody> {
-    error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        ErrorKind::RelayMethodNotAllowed,
-        "method not allowed on this path",
-    )
 }
 
 #[cfg(test)]
