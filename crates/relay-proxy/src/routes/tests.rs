@@ -22,7 +22,7 @@ fn target(
         Some((p, q)) => (p, Some(q)),
         None => (path_and_query, None),
     };
-    let Route::Model { family, .. } = Route::classify(method, path) else {
+    let PathClass::Model { family, .. } = PathClass::classify(method, path) else {
         panic!("{path} is not a model route");
     };
     let mut map = HeaderMap::new();
@@ -202,36 +202,36 @@ fn selected_bases_must_be_allowed() {
 
 #[test]
 fn classification() {
-    assert_eq!(Route::classify(&Method::HEAD, "/"), Route::HeadRoot);
-    assert_eq!(Route::classify(&Method::GET, "/"), Route::NotFound);
+    assert_eq!(PathClass::classify(&Method::HEAD, "/"), PathClass::HeadRoot);
+    assert_eq!(PathClass::classify(&Method::GET, "/"), PathClass::NotFound);
     assert_eq!(
-        Route::classify(&Method::GET, "/v1/messages"),
-        Route::MethodNotAllowed
+        PathClass::classify(&Method::GET, "/v1/messages"),
+        PathClass::MethodNotAllowed
     );
     assert_eq!(
-        Route::classify(&Method::POST, "/healthz"),
-        Route::MethodNotAllowed
+        PathClass::classify(&Method::POST, "/healthz"),
+        PathClass::MethodNotAllowed
     );
     assert_eq!(
-        Route::classify(&Method::POST, "/hooks/pi"),
-        Route::Hook(Agent::Pi)
+        PathClass::classify(&Method::POST, "/hooks/pi"),
+        PathClass::Hook(Agent::Pi)
     );
     assert_eq!(
-        Route::classify(&Method::POST, "/hooks/other"),
-        Route::NotFound
+        PathClass::classify(&Method::POST, "/hooks/other"),
+        PathClass::NotFound
     );
     assert_eq!(
-        Route::classify(&Method::GET, "/_relay/v1/workers/not-a-uuid/status"),
-        Route::WorkerStatus(None)
+        PathClass::classify(&Method::GET, "/_relay/v1/workers/not-a-uuid/status"),
+        PathClass::WorkerStatus(None)
     );
     let id = uuid::Uuid::now_v7();
     assert_eq!(
-        Route::classify(&Method::GET, &format!("/_relay/v1/workers/{id}/status")),
-        Route::WorkerStatus(Some(id))
+        PathClass::classify(&Method::GET, &format!("/_relay/v1/workers/{id}/status")),
+        PathClass::WorkerStatus(Some(id))
     );
     assert!(matches!(
-        Route::classify(&Method::GET, "/v1/responses"),
-        Route::Model {
+        PathClass::classify(&Method::GET, "/v1/responses"),
+        PathClass::Model {
             responses: true,
             ..
         }

@@ -25,7 +25,7 @@ use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::conn::HeadVerdict;
 use crate::forward::{Checked, Prologue, method_not_allowed};
 use crate::headers::{self, Toward, WORKER_SECRET};
-use crate::routes::{Agent, ModelFamily, Route};
+use crate::routes::{Agent, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler, ServeOptions};
 use crate::upstream::UpstreamClient;
 
@@ -100,7 +100,7 @@ impl WorkerHandler {
         &self.state
     }
 
-    async fn route(
+    async fn dispatch(
         self: Arc<Self>,
         req: Request<Incoming>,
         conn: ConnContext,
@@ -121,10 +121,10 @@ impl WorkerHandler {
                 method_not_allowed()
             };
         }
-        match Route::classify(req.method(), req.uri().path()) {
-            Route::Model { family, responses } => self.model(req, family, responses).await,
-            Route::Hook(agent) => self.hook(req, agent).await,
-            Route::MethodNotAllowed => method_not_allowed(),
+        match PathClass::classify(req.method(), req.uri().path()) {
+            PathClass::Model { family, responses } => self.model(req, family, responses).await,
+            PathClass::Hook(agent) => self.hook(req, agent).await,
+            PathClass::MethodNotAllowed => method_not_allowed(),
             // The daemon's own status, control and probe routes do not exist here.
             _ => error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found"),
         }
@@ -259,7 +259,7 @@ impl Handler for WorkerHandler {
         req: Request<Incoming>,
         conn: ConnContext,
     ) -> Response<ResponseBody> {
-        self.route(req, conn).await
+        self.dispatch(req, conn).await
     }
 }
 

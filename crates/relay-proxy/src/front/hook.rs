@@ -1,0 +1,168 @@
+//! The hook routes (SPEC §3.4): the media type, the body and its event name, the
+//! credential decision, then the worker or the agent's pass-through answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use relay_broker::RequestKind;
+use relay_proto::{ErrorKind, PassThroughReason};
+
+use super::credential::{Routed, parse_credential};
+use super::to_worker::WorkerResult;
+use super::{Front, Mode};
+use crate::answers::{
+    content_length, error, payload_too_large, relay_response, unsupported_media_type,
+    worker_unavailable,
+};
+use crate::body::{RequestBody, ResponseBody};
+use crate::headers::{self, Toward};
+use crate::metrics::{Destination, RouteLabel};
+use crate::routes::Agent;
+
+impl Front {
+    pub(super) async fn hook(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        agent: Agent,
+    ) -> (Response<ResponseBody>, RouteLabel, Destination) {
+        let local = |res| (res, RouteLabel::Hook, Destination::Local);
+        if !headers::is_json_media_type(req.headers()) {
+            return local(unsupported_media_type());
+        }
+        let limit = self.config().daemon.max_hook_body_bytes;
+        let (parts, incoming) = req.into_parts();
+        let body = match read_limited(&parts.headers, incoming, limit).await {
+            Ok(body) => body,
+            Err(res) => return local(res),
+        };
+        let Some(event) = hook_event(&body) else {
+            return local(error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::RelayBadRequest,
+                "a hook body must be a JSON object",
+            ));
+        };
+        let kind = if event.is_some_and(|name| agent.is_opening_event(name)) {
+            RequestKind::OpeningHook
+        } else {
+            RequestKind::Hook
+        };
+        let credential = parse_credential(&parts.headers);
+        let routed = match self.decide(&credential, kind).await {
+            Ok(routed) => routed,
+            Err(refusal) => return local(refusal.answer()),
+        };
+        let (reason, fingerprint) = match routed {
+            Routed::Worker {
+                target: worker,
+                fingerprint,
+                ticket,
+            } => {
+                let mut req = Request::new(RequestBody::full(body));
+                *req.method_mut() = Method::POST;
+                *req.uri_mut() = parts.uri.clone();
+                *req.headers_mut() =
+                    headers::forwardable_request_headers(&parts.headers, Toward::Worker);
+                match self.send_to_worker(&worker, fingerprint, "hook", req).await {
+                    WorkerResult::Answered(res) => {
+                        let idle = self.config().daemon.stream_idle_secs.get();
+                        let res = relay_response(
+                            res,
+                            false,
+                            idle,
+                            Box::new((self.metrics.open_stream(), Some(ticket))),
+                        );
+                        return (res, RouteLabel::Hook, Destination::Worker);
+                    }
+                    WorkerResult::Failed(res) => {
+                        return (res, RouteLabel::Hook, Destination::Worker);
+                    }
+                    WorkerResult::NotSent(_, outcome) => {
+                        ticket.unreachable(outcome);
+                        if self.options.mode == Mode::RequireWorker {
+                            return local(worker_unavailable(Duration::from_secs(1)));
+                        }
+                        (
+                            Some(PassThroughReason::WorkerConnectFailed),
+                            Some(fingerprint),
+                        )
+                    }
+                }
+            }
+            Routed::PassThrough {
+                reason,
+                credentialed,
+                fingerprint,
+                ..
+            } => (credentialed.then_some(reason), fingerprint),
+        };
+        if let Some(reason) = reason {
+            self.log_pass_through("hook", reason, fingerprint);
+        }
+        let mut res = Response::new(ResponseBody::full(Bytes::from_static(
+            agent.pass_through_answer(),
+        )));
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        (res, RouteLabel::Hook, Destination::PassThrough)
+    }
+}
+
+/// Reads a whole body of at most `limit` bytes, or answers 413.
+pub(super) async fn read_limited(
+    headers: &HeaderMap,
+    body: Incoming,
+    limit: u64,
+) -> Result<Bytes, Response<ResponseBody>> {
+    if content_length(headers).is_some_and(|len| len > limit) {
+        return Err(payload_too_large(limit));
+    }
+    let limited = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(payload_too_large(limit))
+        }
+        Err(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            ErrorKind::RelayBadRequest,
+            "the request body could not be read",
+        )),
+    }
+}
+
+/// The `hook_event_name` of a hook body, `Some(None)` for an object without one, and `None`
+/// when the body is not a JSON object.
+pub(super) fn hook_event(body: &[u8]) -> Option<Option<&str>> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        hook_event_name: Option<&'a str>,
+    }
+    // serde accepts an array for a struct; only an object is a hook payload.
+    let object = body
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{');
+    if !object {
+        return None;
+    }
+    // A name with escapes cannot be borrowed; it is then no event Relay waits for.
+    match serde_json::from_slice::<Head<'_>>(body) {
+        Ok(head) => Some(head.hook_event_name),
+        Err(e) if e.is_data() => serde_json::from_slice::<serde::de::IgnoredAny>(body)
+            .is_ok()
+            .then_some(None),
+        Err(_) => None,
+    }
+}
