@@ -125,6 +125,8 @@ pub struct Front {
     /// credential is ever bound.
     shell: Option<Arc<Shell>>,
     control: Option<Arc<ControlPlane>>,
+    /// The bytes of hook bodies buffered at once across the daemon.
+    hook_buffer: hook::HookBuffer,
 }
 
 impl Front {
@@ -145,7 +147,15 @@ impl Front {
             )),
             shell: None,
             control: None,
+            hook_buffer: hook::HookBuffer::new(hook::DEFAULT_HOOK_BUFFER_BYTES),
         }
+    }
+
+    /// Sets how many bytes of hook bodies the daemon buffers at once (16 MiB by default);
+    /// beyond it a hook waits up to a second for room, then gets 503.
+    pub fn with_hook_buffer_bytes(mut self, bytes: u64) -> Front {
+        self.hook_buffer = hook::HookBuffer::new(bytes);
+        self
     }
 
     /// Routes bound credentials through the broker and serves the control endpoints.

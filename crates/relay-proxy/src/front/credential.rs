@@ -86,6 +86,23 @@ pub(super) fn parse_credential(headers: &HeaderMap) -> Credential {
 }
 
 impl Front {
+    /// A non-loopback bind without `--allow-anonymous-pass-through`: callers the broker
+    /// does not know are refused.
+    fn is_anonymous_refused(&self) -> bool {
+        !self.is_loopback_bind() && !self.options.allow_anonymous_pass_through
+    }
+
+    /// True when [`Front::decide`] for a hook depends on whether it opens a session: only
+    /// for a token the broker may know, where an unknown caller is not refused anyway. For
+    /// every other credential the hook's body is not needed to decide, so refusals are
+    /// answered before it is read (a missing, malformed or refused credential costs the
+    /// daemon no body).
+    pub(super) fn decision_needs_event(&self, credential: &Credential) -> bool {
+        matches!(credential, Credential::Token(_))
+            && self.shell.is_some()
+            && !self.is_anonymous_refused()
+    }
+
     /// The table of §3.5: a bound credential goes to the broker, which may wait for an
     /// activating route; everything else follows the rules for unbound callers.
     pub(super) async fn decide(
@@ -93,8 +110,7 @@ impl Front {
         credential: &Credential,
         kind: RequestKind,
     ) -> Result<Routed, Refusal> {
-        let anonymous_refused =
-            !self.is_loopback_bind() && !self.options.allow_anonymous_pass_through;
+        let anonymous_refused = self.is_anonymous_refused();
         // A caller whose credential turns out unbound gets 401 here: it may not park a
         // request waiting for a session.
         let kind = match kind {

@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use relay_broker::RequestKind;
 use relay_proto::{ErrorKind, PassThroughReason};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::credential::{Routed, parse_credential};
 use super::to_worker::WorkerResult;
@@ -34,9 +35,27 @@ impl Front {
         if !headers::is_json_media_type(req.headers()) {
             return local(unsupported_media_type());
         }
+        // The credential first (SPEC §3.5): every refusal that does not depend on the
+        // event is answered before a byte of the body is read.
+        let credential = parse_credential(req.headers());
+        let decided = if self.decision_needs_event(&credential) {
+            None
+        } else {
+            match self.decide(&credential, RequestKind::Hook).await {
+                Ok(routed) => Some(routed),
+                Err(refusal) => return local(refusal.answer()),
+            }
+        };
         let limit = self.config().daemon.max_hook_body_bytes;
+        if content_length(req.headers()).is_some_and(|len| len > limit) {
+            return local(payload_too_large(limit));
+        }
+        let _buffered = match self.hook_buffer.reserve(req.headers(), limit).await {
+            Some(permit) => permit,
+            None => return local(overloaded()),
+        };
         let (parts, incoming) = req.into_parts();
-        let body = match read_limited(&parts.headers, incoming, limit).await {
+        let body = match read_limited(incoming, limit).await {
             Ok(body) => body,
             Err(res) => return local(res),
         };
@@ -47,15 +66,19 @@ impl Front {
                 "a hook body must be a JSON object",
             ));
         };
-        let kind = if event.is_some_and(|name| agent.is_opening_event(name)) {
-            RequestKind::OpeningHook
-        } else {
-            RequestKind::Hook
-        };
-        let credential = parse_credential(&parts.headers);
-        let routed = match self.decide(&credential, kind).await {
-            Ok(routed) => routed,
-            Err(refusal) => return local(refusal.answer()),
+        let routed = match decided {
+            Some(routed) => routed,
+            None => {
+                let kind = if event.is_some_and(|name| agent.is_opening_event(name)) {
+                    RequestKind::OpeningHook
+                } else {
+                    RequestKind::Hook
+                };
+                match self.decide(&credential, kind).await {
+                    Ok(routed) => routed,
+                    Err(refusal) => return local(refusal.answer()),
+                }
+            }
         };
         let (reason, fingerprint) = match routed {
             Routed::Worker {
@@ -115,15 +138,64 @@ impl Front {
     }
 }
 
+/// The hook bodies buffered at once across the daemon, in bytes (SPEC §3.6 bounds one
+/// body; this bounds them all, so that many slow bodies cannot grow the daemon without
+/// limit). A body reserves its declared length, or the whole per-body limit when it has
+/// none, before its first byte is read, and keeps the reservation until its answer.
+#[derive(Debug)]
+pub(super) struct HookBuffer {
+    bytes: Semaphore,
+    capacity: u64,
+}
+
+/// The default budget: sixteen bodies of the default 1 MiB limit at once.
+pub(super) const DEFAULT_HOOK_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How long a hook body waits for room in the budget before it is answered 503.
+const HOOK_BUFFER_WAIT: Duration = Duration::from_secs(1);
+
+impl HookBuffer {
+    pub(super) fn new(capacity: u64) -> HookBuffer {
+        // A semaphore holds at most `usize::MAX >> 3` permits.
+        let capacity = capacity.min(u64::from(u32::MAX));
+        HookBuffer {
+            bytes: Semaphore::new(usize::try_from(capacity).unwrap_or(usize::MAX >> 3)),
+            capacity,
+        }
+    }
+
+    /// Room for one body of at most `limit` bytes, waiting at most [`HOOK_BUFFER_WAIT`];
+    /// `None` when the budget stays full.
+    async fn reserve(&self, headers: &HeaderMap, limit: u64) -> Option<SemaphorePermit<'_>> {
+        let want = content_length(headers)
+            .unwrap_or(limit)
+            .min(limit)
+            .min(self.capacity);
+        let want = u32::try_from(want).unwrap_or(u32::MAX);
+        match tokio::time::timeout(HOOK_BUFFER_WAIT, self.bytes.acquire_many(want)).await {
+            Ok(Ok(permit)) => Some(permit),
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+}
+
+/// 503 when the daemon already buffers as many hook bodies as it allows.
+fn overloaded() -> Response<ResponseBody> {
+    let mut res = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::RelayTooManyRequests,
+        "too many hook bodies are being received at once",
+    );
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    res
+}
+
 /// Reads a whole body of at most `limit` bytes, or answers 413.
 pub(super) async fn read_limited(
-    headers: &HeaderMap,
     body: Incoming,
     limit: u64,
 ) -> Result<Bytes, Response<ResponseBody>> {
-    if content_length(headers).is_some_and(|len| len > limit) {
-        return Err(payload_too_large(limit));
-    }
     let limited = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
     match limited.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
