@@ -163,9 +163,21 @@ impl PathClass {
 pub struct UpstreamTarget {
     pub family: Family,
     pub uri: Uri,
-    /// True when the destination is the configured base for its family (daemon keys may
-    /// only ever go there, §3.2).
-    pub is_configured_base: bool,
+    /// Which base the destination is: the daemon's keys only ever go to the configured
+    /// base of their own family (§3.2).
+    pub base: UpstreamBase,
+}
+
+/// The base a model request goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamBase {
+    /// The configured base of the request's family: `openai_base_url` or
+    /// `anthropic_base_url`.
+    Configured,
+    /// `chatgpt_codex_base_url` (`/backend-api/codex/responses`, or a ChatGPT sign-in).
+    ChatGptCodex,
+    /// A base the caller selected with `x-relay-upstream-base-url`.
+    Selected,
 }
 
 /// Why a model request has no upstream.
@@ -253,7 +265,13 @@ pub fn upstream_target(
     Ok(UpstreamTarget {
         family: family_kind,
         uri,
-        is_configured_base: selected.is_none(),
+        base: if chatgpt {
+            UpstreamBase::ChatGptCodex
+        } else if selected.is_some() {
+            UpstreamBase::Selected
+        } else {
+            UpstreamBase::Configured
+        },
     })
 }
 

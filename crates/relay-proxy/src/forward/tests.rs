@@ -98,7 +98,7 @@ fn the_target_checks_the_declared_length_before_the_selected_base() {
         target.uri.to_string(),
         "http://127.0.0.1:9999/custom/v1/responses"
     );
-    assert!(!target.is_configured_base);
+    assert_eq!(target.base, crate::routes::UpstreamBase::Selected);
 }
 
 #[test]

@@ -19,7 +19,7 @@ use crate::config::DaemonKeys;
 use crate::forward::{Checked, Prologue};
 use crate::headers::{self, Toward};
 use crate::metrics::{Destination, RouteLabel};
-use crate::routes::{Family, ModelFamily, UpstreamTarget};
+use crate::routes::{Family, ModelFamily, UpstreamBase, UpstreamTarget};
 use crate::server::ConnContext;
 use crate::shell::TicketGuard;
 use crate::upstream::UpstreamError;
@@ -137,7 +137,11 @@ impl Front {
         ticket: Option<TicketGuard>,
     ) -> Response<ResponseBody> {
         let mut headers = headers::forwardable_request_headers(&parts.headers, Toward::Provider);
-        if self.may_add_daemon_keys(&parts.headers, conn, target.is_configured_base, bound) {
+        // Each key only to the base it was configured for: the OpenAI key to
+        // `openai_base_url`, the Anthropic key to `anthropic_base_url`; never to the ChatGPT
+        // base or a base the caller selected.
+        let own_base = target.base == UpstreamBase::Configured;
+        if self.may_add_daemon_keys(&parts.headers, conn, own_base, bound) {
             match target.family {
                 Family::OpenAi => {
                     if let Some(key) = &self.keys.openai {

@@ -178,7 +178,7 @@ fn selected_bases_must_be_allowed() {
         Some("http://127.0.0.1:9999/custom/v1/"),
     )
     .unwrap();
-    assert!(!ok.is_configured_base);
+    assert_eq!(ok.base, UpstreamBase::Selected);
     assert_eq!(
         ok.uri.to_string(),
         "http://127.0.0.1:9999/custom/v1/chat/completions"
@@ -193,10 +193,11 @@ fn selected_bases_must_be_allowed() {
             Err(TargetError::NotAllowed(_))
         ));
     }
-    assert!(
+    assert_eq!(
         target(&c, &Method::POST, "/v1/messages", &[], None)
             .unwrap()
-            .is_configured_base
+            .base,
+        UpstreamBase::Configured
     );
 }
 
@@ -236,4 +237,31 @@ fn classification() {
             ..
         }
     ));
+}
+
+#[test]
+fn the_chatgpt_base_is_never_the_configured_base() {
+    let c = config("https://api.openai.com/v1", "https://api.anthropic.com");
+    let codex = target(&c, &Method::POST, "/backend-api/codex/responses", &[], None).unwrap();
+    assert_eq!(codex.base, UpstreamBase::ChatGptCodex);
+    assert_eq!(codex.family, Family::OpenAi);
+    // A ChatGPT sign-in rerouted from the OpenAI paths is the ChatGPT base too.
+    let signed_in = target(
+        &c,
+        &Method::POST,
+        "/v1/responses",
+        &[
+            ("chatgpt-account-id", "acct"),
+            ("authorization", "Bearer eyJhbGciOi"),
+        ],
+        None,
+    )
+    .unwrap();
+    assert_eq!(signed_in.base, UpstreamBase::ChatGptCodex);
+    assert_eq!(
+        target(&c, &Method::POST, "/v1/responses", &[], None)
+            .unwrap()
+            .base,
+        UpstreamBase::Configured
+    );
 }
