@@ -3,14 +3,13 @@
 
 use std::time::Duration;
 
-use http::header::{self, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use relay_broker::{Decision as BrokerDecision, Digest, Fingerprint, RequestKind};
 use relay_identity::RouteToken;
 use relay_proto::{ErrorKind, PassThroughReason};
 
 use super::{Front, Mode};
-use crate::answers::{error, unauthorized, worker_unavailable};
+use crate::answers::{retry_later, unauthorized, worker_unavailable};
 use crate::body::ResponseBody;
 use crate::headers::{self, CredentialHeader};
 use crate::shell::TicketGuard;
@@ -51,16 +50,12 @@ impl Refusal {
         match self {
             Refusal::Unauthorized => unauthorized(),
             Refusal::Unavailable { retry_after } => worker_unavailable(retry_after),
-            Refusal::TooMany => {
-                let mut res = error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    ErrorKind::RelayTooManyRequests,
-                    "too many requests in flight for this route",
-                );
-                res.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                res
-            }
+            Refusal::TooMany => retry_later(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorKind::RelayTooManyRequests,
+                "too many requests in flight for this route",
+                1,
+            ),
         }
     }
 }

@@ -17,7 +17,7 @@ use super::credential::{Routed, parse_credential};
 use super::to_worker::WorkerResult;
 use super::{Front, Mode};
 use crate::answers::{
-    content_length, error, payload_too_large, relay_response, unsupported_media_type,
+    content_length, error, payload_too_large, relay_response, retry_later, unsupported_media_type,
     worker_unavailable,
 };
 use crate::body::{RequestBody, ResponseBody};
@@ -181,14 +181,12 @@ impl HookBuffer {
 
 /// 503 when the daemon already buffers as many hook bodies as it allows.
 fn overloaded() -> Response<ResponseBody> {
-    let mut res = error(
+    retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::RelayTooManyRequests,
         "too many hook bodies are being received at once",
-    );
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    res
+        1,
+    )
 }
 
 /// Reads a whole body of at most `limit` bytes, or answers 413.

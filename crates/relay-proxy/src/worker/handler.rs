@@ -17,7 +17,7 @@ use relay_proto::ErrorKind;
 use super::identity::WorkerIdentity;
 use super::state::{RequestKind, WorkerState};
 use crate::answers::{
-    ambiguous_framing, content_length, error, json, payload_too_large, relay_response,
+    ambiguous_framing, content_length, error, json, payload_too_large, relay_response, retry_later,
     upstream_error,
 };
 use crate::body::{BodyError, RequestBody, ResponseBody};
@@ -284,14 +284,12 @@ fn unauthorized() -> Response<ResponseBody> {
 
 /// 503 with `Retry-After: 1` (§3.5: every 503 carries one).
 fn unavailable() -> Response<ResponseBody> {
-    let mut res = error(
+    retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::RelayWorkerUnavailable,
         "the worker is not accepting this request now",
-    );
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    res
+        1,
+    )
 }
 
 #[cfg(test)]
