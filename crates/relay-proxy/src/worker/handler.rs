@@ -171,8 +171,8 @@ impl WorkerHandler {
             body,
             target,
         } = match self.plugin_stage(checked) {
-            Ok(checked) => checked,
-            Err(res) => return res,
+            PluginVerdict::Forward(checked) => checked,
+            PluginVerdict::Answer(res) => return res,
         };
         let idle = self.limits.stream_idle;
         let mut upstream_req = Request::new(body);
@@ -209,9 +209,8 @@ impl WorkerHandler {
     /// accepted it and before it is sent to the provider. Policy will run here first
     /// (and may answer the request itself), then redaction (which may change the body).
     /// No plugin exists yet, so the request passes unchanged.
-    #[allow(clippy::unused_self, clippy::result_large_err)]
-    fn plugin_stage(&self, checked: Checked) -> Result<Checked, Response<ResponseBody>> {
-        Ok(checked)
+    fn plugin_stage(&self, checked: Checked) -> PluginVerdict {
+        PluginVerdict::Forward(checked)
     }
 
     async fn hook(&self, req: Request<Incoming>, agent: Agent) -> Response<ResponseBody> {
@@ -251,6 +250,16 @@ impl WorkerHandler {
         );
         res
     }
+}
+
+/// What the plugin stage makes of a model request.
+#[derive(Debug)]
+enum PluginVerdict {
+    /// Send it to the provider as it now is.
+    Forward(Checked),
+    /// Answer it here (a policy rejection); nothing is sent.
+    #[expect(dead_code, reason = "the policy plugin will answer requests here")]
+    Answer(Response<ResponseBody>),
 }
 
 impl Handler for WorkerHandler {
