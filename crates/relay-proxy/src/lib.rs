@@ -18,6 +18,7 @@ pub mod config;
 pub mod conn;
 pub mod control;
 mod error_chain;
+mod forward;
 pub mod front;
 pub mod headers;
 pub mod metrics;

@@ -18,6 +18,7 @@ mod credentials;
 mod daemon_keys;
 mod egress;
 mod forwarding;
+mod hook_bodies;
 mod secrets;
 mod status;
 mod streaming;
