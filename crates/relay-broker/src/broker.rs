@@ -6,16 +6,14 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use relay_proto::{
-    Bytes32, Directive, Grant as WireGrant, Id, LaunchOutcome, Message, PassThroughReason, Refused,
-    RefusedCode, Registered, Role, RouteState as ViewState, SUPPORTED_PROTOCOLS, Text, WorkerHint,
+    ActivationCancelReason, Bytes32, Directive, DisconnectReason, Grant as WireGrant, Id,
+    LaunchOutcome, McpRemovedReason, Message, PassThroughReason, Refused, RefusedCode, Registered,
+    Role, RouteState as ViewState, SUPPORTED_PROTOCOLS, Text, WorkerHint, WorkerRemovedReason,
     WorkerState,
 };
 use subtle::ConstantTimeEq;
 
-use crate::io::{
-    CancelReason, Decision, Event, Input, McpRemovedReason, Output, ProbeOutcome, RemovedReason,
-    RequestKind, Ticket, WorkerDisconnectReason, launch_status,
-};
+use crate::io::{Decision, Event, Input, Output, ProbeOutcome, RequestKind, Ticket, launch_status};
 use crate::persist::{PersistedBinding, PersistedGeneration, PersistedState};
 use crate::timers::TimerQueue;
 use crate::types::{
@@ -405,11 +403,7 @@ impl Broker {
                     if self.conns.contains_key(&conn) {
                         // A published worker that says it failed is treated as gone from
                         // control: the route recovers or relaunches.
-                        self.on_disconnected(
-                            now,
-                            conn,
-                            WorkerDisconnectReason::CommunicationFailed,
-                        );
+                        self.on_disconnected(now, conn, DisconnectReason::CommunicationFailed);
                         self.outputs.push_back(Output::Close { conn });
                     }
                 }
@@ -471,7 +465,7 @@ impl Broker {
                             fingerprint: fp,
                             worker_id: worker,
                         });
-                        self.revoke_generation(worker, RemovedReason::Revoked);
+                        self.revoke_generation(worker, WorkerRemovedReason::Revoked);
                         self.relaunch_or_empty(now, fp);
                     }
                 }
@@ -482,7 +476,7 @@ impl Broker {
                         ..
                     }) = self.state(fp).cloned()
                     {
-                        self.revoke_generation(worker, RemovedReason::DrainTimeout);
+                        self.revoke_generation(worker, WorkerRemovedReason::DrainTimeout);
                         self.after_drain(now, fp, pending_launch);
                     }
                 }
@@ -843,13 +837,18 @@ impl Broker {
         if references == 0 {
             self.on_last_reference_left(now, fp);
         } else {
-            self.reissue_if_owner_left(fp, session_id, CancelReason::OwnerReleased);
+            self.reissue_if_owner_left(fp, session_id, ActivationCancelReason::OwnerReleased);
         }
     }
 
     /// When the grant owner is gone but other references remain, the grant is cancelled and
     /// a fresh one goes at once to another connected MCP (§5.4).
-    fn reissue_if_owner_left(&mut self, fp: Fingerprint, session_id: Id, reason: CancelReason) {
+    fn reissue_if_owner_left(
+        &mut self,
+        fp: Fingerprint,
+        session_id: Id,
+        reason: ActivationCancelReason,
+    ) {
         let Some(RouteState::Activating {
             grant: Some(grant), ..
         }) = self.state(fp).cloned()
@@ -896,15 +895,15 @@ impl Broker {
             }
             Some(RouteState::Activating { grant, worker, .. }) => {
                 if let Some(grant) = grant {
-                    self.cancel_grant(grant, CancelReason::RouteEmptied);
+                    self.cancel_grant(grant, ActivationCancelReason::RouteEmptied);
                 }
                 if let Some(worker) = worker {
-                    self.revoke_generation(worker, RemovedReason::Revoked);
+                    self.revoke_generation(worker, WorkerRemovedReason::Revoked);
                 }
                 self.enter_empty(fp);
             }
             Some(RouteState::Recovering { worker, .. }) => {
-                self.revoke_generation(worker, RemovedReason::Revoked);
+                self.revoke_generation(worker, WorkerRemovedReason::Revoked);
                 self.enter_empty(fp);
             }
             Some(RouteState::PassThrough { .. }) => self.enter_empty(fp),
@@ -1166,7 +1165,7 @@ impl Broker {
         }
     }
 
-    fn on_disconnected(&mut self, now: Instant, conn: ConnId, reason: WorkerDisconnectReason) {
+    fn on_disconnected(&mut self, now: Instant, conn: ConnId, reason: DisconnectReason) {
         match self.conns.remove(&conn) {
             Some(Party::Mcp(session_id)) => {
                 let Some(session) = self.sessions.get_mut(&session_id) else {
@@ -1186,14 +1185,18 @@ impl Broker {
                 self.event(Event::McpDisconnected {
                     fingerprint: fp,
                     instance,
-                    reason,
+                    reason: reason.for_mcp(),
                 });
                 self.timers.set(
                     Timer::Grace(session_id),
                     now + self.config.reconnect_grace(),
                 );
                 // It keeps its reference but receives no grant meanwhile (§5.4).
-                self.reissue_if_owner_left(fp, session_id, CancelReason::OwnerDisconnected);
+                self.reissue_if_owner_left(
+                    fp,
+                    session_id,
+                    ActivationCancelReason::OwnerDisconnected,
+                );
             }
             Some(Party::Worker(worker)) => {
                 let Some(generation) = self.generations.get_mut(&worker) else {
@@ -1207,7 +1210,7 @@ impl Broker {
                 self.event(Event::WorkerControlDisconnected {
                     fingerprint: fp,
                     worker_id: worker,
-                    reason,
+                    reason: reason.for_worker(),
                 });
                 match self.state(fp).cloned() {
                     Some(RouteState::Ready { worker: w }) if w == worker => {
@@ -1230,7 +1233,7 @@ impl Broker {
                         ..
                     }) if w == worker => {
                         // A draining worker does not resume (§5.4).
-                        self.retire_generation(worker, RemovedReason::Drained);
+                        self.retire_generation(worker, WorkerRemovedReason::Drained);
                         self.after_drain(now, fp, pending_launch);
                     }
                     _ => {}
@@ -1368,7 +1371,7 @@ impl Broker {
                 }),
                 ProbeOutcome::Gone,
             ) if w == worker => {
-                self.retire_generation(worker, RemovedReason::Drained);
+                self.retire_generation(worker, WorkerRemovedReason::Drained);
                 self.after_drain(now, fp, pending_launch);
             }
             _ => {}
@@ -1393,7 +1396,7 @@ impl Broker {
             | Some(RouteState::Recovering { worker: w, .. })
                 if w == worker =>
             {
-                self.revoke_generation(worker, RemovedReason::Crashed);
+                self.revoke_generation(worker, WorkerRemovedReason::Crashed);
                 if served > 0 {
                     // No backoff for a crash of a worker that served (§5.4).
                     self.relaunch_or_empty(now, fp);
@@ -1409,7 +1412,7 @@ impl Broker {
                 pending_launch,
                 ..
             }) if w == worker => {
-                self.retire_generation(worker, RemovedReason::Drained);
+                self.retire_generation(worker, WorkerRemovedReason::Drained);
                 self.after_drain(now, fp, pending_launch);
             }
             _ => {}
@@ -1493,7 +1496,7 @@ impl Broker {
         None
     }
 
-    fn cancel_grant(&mut self, activation_id: Id, reason: CancelReason) {
+    fn cancel_grant(&mut self, activation_id: Id, reason: ActivationCancelReason) {
         let Some(grant) = self.grants.get_mut(&activation_id) else {
             return;
         };
@@ -1506,7 +1509,7 @@ impl Broker {
                     .get(&worker)
                     .is_some_and(|g| g.status == GenStatus::Starting)
                 {
-                    self.revoke_generation(worker, RemovedReason::Revoked);
+                    self.revoke_generation(worker, WorkerRemovedReason::Revoked);
                 }
             }
             GrantState::Cancelled => return,
@@ -1529,7 +1532,7 @@ impl Broker {
         if let Some(RouteState::Activating { grant, worker, .. }) = self.state(fp).cloned() {
             activation_id = grant;
             if let Some(worker) = worker {
-                self.revoke_generation(worker, RemovedReason::Crashed);
+                self.revoke_generation(worker, WorkerRemovedReason::Crashed);
             }
             if let Some(grant) = grant
                 && let Some(g) = self.grants.get_mut(&grant)
@@ -1644,7 +1647,7 @@ impl Broker {
     }
 
     /// The generation is done (drained or revoked): it never returns to service.
-    fn retire_generation(&mut self, worker: Id, reason: RemovedReason) {
+    fn retire_generation(&mut self, worker: Id, reason: WorkerRemovedReason) {
         let Some(generation) = self.generations.get_mut(&worker) else {
             return;
         };
@@ -1668,7 +1671,7 @@ impl Broker {
     }
 
     /// Retires the generation and tells its worker, if connected, that it is done.
-    fn revoke_generation(&mut self, worker: Id, reason: RemovedReason) {
+    fn revoke_generation(&mut self, worker: Id, reason: WorkerRemovedReason) {
         let conn = self
             .generations
             .get_mut(&worker)
@@ -1780,10 +1783,10 @@ impl Broker {
         match self.state(fp).cloned() {
             Some(RouteState::Activating { grant, worker, .. }) => {
                 if let Some(grant) = grant {
-                    self.cancel_grant(grant, CancelReason::Revoked);
+                    self.cancel_grant(grant, ActivationCancelReason::Revoked);
                 }
                 if let Some(worker) = worker {
-                    self.revoke_generation(worker, RemovedReason::Revoked);
+                    self.revoke_generation(worker, WorkerRemovedReason::Revoked);
                 }
             }
             Some(RouteState::Ready { worker })
@@ -1797,7 +1800,7 @@ impl Broker {
                         },
                     );
                 }
-                self.retire_generation(worker, RemovedReason::Revoked);
+                self.retire_generation(worker, WorkerRemovedReason::Revoked);
             }
             _ => {}
         }

@@ -4,7 +4,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use relay_proto::{
-    Bytes32, Id, LaunchOutcome, Message, PassThroughReason, RefusedCode, Role, WorkerHint,
+    ActivationCancelReason, Bytes32, DisconnectReason, Id, LaunchOutcome, McpDisconnectReason,
+    McpRemovedReason, Message, PassThroughReason, RefusedCode, Role, WorkerDisconnectReason,
+    WorkerHint, WorkerRemovedReason,
 };
 
 use crate::types::{ConnId, Digest, Fingerprint};
@@ -70,7 +72,7 @@ pub enum Input {
     /// A control connection closed or failed, of either role.
     Disconnected {
         conn: ConnId,
-        reason: WorkerDisconnectReason,
+        reason: DisconnectReason,
     },
     /// The result of an [`Output::Probe`].
     ProbeResult {
@@ -102,14 +104,6 @@ pub enum ProbeOutcome {
     Failed,
 }
 
-/// Why a control connection ended, for logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkerDisconnectReason {
-    PongTimeout,
-    PeerClosed,
-    CommunicationFailed,
-}
-
 /// What the shell must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
@@ -135,7 +129,8 @@ pub enum Output {
     Event(Event),
 }
 
-/// A lifecycle event (§10.3) the broker decided on; the shell writes it to the log.
+/// A lifecycle event (§10.3) the broker decided on; the shell writes it to the log. Its
+/// reasons are the shared vocabulary of `relay-proto`, which the log writes as they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     RegistrationRefused {
@@ -180,7 +175,7 @@ pub enum Event {
     McpDisconnected {
         fingerprint: Fingerprint,
         instance: Id,
-        reason: WorkerDisconnectReason,
+        reason: McpDisconnectReason,
     },
     WorkerStaged {
         fingerprint: Fingerprint,
@@ -217,7 +212,7 @@ pub enum Event {
     WorkerActivationCancelled {
         fingerprint: Fingerprint,
         activation_id: Id,
-        reason: CancelReason,
+        reason: ActivationCancelReason,
     },
     WorkerControlConnected {
         conn: ConnId,
@@ -259,36 +254,8 @@ pub enum Event {
     WorkerRemoved {
         fingerprint: Fingerprint,
         worker_id: Id,
-        reason: RemovedReason,
+        reason: WorkerRemovedReason,
     },
-}
-
-/// Why a launch grant was cancelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelReason {
-    OwnerDisconnected,
-    OwnerReleased,
-    RouteEmptied,
-    Revoked,
-}
-
-/// Why an MCP stopped being a reference.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum McpRemovedReason {
-    Released,
-    GraceExpired,
-    Revoked,
-    /// Its registration could not be made durable.
-    StateUnavailable,
-}
-
-/// Why a worker generation left its route (`worker_removed`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemovedReason {
-    Drained,
-    DrainTimeout,
-    Revoked,
-    Crashed,
 }
 
 /// What a request is, for the routing rules (§3.5: draining workers still take hooks).

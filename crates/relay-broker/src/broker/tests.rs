@@ -300,7 +300,7 @@ impl Scenario {
             &format!("c{conn} drops"),
             Input::Disconnected {
                 conn: ConnId(conn),
-                reason: WorkerDisconnectReason::PeerClosed,
+                reason: DisconnectReason::PeerClosed,
             },
         )
     }

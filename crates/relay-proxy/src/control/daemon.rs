@@ -12,11 +12,11 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use relay_broker::{ConnId, Digest, Fingerprint, Input, WorkerDisconnectReason};
+use relay_broker::{ConnId, Digest, Fingerprint, Input};
 use relay_identity::{HandshakeFields, PublicKey, RouteToken, Secret32, SigningKey, Transcript};
 use relay_proto::{
-    Bytes32, Challenge, Id, Message, Refused, RefusedCode, Role, SUPPORTED_PROTOCOLS, Signature,
-    Text,
+    Bytes32, Challenge, DisconnectReason, Id, Message, Refused, RefusedCode, Role,
+    SUPPORTED_PROTOCOLS, Signature, Text,
 };
 use tokio::task::JoinSet;
 use tokio_tungstenite::WebSocketStream;
@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use super::client::encode_fields;
 use super::wire::{Transport, TransportError, ws_config};
 use crate::body::ResponseBody;
-use crate::shell::{Outbound, Shell, control_role, refusal_reason};
+use crate::shell::{Outbound, Shell};
 
 /// Everything the daemon's control plane needs, fixed at start-up.
 pub struct ControlOptions {
@@ -73,11 +73,11 @@ impl std::fmt::Debug for ControlPlane {
 }
 
 /// Why a session ended, for the broker and the logs.
-fn disconnect_reason(error: &TransportError) -> WorkerDisconnectReason {
+fn disconnect_reason(error: &TransportError) -> DisconnectReason {
     match error {
-        TransportError::Closed => WorkerDisconnectReason::PeerClosed,
-        TransportError::Timeout => WorkerDisconnectReason::PongTimeout,
-        _ => WorkerDisconnectReason::CommunicationFailed,
+        TransportError::Closed => DisconnectReason::PeerClosed,
+        TransportError::Timeout => DisconnectReason::PongTimeout,
+        _ => DisconnectReason::CommunicationFailed,
     }
 }
 
@@ -146,7 +146,7 @@ impl ControlPlane {
         {
             {
                 relay_logging::Lifecycle::ControlRateLimited {
-                    role: control_role(role),
+                    role,
                     peer: ip,
                     retry_after_secs: retry_after,
                 }
@@ -513,7 +513,7 @@ impl ControlPlane {
         conn: ConnId,
         mut outbound: tokio::sync::mpsc::Receiver<Outbound>,
         remote: bool,
-    ) -> WorkerDisconnectReason
+    ) -> DisconnectReason
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
@@ -532,16 +532,16 @@ impl ControlPlane {
                     Some(Outbound::Message(message)) => {
                         let refused = matches!(*message, Message::Refused(_));
                         if transport.send(&message).await.is_err() {
-                            return WorkerDisconnectReason::CommunicationFailed;
+                            return DisconnectReason::CommunicationFailed;
                         }
                         if refused {
                             transport.close(CloseCode::Policy, "refused").await;
-                            return WorkerDisconnectReason::PeerClosed;
+                            return DisconnectReason::PeerClosed;
                         }
                     }
                     Some(Outbound::Close) | None => {
                         transport.close(CloseCode::Normal, "closed by the daemon").await;
-                        return WorkerDisconnectReason::PeerClosed;
+                        return DisconnectReason::PeerClosed;
                     }
                 },
                 frame = transport.recv() => match frame {
@@ -552,7 +552,7 @@ impl ControlPlane {
                             Some(input) => self.shell.input(input),
                             None => {
                                 transport.close(CloseCode::Protocol, "unexpected message").await;
-                                return WorkerDisconnectReason::CommunicationFailed;
+                                return DisconnectReason::CommunicationFailed;
                             }
                         }
                     }
@@ -565,14 +565,14 @@ impl ControlPlane {
                 },
                 _ = ping.tick() => {
                     if transport.ping().await.is_err() {
-                        return WorkerDisconnectReason::CommunicationFailed;
+                        return DisconnectReason::CommunicationFailed;
                     }
                 }
                 // A remote peer that sent nothing, not even a pong, for a ping interval and
                 // the pong timeout is gone (§5.1).
                 () = tokio::time::sleep_until(last_heard + ping_every + self.options.pong_timeout), if remote => {
                     transport.close(CloseCode::Away, "pong timeout").await;
-                    return WorkerDisconnectReason::PongTimeout;
+                    return DisconnectReason::PongTimeout;
                 }
             }
         }
@@ -628,8 +628,8 @@ async fn refuse<S>(
     shell.record_refusal(code);
     let fp = fingerprint.map(|f| f.to_hex());
     relay_logging::Lifecycle::ControlRegistrationRefused {
-        role: control_role(role),
-        reason: refusal_reason(code),
+        role,
+        reason: code,
         peer,
         fingerprint: fp.as_deref(),
     }

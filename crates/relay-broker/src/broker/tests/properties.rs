@@ -193,7 +193,7 @@ impl Model {
                 now,
                 Input::Disconnected {
                     conn: ConnId(u64::from(conn)),
-                    reason: WorkerDisconnectReason::PeerClosed,
+                    reason: DisconnectReason::PeerClosed,
                 },
             ),
             Step::WorkerRegister {
