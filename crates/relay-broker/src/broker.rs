@@ -6,10 +6,10 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use relay_proto::{
-    ActivationCancelReason, Bytes32, Directive, DisconnectReason, Grant as WireGrant, Id,
-    LaunchOutcome, McpRemovedReason, Message, PassThroughReason, Refused, RefusedCode, Registered,
-    Role, RouteState as ViewState, SUPPORTED_PROTOCOLS, Text, WorkerHint, WorkerRemovedReason,
-    WorkerState,
+    ActivationCancelReason, Bytes32, Directive, DisconnectReason, FailureReason,
+    Grant as WireGrant, Id, LaunchOutcome, McpRemovedReason, Message, PassThroughReason, Refused,
+    RefusedCode, Registered, Role, RouteState as ViewState, SUPPORTED_PROTOCOLS, Text, WorkerHint,
+    WorkerRemovedReason, WorkerState,
 };
 use subtle::ConstantTimeEq;
 
@@ -365,7 +365,7 @@ impl Broker {
                 conn,
                 activation_id,
                 reason,
-            } => self.on_mcp_activation_failed(now, conn, activation_id, &reason),
+            } => self.on_mcp_activation_failed(now, conn, activation_id, reason),
             Input::McpWorkerExited {
                 conn,
                 activation_id,
@@ -399,7 +399,7 @@ impl Broker {
             Input::WorkerReady { conn } => self.on_worker_ready(now, conn),
             Input::WorkerActivationFailed { conn, reason } => {
                 if let Some(Party::Worker(worker)) = self.conns.get(&conn).copied() {
-                    self.on_starting_worker_failed(now, worker, &reason);
+                    self.on_starting_worker_failed(now, worker, reason);
                     if self.conns.contains_key(&conn) {
                         // A published worker that says it failed is treated as gone from
                         // control: the route recovers or relaunches.
@@ -410,7 +410,7 @@ impl Broker {
             }
             Input::WorkerStopping { conn } => {
                 if let Some(Party::Worker(worker)) = self.conns.get(&conn).copied() {
-                    self.on_worker_gone(now, worker, "worker_stopped");
+                    self.on_worker_gone(now, worker, FailureReason::WorkerStopped);
                 }
             }
             Input::Disconnected { conn, reason } => self.on_disconnected(now, conn, reason),
@@ -921,7 +921,7 @@ impl Broker {
         now: Instant,
         conn: ConnId,
         activation_id: Id,
-        reason: &str,
+        reason: FailureReason,
     ) {
         if !self.is_grant_owner_conn(conn, activation_id) {
             return;
@@ -949,12 +949,12 @@ impl Broker {
         }
         match grant.state {
             GrantState::Consumed { worker } => {
-                self.on_worker_gone(now, worker, "worker_exited_before_ready")
+                self.on_worker_gone(now, worker, FailureReason::WorkerExitedBeforeReady)
             }
             GrantState::Issued => {
                 let fp = grant.fingerprint;
                 if self.current_activation(fp) == Some(activation_id) {
-                    self.activation_failed(now, fp, "worker_exited_before_ready");
+                    self.activation_failed(now, fp, FailureReason::WorkerExitedBeforeReady);
                 }
             }
             GrantState::Cancelled => {}
@@ -1154,7 +1154,7 @@ impl Broker {
     }
 
     /// A starting worker reported that it cannot start, or its control session failed.
-    fn on_starting_worker_failed(&mut self, now: Instant, worker: Id, reason: &str) {
+    fn on_starting_worker_failed(&mut self, now: Instant, worker: Id, reason: FailureReason) {
         let Some(generation) = self.generations.get(&worker) else {
             return;
         };
@@ -1225,7 +1225,7 @@ impl Broker {
                     Some(RouteState::Activating {
                         worker: Some(w), ..
                     }) if w == worker => {
-                        self.activation_failed(now, fp, "worker_control_lost");
+                        self.activation_failed(now, fp, FailureReason::WorkerControlLost);
                     }
                     Some(RouteState::Draining {
                         worker: w,
@@ -1272,7 +1272,7 @@ impl Broker {
             ) if w == worker => {
                 let since = probe_failing_since.unwrap_or(now);
                 if now.saturating_duration_since(since) >= self.config.startup_progress() {
-                    self.activation_failed(now, fp, "readiness_probe_failed");
+                    self.activation_failed(now, fp, FailureReason::ReadinessProbeFailed);
                 } else {
                     if let RouteState::Activating {
                         probe_failing_since,
@@ -1293,7 +1293,7 @@ impl Broker {
                 }),
                 ProbeOutcome::Gone,
             ) if w == worker => {
-                self.activation_failed(now, fp, "readiness_probe_failed");
+                self.activation_failed(now, fp, FailureReason::ReadinessProbeFailed);
             }
             (Some(RouteState::Ready { worker: w }), outcome) if w == worker => match outcome {
                 ProbeOutcome::Ready => {
@@ -1326,7 +1326,7 @@ impl Broker {
                         );
                     }
                 }
-                ProbeOutcome::Gone => self.on_worker_gone(now, worker, "worker_gone"),
+                ProbeOutcome::Gone => self.on_worker_gone(now, worker, FailureReason::WorkerGone),
             },
             (Some(RouteState::Recovering { worker: w, .. }), outcome) if w == worker => {
                 match outcome {
@@ -1360,7 +1360,9 @@ impl Broker {
                             now + self.config.activation_probe_retry,
                         );
                     }
-                    ProbeOutcome::Gone => self.on_worker_gone(now, worker, "worker_gone"),
+                    ProbeOutcome::Gone => {
+                        self.on_worker_gone(now, worker, FailureReason::WorkerGone)
+                    }
                 }
             }
             (
@@ -1380,7 +1382,7 @@ impl Broker {
 
     /// Positive evidence that a worker is gone (its MCP saw it exit, its endpoint refused,
     /// or it said `Stopping`).
-    fn on_worker_gone(&mut self, now: Instant, worker: Id, reason: &str) {
+    fn on_worker_gone(&mut self, now: Instant, worker: Id, reason: FailureReason) {
         let Some(generation) = self.generations.get(&worker) else {
             return;
         };
@@ -1402,7 +1404,12 @@ impl Broker {
                     self.relaunch_or_empty(now, fp);
                 } else if self.routes.get(&fp).is_some_and(|r| !r.sessions.is_empty()) {
                     let activation_id = self.generations.get(&worker).and_then(|g| g.activation_id);
-                    self.enter_pass_through(now, fp, activation_id, "worker_exited_before_serving");
+                    self.enter_pass_through(
+                        now,
+                        fp,
+                        activation_id,
+                        FailureReason::WorkerExitedBeforeServing,
+                    );
                 } else {
                     self.enter_empty(fp);
                 }
@@ -1527,7 +1534,7 @@ impl Broker {
         });
     }
 
-    fn activation_failed(&mut self, now: Instant, fp: Fingerprint, reason: &str) {
+    fn activation_failed(&mut self, now: Instant, fp: Fingerprint, reason: FailureReason) {
         let mut activation_id = None;
         if let Some(RouteState::Activating { grant, worker, .. }) = self.state(fp).cloned() {
             activation_id = grant;
@@ -1550,7 +1557,7 @@ impl Broker {
         now: Instant,
         fp: Fingerprint,
         activation_id: Option<Id>,
-        reason: &str,
+        reason: FailureReason,
     ) {
         let base = BrokerConfig::ms(self.config.timers.retry_base_ms);
         let cap = BrokerConfig::ms(self.config.timers.retry_cap_ms);
@@ -1569,7 +1576,7 @@ impl Broker {
         self.event(Event::WorkerActivationFailed {
             fingerprint: fp,
             activation_id,
-            reason: reason.to_owned(),
+            reason,
             retry_after: delay,
             attempt,
         });
@@ -1999,7 +2006,7 @@ impl Broker {
         self.end_request(ticket);
         let Some(worker) = worker else { return };
         match outcome {
-            ProbeOutcome::Gone => self.on_worker_gone(now, worker, "worker_gone"),
+            ProbeOutcome::Gone => self.on_worker_gone(now, worker, FailureReason::WorkerGone),
             ProbeOutcome::Failed => self.start_probe(worker),
             ProbeOutcome::Ready => {}
         }

@@ -4,9 +4,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use relay_proto::{
-    ActivationCancelReason, Bytes32, DisconnectReason, Id, LaunchOutcome, McpDisconnectReason,
-    McpRemovedReason, Message, PassThroughReason, RefusedCode, Role, WorkerDisconnectReason,
-    WorkerHint, WorkerRemovedReason,
+    ActivationCancelReason, Bytes32, DisconnectReason, FailureReason, Id, LaunchOutcome,
+    McpDisconnectReason, McpRemovedReason, Message, PassThroughReason, RefusedCode, Role,
+    WorkerDisconnectReason, WorkerHint, WorkerRemovedReason,
 };
 
 use crate::types::{ConnId, Digest, Fingerprint};
@@ -40,7 +40,7 @@ pub enum Input {
     McpActivationFailed {
         conn: ConnId,
         activation_id: Id,
-        reason: String,
+        reason: FailureReason,
     },
     /// The MCP's child exited (`WorkerExited`).
     McpWorkerExited { conn: ConnId, activation_id: Id },
@@ -66,7 +66,7 @@ pub enum Input {
     /// The worker loaded its plugins and listens (`Ready`).
     WorkerReady { conn: ConnId },
     /// The worker could not start (`ActivationFailed` from the worker).
-    WorkerActivationFailed { conn: ConnId, reason: String },
+    WorkerActivationFailed { conn: ConnId, reason: FailureReason },
     /// The worker is about to exit (`Stopping`).
     WorkerStopping { conn: ConnId },
     /// A control connection closed or failed, of either role.
@@ -205,7 +205,7 @@ pub enum Event {
     WorkerActivationFailed {
         fingerprint: Fingerprint,
         activation_id: Option<Id>,
-        reason: String,
+        reason: FailureReason,
         retry_after: Duration,
         attempt: u32,
     },

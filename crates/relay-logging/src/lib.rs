@@ -23,7 +23,7 @@ pub use crate::{
     exit::{EXIT_USAGE, clap_exit, usage_exit},
     lifecycle::{
         CredentialSkipReason, CredentialSource, DaemonKeys, DaemonMode, LIFECYCLE_TARGET,
-        LaunchFailureReason, Lifecycle, McpPassThroughReason, ProcessExit, PublicRoute,
+        Lifecycle, McpPassThroughReason, ProcessExit, PublicRoute,
     },
     rate_limit::{ProviderFailure, RateLimiter},
     subscriber::{InitError, init, subscriber},

@@ -9,8 +9,8 @@
 use std::{fmt, net::IpAddr, net::SocketAddr, path::Path};
 
 use relay_proto::{
-    ActivationCancelReason, McpDisconnectReason, McpRemovedReason, PassThroughReason, RefusedCode,
-    Role, RouteMode, WorkerDisconnectReason, WorkerRemovedReason,
+    ActivationCancelReason, FailureReason, McpDisconnectReason, McpRemovedReason,
+    PassThroughReason, RefusedCode, Role, RouteMode, WorkerDisconnectReason, WorkerRemovedReason,
 };
 use uuid::Uuid;
 
@@ -110,18 +110,6 @@ log_values! {
         RouteTableFull => "route_table_full",
         ConfiguredPassThrough => "configured_pass_through",
         ActivationFailed => "activation_failed",
-    }
-}
-
-log_values! {
-    /// Why `relay-mcp` could not launch its worker (SPEC §10.3).
-    LaunchFailureReason {
-        WorkerExecutableResolutionFailed => "worker_executable_resolution_failed",
-        WorkerProcessSpawnFailed => "worker_process_spawn_failed",
-        WorkerActivationPipeUnavailable => "worker_activation_pipe_unavailable",
-        WorkerActivationGrantWriteFailed => "worker_activation_grant_write_failed",
-        WorkerExitedBeforeReady => "worker_exited_before_ready",
-        PluginConfigInvalid => "plugin_config_invalid",
     }
 }
 
@@ -346,11 +334,12 @@ pub enum Lifecycle<'a> {
     /// After a failed activation, the retry time was reached (info).
     WorkerRelaunchRequested { fingerprint: &'a str, attempt: u32 },
     /// An activation failed; the route passes through until `retry_after_ms` (warn).
-    /// `failure_reason` is the code the MCP or worker reported, or `readiness_probe_failed`.
+    /// `failure_reason` is the reason the MCP or worker reported (`unknown` for a text outside
+    /// the closed set), or one the daemon decided, such as `readiness_probe_failed`.
     WorkerActivationFailed {
         fingerprint: &'a str,
         activation_id: Option<Uuid>,
-        failure_reason: &'a str,
+        failure_reason: FailureReason,
         retry_after_ms: u64,
         attempt: u32,
     },
@@ -447,7 +436,7 @@ pub enum Lifecycle<'a> {
     WorkerLaunchFailed {
         fingerprint: &'a str,
         activation_id: Uuid,
-        failure_reason: LaunchFailureReason,
+        failure_reason: FailureReason,
         detail: Option<&'a str>,
     },
     /// A route credential source was unusable and skipped (warn).
@@ -746,7 +735,7 @@ impl Lifecycle<'_> {
             } => lifecycle_event!(WARN, name, "worker activation failed";
                 fingerprint = digest_prefix(fingerprint),
                 activation_id = activation_id.map(tracing::field::display),
-                failure_reason,
+                failure_reason = failure_reason.as_str(),
                 retry_after_ms,
                 attempt,
             ),

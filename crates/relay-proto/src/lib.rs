@@ -37,6 +37,6 @@ pub use types::{
     Bytes32, Id, MAX_TEXT_BYTES, ProtocolRange, PublicKey, Role, Signature, Text, TextTooLong,
 };
 pub use vocabulary::{
-    ActivationCancelReason, DisconnectReason, McpDisconnectReason, McpRemovedReason,
+    ActivationCancelReason, DisconnectReason, FailureReason, McpDisconnectReason, McpRemovedReason,
     PassThroughReason, RouteMode, WorkerDisconnectReason, WorkerRemovedReason, WorkerState,
 };

@@ -177,5 +177,62 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    /// Why a worker activation failed: the `failure_reason` of `worker_launch_failed` and
+    /// `worker_activation_failed` (SPEC §10.3). The first six are what an MCP or a worker
+    /// reports in `ActivationFailed` ([`FailureReason::REPORTED`]); the others the daemon
+    /// decides itself; `unknown` stands for a reported text outside the set.
+    FailureReason {
+        /// `relay-mcp` could not find the `relay-worker` beside it.
+        WorkerExecutableResolutionFailed => "worker_executable_resolution_failed",
+        /// The worker process could not be started.
+        WorkerProcessSpawnFailed => "worker_process_spawn_failed",
+        /// The child's stdin pipe, which carries the grant, was not there.
+        WorkerActivationPipeUnavailable => "worker_activation_pipe_unavailable",
+        /// Writing the grant to the child's stdin failed.
+        WorkerActivationGrantWriteFailed => "worker_activation_grant_write_failed",
+        /// The worker exited before it reported `Ready`.
+        WorkerExitedBeforeReady => "worker_exited_before_ready",
+        /// The worker's `plugins.toml` is invalid (the diagnostic stays in the worker's log).
+        PluginConfigInvalid => "plugin_config_invalid",
+        /// The worker reported `Ready` but its readiness probe kept failing.
+        ReadinessProbeFailed => "readiness_probe_failed",
+        /// The starting worker lost its control session.
+        WorkerControlLost => "worker_control_lost",
+        /// The probe found the starting worker gone (connection refused, other certificate).
+        WorkerGone => "worker_gone",
+        /// The starting worker said `Stopping`.
+        WorkerStopped => "worker_stopped",
+        /// The published worker ended before it served a request.
+        WorkerExitedBeforeServing => "worker_exited_before_serving",
+        /// A peer reported a reason this daemon does not know.
+        Unknown => "unknown",
+    }
+}
+
+impl FailureReason {
+    /// The reasons a peer may report in `ActivationFailed` (the `worker_launch_failed`
+    /// values of SPEC §10.3).
+    pub const REPORTED: &'static [FailureReason] = &[
+        FailureReason::WorkerExecutableResolutionFailed,
+        FailureReason::WorkerProcessSpawnFailed,
+        FailureReason::WorkerActivationPipeUnavailable,
+        FailureReason::WorkerActivationGrantWriteFailed,
+        FailureReason::WorkerExitedBeforeReady,
+        FailureReason::PluginConfigInvalid,
+    ];
+
+    /// Reads the `failure_reason` text a peer sent: one of [`FailureReason::REPORTED`], or
+    /// `unknown` for anything else, so no peer can write its own text into the daemon's
+    /// logs.
+    pub fn from_peer(text: &str) -> FailureReason {
+        FailureReason::REPORTED
+            .iter()
+            .copied()
+            .find(|reason| reason.as_str() == text)
+            .unwrap_or(FailureReason::Unknown)
+    }
+}
+
 #[cfg(test)]
 mod tests;

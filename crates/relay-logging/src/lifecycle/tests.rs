@@ -222,7 +222,7 @@ fn samples(context: &Context) -> Vec<Lifecycle<'_>> {
         Lifecycle::WorkerActivationFailed {
             fingerprint: FINGERPRINT,
             activation_id: Some(activation()),
-            failure_reason: "plugin_config_invalid",
+            failure_reason: FailureReason::PluginConfigInvalid,
             retry_after_ms: 2000,
             attempt: 2,
         },
@@ -302,7 +302,7 @@ fn samples(context: &Context) -> Vec<Lifecycle<'_>> {
         Lifecycle::WorkerLaunchFailed {
             fingerprint: FINGERPRINT,
             activation_id: activation(),
-            failure_reason: LaunchFailureReason::WorkerProcessSpawnFailed,
+            failure_reason: FailureReason::WorkerProcessSpawnFailed,
             detail: Some("permission denied"),
         },
         Lifecycle::RouteCredentialSkipped {
@@ -730,7 +730,7 @@ fn value_lists_match_the_spec() {
         ]
     );
     assert_eq!(
-        LaunchFailureReason::ALL
+        FailureReason::REPORTED
             .iter()
             .map(|v| v.as_str())
             .collect::<Vec<_>>(),
@@ -776,7 +776,7 @@ fn every_value_is_a_distinct_snake_case_word() {
         PassThroughReason,
         RouteMode,
         McpPassThroughReason,
-        LaunchFailureReason,
+        FailureReason,
         CredentialSource,
         CredentialSkipReason
     );

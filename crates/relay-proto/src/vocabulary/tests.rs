@@ -18,7 +18,8 @@ fn every_value_parses_back_from_its_spelling() {
         McpDisconnectReason,
         WorkerDisconnectReason,
         ActivationCancelReason,
-        WorkerRemovedReason
+        WorkerRemovedReason,
+        FailureReason
     );
     assert_eq!(WorkerRemovedReason::parse("drained\n"), None);
     assert_eq!(WorkerRemovedReason::parse(""), None);
@@ -42,6 +43,28 @@ fn serialised_values_are_their_spelling() {
         assert_eq!(
             serde_json::to_string(value).ok(),
             Some(format!("\"{}\"", value.as_str()))
+        );
+    }
+}
+
+#[test]
+fn a_peer_s_failure_reason_is_one_it_may_report_or_unknown() {
+    for reason in FailureReason::REPORTED {
+        assert_eq!(FailureReason::from_peer(reason.as_str()), *reason);
+    }
+    for text in [
+        "",
+        "unknown",
+        "readiness_probe_failed",
+        "worker_gone",
+        "PLUGIN_CONFIG_INVALID",
+        "plugin_config_invalid ",
+        "evil\n{\"event\":\"daemon_stopped\"}",
+    ] {
+        assert_eq!(
+            FailureReason::from_peer(text),
+            FailureReason::Unknown,
+            "{text:?}"
         );
     }
 }

@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use relay_broker::{ConnId, Digest, Fingerprint, Input};
 use relay_identity::{HandshakeFields, PublicKey, RouteToken, Secret32, SigningKey, Transcript};
 use relay_proto::{
-    Bytes32, Challenge, DisconnectReason, Id, Message, Refused, RefusedCode, Role,
+    Bytes32, Challenge, DisconnectReason, FailureReason, Id, Message, Refused, RefusedCode, Role,
     SUPPORTED_PROTOCOLS, Signature, Text,
 };
 use tokio::task::JoinSet;
@@ -588,13 +588,15 @@ enum Pending {
 }
 
 /// The broker input of an in-session message, or `None` when the role may not send it.
+/// A peer's `failure_reason` is read against the closed set here, at the edge, and its
+/// diagnostic is dropped: no text a peer chose reaches the daemon's log.
 fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
     Some(match (role, message) {
         (Role::Mcp, Message::Release) => Input::McpRelease { conn },
         (Role::Mcp, Message::ActivationFailed(m)) => Input::McpActivationFailed {
             conn,
             activation_id: m.activation_id,
-            reason: m.failure_reason.as_str().to_owned(),
+            reason: FailureReason::from_peer(m.failure_reason.as_str()),
         },
         (Role::Mcp, Message::WorkerExited(m)) => Input::McpWorkerExited {
             conn,
@@ -607,7 +609,7 @@ fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
         (Role::Worker, Message::Ready) => Input::WorkerReady { conn },
         (Role::Worker, Message::WorkerActivationFailed(m)) => Input::WorkerActivationFailed {
             conn,
-            reason: m.failure_reason.as_str().to_owned(),
+            reason: FailureReason::from_peer(m.failure_reason.as_str()),
         },
         (Role::Worker, Message::Stopping) => Input::WorkerStopping { conn },
         _ => return None,

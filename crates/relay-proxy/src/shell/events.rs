@@ -177,7 +177,7 @@ impl Shell {
             } => L::WorkerActivationFailed {
                 fingerprint: &fingerprint.to_hex(),
                 activation_id: activation_id.as_ref().map(uuid),
-                failure_reason: reason,
+                failure_reason: *reason,
                 retry_after_ms: ms(*retry_after),
                 attempt: *attempt,
             }

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use relay_proto::{Bytes32, Directive, Id, Message, Registered, WorkerState};
+use relay_proto::{Bytes32, Directive, FailureReason, Id, Message, Registered, WorkerState};
 
 use super::super::*;
 use super::{Counter, digest, fp, test_config};
@@ -278,7 +278,7 @@ impl Model {
                         Input::McpActivationFailed {
                             conn: ConnId(u64::from(conn)),
                             activation_id,
-                            reason: "worker_process_spawn_failed".into(),
+                            reason: FailureReason::WorkerProcessSpawnFailed,
                         },
                     );
                 }
@@ -287,7 +287,7 @@ impl Model {
                 now,
                 Input::WorkerActivationFailed {
                     conn: ConnId(u64::from(conn)),
-                    reason: "plugin_config_invalid".into(),
+                    reason: FailureReason::PluginConfigInvalid,
                 },
             ),
             Step::Stopping { conn } => self.broker.handle(
