@@ -107,13 +107,38 @@ struct Grant {
     state: GrantState,
 }
 
+/// Where a worker generation is in its life. Each variant carries what only it means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GenStatus {
     /// Registered with a grant, not yet published.
-    Starting,
+    Starting {
+        /// The worker reported `Ready`; publishing still waits for its probe.
+        ready_reported: bool,
+    },
     /// Published at least once, and still the route's generation.
-    Live,
-    Revoked,
+    Live {
+        /// It resumed its control session since it was last published.
+        resumed: bool,
+    },
+    /// Done; it never returns to service.
+    Revoked {
+        /// It was published at least once (one that never was is a cancelled launch).
+        was_live: bool,
+    },
+}
+
+impl GenStatus {
+    fn is_revoked(self) -> bool {
+        matches!(self, GenStatus::Revoked { .. })
+    }
+
+    fn is_live(self) -> bool {
+        matches!(self, GenStatus::Live { .. })
+    }
+
+    fn is_starting(self) -> bool {
+        matches!(self, GenStatus::Starting { .. })
+    }
 }
 
 #[derive(Debug)]
@@ -126,13 +151,8 @@ struct Generation {
     secret: Bytes32,
     conn: Option<ConnId>,
     status: GenStatus,
-    /// Published at least once (a revoked generation that never was is a cancelled launch).
-    was_live: bool,
-    ready_reported: bool,
     /// The probe whose answer is awaited, if any.
     probe: Option<u64>,
-    /// It resumed its control session since it was last published.
-    resumed: bool,
     strikes: u8,
     in_flight: u32,
     served: u64,
@@ -262,11 +282,8 @@ impl Broker {
                     certificate: g.certificate_sha256,
                     secret: Bytes32([0; 32]),
                     conn: None,
-                    status: GenStatus::Live,
-                    was_live: true,
-                    ready_reported: true,
+                    status: GenStatus::Live { resumed: false },
                     probe: None,
-                    resumed: false,
                     strikes: 0,
                     in_flight: 0,
                     // It served before the restart: a crash relaunches at once.
@@ -315,7 +332,7 @@ impl Broker {
         let mut generations: Vec<PersistedGeneration> = self
             .generations
             .iter()
-            .filter(|(_, g)| g.status == GenStatus::Live)
+            .filter(|(_, g)| g.status.is_live())
             .map(|(id, g)| PersistedGeneration {
                 worker_id: *id,
                 fingerprint: g.fingerprint,
@@ -972,10 +989,13 @@ impl Broker {
                 GrantState::Issued => LaunchOutcome::Pending,
                 GrantState::Cancelled => LaunchOutcome::Cancelled,
                 GrantState::Consumed { worker } => match self.generations.get(&worker) {
-                    Some(g) if g.status == GenStatus::Starting => LaunchOutcome::Pending,
-                    Some(g) if g.status == GenStatus::Live => LaunchOutcome::Published,
-                    Some(g) if !g.was_live => LaunchOutcome::Cancelled,
-                    _ => LaunchOutcome::Superseded,
+                    Some(g) => match g.status {
+                        GenStatus::Starting { .. } => LaunchOutcome::Pending,
+                        GenStatus::Live { .. } => LaunchOutcome::Published,
+                        GenStatus::Revoked { was_live: false } => LaunchOutcome::Cancelled,
+                        GenStatus::Revoked { was_live: true } => LaunchOutcome::Superseded,
+                    },
+                    None => LaunchOutcome::Superseded,
                 },
             },
             _ => LaunchOutcome::Unknown,
@@ -1039,11 +1059,10 @@ impl Broker {
                 certificate,
                 secret,
                 conn: Some(conn),
-                status: GenStatus::Starting,
-                was_live: false,
-                ready_reported: false,
+                status: GenStatus::Starting {
+                    ready_reported: false,
+                },
                 probe: None,
-                resumed: false,
                 strikes: 0,
                 in_flight: 0,
                 served: 0,
@@ -1082,7 +1101,7 @@ impl Broker {
             return self.refuse(conn, Role::Worker, RefusedCode::GenerationRevoked, Some(fp));
         }
         let matches = self.generations.get(&worker_id).is_some_and(|g| {
-            g.fingerprint == fp && g.certificate == certificate && g.status != GenStatus::Revoked
+            g.fingerprint == fp && g.certificate == certificate && !g.status.is_revoked()
         });
         if !matches {
             return self.refuse(conn, Role::Worker, RefusedCode::GenerationRevoked, Some(fp));
@@ -1091,7 +1110,9 @@ impl Broker {
         let old = self.generations.get_mut(&worker_id).and_then(|g| {
             g.secret = secret;
             g.strikes = 0;
-            g.resumed = true;
+            if let GenStatus::Live { resumed } = &mut g.status {
+                *resumed = true;
+            }
             g.conn.replace(conn)
         });
         if let Some(old) = old {
@@ -1125,10 +1146,14 @@ impl Broker {
                 worker: Some(worker),
                 ..
             }) if worker == worker_id => {
-                let ready = self
-                    .generations
-                    .get(&worker_id)
-                    .is_some_and(|g| g.ready_reported);
+                let ready = self.generations.get(&worker_id).is_some_and(|g| {
+                    matches!(
+                        g.status,
+                        GenStatus::Starting {
+                            ready_reported: true
+                        }
+                    )
+                });
                 if ready {
                     self.start_probe(worker_id);
                 }
@@ -1144,7 +1169,9 @@ impl Broker {
         let Some(generation) = self.generations.get_mut(&worker) else {
             return;
         };
-        generation.ready_reported = true;
+        if let GenStatus::Starting { ready_reported } = &mut generation.status {
+            *ready_reported = true;
+        }
         let fp = generation.fingerprint;
         if matches!(self.state(fp), Some(RouteState::Activating { worker: Some(w), .. }) if *w == worker)
         {
@@ -1247,7 +1274,7 @@ impl Broker {
         let Some(generation) = self.generations.get_mut(&worker) else {
             return;
         };
-        if generation.probe != Some(probe) || generation.status == GenStatus::Revoked {
+        if generation.probe != Some(probe) || generation.status.is_revoked() {
             return;
         }
         generation.probe = None;
@@ -1333,7 +1360,9 @@ impl Broker {
                     ProbeOutcome::Ready => {
                         let live = self.routes.get(&fp).is_some_and(|r| !r.sessions.is_empty());
                         if connected && live {
-                            let resumed = self.generations.get(&worker).is_some_and(|g| g.resumed);
+                            let resumed = self.generations.get(&worker).is_some_and(|g| {
+                                matches!(g.status, GenStatus::Live { resumed: true })
+                            });
                             let since = match self.state(fp) {
                                 Some(RouteState::Recovering { deadline, .. }) => {
                                     deadline.checked_sub(self.config.reconnect_grace())
@@ -1514,7 +1543,7 @@ impl Broker {
                 if self
                     .generations
                     .get(&worker)
-                    .is_some_and(|g| g.status == GenStatus::Starting)
+                    .is_some_and(|g| g.status.is_starting())
                 {
                     self.revoke_generation(worker, WorkerRemovedReason::Revoked);
                 }
@@ -1594,10 +1623,8 @@ impl Broker {
         route.backoff = Duration::ZERO;
         route.attempt = 0;
         if let Some(g) = self.generations.get_mut(&worker) {
-            g.status = GenStatus::Live;
-            g.was_live = true;
+            g.status = GenStatus::Live { resumed: false };
             g.strikes = 0;
-            g.resumed = false;
         }
         self.timers
             .set(Timer::Probe(worker), now + self.config.probe_interval);
@@ -1658,15 +1685,16 @@ impl Broker {
         let Some(generation) = self.generations.get_mut(&worker) else {
             return;
         };
-        let was = generation.status;
-        if was == GenStatus::Revoked {
-            return;
-        }
-        generation.status = GenStatus::Revoked;
+        let was_live = match generation.status {
+            GenStatus::Revoked { .. } => return,
+            GenStatus::Starting { .. } => false,
+            GenStatus::Live { .. } => true,
+        };
+        generation.status = GenStatus::Revoked { was_live };
         let fp = generation.fingerprint;
         self.timers.clear(Timer::Probe(worker));
         self.outputs.push_back(Output::Forget { worker_id: worker });
-        if was == GenStatus::Live {
+        if was_live {
             // Only a published worker is removed from service and from the ledger.
             self.event(Event::WorkerRemoved {
                 fingerprint: fp,
@@ -1747,10 +1775,10 @@ impl Broker {
             GrantState::Cancelled => false,
             GrantState::Consumed { worker } => generations
                 .get(&worker)
-                .is_some_and(|g| g.status != GenStatus::Revoked),
+                .is_some_and(|g| !g.status.is_revoked()),
         });
         self.generations
-            .retain(|_, g| g.status != GenStatus::Revoked || g.conn.is_some() || g.in_flight > 0);
+            .retain(|_, g| !g.status.is_revoked() || g.conn.is_some() || g.in_flight > 0);
         self.bindings.len() != before
     }
 
@@ -1918,7 +1946,7 @@ impl Broker {
         let worker = worker.and_then(|w| {
             self.generations
                 .get(&w)
-                .filter(|g| g.conn.is_some() && g.status != GenStatus::Revoked)
+                .filter(|g| g.conn.is_some() && !g.status.is_revoked())
                 .map(|g| (w, g.endpoint.clone(), g.certificate, g.secret))
         });
         let starting = matches!(route.state, RouteState::Activating { .. }) && live;
@@ -2158,7 +2186,7 @@ impl Broker {
         let Some(generation) = self.generations.get_mut(&worker) else {
             return;
         };
-        if generation.status == GenStatus::Revoked {
+        if generation.status.is_revoked() {
             return;
         }
         self.next_probe += 1;

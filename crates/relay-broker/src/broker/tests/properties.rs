@@ -434,13 +434,13 @@ impl Model {
             let live = broker
                 .generations
                 .values()
-                .filter(|g| g.fingerprint == *fp && g.status == GenStatus::Live)
+                .filter(|g| g.fingerprint == *fp && g.status.is_live())
                 .count();
             prop_assert!(live <= 1, "{fp:?} has {live} live generations");
             let starting = broker
                 .generations
                 .values()
-                .filter(|g| g.fingerprint == *fp && g.status == GenStatus::Starting)
+                .filter(|g| g.fingerprint == *fp && g.status.is_starting())
                 .count();
             prop_assert!(starting <= 1, "{fp:?} has {starting} starting generations");
             // At most one issued grant per route, held by a connected reference.
@@ -471,7 +471,7 @@ impl Model {
             {
                 let generation = broker.generations.get(&worker);
                 prop_assert!(
-                    generation.is_some_and(|g| g.fingerprint == *fp && g.status == GenStatus::Live)
+                    generation.is_some_and(|g| g.fingerprint == *fp && g.status.is_live())
                 );
             }
             if let RouteState::Ready { .. } = route.state {
