@@ -63,8 +63,9 @@ pub enum Input {
         worker_id: Id,
         certificate_sha256: Bytes32,
     },
-    /// The worker loaded its plugins and listens (`Ready`).
-    WorkerReady { conn: ConnId },
+    /// The worker says it loaded its plugins and listens (`Ready`). This is only its report:
+    /// the route is ready once the readiness probe also succeeds.
+    WorkerReportedReady { conn: ConnId },
     /// The worker could not start (`ActivationFailed` from the worker).
     WorkerActivationFailed { conn: ConnId, reason: FailureReason },
     /// The worker is about to exit (`Stopping`).

@@ -11,6 +11,7 @@ use expect_test::{Expect, expect};
 use relay_proto::{Bytes32, Directive, FailureReason, Id, Message, Registered, Timers};
 
 use super::*;
+use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket};
 
 mod properties;
 
@@ -338,7 +339,7 @@ impl Scenario {
     fn ready(&mut self, conn: u64) -> &mut Self {
         self.step(
             &format!("worker c{conn} is ready"),
-            Input::WorkerReady { conn: ConnId(conn) },
+            Input::WorkerReportedReady { conn: ConnId(conn) },
         )
     }
 

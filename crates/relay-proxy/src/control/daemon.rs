@@ -606,7 +606,7 @@ fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
             conn,
             activation_id,
         },
-        (Role::Worker, Message::Ready) => Input::WorkerReady { conn },
+        (Role::Worker, Message::Ready) => Input::WorkerReportedReady { conn },
         (Role::Worker, Message::WorkerActivationFailed(m)) => Input::WorkerActivationFailed {
             conn,
             reason: FailureReason::from_peer(m.failure_reason.as_str()),

@@ -9,6 +9,7 @@ use relay_proto::{Bytes32, Directive, FailureReason, Id, Message, Registered, Wo
 
 use super::super::*;
 use super::{Counter, digest, fp, test_config};
+use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -238,7 +239,7 @@ impl Model {
             }
             Step::Ready { conn } => self.broker.handle(
                 now,
-                Input::WorkerReady {
+                Input::WorkerReportedReady {
                     conn: ConnId(u64::from(conn)),
                 },
             ),
