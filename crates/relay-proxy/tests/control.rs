@@ -268,3 +268,42 @@ async fn a_reason_from_the_closed_set_is_logged_as_it_is() {
         "{line}"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_handshake_refusal_is_sent_logged_and_closes_the_session() {
+    let (capture, dispatch) = capture_log();
+    let _default = tracing::dispatcher::set_default(&dispatch);
+    let daemon = start_daemon().await;
+    let pins = tempfile::tempdir().unwrap();
+    let key = Arc::new(SigningKey::generate().unwrap());
+    let client = identity(&daemon, &key, &pins);
+    let (_mcp, grant) = mcp_with_grant(&client).await;
+
+    // A loopback worker may only name 127.0.0.1 (§5.5).
+    let refused = connect(
+        &client,
+        Registration::Worker(RegisterWorkerFields {
+            activation_id: grant.activation_id,
+            activation_token: grant.activation_token,
+            endpoint: Text::new("10.0.0.1:9").unwrap(),
+            certificate_sha256: Bytes32([9; 32]),
+        }),
+        WAIT,
+    )
+    .await
+    .map(|_| ())
+    .unwrap_err();
+    assert_eq!(
+        refused.refused_code(),
+        Some(relay_proto::RefusedCode::EndpointNotAllowed),
+        "{refused}"
+    );
+    let log = capture.contents();
+    let line = log
+        .lines()
+        .find(|line| line.contains("\"control_registration_refused\""))
+        .unwrap_or_else(|| panic!("no refusal in the log:\n{log}"));
+    let event: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(event["reason"], "endpoint_not_allowed", "{line}");
+    assert_eq!(event["role"], "worker", "{line}");
+}

@@ -229,26 +229,26 @@ impl ControlPlane {
     {
         let ip = peer.ip();
         let remote = !ip.is_loopback();
-        if remote && !self.take_ip_slot(ip) {
-            refuse(
-                &self.shell,
-                &mut transport,
-                role,
-                RefusedCode::SessionLimit,
-                ip,
-                None,
-            )
-            .await;
-            return;
+        let slot = !remote || self.take_ip_slot(ip);
+        let handshake = if slot {
+            self.handshake(&mut transport, role, peer).await
+        } else {
+            Err(HandshakeError::refused(RefusedCode::SessionLimit, None))
+        };
+        match handshake {
+            Ok((conn, receiver)) => {
+                let reason = self
+                    .serve(&mut transport, role, conn, receiver, remote)
+                    .await;
+                self.shell.detach(conn, reason);
+            }
+            Err(HandshakeError::Refused { code, fingerprint }) => {
+                refuse(&self.shell, &mut transport, role, code, ip, fingerprint).await;
+            }
+            Err(HandshakeError::Close { code, reason }) => transport.close(code, reason).await,
+            Err(HandshakeError::Gone) => {}
         }
-        let registered = self.handshake(&mut transport, role, peer).await;
-        if let Some((conn, receiver)) = registered {
-            let reason = self
-                .serve(&mut transport, role, conn, receiver, remote)
-                .await;
-            self.shell.detach(conn, reason);
-        }
-        if remote {
+        if remote && slot {
             self.release_ip_slot(ip);
         }
     }
@@ -277,13 +277,14 @@ impl ControlPlane {
     }
 
     /// `Hello` → `Challenge` → `Register…`; on success the session is attached to the shell
-    /// and its registration handed to the broker.
+    /// and its registration handed to the broker. A failure says how the session ends; the
+    /// caller does it, in one place.
     async fn handshake<S>(
         &self,
         transport: &mut Transport<S>,
         role: Role,
         peer: SocketAddr,
-    ) -> Option<(ConnId, tokio::sync::mpsc::Receiver<Outbound>)>
+    ) -> Result<(ConnId, tokio::sync::mpsc::Receiver<Outbound>), HandshakeError>
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
@@ -292,40 +293,23 @@ impl ControlPlane {
         let hello = match transport.recv_within(ttl).await {
             Ok(frame) => match frame.message {
                 Message::Hello(hello) => hello,
-                _ => {
-                    transport.close(CloseCode::Protocol, "expected Hello").await;
-                    return None;
-                }
+                _ => return Err(HandshakeError::close(CloseCode::Protocol, "expected Hello")),
             },
             Err(TransportError::Frame(e)) if e.is_protocol_unsupported() => {
-                refuse(
-                    &self.shell,
-                    transport,
-                    role,
+                return Err(HandshakeError::refused(
                     RefusedCode::ProtocolUnsupported,
-                    ip,
                     None,
-                )
-                .await;
-                return None;
+                ));
             }
-            Err(_) => {
-                transport.close(CloseCode::Protocol, "expected Hello").await;
-                return None;
-            }
+            Err(_) => return Err(HandshakeError::close(CloseCode::Protocol, "expected Hello")),
         };
-        let Some(selected) = SUPPORTED_PROTOCOLS.highest_common(&hello.protocols) else {
-            refuse(
-                &self.shell,
-                transport,
-                role,
-                RefusedCode::ProtocolUnsupported,
-                ip,
-                None,
-            )
-            .await;
-            return None;
-        };
+        let selected =
+            SUPPORTED_PROTOCOLS
+                .highest_common(&hello.protocols)
+                .ok_or(HandshakeError::refused(
+                    RefusedCode::ProtocolUnsupported,
+                    None,
+                ))?;
         let client_key = PublicKey::from_bytes(hello.machine_key.0);
         let fingerprint = Fingerprint(*client_key.fingerprint().as_bytes());
         if hello.role != role
@@ -335,21 +319,14 @@ impl ControlPlane {
                 .iter()
                 .any(|o| o == hello.target_origin.as_str())
         {
-            refuse(
-                &self.shell,
-                transport,
-                role,
+            return Err(HandshakeError::refused(
                 RefusedCode::TranscriptMismatch,
-                ip,
                 Some(fingerprint),
-            )
-            .await;
-            return None;
+            ));
         }
         let (Ok(daemon_nonce), Ok(challenge_id)) = (Secret32::generate(), Secret32::generate())
         else {
-            transport.close(CloseCode::Error, "no randomness").await;
-            return None;
+            return Err(HandshakeError::close(CloseCode::Error, "no randomness"));
         };
         let mut id = [0u8; 16];
         id.copy_from_slice(&challenge_id.as_bytes()[..16]);
@@ -371,29 +348,20 @@ impl ControlPlane {
             selected_protocol: selected,
             signature: Signature(transcript.sign_challenge(&self.options.daemon_key)),
         };
-        if transport
+        transport
             .send(&Message::Challenge(challenge))
             .await
-            .is_err()
-        {
-            return None;
-        }
+            .map_err(|_| HandshakeError::Gone)?;
         // The challenge is single-use and expires (§5.2).
         let frame = match transport.recv_within(ttl).await {
             Ok(frame) => frame,
             Err(TransportError::Timeout) => {
-                refuse(
-                    &self.shell,
-                    transport,
-                    role,
+                return Err(HandshakeError::refused(
                     RefusedCode::ChallengeExpired,
-                    ip,
                     Some(fingerprint),
-                )
-                .await;
-                return None;
+                ));
             }
-            Err(_) => return None,
+            Err(_) => return Err(HandshakeError::Gone),
         };
         let (signed, signature, input_for) = match (role, frame.message) {
             (Role::Mcp, Message::RegisterMcp(m)) => (
@@ -417,27 +385,15 @@ impl ControlPlane {
                 Pending::ResumeWorker(m.fields),
             ),
             _ => {
-                transport
-                    .close(CloseCode::Protocol, "expected a registration")
-                    .await;
-                return None;
+                return Err(HandshakeError::close(
+                    CloseCode::Protocol,
+                    "expected a registration",
+                ));
             }
         };
-        if transcript
+        transcript
             .verify_registration(&signed, &signature.0)
-            .is_err()
-        {
-            refuse(
-                &self.shell,
-                transport,
-                role,
-                RefusedCode::BadSignature,
-                ip,
-                Some(fingerprint),
-            )
-            .await;
-            return None;
-        }
+            .map_err(|_| HandshakeError::refused(RefusedCode::BadSignature, Some(fingerprint)))?;
         let conn = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
         let input = match input_for {
             Pending::Mcp(fields) => Input::McpRegister {
@@ -461,16 +417,10 @@ impl ControlPlane {
             },
             Pending::Worker(fields) => {
                 if !self.endpoint_allowed(fields.endpoint.as_str(), ip) {
-                    refuse(
-                        &self.shell,
-                        transport,
-                        role,
+                    return Err(HandshakeError::refused(
                         RefusedCode::EndpointNotAllowed,
-                        ip,
                         Some(fingerprint),
-                    )
-                    .await;
-                    return None;
+                    ));
                 }
                 Input::WorkerRegister {
                     conn,
@@ -490,7 +440,7 @@ impl ControlPlane {
         };
         let receiver = self.shell.attach(conn, ip);
         self.shell.input(input);
-        Some((conn, receiver))
+        Ok((conn, receiver))
     }
 
     /// §5.5: `127.0.0.1` for a loopback session; for a remote one the peer's own address or
@@ -576,6 +526,33 @@ impl ControlPlane {
                 }
             }
         }
+    }
+}
+
+/// How a handshake that produced no session ends.
+#[derive(Debug)]
+enum HandshakeError {
+    /// A typed refusal (§5.6): counted, logged, sent as `Refused`, then the session closes.
+    Refused {
+        code: RefusedCode,
+        fingerprint: Option<Fingerprint>,
+    },
+    /// Not a well-formed handshake: closed without a refusal.
+    Close {
+        code: CloseCode,
+        reason: &'static str,
+    },
+    /// The connection already failed: nothing more can be sent.
+    Gone,
+}
+
+impl HandshakeError {
+    fn refused(code: RefusedCode, fingerprint: Option<Fingerprint>) -> HandshakeError {
+        HandshakeError::Refused { code, fingerprint }
+    }
+
+    fn close(code: CloseCode, reason: &'static str) -> HandshakeError {
+        HandshakeError::Close { code, reason }
     }
 }
 
