@@ -1,0 +1,3 @@
+// placeholder
+const BUNDLE = __RELAY_BUNDLE_CONFIG__;
+
