@@ -254,17 +254,17 @@ fn golden_linux_bundle_and_its_digest() {
         &files,
         "SHA256SUMS",
         expect![[r#"
-        59d54ed7d63b78e4c08a271c77e1bf1fee94bb3115546be21a1601b280d3b39b  claude-code/.claude-plugin/marketplace.json
-        7c3b29f4726d911c0999c3e09921572d471bd00d217e098a0d0bb7af4e6ed189  claude-code/plugin-v1/.claude-plugin/plugin.json
-        5c4e4456778f2551165007324c630c948c09a87500febb0c3785e56a9979363c  claude-code/plugin-v1/.mcp.json
-        cd142104c4cb18c2be9b844b552b0a014c0dc292103c41b7c51e8f540eee8fe0  claude-code/plugin-v1/hooks/hooks.json
-        f2356eff131cfb5f683f4b7fcced8a218f0bfe1d9892ff852df5808a9f75a010  claude-code/settings-v1/managed-settings.json
-        95ded6f30c363c20d87a890edca107ef58eef58294f0aff5391d98e193c32679  codex/settings-v1/config.toml
-        5a7485980483a88a1597746ac70f476b47119aac22ccc17ceebfe7c306b94356  codex/settings-v1/hooks.json
-        5fc3205925c32f1cb09488f5c177c907ddee4e39996cf16abfb72eb7dde77430  pi/extension-v1/index.ts
-    "#]],
+            59d54ed7d63b78e4c08a271c77e1bf1fee94bb3115546be21a1601b280d3b39b  claude-code/.claude-plugin/marketplace.json
+            7c3b29f4726d911c0999c3e09921572d471bd00d217e098a0d0bb7af4e6ed189  claude-code/plugin-v1/.claude-plugin/plugin.json
+            5c4e4456778f2551165007324c630c948c09a87500febb0c3785e56a9979363c  claude-code/plugin-v1/.mcp.json
+            cd142104c4cb18c2be9b844b552b0a014c0dc292103c41b7c51e8f540eee8fe0  claude-code/plugin-v1/hooks/hooks.json
+            f2356eff131cfb5f683f4b7fcced8a218f0bfe1d9892ff852df5808a9f75a010  claude-code/settings-v1/managed-settings.json
+            95ded6f30c363c20d87a890edca107ef58eef58294f0aff5391d98e193c32679  codex/settings-v1/config.toml
+            5a7485980483a88a1597746ac70f476b47119aac22ccc17ceebfe7c306b94356  codex/settings-v1/hooks.json
+            2286f718d1440558ba03a4552545546eab2d3a3d8b1cf3f8f1f26db4fb2339ef  pi/extension-v1/index.ts
+        "#]],
     );
-    expect!["ba1f653f7ffbe1d4148b5885f10fac70e616b88a9b45a0acfd584a3be835fcab"]
+    expect!["6eea4b337cbcb612b23c0fc75ba0a1ee6e26bf5bf2413c22911be3f2d6eb62bd"]
         .assert_eq(&digest(&files));
 }
 
