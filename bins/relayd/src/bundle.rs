@@ -220,25 +220,21 @@ pub(crate) fn check_bin_dir(
             home: home.clone(),
         });
     }
-    if windows {
-        // Per-user application data is a home directory wherever it was moved to.
-        if components.iter().any(|c| c.eq_ignore_ascii_case("AppData")) {
-            return Err(BinDirError::UnderHome {
-                path,
-                home: "AppData".to_owned(),
-            });
-        }
+    // Per-user application data is a home directory wherever it was moved to.
+    if windows && components.iter().any(|c| c.eq_ignore_ascii_case("AppData")) {
+        return Err(BinDirError::UnderHome {
+            path,
+            home: "AppData".to_owned(),
+        });
     }
-    if !env.dangerous_allow_temp {
-        if let Some(temp) = temps
-            .iter()
-            .find(|temp| is_within(&path, temp, separator, case_insensitive))
-        {
-            return Err(BinDirError::UnderTemp {
-                path,
-                temp: temp.clone(),
-            });
-        }
+    let temp = temps
+        .iter()
+        .find(|temp| is_within(&path, temp, separator, case_insensitive));
+    if let Some(temp) = temp.filter(|_| !env.dangerous_allow_temp) {
+        return Err(BinDirError::UnderTemp {
+            path,
+            temp: temp.clone(),
+        });
     }
     Ok(BinDir(path))
 }

@@ -85,6 +85,12 @@ function ensureMcp(state: ProcessState): Promise<void> {
     windowsHide: true,
   });
   state.mcp = child;
+  // pi must be able to exit without waiting for relay-mcp: its stdin closes with pi, and
+  // relay-mcp ends its session at the end of stdin.
+  child.unref();
+  for (const stream of [child.stdin, child.stdout] as any[]) {
+    stream?.unref?.();
+  }
   state.mcpReady = new Promise<void>((resolve) => {
     let buffered = "";
     const timer = setTimeout(() => {
