@@ -261,10 +261,10 @@ fn golden_linux_bundle_and_its_digest() {
             f2356eff131cfb5f683f4b7fcced8a218f0bfe1d9892ff852df5808a9f75a010  claude-code/settings-v1/managed-settings.json
             95ded6f30c363c20d87a890edca107ef58eef58294f0aff5391d98e193c32679  codex/settings-v1/config.toml
             5a7485980483a88a1597746ac70f476b47119aac22ccc17ceebfe7c306b94356  codex/settings-v1/hooks.json
-            2286f718d1440558ba03a4552545546eab2d3a3d8b1cf3f8f1f26db4fb2339ef  pi/extension-v1/index.ts
+            7eb01aa3032b0968fcd9de93b3c2b4ffe9ee3ad76f9ab414c7d146d35614265f  pi/extension-v1/index.ts
         "#]],
     );
-    expect!["6eea4b337cbcb612b23c0fc75ba0a1ee6e26bf5bf2413c22911be3f2d6eb62bd"]
+    expect!["eb3dd04a7d0300124be16b57939eaca58cd2533ff888347f7f0c4c882e1d9bfe"]
         .assert_eq(&digest(&files));
 }
 
