@@ -53,6 +53,12 @@ struct Deployment {
 
 impl Deployment {
     async fn start() -> anyhow::Result<Deployment> {
+        Deployment::start_with_hook(None).await
+    }
+
+    /// `hook_script`, when given, is installed as the bin directory's `relay-hook` in
+    /// place of the link to the real one; it gets the real one's path as `$RELAY_HOOK`.
+    async fn start_with_hook(hook_script: Option<&str>) -> anyhow::Result<Deployment> {
         let stand_in = StandIn::start().await?;
         stand_in.set_tool_round_trip(true);
         let base = stand_in.base_url();
@@ -85,6 +91,17 @@ impl Deployment {
             .tempdir()?;
         for name in ["relay-mcp", "relay-hook", "relay-worker"] {
             std::os::unix::fs::symlink(relay_e2e::binary(name)?, bins.path().join(name))?;
+        }
+        if let Some(script) = hook_script {
+            use std::os::unix::fs::PermissionsExt as _;
+            let hook = bins.path().join("relay-hook");
+            std::fs::remove_file(&hook)?;
+            let real = relay_e2e::binary("relay-hook")?;
+            std::fs::write(
+                &hook,
+                format!("#!/bin/sh\nRELAY_HOOK='{}'\n{script}", real.display()),
+            )?;
+            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))?;
         }
         let bundle_dir = tempfile::Builder::new()
             .prefix("relay-e2e-bundle-")
@@ -472,5 +489,61 @@ async fn pi_runs_from_the_bundle() -> anyhow::Result<()> {
         "{out}"
     );
     assert!(out.stderr.contains("other"), "{out}");
+    Ok(())
+}
+
+/// A policy refusal of pi's `tool_call` (relay-hook exit 2 with the reason on stderr, as
+/// relay-hook answers a 403 `relay_policy_rejected`) stops the tool: pi hands the model the
+/// reason instead of the command's output.
+#[tokio::test]
+async fn pi_blocks_a_tool_call_relay_hook_refuses() -> anyhow::Result<()> {
+    // Refuses tool_call, forwards everything else to the real relay-hook.
+    let script = r#"body=$(cat)
+case "$body" in
+  *'"hook_event_name":"tool_call"'*) echo "denied by the test policy" >&2; exit 2 ;;
+esac
+printf '%s' "$body" | exec "$RELAY_HOOK" "$@"
+"#;
+    let deployment = Deployment::start_with_hook(Some(script)).await?;
+    let bundle = deployment.bundle();
+    let pi = AgentCommand::new("pi")?;
+    let agent_dir = pi.make_dir("pi-agent")?;
+    let models = serde_json::json!({"providers": {
+        "mock": {"baseUrl": deployment.stand_in.base_url(), "api": "anthropic-messages",
+                 "apiKey": "RELAY_E2E_PI_KEY", "models": [{"id": "mock-claude"}]},
+    }});
+    pi.write_file("pi-agent/models.json", &models.to_string())?;
+    let mut pi = pi
+        .env("PI_CODING_AGENT_DIR", &agent_dir)
+        .env("PI_OFFLINE", "1")
+        .env("RELAY_E2E_PI_KEY", "sk-ant-pi-test")
+        .args(["-p", "--no-extensions", "-e"])
+        .arg(path(&bundle.join("pi/extension-v1/index.ts")))
+        .args(["--model", "mock/mock-claude", "run echo"]);
+    for (key, value) in deployment.relay_env() {
+        pi = pi.env(key, value);
+    }
+    let out = pi.run(AGENT_TIMEOUT).await?;
+    if !out.status.success() || !out.stdout.contains(TOOL_DONE_TEXT) {
+        deployment.fail(&out, "pi did not finish after the refused tool call");
+    }
+    let turns: Vec<_> = deployment
+        .stand_in
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .collect();
+    let Some(last) = turns.last().filter(|_| turns.len() >= 2) else {
+        deployment.fail(&out, "no second model turn carried the tool result");
+    };
+    let body = String::from_utf8_lossy(&last.body);
+    assert!(
+        body.contains("denied by the test policy"),
+        "the model did not get the refusal: {body}"
+    );
+    assert!(
+        !body.contains("\"relay-tool-ok"),
+        "the tool ran although relay-hook refused it: {body}"
+    );
     Ok(())
 }
