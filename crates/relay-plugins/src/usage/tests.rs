@@ -16,7 +16,7 @@ const CHAT: &[u8] = include_bytes!("../../../relay-testkit/fixtures/openai-chat.
 use BodyKind::{EventStream, Json};
 use WireFormat::{AnthropicMessages, OpenAiChatCompletions, OpenAiResponses};
 
-pub(crate) fn render(report: &UsageReport) -> String {
+fn render(report: &UsageReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
