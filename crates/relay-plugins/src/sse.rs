@@ -223,18 +223,15 @@ impl SseParser {
                 self.data.extend_from_slice(value);
                 self.data.push(b'\n');
             }
-            b"id" => {
-                if !value.contains(&0) {
-                    self.id.clear();
-                    self.id.extend_from_slice(value);
-                }
+            // An id containing NUL is ignored, as the standard says.
+            b"id" if !value.contains(&0) => {
+                self.id.clear();
+                self.id.extend_from_slice(value);
             }
-            b"retry" => {
-                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
-                    // Digits only, so parsing fails only on overflow: keep the old value then.
-                    if let Some(ms) = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()) {
-                        self.retry = Some(ms);
-                    }
+            // Digits only, so parsing fails only on overflow: the old value stays then.
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                if let Some(ms) = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()) {
+                    self.retry = Some(ms);
                 }
             }
             _ => {}

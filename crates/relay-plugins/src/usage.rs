@@ -322,10 +322,10 @@ impl Accumulator {
     }
 
     fn set_model(&mut self, model: Option<Cow<'_, str>>) {
-        if self.model.is_none() {
-            if let Some(model) = model.filter(|m| !m.is_empty()) {
-                self.model = Some(model.into_owned());
-            }
+        if self.model.is_none()
+            && let Some(model) = model.filter(|m| !m.is_empty())
+        {
+            self.model = Some(model.into_owned());
         }
     }
 
