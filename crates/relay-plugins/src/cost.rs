@@ -374,6 +374,27 @@ impl PriceTable {
                 tokens,
             })
     }
+
+    /// The cost of one exchange: priced by the response model when the table knows it, else
+    /// by the request's model (a provider may answer with a dated name the table lacks, or
+    /// name no model at all).
+    pub fn cost_for(
+        &self,
+        response_model: Option<&str>,
+        request_model: Option<&str>,
+        usage: &Usage,
+    ) -> Result<Cost, CostError> {
+        let known = [response_model, request_model]
+            .into_iter()
+            .flatten()
+            .find(|model| self.lookup(model).is_some());
+        match known {
+            Some(model) => self.cost(model, usage),
+            None => Err(CostError::UnknownModel {
+                model: response_model.or(request_model).unwrap_or("").to_owned(),
+            }),
+        }
+    }
 }
 
 /// The running totals of one session.

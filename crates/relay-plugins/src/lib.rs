@@ -17,4 +17,4 @@ pub use cost::{
 };
 pub use decode::{ContentEncoding, DecodeError, Decoded, MAX_CODINGS, decode};
 pub use sse::{SseEvent, SseParser};
-pub use usage::{BodyKind, Usage, UsageReport, UsageTap, WireFormat};
+pub use usage::{BodyKind, GENAI_SEMCONV_VERSION, Usage, UsageReport, UsageTap, WireFormat};

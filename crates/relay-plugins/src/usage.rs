@@ -17,13 +17,20 @@
 //! providers report it. [`Usage::genai_input_tokens`] is `gen_ai.usage.input_tokens` as the
 //! OpenTelemetry GenAI semantic conventions define it: all input tokens, cached ones included
 //! (the Anthropic page of the conventions says so explicitly: input + cache read + cache
-//! creation).
+//! creation). The version followed is [`GENAI_SEMCONV_VERSION`]: v1.41.1, the last release
+//! of the GenAI conventions in the main semantic-conventions repository, whose Anthropic page
+//! has carried that formula since v1.40.0 and whose OpenAI page says `input_tokens` already
+//! holds the cached tokens.
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 
 use crate::sse::{SseEvent, SseParser};
+
+/// The OpenTelemetry semantic conventions release whose GenAI usage attributes
+/// [`Usage::genai_attributes`] follows.
+pub const GENAI_SEMCONV_VERSION: &str = "1.41.1";
 
 /// The wire format of a model exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +126,22 @@ impl Usage {
     /// `gen_ai.usage.output_tokens`: every output token, reasoning included.
     pub fn genai_output_tokens(&self) -> u64 {
         self.output
+    }
+
+    /// The usage as GenAI span attributes of [`GENAI_SEMCONV_VERSION`], in a fixed order.
+    /// The cache and reasoning counts are parts of the input and output totals, as the
+    /// conventions define them; they are listed even when zero.
+    pub fn genai_attributes(&self) -> [(&'static str, u64); 5] {
+        [
+            ("gen_ai.usage.input_tokens", self.genai_input_tokens()),
+            ("gen_ai.usage.output_tokens", self.genai_output_tokens()),
+            ("gen_ai.usage.cache_read.input_tokens", self.cache_read),
+            (
+                "gen_ai.usage.cache_creation.input_tokens",
+                self.cache_write(),
+            ),
+            ("gen_ai.usage.reasoning.output_tokens", self.reasoning),
+        ]
     }
 
     /// Adds another exchange's usage (for session totals); saturates instead of wrapping.

@@ -11,36 +11,80 @@ use expect_test::{Expect, expect};
 use super::*;
 use crate::usage::{BodyKind, UsageTap, WireFormat};
 
-/// The `[components.config.prices]` example of `docs/plugins.md`.
-const PRICES: &str = r#"
-[prices."claude-sonnet-4-5"]
-input = 3.00
-cache_read = 0.30
-cache_write_5m = 3.75
-cache_write_1h = 6.00
-output = 15.00
-
-[prices."gpt-5"]
-input = 1.25
-cache_read = 0.125
-output = 10
-
-[prices."gpt-4.1"]
-input = "2"
-cache_read = "0.50"
-output = "8"
-"#;
+/// `docs/plugins.md`, whose "Usage and cost" example is the price table of these tests.
+const PLUGINS_DOC: &str = include_str!("../../../../docs/plugins.md");
 
 #[derive(serde::Deserialize)]
-struct Config {
+struct PluginsFile {
+    components: Vec<Component>,
+}
+
+#[derive(serde::Deserialize)]
+struct Component {
+    config: ComponentConfig,
+}
+
+#[derive(serde::Deserialize)]
+struct ComponentConfig {
     prices: PriceTable,
 }
 
+/// The first TOML block after the "Usage and cost" heading.
+fn documented_example() -> &'static str {
+    let section = PLUGINS_DOC
+        .split_once("## Usage and cost")
+        .map(|(_, rest)| rest)
+        .unwrap_or("");
+    section
+        .split_once("```toml\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block)
+        .unwrap_or("")
+}
+
 fn table() -> PriceTable {
-    match toml::from_str::<Config>(PRICES) {
-        Ok(c) => c.prices,
+    match toml::from_str::<PluginsFile>(documented_example()) {
+        Ok(mut file) if file.components.len() == 1 => file.components.remove(0).config.prices,
+        Ok(_) => panic!("the documented example should have one component"),
         Err(e) => panic!("the documented price table does not load: {e}"),
     }
+}
+
+#[test]
+fn the_documented_price_table_loads() {
+    let table = table();
+    let key = |m: &str| table.lookup(m).map(|(k, _)| k.to_owned());
+    assert_eq!(
+        key("claude-sonnet-4-5-20250929"),
+        Some("claude-sonnet-4-5".into())
+    );
+    assert_eq!(key("gpt-5"), Some("gpt-5".into()));
+    assert_eq!(key("gpt-4.1"), Some("gpt-4.1".into()));
+}
+
+#[test]
+fn the_response_model_prices_first_then_the_request_model() {
+    let usage = Usage {
+        uncached_input: 1_000_000,
+        ..Usage::default()
+    };
+    let total = |resp, req| {
+        table()
+            .cost_for(resp, req, &usage)
+            .map(|c| c.total.to_string())
+    };
+    assert_eq!(
+        total(Some("gpt-5-2025-08-07"), Some("gpt-4.1")),
+        Ok("1.25".into())
+    );
+    assert_eq!(total(Some("ft:custom"), Some("gpt-4.1")), Ok("2.00".into()));
+    assert_eq!(total(None, Some("gpt-4.1")), Ok("2.00".into()));
+    assert_eq!(
+        total(Some("ft:custom"), Some("other")),
+        Err(CostError::UnknownModel {
+            model: "ft:custom".into()
+        })
+    );
 }
 
 fn render(cost: &Cost) -> String {

@@ -39,12 +39,12 @@ fn render(report: &UsageReport) -> String {
                 u.output,
                 u.reasoning,
             );
-            let _ = writeln!(
-                out,
-                "gen_ai.usage.input_tokens={} gen_ai.usage.output_tokens={}",
-                u.genai_input_tokens(),
-                u.genai_output_tokens(),
-            );
+            let attributes: Vec<String> = u
+                .genai_attributes()
+                .iter()
+                .map(|(name, value)| format!("{name}={value}"))
+                .collect();
+            let _ = writeln!(out, "{}", attributes.join(" "));
         }
     }
     out
@@ -77,7 +77,7 @@ fn anthropic_fixture_stream() {
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("m") truncated=false unreadable=0
             usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=5 reasoning=0
-            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=5
+            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=5 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
 }
@@ -108,7 +108,7 @@ data: {"type":"message_stop"}
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("claude-sonnet-4-5-20250929") truncated=false unreadable=0
             usage: uncached_input=120 cache_read=30000 cache_write_5m=2000 cache_write_1h=3000 output=850 reasoning=0
-            gen_ai.usage.input_tokens=35120 gen_ai.usage.output_tokens=850
+            gen_ai.usage.input_tokens=35120 gen_ai.usage.output_tokens=850 gen_ai.usage.cache_read.input_tokens=30000 gen_ai.usage.cache_creation.input_tokens=5000 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
 }
@@ -133,7 +133,7 @@ data: {"type":"message_stop"}
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("claude-opus-4-1") truncated=false unreadable=0
             usage: uncached_input=7 cache_read=100 cache_write_5m=40 cache_write_1h=0 output=60 reasoning=0
-            gen_ai.usage.input_tokens=147 gen_ai.usage.output_tokens=60
+            gen_ai.usage.input_tokens=147 gen_ai.usage.output_tokens=60 gen_ai.usage.cache_read.input_tokens=100 gen_ai.usage.cache_creation.input_tokens=40 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
 }
@@ -149,7 +149,7 @@ fn anthropic_stream_cut_before_message_stop() {
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("m") truncated=true unreadable=0
             usage: uncached_input=10 cache_read=5 cache_write_5m=0 cache_write_1h=0 output=1 reasoning=0
-            gen_ai.usage.input_tokens=15 gen_ai.usage.output_tokens=1
+            gen_ai.usage.input_tokens=15 gen_ai.usage.output_tokens=1 gen_ai.usage.cache_read.input_tokens=5 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
 }
@@ -163,7 +163,7 @@ fn anthropic_json_body() {
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("claude-haiku-4-5") truncated=false unreadable=0
             usage: uncached_input=3 cache_read=2048 cache_write_5m=0 cache_write_1h=1024 output=9 reasoning=0
-            gen_ai.usage.input_tokens=3075 gen_ai.usage.output_tokens=9
+            gen_ai.usage.input_tokens=3075 gen_ai.usage.output_tokens=9 gen_ai.usage.cache_read.input_tokens=2048 gen_ai.usage.cache_creation.input_tokens=1024 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
 }
@@ -190,7 +190,7 @@ fn responses_fixture_stream() {
         expect![[r#"
             gen_ai.provider.name=openai gen_ai.response.model=Some("m") truncated=false unreadable=0
             usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=5 reasoning=0
-            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=5
+            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=5 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
 }
@@ -215,7 +215,7 @@ data: {"type":"response.completed","response":{"model":"gpt-5-2025-08-07","statu
         expect![[r#"
             gen_ai.provider.name=openai gen_ai.response.model=Some("gpt-5-2025-08-07") truncated=false unreadable=0
             usage: uncached_input=8000 cache_read=32000 cache_write_5m=0 cache_write_1h=0 output=1500 reasoning=1200
-            gen_ai.usage.input_tokens=40000 gen_ai.usage.output_tokens=1500
+            gen_ai.usage.input_tokens=40000 gen_ai.usage.output_tokens=1500 gen_ai.usage.cache_read.input_tokens=32000 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=1200
         "#]],
     );
 }
@@ -242,7 +242,7 @@ fn responses_incomplete_is_an_end_with_usage() {
         expect![[r#"
             gen_ai.provider.name=openai gen_ai.response.model=Some("gpt-5") truncated=false unreadable=0
             usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=4096 reasoning=0
-            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=4096
+            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=4096 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
 }
@@ -256,7 +256,7 @@ fn responses_json_body() {
         expect![[r#"
             gen_ai.provider.name=openai gen_ai.response.model=Some("gpt-5-mini") truncated=false unreadable=0
             usage: uncached_input=80 cache_read=1920 cache_write_5m=0 cache_write_1h=0 output=64 reasoning=0
-            gen_ai.usage.input_tokens=2000 gen_ai.usage.output_tokens=64
+            gen_ai.usage.input_tokens=2000 gen_ai.usage.output_tokens=64 gen_ai.usage.cache_read.input_tokens=1920 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
 }
@@ -283,7 +283,7 @@ fn chat_final_usage_chunk_with_cached_and_reasoning_tokens() {
         expect![[r#"
             gen_ai.provider.name=openai gen_ai.response.model=Some("gpt-4.1-2025-04-14") truncated=false unreadable=0
             usage: uncached_input=476 cache_read=1024 cache_write_5m=0 cache_write_1h=0 output=300 reasoning=120
-            gen_ai.usage.input_tokens=1500 gen_ai.usage.output_tokens=300
+            gen_ai.usage.input_tokens=1500 gen_ai.usage.output_tokens=300 gen_ai.usage.cache_read.input_tokens=1024 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=120
         "#]],
     );
 }
@@ -310,7 +310,7 @@ fn chat_json_body() {
         expect![[r#"
             gen_ai.provider.name=openai gen_ai.response.model=Some("gpt-4o-mini") truncated=false unreadable=0
             usage: uncached_input=12 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=3 reasoning=0
-            gen_ai.usage.input_tokens=12 gen_ai.usage.output_tokens=3
+            gen_ai.usage.input_tokens=12 gen_ai.usage.output_tokens=3 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
 }
@@ -324,7 +324,7 @@ fn unreadable_events_are_counted_not_guessed() {
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=None truncated=false unreadable=2
             usage: uncached_input=0 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=8 reasoning=0
-            gen_ai.usage.input_tokens=0 gen_ai.usage.output_tokens=8
+            gen_ai.usage.input_tokens=0 gen_ai.usage.output_tokens=8 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
         "#]],
     );
     check(
