@@ -109,7 +109,8 @@ pub struct Decoded<'a> {
 
 /// Decodes `body` as the `content-encoding` header value says (`None`: no header), producing
 /// at most `limit` bytes. Codings listed in the header were applied in order, so they are
-/// undone from the last to the first; each step is bounded by `limit`.
+/// undone from the last to the first; each step is bounded by `limit`. A response with
+/// several `content-encoding` lines is passed as their values joined with `,`, in order.
 pub fn decode<'a>(
     content_encoding: Option<&str>,
     body: &'a [u8],

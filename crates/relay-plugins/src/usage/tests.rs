@@ -376,6 +376,55 @@ fn formats_and_body_kinds_from_the_request() {
     assert_eq!(BodyKind::from_content_type(None), Json);
 }
 
+/// How the worker reads a compressed side copy: decode within the capture bound, then read.
+#[test]
+fn a_gzip_stream_is_read_after_bounded_decoding() {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let _ = encoder.write_all(ANTHROPIC);
+    let gzipped = encoder.finish().unwrap_or_default();
+    let decoded = crate::decode::decode(Some("gzip"), &gzipped, 4 << 20);
+    let Ok(decoded) = decoded else {
+        panic!("{decoded:?}");
+    };
+    assert!(!decoded.truncated);
+    let report = read(AnthropicMessages, EventStream, &decoded.body);
+    assert_eq!(report, read(AnthropicMessages, EventStream, ANTHROPIC));
+
+    // Cut by the bound inside the stream: what was seen, flagged.
+    let Ok(cut) = crate::decode::decode(Some("gzip"), &gzipped, 400) else {
+        panic!("decoding failed");
+    };
+    assert!(cut.truncated);
+    expect![[r#"
+        gen_ai.provider.name=anthropic gen_ai.response.model=Some("m") truncated=true unreadable=0
+        usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=1 reasoning=0
+        gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=1 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
+    "#]]
+    .assert_eq(&render(&read(AnthropicMessages, EventStream, &cut.body)));
+}
+
+#[test]
+fn hostile_events_are_skipped_without_harm() {
+    // JSON nested far beyond serde_json's recursion limit, and a usage event over the bound.
+    let deep = format!("data: {}{}\n\n", "[".repeat(100_000), "]".repeat(100_000));
+    let mut tap = UsageTap::new(OpenAiChatCompletions, EventStream, 256 << 10);
+    tap.push(deep.as_bytes());
+    let padding = "x".repeat(300 << 10);
+    tap.push(
+        format!(
+            "data: {{\"model\":\"m\",\"usage\":{{\"prompt_tokens\":1}},\"pad\":\"{padding}\"}}\n\n"
+        )
+        .as_bytes(),
+    );
+    tap.push(b"data: [DONE]\n\n");
+    expect![[r#"
+        gen_ai.provider.name=openai gen_ai.response.model=None truncated=false unreadable=2
+        no usage
+    "#]]
+    .assert_eq(&render(&tap.finish()));
+}
+
 proptest! {
     /// Any split of a body into chunks gives the same report, and no bytes make it panic.
     #[test]
