@@ -276,14 +276,23 @@ pub enum CostError {
     },
 }
 
+/// A bucket with tokens but no price in a model's entry.
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
+#[error("{tokens} {bucket} tokens but no {bucket} price")]
+pub struct MissingPrice {
+    /// The bucket without a price.
+    pub bucket: Bucket,
+    /// How many tokens it had.
+    pub tokens: u64,
+}
+
 impl Price {
-    /// The cost of `usage` at these prices; `Err(bucket)` names a bucket with tokens but no
-    /// price.
-    pub fn cost(&self, usage: &Usage) -> Result<Cost, (Bucket, u64)> {
+    /// The cost of `usage` at these prices.
+    pub fn cost(&self, usage: &Usage) -> Result<Cost, MissingPrice> {
         let priced = |price: Option<UsdPerMTok>, tokens: u64, bucket| match (price, tokens) {
             (_, 0) => Ok(Usd::ZERO),
             (Some(p), n) => Ok(p.times(n)),
-            (None, n) => Err((bucket, n)),
+            (None, tokens) => Err(MissingPrice { bucket, tokens }),
         };
         let input = self.input.times(usage.uncached_input);
         let cache_read = priced(self.cache_read, usage.cache_read, Bucket::CacheRead)?;
@@ -368,7 +377,7 @@ impl PriceTable {
         })?;
         price
             .cost(usage)
-            .map_err(|(bucket, tokens)| CostError::MissingPrice {
+            .map_err(|MissingPrice { bucket, tokens }| CostError::MissingPrice {
                 model: key.to_owned(),
                 bucket,
                 tokens,

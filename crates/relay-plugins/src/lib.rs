@@ -13,7 +13,8 @@ mod sse;
 mod usage;
 
 pub use cost::{
-    Bucket, Cost, CostError, Price, PriceError, PriceTable, SessionCost, Usd, UsdPerMTok,
+    Bucket, Cost, CostError, MissingPrice, Price, PriceError, PriceTable, SessionCost, Usd,
+    UsdPerMTok,
 };
 pub use decode::{ContentEncoding, DecodeError, Decoded, MAX_CODINGS, decode};
 pub use sse::{SseEvent, SseParser};
