@@ -3,5 +3,19 @@
 //! state machine. It does no IO: no tokio, no hyper, no sockets, no clock; time and data come
 //! in as arguments, so every rule is testable as a script.
 //!
-//! It is empty while the plugins are being built; `cargo xtask tidy` already holds it to its
-//! layering rules.
+//! Captured bodies are decoded within a caller's bound (`decode`), read as SSE by an
+//! incremental parser (`SseParser`), reduced to the normalised usage of one model exchange
+//! (`UsageTap` → `UsageReport`), and priced exactly in pico-dollars (`PriceTable`, `Usd`).
+
+mod cost;
+mod decode;
+mod sse;
+mod usage;
+
+pub use cost::{
+    Bucket, Cost, CostError, MissingPrice, Price, PriceError, PriceTable, SessionCost, Usd,
+    UsdPerMTok,
+};
+pub use decode::{ContentEncoding, DecodeError, Decoded, MAX_CODINGS, decode};
+pub use sse::{SseEvent, SseParser};
+pub use usage::{BodyKind, GENAI_SEMCONV_VERSION, Usage, UsageReport, UsageTap, WireFormat};
