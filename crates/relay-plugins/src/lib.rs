@@ -3,5 +3,7 @@
 //! state machine. It does no IO: no tokio, no hyper, no sockets, no clock; time and data come
 //! in as arguments, so every rule is testable as a script.
 //!
-//! It is empty while the plugins are being built; `cargo xtask tidy` already holds it to its
-//! layering rules.
+//! The ATOF recorder (`atof::Recorder`) turns hook events, model requests and policy
+//! decisions into ATOF 0.1 records with consistent parent links, redacted and bounded.
+
+pub mod atof;
