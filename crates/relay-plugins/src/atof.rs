@@ -23,6 +23,8 @@ mod content;
 mod observation;
 mod record;
 
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
