@@ -656,3 +656,44 @@ fn timestamps_have_exactly_six_fractional_digits() {
         "1969-12-31T23:59:59.000000Z"
     );
 }
+
+#[test]
+fn an_mcp_tool_is_attributed_and_a_failed_tool_says_so() {
+    let config = RecorderConfig {
+        capture_content: true,
+        ..RecorderConfig::default()
+    };
+    let mut s = Scenario::with(config, "s1");
+    let cc = Agent::ClaudeCode;
+    let mut failure = fixture(cc, "PostToolUse-Bash");
+    failure["session_id"] = json!("s1");
+    failure["hook_event_name"] = json!("PostToolUseFailure");
+    failure["error"] = json!("exit status 1");
+    let pi = Agent::Pi;
+    let mut pi_failure = fixture(pi, "tool_result-bash");
+    pi_failure["session_id"] = json!("s2");
+    pi_failure["event"]["isError"] = json!(true);
+    s.hook(cc, "PreToolUse-mcp_relayprobe_relay_echo")
+        .hook(cc, "PostToolUse-mcp_relayprobe_relay_echo")
+        .hook(cc, "PreToolUse-Bash")
+        .hook_payload(cc, "PostToolUseFailure", failure);
+    s.session = "s2".to_owned();
+    s.hook(pi, "tool_call-bash")
+        .hook_payload(pi, "tool_result-bash failing", pi_failure);
+    s.check(expect![[r##"
+        > claude-code PreToolUse-mcp_relayprobe_relay_echo
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"implicit":true,"session_id":"s1"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":["mcp"],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_e56546692f0f"},"data":{"input":{"text":"ping"}},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"mcp__relayprobe__relay_echo","parent_uuid":"#1","scope_category":"start","timestamp":"…00.010000Z","uuid":"#2"}
+        > claude-code PostToolUse-mcp_relayprobe_relay_echo
+          {"atof_version":"0.1","attributes":["mcp"],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_e56546692f0f"},"data":{"duration_ms":8,"outcome":"success","output":[{"text":"echo: ping","type":"text"}]},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"mcp__relayprobe__relay_echo","parent_uuid":"#1","scope_category":"end","timestamp":"…00.020000Z","uuid":"#2"}
+        > claude-code PreToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"input":{"command":"echo relay-mock-tool","description":"mock tool call"}},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#1","scope_category":"start","timestamp":"…00.030000Z","uuid":"#3"}
+        > claude-code PostToolUseFailure
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"duration_ms":881,"outcome":"failure","output":"exit status 1"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#1","scope_category":"end","timestamp":"…00.040000Z","uuid":"#3"}
+        > pi tool_call-bash
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"implicit":true,"session_id":"s2"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"s2"},"name":"pi","parent_uuid":null,"scope_category":"start","timestamp":"…00.050000Z","uuid":"#4"}
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_eac7ca97655e"},"data":{"input":{"command":"echo relay-mock-tool"}},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"s2"},"name":"bash","parent_uuid":"#4","scope_category":"start","timestamp":"…00.050000Z","uuid":"#5"}
+        > pi tool_result-bash failing
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_eac7ca97655e"},"data":{"outcome":"failure","output":[{"text":"relay-mock-tool\n","type":"text"}]},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"s2"},"name":"bash","parent_uuid":"#4","scope_category":"end","timestamp":"…00.060000Z","uuid":"#5"}
+    "##]]);
+}
