@@ -288,7 +288,9 @@ impl Emitter {
 }
 
 /// The ATOF recorder. Feed it observations in the order they happened with
-/// [`Recorder::handle`], then drain [`Recorder::poll_record`] into the sinks.
+/// [`Recorder::handle`], then drain [`Recorder::poll_record`] into the sinks after each one:
+/// one observation queues a bounded number of records, but the queue itself is only emptied
+/// by polling.
 pub struct Recorder {
     config: RecorderConfig,
     redactor: Box<dyn Redactor>,
@@ -392,6 +394,12 @@ impl Recorder {
     /// The next record, oldest first.
     pub fn poll_record(&mut self) -> Option<Record> {
         self.emit.out.pop_front()
+    }
+
+    /// Whether content goes into records: a caller can skip extracting prompt and response
+    /// text when it does not.
+    pub fn captures_content(&self) -> bool {
+        self.config.capture_content
     }
 
     /// Sessions currently open.

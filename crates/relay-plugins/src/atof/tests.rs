@@ -697,3 +697,36 @@ fn an_mcp_tool_is_attributed_and_a_failed_tool_says_so() {
           {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_eac7ca97655e"},"data":{"outcome":"failure","output":[{"text":"relay-mock-tool\n","type":"text"}]},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"s2"},"name":"bash","parent_uuid":"#4","scope_category":"end","timestamp":"…00.060000Z","uuid":"#5"}
     "##]]);
 }
+
+/// A plain function is a redactor too, and the recorder can move to the worker's threads.
+#[test]
+fn a_function_redacts_and_the_recorder_is_send() {
+    fn hide_hi(text: &str) -> Cow<'_, str> {
+        if text.contains("hi") {
+            Cow::Owned(text.replace("hi", "**"))
+        } else {
+            Cow::Borrowed(text)
+        }
+    }
+    fn is_send<T: Send>(_: &T) {}
+    let config = RecorderConfig {
+        capture_content: true,
+        ..RecorderConfig::default()
+    };
+    let mut recorder = Recorder::new(config, Box::new(Counter(0)), Box::new(hide_hi));
+    is_send(&recorder);
+    assert!(recorder.captures_content());
+    let mut payload = fixture(Agent::ClaudeCode, "UserPromptSubmit");
+    payload["prompt"] = json!("say hi");
+    recorder.handle(
+        epoch(),
+        Observation::Hook(HookEvent::from_payload(Agent::ClaudeCode, payload)),
+    );
+    let mut lines = Vec::new();
+    while let Some(record) = recorder.poll_record() {
+        record.write_json_line(&mut lines);
+    }
+    let lines = String::from_utf8(lines).unwrap_or_default();
+    assert!(lines.contains(r#""prompt":"say **""#), "{lines}");
+    assert_eq!(lines.lines().count(), 2, "{lines}");
+}
