@@ -20,6 +20,7 @@
 //!   llm scopes per session; going over closes the least recently active one, saying so.
 
 mod content;
+mod emit;
 mod observation;
 mod record;
 
@@ -41,6 +42,7 @@ pub use observation::{
 pub use record::{ATOF_VERSION, Category, DataSchema, Record, RecordKind, ScopeCategory};
 
 use content::bounded_id;
+use emit::{Emitter, OpenScope};
 
 /// Randomness for uuids, injected so the recorder stays deterministic under test.
 pub trait Entropy: Send {
@@ -149,21 +151,6 @@ fn role(agent: Agent, event: &str) -> Role {
     }
 }
 
-/// An open scope: what its end record repeats.
-#[derive(Debug, Clone)]
-struct OpenScope {
-    uuid: Uuid,
-    parent: Option<Uuid>,
-    name: String,
-    category: Category,
-    attributes: Vec<&'static str>,
-    profile: Option<Value>,
-    schema: DataSchema,
-    metadata: Option<Value>,
-    /// Recorder tick at opening: orders scopes by age.
-    opened: u64,
-}
-
 #[derive(Debug)]
 struct Session {
     scope: OpenScope,
@@ -185,106 +172,6 @@ impl Session {
 struct OpenLlm {
     scope: OpenScope,
     session: Option<String>,
-}
-
-/// Writes records: uuids, timestamps and the output queue.
-struct Emitter {
-    entropy: Box<dyn Entropy>,
-    out: VecDeque<Record>,
-    tick: u64,
-}
-
-impl Emitter {
-    fn uuid(&mut self, at: SystemTime) -> Uuid {
-        record::uuid_v7(at, &self.entropy.uuid_bytes())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn open(
-        &mut self,
-        at: SystemTime,
-        parent: Option<Uuid>,
-        name: String,
-        category: Category,
-        attributes: Vec<&'static str>,
-        profile: Option<Value>,
-        schema: DataSchema,
-        metadata: Option<Value>,
-        data: Value,
-    ) -> OpenScope {
-        let scope = OpenScope {
-            uuid: self.uuid(at),
-            parent,
-            name,
-            category,
-            attributes,
-            profile,
-            schema,
-            metadata,
-            opened: self.tick,
-        };
-        self.out.push_back(Record {
-            kind: RecordKind::Scope {
-                scope_category: ScopeCategory::Start,
-                category: scope.category,
-                attributes: scope.attributes.clone(),
-                category_profile: scope.profile.clone(),
-            },
-            uuid: scope.uuid,
-            parent_uuid: scope.parent,
-            timestamp: at,
-            name: scope.name.clone(),
-            data,
-            data_schema: Some(scope.schema),
-            metadata: scope.metadata.clone(),
-        });
-        scope
-    }
-
-    fn close(&mut self, at: SystemTime, scope: OpenScope, data: Value) {
-        self.out.push_back(Record {
-            kind: RecordKind::Scope {
-                scope_category: ScopeCategory::End,
-                category: scope.category,
-                attributes: scope.attributes,
-                category_profile: scope.profile,
-            },
-            uuid: scope.uuid,
-            parent_uuid: scope.parent,
-            timestamp: at,
-            name: scope.name,
-            data,
-            data_schema: Some(scope.schema),
-            metadata: scope.metadata,
-        });
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn mark(
-        &mut self,
-        at: SystemTime,
-        parent: Option<Uuid>,
-        name: String,
-        category: Category,
-        schema: DataSchema,
-        metadata: Option<Value>,
-        data: Value,
-    ) {
-        let uuid = self.uuid(at);
-        self.out.push_back(Record {
-            kind: RecordKind::Mark {
-                category,
-                category_profile: None,
-            },
-            uuid,
-            parent_uuid: parent,
-            timestamp: at,
-            name,
-            data,
-            data_schema: Some(schema),
-            metadata,
-        });
-    }
 }
 
 /// The ATOF recorder. Feed it observations in the order they happened with
