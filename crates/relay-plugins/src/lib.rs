@@ -6,7 +6,10 @@
 //! Captured bodies are decoded within a caller's bound (`decode`), read as SSE by an
 //! incremental parser (`SseParser`), reduced to the normalised usage of one model exchange
 //! (`UsageTap` → `UsageReport`), and priced exactly in pico-dollars (`PriceTable`, `Usd`).
+//! The ATOF recorder (`atof::Recorder`) turns hook events, model requests and policy
+//! decisions into ATOF 0.1 records with consistent parent links, redacted and bounded.
 
+pub mod atof;
 mod cost;
 mod decode;
 mod sse;

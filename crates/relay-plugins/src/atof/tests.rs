@@ -1,0 +1,732 @@
+//! Scenario scripts on a virtual clock: each step feeds one observation and the transcript of
+//! the JSON lines it produced is compared with the expectation written beside it
+//! (`UPDATE_EXPECT=1 cargo test -p relay-plugins` rewrites them). Uuids are shown as `#n` in
+//! order of first appearance, so a transcript reads as its parent links.
+//!
+//! The hook payloads are the real ones captured from the harnesses (`tests/fixtures`, copied
+//! from the shared fixture set). They were captured in several runs, so the script puts the
+//! session id of the scenario into each.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use expect_test::{Expect, expect};
+use serde_json::{Value, json};
+
+use super::*;
+
+mod properties;
+
+/// Deterministic "randomness": the random bytes count up.
+pub(super) struct Counter(u64);
+
+impl Entropy for Counter {
+    fn uuid_bytes(&mut self) -> [u8; 10] {
+        self.0 += 1;
+        let mut bytes = [0u8; 10];
+        bytes[2..].copy_from_slice(&self.0.to_be_bytes());
+        bytes
+    }
+}
+
+/// A stand-in for the redaction component: replaces `sk-…` keys.
+pub(super) struct KeyRedactor;
+
+impl Redactor for KeyRedactor {
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        if !text.contains("sk-") {
+            return Cow::Borrowed(text);
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find("sk-") {
+            out.push_str(&rest[..at]);
+            out.push_str("[REDACTED:api_key]");
+            let tail = &rest[at + 3..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                .unwrap_or(tail.len());
+            rest = &tail[end..];
+        }
+        out.push_str(rest);
+        Cow::Owned(out)
+    }
+}
+
+/// 2026-12-01T10:00:00Z.
+pub(super) fn epoch() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_796_119_200)
+}
+
+fn fixture(agent: Agent, file: &str) -> Value {
+    let path = format!(
+        "{}/src/atof/tests/fixtures/{}/{file}.json",
+        env!("CARGO_MANIFEST_DIR"),
+        agent.as_str()
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+struct Scenario {
+    recorder: Recorder,
+    now: SystemTime,
+    session: String,
+    out: String,
+    names: HashMap<String, usize>,
+}
+
+impl Scenario {
+    fn new(session: &str) -> Scenario {
+        Scenario::with(RecorderConfig::default(), session)
+    }
+
+    fn with(config: RecorderConfig, session: &str) -> Scenario {
+        Scenario {
+            recorder: Recorder::new(config, Box::new(Counter(0)), Box::new(KeyRedactor)),
+            now: epoch(),
+            session: session.to_owned(),
+            out: String::new(),
+            names: HashMap::new(),
+        }
+    }
+
+    fn step(&mut self, label: &str, observation: Observation) -> &mut Self {
+        self.now += Duration::from_millis(10);
+        let _ = writeln!(self.out, "> {label}");
+        self.recorder.handle(self.now, observation);
+        while let Some(record) = self.recorder.poll_record() {
+            let line = self.shorten(record.to_json_line());
+            let _ = writeln!(self.out, "  {line}");
+        }
+        self
+    }
+
+    /// Replaces every uuid by `#n` and the common timestamp prefix by `…`.
+    fn shorten(&mut self, line: String) -> String {
+        let mut value: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        for key in ["uuid", "parent_uuid"] {
+            if let Some(uuid) = value.get(key).and_then(Value::as_str) {
+                let next = self.names.len() + 1;
+                let n = *self.names.entry(uuid.to_owned()).or_insert(next);
+                value[key] = json!(format!("#{n}"));
+            }
+        }
+        if let Some(ts) = value.get("timestamp").and_then(Value::as_str) {
+            value["timestamp"] = json!(ts.replace("2026-12-01T10:00:", "…"));
+        }
+        value.to_string()
+    }
+
+    /// A captured hook payload of `agent`, moved into this scenario's session.
+    fn hook(&mut self, agent: Agent, file: &str) -> &mut Self {
+        let mut payload = fixture(agent, file);
+        payload["session_id"] = json!(self.session);
+        self.hook_payload(agent, file, payload)
+    }
+
+    fn hook_payload(&mut self, agent: Agent, label: &str, payload: Value) -> &mut Self {
+        let hook = HookEvent::from_payload(agent, payload);
+        self.step(
+            &format!("{} {label}", agent.as_str()),
+            Observation::Hook(hook),
+        )
+    }
+
+    fn request(&mut self, id: u64, model: &str, prompt: Option<&str>) -> &mut Self {
+        let start = ModelRequestStart {
+            request_id: RequestId(id),
+            session_id: Some(self.session.clone()),
+            route: "/v1/messages".to_owned(),
+            model: Some(model.to_owned()),
+            stream: true,
+            request_bytes: 5506,
+            prompt: prompt.map(str::to_owned),
+        };
+        self.step(
+            &format!("request {id} starts"),
+            Observation::ModelRequestStart(start),
+        )
+    }
+
+    fn response(&mut self, id: u64, status: u16) -> &mut Self {
+        let end = ModelRequestEnd {
+            request_id: RequestId(id),
+            status,
+            duration_ms: 120,
+            time_to_first_byte_ms: Some(40),
+            usage: Some(UsageFacts {
+                uncached_input_tokens: Some(10),
+                cache_read_tokens: Some(0),
+                input_tokens: Some(10),
+                output_tokens: Some(5),
+                ..UsageFacts::default()
+            }),
+            truncated: false,
+            response: None,
+        };
+        self.step(
+            &format!("request {id} ends {status}"),
+            Observation::ModelRequestEnd(end),
+        )
+    }
+
+    fn policy(
+        &mut self,
+        agent: Agent,
+        event: &str,
+        tool_use_id: Option<&str>,
+        decision: Decision,
+        dry_run: bool,
+    ) -> &mut Self {
+        let target = PolicyTarget::Hook {
+            agent,
+            session_id: Some(self.session.clone()),
+            event: event.to_owned(),
+            tool_use_id: tool_use_id.map(str::to_owned),
+        };
+        let reason = (decision == Decision::Deny).then(|| "destructive command".to_owned());
+        self.step(
+            &format!("policy {event}"),
+            Observation::PolicyDecision(PolicyDecision {
+                target,
+                rule: Some("0".to_owned()),
+                decision,
+                reason,
+                dry_run,
+            }),
+        )
+    }
+
+    fn check(&mut self, expect: Expect) {
+        expect.assert_eq(&self.out);
+        self.out.clear();
+    }
+}
+
+#[test]
+fn claude_code_session_with_a_bash_round_trip() {
+    let mut s = Scenario::new("3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3");
+    let cc = Agent::ClaudeCode;
+    s.hook(cc, "SessionStart")
+        .hook(cc, "UserPromptSubmit")
+        .request(1, "claude-sonnet-4-5", None)
+        .response(1, 200)
+        .hook(cc, "PreToolUse-Bash")
+        .policy(
+            cc,
+            "PreToolUse",
+            Some("toolu_mock_92cc951468cd"),
+            Decision::Allow,
+            false,
+        )
+        .hook(cc, "PostToolUse-Bash")
+        .hook(cc, "PostToolBatch")
+        .request(2, "claude-sonnet-4-5", None)
+        .response(2, 200)
+        .hook(cc, "Stop")
+        .hook(cc, "SessionEnd");
+    s.check(expect![[r##"
+        > claude-code SessionStart
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3","source":"startup"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+        > claude-code UserPromptSubmit
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"turn","parent_uuid":"#1","scope_category":"start","timestamp":"…00.020000Z","uuid":"#2"}
+        > request 1 starts
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"claude-sonnet-4-5"},"data":{"model":"claude-sonnet-4-5","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-sonnet-4-5","parent_uuid":"#2","scope_category":"start","timestamp":"…00.030000Z","uuid":"#3"}
+        > request 1 ends 200
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"claude-sonnet-4-5"},"data":{"duration_ms":120,"status":200,"time_to_first_byte_ms":40,"truncated":false,"usage":{"cache_read_tokens":0,"input_tokens":10,"output_tokens":5,"uncached_input_tokens":10}},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-sonnet-4-5","parent_uuid":"#2","scope_category":"end","timestamp":"…00.040000Z","uuid":"#3"}
+        > claude-code PreToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"Bash","parent_uuid":"#2","scope_category":"start","timestamp":"…00.050000Z","uuid":"#4"}
+        > policy PreToolUse
+          {"atof_version":"0.1","category":"guardrail","category_profile":null,"data":{"decision":"allow","dry_run":false,"event":"PreToolUse","reason":null,"rule":"0"},"data_schema":{"name":"relay.guardrail","version":"1"},"kind":"mark","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"policy","parent_uuid":"#4","timestamp":"…00.060000Z","uuid":"#5"}
+        > claude-code PostToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"duration_ms":881,"outcome":"success"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"Bash","parent_uuid":"#2","scope_category":"end","timestamp":"…00.070000Z","uuid":"#4"}
+        > claude-code PostToolBatch
+          {"atof_version":"0.1","category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.hook","version":"1"},"kind":"mark","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"PostToolBatch","parent_uuid":"#2","timestamp":"…00.080000Z","uuid":"#6"}
+        > request 2 starts
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"claude-sonnet-4-5"},"data":{"model":"claude-sonnet-4-5","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-sonnet-4-5","parent_uuid":"#2","scope_category":"start","timestamp":"…00.090000Z","uuid":"#7"}
+        > request 2 ends 200
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"claude-sonnet-4-5"},"data":{"duration_ms":120,"status":200,"time_to_first_byte_ms":40,"truncated":false,"usage":{"cache_read_tokens":0,"input_tokens":10,"output_tokens":5,"uncached_input_tokens":10}},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-sonnet-4-5","parent_uuid":"#2","scope_category":"end","timestamp":"…00.100000Z","uuid":"#7"}
+        > claude-code Stop
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.110000Z","uuid":"#2"}
+        > claude-code SessionEnd
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-code","parent_uuid":null,"scope_category":"end","timestamp":"…00.120000Z","uuid":"#1"}
+    "##]]);
+}
+
+#[test]
+fn codex_session_with_content_captured_and_redacted() {
+    let config = RecorderConfig {
+        capture_content: true,
+        ..RecorderConfig::default()
+    };
+    let mut s = Scenario::with(config, "01a229cc-ffcf-7013-b162-1d4e94d6144b");
+    let cx = Agent::Codex;
+    let mut prompt = fixture(cx, "UserPromptSubmit");
+    prompt["session_id"] = json!(s.session);
+    prompt["prompt"] = json!("say hi, my key is sk-live1234");
+    s.hook(cx, "SessionStart")
+        .hook_payload(cx, "UserPromptSubmit", prompt)
+        // The worker forgot to redact the prompt it passes: the recorder still does.
+        .request(1, "mock-model", Some("say hi, my key is sk-live1234"))
+        .response(1, 200)
+        .hook(cx, "PreToolUse-Bash")
+        .hook(cx, "PostToolUse-Bash")
+        .hook(cx, "Stop")
+        .hook(cx, "SessionEnd");
+    assert!(!s.out.contains("sk-live1234"), "{}", s.out);
+    s.check(expect![[r##"
+        > codex SessionStart
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b","source":"startup"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"codex","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+        > codex UserPromptSubmit
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{"prompt":"say hi, my key is [REDACTED:api_key]"},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"turn","parent_uuid":"#1","scope_category":"start","timestamp":"…00.020000Z","uuid":"#2"}
+        > request 1 starts
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"mock-model"},"data":{"model":"mock-model","prompt":"say hi, my key is [REDACTED:api_key]","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"mock-model","parent_uuid":"#2","scope_category":"start","timestamp":"…00.030000Z","uuid":"#3"}
+        > request 1 ends 200
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"mock-model"},"data":{"duration_ms":120,"status":200,"time_to_first_byte_ms":40,"truncated":false,"usage":{"cache_read_tokens":0,"input_tokens":10,"output_tokens":5,"uncached_input_tokens":10}},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"mock-model","parent_uuid":"#2","scope_category":"end","timestamp":"…00.040000Z","uuid":"#3"}
+        > codex PreToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"call_mock_78ab1bbe"},"data":{"input":{"command":"echo relay-mock-tool"}},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"Bash","parent_uuid":"#2","scope_category":"start","timestamp":"…00.050000Z","uuid":"#4"}
+        > codex PostToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"call_mock_78ab1bbe"},"data":{"outcome":"success","output":"relay-mock-tool\n"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"Bash","parent_uuid":"#2","scope_category":"end","timestamp":"…00.060000Z","uuid":"#4"}
+        > codex Stop
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{"response":"hi from mock"},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.070000Z","uuid":"#2"}
+        > codex SessionEnd
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"codex","parent_uuid":null,"scope_category":"end","timestamp":"…00.080000Z","uuid":"#1"}
+    "##]]);
+}
+
+#[test]
+fn pi_session_with_a_bash_round_trip() {
+    let mut s = Scenario::new("01a229cd-d9fb-7121-974c-fddf1d21d473");
+    let pi = Agent::Pi;
+    s.hook(pi, "session_start")
+        .hook(pi, "input")
+        .hook(pi, "agent_start")
+        .hook(pi, "turn_start")
+        .hook(pi, "before_provider_request")
+        .request(1, "mock-claude", None)
+        .hook(pi, "after_provider_response")
+        .response(1, 200)
+        .hook(pi, "tool_call-bash")
+        .policy(
+            pi,
+            "tool_call",
+            Some("toolu_mock_eac7ca97655e"),
+            Decision::Allow,
+            false,
+        )
+        .hook(pi, "tool_result-bash")
+        .hook(pi, "turn_end")
+        .hook(pi, "agent_end")
+        .hook(pi, "session_shutdown");
+    s.check(expect![[r##"
+        > pi session_start
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473","source":"startup"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"pi","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+        > pi input
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"turn","parent_uuid":"#1","scope_category":"start","timestamp":"…00.020000Z","uuid":"#2"}
+        > pi agent_start
+          {"atof_version":"0.1","category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.hook","version":"1"},"kind":"mark","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"agent_start","parent_uuid":"#2","timestamp":"…00.030000Z","uuid":"#3"}
+        > pi turn_start
+          {"atof_version":"0.1","category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.hook","version":"1"},"kind":"mark","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"turn_start","parent_uuid":"#2","timestamp":"…00.040000Z","uuid":"#4"}
+        > pi before_provider_request
+          {"atof_version":"0.1","category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.hook","version":"1"},"kind":"mark","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"before_provider_request","parent_uuid":"#2","timestamp":"…00.050000Z","uuid":"#5"}
+        > request 1 starts
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"mock-claude"},"data":{"model":"mock-claude","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"mock-claude","parent_uuid":"#2","scope_category":"start","timestamp":"…00.060000Z","uuid":"#6"}
+        > pi after_provider_response
+          {"atof_version":"0.1","category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.hook","version":"1"},"kind":"mark","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"after_provider_response","parent_uuid":"#2","timestamp":"…00.070000Z","uuid":"#7"}
+        > request 1 ends 200
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"mock-claude"},"data":{"duration_ms":120,"status":200,"time_to_first_byte_ms":40,"truncated":false,"usage":{"cache_read_tokens":0,"input_tokens":10,"output_tokens":5,"uncached_input_tokens":10}},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"mock-claude","parent_uuid":"#2","scope_category":"end","timestamp":"…00.080000Z","uuid":"#6"}
+        > pi tool_call-bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_eac7ca97655e"},"data":{},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"bash","parent_uuid":"#2","scope_category":"start","timestamp":"…00.090000Z","uuid":"#8"}
+        > policy tool_call
+          {"atof_version":"0.1","category":"guardrail","category_profile":null,"data":{"decision":"allow","dry_run":false,"event":"tool_call","reason":null,"rule":"0"},"data_schema":{"name":"relay.guardrail","version":"1"},"kind":"mark","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"policy","parent_uuid":"#8","timestamp":"…00.100000Z","uuid":"#9"}
+        > pi tool_result-bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_eac7ca97655e"},"data":{"outcome":"success"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"bash","parent_uuid":"#2","scope_category":"end","timestamp":"…00.110000Z","uuid":"#8"}
+        > pi turn_end
+          {"atof_version":"0.1","category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.hook","version":"1"},"kind":"mark","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"turn_end","parent_uuid":"#2","timestamp":"…00.120000Z","uuid":"#10"}
+        > pi agent_end
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.130000Z","uuid":"#2"}
+        > pi session_shutdown
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"quit"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"pi","parent_uuid":null,"scope_category":"end","timestamp":"…00.140000Z","uuid":"#1"}
+    "##]]);
+}
+
+#[test]
+fn an_enforced_deny_closes_the_tool_and_a_dry_run_does_not() {
+    let mut s = Scenario::new("s1");
+    let cc = Agent::ClaudeCode;
+    let id = Some("toolu_mock_92cc951468cd");
+    s.hook(cc, "SessionStart")
+        .hook(cc, "UserPromptSubmit")
+        .hook(cc, "PreToolUse-Bash")
+        .policy(cc, "PreToolUse", id, Decision::Deny, false);
+    s.check(expect![[r##"
+        > claude-code SessionStart
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"session_id":"s1","source":"startup"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+        > claude-code UserPromptSubmit
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"turn","parent_uuid":"#1","scope_category":"start","timestamp":"…00.020000Z","uuid":"#2"}
+        > claude-code PreToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#2","scope_category":"start","timestamp":"…00.030000Z","uuid":"#3"}
+        > policy PreToolUse
+          {"atof_version":"0.1","category":"guardrail","category_profile":null,"data":{"decision":"deny","dry_run":false,"event":"PreToolUse","reason":"destructive command","rule":"0"},"data_schema":{"name":"relay.guardrail","version":"1"},"kind":"mark","metadata":{"harness":"claude-code","session_id":"s1"},"name":"policy","parent_uuid":"#3","timestamp":"…00.040000Z","uuid":"#4"}
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"closed_by":"policy"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#2","scope_category":"end","timestamp":"…00.040000Z","uuid":"#3"}
+    "##]]);
+    // The harness never runs the tool, so a late PostToolUse has no open scope: it gets an
+    // implicit one rather than an end without a start.
+    s.hook(cc, "PreToolUse-Bash")
+        .policy(cc, "PreToolUse", id, Decision::Deny, true)
+        .hook(cc, "PostToolUse-Bash");
+    s.check(expect![[r##"
+        > claude-code PreToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#2","scope_category":"start","timestamp":"…00.050000Z","uuid":"#5"}
+        > policy PreToolUse
+          {"atof_version":"0.1","category":"guardrail","category_profile":null,"data":{"decision":"deny","dry_run":true,"event":"PreToolUse","reason":"destructive command","rule":"0"},"data_schema":{"name":"relay.guardrail","version":"1"},"kind":"mark","metadata":{"harness":"claude-code","session_id":"s1"},"name":"policy","parent_uuid":"#5","timestamp":"…00.060000Z","uuid":"#6"}
+        > claude-code PostToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"duration_ms":881,"outcome":"success"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#2","scope_category":"end","timestamp":"…00.070000Z","uuid":"#5"}
+    "##]]);
+}
+
+#[test]
+fn a_denied_prompt_closes_its_turn_and_a_denied_model_request_its_llm_scope() {
+    let mut s = Scenario::new("s1");
+    let cc = Agent::ClaudeCode;
+    s.hook(cc, "SessionStart")
+        .hook(cc, "UserPromptSubmit")
+        .policy(cc, "UserPromptSubmit", None, Decision::Deny, false)
+        .request(7, "gpt-unlisted", None)
+        .step(
+            "policy model request",
+            Observation::PolicyDecision(PolicyDecision {
+                target: PolicyTarget::ModelRequest {
+                    request_id: RequestId(7),
+                },
+                rule: None,
+                decision: Decision::Deny,
+                reason: Some("model not allowed".to_owned()),
+                dry_run: false,
+            }),
+        )
+        // The 403 the worker answered ends nothing: the scope is already closed.
+        .response(7, 403);
+    s.check(expect![[r##"
+        > claude-code SessionStart
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"session_id":"s1","source":"startup"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+        > claude-code UserPromptSubmit
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"turn","parent_uuid":"#1","scope_category":"start","timestamp":"…00.020000Z","uuid":"#2"}
+        > policy UserPromptSubmit
+          {"atof_version":"0.1","category":"guardrail","category_profile":null,"data":{"decision":"deny","dry_run":false,"event":"UserPromptSubmit","reason":"destructive command","rule":"0"},"data_schema":{"name":"relay.guardrail","version":"1"},"kind":"mark","metadata":{"harness":"claude-code","session_id":"s1"},"name":"policy","parent_uuid":"#2","timestamp":"…00.030000Z","uuid":"#3"}
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{"closed_by":"policy"},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.030000Z","uuid":"#2"}
+        > request 7 starts
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"gpt-unlisted"},"data":{"model":"gpt-unlisted","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"gpt-unlisted","parent_uuid":"#1","scope_category":"start","timestamp":"…00.040000Z","uuid":"#4"}
+        > policy model request
+          {"atof_version":"0.1","category":"guardrail","category_profile":null,"data":{"decision":"deny","dry_run":false,"event":"model_request","reason":"model not allowed","rule":null},"data_schema":{"name":"relay.guardrail","version":"1"},"kind":"mark","metadata":{"harness":"claude-code","session_id":"s1"},"name":"policy","parent_uuid":"#4","timestamp":"…00.050000Z","uuid":"#5"}
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"gpt-unlisted"},"data":{"closed_by":"policy"},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"gpt-unlisted","parent_uuid":"#1","scope_category":"end","timestamp":"…00.050000Z","uuid":"#4"}
+        > request 7 ends 403
+    "##]]);
+}
+
+#[test]
+fn unknown_sessions_start_implicitly_and_open_scopes_close_at_session_end() {
+    let mut s = Scenario::new("late");
+    let cc = Agent::ClaudeCode;
+    s.hook(cc, "UserPromptSubmit")
+        .hook(cc, "PreToolUse-Bash")
+        .request(1, "claude-sonnet-4-5", None)
+        .hook(cc, "SessionEnd")
+        // Its scope was closed by the session's end; this end is dropped.
+        .response(1, 200)
+        // A model request of a session nobody announced has no parent.
+        .step(
+            "request 2 of an unknown session starts",
+            Observation::ModelRequestStart(ModelRequestStart {
+                request_id: RequestId(2),
+                session_id: Some("nobody".to_owned()),
+                route: "/v1/responses".to_owned(),
+                model: None,
+                stream: false,
+                request_bytes: 10,
+                prompt: None,
+            }),
+        )
+        .response(2, 200)
+        .response(3, 200);
+    s.check(expect![[r##"
+        > claude-code UserPromptSubmit
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"implicit":true,"session_id":"late"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"late"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"late"},"name":"turn","parent_uuid":"#1","scope_category":"start","timestamp":"…00.010000Z","uuid":"#2"}
+        > claude-code PreToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"late"},"name":"Bash","parent_uuid":"#2","scope_category":"start","timestamp":"…00.020000Z","uuid":"#3"}
+        > request 1 starts
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"claude-sonnet-4-5"},"data":{"model":"claude-sonnet-4-5","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"late"},"name":"claude-sonnet-4-5","parent_uuid":"#2","scope_category":"start","timestamp":"…00.030000Z","uuid":"#4"}
+        > claude-code SessionEnd
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"closed_by":"session_end"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"late"},"name":"Bash","parent_uuid":"#2","scope_category":"end","timestamp":"…00.040000Z","uuid":"#3"}
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"claude-sonnet-4-5"},"data":{"closed_by":"session_end"},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"late"},"name":"claude-sonnet-4-5","parent_uuid":"#2","scope_category":"end","timestamp":"…00.040000Z","uuid":"#4"}
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{"closed_by":"session_end"},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"late"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.040000Z","uuid":"#2"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"late"},"name":"claude-code","parent_uuid":null,"scope_category":"end","timestamp":"…00.040000Z","uuid":"#1"}
+        > request 1 ends 200
+        > request 2 of an unknown session starts
+          {"atof_version":"0.1","attributes":[],"category":"llm","category_profile":null,"data":{"model":null,"request_bytes":10,"route":"/v1/responses","stream":false},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"session_id":"nobody"},"name":"unknown","parent_uuid":null,"scope_category":"start","timestamp":"…00.060000Z","uuid":"#5"}
+        > request 2 ends 200
+          {"atof_version":"0.1","attributes":[],"category":"llm","category_profile":null,"data":{"duration_ms":120,"status":200,"time_to_first_byte_ms":40,"truncated":false,"usage":{"cache_read_tokens":0,"input_tokens":10,"output_tokens":5,"uncached_input_tokens":10}},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"session_id":"nobody"},"name":"unknown","parent_uuid":null,"scope_category":"end","timestamp":"…00.070000Z","uuid":"#5"}
+        > request 3 ends 200
+    "##]]);
+}
+
+#[test]
+fn bounded_state_evicts_the_least_recently_active_with_an_end_record() {
+    let config = RecorderConfig {
+        max_sessions: 1,
+        max_open_scopes: 1,
+        ..RecorderConfig::default()
+    };
+    let mut s = Scenario::with(config, "a");
+    let cc = Agent::ClaudeCode;
+    s.hook(cc, "SessionStart")
+        .request(1, "m", None)
+        .request(2, "m", None);
+    s.session = "b".to_owned();
+    s.hook(cc, "SessionStart");
+    s.check(expect![[r##"
+        > claude-code SessionStart
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"session_id":"a","source":"startup"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"a"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+        > request 1 starts
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"m"},"data":{"model":"m","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"a"},"name":"m","parent_uuid":"#1","scope_category":"start","timestamp":"…00.020000Z","uuid":"#2"}
+        > request 2 starts
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"m"},"data":{"closed_by":"evicted"},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"a"},"name":"m","parent_uuid":"#1","scope_category":"end","timestamp":"…00.030000Z","uuid":"#2"}
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"m"},"data":{"model":"m","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"a"},"name":"m","parent_uuid":"#1","scope_category":"start","timestamp":"…00.030000Z","uuid":"#3"}
+        > claude-code SessionStart
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"m"},"data":{"closed_by":"evicted"},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"a"},"name":"m","parent_uuid":"#1","scope_category":"end","timestamp":"…00.040000Z","uuid":"#3"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"closed_by":"evicted"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"a"},"name":"claude-code","parent_uuid":null,"scope_category":"end","timestamp":"…00.040000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"session_id":"b","source":"startup"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"b"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.040000Z","uuid":"#4"}
+    "##]]);
+    assert_eq!(s.recorder.open_sessions(), 1);
+}
+
+#[test]
+fn content_is_cut_at_the_bound_on_a_character_boundary_and_marked() {
+    let config = RecorderConfig {
+        capture_content: true,
+        max_content_bytes: 8,
+        ..RecorderConfig::default()
+    };
+    let mut s = Scenario::with(config, "s1");
+    let cc = Agent::ClaudeCode;
+    let mut prompt = fixture(cc, "UserPromptSubmit");
+    prompt["session_id"] = json!("s1");
+    prompt["prompt"] = json!("héhéhéhé and more");
+    s.hook(cc, "SessionStart")
+        .hook_payload(cc, "UserPromptSubmit", prompt)
+        .hook(cc, "PreToolUse-Bash");
+    s.check(expect![[r##"
+        > claude-code SessionStart
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"session_id":"s1","source":"startup"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+        > claude-code UserPromptSubmit
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{"content_truncated":true,"prompt":"héhéh"},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"turn","parent_uuid":"#1","scope_category":"start","timestamp":"…00.020000Z","uuid":"#2"}
+        > claude-code PreToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"content_truncated":true,"input":"{\"comman"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#2","scope_category":"start","timestamp":"…00.030000Z","uuid":"#3"}
+    "##]]);
+}
+
+#[test]
+fn without_capture_no_content_reaches_a_record() {
+    let mut s = Scenario::new("s1");
+    let cc = Agent::ClaudeCode;
+    s.hook(cc, "SessionStart")
+        .hook(cc, "UserPromptSubmit")
+        .request(1, "m", Some("say hi"))
+        .hook(cc, "PreToolUse-Bash")
+        .hook(cc, "PostToolUse-Bash")
+        .hook(cc, "Stop")
+        .hook(cc, "MessageDisplay");
+    for word in ["say hi", "relay-mock-tool", "hi from mock", "/home/dev"] {
+        assert!(!s.out.contains(word), "{word} in {}", s.out);
+    }
+}
+
+#[test]
+fn shutdown_closes_every_open_scope_innermost_first() {
+    let mut s = Scenario::new("s1");
+    let cc = Agent::ClaudeCode;
+    s.hook(cc, "SessionStart")
+        .hook(cc, "UserPromptSubmit")
+        .hook(cc, "PreToolUse-Bash")
+        .request(1, "m", None)
+        .step("shutdown", Observation::Shutdown);
+    s.check(expect![[r##"
+        > claude-code SessionStart
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"session_id":"s1","source":"startup"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+        > claude-code UserPromptSubmit
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"turn","parent_uuid":"#1","scope_category":"start","timestamp":"…00.020000Z","uuid":"#2"}
+        > claude-code PreToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#2","scope_category":"start","timestamp":"…00.030000Z","uuid":"#3"}
+        > request 1 starts
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"m"},"data":{"model":"m","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"m","parent_uuid":"#2","scope_category":"start","timestamp":"…00.040000Z","uuid":"#4"}
+        > shutdown
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"closed_by":"shutdown"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#2","scope_category":"end","timestamp":"…00.050000Z","uuid":"#3"}
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"m"},"data":{"closed_by":"shutdown"},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"m","parent_uuid":"#2","scope_category":"end","timestamp":"…00.050000Z","uuid":"#4"}
+          {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{"closed_by":"shutdown"},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.050000Z","uuid":"#2"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"closed_by":"shutdown"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"claude-code","parent_uuid":null,"scope_category":"end","timestamp":"…00.050000Z","uuid":"#1"}
+    "##]]);
+    assert_eq!(s.recorder.open_sessions(), 0);
+}
+
+#[test]
+fn a_record_on_the_wire() {
+    let mut recorder = Recorder::new(
+        RecorderConfig::default(),
+        Box::new(Counter(0x0102_0304)),
+        Box::new(NoRedaction),
+    );
+    let at = epoch() + Duration::from_micros(123_456_789);
+    recorder.handle(
+        at,
+        Observation::ModelRequestStart(ModelRequestStart {
+            request_id: RequestId(1),
+            session_id: None,
+            route: "/v1/messages".to_owned(),
+            model: Some("claude-sonnet-4-5".to_owned()),
+            stream: true,
+            request_bytes: 42,
+            prompt: None,
+        }),
+    );
+    let record = recorder.poll_record();
+    let line = record
+        .as_ref()
+        .map(Record::to_json_line)
+        .unwrap_or_default();
+    expect![[r#"{"kind":"scope","atof_version":"0.1","uuid":"01a2310d-e340-7000-8000-000001020305","parent_uuid":null,"timestamp":"2026-12-01T10:02:03.456789Z","name":"claude-sonnet-4-5","scope_category":"start","category":"llm","attributes":["streaming"],"category_profile":{"model_name":"claude-sonnet-4-5"},"data":{"model":"claude-sonnet-4-5","request_bytes":42,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"metadata":null}"#]].assert_eq(&line);
+    let mut buf = Vec::new();
+    if let Some(record) = &record {
+        record.write_json_line(&mut buf);
+    }
+    assert_eq!(buf, format!("{line}\n").into_bytes());
+    let uuid = record.map(|r| r.uuid).unwrap_or_default();
+    assert_eq!(uuid.get_version_num(), 7);
+}
+
+#[test]
+fn the_session_id_of_a_model_request_comes_from_the_harness_headers() {
+    let claude: [(&str, &[u8]); 2] = [
+        ("Content-Type", b"application/json"),
+        ("X-Claude-Code-Session-Id", b"3bb17d1a"),
+    ];
+    assert_eq!(request_session_id(claude), Some("3bb17d1a"));
+    let codex: [(&str, &[u8]); 1] = [("session-id", b"01a229cc")];
+    assert_eq!(request_session_id(codex), Some("01a229cc"));
+    let pi_openai: [(&str, &[u8]); 1] = [("session_id", b"01a229cd")];
+    assert_eq!(request_session_id(pi_openai), Some("01a229cd"));
+    // The pi extension's own header wins over whatever the client sent.
+    let pi: [(&str, &[u8]); 2] = [("session_id", b"client"), ("x-relay-session-id", b"ours")];
+    assert_eq!(request_session_id(pi), Some("ours"));
+    let none: [(&str, &[u8]); 2] = [("session-id", b""), ("x-relay-session-id", b"\xff")];
+    assert_eq!(request_session_id(none), None);
+}
+
+#[test]
+fn hook_fields_come_from_each_harness_payload_shape() {
+    let pi = HookEvent::from_payload(Agent::Pi, fixture(Agent::Pi, "tool_call-bash"));
+    assert_eq!(pi.event, "tool_call");
+    assert_eq!(pi.tool_name.as_deref(), Some("bash"));
+    assert_eq!(pi.tool_use_id.as_deref(), Some("toolu_mock_eac7ca97655e"));
+    let cc = HookEvent::from_payload(
+        Agent::ClaudeCode,
+        fixture(Agent::ClaudeCode, "PreToolUse-mcp_relayprobe_relay_echo"),
+    );
+    assert_eq!(cc.tool_name.as_deref(), Some("mcp__relayprobe__relay_echo"));
+    assert_eq!(cc.tool_use_id.as_deref(), Some("toolu_mock_e56546692f0f"));
+    let bare = HookEvent::from_payload(Agent::Codex, json!({}));
+    assert_eq!((bare.event.as_str(), bare.session_id), ("unknown", None));
+}
+
+#[test]
+fn timestamps_have_exactly_six_fractional_digits() {
+    assert_eq!(
+        record::rfc3339_micros(epoch()),
+        "2026-12-01T10:00:00.000000Z"
+    );
+    assert_eq!(
+        record::rfc3339_micros(epoch() + Duration::from_nanos(1_999)),
+        "2026-12-01T10:00:00.000001Z"
+    );
+    assert_eq!(
+        record::rfc3339_micros(UNIX_EPOCH - Duration::from_secs(1)),
+        "1969-12-31T23:59:59.000000Z"
+    );
+}
+
+#[test]
+fn an_mcp_tool_is_attributed_and_a_failed_tool_says_so() {
+    let config = RecorderConfig {
+        capture_content: true,
+        ..RecorderConfig::default()
+    };
+    let mut s = Scenario::with(config, "s1");
+    let cc = Agent::ClaudeCode;
+    let mut failure = fixture(cc, "PostToolUse-Bash");
+    failure["session_id"] = json!("s1");
+    failure["hook_event_name"] = json!("PostToolUseFailure");
+    failure["error"] = json!("exit status 1");
+    let pi = Agent::Pi;
+    let mut pi_failure = fixture(pi, "tool_result-bash");
+    pi_failure["session_id"] = json!("s2");
+    pi_failure["event"]["isError"] = json!(true);
+    s.hook(cc, "PreToolUse-mcp_relayprobe_relay_echo")
+        .hook(cc, "PostToolUse-mcp_relayprobe_relay_echo")
+        .hook(cc, "PreToolUse-Bash")
+        .hook_payload(cc, "PostToolUseFailure", failure);
+    s.session = "s2".to_owned();
+    s.hook(pi, "tool_call-bash")
+        .hook_payload(pi, "tool_result-bash failing", pi_failure);
+    s.check(expect![[r##"
+        > claude-code PreToolUse-mcp_relayprobe_relay_echo
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"implicit":true,"session_id":"s1"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"claude-code","parent_uuid":null,"scope_category":"start","timestamp":"…00.010000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":["mcp"],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_e56546692f0f"},"data":{"input":{"text":"ping"}},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"mcp__relayprobe__relay_echo","parent_uuid":"#1","scope_category":"start","timestamp":"…00.010000Z","uuid":"#2"}
+        > claude-code PostToolUse-mcp_relayprobe_relay_echo
+          {"atof_version":"0.1","attributes":["mcp"],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_e56546692f0f"},"data":{"duration_ms":8,"outcome":"success","output":[{"text":"echo: ping","type":"text"}]},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"mcp__relayprobe__relay_echo","parent_uuid":"#1","scope_category":"end","timestamp":"…00.020000Z","uuid":"#2"}
+        > claude-code PreToolUse-Bash
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"input":{"command":"echo relay-mock-tool","description":"mock tool call"}},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#1","scope_category":"start","timestamp":"…00.030000Z","uuid":"#3"}
+        > claude-code PostToolUseFailure
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_92cc951468cd"},"data":{"duration_ms":881,"outcome":"failure","output":"exit status 1"},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"Bash","parent_uuid":"#1","scope_category":"end","timestamp":"…00.040000Z","uuid":"#3"}
+        > pi tool_call-bash
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"implicit":true,"session_id":"s2"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"s2"},"name":"pi","parent_uuid":null,"scope_category":"start","timestamp":"…00.050000Z","uuid":"#4"}
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_eac7ca97655e"},"data":{"input":{"command":"echo relay-mock-tool"}},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"s2"},"name":"bash","parent_uuid":"#4","scope_category":"start","timestamp":"…00.050000Z","uuid":"#5"}
+        > pi tool_result-bash failing
+          {"atof_version":"0.1","attributes":[],"category":"tool","category_profile":{"tool_call_id":"toolu_mock_eac7ca97655e"},"data":{"outcome":"failure","output":[{"text":"relay-mock-tool\n","type":"text"}]},"data_schema":{"name":"relay.tool","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"s2"},"name":"bash","parent_uuid":"#4","scope_category":"end","timestamp":"…00.060000Z","uuid":"#5"}
+    "##]]);
+}
+
+/// A plain function is a redactor too, and the recorder can move to the worker's threads.
+#[test]
+fn a_function_redacts_and_the_recorder_is_send() {
+    fn hide_hi(text: &str) -> Cow<'_, str> {
+        if text.contains("hi") {
+            Cow::Owned(text.replace("hi", "**"))
+        } else {
+            Cow::Borrowed(text)
+        }
+    }
+    fn is_send<T: Send>(_: &T) {}
+    let config = RecorderConfig {
+        capture_content: true,
+        ..RecorderConfig::default()
+    };
+    let mut recorder = Recorder::new(config, Box::new(Counter(0)), Box::new(hide_hi));
+    is_send(&recorder);
+    assert!(recorder.captures_content());
+    let mut payload = fixture(Agent::ClaudeCode, "UserPromptSubmit");
+    payload["prompt"] = json!("say hi");
+    recorder.handle(
+        epoch(),
+        Observation::Hook(HookEvent::from_payload(Agent::ClaudeCode, payload)),
+    );
+    let mut lines = Vec::new();
+    while let Some(record) = recorder.poll_record() {
+        record.write_json_line(&mut lines);
+    }
+    let lines = String::from_utf8(lines).unwrap_or_default();
+    assert!(lines.contains(r#""prompt":"say **""#), "{lines}");
+    assert_eq!(lines.lines().count(), 2, "{lines}");
+}
