@@ -28,6 +28,3 @@ pub use crate::{
     rate_limit::{ProviderFailure, RateLimiter},
     subscriber::{InitError, init, subscriber},
 };
-/// The pass-through reasons moved to `relay-proto`; this name stays until the request path
-/// (`front.rs`) names `relay_proto::PassThroughReason` itself.
-pub use relay_proto::PassThroughReason;

@@ -19,7 +19,7 @@ impl Front {
         let fingerprint = fingerprint.map(|f| f.to_hex());
         relay_logging::Lifecycle::PublicRequestPassThrough {
             route: public_route(route),
-            reason: log_reason(reason),
+            reason,
             fingerprint: fingerprint.as_deref(),
         }
         .emit();
@@ -78,17 +78,5 @@ fn public_route(route: &str) -> relay_logging::PublicRoute {
         "hook" => relay_logging::PublicRoute::Hook,
         "anthropic" => relay_logging::PublicRoute::Anthropic,
         _ => relay_logging::PublicRoute::Openai,
-    }
-}
-
-fn log_reason(reason: PassThroughReason) -> relay_logging::PassThroughReason {
-    use relay_logging::PassThroughReason as L;
-    match reason {
-        PassThroughReason::MissingCredential => L::MissingCredential,
-        PassThroughReason::UnboundCredential => L::UnboundCredential,
-        PassThroughReason::NoLiveSession => L::NoLiveSession,
-        PassThroughReason::WorkerUnavailable => L::WorkerUnavailable,
-        PassThroughReason::ConfiguredPassThrough => L::ConfiguredPassThrough,
-        PassThroughReason::WorkerConnectFailed => L::WorkerConnectFailed,
     }
 }
