@@ -12,6 +12,9 @@
 //!
 //! The checks themselves are pure functions of the files' text or parsed values, so they are
 //! unit-tested in `deploy/tests.rs`; [`run`] only runs the tools and feeds them.
+//!
+//! One file for the three service managers, past the usual size, because each check is a
+//! short list of required keys whose reasons are best read together with the others.
 
 use std::{
     fs, io,

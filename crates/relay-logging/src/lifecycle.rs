@@ -5,6 +5,10 @@
 //! token, grant, key, worker secret or request body. Fingerprints and credential digests are
 //! passed in full and written as their first 12 hex characters; a value that is not 64 hex
 //! characters is written as `invalid` so that a token passed by mistake never reaches a log.
+//!
+//! The file is long because it is the whole log contract in one enum and one `emit`: an
+//! operator (or a reviewer) reads every event name and its fields in one place, and a new
+//! event cannot be added without its field list being seen beside the others.
 
 use std::{fmt, net::IpAddr, net::SocketAddr, path::Path};
 

@@ -18,6 +18,10 @@
 //!   implicit scope first (hooks) or is dropped (a model request end);
 //! - memory is bounded: at most `max_sessions` sessions and `max_open_scopes` open tool and
 //!   llm scopes per session; going over closes the least recently active one, saying so.
+//!
+//! The handlers stay in this one file, past the usual size, because they share the session
+//! table and the open-scope bookkeeping and each rule above is easiest to check beside the
+//! others; observations, records, content handling and emission have their own modules.
 
 mod content;
 mod emit;
