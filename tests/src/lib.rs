@@ -17,6 +17,11 @@
 //! It never sleeps to wait for a condition, never skips a test whose binaries are missing
 //! (it fails, naming `cargo xtask e2e`), and is not a library for production code.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test support: a panic here fails the test that caused it, so a poisoned lock is read as is"
+)]
+
 mod agent;
 mod bins;
 mod broken;

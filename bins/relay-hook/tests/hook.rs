@@ -2,6 +2,11 @@
 //! daemon stand-in on `127.0.0.1:0` that records every request it receives and answers from a
 //! script (SPEC §2.3, §7.1).
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a test's own lock: a panic fails the test, so a poisoned lock is read as is"
+)]
+
 // The daemon stand-in and the runner sit outside `#[test]` functions, where clippy's
 // allow-unwrap-in-tests does not reach; a failed set-up step must fail the test.
 #![allow(

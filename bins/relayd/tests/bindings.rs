@@ -2,6 +2,10 @@
 //! state file of a stopped daemon, and through the admin socket of a running one whose
 //! routes are registered by a test control client with its own machine key and token.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a test's own lock: a panic fails the test, so a poisoned lock is read as is"
+)]
 // The set-up helpers below sit outside `#[test]` functions, where clippy's allow-unwrap-in-tests
 // does not reach; a failed set-up step must fail the test, which is what unwrap does.
 #![allow(

@@ -248,7 +248,7 @@ impl PeerCounts {
             return Some(None);
         }
         // A poisoned map fails closed: refusing is safe, counting wrong is not.
-        let mut counts = self.counts.lock().ok()?;
+        let mut counts = crate::sync::lock(&self.counts, "connections per address")?;
         let count = counts.entry(ip).or_insert(0);
         if *count >= self.limit.max {
             return None;
@@ -263,11 +263,10 @@ impl PeerCounts {
 
 impl Drop for PeerSlot {
     fn drop(&mut self) {
-        let mut counts = self
-            .peers
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(mut counts) = crate::sync::lock(&self.peers.counts, "connections per address")
+        else {
+            return;
+        };
         if let Some(count) = counts.get_mut(&self.ip) {
             *count = count.saturating_sub(1);
             if *count == 0 {

@@ -8,6 +8,11 @@
 //! Everything the CLI side sends to relayd (model requests, hooks, both control sessions)
 //! goes through a [`Tap`], so the test learns the secrets the daemon handed out.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "a test's own lock: a panic fails the test, so a poisoned lock is read as is"
+)]
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 

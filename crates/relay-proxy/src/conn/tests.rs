@@ -9,7 +9,11 @@ fn tracker() -> ConnIo<()> {
 }
 
 fn verdicts(io: &ConnIo<()>) -> Vec<HeadVerdict> {
-    io.state.verdicts.lock().unwrap().iter().copied().collect()
+    crate::sync::lock(&io.state.verdicts, "test")
+        .unwrap()
+        .iter()
+        .copied()
+        .collect()
 }
 
 const CLEAN: HeadVerdict = HeadVerdict::Clean;
@@ -178,7 +182,10 @@ fn bytes_the_watcher_cannot_follow_leave_requests_refused_and_the_connection_unt
         io.observe(b"GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n");
         assert!(io.state.is_untracked(), "{stream:?}");
         assert!(matches!(io.framing, Framing::Lost));
-        while !io.state.verdicts.lock().unwrap().is_empty() {
+        while !crate::sync::lock(&io.state.verdicts, "test")
+            .unwrap()
+            .is_empty()
+        {
             io.state.take_verdict();
         }
         assert_eq!(io.state.take_verdict(), AMBIGUOUS, "{stream:?}");

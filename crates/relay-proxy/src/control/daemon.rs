@@ -102,7 +102,9 @@ impl ControlPlane {
     /// then it closes; sessions that do not finish within a second are aborted.
     pub async fn shutdown(&self) {
         self.shell.close_sessions();
-        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut tasks = crate::sync::lock(&self.tasks, "control tasks")
+            .map(|mut tasks| std::mem::take(&mut *tasks))
+            .unwrap_or_default();
         let flushed = async { while tasks.join_next().await.is_some() {} };
         if tokio::time::timeout(std::time::Duration::from_secs(1), flushed)
             .await
@@ -188,7 +190,7 @@ impl ControlPlane {
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        if let Ok(mut tasks) = self.tasks.lock() {
+        if let Some(mut tasks) = crate::sync::lock(&self.tasks, "control tasks") {
             while tasks.try_join_next().is_some() {}
             tasks.spawn(task);
         }
@@ -198,7 +200,11 @@ impl ControlPlane {
     /// limit of §5.2.
     fn rate_limited(&self, ip: IpAddr) -> Option<u64> {
         let now = Instant::now();
-        let mut handshakes = self.handshakes.lock().ok()?;
+        // A poisoned limiter fails closed: every handshake is limited.
+        let Some(mut handshakes) = crate::sync::lock(&self.handshakes, "handshake rate limiter")
+        else {
+            return Some(self.options.challenge_window.as_secs().max(1));
+        };
         let window = self.options.challenge_window;
         // Addresses whose window has passed are forgotten, so the map stays as small as the
         // set of recently active peers.
@@ -254,7 +260,8 @@ impl ControlPlane {
     }
 
     fn take_ip_slot(&self, ip: IpAddr) -> bool {
-        let Ok(mut counts) = self.sessions_per_ip.lock() else {
+        let Some(mut counts) = crate::sync::lock(&self.sessions_per_ip, "sessions per address")
+        else {
             return false;
         };
         let count = counts.entry(ip).or_default();
@@ -266,7 +273,7 @@ impl ControlPlane {
     }
 
     fn release_ip_slot(&self, ip: IpAddr) {
-        if let Ok(mut counts) = self.sessions_per_ip.lock()
+        if let Some(mut counts) = crate::sync::lock(&self.sessions_per_ip, "sessions per address")
             && let Some(count) = counts.get_mut(&ip)
         {
             *count = count.saturating_sub(1);

@@ -39,7 +39,7 @@ impl Front {
             worker_id: worker.as_uuid(),
             reason,
         };
-        if let Ok(mut limiter) = self.failures.lock() {
+        if let Some(mut limiter) = crate::sync::lock(&self.failures, "failure log limiter") {
             limiter.emit(Instant::now(), &event);
         }
     }
@@ -56,7 +56,7 @@ impl Front {
             worker_id: worker.as_uuid(),
             reason,
         };
-        if let Ok(mut limiter) = self.failures.lock() {
+        if let Some(mut limiter) = crate::sync::lock(&self.failures, "failure log limiter") {
             limiter.emit(Instant::now(), &event);
         }
     }
@@ -67,7 +67,7 @@ impl Front {
             fingerprint: None,
             reason: failure.reason(),
         };
-        if let Ok(mut limiter) = self.failures.lock() {
+        if let Some(mut limiter) = crate::sync::lock(&self.failures, "failure log limiter") {
             limiter.emit(Instant::now(), &event);
         }
     }

@@ -39,7 +39,9 @@ impl ConnectProxy {
     }
 
     fn targets(&self) -> Vec<String> {
-        self.targets.lock().unwrap().clone()
+        relay_proxy::sync::lock(&self.targets, "test")
+            .unwrap()
+            .clone()
     }
 }
 
@@ -60,7 +62,9 @@ async fn tunnel(mut client: TcpStream, targets: Arc<Mutex<Vec<String>>>) {
             .await;
         return;
     };
-    targets.lock().unwrap().push(target.to_owned());
+    relay_proxy::sync::lock(&targets, "test")
+        .unwrap()
+        .push(target.to_owned());
     let Ok(mut upstream) = TcpStream::connect(target).await else {
         let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
         return;
