@@ -1101,3 +1101,9 @@ fn hook_event(body: &[u8]) -> Option<Option<&str>> {
 
 #[cfg(test)]
 mod tests;
+
+/// [`hook_event`] for the fuzz targets in `crates/relay-fuzz`; not part of the API.
+#[doc(hidden)]
+pub fn fuzz_hook_event(body: &[u8]) -> Option<Option<&str>> {
+    hook_event(body)
+}
