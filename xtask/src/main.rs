@@ -9,12 +9,13 @@ mod bench;
 mod ci;
 mod command;
 mod e2e;
+mod fuzz;
 mod tidy;
 
 use std::process::ExitCode;
 
 /// Every task with a one-line description, in the order `cargo xtask` prints them.
-const TASKS: [(&str, &str); 4] = [
+const TASKS: [(&str, &str); 5] = [
     (
         "ci",
         "fmt check, clippy, all tests (nextest when installed), then e2e; stops at the first failure",
@@ -26,6 +27,10 @@ const TASKS: [(&str, &str); 4] = [
     (
         "bench",
         "the performance measures of SPEC §12, beside a direct baseline",
+    ),
+    (
+        "fuzz --secs N ...",
+        "runs relay-fuzz's targets (or those named after it) N seconds each; crashes go to target/fuzz/",
     ),
     (
         "tidy",
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
         ("ci", []) => ci::run(),
         ("e2e", test_args) => e2e::run(test_args),
         ("bench", []) => bench::run(),
+        ("fuzz", fuzz_args) => fuzz::run(fuzz_args),
         ("tidy", []) => tidy::run(),
         ("ci" | "bench" | "tidy", extra) => Err(anyhow::anyhow!(
             "`cargo xtask {task}` takes no arguments, got {extra:?}"

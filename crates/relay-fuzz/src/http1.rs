@@ -39,27 +39,30 @@ pub fn http1_watcher(data: &[u8]) {
         [a, b, rest @ ..] => (u16::from_be_bytes([*a, *b]), rest),
         _ => (0, data),
     };
-    let whole = verdicts(stream, &[stream.len().max(1)]);
-    let bytewise = verdicts(stream, &[1]);
+    let heads = reference_heads(stream);
+    let whole = verdicts(stream, &heads, &[stream.len().max(1)]);
+    let bytewise = verdicts(stream, &heads, &[1]);
     let sizes = cuts(seed);
-    let cut = verdicts(stream, &sizes);
-    assert_eq!(
-        whole, bytewise,
-        "the verdicts differ between one read and one read per byte"
-    );
-    assert_eq!(
-        whole, cut,
-        "the verdicts differ between one read and reads of {sizes:?} bytes"
-    );
-    for (index, head) in reference_heads(stream).into_iter().enumerate() {
-        let verdict = whole.get(index).copied().unwrap_or(HeadVerdict::Clean);
-        if head == Reference::Smuggling {
+    let cut = verdicts(stream, &heads, &sizes);
+    same(&whole, &bytewise, "one read per byte");
+    same(&whole, &cut, &format!("reads of {sizes:?} bytes"));
+    for (index, (head, _)) in heads.iter().enumerate() {
+        if *head == Reference::Smuggling {
             assert_ne!(
-                verdict,
+                whole[index],
                 HeadVerdict::Clean,
                 "request {index} carries Content-Length and Transfer-Encoding but its verdict is clean"
             );
         }
+    }
+}
+
+fn same(whole: &[HeadVerdict], other: &[HeadVerdict], how: &str) {
+    if let Some(index) = (0..whole.len()).find(|i| whole[*i] != other[*i]) {
+        panic!(
+            "the verdict on request {index} is {:?} when the stream arrives whole but {:?} in {how}",
+            whole[index], other[index]
+        );
     }
 }
 
@@ -76,15 +79,19 @@ fn cuts(seed: u16) -> Vec<usize> {
     (0..count).map(|_| (next() % 64 + 1) as usize).collect()
 }
 
-/// The verdicts the watcher reports after reading `stream` in reads of the repeating `sizes`,
-/// taken one per request as hyper takes them: as many as the reference finds heads, or as
-/// many as the stream could hold when that is more, so an untracked request shows the
-/// watcher's default.
-fn verdicts(stream: &[u8], sizes: &[usize]) -> Vec<HeadVerdict> {
+/// The verdicts the watcher reports when `stream` arrives in reads of the repeating `sizes`,
+/// taken as hyper takes them: the verdict on each head the reference finds as soon as the
+/// head's last byte has been read (a read also ends there, the worst case for the watcher),
+/// then as many more as the stream could hold heads (the shortest, "GET / HTTP/1.1\n\n",
+/// is 16 bytes), so an untracked request shows the watcher's default.
+fn verdicts(stream: &[u8], heads: &[(Reference, usize)], sizes: &[usize]) -> Vec<HeadVerdict> {
     let state = Arc::new(ConnState::new());
+    let stops: Vec<usize> = heads.iter().map(|(_, end)| *end).collect();
     let mut io = ConnIo::new(
         Pieces {
             rest: stream,
+            at: 0,
+            stops: stops.clone(),
             sizes,
             next: 0,
         },
@@ -93,23 +100,31 @@ fn verdicts(stream: &[u8], sizes: &[usize]) -> Vec<HeadVerdict> {
     );
     let mut cx = Context::from_waker(Waker::noop());
     let mut buf = vec![0u8; 64 * 1024];
+    let mut read_so_far = 0;
+    let mut taken = Vec::new();
     loop {
         let mut read = ReadBuf::new(&mut buf);
         match Pin::new(&mut io).poll_read(&mut cx, &mut read) {
             Poll::Ready(Ok(())) if read.filled().is_empty() => break,
-            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Ok(())) => read_so_far += read.filled().len(),
             Poll::Ready(Err(error)) => panic!("reading from memory failed: {error}"),
             Poll::Pending => panic!("reading from memory is pending"),
         }
+        while taken.len() < stops.len() && stops[taken.len()] <= read_so_far {
+            taken.push(state.take_verdict());
+        }
     }
-    // The shortest head is 16 bytes ("GET / HTTP/1.1\n\n").
-    let heads = reference_heads(stream).len().max(stream.len() / 16 + 1);
-    (0..heads).map(|_| state.take_verdict()).collect()
+    let more = (stream.len() / 16 + 1).saturating_sub(taken.len());
+    taken.extend((0..more).map(|_| state.take_verdict()));
+    taken
 }
 
-/// An in-memory reader that hands out its bytes in reads of the repeating `sizes`.
+/// An in-memory reader that hands out its bytes in reads of the repeating `sizes`, never
+/// across the next of `stops`.
 struct Pieces<'a> {
     rest: &'a [u8],
+    at: usize,
+    stops: Vec<usize>,
     sizes: &'a [usize],
     next: usize,
 }
@@ -123,18 +138,29 @@ impl AsyncRead for Pieces<'_> {
         let this = self.get_mut();
         let size = this.sizes[this.next % this.sizes.len()].max(1);
         this.next += 1;
-        let n = size.min(this.rest.len()).min(buf.remaining());
+        let at = this.at;
+        let to_stop = this
+            .stops
+            .iter()
+            .find(|stop| **stop > at)
+            .map_or(usize::MAX, |stop| stop - at);
+        let n = size
+            .min(to_stop)
+            .min(this.rest.len())
+            .min(buf.remaining());
         let (piece, rest) = this.rest.split_at(n);
         buf.put_slice(piece);
         this.rest = rest;
+        this.at += n;
         Poll::Ready(Ok(()))
     }
 }
 
-/// The request heads of `stream` as hyper would read them, in order, up to the first one after
+/// The request heads of `stream` as hyper would read them, in order, each with the offset of
+/// its end, up to the first one after
 /// which the reference cannot tell where the next head starts (an upgrade, a framing it does not
 /// follow, a head hyper refuses, or a smuggling attempt, after which hyper closes).
-pub(crate) fn reference_heads(stream: &[u8]) -> Vec<Reference> {
+pub(crate) fn reference_heads(stream: &[u8]) -> Vec<(Reference, usize)> {
     let mut heads = Vec::new();
     let mut rest = stream;
     loop {
@@ -160,10 +186,10 @@ pub(crate) fn reference_heads(stream: &[u8]) -> Vec<Reference> {
             }
         }
         if transfer_encoding.is_some() && !lengths.is_empty() {
-            heads.push(Reference::Smuggling);
+            heads.push((Reference::Smuggling, stream.len() - rest.len() + len));
             return heads;
         }
-        heads.push(Reference::Clean);
+        heads.push((Reference::Clean, stream.len() - rest.len() + len));
         if upgrade {
             return heads;
         }
