@@ -74,9 +74,9 @@ pub fn run_one(target: Target, input: &[u8]) -> Result<(), Panic> {
             if !capturing {
                 return previous(info);
             }
-            let location = info
-                .location()
-                .map_or_else(String::new, |l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+            let location = info.location().map_or_else(String::new, |l| {
+                format!("{}:{}:{}", l.file(), l.line(), l.column())
+            });
             let message = if let Some(s) = info.payload().downcast_ref::<&str>() {
                 (*s).to_owned()
             } else if let Some(s) = info.payload().downcast_ref::<String>() {
@@ -89,7 +89,9 @@ pub fn run_one(target: Target, input: &[u8]) -> Result<(), Panic> {
     });
     CAPTURE.with(|capture| *capture.borrow_mut() = Some(None));
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| target(input)));
-    let caught = CAPTURE.with(|capture| capture.borrow_mut().take()).flatten();
+    let caught = CAPTURE
+        .with(|capture| capture.borrow_mut().take())
+        .flatten();
     match outcome {
         Ok(()) => Ok(()),
         Err(_) => Err(caught.unwrap_or_else(|| Panic {
@@ -119,7 +121,12 @@ pub fn load_corpus(dir: &Path) -> io::Result<Vec<(PathBuf, Vec<u8>)>> {
 }
 
 /// Fuzzes `target` (called `name`) from `seeds` for `options.duration`.
-pub fn fuzz(name: &str, target: Target, seeds: &[Vec<u8>], options: &Options) -> io::Result<Report> {
+pub fn fuzz(
+    name: &str,
+    target: Target,
+    seeds: &[Vec<u8>],
+    options: &Options,
+) -> io::Result<Report> {
     let mut rng = Rng::new(options.seed);
     let mut pool: Vec<Vec<u8>> = seeds.to_vec();
     if pool.is_empty() {

@@ -16,7 +16,10 @@ pub fn hook_event(data: &[u8]) {
     // Every JSON object is a hook payload; what is read as one is at least JSON syntax (lone
     // surrogate escapes and bytes that are not UTF-8 may be refused, huge numbers need not be).
     if let Ok(Value::Object(_)) = &document {
-        assert!(answer.is_some(), "a json object was refused as a hook payload");
+        assert!(
+            answer.is_some(),
+            "a json object was refused as a hook payload"
+        );
     }
     if answer.is_some() {
         let object = data
@@ -60,7 +63,11 @@ pub fn hook_payload(data: &[u8]) {
             continue;
         }
         let kept = data.len().min(limit.saturating_add(1));
-        assert_eq!(&payload.body[..], &data[..kept], "the body is not the bytes read");
+        assert_eq!(
+            &payload.body[..],
+            &data[..kept],
+            "the body is not the bytes read"
+        );
         assert_eq!(payload.is_oversize, data.len() > limit);
         assert_eq!(payload.event, event_name(&data[..kept]));
     }

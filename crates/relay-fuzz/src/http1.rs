@@ -144,10 +144,7 @@ impl AsyncRead for Pieces<'_> {
             .iter()
             .find(|stop| **stop > at)
             .map_or(usize::MAX, |stop| stop - at);
-        let n = size
-            .min(to_stop)
-            .min(this.rest.len())
-            .min(buf.remaining());
+        let n = size.min(to_stop).min(this.rest.len()).min(buf.remaining());
         let (piece, rest) = this.rest.split_at(n);
         buf.put_slice(piece);
         this.rest = rest;
@@ -222,7 +219,9 @@ fn chunked_len(rest: &[u8]) -> Option<usize> {
             return None;
         }
         let size_text = line.split(|b| *b == b';').next().unwrap_or_default();
-        if size_text.is_empty() || size_text.len() > 6 || !size_text.iter().all(u8::is_ascii_hexdigit)
+        if size_text.is_empty()
+            || size_text.len() > 6
+            || !size_text.iter().all(u8::is_ascii_hexdigit)
         {
             return None;
         }

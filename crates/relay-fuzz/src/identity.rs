@@ -2,8 +2,8 @@
 //! fingerprints and keys) and the admin socket's `parse_fingerprint`.
 
 use relay_identity::{
-    DaemonAddress, Fingerprint, Origin, PublicKey, RouteToken, TokenDigest, format_pin,
-    parse_pin, parse_token_contents,
+    DaemonAddress, Fingerprint, Origin, PublicKey, RouteToken, TokenDigest, format_pin, parse_pin,
+    parse_token_contents,
 };
 
 use crate::text;
@@ -41,7 +41,11 @@ pub fn origin(data: &[u8]) {
         match Origin::parse(&normalized) {
             Ok(again) => {
                 assert_eq!(again, origin, "{normalized:?} parses to another origin");
-                assert_eq!(again.to_string(), normalized, "normalizing is not idempotent");
+                assert_eq!(
+                    again.to_string(),
+                    normalized,
+                    "normalizing is not idempotent"
+                );
             }
             Err(error) => panic!("the normalized origin {normalized:?} does not parse: {error}"),
         }

@@ -19,11 +19,14 @@ mod identity;
 mod mcp;
 
 // The binaries' own source files, compiled here unchanged: a binary crate cannot be depended
-// on, and these files use nothing of their crate but themselves.
+// on, and these files use nothing of their crate but themselves. rustfmt formats them with
+// their binaries (and could not resolve their `#[cfg(test)] mod tests;` from here).
 #[allow(dead_code)]
+#[rustfmt::skip]
 #[path = "../../../bins/relay-mcp/src/jsonrpc.rs"]
 mod relay_mcp_jsonrpc;
 #[allow(dead_code)]
+#[rustfmt::skip]
 #[path = "../../../bins/relay-hook/src/payload.rs"]
 mod relay_hook_payload;
 

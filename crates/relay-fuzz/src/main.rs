@@ -153,7 +153,9 @@ fn replay(args: &[String]) -> Result<ExitCode, String> {
 }
 
 fn corpus_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(name)
 }
 
 fn names_of_targets() -> String {

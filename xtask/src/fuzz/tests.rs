@@ -6,8 +6,15 @@ fn args(list: &[&str]) -> Vec<String> {
 
 #[test]
 fn secs_seed_and_targets_are_read() {
-    let parsed = parse_args(&args(&["--secs", "60", "frame_decode", "--seed", "7", "origin"]))
-        .unwrap();
+    let parsed = parse_args(&args(&[
+        "--secs",
+        "60",
+        "frame_decode",
+        "--seed",
+        "7",
+        "origin",
+    ]))
+    .unwrap();
     assert_eq!(
         parsed,
         FuzzArgs {
