@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 
 use crate::Target;
 
-/// Inputs are kept at or under this length (the frame limit and the watcher's head limit are
-/// larger, and reached by the corpus tests with real inputs instead).
+/// Mutated inputs are cut to this length, which keeps each run short; the frame and head limits
+/// beyond it are reached only by corpus files that long.
 pub const MAX_INPUT_LEN: usize = 16 * 1024;
 
 /// One run slower than this is reported.
 const SLOW: Duration = Duration::from_secs(1);
 
-/// How a run of one target ends.
+/// How long one target runs, from which seed, and where its crashes go.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub duration: Duration,
