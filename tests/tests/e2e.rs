@@ -8,6 +8,7 @@
 mod e2e {
     pub(crate) mod agents;
     pub(crate) mod attacks;
+    pub(crate) mod bundle;
     pub(crate) mod cli;
     pub(crate) mod credentials;
     pub(crate) mod faults;

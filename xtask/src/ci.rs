@@ -9,7 +9,7 @@ use anyhow::Result;
 
 use crate::{
     command::{cargo, seconds, step},
-    e2e,
+    deploy, e2e,
 };
 
 pub(crate) fn run() -> Result<()> {
@@ -43,6 +43,15 @@ pub(crate) fn run() -> Result<()> {
             cargo(["test", "--workspace", "--exclude", "relay-e2e"])?,
         )?;
     }
+    // The service files, with the real systemd-analyze (installed here when missing), before
+    // e2e so that a broken unit fails in seconds rather than after the long suite.
+    println!("\n==> deploy-check");
+    let deploy_started = Instant::now();
+    deploy::run()?;
+    println!(
+        "==> deploy-check: ok in {}",
+        seconds(deploy_started.elapsed())
+    );
     println!("\n==> e2e");
     let e2e_started = Instant::now();
     e2e::run(&[])?;

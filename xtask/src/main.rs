@@ -8,6 +8,7 @@
 mod bench;
 mod ci;
 mod command;
+mod deploy;
 mod e2e;
 mod fuzz;
 mod tidy;
@@ -15,7 +16,7 @@ mod tidy;
 use std::process::ExitCode;
 
 /// Every task with a one-line description, in the order `cargo xtask` prints them.
-const TASKS: [(&str, &str); 5] = [
+const TASKS: [(&str, &str); 6] = [
     (
         "ci",
         "fmt check, clippy, all tests (nextest when installed), then e2e; stops at the first failure",
@@ -31,6 +32,10 @@ const TASKS: [(&str, &str); 5] = [
     (
         "fuzz --secs N ...",
         "runs relay-fuzz's targets (or those named after it) N seconds each; crashes go to target/fuzz/",
+    ),
+    (
+        "deploy-check",
+        "checks the service files in deploy/ with systemd-analyze, plistlib and xml.etree",
     ),
     (
         "tidy",
@@ -57,7 +62,8 @@ fn main() -> ExitCode {
         ("bench", []) => bench::run(),
         ("fuzz", fuzz_args) => fuzz::run(fuzz_args),
         ("tidy", []) => tidy::run(),
-        ("ci" | "bench" | "tidy", extra) => Err(anyhow::anyhow!(
+        ("deploy-check", []) => deploy::run(),
+        ("ci" | "bench" | "tidy" | "deploy-check", extra) => Err(anyhow::anyhow!(
             "`cargo xtask {task}` takes no arguments, got {extra:?}"
         )),
         (unknown, _) => {

@@ -1,4 +1,4 @@
-//! The command line of §2.5.
+//! The command line of SPEC §2.5.
 
 use std::path::PathBuf;
 
@@ -8,11 +8,12 @@ use relay_identity::DaemonAddress;
 #[derive(Debug, clap::Parser)]
 #[command(name = "relay-doctor", version, args_conflicts_with_subcommands = true)]
 pub(crate) struct Cli {
-    /// Print the report as JSON instead of text.
+    /// Print the result as JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
 
-    /// Check a managed bundle directory offline, changing nothing (§10.2).
+    /// Check a deployed managed bundle offline against its SHA-256, listing missing, extra
+    /// and changed files; changes nothing.
     #[arg(
         long,
         value_name = "DIR",
@@ -25,12 +26,13 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "HEX", requires = "managed_bundle", value_parser = parse_sha256)]
     pub(crate) managed_bundle_sha256: Option<String>,
 
-    /// Prove worker-backed operation for this user against a running daemon.
-    #[arg(long, requires = "daemon_address")]
+    /// Prove worker-backed operation for this user against a running daemon (not
+    /// implemented yet, so not listed).
+    #[arg(long, requires = "daemon_address", hide = true)]
     pub(crate) live: bool,
 
     /// The daemon origin to check with --live, e.g. http://127.0.0.1:47632.
-    #[arg(long, value_name = "URL", requires = "live")]
+    #[arg(long, value_name = "URL", requires = "live", hide = true)]
     pub(crate) daemon_address: Option<DaemonAddress>,
 
     #[command(subcommand)]
@@ -39,7 +41,7 @@ pub(crate) struct Cli {
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
-    /// The per-user route token file (§4.1).
+    /// The per-user route token file.
     #[command(subcommand_required = true, arg_required_else_help = false)]
     Token {
         #[command(subcommand)]

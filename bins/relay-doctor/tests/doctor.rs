@@ -301,12 +301,15 @@ fn help_lists_every_mode_and_version_works() {
         "--json",
         "--managed-bundle",
         "--managed-bundle-sha256",
-        "--live",
-        "--daemon-address",
         "token",
     ] {
         assert!(stdout.contains(flag), "{flag} missing from:\n{stdout}");
     }
+    // Not built yet, so not offered.
+    for flag in ["--live", "--daemon-address"] {
+        assert!(!stdout.contains(flag), "{flag} listed in:\n{stdout}");
+    }
+    assert!(!stdout.contains('§'), "{stdout}");
     let token_help = doctor(&["token", "ensure", "--help"]);
     assert_eq!(token_help.status.code(), Some(0));
     assert!(text(&token_help.stdout).contains("--json"));
@@ -353,20 +356,92 @@ fn usage_errors_exit_64_with_one_line() {
 
 #[test]
 fn modes_not_built_yet_say_so_and_exit_1() {
-    let sha = "0".repeat(64);
-    let cases: [&[&str]; 3] = [
+    let cases: [&[&str]; 2] = [
         &[],
         &["--live", "--daemon-address", "http://127.0.0.1:47632"],
-        &[
-            "--managed-bundle",
-            "/opt/bundle",
-            "--managed-bundle-sha256",
-            &sha,
-        ],
     ];
     for args in cases {
         let output = doctor(args);
         assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
         assert!(text(&output.stderr).contains("not implemented yet"));
     }
+}
+
+/// Writes a small bundle with its manifest and returns its digest.
+fn write_bundle(dir: &Path) -> String {
+    use relay_identity::bundle::{MANIFEST_PATH, bundle_digest, render_manifest};
+    let files = [
+        (
+            "codex/settings-v1/config.toml",
+            b"model_provider = \"relay\"\n".to_vec(),
+        ),
+        (
+            "pi/extension-v1/index.ts",
+            b"export default function () {}\n".to_vec(),
+        ),
+    ];
+    let manifest = render_manifest(files.iter().map(|(p, b)| (*p, b.as_slice())));
+    let mut all: Vec<(&str, Vec<u8>)> = files.to_vec();
+    all.push((MANIFEST_PATH, manifest.into_bytes()));
+    for (path, bytes) in &all {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    bundle_digest(all.iter().map(|(p, b)| (*p, b.as_slice())))
+}
+
+#[test]
+fn managed_bundle_check_reports_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle");
+    let digest = write_bundle(&bundle);
+    let path = bundle.to_str().unwrap();
+
+    let ok = doctor(&["--managed-bundle", path, "--managed-bundle-sha256", &digest]);
+    assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+    assert!(text(&ok.stdout).starts_with("ok: "), "{ok:?}");
+
+    std::fs::write(bundle.join("pi/extension-v1/index.ts"), b"evil()\n").unwrap();
+    std::fs::write(bundle.join("pi/extension-v1/extra.ts"), b"x").unwrap();
+    std::fs::remove_file(bundle.join("codex/settings-v1/config.toml")).unwrap();
+    let before = relay_identity::bundle::read_bundle_dir(&bundle).unwrap();
+    let bad = doctor(&[
+        "--managed-bundle",
+        path,
+        "--managed-bundle-sha256",
+        &digest,
+        "--json",
+    ]);
+    assert_eq!(bad.status.code(), Some(1), "{bad:?}");
+    let report: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(
+        report["missing"],
+        serde_json::json!(["codex/settings-v1/config.toml"])
+    );
+    assert_eq!(
+        report["changed"],
+        serde_json::json!(["pi/extension-v1/index.ts"])
+    );
+    assert_eq!(
+        report["extra"],
+        serde_json::json!(["pi/extension-v1/extra.ts"])
+    );
+    assert_eq!(
+        relay_identity::bundle::read_bundle_dir(&bundle).unwrap(),
+        before
+    );
+
+    let text_report = doctor(&["--managed-bundle", path, "--managed-bundle-sha256", &digest]);
+    assert_eq!(text_report.status.code(), Some(1));
+    assert!(text(&text_report.stdout).contains("missing codex/settings-v1/config.toml"));
+
+    let absent = doctor(&[
+        "--managed-bundle",
+        dir.path().join("nope").to_str().unwrap(),
+        "--managed-bundle-sha256",
+        &digest,
+    ]);
+    assert_eq!(absent.status.code(), Some(1), "{absent:?}");
 }

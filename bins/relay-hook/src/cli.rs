@@ -8,11 +8,13 @@ use relay_identity::{DaemonAddress, Env, names};
 /// Forwards one coding-agent hook event to the Relay daemon.
 ///
 /// Reads the agent's hook payload on stdin (at most 1 MiB), posts it to the daemon with this
-/// user's route credential (RELAY_CLIENT_TOKEN, else the token file), prints the daemon's
-/// answer and exits with the status the agent understands: 0 to go on, 2 to block (blocking
-/// events and policy rejections only). Without a credential it answers for the daemon
-/// (pass-through) and contacts nothing. RELAY_HOOK_TIMEOUT_MS overrides the timeout
-/// (5000 ms, 2500 ms for SessionEnd).
+/// user's route credential (RELAY_CLIENT_TOKEN, else the token file) and exits with the
+/// status the agent understands: 0 to go on, printing the agent's silent answer
+/// ({"continue":true} for Claude Code, {} for Codex and pi), or 2 to block (blocking events
+/// and policy rejections only, with the reason on stderr).
+/// Nothing the daemon's answer says is ever printed. Without a credential it contacts
+/// nothing and lets the agent go on, except that --fail-closed blocks a blocking event.
+/// RELAY_HOOK_TIMEOUT_MS overrides the timeout (5000 ms, 2500 ms for SessionEnd).
 #[derive(Debug, clap::Parser)]
 #[command(name = "relay-hook", version)]
 pub(crate) struct Cli {
@@ -30,9 +32,10 @@ pub(crate) struct Cli {
     #[arg(long, conflicts_with = "fail_closed")]
     pub(crate) fail_open: bool,
 
-    /// On a failure print one line to stderr and exit 2 for blocking events, 1 for others
-    /// [default: only for blocking events: PreToolUse, PermissionRequest, UserPromptSubmit;
-    /// pi tool_call, user_bash].
+    /// On a failure print one line to stderr and exit 2 for blocking events, 1 for others;
+    /// a blocking event without a Relay credential exits 2 too [default: fail closed only for
+    /// blocking events (PreToolUse, PermissionRequest, UserPromptSubmit; pi tool_call,
+    /// user_bash), and without a credential let every event go on].
     #[arg(long)]
     pub(crate) fail_closed: bool,
 }
@@ -71,9 +74,10 @@ impl Agent {
         }
     }
 
-    /// What the daemon answers when no worker handles the event (SPEC §3.4); printed as is
-    /// when there is no credential.
-    pub(crate) fn pass_through_answer(self) -> &'static str {
+    /// The agent's silent answer: what the daemon answers when no worker handles the event
+    /// (SPEC §3.4) and what a worker answers when policy does not deny (SPEC §7.2). It is all
+    /// relay-hook ever prints on stdout.
+    pub(crate) fn silent_answer(self) -> &'static str {
         match self {
             Agent::Claude => r#"{"continue":true}"#,
             Agent::Codex | Agent::Pi => "{}",

@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use crate::outcome::{Failure, Outcome, Verdict, judge};
 
 /// The header that carries the route credential (SPEC §3.5).
-const TOKEN_HEADER: &str = "x-relay-client-token";
+const TOKEN_HEADER: &str = relay_proxy::headers::CLIENT_TOKEN_NAME;
 /// The pause between two attempts that got 503 `relay_worker_unavailable`.
 const RETRY_INTERVAL: Duration = Duration::from_millis(100);
 /// The largest answer body accepted; hook answers are a few bytes.
@@ -133,7 +133,7 @@ impl HookPost<'_> {
             let status = response.status();
             let body = self.read_answer(response.into_body()).await?;
             match judge(status, body) {
-                Verdict::Answer(body) => return Ok(Outcome::Answer(body)),
+                Verdict::Proceed => return Ok(Outcome::Silent),
                 Verdict::PolicyRejected(reason) => return Ok(Outcome::PolicyRejected(reason)),
                 Verdict::Failure(failure) => return Err(failure),
                 Verdict::RetryLater => {

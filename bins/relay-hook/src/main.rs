@@ -1,11 +1,12 @@
 //! `relay-hook`: the command a coding agent runs for each hook event (SPEC §2.3, §7.1).
 //!
 //! It reads one native hook payload on stdin, posts it unchanged to the daemon's hook route
-//! with this user's route credential, prints the daemon's answer verbatim and exits with the
-//! status the agent understands. It never starts anything, never resends a payload (except
-//! after a 503 that proves nothing was forwarded), reads no configuration file, sets up no
-//! logging and never prints the credential. Without a credential it answers for the daemon
-//! and contacts nothing.
+//! with this user's route credential and exits with the status the agent understands. Relay
+//! only ever denies or stays silent (SPEC §7.2): stdout is the agent's silent answer, built
+//! here and never copied from the daemon's body, and a block is exit 2 with the reason on
+//! stderr. It never starts anything, never resends a payload (except after a 503 that proves
+//! nothing was forwarded), reads no configuration file, sets up no logging and never prints
+//! the credential. Without a credential it answers for the daemon and contacts nothing.
 //!
 //! The pieces, in the order a run uses them: [`cli::Cli`] (flags and the timeout override),
 //! [`payload::read_payload`] (stdin and the event name), [`credential::resolve`],
@@ -17,7 +18,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use bytes::Bytes;
 use clap::Parser as _;
 use relay_identity::{Env as _, ProcessEnv, names, store};
 
@@ -51,14 +51,14 @@ fn main() -> ExitCode {
     let payload = payload::read_payload(io::stdin().lock(), MAX_PAYLOAD_BYTES);
 
     let Some(token) = credential::resolve(&env, store::current_euid()) else {
-        // No credential: Relay is not in this user's path, so the answer is the one the daemon
-        // gives when no worker handles the event, whatever the payload.
+        // No credential: the daemon is not contacted. Relay is not in this user's path, so the
+        // answer is the one the daemon gives when no worker handles the event, whatever the
+        // payload; only an explicit --fail-closed blocks a blocking event instead.
+        let event = payload.ok().and_then(|payload| payload.event);
         return finish(
-            Outcome::Answer(Bytes::from_static(
-                cli.agent.pass_through_answer().as_bytes(),
-            )),
+            Outcome::NoCredential,
             cli.agent,
-            None,
+            event.as_deref(),
             cli.failure_policy(),
         );
     };
@@ -113,8 +113,8 @@ fn finish(outcome: Outcome, agent: Agent, event: Option<&str>, policy: FailurePo
     ExitCode::from(exit.code)
 }
 
-fn write_stdout(body: &[u8]) -> io::Result<()> {
+fn write_stdout(answer: &str) -> io::Result<()> {
     let mut stdout = io::stdout().lock();
-    stdout.write_all(body)?;
+    stdout.write_all(answer.as_bytes())?;
     stdout.flush()
 }

@@ -1,5 +1,10 @@
 //! Steps 4 to 6 of SPEC §7.1 as pure functions: what a daemon answer means, and what the
 //! process prints and exits with for each outcome.
+//!
+//! Relay only ever denies or stays silent (SPEC §7.2), so stdout is never taken from the
+//! daemon: a 2xx answer means "go on", and what is printed is the agent's silent answer of
+//! [`Agent::silent_answer`]. Whatever a body says (an impostor on the daemon port answering
+//! `permissionDecision: "allow"` or `additionalContext`, say) cannot reach the agent.
 
 use std::fmt;
 use std::io;
@@ -17,6 +22,10 @@ const WORKER_UNAVAILABLE: &str = "relay_worker_unavailable";
 const POLICY_REJECTED: &str = "relay_policy_rejected";
 /// Printed for a policy block whose body gives neither a reason nor a message.
 const UNKNOWN_REASON: &str = "blocked by relay policy";
+/// The line for a blocking event refused because there is no usable credential under an
+/// explicit `--fail-closed` (SPEC §7.1 step 2), word for word.
+pub(crate) const NO_CREDENTIAL: &str =
+    "relay-hook: no Relay credential (run relay-doctor token ensure)";
 
 /// Everything that makes the hook fall back to its failure policy (step 6). Messages never
 /// contain the route credential or the payload.
@@ -149,8 +158,8 @@ impl fmt::Display for ErrorType<'_> {
 /// What one daemon answer means.
 #[derive(Debug)]
 pub(crate) enum Verdict {
-    /// 2xx: print this body.
-    Answer(Bytes),
+    /// 2xx with an empty or JSON object body: go on silently. The body itself is not kept.
+    Proceed,
     /// 503 `relay_worker_unavailable`: nothing was forwarded, ask again later.
     RetryLater,
     /// 403 `relay_policy_rejected`, with the reason to print.
@@ -159,11 +168,12 @@ pub(crate) enum Verdict {
     Failure(Failure),
 }
 
-/// Reads one answer (steps 4 and 5).
+/// Reads one answer (steps 4 and 5). A 2xx body that is neither empty nor a JSON object is
+/// not what a Relay daemon sends, so it is a failure rather than a silent go-ahead.
 pub(crate) fn judge(status: StatusCode, body: Bytes) -> Verdict {
     if status.is_success() {
         return if is_empty_or_object(&body) {
-            Verdict::Answer(body)
+            Verdict::Proceed
         } else {
             Verdict::Failure(Failure::AnswerNotJson { status })
         };
@@ -223,12 +233,16 @@ impl ErrorBody {
 /// How the exchange ended.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    /// Print this body, exit 0.
-    Answer(Bytes),
+    /// Go on: print the agent's silent answer, exit 0. A 2xx from the daemon and the
+    /// pass-through without a credential both end here.
+    Silent,
     /// A policy block with its reason.
     PolicyRejected(String),
     /// Fall back to the failure policy.
     Failure(Failure),
+    /// No usable route credential, so the daemon was not contacted (step 2): the silent
+    /// answer, except for a blocking event under an explicit `--fail-closed`.
+    NoCredential,
 }
 
 /// What the process prints and its exit status.
@@ -236,14 +250,15 @@ pub(crate) enum Outcome {
 pub(crate) struct Exit {
     /// The exit status.
     pub(crate) code: u8,
-    /// Bytes for stdout, verbatim.
-    pub(crate) stdout: Option<Bytes>,
+    /// What stdout gets: only ever the agent's silent answer, a constant, so nothing the
+    /// daemon sent can be printed.
+    pub(crate) stdout: Option<&'static str>,
     /// One line for stderr, without its newline.
     pub(crate) stderr: Option<String>,
 }
 
-/// The exit for a policy block or a failure (steps 5 and 6). Exit 2 is produced only for
-/// blocking events: elsewhere it means something else to the agent.
+/// The exit for each outcome (steps 2, 4, 5 and 6). Exit 2 is produced only for blocking
+/// events: elsewhere it means something else to the agent.
 pub(crate) fn exit_for(
     outcome: Outcome,
     agent: Agent,
@@ -253,9 +268,22 @@ pub(crate) fn exit_for(
     let is_blocking = agent.is_blocking_event(event);
     let event_label = event.unwrap_or("event");
     match outcome {
-        Outcome::Answer(body) => Exit {
+        Outcome::Silent => Exit {
             code: 0,
-            stdout: Some(body),
+            stdout: Some(agent.silent_answer()),
+            stderr: None,
+        },
+        // Only the explicit flag: a managed deployment writes `--fail-closed` on its blocking
+        // hooks so that a missing token never lets a tool run unchecked, while a hand-wired
+        // hook without the flag keeps answering for a user Relay is not set up for.
+        Outcome::NoCredential if policy == FailurePolicy::Closed && is_blocking => Exit {
+            code: 2,
+            stdout: None,
+            stderr: Some(NO_CREDENTIAL.to_owned()),
+        },
+        Outcome::NoCredential => Exit {
+            code: 0,
+            stdout: Some(agent.silent_answer()),
             stderr: None,
         },
         // The reason alone: the agent shows stderr to the model or the user as the block's

@@ -5,10 +5,11 @@
 use std::time::{Duration, Instant};
 
 use relay_identity::RouteToken;
-use relay_logging::{Lifecycle, McpPassThroughReason, ProcessExit, RouteMode};
+use relay_logging::{Lifecycle, McpPassThroughReason, ProcessExit};
 use relay_proto::{
     Bytes32, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message, RefusedCode,
-    RegisterMcpFields, Registered, ResumeMcpFields, Text, Timers, WorkerExited, WorkerHint,
+    RegisterMcpFields, Registered, ResumeMcpFields, RouteMode, Text, Timers, WorkerExited,
+    WorkerHint,
 };
 use relay_proxy::control::client::{
     Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
@@ -137,7 +138,7 @@ impl Control {
                     }) = &error
                     {
                         Lifecycle::DaemonPinMismatch {
-                            role: relay_logging::ControlRole::Mcp,
+                            role: relay_proto::Role::Mcp,
                             origin: &origin.to_string(),
                             pin_file,
                         }

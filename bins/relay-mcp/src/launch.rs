@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use relay_identity::{Env, names};
-use relay_logging::LaunchFailureReason;
-use relay_proto::{Grant, Message};
+use relay_proto::{FailureReason, Grant, Message};
 use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, Command};
 
@@ -20,11 +19,11 @@ const KEPT_LOGS: usize = 5;
 /// A launch that did not produce a running worker.
 #[derive(Debug)]
 pub(crate) struct LaunchFailure {
-    pub(crate) reason: LaunchFailureReason,
+    pub(crate) reason: FailureReason,
     pub(crate) detail: String,
 }
 
-fn fail(reason: LaunchFailureReason, detail: impl std::fmt::Display) -> LaunchFailure {
+fn fail(reason: FailureReason, detail: impl std::fmt::Display) -> LaunchFailure {
     LaunchFailure {
         reason,
         detail: detail.to_string(),
@@ -64,13 +63,13 @@ impl Launcher {
     pub(crate) async fn launch(&self, grant: &Grant) -> Result<Child, LaunchFailure> {
         if !self.worker_binary.is_file() {
             return Err(fail(
-                LaunchFailureReason::WorkerExecutableResolutionFailed,
+                FailureReason::WorkerExecutableResolutionFailed,
                 format!("{} does not exist", self.worker_binary.display()),
             ));
         }
         let log = self.open_log(grant).map_err(|e| {
             fail(
-                LaunchFailureReason::WorkerProcessSpawnFailed,
+                FailureReason::WorkerProcessSpawnFailed,
                 format!("worker log file: {e}"),
             )
         })?;
@@ -88,16 +87,16 @@ impl Launcher {
             .kill_on_drop(false);
         let mut child = command
             .spawn()
-            .map_err(|e| fail(LaunchFailureReason::WorkerProcessSpawnFailed, e))?;
+            .map_err(|e| fail(FailureReason::WorkerProcessSpawnFailed, e))?;
         let Some(mut stdin) = child.stdin.take() else {
             let _ = child.start_kill();
             return Err(fail(
-                LaunchFailureReason::WorkerActivationPipeUnavailable,
+                FailureReason::WorkerActivationPipeUnavailable,
                 "the worker has no stdin pipe",
             ));
         };
         let frame = relay_proto::encode(&Message::LaunchWorker(grant.clone()))
-            .map_err(|e| fail(LaunchFailureReason::WorkerActivationGrantWriteFailed, e))?;
+            .map_err(|e| fail(FailureReason::WorkerActivationGrantWriteFailed, e))?;
         let written = async {
             stdin.write_all(&frame).await?;
             stdin.shutdown().await
@@ -107,10 +106,7 @@ impl Launcher {
         if let Err(e) = written {
             let _ = child.start_kill();
             let _ = child.wait().await;
-            return Err(fail(
-                LaunchFailureReason::WorkerActivationGrantWriteFailed,
-                e,
-            ));
+            return Err(fail(FailureReason::WorkerActivationGrantWriteFailed, e));
         }
         Ok(child)
     }

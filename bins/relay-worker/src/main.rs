@@ -241,7 +241,7 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
 fn refusal_context(client: &ClientIdentity, error: ConnectError) -> anyhow::Error {
     if let ConnectError::Pin(relay_identity::PinError::Mismatch { origin, pin_file }) = &error {
         Lifecycle::DaemonPinMismatch {
-            role: relay_logging::ControlRole::Worker,
+            role: relay_proto::Role::Worker,
             origin: &origin.to_string(),
             pin_file,
         }

@@ -77,16 +77,25 @@ pub(crate) struct Cli {
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
-    /// Write the managed harness bundle (§10.2).
+    /// Write the read-only bundle that wires Claude Code, Codex and pi to this daemon, and
+    /// print its SHA-256.
     ManagedBundle {
+        /// Directory to create (or an empty one); an existing different bundle is never
+        /// overwritten.
         #[arg(long, value_name = "DIR")]
         output: PathBuf,
+        /// The daemon origin the agents use, e.g. http://127.0.0.1:47632.
         #[arg(long, value_name = "URL")]
         daemon_address: DaemonAddress,
+        /// Where relay-mcp, relay-hook and relay-worker are installed on the target
+        /// machines: absolute, outside home and temporary directories, no spaces or shell
+        /// metacharacters.
         #[arg(long, value_name = "ABS DIR")]
-        bin_dir: PathBuf,
+        bin_dir: String,
+        /// The operating system of the target machines (paths and executable names).
         #[arg(long, value_parser = ["linux", "macos", "windows"])]
         platform: String,
+        /// An agent to wire; repeat for several.
         #[arg(long, value_parser = ["claude", "codex", "pi"], required = true)]
         agent: Vec<String>,
     },
@@ -121,7 +130,7 @@ pub(crate) enum BindingsCommand {
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum IdentityCommand {
-    /// Print the daemon public key in the pin file format (§4.3).
+    /// Print the daemon public key in the trust pin file format clients are provisioned with.
     Show,
 }
 

@@ -14,7 +14,7 @@ use relay_proxy::config::{Config, ConfigSources};
 use relay_proxy::control::daemon::{ControlOptions, ControlPlane};
 use relay_proxy::front::{Front, FrontOptions, Mode, ProviderKeys};
 use relay_proxy::metrics::Metrics;
-use relay_proxy::server::{ServeOptions, serve};
+use relay_proxy::server::{Linger, PeerLimit, ServeOptions, serve};
 use relay_proxy::shell::Shell;
 use relay_proxy::state::StateStore;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
@@ -81,15 +81,7 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
             &relay_identity::system_config_dir(env),
         ),
     };
-    let mut config = Config::load_daemon(&sources).map_err(|e| e.to_string())?;
-    let env_tokens = env
-        .var_os(names::RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY)
-        .map(|v| v.to_string_lossy().into_owned());
-    config.daemon.max_tokens_per_identity = max_tokens_per_identity(
-        cli.max_tokens_per_identity,
-        env_tokens.as_deref(),
-        config.daemon.max_tokens_per_identity,
-    )?;
+    let config = load_config(&sources, cli.max_tokens_per_identity, env)?;
     let text = |name: &str| env.var_os(name).map(|v| v.to_string_lossy().into_owned());
     let log = LogConfig::resolve(
         Some(&config.daemon.logging.level),
@@ -112,6 +104,26 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
         state_dir,
         activated,
     })
+}
+
+/// The daemon's configuration: the files of `sources`, then `max_tokens_per_identity` from
+/// the flag or the environment (§2.1). `relayd bindings` builds a stopped daemon's broker
+/// settings from it too, without the flag.
+pub(crate) fn load_config(
+    sources: &ConfigSources,
+    max_tokens_flag: Option<u8>,
+    env: &impl Env,
+) -> Result<Config, String> {
+    let mut config = Config::load_daemon(sources).map_err(|e| e.to_string())?;
+    let env_tokens = env
+        .var_os(names::RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY)
+        .map(|v| v.to_string_lossy().into_owned());
+    config.daemon.max_tokens_per_identity = max_tokens_per_identity(
+        max_tokens_flag,
+        env_tokens.as_deref(),
+        config.daemon.max_tokens_per_identity,
+    )?;
+    Ok(config)
 }
 
 fn state_dir(cli: &Cli, env: &impl Env) -> Result<PathBuf, String> {
@@ -244,6 +256,12 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
             keepalive_idle: config.daemon.keepalive_idle_secs.get(),
             drain_timeout: config.daemon.timers.drain_secs.get(),
             tls,
+            handshake_timeout: config.daemon.timers.header_read_timeout_secs.get(),
+            per_peer: PeerLimit {
+                max: config.daemon.max_connections_per_ip,
+                loopback: false,
+            },
+            linger: Linger::default(),
         },
         front.clone(),
         shutdown,
@@ -270,8 +288,9 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// The broker's settings from the daemon's configuration.
-fn broker_config(config: &Config, mode: Mode) -> BrokerConfig {
+/// The broker's settings from the daemon's configuration; `relayd bindings` drives a broker
+/// with them on a stopped daemon's state.
+pub(crate) fn broker_config(config: &Config, mode: Mode) -> BrokerConfig {
     let d = &config.daemon;
     let timers = d.timers.to_wire();
     BrokerConfig {

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 mod admin;
+mod bundle;
 mod cli;
 mod daemon;
 
@@ -25,9 +26,12 @@ fn main() -> ExitCode {
             command: cli::IdentityCommand::Show,
         }) => daemon::identity_show(&cli),
         Some(cli::Command::Bindings { command }) => admin::run(cli.state_dir.as_deref(), command),
-        Some(cli::Command::ManagedBundle { .. }) => {
-            eprintln!("relayd: managed-bundle is not implemented yet");
-            ExitCode::FAILURE
-        }
+        Some(cli::Command::ManagedBundle {
+            output,
+            daemon_address,
+            bin_dir,
+            platform,
+            agent,
+        }) => bundle::run(output, daemon_address, bin_dir, platform, agent),
     }
 }

@@ -62,13 +62,24 @@ impl World {
     }
 
     async fn start(&self) -> Daemon {
+        let mut command = self.command();
+        command
+            .arg("--config")
+            .arg(self.dir.path().join("config.toml"));
+        self.spawn(command).await
+    }
+
+    /// A daemon that reads the standard config files (`<xdg>/relay/config.toml` and the
+    /// system one), the files `relayd bindings` reads for a stopped daemon.
+    async fn start_with_standard_config(&self) -> Daemon {
+        self.spawn(self.command()).await
+    }
+
+    async fn spawn(&self, mut command: Command) -> Daemon {
         let port = free_port();
-        let mut child = self
-            .command()
+        let mut child = command
             .arg("--port")
             .arg(port.to_string())
-            .arg("--config")
-            .arg(self.dir.path().join("config.toml"))
             .args(["--log-format", "jsonl", "--log-level", "info"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -563,4 +574,157 @@ async fn root_editing_a_stopped_system_daemons_state_leaves_its_files_to_the_dae
         .unwrap();
     assert!(unblocked.status.success(), "{}", stderr(&unblocked));
     assert!(store.load().unwrap().blocked.is_empty());
+}
+
+const FP: &str = "abababababababababababababababababababababababababababababababab";
+const OTHER: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+const HOUR_MS: u64 = 3600 * 1000;
+const DAY_MS: u64 = 24 * HOUR_MS;
+/// `binding_tombstone_days` of the comparison below.
+const TOMBSTONE_DAYS: u64 = 10;
+
+fn wall_ms() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    u64::try_from(since.as_millis()).unwrap()
+}
+
+/// A state file with what a revocation must get right: two live bindings of `FP` and three
+/// of its tombstones (so that, at one token per identity, the cap of four tombstones
+/// applies), a generation of each fingerprint, another fingerprint's live binding and
+/// expired tombstone, and a blocked fingerprint without bindings.
+fn comparison_state(now_ms: u64) -> String {
+    let binding = |digest: u8, fp: &str, tombstone_until: Option<u64>| {
+        format!(
+            r#"{{"digest":"{}","fingerprint":"{fp}","last_use_unix_ms":{},"tombstone_until_unix_ms":{}}}"#,
+            hex::encode([digest; 32]),
+            now_ms - 60_000 - u64::from(digest),
+            tombstone_until.map_or("null".to_owned(), |t| t.to_string())
+        )
+    };
+    let generation = |id: u8, fp: &str| {
+        format!(
+            r#"{{"worker_id":"00000000-0000-7000-8000-0000000000{id:02x}","fingerprint":"{fp}","endpoint":"127.0.0.1:40001","certificate_sha256":"{}","draining":false}}"#,
+            hex::encode([id; 32])
+        )
+    };
+    let bindings = [
+        binding(0x01, FP, None),
+        binding(0x02, FP, None),
+        binding(0x03, FP, Some(now_ms + DAY_MS)),
+        binding(0x04, FP, Some(now_ms + 2 * DAY_MS)),
+        binding(0x05, FP, Some(now_ms + 40 * DAY_MS)),
+        binding(0x21, OTHER, None),
+        binding(0x22, OTHER, Some(now_ms - HOUR_MS)),
+    ];
+    format!(
+        r#"{{"version":1,"bindings":[{}],"blocked":["{}"],"generations":[{},{}]}}"#,
+        bindings.join(","),
+        "ff".repeat(32),
+        generation(1, FP),
+        generation(2, OTHER)
+    )
+}
+
+/// A world whose daemon allows one token per identity, keeps tombstones for
+/// `TOMBSTONE_DAYS` and waits long for its workers to resume, with `state` as its state file.
+fn comparison_world(state: &str) -> World {
+    let world = World::new();
+    let relay_dir = world.dir.path().join("xdg").join("relay");
+    std::fs::create_dir_all(&relay_dir).unwrap();
+    std::fs::write(
+        relay_dir.join("config.toml"),
+        format!(
+            "[daemon]\nmax_tokens_per_identity = 1\nbinding_tombstone_days = {TOMBSTONE_DAYS}\n\n[daemon.timers]\nreconnect_grace_secs = 3600\n"
+        ),
+    )
+    .unwrap();
+    let state_dir = world.state_dir();
+    std::fs::create_dir(&state_dir).unwrap();
+    std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let file = state_dir.join(relay_proxy::state::STATE_FILE);
+    std::fs::write(&file, state).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    world
+}
+
+/// The state file after the command, with the tombstone ends that the command set itself
+/// (now + the tombstone period, taken between `before_ms` and `after_ms`) replaced by a
+/// placeholder; every other byte is kept.
+fn written_state(world: &World, before_ms: u64, after_ms: u64) -> (String, usize) {
+    let text =
+        std::fs::read_to_string(world.state_dir().join(relay_proxy::state::STATE_FILE)).unwrap();
+    let period = TOMBSTONE_DAYS * DAY_MS;
+    // The daemon converts its clock to wall-clock time through a reference taken at its
+    // start; a second covers that and the rounding to milliseconds.
+    let window = (before_ms + period - 1000)..=(after_ms + period + 1000);
+    let mut fresh = 0;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let value = line
+                .trim()
+                .strip_prefix("\"tombstone_until_unix_ms\": ")
+                .and_then(|v| v.trim_end_matches(',').parse::<u64>().ok());
+            match value {
+                Some(ms) if window.contains(&ms) => {
+                    fresh += 1;
+                    line.replace(&ms.to_string(), "<set by this command>")
+                }
+                _ => line.to_owned(),
+            }
+        })
+        .collect();
+    (lines.join("\n"), fresh)
+}
+
+#[tokio::test]
+async fn revoke_and_block_write_the_same_state_on_a_running_and_a_stopped_daemon() {
+    for (action, verb) in [("revoke", "revoked"), ("block", "blocked")] {
+        let state = comparison_state(wall_ms());
+
+        let online = comparison_world(&state);
+        let daemon = online.start_with_standard_config().await;
+        let before_ms = wall_ms();
+        let output = online.bindings(None, &[action, FP]).await;
+        let after_ms = wall_ms();
+        assert!(output.status.success(), "{action}: {}", stderr(&output));
+        assert!(
+            stdout(&output).starts_with(&format!("{verb} {FP}: 2 bindings, 0 sessions")),
+            "{}",
+            stdout(&output)
+        );
+        daemon.stop().await;
+        let (running, fresh) = written_state(&online, before_ms, after_ms);
+        assert_eq!(fresh, 2, "{action}: {running}");
+
+        let offline = comparison_world(&state);
+        let before_ms = wall_ms();
+        let output = offline.bindings(None, &[action, FP]).await;
+        let after_ms = wall_ms();
+        assert!(output.status.success(), "{action}: {}", stderr(&output));
+        assert_eq!(
+            stdout(&output).trim(),
+            format!("{verb} {FP}: 2 bindings, 1 worker generation dropped (daemon not running)")
+        );
+        let (stopped, fresh) = written_state(&offline, before_ms, after_ms);
+        assert_eq!(fresh, 2, "{action}: {stopped}");
+
+        assert_eq!(running, stopped, "{action}");
+        // The rule was applied, not skipped by both: the tombstone that ends first went
+        // (one token per identity keeps four), the expired one and the revoked
+        // generation are gone, the other identity's binding and generation stay.
+        let persisted = online.persisted();
+        let digests: Vec<u8> = persisted.bindings.iter().map(|b| b.digest.0[0]).collect();
+        assert_eq!(digests, vec![0x01, 0x02, 0x04, 0x05, 0x21], "{action}");
+        assert_eq!(persisted.generations.len(), 1, "{action}");
+        assert_eq!(persisted.generations[0].fingerprint.to_hex(), OTHER);
+        let blocked: Vec<String> = persisted.blocked.iter().map(|f| f.to_hex()).collect();
+        let mut expected = vec!["ff".repeat(32)];
+        if action == "block" {
+            expected.insert(0, FP.to_owned());
+        }
+        assert_eq!(blocked, expected, "{action}");
+    }
 }

@@ -4,7 +4,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use relay_proto::{
-    Bytes32, Id, LaunchOutcome, Message, PassThroughReason, RefusedCode, Role, WorkerHint,
+    ActivationCancelReason, Bytes32, DisconnectReason, FailureReason, Id, LaunchOutcome,
+    McpDisconnectReason, McpRemovedReason, Message, PassThroughReason, RefusedCode, Role,
+    WorkerDisconnectReason, WorkerHint, WorkerRemovedReason,
 };
 
 use crate::types::{ConnId, Digest, Fingerprint};
@@ -38,7 +40,7 @@ pub enum Input {
     McpActivationFailed {
         conn: ConnId,
         activation_id: Id,
-        reason: String,
+        reason: FailureReason,
     },
     /// The MCP's child exited (`WorkerExited`).
     McpWorkerExited { conn: ConnId, activation_id: Id },
@@ -61,16 +63,17 @@ pub enum Input {
         worker_id: Id,
         certificate_sha256: Bytes32,
     },
-    /// The worker loaded its plugins and listens (`Ready`).
-    WorkerReady { conn: ConnId },
+    /// The worker says it loaded its plugins and listens (`Ready`). This is only its report:
+    /// the route is ready once the readiness probe also succeeds.
+    WorkerReportedReady { conn: ConnId },
     /// The worker could not start (`ActivationFailed` from the worker).
-    WorkerActivationFailed { conn: ConnId, reason: String },
+    WorkerActivationFailed { conn: ConnId, reason: FailureReason },
     /// The worker is about to exit (`Stopping`).
     WorkerStopping { conn: ConnId },
     /// A control connection closed or failed, of either role.
     Disconnected {
         conn: ConnId,
-        reason: WorkerDisconnectReason,
+        reason: DisconnectReason,
     },
     /// The result of an [`Output::Probe`].
     ProbeResult {
@@ -102,14 +105,6 @@ pub enum ProbeOutcome {
     Failed,
 }
 
-/// Why a control connection ended, for logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkerDisconnectReason {
-    PongTimeout,
-    PeerClosed,
-    CommunicationFailed,
-}
-
 /// What the shell must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
@@ -135,7 +130,8 @@ pub enum Output {
     Event(Event),
 }
 
-/// A lifecycle event (§10.3) the broker decided on; the shell writes it to the log.
+/// A lifecycle event (§10.3) the broker decided on; the shell writes it to the log. Its
+/// reasons are the shared vocabulary of `relay-proto`, which the log writes as they are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     RegistrationRefused {
@@ -180,7 +176,7 @@ pub enum Event {
     McpDisconnected {
         fingerprint: Fingerprint,
         instance: Id,
-        reason: WorkerDisconnectReason,
+        reason: McpDisconnectReason,
     },
     WorkerStaged {
         fingerprint: Fingerprint,
@@ -210,14 +206,14 @@ pub enum Event {
     WorkerActivationFailed {
         fingerprint: Fingerprint,
         activation_id: Option<Id>,
-        reason: String,
+        reason: FailureReason,
         retry_after: Duration,
         attempt: u32,
     },
     WorkerActivationCancelled {
         fingerprint: Fingerprint,
         activation_id: Id,
-        reason: CancelReason,
+        reason: ActivationCancelReason,
     },
     WorkerControlConnected {
         conn: ConnId,
@@ -259,36 +255,8 @@ pub enum Event {
     WorkerRemoved {
         fingerprint: Fingerprint,
         worker_id: Id,
-        reason: RemovedReason,
+        reason: WorkerRemovedReason,
     },
-}
-
-/// Why a launch grant was cancelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelReason {
-    OwnerDisconnected,
-    OwnerReleased,
-    RouteEmptied,
-    Revoked,
-}
-
-/// Why an MCP stopped being a reference.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum McpRemovedReason {
-    Released,
-    GraceExpired,
-    Revoked,
-    /// Its registration could not be made durable.
-    StateUnavailable,
-}
-
-/// Why a worker generation left its route (`worker_removed`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemovedReason {
-    Drained,
-    DrainTimeout,
-    Revoked,
-    Crashed,
 }
 
 /// What a request is, for the routing rules (§3.5: draining workers still take hooks).

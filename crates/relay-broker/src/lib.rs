@@ -21,10 +21,7 @@ mod timers;
 mod types;
 
 pub use broker::Broker;
-pub use io::{
-    CancelReason, Decision, Event, Input, McpRemovedReason, Output, ProbeOutcome, RemovedReason,
-    RequestKind, Ticket, WorkerDisconnectReason,
-};
+pub use io::{Decision, Event, Input, Output, ProbeOutcome, RequestKind, Ticket};
 pub use persist::{PersistedBinding, PersistedGeneration, PersistedState};
 pub use types::{
     BindingView, BrokerConfig, ConnId, Digest, Entropy, Fingerprint, RouteView, WorkerView,

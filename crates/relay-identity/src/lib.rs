@@ -7,10 +7,14 @@
 //! File checks are pure functions of the file's metadata and the effective uid, so every refusal
 //! can be tested even when tests run as root.
 //!
+//! The [`bundle`] module holds the managed bundle's digest and comparison, shared by `relayd`
+//! and `relay-doctor`.
+//!
 //! Key types: [`SigningKey`] and [`PublicKey`] (Ed25519, with [`Fingerprint`]), [`RouteToken`]
 //! (the route credential), [`DaemonAddress`] and [`Origin`], [`PinStore`], [`Transcript`] and
 //! [`Secret32`].
 
+pub mod bundle;
 mod env;
 mod keys;
 mod origin;

@@ -5,7 +5,7 @@
 //! Lifecycle events are values of [`Lifecycle`] emitted with [`Lifecycle::emit`]; the three provider-failure events are [`ProviderFailure`] values that can only be emitted through a [`RateLimiter`], which adds `suppressed_since_last_emit`.
 //! Fingerprints and credential digests are taken in full and always written as a 12-character prefix; no event type has a place for a token, grant, key or secret.
 //! It also holds the exit conventions every binary shares ([`clap_exit`], [`usage_exit`]: one line on stderr and status 64 for a usage error).
-//! This crate reads no environment variable and opens no file (callers pass both in), the rate limiter reads no clock, and it depends on no other Relay crate.
+//! This crate reads no environment variable and opens no file (callers pass both in), the rate limiter reads no clock, and it depends on no other Relay crate but `relay-proto`, whose shared vocabulary of reasons (roles, refusal codes, removal, cancel and disconnect reasons) the events carry as they are.
 
 mod capture;
 mod config;
@@ -22,11 +22,12 @@ pub use crate::{
     config::{ENV_LOG, ENV_LOG_FORMAT, LogConfig, LogConfigError, LogFormat, LogOrigin},
     exit::{EXIT_USAGE, clap_exit, usage_exit},
     lifecycle::{
-        ActivationCancelReason, ControlRole, CredentialSkipReason, CredentialSource, DaemonKeys,
-        DaemonMode, LIFECYCLE_TARGET, LaunchFailureReason, Lifecycle, McpDisconnectReason,
-        McpPassThroughReason, McpRemovedReason, PassThroughReason, ProcessExit, PublicRoute,
-        RefusalReason, RouteMode, WorkerDisconnectReason, WorkerRemovedReason,
+        CredentialSkipReason, CredentialSource, DaemonKeys, DaemonMode, LIFECYCLE_TARGET,
+        Lifecycle, McpPassThroughReason, ProcessExit, PublicRoute,
     },
     rate_limit::{ProviderFailure, RateLimiter},
     subscriber::{InitError, init, subscriber},
 };
+/// The pass-through reasons moved to `relay-proto`; this name stays until the request path
+/// (`front.rs`) names `relay_proto::PassThroughReason` itself.
+pub use relay_proto::PassThroughReason;

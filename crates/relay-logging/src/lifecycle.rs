@@ -8,6 +8,10 @@
 
 use std::{fmt, net::IpAddr, net::SocketAddr, path::Path};
 
+use relay_proto::{
+    ActivationCancelReason, FailureReason, McpDisconnectReason, McpRemovedReason,
+    PassThroughReason, RefusedCode, Role, RouteMode, WorkerDisconnectReason, WorkerRemovedReason,
+};
 use uuid::Uuid;
 
 /// The `target` of every lifecycle event.
@@ -90,126 +94,11 @@ log_values! {
 }
 
 log_values! {
-    /// The role of a control session.
-    ControlRole {
-        Mcp => "mcp",
-        Worker => "worker",
-    }
-}
-
-log_values! {
-    /// The `Refused` codes of SPEC §5.6.
-    RefusalReason {
-        ProtocolUnsupported => "protocol_unsupported",
-        BadSignature => "bad_signature",
-        TranscriptMismatch => "transcript_mismatch",
-        ChallengeExpired => "challenge_expired",
-        CredentialMalformed => "credential_malformed",
-        CredentialBoundElsewhere => "credential_bound_elsewhere",
-        TokenLimit => "token_limit",
-        RouteTableFull => "route_table_full",
-        RateLimited => "rate_limited",
-        SessionLimit => "session_limit",
-        SessionUnknown => "session_unknown",
-        StateUnavailable => "state_unavailable",
-        GrantUnknown => "grant_unknown",
-        GrantReplayed => "grant_replayed",
-        GrantIdentityMismatch => "grant_identity_mismatch",
-        EndpointNotAllowed => "endpoint_not_allowed",
-        GenerationRevoked => "generation_revoked",
-        PassThroughMode => "pass_through_mode",
-        Revoked => "revoked",
-        Blocked => "blocked",
-    }
-}
-
-log_values! {
-    /// Why the daemon stopped counting an MCP session as a reference to its route.
-    McpRemovedReason {
-        /// The MCP sent `Release` (its harness session ended).
-        Released => "released",
-        /// Its control session dropped and did not resume within `reconnect_grace_secs`.
-        GraceExpired => "grace_expired",
-        /// The route was revoked or blocked.
-        Revoked => "revoked",
-    }
-}
-
-log_values! {
-    /// Why an MCP control session closed.
-    McpDisconnectReason {
-        /// No pong within `pong_timeout_secs`.
-        PongTimeout => "pong_timeout",
-        /// The peer closed the connection.
-        PeerClosed => "peer_closed",
-        /// A malformed, oversized or out-of-order message (SPEC §5.1).
-        ProtocolViolation => "protocol_violation",
-        /// More than 64 outbound messages queued.
-        SendQueueFull => "send_queue_full",
-        /// The daemon is stopping.
-        DaemonStopping => "daemon_stopping",
-    }
-}
-
-log_values! {
-    /// Why a worker control session closed (SPEC §10.3).
-    WorkerDisconnectReason {
-        PongTimeout => "pong_timeout",
-        PeerClosed => "peer_closed",
-        WorkerCommunicationFailed => "worker_communication_failed",
-    }
-}
-
-log_values! {
-    /// Why a launch grant was cancelled before its worker was published.
-    ActivationCancelReason {
-        /// The MCP holding the grant disconnected.
-        OwnerDisconnected => "owner_disconnected",
-        /// The MCP holding the grant released its reference.
-        OwnerReleased => "owner_released",
-        /// The route lost its last reference.
-        RouteEmptied => "route_emptied",
-        /// The route was revoked or blocked.
-        Revoked => "revoked",
-    }
-}
-
-log_values! {
-    /// Why a worker generation left the route table (SPEC §10.3).
-    WorkerRemovedReason {
-        Drained => "drained",
-        DrainTimeout => "drain_timeout",
-        Revoked => "revoked",
-        Crashed => "crashed",
-    }
-}
-
-log_values! {
     /// The family of a public request (SPEC §3.5).
     PublicRoute {
         Hook => "hook",
         Openai => "openai",
         Anthropic => "anthropic",
-    }
-}
-
-log_values! {
-    /// Why a request with a credential was passed through (SPEC §3.5, §3.7).
-    PassThroughReason {
-        MissingCredential => "missing_credential",
-        UnboundCredential => "unbound_credential",
-        NoLiveSession => "no_live_session",
-        WorkerUnavailable => "worker_unavailable",
-        ConfiguredPassThrough => "configured_pass_through",
-        WorkerConnectFailed => "worker_connect_failed",
-    }
-}
-
-log_values! {
-    /// Where a route's traffic goes.
-    RouteMode {
-        Worker => "worker",
-        PassThrough => "pass_through",
     }
 }
 
@@ -221,18 +110,6 @@ log_values! {
         RouteTableFull => "route_table_full",
         ConfiguredPassThrough => "configured_pass_through",
         ActivationFailed => "activation_failed",
-    }
-}
-
-log_values! {
-    /// Why `relay-mcp` could not launch its worker (SPEC §10.3).
-    LaunchFailureReason {
-        WorkerExecutableResolutionFailed => "worker_executable_resolution_failed",
-        WorkerProcessSpawnFailed => "worker_process_spawn_failed",
-        WorkerActivationPipeUnavailable => "worker_activation_pipe_unavailable",
-        WorkerActivationGrantWriteFailed => "worker_activation_grant_write_failed",
-        WorkerExitedBeforeReady => "worker_exited_before_ready",
-        PluginConfigInvalid => "plugin_config_invalid",
     }
 }
 
@@ -361,20 +238,20 @@ pub enum Lifecycle<'a> {
     },
     /// A control registration was refused (warn).
     ControlRegistrationRefused {
-        role: ControlRole,
-        reason: RefusalReason,
+        role: Role,
+        reason: RefusedCode,
         peer: IpAddr,
         fingerprint: Option<&'a str>,
     },
     /// A non-loopback address opened too many handshakes (warn).
     ControlRateLimited {
-        role: ControlRole,
+        role: Role,
         peer: IpAddr,
         retry_after_secs: u64,
     },
     /// Client side: the daemon's key does not match the pinned one (error).
     DaemonPinMismatch {
-        role: ControlRole,
+        role: Role,
         origin: &'a str,
         pin_file: &'a Path,
     },
@@ -457,11 +334,12 @@ pub enum Lifecycle<'a> {
     /// After a failed activation, the retry time was reached (info).
     WorkerRelaunchRequested { fingerprint: &'a str, attempt: u32 },
     /// An activation failed; the route passes through until `retry_after_ms` (warn).
-    /// `failure_reason` is the code the MCP or worker reported, or `readiness_probe_failed`.
+    /// `failure_reason` is the reason the MCP or worker reported (`unknown` for a text outside
+    /// the closed set), or one the daemon decided, such as `readiness_probe_failed`.
     WorkerActivationFailed {
         fingerprint: &'a str,
         activation_id: Option<Uuid>,
-        failure_reason: &'a str,
+        failure_reason: FailureReason,
         retry_after_ms: u64,
         attempt: u32,
     },
@@ -558,7 +436,7 @@ pub enum Lifecycle<'a> {
     WorkerLaunchFailed {
         fingerprint: &'a str,
         activation_id: Uuid,
-        failure_reason: LaunchFailureReason,
+        failure_reason: FailureReason,
         detail: Option<&'a str>,
     },
     /// A route credential source was unusable and skipped (warn).
@@ -857,7 +735,7 @@ impl Lifecycle<'_> {
             } => lifecycle_event!(WARN, name, "worker activation failed";
                 fingerprint = digest_prefix(fingerprint),
                 activation_id = activation_id.map(tracing::field::display),
-                failure_reason,
+                failure_reason = failure_reason.as_str(),
                 retry_after_ms,
                 attempt,
             ),

@@ -10,11 +10,14 @@
 //! Key types: [`Message`] (every control message), [`Frame`] (a decoded envelope),
 //! [`FrameError`], [`RefusedCode`], and the status bodies [`Health`], [`WorkerStatus`] and
 //! [`RouteStatus`].
+//! It also holds the shared vocabulary of reasons (`vocabulary`): every reason, role and
+//! state the broker decides and the logs write, each defined once with its spelling.
 
 mod frame;
 mod message;
 mod status;
 mod types;
+mod vocabulary;
 
 pub use frame::{
     Frame, FrameError, FrameHeader, HEADER_LEN, MAGIC, MAX_FRAME_BYTES, PROTOCOL_VERSION,
@@ -27,9 +30,13 @@ pub use message::{
     Timers, WorkerActivationFailed, WorkerExited, WorkerHint,
 };
 pub use status::{
-    DeploymentMode, ErrorBody, ErrorDetail, ErrorKind, Health, HealthStatus, PassThroughReason,
-    RouteMode, RouteState, RouteStatus, WorkerList, WorkerState, WorkerStatus, WorkerStatusList,
+    DeploymentMode, ErrorBody, ErrorDetail, ErrorKind, Health, HealthStatus, RouteState,
+    RouteStatus, WorkerList, WorkerStatus, WorkerStatusList,
 };
 pub use types::{
     Bytes32, Id, MAX_TEXT_BYTES, ProtocolRange, PublicKey, Role, Signature, Text, TextTooLong,
+};
+pub use vocabulary::{
+    ActivationCancelReason, DisconnectReason, FailureReason, McpDisconnectReason, McpRemovedReason,
+    PassThroughReason, RouteMode, WorkerDisconnectReason, WorkerRemovedReason, WorkerState,
 };

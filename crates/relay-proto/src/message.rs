@@ -201,7 +201,8 @@ impl Refused {
     }
 }
 
-/// Every refusal reason of §5.6, with its stable numeric code.
+/// Every refusal reason of §5.6, with its stable numeric code; its spelling is the `reason`
+/// of `control_registration_refused`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum RefusedCode {
@@ -282,6 +283,12 @@ impl RefusedCode {
             RefusedCode::Revoked => "revoked",
             RefusedCode::Blocked => "blocked",
         }
+    }
+}
+
+impl std::fmt::Display for RefusedCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::vocabulary::{PassThroughReason, RouteMode, WorkerState};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeploymentMode {
@@ -40,14 +42,6 @@ pub struct WorkerList {
     pub workers: Vec<Uuid>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WorkerState {
-    Ready,
-    Draining,
-    Recovering,
-}
-
 /// One worker in `GET /_relay/v1/workers/status` and `GET /_relay/v1/workers/<id>/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerStatus {
@@ -65,38 +59,6 @@ pub struct WorkerStatusList {
     pub status: HealthStatus,
     /// Sorted by worker id.
     pub workers: Vec<WorkerStatus>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RouteMode {
-    Worker,
-    PassThrough,
-}
-
-/// Why a request with a credential did not go to a worker (§3.5, §3.7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PassThroughReason {
-    MissingCredential,
-    UnboundCredential,
-    NoLiveSession,
-    WorkerUnavailable,
-    ConfiguredPassThrough,
-    WorkerConnectFailed,
-}
-
-impl PassThroughReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PassThroughReason::MissingCredential => "missing_credential",
-            PassThroughReason::UnboundCredential => "unbound_credential",
-            PassThroughReason::NoLiveSession => "no_live_session",
-            PassThroughReason::WorkerUnavailable => "worker_unavailable",
-            PassThroughReason::ConfiguredPassThrough => "configured_pass_through",
-            PassThroughReason::WorkerConnectFailed => "worker_connect_failed",
-        }
-    }
 }
 
 /// A route's state as `GET /_relay/v1/route` reports it; `None` for an unbound credential.

@@ -162,7 +162,8 @@ impl<'de> Deserialize<'de> for Text {
     }
 }
 
-/// Which kind of client opened a control session.
+/// Which kind of client opened a control session; its spelling is the `role` of the log
+/// events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Role {
     Mcp,
@@ -170,6 +171,9 @@ pub enum Role {
 }
 
 impl Role {
+    /// Both roles.
+    pub const ALL: &'static [Role] = &[Role::Mcp, Role::Worker];
+
     /// The role's byte in the handshake transcript (§5.2).
     pub fn transcript_byte(self) -> u8 {
         match self {
@@ -183,6 +187,12 @@ impl Role {
             Role::Mcp => "mcp",
             Role::Worker => "worker",
         }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

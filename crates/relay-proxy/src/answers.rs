@@ -81,6 +81,20 @@ pub(crate) fn error(status: StatusCode, kind: ErrorKind, message: &str) -> Respo
     res
 }
 
+/// An error body that tells the client to try again in `secs` seconds (every 503 and 429
+/// carries one, §3.5).
+pub(crate) fn retry_later(
+    status: StatusCode,
+    kind: ErrorKind,
+    message: &str,
+    secs: u64,
+) -> Response<ResponseBody> {
+    let mut res = error(status, kind, message);
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    res
+}
+
 pub(crate) fn not_found() -> Response<ResponseBody> {
     error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found")
 }
@@ -94,16 +108,14 @@ pub(crate) fn unauthorized() -> Response<ResponseBody> {
 }
 
 pub(crate) fn worker_unavailable(retry_after: Duration) -> Response<ResponseBody> {
-    let mut res = error(
+    // Rounded up, at least one second (§3.5).
+    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+    retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::RelayWorkerUnavailable,
         "no worker is ready for this route",
-    );
-    // Rounded up, at least one second (§3.5).
-    let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-    res
+        secs.max(1),
+    )
 }
 
 pub(crate) fn worker_failed() -> Response<ResponseBody> {

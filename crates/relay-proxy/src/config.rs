@@ -80,6 +80,9 @@ pub struct DaemonConfig {
     pub max_request_body_bytes: u64,
     pub max_hook_body_bytes: u64,
     pub max_connections: usize,
+    /// Connections at once from one non-loopback peer address (loopback peers are not
+    /// counted: every local user shares 127.0.0.1).
+    pub max_connections_per_ip: usize,
     pub max_requests_per_identity: u32,
     pub max_tokens_per_identity: u8,
     pub max_sessions_per_route: u32,
@@ -102,6 +105,7 @@ impl Default for DaemonConfig {
             max_request_body_bytes: 32 * 1024 * 1024,
             max_hook_body_bytes: 1024 * 1024,
             max_connections: 10_000,
+            max_connections_per_ip: 256,
             max_requests_per_identity: 256,
             max_tokens_per_identity: 4,
             max_sessions_per_route: 64,
@@ -509,6 +513,9 @@ impl Config {
         }
         if d.max_connections == 0 {
             return invalid("daemon.max_connections", "must be positive");
+        }
+        if d.max_connections_per_ip == 0 {
+            return invalid("daemon.max_connections_per_ip", "must be positive");
         }
         if d.max_requests_per_identity == 0 {
             return invalid("daemon.max_requests_per_identity", "must be positive");

@@ -8,23 +8,29 @@
 //! each HTTP/1 request head with `httparse`, follows the body framing to the next head,
 //! and records per head whether its framing headers were ambiguous. hyper stays the one
 //! parser that serves requests; this only observes.
+//!
+//! Where the watcher cannot follow an HTTP/1 byte stream (bytes hyper will refuse, or that
+//! disagree with what it expects), it says so: a request without a verdict is refused as
+//! ambiguous, the connection closes after the current answer, and it is timed by the
+//! header timeout meanwhile, so losing the watcher never leaves a connection untimed.
 
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 /// Longest request head tracked; hyper refuses longer ones itself (431).
 const MAX_HEAD: usize = 64 * 1024;
-/// Longest chunk-size line tracked.
-const MAX_CHUNK_LINE: usize = 4096;
+/// Longest chunk-size line followed (its size and extension); hyper refuses more than
+/// 16 KiB of extensions in one body, so a longer line never reaches a handler.
+const MAX_CHUNK_LINE: usize = 64 * 1024;
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
 /// What the read side saw of one HTTP/1 request head.
@@ -42,9 +48,16 @@ pub struct ConnState {
     /// Milliseconds since `epoch` (+1) when the current head's first byte arrived; 0 when
     /// no head is being read.
     head_started: AtomicU64,
-    /// Milliseconds since `epoch` of the last byte read or the last request finished.
+    /// Milliseconds since `epoch` of the last HTTP/1 byte read that was not a blank line
+    /// between requests, or of the last request finished. HTTP/2 bytes (PING, SETTINGS,
+    /// WINDOW_UPDATE) are no activity: only streams are.
     last_activity: AtomicU64,
     active: AtomicUsize,
+    /// An HTTP/1 watcher follows this connection, so every request must have a verdict.
+    watched: AtomicBool,
+    /// Milliseconds since `epoch` (+1) when the watcher lost the HTTP/1 byte stream; 0
+    /// while it follows it.
+    untracked_since: AtomicU64,
     verdicts: Mutex<VecDeque<HeadVerdict>>,
     wake: Notify,
 }
@@ -56,6 +69,8 @@ impl ConnState {
             head_started: AtomicU64::new(0),
             last_activity: AtomicU64::new(0),
             active: AtomicUsize::new(0),
+            watched: AtomicBool::new(false),
+            untracked_since: AtomicU64::new(0),
             verdicts: Mutex::new(VecDeque::new()),
             wake: Notify::new(),
         }
@@ -69,14 +84,27 @@ impl ConnState {
         self.epoch + Duration::from_millis(ms)
     }
 
-    /// The verdict on the next request head, in order. `Clean` when nothing was tracked
-    /// (HTTP/2, or a head the tracker gave up on and hyper will refuse).
+    fn touch(&self, now: u64) {
+        self.last_activity.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// The verdict on the next request head, in order. A request on a watched HTTP/1
+    /// connection without a verdict (the watcher lost the byte stream) is
+    /// `AmbiguousFraming`: it is refused, never assumed clean. Requests on connections no
+    /// watcher follows (HTTP/2) are `Clean`.
     pub fn take_verdict(&self) -> HeadVerdict {
-        self.verdicts
-            .lock()
-            .ok()
-            .and_then(|mut v| v.pop_front())
-            .unwrap_or(HeadVerdict::Clean)
+        let next = self.verdicts.lock().ok().and_then(|mut v| v.pop_front());
+        match next {
+            Some(verdict) => verdict,
+            None if self.watched.load(Ordering::Relaxed) => HeadVerdict::AmbiguousFraming,
+            None => HeadVerdict::Clean,
+        }
+    }
+
+    /// True once the watcher lost the HTTP/1 byte stream: the connection must close after
+    /// the current answer.
+    pub fn is_untracked(&self) -> bool {
+        self.untracked_since.load(Ordering::Relaxed) != 0
     }
 
     /// Marks a request as in progress until the returned guard is dropped.
@@ -87,7 +115,9 @@ impl ConnState {
 
     /// Resolves when the connection should close: a head that is not complete within
     /// `header_timeout` yields [`Expiry::HeaderTimeout`]; an idle connection with no request
-    /// for `keepalive_idle` yields [`Expiry::Idle`].
+    /// for `keepalive_idle` yields [`Expiry::Idle`]; a connection whose byte stream the
+    /// watcher lost yields [`Expiry::Untracked`] `header_timeout` after that or after its
+    /// last request, whichever is later.
     pub async fn expired(&self, header_timeout: Duration, keepalive_idle: Duration) -> Expiry {
         loop {
             let now = self.now_ms();
@@ -99,9 +129,19 @@ impl ConnState {
                 }
                 deadline
             } else if self.active.load(Ordering::Relaxed) == 0 {
-                let deadline = self.at(self.last_activity.load(Ordering::Relaxed)) + keepalive_idle;
+                let last = self.at(self.last_activity.load(Ordering::Relaxed));
+                let untracked = self.untracked_since.load(Ordering::Relaxed);
+                let (deadline, expiry) = if untracked == 0 {
+                    (last + keepalive_idle, Expiry::Idle)
+                } else {
+                    let since = last.max(self.at(untracked - 1));
+                    (
+                        since + header_timeout.min(keepalive_idle),
+                        Expiry::Untracked,
+                    )
+                };
                 if self.at(now) >= deadline {
-                    return Expiry::Idle;
+                    return expiry;
                 }
                 deadline
             } else {
@@ -126,6 +166,8 @@ impl Default for ConnState {
 pub enum Expiry {
     HeaderTimeout,
     Idle,
+    /// The watcher lost the byte stream and nothing is in flight.
+    Untracked,
 }
 
 /// Held while a request is in progress on a connection (until its response body ends).
@@ -149,23 +191,92 @@ impl Drop for ActiveRequest {
 enum Framing {
     Head(Vec<u8>),
     Fixed(u64),
-    ChunkSize(Vec<u8>),
+    ChunkSize(ChunkLine),
     ChunkData(u64),
     ChunkEnd(u8),
     Trailers(Vec<u8>),
-    /// HTTP/2, an upgraded connection, or bytes hyper will refuse: stop tracking.
+    /// HTTP/2, or a connection upgraded to another protocol: no HTTP/1 request follows.
     Off,
+    /// HTTP/1 bytes the tracker cannot follow (hyper will refuse them, or they disagree
+    /// with what it expects): see [`ConnState::is_untracked`].
+    Lost,
 }
+
+/// A chunk-size line read so far: the hexadecimal size, then anything (whitespace, the
+/// extensions) up to its LF, which is followed without being buffered.
+#[derive(Debug, Default)]
+struct ChunkLine {
+    size: u64,
+    digits: u8,
+    /// The size has ended; the rest of the line is skipped.
+    in_rest: bool,
+    len: usize,
+}
+
+/// Whatever must live exactly as long as the connection's socket (its connection permit),
+/// including after an upgrade hands the socket to another task.
+pub struct Keep {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl Keep {
+    pub fn new(value: impl Send + Sync + 'static) -> Keep {
+        Keep {
+            _held: Box::new(value),
+        }
+    }
+}
+
+impl std::fmt::Debug for Keep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Keep")
+    }
+}
+
+/// The socket and its [`Keep`], handed back when hyper lets go of a connection it did not
+/// upgrade, so the server can close it gently.
+pub type GiveBack<T> = oneshot::Sender<(T, Option<Keep>)>;
 
 /// The IO of one accepted connection, observed on the way to hyper.
 #[derive(Debug)]
 pub struct ConnIo<T> {
-    inner: T,
+    /// `None` only after `drop` has handed the socket back.
+    inner: Option<T>,
     state: std::sync::Arc<ConnState>,
     framing: Framing,
+    keep: Option<Keep>,
+    give_back: Option<GiveBack<T>>,
+}
+
+impl<T> Drop for ConnIo<T> {
+    fn drop(&mut self) {
+        if let (Some(inner), Some(give_back)) = (self.inner.take(), self.give_back.take()) {
+            // When nobody waits any more (the connection was upgraded, or timed out), the
+            // socket and its keep are simply dropped here.
+            let _ = give_back.send((inner, self.keep.take()));
+        }
+    }
 }
 
 impl<T> ConnIo<T> {
+    /// Holds `keep` for as long as the socket lives, and sends both to `give_back` when the
+    /// wrapper is dropped.
+    pub fn with_keep(mut self, keep: Keep, give_back: GiveBack<T>) -> ConnIo<T> {
+        self.keep = Some(keep);
+        self.give_back = Some(give_back);
+        self
+    }
+
+    fn inner_mut(&mut self) -> io::Result<Pin<&mut T>>
+    where
+        T: Unpin,
+    {
+        match self.inner.as_mut() {
+            Some(inner) => Ok(Pin::new(inner)),
+            None => Err(io::ErrorKind::NotConnected.into()),
+        }
+    }
+
     pub fn new(inner: T, state: std::sync::Arc<ConnState>, http1: bool) -> ConnIo<T> {
         if http1 {
             // The first head is timed from the start of the connection, so a client that
@@ -173,27 +284,31 @@ impl<T> ConnIo<T> {
             // (hyper's own header timeout did the same), not kept for the idle time.
             let now = state.now_ms();
             state.head_started.store(now + 1, Ordering::Relaxed);
+            state.watched.store(true, Ordering::Relaxed);
         }
         ConnIo {
-            inner,
+            inner: Some(inner),
             state,
             framing: if http1 {
                 Framing::Head(Vec::new())
             } else {
                 Framing::Off
             },
+            keep: None,
+            give_back: None,
         }
     }
 
     fn observe(&mut self, mut bytes: &[u8]) {
         let now = self.state.now_ms();
-        self.state.last_activity.fetch_max(now, Ordering::Relaxed);
         while !bytes.is_empty() {
             bytes = match &mut self.framing {
-                Framing::Off => return,
+                Framing::Off | Framing::Lost => return,
                 Framing::Head(buf) => {
                     if buf.is_empty() {
-                        // Blank lines before a request line are allowed and skipped.
+                        // Blank lines before a request line are allowed and skipped. They
+                        // are no activity: they neither start the head timer nor keep an
+                        // idle connection open.
                         let start = bytes.iter().position(|b| *b != b'\r' && *b != b'\n');
                         let Some(start) = start else { return };
                         bytes = &bytes[start..];
@@ -206,11 +321,18 @@ impl<T> ConnIo<T> {
                         );
                         self.state.wake.notify_one();
                     }
-                    let searched = buf.len().saturating_sub(3);
+                    self.state.touch(now);
+                    let searched = buf.len().saturating_sub(2);
                     buf.extend_from_slice(bytes);
-                    match find(&buf[searched..], b"\r\n\r\n") {
-                        Some(at) => {
-                            let end = searched + at + 4;
+                    if buf.starts_with(H2_PREFACE) {
+                        // Prior-knowledge HTTP/2 on plain TCP: no HTTP/1 watcher from here.
+                        self.state.head_started.store(0, Ordering::Relaxed);
+                        self.state.watched.store(false, Ordering::Relaxed);
+                        self.framing = Framing::Off;
+                        return;
+                    }
+                    match head_end(buf, searched) {
+                        Some(end) => {
                             let rest_len = buf.len() - end;
                             let head = std::mem::take(buf);
                             self.state.head_started.store(0, Ordering::Relaxed);
@@ -218,15 +340,16 @@ impl<T> ConnIo<T> {
                             &bytes[bytes.len() - rest_len..]
                         }
                         None => {
-                            if buf.len() > MAX_HEAD || buf.starts_with(H2_PREFACE) {
-                                self.state.head_started.store(0, Ordering::Relaxed);
-                                self.framing = Framing::Off;
+                            if buf.len() > MAX_HEAD {
+                                // hyper answers 431; the head timer keeps running.
+                                self.framing = self.lost(now);
                             }
                             return;
                         }
                     }
                 }
                 Framing::Fixed(remaining) => {
+                    self.state.touch(now);
                     let n = (*remaining).min(bytes.len() as u64);
                     *remaining -= n;
                     if *remaining == 0 {
@@ -234,25 +357,54 @@ impl<T> ConnIo<T> {
                     }
                     &bytes[n as usize..]
                 }
-                Framing::ChunkSize(line) => match bytes.iter().position(|b| *b == b'\n') {
-                    Some(at) => {
-                        line.extend_from_slice(&bytes[..=at]);
-                        self.framing = match httparse::parse_chunk_size(line) {
-                            Ok(httparse::Status::Complete((_, 0))) => Framing::Trailers(Vec::new()),
-                            Ok(httparse::Status::Complete((_, size))) => Framing::ChunkData(size),
-                            _ => Framing::Off,
-                        };
-                        &bytes[at + 1..]
-                    }
-                    None => {
-                        line.extend_from_slice(bytes);
-                        if line.len() > MAX_CHUNK_LINE {
-                            self.framing = Framing::Off;
+                Framing::ChunkSize(line) => {
+                    self.state.touch(now);
+                    let mut end = None;
+                    let mut overflow = false;
+                    for (i, b) in bytes.iter().enumerate() {
+                        line.len += 1;
+                        if *b == b'\n' {
+                            end = Some(i);
+                            break;
                         }
-                        return;
+                        if line.in_rest {
+                            continue;
+                        }
+                        match char::from(*b).to_digit(16) {
+                            Some(digit) if line.digits < 16 => {
+                                line.size = line.size * 16 + u64::from(digit);
+                                line.digits += 1;
+                            }
+                            Some(_) => {
+                                overflow = true;
+                                break;
+                            }
+                            None => line.in_rest = true,
+                        }
                     }
-                },
+                    match end {
+                        _ if overflow => {
+                            self.framing = self.lost(now);
+                            return;
+                        }
+                        Some(at) => {
+                            self.framing = match (line.digits, line.size) {
+                                (0, _) => self.lost(now),
+                                (_, 0) => Framing::Trailers(Vec::new()),
+                                (_, size) => Framing::ChunkData(size),
+                            };
+                            &bytes[at + 1..]
+                        }
+                        None => {
+                            if line.len > MAX_CHUNK_LINE {
+                                self.framing = self.lost(now);
+                            }
+                            return;
+                        }
+                    }
+                }
                 Framing::ChunkData(remaining) => {
+                    self.state.touch(now);
                     let n = (*remaining).min(bytes.len() as u64);
                     *remaining -= n;
                     if *remaining == 0 {
@@ -261,21 +413,25 @@ impl<T> ConnIo<T> {
                     &bytes[n as usize..]
                 }
                 Framing::ChunkEnd(seen) => {
+                    self.state.touch(now);
                     let need = 2 - usize::from(*seen);
                     let n = need.min(bytes.len());
                     *seen += n as u8;
                     if *seen == 2 {
-                        self.framing = Framing::ChunkSize(Vec::new());
+                        self.framing = Framing::ChunkSize(ChunkLine::default());
                     }
                     &bytes[n..]
                 }
                 Framing::Trailers(buf) => {
-                    let searched = buf.len().saturating_sub(3);
+                    self.state.touch(now);
+                    let searched = buf.len().saturating_sub(2);
                     buf.extend_from_slice(bytes);
-                    let end = if buf.starts_with(b"\r\n") {
+                    let end = if buf.starts_with(b"\n") {
+                        Some(1)
+                    } else if buf.starts_with(b"\r\n") {
                         Some(2)
                     } else {
-                        find(&buf[searched..], b"\r\n\r\n").map(|at| searched + at + 4)
+                        head_end(buf, searched)
                     };
                     match end {
                         Some(end) => {
@@ -285,7 +441,7 @@ impl<T> ConnIo<T> {
                         }
                         None => {
                             if buf.len() > MAX_HEAD {
-                                self.framing = Framing::Off;
+                                self.framing = self.lost(now);
                             }
                             return;
                         }
@@ -295,24 +451,41 @@ impl<T> ConnIo<T> {
         }
     }
 
+    /// Records that the byte stream can no longer be followed.
+    fn lost(&self, now: u64) -> Framing {
+        let _ = self.state.untracked_since.compare_exchange(
+            0,
+            now + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        self.state.wake.notify_one();
+        Framing::Lost
+    }
+
+    /// Sees the start of what hyper writes: a `101` ends HTTP/1 on this connection.
+    fn on_write(&mut self, first: &[u8]) {
+        if matches!(self.framing, Framing::Head(_)) && first.starts_with(b"HTTP/1.1 101 ") {
+            self.framing = Framing::Off;
+        }
+    }
+
     /// Judges a complete head and returns the framing of what follows it.
     fn on_head(&self, head: &[u8]) -> Framing {
         let mut headers = [httparse::EMPTY_HEADER; 128];
         let mut req = httparse::Request::new(&mut headers);
         let Ok(httparse::Status::Complete(_)) = req.parse(head) else {
-            // hyper refuses it (400 or 431) and closes.
-            return Framing::Off;
+            // hyper refuses it (400 or 431) and closes; should it not, the request has no
+            // verdict and is refused.
+            return self.lost(self.state.now_ms());
         };
         let mut transfer_encoding: Option<&[u8]> = None;
         let mut lengths: Vec<&[u8]> = Vec::new();
-        let mut upgrade = req.method == Some("CONNECT");
         for h in req.headers.iter() {
             if h.name.eq_ignore_ascii_case("transfer-encoding") {
                 transfer_encoding = Some(h.value);
             } else if h.name.eq_ignore_ascii_case("content-length") {
                 lengths.extend(h.value.split(|b| *b == b',').map(trim));
-            } else if h.name.eq_ignore_ascii_case("upgrade") {
-                upgrade = true;
             }
         }
         let differing = lengths.windows(2).any(|w| w[0] != w[1]);
@@ -324,9 +497,11 @@ impl<T> ConnIo<T> {
         if let Ok(mut verdicts) = self.state.verdicts.lock() {
             verdicts.push_back(verdict);
         }
-        if upgrade || verdict == HeadVerdict::AmbiguousFraming {
-            // Upgraded bytes are not HTTP/1, and an ambiguous request ends the connection.
-            return Framing::Off;
+        // An upgrade request is followed like any other until hyper writes its `101`
+        // (`on_write`): a refused upgrade leaves an HTTP/1 connection that stays checked.
+        if verdict == HeadVerdict::AmbiguousFraming {
+            // The request is refused and the connection closed.
+            return self.lost(self.state.now_ms());
         }
         if let Some(te) = transfer_encoding {
             let chunked = te
@@ -334,9 +509,10 @@ impl<T> ConnIo<T> {
                 .next()
                 .is_some_and(|last| trim(last).eq_ignore_ascii_case(b"chunked"));
             return if chunked {
-                Framing::ChunkSize(Vec::new())
+                Framing::ChunkSize(ChunkLine::default())
             } else {
-                Framing::Off
+                // hyper refuses a request body that is not chunked last.
+                self.lost(self.state.now_ms())
             };
         }
         match lengths.first() {
@@ -347,7 +523,8 @@ impl<T> ConnIo<T> {
             {
                 Some(0) => Framing::Head(Vec::new()),
                 Some(n) => Framing::Fixed(n),
-                None => Framing::Off,
+                // hyper refuses a length it cannot read.
+                None => self.lost(self.state.now_ms()),
             },
         }
     }
@@ -365,8 +542,20 @@ fn trim(bytes: &[u8]) -> &[u8] {
     &bytes[start..end]
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+/// Where a head (or a trailer section) that `buf` starts with ends, searching from `from`:
+/// just after the first empty line, whether its lines end in CRLF or in a bare LF (httparse,
+/// and so hyper, accept both).
+fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    (from..buf.len()).find_map(|i| {
+        if buf[i] != b'\n' {
+            return None;
+        }
+        match (buf.get(i + 1), buf.get(i + 2)) {
+            (Some(b'\n'), _) => Some(i + 2),
+            (Some(b'\r'), Some(b'\n')) => Some(i + 3),
+            _ => None,
+        }
+    })
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
@@ -377,7 +566,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        ready!(this.inner_mut()?.poll_read(cx, buf))?;
         this.observe(&buf.filled()[before..]);
         Poll::Ready(Ok(()))
     }
@@ -389,19 +578,21 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        this.on_write(buf);
+        this.inner_mut()?.poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        self.get_mut().inner_mut()?.poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        self.get_mut().inner_mut()?.poll_shutdown(cx)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.inner.as_ref().is_some_and(T::is_write_vectored)
     }
 
     fn poll_write_vectored(
@@ -409,7 +600,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            this.on_write(first);
+        }
+        this.inner_mut()?.poll_write_vectored(cx, bufs)
     }
 }
 

@@ -1,11 +1,17 @@
 //! Header policy (SPEC §3.2, §3.5): what is forwarded, what is Relay's own, and how the
 //! route credential and provider credentials are recognised.
 
+//!
+//! Every `x-relay-*` header name is defined here once; relay-hook uses
+//! [`CLIENT_TOKEN_NAME`] too.
+
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// The route credential header. The daemon consumes it; it never reaches a worker or a
 /// provider.
-pub const CLIENT_TOKEN: HeaderName = HeaderName::from_static("x-relay-client-token");
+pub const CLIENT_TOKEN: HeaderName = HeaderName::from_static(CLIENT_TOKEN_NAME);
+/// [`CLIENT_TOKEN`] as text, for clients that name it in their own errors.
+pub const CLIENT_TOKEN_NAME: &str = "x-relay-client-token";
 /// A caller-selected upstream base (pi); passed to the worker, stripped before providers.
 pub const UPSTREAM_BASE_URL: HeaderName = HeaderName::from_static("x-relay-upstream-base-url");
 /// pi's session id for requests that carry none of their own.

@@ -17,6 +17,8 @@ pub mod client_process;
 pub mod config;
 pub mod conn;
 pub mod control;
+mod error_chain;
+mod forward;
 pub mod front;
 pub mod headers;
 pub mod metrics;
@@ -29,3 +31,5 @@ pub mod tls;
 pub mod upstream;
 pub mod worker;
 pub mod worker_client;
+
+pub use error_chain::error_chain;

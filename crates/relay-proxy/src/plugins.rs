@@ -14,10 +14,10 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use relay_proto::{Text, WorkerActivationFailed};
+use relay_proto::{FailureReason, Text, WorkerActivationFailed};
 
 /// The failure reason a worker reports for every error here (§5.6, §10.3).
-pub const FAILURE_REASON: &str = "plugin_config_invalid";
+pub const FAILURE_REASON: FailureReason = FailureReason::PluginConfigInvalid;
 
 /// What a component does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -180,7 +180,7 @@ impl PluginConfigError {
     /// as the diagnostic, cut to the protocol's text limit.
     pub fn to_activation_failed(&self) -> WorkerActivationFailed {
         WorkerActivationFailed {
-            failure_reason: Text::truncated(FAILURE_REASON),
+            failure_reason: Text::truncated(FAILURE_REASON.as_str()),
             diagnostic: Text::truncated(&self.to_string()),
         }
     }

@@ -1,4 +1,5 @@
-//! The daemon's routes (SPEC §3.1–§3.4) and the upstream URL rules of §3.2.
+//! The daemon's HTTP paths (SPEC §3.1–§3.4), classified by method and path, and the
+//! upstream URL rules of §3.2.
 
 use http::{HeaderMap, Method, Uri};
 
@@ -58,9 +59,10 @@ impl Agent {
     }
 }
 
-/// What a request asks for.
+/// What a request asks for, by its method and path alone: the class of an HTTP path,
+/// not a route in the broker's sense (a fingerprint's worker or pass-through).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub enum PathClass {
     /// `HEAD /`, answered locally (Claude Code probes it).
     HeadRoot,
     Healthz,
@@ -93,58 +95,64 @@ pub enum ModelFamily {
     Models,
 }
 
-impl Route {
-    pub fn classify(method: &Method, path: &str) -> Route {
+impl PathClass {
+    pub fn classify(method: &Method, path: &str) -> PathClass {
         let get = method == Method::GET;
         let post = method == Method::POST;
-        let only = |ok: bool, route: Route| if ok { route } else { Route::MethodNotAllowed };
+        let only = |ok: bool, route: PathClass| {
+            if ok {
+                route
+            } else {
+                PathClass::MethodNotAllowed
+            }
+        };
         match path {
-            "/" if method == Method::HEAD => Route::HeadRoot,
-            "/healthz" => only(get, Route::Healthz),
-            "/metrics" => only(get, Route::Metrics),
-            "/_relay/v1/workers" => only(get, Route::Workers),
-            "/_relay/v1/workers/status" => only(get, Route::WorkersStatus),
-            "/_relay/v1/route" => only(get, Route::RouteStatus),
-            "/_relay/control/v1/mcp" => only(get, Route::ControlMcp),
-            "/_relay/control/v1/worker" => only(get, Route::ControlWorker),
+            "/" if method == Method::HEAD => PathClass::HeadRoot,
+            "/healthz" => only(get, PathClass::Healthz),
+            "/metrics" => only(get, PathClass::Metrics),
+            "/_relay/v1/workers" => only(get, PathClass::Workers),
+            "/_relay/v1/workers/status" => only(get, PathClass::WorkersStatus),
+            "/_relay/v1/route" => only(get, PathClass::RouteStatus),
+            "/_relay/control/v1/mcp" => only(get, PathClass::ControlMcp),
+            "/_relay/control/v1/worker" => only(get, PathClass::ControlWorker),
             "/v1/messages" | "/v1/messages/count_tokens" => only(
                 post,
-                Route::Model {
+                PathClass::Model {
                     family: ModelFamily::Fixed(Family::Anthropic),
                     responses: false,
                 },
             ),
-            "/v1/responses" | "/responses" => Route::Model {
+            "/v1/responses" | "/responses" => PathClass::Model {
                 family: ModelFamily::Fixed(Family::OpenAi),
                 responses: true,
             },
-            "/backend-api/codex/responses" => Route::Model {
+            "/backend-api/codex/responses" => PathClass::Model {
                 family: ModelFamily::ChatGptCodex,
                 responses: true,
             },
             "/v1/chat/completions" | "/chat/completions" => only(
                 post,
-                Route::Model {
+                PathClass::Model {
                     family: ModelFamily::Fixed(Family::OpenAi),
                     responses: false,
                 },
             ),
             "/v1/models" | "/models" => only(
                 get,
-                Route::Model {
+                PathClass::Model {
                     family: ModelFamily::Models,
                     responses: false,
                 },
             ),
-            "/hooks/claude-code" => only(post, Route::Hook(Agent::ClaudeCode)),
-            "/hooks/codex" => only(post, Route::Hook(Agent::Codex)),
-            "/hooks/pi" => only(post, Route::Hook(Agent::Pi)),
+            "/hooks/claude-code" => only(post, PathClass::Hook(Agent::ClaudeCode)),
+            "/hooks/codex" => only(post, PathClass::Hook(Agent::Codex)),
+            "/hooks/pi" => only(post, PathClass::Hook(Agent::Pi)),
             _ => match path
                 .strip_prefix("/_relay/v1/workers/")
                 .and_then(|rest| rest.strip_suffix("/status"))
             {
-                Some(id) => only(get, Route::WorkerStatus(uuid::Uuid::try_parse(id).ok())),
-                None => Route::NotFound,
+                Some(id) => only(get, PathClass::WorkerStatus(uuid::Uuid::try_parse(id).ok())),
+                None => PathClass::NotFound,
             },
         }
     }
@@ -155,9 +163,21 @@ impl Route {
 pub struct UpstreamTarget {
     pub family: Family,
     pub uri: Uri,
-    /// True when the destination is the configured base for its family (daemon keys may
-    /// only ever go there, §3.2).
-    pub is_configured_base: bool,
+    /// Which base the destination is: the daemon's keys only ever go to the configured
+    /// base of their own family (§3.2).
+    pub base: UpstreamBase,
+}
+
+/// The base a model request goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamBase {
+    /// The configured base of the request's family: `openai_base_url` or
+    /// `anthropic_base_url`.
+    Configured,
+    /// `chatgpt_codex_base_url` (`/backend-api/codex/responses`, or a ChatGPT sign-in).
+    ChatGptCodex,
+    /// A base the caller selected with `x-relay-upstream-base-url`.
+    Selected,
 }
 
 /// Why a model request has no upstream.
@@ -245,7 +265,13 @@ pub fn upstream_target(
     Ok(UpstreamTarget {
         family: family_kind,
         uri,
-        is_configured_base: selected.is_none(),
+        base: if chatgpt {
+            UpstreamBase::ChatGptCodex
+        } else if selected.is_some() {
+            UpstreamBase::Selected
+        } else {
+            UpstreamBase::Configured
+        },
     })
 }
 

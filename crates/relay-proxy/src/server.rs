@@ -2,25 +2,27 @@
 //! listener (by ALPN under TLS, by preface on plain TCP), the connection and protocol
 //! limits of SPEC §3.6, `TCP_NODELAY`, and graceful shutdown.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http::header::{self, HeaderValue};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 
 use crate::body::ResponseBody;
-use crate::conn::{ConnIo, ConnState, Expiry};
+use crate::conn::{ConnIo, ConnState, Keep};
 
 /// Per-stream window and HTTP/1 buffer: at most this much body is buffered per stream
 /// (§3.3).
@@ -53,6 +55,64 @@ pub struct ServeOptions {
     /// How long accepted requests may run on after shutdown begins.
     pub drain_timeout: Duration,
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// How long a TLS handshake may take.
+    pub handshake_timeout: Duration,
+    /// Connections at once from one peer address.
+    pub per_peer: PeerLimit,
+    /// How an HTTP/1 connection that relayd closes is wound down.
+    pub linger: Linger,
+}
+
+impl Default for ServeOptions {
+    /// The daemon's defaults (SPEC §3.6), without TLS.
+    fn default() -> Self {
+        let daemon = crate::config::DaemonConfig::default();
+        let header_read_timeout = daemon.timers.header_read_timeout_secs.get();
+        ServeOptions {
+            max_connections: daemon.max_connections,
+            header_read_timeout,
+            keepalive_idle: daemon.keepalive_idle_secs.get(),
+            drain_timeout: daemon.timers.drain_secs.get(),
+            tls: None,
+            handshake_timeout: header_read_timeout,
+            per_peer: PeerLimit {
+                max: daemon.max_connections_per_ip,
+                loopback: false,
+            },
+            linger: Linger::default(),
+        }
+    }
+}
+
+/// A cap on the connections one peer address may hold at once; a connection over it is
+/// closed as soon as it is accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerLimit {
+    pub max: usize,
+    /// Whether loopback peers count too. The daemon exempts them (every local user shares
+    /// 127.0.0.1, so a cap would let one local user lock out the others); a worker does not.
+    pub loopback: bool,
+}
+
+/// Lingering close: after relayd closes an HTTP/1 connection on which it answered (a 413
+/// before the body was read, a 400, a 431), it reads and discards what the client still
+/// sends, for at most `time` and `bytes`, so a client that writes its whole body before
+/// reading gets the answer instead of a reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Linger {
+    pub time: Duration,
+    pub bytes: u64,
+}
+
+impl Default for Linger {
+    /// 5 s and 64 MiB: twice the default model body limit, so a client that sent a body
+    /// somewhat over the limit still reads its 413.
+    fn default() -> Self {
+        Linger {
+            time: Duration::from_secs(5),
+            bytes: 64 * 1024 * 1024,
+        }
+    }
 }
 
 /// How a server stopped.
@@ -73,6 +133,7 @@ pub async fn serve<H: Handler>(
     let builder = Arc::new(http_builder());
     let tls = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let permits = Arc::new(Semaphore::new(options.max_connections));
+    let peers = Arc::new(PeerCounts::new(options.per_peer));
     let graceful = GracefulShutdown::new();
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
@@ -101,34 +162,51 @@ pub async fn serve<H: Handler>(
                 }
             },
         };
-        let _ = tcp.set_nodelay(true);
         // An IPv4 peer on a dual-stack socket arrives as ::ffff:a.b.c.d; every rule that
         // looks at loopback must see a.b.c.d.
         let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
+        let Some(peer_slot) = peers.admit(peer.ip()) else {
+            tracing::debug!(peer = %peer.ip(), "connection refused: too many from this address");
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
         let local = tcp.local_addr().unwrap_or(peer);
         let handler = handler.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let tls = tls.clone();
         let options = options.clone();
+        // The permit and the address slot live as long as the socket: through an upgrade,
+        // and through the lingering close.
+        let keep = Keep::new((permit, peer_slot));
         tasks.spawn(async move {
-            let _permit = permit;
             match tls {
                 None => {
                     let ctx = context(peer, local, false);
-                    serve_connection(tcp, true, ctx, &options, handler, &builder, watcher).await;
+                    let conn = Conn {
+                        ctx,
+                        options: &options,
+                        builder: &builder,
+                        watcher,
+                    };
+                    conn.serve(tcp, true, keep, handler).await;
                 }
                 Some(acceptor) => {
                     let handshake = acceptor.accept(tcp);
                     let Ok(Ok(stream)) =
-                        tokio::time::timeout(options.header_read_timeout, handshake).await
+                        tokio::time::timeout(options.handshake_timeout, handshake).await
                     else {
                         return;
                     };
                     let http1 = stream.get_ref().1.alpn_protocol() != Some(b"h2");
                     let ctx = context(peer, local, true);
-                    serve_connection(stream, http1, ctx, &options, handler, &builder, watcher)
-                        .await;
+                    let conn = Conn {
+                        ctx,
+                        options: &options,
+                        builder: &builder,
+                        watcher,
+                    };
+                    conn.serve(stream, http1, keep, handler).await;
                 }
             }
         });
@@ -139,6 +217,64 @@ pub async fn serve<H: Handler>(
         .is_ok();
     tasks.shutdown().await;
     ServeReport { drained }
+}
+
+/// How many connections each peer address holds, for [`PeerLimit`].
+#[derive(Debug)]
+struct PeerCounts {
+    limit: PeerLimit,
+    counts: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in [`PeerCounts`], given back on drop.
+#[derive(Debug)]
+struct PeerSlot {
+    peers: Arc<PeerCounts>,
+    ip: IpAddr,
+}
+
+impl PeerCounts {
+    fn new(limit: PeerLimit) -> PeerCounts {
+        PeerCounts {
+            limit,
+            counts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A slot for one more connection from `ip`; `None` when the address is at its cap.
+    /// Uncounted (loopback, when exempt) connections get `Some(None)`.
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Option<PeerSlot>> {
+        if ip.is_loopback() && !self.limit.loopback {
+            return Some(None);
+        }
+        // A poisoned map fails closed: refusing is safe, counting wrong is not.
+        let mut counts = self.counts.lock().ok()?;
+        let count = counts.entry(ip).or_insert(0);
+        if *count >= self.limit.max {
+            return None;
+        }
+        *count += 1;
+        Some(Some(PeerSlot {
+            peers: self.clone(),
+            ip,
+        }))
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut counts = self
+            .peers
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
 }
 
 fn context(peer: SocketAddr, local: SocketAddr, tls: bool) -> ConnContext {
@@ -173,44 +309,96 @@ fn http_builder() -> auto::Builder<TokioExecutor> {
     builder
 }
 
-async fn serve_connection<S, H>(
-    stream: S,
-    http1: bool,
+/// One accepted connection, served.
+struct Conn<'a> {
     ctx: ConnContext,
-    options: &ServeOptions,
-    handler: Arc<H>,
-    builder: &auto::Builder<TokioExecutor>,
+    options: &'a ServeOptions,
+    builder: &'a auto::Builder<TokioExecutor>,
     watcher: Watcher,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    H: Handler,
-{
-    let state = ctx.state.clone();
-    let io = TokioIo::new(ConnIo::new(stream, state.clone(), http1));
-    let service = service_fn(move |req| {
-        let active = ctx.state.begin_request();
-        let handling = handler.clone().handle(req, ctx.clone());
-        async move {
-            let mut res = handling.await;
-            res.body_mut().attach(active);
-            Ok::<_, Infallible>(res)
-        }
-    });
-    let connection = watcher.watch(
-        builder
-            .serve_connection_with_upgrades(io, service)
-            .into_owned(),
-    );
-    tokio::select! {
-        result = connection => {
-            if let Err(error) = result {
-                tracing::debug!(error = %error, "connection ended with an error");
+}
+
+impl Conn<'_> {
+    async fn serve<S, H>(self, stream: S, http1: bool, keep: Keep, handler: Arc<H>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        H: Handler,
+    {
+        let Conn {
+            ctx,
+            options,
+            builder,
+            watcher,
+        } = self;
+        let state = ctx.state.clone();
+        let (give_back, mut given_back) = oneshot::channel();
+        let io = ConnIo::new(stream, state.clone(), http1).with_keep(keep, give_back);
+        let service = service_fn(move |req| {
+            let active = ctx.state.begin_request();
+            let handling = handler.clone().handle(req, ctx.clone());
+            let state = ctx.state.clone();
+            async move {
+                let mut res = handling.await;
+                if state.is_untracked() {
+                    // The framing watcher lost this byte stream: no further request may
+                    // come on it unchecked and untimed.
+                    res.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                res.body_mut().attach(active);
+                Ok::<_, Infallible>(res)
             }
-        }
-        expiry = state.expired(options.header_read_timeout, options.keepalive_idle) => {
+        });
+        let connection = watcher.watch(
+            builder
+                .serve_connection_with_upgrades(TokioIo::new(io), service)
+                .into_owned(),
+        );
+        let ended = tokio::select! {
+            result = connection => {
+                if let Err(error) = result {
+                    tracing::debug!(error = %error, "connection ended with an error");
+                }
+                None
+            }
+            expiry = state.expired(options.header_read_timeout, options.keepalive_idle) => Some(expiry),
+        };
+        match ended {
+            // hyper closed the connection itself, after its last answer (or the client
+            // did): linger unless it was upgraded, in which case the socket lives on in the
+            // upgraded session.
+            None => {
+                // The connection future is gone by now, so a socket it did not hand to an
+                // upgrade has been given back already.
+                if let Ok((stream, keep)) = given_back.try_recv() {
+                    linger(stream, options.linger).await;
+                    drop(keep);
+                }
+            }
             // Dropping the connection closes the socket: a slow head gets no answer, an idle
             // keep-alive connection has nothing in flight.
-            tracing::debug!(slow_head = expiry == Expiry::HeaderTimeout, "connection timed out");
+            Some(expiry) => {
+                tracing::debug!(?expiry, "connection timed out");
+            }
+        }
+    }
+}
+
+/// Lingering close (see [`Linger`]): closes the write side, then discards what the client
+/// still sends until it closes too or a bound is reached.
+async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, linger: Linger) {
+    let deadline = tokio::time::Instant::now() + linger.time;
+    if !matches!(
+        tokio::time::timeout_at(deadline, stream.shutdown()).await,
+        Ok(Ok(()))
+    ) {
+        return;
+    }
+    let mut sink = vec![0u8; 16 * 1024];
+    let mut left = linger.bytes;
+    while left > 0 {
+        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n as u64),
+            _ => return,
         }
     }
 }

@@ -11,17 +11,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use relay_broker::{
-    Broker, BrokerConfig, CancelReason, ConnId, Decision, Digest, Entropy, Event, Fingerprint,
-    Input, McpRemovedReason, Output, ProbeOutcome, RemovedReason, RequestKind, Ticket,
-    WorkerDisconnectReason,
+    Broker, BrokerConfig, ConnId, Decision, Digest, Entropy, Event, Fingerprint, Input, Output,
+    ProbeOutcome, RequestKind, Ticket,
 };
-use relay_proto::{Bytes32, Id, Message};
+use relay_proto::{
+    ActivationCancelReason, Bytes32, DisconnectReason, Id, McpRemovedReason, Message, WorkerState,
+};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::metrics::Metrics;
 use crate::state::StateStore;
 use crate::worker_client::{WorkerClient, WorkerTarget};
+
+mod events;
 
 /// What the shell hands a control session's task.
 #[derive(Debug)]
@@ -265,12 +268,9 @@ impl Shell {
                 self.execute(output);
             }
             let workers = broker.workers();
-            for state in ["ready", "draining", "recovering"] {
-                let count = workers
-                    .iter()
-                    .filter(|w| worker_state_name(w.state) == state)
-                    .count();
-                self.metrics.set_workers(state, count as i64);
+            for state in WorkerState::ALL {
+                let count = workers.iter().filter(|w| w.state == *state).count();
+                self.metrics.set_workers(state.as_str(), count as i64);
             }
             (value, outputs)
         };
@@ -318,7 +318,7 @@ impl Shell {
     }
 
     /// A control session ended: the broker is told, its queue dropped.
-    pub fn detach(self: &Arc<Self>, conn: ConnId, reason: WorkerDisconnectReason) {
+    pub fn detach(self: &Arc<Self>, conn: ConnId, reason: DisconnectReason) {
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.remove(&conn);
             self.metrics.set_control_sessions(sessions.len() as i64);
@@ -467,7 +467,7 @@ impl Shell {
                 }) if *fp == fingerprint => summary.sessions += 1,
                 Output::Event(Event::WorkerActivationCancelled {
                     fingerprint: fp,
-                    reason: CancelReason::Revoked,
+                    reason: ActivationCancelReason::Revoked,
                     ..
                 }) if *fp == fingerprint => summary.launch_cancelled = true,
                 // Every generation the revocation retires is forgotten, published or not.
@@ -524,316 +524,6 @@ impl Shell {
     fn peer_of(&self, conn: ConnId) -> Option<IpAddr> {
         self.sessions.lock().ok()?.get(&conn).map(|a| a.peer)
     }
-
-    fn log(&self, event: &Event) {
-        use relay_logging::Lifecycle as L;
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let uuid = |id: &Id| id.as_uuid();
-        match event {
-            Event::RegistrationRefused {
-                conn,
-                role,
-                reason,
-                fingerprint,
-            } => {
-                self.metrics.record_refusal(reason.as_str());
-                let fp = fingerprint.map(|f| f.to_hex());
-                L::ControlRegistrationRefused {
-                    role: control_role(*role),
-                    reason: refusal_reason(*reason),
-                    peer: self.peer_of(*conn).unwrap_or(IpAddr::from([0, 0, 0, 0])),
-                    fingerprint: fp.as_deref(),
-                }
-                .emit();
-            }
-            Event::MachineIdentityConflict {
-                fingerprint,
-                peer,
-                other_peer,
-            } => L::MachineIdentityConflict {
-                fingerprint: &fingerprint.to_hex(),
-                peer: *peer,
-                other_peer: *other_peer,
-            }
-            .emit(),
-            Event::CredentialEvicted {
-                fingerprint,
-                digest,
-            } => {
-                let max = self.max_tokens_per_identity;
-                L::RouteCredentialEvicted {
-                    fingerprint: &fingerprint.to_hex(),
-                    credential_digest: &digest.to_hex(),
-                    max_tokens_per_identity: u32::try_from(max).unwrap_or(u32::MAX),
-                }
-                .emit();
-            }
-            Event::RouteEvicted { fingerprint } => {
-                let max = self.max_routes;
-                L::RouteEvicted {
-                    fingerprint: &fingerprint.to_hex(),
-                    max_routes: max as u64,
-                }
-                .emit();
-            }
-            Event::McpAdded {
-                fingerprint,
-                instance,
-                references,
-            } => L::McpAdded {
-                fingerprint: &fingerprint.to_hex(),
-                instance_id: uuid(instance),
-                references: *references,
-            }
-            .emit(),
-            Event::McpRemoved {
-                fingerprint,
-                instance,
-                references,
-                reason,
-            } => L::McpRemoved {
-                fingerprint: &fingerprint.to_hex(),
-                instance_id: uuid(instance),
-                references: *references,
-                reason: match reason {
-                    McpRemovedReason::Released => relay_logging::McpRemovedReason::Released,
-                    McpRemovedReason::GraceExpired | McpRemovedReason::StateUnavailable => {
-                        relay_logging::McpRemovedReason::GraceExpired
-                    }
-                    McpRemovedReason::Revoked => relay_logging::McpRemovedReason::Revoked,
-                },
-            }
-            .emit(),
-            Event::McpConnected {
-                fingerprint,
-                instance,
-                peer,
-            } => L::McpControlConnected {
-                fingerprint: &fingerprint.to_hex(),
-                instance_id: uuid(instance),
-                peer: *peer,
-            }
-            .emit(),
-            Event::McpReconnected {
-                fingerprint,
-                instance,
-                disconnected,
-            } => L::McpControlReconnected {
-                fingerprint: &fingerprint.to_hex(),
-                instance_id: uuid(instance),
-                disconnected_ms: ms(*disconnected),
-            }
-            .emit(),
-            Event::McpDisconnected {
-                fingerprint,
-                instance,
-                reason,
-            } => L::McpControlDisconnected {
-                fingerprint: &fingerprint.to_hex(),
-                instance_id: uuid(instance),
-                reason: match reason {
-                    WorkerDisconnectReason::PongTimeout => {
-                        relay_logging::McpDisconnectReason::PongTimeout
-                    }
-                    WorkerDisconnectReason::PeerClosed => {
-                        relay_logging::McpDisconnectReason::PeerClosed
-                    }
-                    WorkerDisconnectReason::CommunicationFailed => {
-                        relay_logging::McpDisconnectReason::ProtocolViolation
-                    }
-                },
-            }
-            .emit(),
-            Event::WorkerStaged {
-                fingerprint,
-                activation_id,
-                owner_instance,
-                attempt,
-            } => L::WorkerStaged {
-                fingerprint: &fingerprint.to_hex(),
-                activation_id: uuid(activation_id),
-                owner_instance_id: uuid(owner_instance),
-                attempt: *attempt,
-            }
-            .emit(),
-            Event::WorkerStartupPending {
-                fingerprint,
-                activation_id,
-                elapsed,
-            } => L::WorkerStartupPending {
-                fingerprint: &fingerprint.to_hex(),
-                activation_id: activation_id.as_ref().map(uuid),
-                elapsed_ms: ms(*elapsed),
-            }
-            .emit(),
-            Event::WorkerAdded {
-                fingerprint,
-                worker_id,
-                activation_id,
-                startup_elapsed,
-            } => L::WorkerAdded {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                activation_id: activation_id.as_ref().map(uuid),
-                startup_elapsed_ms: ms(*startup_elapsed),
-            }
-            .emit(),
-            Event::WorkerReady {
-                fingerprint,
-                worker_id,
-            } => L::WorkerReady {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-            }
-            .emit(),
-            Event::WorkerRelaunchRequested {
-                fingerprint,
-                attempt,
-            } => L::WorkerRelaunchRequested {
-                fingerprint: &fingerprint.to_hex(),
-                attempt: *attempt,
-            }
-            .emit(),
-            Event::WorkerActivationFailed {
-                fingerprint,
-                activation_id,
-                reason,
-                retry_after,
-                attempt,
-            } => L::WorkerActivationFailed {
-                fingerprint: &fingerprint.to_hex(),
-                activation_id: activation_id.as_ref().map(uuid),
-                failure_reason: reason,
-                retry_after_ms: ms(*retry_after),
-                attempt: *attempt,
-            }
-            .emit(),
-            Event::WorkerActivationCancelled {
-                fingerprint,
-                activation_id,
-                reason,
-            } => L::WorkerActivationCancelled {
-                fingerprint: &fingerprint.to_hex(),
-                activation_id: uuid(activation_id),
-                reason: match reason {
-                    CancelReason::OwnerDisconnected => {
-                        relay_logging::ActivationCancelReason::OwnerDisconnected
-                    }
-                    CancelReason::OwnerReleased => {
-                        relay_logging::ActivationCancelReason::OwnerReleased
-                    }
-                    CancelReason::RouteEmptied => {
-                        relay_logging::ActivationCancelReason::RouteEmptied
-                    }
-                    CancelReason::Revoked => relay_logging::ActivationCancelReason::Revoked,
-                },
-            }
-            .emit(),
-            Event::WorkerControlConnected {
-                conn,
-                fingerprint,
-                worker_id,
-            } => L::WorkerControlConnected {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                peer: self.peer_of(*conn).unwrap_or(IpAddr::from([127, 0, 0, 1])),
-            }
-            .emit(),
-            Event::WorkerControlReconnected {
-                fingerprint,
-                worker_id,
-                disconnected,
-            } => L::WorkerControlReconnected {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                disconnected_ms: ms(*disconnected),
-            }
-            .emit(),
-            Event::WorkerControlDisconnected {
-                fingerprint,
-                worker_id,
-                reason,
-            } => L::WorkerControlDisconnected {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                reason: match reason {
-                    WorkerDisconnectReason::PongTimeout => {
-                        relay_logging::WorkerDisconnectReason::PongTimeout
-                    }
-                    WorkerDisconnectReason::PeerClosed => {
-                        relay_logging::WorkerDisconnectReason::PeerClosed
-                    }
-                    WorkerDisconnectReason::CommunicationFailed => {
-                        relay_logging::WorkerDisconnectReason::WorkerCommunicationFailed
-                    }
-                },
-            }
-            .emit(),
-            Event::WorkerControlLost {
-                fingerprint,
-                worker_id,
-            } => L::WorkerControlLost {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                reconnect_grace_ms: ms(self.grace),
-            }
-            .emit(),
-            Event::WorkerReadinessFailed {
-                fingerprint,
-                worker_id,
-                consecutive_failures,
-            } => L::WorkerReadinessFailed {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                consecutive_failures: *consecutive_failures,
-            }
-            .emit(),
-            Event::WorkerRecoveryStarted {
-                fingerprint,
-                worker_id,
-            } => L::WorkerRecoveryStarted {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                reconnect_grace_ms: ms(self.grace),
-            }
-            .emit(),
-            Event::WorkerRecoveryFailed {
-                fingerprint,
-                worker_id,
-            } => L::WorkerRecoveryFailed {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                elapsed_ms: ms(self.grace),
-            }
-            .emit(),
-            Event::WorkerDrainStarted {
-                fingerprint,
-                worker_id,
-                in_flight,
-            } => L::WorkerDrainStarted {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                drain_ms: ms(self.drain),
-                in_flight: u64::from(*in_flight),
-            }
-            .emit(),
-            Event::WorkerRemoved {
-                fingerprint,
-                worker_id,
-                reason,
-            } => L::WorkerRemoved {
-                fingerprint: &fingerprint.to_hex(),
-                worker_id: uuid(worker_id),
-                reason: match reason {
-                    RemovedReason::Drained => relay_logging::WorkerRemovedReason::Drained,
-                    RemovedReason::DrainTimeout => relay_logging::WorkerRemovedReason::DrainTimeout,
-                    RemovedReason::Revoked => relay_logging::WorkerRemovedReason::Revoked,
-                    RemovedReason::Crashed => relay_logging::WorkerRemovedReason::Crashed,
-                },
-            }
-            .emit(),
-        }
-    }
 }
 
 fn find_io_error(mut error: &(dyn std::error::Error + 'static)) -> Option<std::io::Error> {
@@ -847,48 +537,6 @@ fn find_io_error(mut error: &(dyn std::error::Error + 'static)) -> Option<std::i
 
 fn drain(broker: &mut Broker) -> Vec<Output> {
     std::iter::from_fn(|| broker.poll_output()).collect()
-}
-
-fn worker_state_name(state: relay_proto::WorkerState) -> &'static str {
-    match state {
-        relay_proto::WorkerState::Ready => "ready",
-        relay_proto::WorkerState::Draining => "draining",
-        relay_proto::WorkerState::Recovering => "recovering",
-    }
-}
-
-pub(crate) fn control_role(role: relay_proto::Role) -> relay_logging::ControlRole {
-    match role {
-        relay_proto::Role::Mcp => relay_logging::ControlRole::Mcp,
-        relay_proto::Role::Worker => relay_logging::ControlRole::Worker,
-    }
-}
-
-pub(crate) fn refusal_reason(code: relay_proto::RefusedCode) -> relay_logging::RefusalReason {
-    use relay_logging::RefusalReason as L;
-    use relay_proto::RefusedCode as C;
-    match code {
-        C::ProtocolUnsupported => L::ProtocolUnsupported,
-        C::BadSignature => L::BadSignature,
-        C::TranscriptMismatch => L::TranscriptMismatch,
-        C::ChallengeExpired => L::ChallengeExpired,
-        C::CredentialMalformed => L::CredentialMalformed,
-        C::CredentialBoundElsewhere => L::CredentialBoundElsewhere,
-        C::TokenLimit => L::TokenLimit,
-        C::RouteTableFull => L::RouteTableFull,
-        C::RateLimited => L::RateLimited,
-        C::SessionLimit => L::SessionLimit,
-        C::SessionUnknown => L::SessionUnknown,
-        C::StateUnavailable => L::StateUnavailable,
-        C::GrantUnknown => L::GrantUnknown,
-        C::GrantReplayed => L::GrantReplayed,
-        C::GrantIdentityMismatch => L::GrantIdentityMismatch,
-        C::EndpointNotAllowed => L::EndpointNotAllowed,
-        C::GenerationRevoked => L::GenerationRevoked,
-        C::PassThroughMode => L::PassThroughMode,
-        C::Revoked => L::Revoked,
-        C::Blocked => L::Blocked,
-    }
 }
 
 /// What [`Shell::revoke`] ended.

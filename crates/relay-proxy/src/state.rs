@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 /// The state file's name in the daemon's state directory.
 pub const STATE_FILE: &str = "state.json";
 const VERSION: u32 = 1;
+/// The largest state file the daemon reads. The default limits (4096 routes, 4 tokens per
+/// identity and their tombstones) make a file of about 20 MB at most; a larger one was not
+/// written by this daemon, and reading it whole could exhaust memory.
+pub const MAX_STATE_FILE_BYTES: u64 = 256 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -21,6 +25,12 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path} is a symbolic link; the state file must be a regular file")]
+    Symlink { path: PathBuf },
+    #[error("{path} is not a regular file")]
+    NotRegularFile { path: PathBuf },
+    #[error("{path} is larger than {limit} bytes")]
+    TooLarge { path: PathBuf, limit: u64 },
     #[error("{path} is not a valid state file: {message}")]
     Corrupt { path: PathBuf, message: String },
     #[error("cannot write {path}")]
@@ -101,25 +111,19 @@ impl StateStore {
         }
     }
 
-    /// The persisted state; a missing file is an empty state.
+    /// The persisted state; a missing file is an empty state. The file is opened without
+    /// following a symlink and read only up to [`MAX_STATE_FILE_BYTES`], so whoever can
+    /// write the state directory cannot point the daemon at another file or exhaust its
+    /// memory.
     pub fn load(&self) -> Result<PersistedState, StateError> {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(PersistedState::default());
-            }
-            Err(source) => {
-                return Err(StateError::Read {
-                    path: self.path.clone(),
-                    source,
-                });
-            }
+        let Some(bytes) = self.read()? else {
+            return Ok(PersistedState::default());
         };
         let corrupt = |message: String| StateError::Corrupt {
             path: self.path.clone(),
             message,
         };
-        let file: StateFile = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+        let file: StateFile = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
         if file.version != VERSION {
             return Err(corrupt(format!(
                 "version {} is not {VERSION}",
@@ -157,6 +161,41 @@ impl StateStore {
             });
         }
         Ok(state)
+    }
+
+    /// The file's bytes, or `None` when there is no file.
+    fn read(&self) -> Result<Option<Vec<u8>>, StateError> {
+        let path = || self.path.clone();
+        let read_error = |source| StateError::Read {
+            path: path(),
+            source,
+        };
+        let mut file = match relay_identity::store::open_nofollow(&self.path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if relay_identity::store::is_symlink_error(&self.path, &e) => {
+                return Err(StateError::Symlink { path: path() });
+            }
+            Err(source) => return Err(read_error(source)),
+        };
+        let metadata = file.metadata().map_err(read_error)?;
+        if !metadata.is_file() {
+            return Err(StateError::NotRegularFile { path: path() });
+        }
+        let too_large = || StateError::TooLarge {
+            path: path(),
+            limit: MAX_STATE_FILE_BYTES,
+        };
+        if metadata.len() > MAX_STATE_FILE_BYTES {
+            return Err(too_large());
+        }
+        // The bound holds even if the file grew after the check.
+        let bytes = relay_identity::store::read_bounded(&mut file, MAX_STATE_FILE_BYTES)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_STATE_FILE_BYTES {
+            return Err(too_large());
+        }
+        Ok(Some(bytes))
     }
 
     /// Writes the state atomically (temp file, fsync, rename, fsync of the directory).

@@ -49,13 +49,13 @@ fn the_daemon_address_follows_the_rules_of_section_2_6() {
 }
 
 #[test]
-fn each_agent_has_its_route_and_pass_through_answer() {
+fn each_agent_has_its_route_and_silent_answer() {
     assert_eq!(Agent::Claude.route(), "/hooks/claude-code");
     assert_eq!(Agent::Codex.route(), "/hooks/codex");
     assert_eq!(Agent::Pi.route(), "/hooks/pi");
-    assert_eq!(Agent::Claude.pass_through_answer(), r#"{"continue":true}"#);
-    assert_eq!(Agent::Codex.pass_through_answer(), "{}");
-    assert_eq!(Agent::Pi.pass_through_answer(), "{}");
+    assert_eq!(Agent::Claude.silent_answer(), r#"{"continue":true}"#);
+    assert_eq!(Agent::Codex.silent_answer(), "{}");
+    assert_eq!(Agent::Pi.silent_answer(), "{}");
 }
 
 #[test]

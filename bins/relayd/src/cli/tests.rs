@@ -57,3 +57,61 @@ fn bindings_commands_need_their_fingerprint() {
         assert!(parse(&args).is_err(), "{args:?}");
     }
 }
+
+/// `--help` speaks to users: no specification section numbers, in any subcommand.
+#[test]
+fn help_cites_no_specification_sections() {
+    use clap::CommandFactory as _;
+    fn check(command: &mut clap::Command, path: &str) {
+        let help = command.render_long_help().to_string();
+        assert!(!help.contains('§'), "{path} --help: {help}");
+        let names: Vec<String> = command
+            .get_subcommands()
+            .map(|sub| sub.get_name().to_owned())
+            .collect();
+        for name in names {
+            if let Some(sub) = command.find_subcommand_mut(&name) {
+                check(sub, &format!("{path} {name}"));
+            }
+        }
+    }
+    check(&mut Cli::command(), "relayd");
+}
+
+#[test]
+fn managed_bundle_parses_repeated_agents() {
+    let cli = parse(&[
+        "managed-bundle",
+        "--output",
+        "/srv/bundle",
+        "--daemon-address",
+        "http://127.0.0.1:47632",
+        "--bin-dir",
+        "/opt/relay/bin",
+        "--platform",
+        "windows",
+        "--agent",
+        "pi",
+        "--agent",
+        "claude",
+    ])
+    .unwrap();
+    assert!(matches!(
+        cli.command,
+        Some(Command::ManagedBundle { ref agent, ref platform, .. })
+            if agent == &["pi", "claude"] && platform == "windows"
+    ));
+    let error = parse(&[
+        "managed-bundle",
+        "--output",
+        "/srv/bundle",
+        "--daemon-address",
+        "http://127.0.0.1:47632",
+        "--bin-dir",
+        "/opt/relay/bin",
+        "--platform",
+        "linux",
+    ])
+    .unwrap_err();
+    assert!(error.to_string().contains("--agent"), "{error}");
+}

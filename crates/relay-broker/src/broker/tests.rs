@@ -8,9 +8,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use expect_test::{Expect, expect};
-use relay_proto::{Bytes32, Directive, Id, Message, Registered, Timers};
+use relay_proto::{Bytes32, Directive, FailureReason, Id, Message, Registered, Timers};
 
 use super::*;
+use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket};
 
 mod properties;
 
@@ -300,7 +301,7 @@ impl Scenario {
             &format!("c{conn} drops"),
             Input::Disconnected {
                 conn: ConnId(conn),
-                reason: WorkerDisconnectReason::PeerClosed,
+                reason: DisconnectReason::PeerClosed,
             },
         )
     }
@@ -338,7 +339,7 @@ impl Scenario {
     fn ready(&mut self, conn: u64) -> &mut Self {
         self.step(
             &format!("worker c{conn} is ready"),
-            Input::WorkerReady { conn: ConnId(conn) },
+            Input::WorkerReportedReady { conn: ConnId(conn) },
         )
     }
 
@@ -777,7 +778,7 @@ fn mcps_joining_an_activating_a_ready_and_a_pass_through_route() {
         Input::McpActivationFailed {
             conn: ConnId(1),
             activation_id: Id([0; 16]),
-            reason: "wrong activation".into(),
+            reason: FailureReason::Unknown,
         },
     );
     let (grant, _) = s.last_grant();
@@ -786,7 +787,7 @@ fn mcps_joining_an_activating_a_ready_and_a_pass_through_route() {
         Input::McpActivationFailed {
             conn: ConnId(1),
             activation_id: grant,
-            reason: "worker_process_spawn_failed".into(),
+            reason: FailureReason::WorkerProcessSpawnFailed,
         },
     )
     .mcp(2, 'A', "a1")
@@ -818,7 +819,7 @@ fn activation_failures_back_off_1_2_4_seconds_and_success_resets_the_delay() {
         "worker says its plugins are invalid",
         Input::WorkerActivationFailed {
             conn: ConnId(2),
-            reason: "plugin_config_invalid".into(),
+            reason: FailureReason::PluginConfigInvalid,
         },
     );
     s.advance(999).advance(1);
@@ -838,7 +839,7 @@ fn activation_failures_back_off_1_2_4_seconds_and_success_resets_the_delay() {
         Input::McpActivationFailed {
             conn: ConnId(1),
             activation_id: grant.0,
-            reason: "worker_executable_resolution_failed".into(),
+            reason: FailureReason::WorkerExecutableResolutionFailed,
         },
     )
     .request("a1", RequestKind::Model, false)
@@ -1108,7 +1109,7 @@ fn the_last_mcp_leaving_an_unpublished_route_empties_it() {
         Input::McpActivationFailed {
             conn: ConnId(1),
             activation_id: grant,
-            reason: "worker_exited_before_ready".into(),
+            reason: FailureReason::WorkerExitedBeforeReady,
         },
     )
     .release(1)
@@ -2679,7 +2680,7 @@ fn backoff_doubles_up_to_the_cap_and_starts_again_after_a_published_worker() {
             Input::McpActivationFailed {
                 conn: ConnId(1),
                 activation_id: grant,
-                reason: "worker_exited_before_ready".into(),
+                reason: FailureReason::WorkerExitedBeforeReady,
             },
         )
         .advance(wait);
@@ -2700,7 +2701,7 @@ fn backoff_doubles_up_to_the_cap_and_starts_again_after_a_published_worker() {
         Input::McpActivationFailed {
             conn: ConnId(1),
             activation_id: grant,
-            reason: "worker_exited_before_ready".into(),
+            reason: FailureReason::WorkerExitedBeforeReady,
         },
     );
     s.check(expect![[r#"

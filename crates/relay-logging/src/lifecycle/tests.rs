@@ -139,18 +139,18 @@ fn samples(context: &Context) -> Vec<Lifecycle<'_>> {
             attempt: 2,
         },
         Lifecycle::ControlRegistrationRefused {
-            role: ControlRole::Mcp,
-            reason: RefusalReason::TokenLimit,
+            role: Role::Mcp,
+            reason: RefusedCode::TokenLimit,
             peer: LOOPBACK,
             fingerprint: Some(FINGERPRINT),
         },
         Lifecycle::ControlRateLimited {
-            role: ControlRole::Worker,
+            role: Role::Worker,
             peer: REMOTE,
             retry_after_secs: 15,
         },
         Lifecycle::DaemonPinMismatch {
-            role: ControlRole::Mcp,
+            role: Role::Mcp,
             origin: "http://127.0.0.1:47632",
             pin_file: Path::new("/home/u/.config/relay/daemon/pins/ab"),
         },
@@ -222,7 +222,7 @@ fn samples(context: &Context) -> Vec<Lifecycle<'_>> {
         Lifecycle::WorkerActivationFailed {
             fingerprint: FINGERPRINT,
             activation_id: Some(activation()),
-            failure_reason: "plugin_config_invalid",
+            failure_reason: FailureReason::PluginConfigInvalid,
             retry_after_ms: 2000,
             attempt: 2,
         },
@@ -302,7 +302,7 @@ fn samples(context: &Context) -> Vec<Lifecycle<'_>> {
         Lifecycle::WorkerLaunchFailed {
             fingerprint: FINGERPRINT,
             activation_id: activation(),
-            failure_reason: LaunchFailureReason::WorkerProcessSpawnFailed,
+            failure_reason: FailureReason::WorkerProcessSpawnFailed,
             detail: Some("permission denied"),
         },
         Lifecycle::RouteCredentialSkipped {
@@ -540,8 +540,8 @@ fn daemon_listening_carries_address_mode_and_open_file_limit() {
 #[test]
 fn control_registration_refused_names_role_reason_and_peer() {
     let line = emit_one(&Lifecycle::ControlRegistrationRefused {
-        role: ControlRole::Worker,
-        reason: RefusalReason::GrantReplayed,
+        role: Role::Worker,
+        reason: RefusedCode::GrantReplayed,
         peer: REMOTE,
         fingerprint: None,
     });
@@ -730,7 +730,7 @@ fn value_lists_match_the_spec() {
         ]
     );
     assert_eq!(
-        LaunchFailureReason::ALL
+        FailureReason::REPORTED
             .iter()
             .map(|v| v.as_str())
             .collect::<Vec<_>>(),
@@ -750,7 +750,7 @@ fn value_lists_match_the_spec() {
             .collect::<Vec<_>>(),
         ["hook", "openai", "anthropic"]
     );
-    assert_eq!(RefusalReason::ALL.len(), 20);
+    assert_eq!(RefusedCode::ALL.len(), 20);
     assert_eq!(CredentialSkipReason::ALL.len(), 7);
 }
 
@@ -765,8 +765,8 @@ fn every_value_is_a_distinct_snake_case_word() {
     collect!(
         DaemonMode,
         DaemonKeys,
-        ControlRole,
-        RefusalReason,
+        Role,
+        RefusedCode,
         McpRemovedReason,
         McpDisconnectReason,
         WorkerDisconnectReason,
@@ -776,7 +776,7 @@ fn every_value_is_a_distinct_snake_case_word() {
         PassThroughReason,
         RouteMode,
         McpPassThroughReason,
-        LaunchFailureReason,
+        FailureReason,
         CredentialSource,
         CredentialSkipReason
     );

@@ -1,12 +1,17 @@
 use std::os::unix::fs::PermissionsExt as _;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use relay_broker::{BrokerConfig, Digest, PersistedBinding, PersistedGeneration, PersistedState};
+use http::Method;
+use relay_broker::{
+    BrokerConfig, Digest, Fingerprint, PersistedBinding, PersistedGeneration, PersistedState,
+};
 use relay_proto::{Bytes32, Id};
 use tokio::sync::oneshot;
 
 use super::*;
 use crate::metrics::Metrics;
+use crate::shell::Shell;
 use crate::state::StateStore;
 
 const FP: Fingerprint = Fingerprint([0xab; 32]);

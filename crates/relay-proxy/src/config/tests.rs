@@ -140,6 +140,7 @@ fn defaults_print_and_parse_back() {
     let text = Config::defaults_toml();
     assert!(text.contains("max_request_body_bytes = 33554432"), "{text}");
     assert!(text.contains("[daemon.timers]"), "{text}");
+    assert!(text.contains("max_connections_per_ip = 256"), "{text}");
     let parsed: Config = toml::from_str(&text).unwrap();
     assert_eq!(parsed, Config::default());
 }
@@ -167,5 +168,20 @@ fn timers_go_on_the_wire_in_milliseconds() {
     assert_eq!(
         TimersConfig::default().to_wire(),
         relay_proto::Timers::default()
+    );
+}
+
+/// `max_connections_per_ip` is not in SPEC §8; its default is written in the front's docs,
+/// and this keeps the two in step.
+#[test]
+fn the_documented_per_address_connection_cap_is_the_default() {
+    let docs = include_str!("../../../../docs/daemon-front.md");
+    let written = format!(
+        "`[daemon] max_connections_per_ip` (default {})",
+        DaemonConfig::default().max_connections_per_ip
+    );
+    assert!(
+        docs.contains(&written),
+        "docs/daemon-front.md lacks {written}"
     );
 }

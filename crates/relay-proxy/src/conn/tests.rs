@@ -24,7 +24,7 @@ fn content_length_with_transfer_encoding_is_ambiguous_in_either_order() {
         let mut io = tracker();
         io.observe(head.as_bytes());
         assert_eq!(verdicts(&io), [AMBIGUOUS], "{head:?}");
-        assert!(matches!(io.framing, Framing::Off));
+        assert!(matches!(io.framing, Framing::Lost));
     }
 }
 
@@ -76,7 +76,15 @@ fn http2_and_upgrades_stop_tracking() {
         b"GET /_relay/control/v1/mcp HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
     );
     assert_eq!(verdicts(&io), [CLEAN]);
+    // Followed until hyper accepts the upgrade: a refused one stays HTTP/1.
+    assert!(matches!(io.framing, Framing::Head(_)));
+    io.on_write(b"HTTP/1.1 101 Switching Protocols\r\n\r\n");
     assert!(matches!(io.framing, Framing::Off));
+    assert_eq!(
+        io.state.take_verdict(),
+        CLEAN,
+        "HTTP/2 requests need no verdict"
+    );
 }
 
 #[test]
@@ -89,8 +97,8 @@ fn a_partial_head_marks_the_head_timer_and_a_complete_one_clears_it() {
     assert_eq!(io.state.take_verdict(), CLEAN);
     assert_eq!(
         io.state.take_verdict(),
-        CLEAN,
-        "an empty queue reads as clean"
+        AMBIGUOUS,
+        "an HTTP/1 request without a verdict is refused"
     );
 }
 
@@ -130,4 +138,104 @@ async fn an_active_request_holds_the_connection_open() {
     drop(request);
     assert_eq!(watch.await.unwrap(), Expiry::Idle);
     assert!(ended.elapsed() >= Duration::from_secs(90));
+}
+
+#[test]
+fn bare_lf_heads_end_and_are_judged() {
+    let mut io = tracker();
+    io.observe(b"POST / HTTP/1.1\nHost: x\nContent-Length: 5\nTransfer-Encoding: chunked\n\n");
+    assert_eq!(verdicts(&io), [AMBIGUOUS]);
+    let mut io = tracker();
+    io.observe(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\nok");
+    io.observe(b"GET / HTTP/1.1\nHost: x\n\r\n");
+    assert_eq!(verdicts(&io), [CLEAN, CLEAN]);
+    assert!(matches!(io.framing, Framing::Head(ref b) if b.is_empty()));
+}
+
+#[test]
+fn a_long_chunk_extension_split_across_reads_is_followed() {
+    let mut io = tracker();
+    io.observe(b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;e=");
+    let extension = vec![b'a'; 10_000];
+    for part in extension.chunks(1000) {
+        io.observe(part);
+    }
+    io.observe(b"\r\nhello\r\n0\r\n\r\n");
+    io.observe(b"POST /b HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n");
+    assert_eq!(verdicts(&io), [CLEAN, AMBIGUOUS]);
+}
+
+#[test]
+fn bytes_the_watcher_cannot_follow_leave_requests_refused_and_the_connection_untracked() {
+    for stream in [
+        &b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"[..],
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n11111111111111111\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+        b"GET / HTTP/9\r\n\r\n",
+    ] {
+        let mut io = tracker();
+        io.observe(stream);
+        io.observe(b"GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert!(io.state.is_untracked(), "{stream:?}");
+        assert!(matches!(io.framing, Framing::Lost));
+        while !io.state.verdicts.lock().unwrap().is_empty() {
+            io.state.take_verdict();
+        }
+        assert_eq!(io.state.take_verdict(), AMBIGUOUS, "{stream:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn blank_lines_between_requests_are_no_activity() {
+    let state = Arc::new(ConnState::new());
+    let mut io = ConnIo::new((), state.clone(), true);
+    io.observe(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let before = state.last_activity.load(Ordering::Relaxed);
+    tokio::time::advance(Duration::from_secs(5)).await;
+    io.observe(b"\r\n\r\n\n");
+    assert_eq!(state.last_activity.load(Ordering::Relaxed), before);
+    assert_eq!(state.head_started.load(Ordering::Relaxed), 0);
+    // A real byte is.
+    io.observe(b"G");
+    assert!(state.last_activity.load(Ordering::Relaxed) > before);
+    assert_ne!(state.head_started.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_untracked_connection_is_cut_by_the_header_timer_once_idle() {
+    let state = Arc::new(ConnState::new());
+    let mut io = ConnIo::new((), state.clone(), true);
+    io.observe(b"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n");
+    let started = Instant::now();
+    let header = Duration::from_secs(10);
+    assert_eq!(
+        state.expired(header, Duration::from_secs(90)).await,
+        Expiry::Untracked
+    );
+    assert!(started.elapsed() >= header && started.elapsed() < Duration::from_secs(90));
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_bytes_are_no_activity() {
+    let state = Arc::new(ConnState::new());
+    let mut io = ConnIo::new((), state.clone(), true);
+    io.observe(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    let idle = Duration::from_secs(90);
+    let watch = tokio::spawn({
+        let state = state.clone();
+        async move { state.expired(Duration::from_secs(10), idle).await }
+    });
+    let started = Instant::now();
+    // PINGs every second do not keep it open.
+    while !watch.is_finished() {
+        io.observe(&[0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert!(
+            started.elapsed() < idle * 2,
+            "PINGs kept an idle HTTP/2 connection open"
+        );
+    }
+    assert_eq!(watch.await.unwrap(), Expiry::Idle);
+    assert_eq!(state.take_verdict(), CLEAN);
 }

@@ -12,11 +12,11 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use relay_broker::{ConnId, Digest, Fingerprint, Input, WorkerDisconnectReason};
+use relay_broker::{ConnId, Digest, Fingerprint, Input};
 use relay_identity::{HandshakeFields, PublicKey, RouteToken, Secret32, SigningKey, Transcript};
 use relay_proto::{
-    Bytes32, Challenge, Id, Message, Refused, RefusedCode, Role, SUPPORTED_PROTOCOLS, Signature,
-    Text,
+    Bytes32, Challenge, DisconnectReason, FailureReason, Id, Message, Refused, RefusedCode, Role,
+    SUPPORTED_PROTOCOLS, Signature, Text,
 };
 use tokio::task::JoinSet;
 use tokio_tungstenite::WebSocketStream;
@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use super::client::encode_fields;
 use super::wire::{Transport, TransportError, ws_config};
 use crate::body::ResponseBody;
-use crate::shell::{Outbound, Shell, control_role, refusal_reason};
+use crate::shell::{Outbound, Shell};
 
 /// Everything the daemon's control plane needs, fixed at start-up.
 pub struct ControlOptions {
@@ -73,11 +73,11 @@ impl std::fmt::Debug for ControlPlane {
 }
 
 /// Why a session ended, for the broker and the logs.
-fn disconnect_reason(error: &TransportError) -> WorkerDisconnectReason {
+fn disconnect_reason(error: &TransportError) -> DisconnectReason {
     match error {
-        TransportError::Closed => WorkerDisconnectReason::PeerClosed,
-        TransportError::Timeout => WorkerDisconnectReason::PongTimeout,
-        _ => WorkerDisconnectReason::CommunicationFailed,
+        TransportError::Closed => DisconnectReason::PeerClosed,
+        TransportError::Timeout => DisconnectReason::PongTimeout,
+        _ => DisconnectReason::CommunicationFailed,
     }
 }
 
@@ -146,7 +146,7 @@ impl ControlPlane {
         {
             {
                 relay_logging::Lifecycle::ControlRateLimited {
-                    role: control_role(role),
+                    role,
                     peer: ip,
                     retry_after_secs: retry_after,
                 }
@@ -229,26 +229,26 @@ impl ControlPlane {
     {
         let ip = peer.ip();
         let remote = !ip.is_loopback();
-        if remote && !self.take_ip_slot(ip) {
-            refuse(
-                &self.shell,
-                &mut transport,
-                role,
-                RefusedCode::SessionLimit,
-                ip,
-                None,
-            )
-            .await;
-            return;
+        let slot = !remote || self.take_ip_slot(ip);
+        let handshake = if slot {
+            self.handshake(&mut transport, role, peer).await
+        } else {
+            Err(HandshakeError::refused(RefusedCode::SessionLimit, None))
+        };
+        match handshake {
+            Ok((conn, receiver)) => {
+                let reason = self
+                    .serve(&mut transport, role, conn, receiver, remote)
+                    .await;
+                self.shell.detach(conn, reason);
+            }
+            Err(HandshakeError::Refused { code, fingerprint }) => {
+                refuse(&self.shell, &mut transport, role, code, ip, fingerprint).await;
+            }
+            Err(HandshakeError::Close { code, reason }) => transport.close(code, reason).await,
+            Err(HandshakeError::Gone) => {}
         }
-        let registered = self.handshake(&mut transport, role, peer).await;
-        if let Some((conn, receiver)) = registered {
-            let reason = self
-                .serve(&mut transport, role, conn, receiver, remote)
-                .await;
-            self.shell.detach(conn, reason);
-        }
-        if remote {
+        if remote && slot {
             self.release_ip_slot(ip);
         }
     }
@@ -277,13 +277,14 @@ impl ControlPlane {
     }
 
     /// `Hello` → `Challenge` → `Register…`; on success the session is attached to the shell
-    /// and its registration handed to the broker.
+    /// and its registration handed to the broker. A failure says how the session ends; the
+    /// caller does it, in one place.
     async fn handshake<S>(
         &self,
         transport: &mut Transport<S>,
         role: Role,
         peer: SocketAddr,
-    ) -> Option<(ConnId, tokio::sync::mpsc::Receiver<Outbound>)>
+    ) -> Result<(ConnId, tokio::sync::mpsc::Receiver<Outbound>), HandshakeError>
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
@@ -292,40 +293,23 @@ impl ControlPlane {
         let hello = match transport.recv_within(ttl).await {
             Ok(frame) => match frame.message {
                 Message::Hello(hello) => hello,
-                _ => {
-                    transport.close(CloseCode::Protocol, "expected Hello").await;
-                    return None;
-                }
+                _ => return Err(HandshakeError::close(CloseCode::Protocol, "expected Hello")),
             },
             Err(TransportError::Frame(e)) if e.is_protocol_unsupported() => {
-                refuse(
-                    &self.shell,
-                    transport,
-                    role,
+                return Err(HandshakeError::refused(
                     RefusedCode::ProtocolUnsupported,
-                    ip,
                     None,
-                )
-                .await;
-                return None;
+                ));
             }
-            Err(_) => {
-                transport.close(CloseCode::Protocol, "expected Hello").await;
-                return None;
-            }
+            Err(_) => return Err(HandshakeError::close(CloseCode::Protocol, "expected Hello")),
         };
-        let Some(selected) = SUPPORTED_PROTOCOLS.highest_common(&hello.protocols) else {
-            refuse(
-                &self.shell,
-                transport,
-                role,
-                RefusedCode::ProtocolUnsupported,
-                ip,
-                None,
-            )
-            .await;
-            return None;
-        };
+        let selected =
+            SUPPORTED_PROTOCOLS
+                .highest_common(&hello.protocols)
+                .ok_or(HandshakeError::refused(
+                    RefusedCode::ProtocolUnsupported,
+                    None,
+                ))?;
         let client_key = PublicKey::from_bytes(hello.machine_key.0);
         let fingerprint = Fingerprint(*client_key.fingerprint().as_bytes());
         if hello.role != role
@@ -335,21 +319,14 @@ impl ControlPlane {
                 .iter()
                 .any(|o| o == hello.target_origin.as_str())
         {
-            refuse(
-                &self.shell,
-                transport,
-                role,
+            return Err(HandshakeError::refused(
                 RefusedCode::TranscriptMismatch,
-                ip,
                 Some(fingerprint),
-            )
-            .await;
-            return None;
+            ));
         }
         let (Ok(daemon_nonce), Ok(challenge_id)) = (Secret32::generate(), Secret32::generate())
         else {
-            transport.close(CloseCode::Error, "no randomness").await;
-            return None;
+            return Err(HandshakeError::close(CloseCode::Error, "no randomness"));
         };
         let mut id = [0u8; 16];
         id.copy_from_slice(&challenge_id.as_bytes()[..16]);
@@ -371,29 +348,20 @@ impl ControlPlane {
             selected_protocol: selected,
             signature: Signature(transcript.sign_challenge(&self.options.daemon_key)),
         };
-        if transport
+        transport
             .send(&Message::Challenge(challenge))
             .await
-            .is_err()
-        {
-            return None;
-        }
+            .map_err(|_| HandshakeError::Gone)?;
         // The challenge is single-use and expires (§5.2).
         let frame = match transport.recv_within(ttl).await {
             Ok(frame) => frame,
             Err(TransportError::Timeout) => {
-                refuse(
-                    &self.shell,
-                    transport,
-                    role,
+                return Err(HandshakeError::refused(
                     RefusedCode::ChallengeExpired,
-                    ip,
                     Some(fingerprint),
-                )
-                .await;
-                return None;
+                ));
             }
-            Err(_) => return None,
+            Err(_) => return Err(HandshakeError::Gone),
         };
         let (signed, signature, input_for) = match (role, frame.message) {
             (Role::Mcp, Message::RegisterMcp(m)) => (
@@ -417,27 +385,15 @@ impl ControlPlane {
                 Pending::ResumeWorker(m.fields),
             ),
             _ => {
-                transport
-                    .close(CloseCode::Protocol, "expected a registration")
-                    .await;
-                return None;
+                return Err(HandshakeError::close(
+                    CloseCode::Protocol,
+                    "expected a registration",
+                ));
             }
         };
-        if transcript
+        transcript
             .verify_registration(&signed, &signature.0)
-            .is_err()
-        {
-            refuse(
-                &self.shell,
-                transport,
-                role,
-                RefusedCode::BadSignature,
-                ip,
-                Some(fingerprint),
-            )
-            .await;
-            return None;
-        }
+            .map_err(|_| HandshakeError::refused(RefusedCode::BadSignature, Some(fingerprint)))?;
         let conn = ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed));
         let input = match input_for {
             Pending::Mcp(fields) => Input::McpRegister {
@@ -461,16 +417,10 @@ impl ControlPlane {
             },
             Pending::Worker(fields) => {
                 if !self.endpoint_allowed(fields.endpoint.as_str(), ip) {
-                    refuse(
-                        &self.shell,
-                        transport,
-                        role,
+                    return Err(HandshakeError::refused(
                         RefusedCode::EndpointNotAllowed,
-                        ip,
                         Some(fingerprint),
-                    )
-                    .await;
-                    return None;
+                    ));
                 }
                 Input::WorkerRegister {
                     conn,
@@ -490,7 +440,7 @@ impl ControlPlane {
         };
         let receiver = self.shell.attach(conn, ip);
         self.shell.input(input);
-        Some((conn, receiver))
+        Ok((conn, receiver))
     }
 
     /// §5.5: `127.0.0.1` for a loopback session; for a remote one the peer's own address or
@@ -513,7 +463,7 @@ impl ControlPlane {
         conn: ConnId,
         mut outbound: tokio::sync::mpsc::Receiver<Outbound>,
         remote: bool,
-    ) -> WorkerDisconnectReason
+    ) -> DisconnectReason
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
@@ -532,16 +482,16 @@ impl ControlPlane {
                     Some(Outbound::Message(message)) => {
                         let refused = matches!(*message, Message::Refused(_));
                         if transport.send(&message).await.is_err() {
-                            return WorkerDisconnectReason::CommunicationFailed;
+                            return DisconnectReason::CommunicationFailed;
                         }
                         if refused {
                             transport.close(CloseCode::Policy, "refused").await;
-                            return WorkerDisconnectReason::PeerClosed;
+                            return DisconnectReason::PeerClosed;
                         }
                     }
                     Some(Outbound::Close) | None => {
                         transport.close(CloseCode::Normal, "closed by the daemon").await;
-                        return WorkerDisconnectReason::PeerClosed;
+                        return DisconnectReason::PeerClosed;
                     }
                 },
                 frame = transport.recv() => match frame {
@@ -552,7 +502,7 @@ impl ControlPlane {
                             Some(input) => self.shell.input(input),
                             None => {
                                 transport.close(CloseCode::Protocol, "unexpected message").await;
-                                return WorkerDisconnectReason::CommunicationFailed;
+                                return DisconnectReason::CommunicationFailed;
                             }
                         }
                     }
@@ -565,17 +515,44 @@ impl ControlPlane {
                 },
                 _ = ping.tick() => {
                     if transport.ping().await.is_err() {
-                        return WorkerDisconnectReason::CommunicationFailed;
+                        return DisconnectReason::CommunicationFailed;
                     }
                 }
                 // A remote peer that sent nothing, not even a pong, for a ping interval and
                 // the pong timeout is gone (§5.1).
                 () = tokio::time::sleep_until(last_heard + ping_every + self.options.pong_timeout), if remote => {
                     transport.close(CloseCode::Away, "pong timeout").await;
-                    return WorkerDisconnectReason::PongTimeout;
+                    return DisconnectReason::PongTimeout;
                 }
             }
         }
+    }
+}
+
+/// How a handshake that produced no session ends.
+#[derive(Debug)]
+enum HandshakeError {
+    /// A typed refusal (§5.6): counted, logged, sent as `Refused`, then the session closes.
+    Refused {
+        code: RefusedCode,
+        fingerprint: Option<Fingerprint>,
+    },
+    /// Not a well-formed handshake: closed without a refusal.
+    Close {
+        code: CloseCode,
+        reason: &'static str,
+    },
+    /// The connection already failed: nothing more can be sent.
+    Gone,
+}
+
+impl HandshakeError {
+    fn refused(code: RefusedCode, fingerprint: Option<Fingerprint>) -> HandshakeError {
+        HandshakeError::Refused { code, fingerprint }
+    }
+
+    fn close(code: CloseCode, reason: &'static str) -> HandshakeError {
+        HandshakeError::Close { code, reason }
     }
 }
 
@@ -588,13 +565,15 @@ enum Pending {
 }
 
 /// The broker input of an in-session message, or `None` when the role may not send it.
+/// A peer's `failure_reason` is read against the closed set here, at the edge, and its
+/// diagnostic is dropped: no text a peer chose reaches the daemon's log.
 fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
     Some(match (role, message) {
         (Role::Mcp, Message::Release) => Input::McpRelease { conn },
         (Role::Mcp, Message::ActivationFailed(m)) => Input::McpActivationFailed {
             conn,
             activation_id: m.activation_id,
-            reason: m.failure_reason.as_str().to_owned(),
+            reason: FailureReason::from_peer(m.failure_reason.as_str()),
         },
         (Role::Mcp, Message::WorkerExited(m)) => Input::McpWorkerExited {
             conn,
@@ -604,10 +583,10 @@ fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
             conn,
             activation_id,
         },
-        (Role::Worker, Message::Ready) => Input::WorkerReady { conn },
+        (Role::Worker, Message::Ready) => Input::WorkerReportedReady { conn },
         (Role::Worker, Message::WorkerActivationFailed(m)) => Input::WorkerActivationFailed {
             conn,
-            reason: m.failure_reason.as_str().to_owned(),
+            reason: FailureReason::from_peer(m.failure_reason.as_str()),
         },
         (Role::Worker, Message::Stopping) => Input::WorkerStopping { conn },
         _ => return None,
@@ -628,8 +607,8 @@ async fn refuse<S>(
     shell.record_refusal(code);
     let fp = fingerprint.map(|f| f.to_hex());
     relay_logging::Lifecycle::ControlRegistrationRefused {
-        role: control_role(role),
-        reason: refusal_reason(code),
+        role,
+        reason: code,
         peer,
         fingerprint: fp.as_deref(),
     }

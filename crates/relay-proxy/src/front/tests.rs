@@ -1,16 +1,25 @@
 //! The rules of the front that depend on the TCP peer, checked directly: an integration test
 //! can only make a non-loopback peer where the machine has a non-loopback address.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Request, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use relay_broker::RequestKind;
 use relay_identity::RouteToken;
 use relay_proto::PassThroughReason;
 
+use super::credential::{Credential, Refusal, Routed, parse_credential};
+use super::hook::hook_event;
 use super::*;
+use crate::answers::upstream_error;
+use crate::config::DaemonKeys;
 use crate::conn::ConnState;
+use crate::headers;
+use crate::routes::Agent;
+use crate::upstream::UpstreamError;
 use crate::upstream::UpstreamOptions;
 
 const PORT: u16 = 47632;
@@ -407,7 +416,7 @@ async fn upstream_failures_map_to_their_statuses() {
 
 #[test]
 fn refusals_are_counted_under_the_family_of_their_path() {
-    let label = |method: Method, path: &str| route_label(Route::classify(&method, path));
+    let label = |method: Method, path: &str| route_label(PathClass::classify(&method, path));
     assert_eq!(label(Method::POST, "/v1/messages"), RouteLabel::Anthropic);
     assert_eq!(
         label(Method::POST, "/v1/messages/count_tokens"),

@@ -22,7 +22,7 @@ fn target(
         Some((p, q)) => (p, Some(q)),
         None => (path_and_query, None),
     };
-    let Route::Model { family, .. } = Route::classify(method, path) else {
+    let PathClass::Model { family, .. } = PathClass::classify(method, path) else {
         panic!("{path} is not a model route");
     };
     let mut map = HeaderMap::new();
@@ -178,7 +178,7 @@ fn selected_bases_must_be_allowed() {
         Some("http://127.0.0.1:9999/custom/v1/"),
     )
     .unwrap();
-    assert!(!ok.is_configured_base);
+    assert_eq!(ok.base, UpstreamBase::Selected);
     assert_eq!(
         ok.uri.to_string(),
         "http://127.0.0.1:9999/custom/v1/chat/completions"
@@ -193,47 +193,75 @@ fn selected_bases_must_be_allowed() {
             Err(TargetError::NotAllowed(_))
         ));
     }
-    assert!(
+    assert_eq!(
         target(&c, &Method::POST, "/v1/messages", &[], None)
             .unwrap()
-            .is_configured_base
+            .base,
+        UpstreamBase::Configured
     );
 }
 
 #[test]
 fn classification() {
-    assert_eq!(Route::classify(&Method::HEAD, "/"), Route::HeadRoot);
-    assert_eq!(Route::classify(&Method::GET, "/"), Route::NotFound);
+    assert_eq!(PathClass::classify(&Method::HEAD, "/"), PathClass::HeadRoot);
+    assert_eq!(PathClass::classify(&Method::GET, "/"), PathClass::NotFound);
     assert_eq!(
-        Route::classify(&Method::GET, "/v1/messages"),
-        Route::MethodNotAllowed
+        PathClass::classify(&Method::GET, "/v1/messages"),
+        PathClass::MethodNotAllowed
     );
     assert_eq!(
-        Route::classify(&Method::POST, "/healthz"),
-        Route::MethodNotAllowed
+        PathClass::classify(&Method::POST, "/healthz"),
+        PathClass::MethodNotAllowed
     );
     assert_eq!(
-        Route::classify(&Method::POST, "/hooks/pi"),
-        Route::Hook(Agent::Pi)
+        PathClass::classify(&Method::POST, "/hooks/pi"),
+        PathClass::Hook(Agent::Pi)
     );
     assert_eq!(
-        Route::classify(&Method::POST, "/hooks/other"),
-        Route::NotFound
+        PathClass::classify(&Method::POST, "/hooks/other"),
+        PathClass::NotFound
     );
     assert_eq!(
-        Route::classify(&Method::GET, "/_relay/v1/workers/not-a-uuid/status"),
-        Route::WorkerStatus(None)
+        PathClass::classify(&Method::GET, "/_relay/v1/workers/not-a-uuid/status"),
+        PathClass::WorkerStatus(None)
     );
     let id = uuid::Uuid::now_v7();
     assert_eq!(
-        Route::classify(&Method::GET, &format!("/_relay/v1/workers/{id}/status")),
-        Route::WorkerStatus(Some(id))
+        PathClass::classify(&Method::GET, &format!("/_relay/v1/workers/{id}/status")),
+        PathClass::WorkerStatus(Some(id))
     );
     assert!(matches!(
-        Route::classify(&Method::GET, "/v1/responses"),
-        Route::Model {
+        PathClass::classify(&Method::GET, "/v1/responses"),
+        PathClass::Model {
             responses: true,
             ..
         }
     ));
+}
+
+#[test]
+fn the_chatgpt_base_is_never_the_configured_base() {
+    let c = config("https://api.openai.com/v1", "https://api.anthropic.com");
+    let codex = target(&c, &Method::POST, "/backend-api/codex/responses", &[], None).unwrap();
+    assert_eq!(codex.base, UpstreamBase::ChatGptCodex);
+    assert_eq!(codex.family, Family::OpenAi);
+    // A ChatGPT sign-in rerouted from the OpenAI paths is the ChatGPT base too.
+    let signed_in = target(
+        &c,
+        &Method::POST,
+        "/v1/responses",
+        &[
+            ("chatgpt-account-id", "acct"),
+            ("authorization", "Bearer eyJhbGciOi"),
+        ],
+        None,
+    )
+    .unwrap();
+    assert_eq!(signed_in.base, UpstreamBase::ChatGptCodex);
+    assert_eq!(
+        target(&c, &Method::POST, "/v1/responses", &[], None)
+            .unwrap()
+            .base,
+        UpstreamBase::Configured
+    );
 }

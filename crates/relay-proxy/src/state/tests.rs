@@ -83,3 +83,54 @@ fn a_missing_file_is_an_empty_state_and_a_corrupt_one_an_error() {
     .unwrap();
     assert!(matches!(store.load(), Err(StateError::Corrupt { .. })));
 }
+
+#[cfg(unix)]
+#[test]
+fn a_symlinked_state_file_is_refused_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("elsewhere.json");
+    let store = StateStore::new(dir.path());
+    let now = Instant::now();
+    // A valid state file, so only the link can be the reason for the refusal.
+    store.save(&sample(now)).unwrap();
+    std::fs::rename(store.path(), &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, store.path()).unwrap();
+    assert!(
+        matches!(store.load(), Err(StateError::Symlink { .. })),
+        "{:?}",
+        store.load()
+    );
+    // A dangling link is refused too, not taken for a missing file.
+    std::fs::remove_file(&elsewhere).unwrap();
+    assert!(matches!(store.load(), Err(StateError::Symlink { .. })));
+}
+
+#[test]
+fn an_oversized_state_file_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::new(dir.path());
+    let file = std::fs::File::create(store.path()).unwrap();
+    // Sparse: no disk space is used, and the size check refuses it before any read.
+    file.set_len(MAX_STATE_FILE_BYTES + 1).unwrap();
+    assert!(
+        matches!(store.load(), Err(StateError::TooLarge { limit, .. }) if limit == MAX_STATE_FILE_BYTES),
+        "{:?}",
+        store.load()
+    );
+    // A small file in the same place is read again.
+    file.set_len(0).unwrap();
+    drop(file);
+    store.save(&PersistedState::default()).unwrap();
+    assert_eq!(store.load().unwrap(), PersistedState::default());
+}
+
+#[test]
+fn a_directory_in_place_of_the_state_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::new(dir.path());
+    std::fs::create_dir(store.path()).unwrap();
+    assert!(matches!(
+        store.load(),
+        Err(StateError::NotRegularFile { .. })
+    ));
+}

@@ -17,15 +17,16 @@ use relay_proto::ErrorKind;
 use super::identity::WorkerIdentity;
 use super::state::{RequestKind, WorkerState};
 use crate::answers::{
-    ambiguous_framing, content_length, error, json, payload_too_large, relay_response,
-    upstream_error, upstream_not_allowed,
+    ambiguous_framing, content_length, error, json, payload_too_large, relay_response, retry_later,
+    upstream_error,
 };
 use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::conn::HeadVerdict;
-use crate::headers::{self, Toward, UPSTREAM_BASE_URL, WORKER_SECRET};
-use crate::routes::{Agent, ModelFamily, Route, TargetError, upstream_target};
-use crate::server::{ConnContext, Handler, ServeOptions};
+use crate::forward::{Checked, Prologue, method_not_allowed};
+use crate::headers::{self, Toward, WORKER_SECRET};
+use crate::routes::{Agent, ModelFamily, PathClass};
+use crate::server::{ConnContext, Handler, Linger, PeerLimit, ServeOptions};
 use crate::upstream::UpstreamClient;
 
 /// The readiness probe the daemon sends over the pinned connection (§5.5).
@@ -54,17 +55,29 @@ impl Default for WorkerLimits {
     }
 }
 
-/// How the worker's listener is served: TLS with the generation's identity, and the
-/// daemon's default connection limits and timers. `drain_timeout` is how long accepted
-/// requests may run on once the serve future's shutdown resolves.
+/// How the worker's listener is served: TLS with the generation's identity, and limits
+/// sized for its one legitimate client, the daemon (which opens one connection per request
+/// in flight, at most `max_requests_per_identity`, 256 by default, plus probes and idle
+/// pooled ones): 512 connections, at most 384 from one address (loopback included, since a
+/// remote worker's daemon is one address and an attacker on the network another), a 2 s
+/// TLS handshake and a 5 s header timeout, so another user cannot starve it cheaply.
+/// `drain_timeout` is how long accepted requests may run on once the serve future's
+/// shutdown resolves.
 pub fn serve_options(identity: &WorkerIdentity, drain_timeout: Duration) -> ServeOptions {
     let daemon = DaemonConfig::default();
     ServeOptions {
-        max_connections: daemon.max_connections,
-        header_read_timeout: TimersConfig::default().header_read_timeout_secs.get(),
+        max_connections: 512,
+        // Half the daemon's: 5 s by default.
+        header_read_timeout: TimersConfig::default().header_read_timeout_secs.get() / 2,
         keepalive_idle: daemon.keepalive_idle_secs.get(),
         drain_timeout,
         tls: Some(identity.server_config()),
+        handshake_timeout: Duration::from_secs(2),
+        per_peer: PeerLimit {
+            max: 384,
+            loopback: true,
+        },
+        linger: Linger::default(),
     }
 }
 
@@ -99,7 +112,7 @@ impl WorkerHandler {
         &self.state
     }
 
-    async fn route(
+    async fn dispatch(
         self: Arc<Self>,
         req: Request<Incoming>,
         conn: ConnContext,
@@ -120,10 +133,10 @@ impl WorkerHandler {
                 method_not_allowed()
             };
         }
-        match Route::classify(req.method(), req.uri().path()) {
-            Route::Model { family, responses } => self.model(req, family, responses).await,
-            Route::Hook(agent) => self.hook(req, agent).await,
-            Route::MethodNotAllowed => method_not_allowed(),
+        match PathClass::classify(req.method(), req.uri().path()) {
+            PathClass::Model { family, responses } => self.model(req, family, responses).await,
+            PathClass::Hook(agent) => self.hook(req, agent).await,
+            PathClass::MethodNotAllowed => method_not_allowed(),
             // The daemon's own status, control and probe routes do not exist here.
             _ => error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found"),
         }
@@ -152,53 +165,28 @@ impl WorkerHandler {
         family: ModelFamily,
         responses: bool,
     ) -> Response<ResponseBody> {
-        if responses && headers::is_websocket_upgrade(req.method(), req.headers()) {
-            return error(
-                StatusCode::UPGRADE_REQUIRED,
-                ErrorKind::RelayUpgradeRequired,
-                "WebSocket is not supported here; use HTTP streaming",
-            );
+        let prologue = self.prologue();
+        if let Err(refused) = prologue.shape(&req, responses) {
+            return refused.answer();
         }
-        if responses && req.method() != Method::POST {
-            return method_not_allowed();
-        }
+        // The worker's state is checked between the shape and the request (see the order
+        // at the top of this file).
         let Some(in_flight) = self.state.admit(RequestKind::Model) else {
             return unavailable();
         };
-        let limit = self.limits.max_request_body_bytes;
-        if content_length(req.headers()).is_some_and(|len| len > limit) {
-            return payload_too_large(limit);
-        }
-        let selected = match req.headers().get(UPSTREAM_BASE_URL).map(|v| v.to_str()) {
-            None => None,
-            Some(Ok(text)) => Some(text.to_owned()),
-            Some(Err(_)) => return upstream_not_allowed(),
+        let checked = match prologue.target(&req, family) {
+            Ok(target) => prologue.checked(req, target),
+            Err(refused) => return refused.answer(),
         };
-        let target = match upstream_target(
-            &self.config.upstream,
-            family,
-            req.headers(),
-            selected.as_deref(),
-            req.uri().path(),
-            req.uri().query(),
-        ) {
-            Ok(target) => target,
-            Err(TargetError::NotAllowed(_)) => return upstream_not_allowed(),
-            Err(TargetError::BadUri) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    ErrorKind::RelayBadRequest,
-                    "bad request path",
-                );
-            }
+        let Checked {
+            parts,
+            body,
+            target,
+        } = match self.plugin_stage(checked) {
+            PluginVerdict::Forward(checked) => checked,
+            PluginVerdict::Answer(res) => return res,
         };
-        let (parts, incoming) = req.into_parts();
         let idle = self.limits.stream_idle;
-        let body = if parts.method == Method::GET || parts.method == Method::HEAD {
-            RequestBody::empty()
-        } else {
-            RequestBody::streaming(incoming, limit, idle)
-        };
         let mut upstream_req = Request::new(body);
         *upstream_req.method_mut() = parts.method;
         *upstream_req.uri_mut() = target.uri;
@@ -216,6 +204,25 @@ impl WorkerHandler {
                 upstream_error(&failure)
             }
         }
+    }
+
+    /// The model-request rules of this worker: its own `[upstream]`, the daemon's limits,
+    /// no media-type check (the daemon made it).
+    fn prologue(&self) -> Prologue<'_> {
+        Prologue {
+            upstream: &self.config.upstream,
+            max_body_bytes: self.limits.max_request_body_bytes,
+            stream_idle: self.limits.stream_idle,
+            require_json: false,
+        }
+    }
+
+    /// Where the plugins of SPEC §7 attach to a model request: after the prologue has
+    /// accepted it and before it is sent to the provider. Policy will run here first
+    /// (and may answer the request itself), then redaction (which may change the body).
+    /// No plugin exists yet, so the request passes unchanged.
+    fn plugin_stage(&self, checked: Checked) -> PluginVerdict {
+        PluginVerdict::Forward(checked)
     }
 
     async fn hook(&self, req: Request<Incoming>, agent: Agent) -> Response<ResponseBody> {
@@ -257,13 +264,23 @@ impl WorkerHandler {
     }
 }
 
+/// What the plugin stage makes of a model request.
+#[derive(Debug)]
+enum PluginVerdict {
+    /// Send it to the provider as it now is.
+    Forward(Checked),
+    /// Answer it here (a policy rejection); nothing is sent.
+    #[expect(dead_code, reason = "the policy plugin will answer requests here")]
+    Answer(Response<ResponseBody>),
+}
+
 impl Handler for WorkerHandler {
     async fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
         conn: ConnContext,
     ) -> Response<ResponseBody> {
-        self.route(req, conn).await
+        self.dispatch(req, conn).await
     }
 }
 
@@ -288,21 +305,11 @@ fn unauthorized() -> Response<ResponseBody> {
 
 /// 503 with `Retry-After: 1` (§3.5: every 503 carries one).
 fn unavailable() -> Response<ResponseBody> {
-    let mut res = error(
+    retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::RelayWorkerUnavailable,
         "the worker is not accepting this request now",
-    );
-    res.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    res
-}
-
-fn method_not_allowed() -> Response<ResponseBody> {
-    error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        ErrorKind::RelayMethodNotAllowed,
-        "method not allowed on this path",
+        1,
     )
 }
 

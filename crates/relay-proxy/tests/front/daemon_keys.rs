@@ -201,6 +201,37 @@ async fn each_failing_condition_keeps_the_keys_out() {
     assert_eq!(selected.request_count(), 0);
 }
 
+/// The attack of issue 9: a request without any credential to the ChatGPT Codex path went
+/// to `chatgpt_codex_base_url` carrying the daemon's OpenAI key. The stand-in playing the
+/// ChatGPT base must never see a daemon key, whatever the path or headers.
+#[tokio::test]
+async fn the_chatgpt_base_never_sees_a_daemon_key() {
+    let stand_in = StandIn::start().await.unwrap();
+    let chatgpt = StandIn::start().await.unwrap();
+    let mut setup = keyed(&stand_in.base_url());
+    setup.config.upstream.chatgpt_codex_base_url =
+        base(&format!("{}/backend-api/codex", chatgpt.base_url()));
+    let relay = setup.start().await;
+    let valid = token();
+    for headers in [vec![], vec![("x-relay-client-token", valid.as_str())]] {
+        let answer = relay
+            .post("/backend-api/codex/responses", &headers, "{}")
+            .await;
+        assert_eq!(answer.status, 200);
+        let got = chatgpt.wait_for_requests(1, WAIT).await.unwrap().remove(0);
+        chatgpt.clear_requests();
+        assert_no_daemon_key(&got, "chatgpt base");
+        assert!(got.header("authorization").is_none());
+    }
+    // The same daemon still adds its key toward the configured OpenAI base.
+    let got = one(&stand_in, &relay, "/v1/responses", &[]).await;
+    assert_eq!(
+        got.header_str("authorization"),
+        Some(&*format!("Bearer {OPENAI_KEY}"))
+    );
+    assert_eq!(chatgpt.request_count(), 0);
+}
+
 /// What a web page can make a browser send never reaches the provider, let alone with the
 /// daemon's keys: an Origin header, a text/plain "simple" POST, or a foreign Host (DNS
 /// rebinding).

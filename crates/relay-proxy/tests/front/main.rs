@@ -13,10 +13,12 @@
 mod support;
 
 mod bad_input;
+mod connections;
 mod credentials;
 mod daemon_keys;
 mod egress;
 mod forwarding;
+mod hook_bodies;
 mod secrets;
 mod status;
 mod streaming;

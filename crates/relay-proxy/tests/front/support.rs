@@ -42,6 +42,8 @@ pub(crate) struct Setup {
     pub(crate) advertised_host: Option<String>,
     pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
     pub(crate) no_proxy: Option<String>,
+    /// The daemon-wide budget of buffered hook body bytes; `None` keeps the default.
+    pub(crate) hook_buffer_bytes: Option<u64>,
 }
 
 impl Setup {
@@ -63,6 +65,7 @@ impl Setup {
             advertised_host: None,
             tls: None,
             no_proxy: None,
+            hook_buffer_bytes: None,
         }
     }
 
@@ -90,7 +93,7 @@ impl Setup {
         .unwrap();
         let config = Arc::new(self.config);
         let instance_id = uuid::Uuid::now_v7();
-        let front = Arc::new(Front::new(
+        let front = Front::new(
             FrontOptions {
                 bind: self.bind,
                 port: addr.port(),
@@ -110,7 +113,11 @@ impl Setup {
             client,
             self.keys,
             Arc::new(Metrics::new()),
-        ));
+        );
+        let front = Arc::new(match self.hook_buffer_bytes {
+            Some(bytes) => front.with_hook_buffer_bytes(bytes),
+            None => front,
+        });
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(serve(
             listener,
@@ -120,6 +127,7 @@ impl Setup {
                 keepalive_idle: config.daemon.keepalive_idle_secs.get(),
                 drain_timeout: Duration::from_secs(1),
                 tls: self.tls,
+                ..ServeOptions::default()
             },
             front.clone(),
             async move {

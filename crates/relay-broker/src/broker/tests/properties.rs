@@ -5,10 +5,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use relay_proto::{Bytes32, Directive, Id, Message, Registered, WorkerState};
+use relay_proto::{Bytes32, Directive, FailureReason, Id, Message, Registered, WorkerState};
 
 use super::super::*;
 use super::{Counter, digest, fp, test_config};
+use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -193,7 +194,7 @@ impl Model {
                 now,
                 Input::Disconnected {
                     conn: ConnId(u64::from(conn)),
-                    reason: WorkerDisconnectReason::PeerClosed,
+                    reason: DisconnectReason::PeerClosed,
                 },
             ),
             Step::WorkerRegister {
@@ -238,7 +239,7 @@ impl Model {
             }
             Step::Ready { conn } => self.broker.handle(
                 now,
-                Input::WorkerReady {
+                Input::WorkerReportedReady {
                     conn: ConnId(u64::from(conn)),
                 },
             ),
@@ -278,7 +279,7 @@ impl Model {
                         Input::McpActivationFailed {
                             conn: ConnId(u64::from(conn)),
                             activation_id,
-                            reason: "worker_process_spawn_failed".into(),
+                            reason: FailureReason::WorkerProcessSpawnFailed,
                         },
                     );
                 }
@@ -287,7 +288,7 @@ impl Model {
                 now,
                 Input::WorkerActivationFailed {
                     conn: ConnId(u64::from(conn)),
-                    reason: "plugin_config_invalid".into(),
+                    reason: FailureReason::PluginConfigInvalid,
                 },
             ),
             Step::Stopping { conn } => self.broker.handle(
@@ -434,13 +435,13 @@ impl Model {
             let live = broker
                 .generations
                 .values()
-                .filter(|g| g.fingerprint == *fp && g.status == GenStatus::Live)
+                .filter(|g| g.fingerprint == *fp && g.status.is_live())
                 .count();
             prop_assert!(live <= 1, "{fp:?} has {live} live generations");
             let starting = broker
                 .generations
                 .values()
-                .filter(|g| g.fingerprint == *fp && g.status == GenStatus::Starting)
+                .filter(|g| g.fingerprint == *fp && g.status.is_starting())
                 .count();
             prop_assert!(starting <= 1, "{fp:?} has {starting} starting generations");
             // At most one issued grant per route, held by a connected reference.
@@ -471,7 +472,7 @@ impl Model {
             {
                 let generation = broker.generations.get(&worker);
                 prop_assert!(
-                    generation.is_some_and(|g| g.fingerprint == *fp && g.status == GenStatus::Live)
+                    generation.is_some_and(|g| g.fingerprint == *fp && g.status.is_live())
                 );
             }
             if let RouteState::Ready { .. } = route.state {

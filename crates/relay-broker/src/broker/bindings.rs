@@ -1,0 +1,198 @@
+//! Credential bindings and the route table: eviction, tombstones, pruning, `relayd bindings
+//! revoke|block`, and registrations that wait for their binding to be durable.
+
+use std::time::Instant;
+
+use relay_proto::{
+    ActivationCancelReason, Id, McpRemovedReason, Message, RefusedCode, Role, WorkerRemovedReason,
+};
+
+use super::{Binding, Broker, GrantState, RouteState, TOMBSTONES_PER_TOKEN, Timer};
+use crate::io::Event;
+use crate::types::{Digest, Fingerprint};
+
+impl Broker {
+    pub(super) fn evict_route(&mut self, now: Instant, fp: Fingerprint) {
+        if let Some(route) = self.routes.remove(&fp) {
+            for digest in route.digests {
+                self.bindings.insert(
+                    digest,
+                    Binding {
+                        fingerprint: fp,
+                        last_use: now,
+                        tombstone_until: Some(now + self.config.binding_tombstone),
+                    },
+                );
+            }
+            self.clear_route_timers(fp);
+            self.event(Event::RouteEvicted { fingerprint: fp });
+            self.persist();
+        }
+    }
+
+    pub(super) fn tombstone(&mut self, now: Instant, digest: Digest) {
+        let Some(binding) = self.bindings.get_mut(&digest) else {
+            return;
+        };
+        binding.tombstone_until = Some(now + self.config.binding_tombstone);
+        let fp = binding.fingerprint;
+        if let Some(route) = self.routes.get_mut(&fp) {
+            route.digests.retain(|d| *d != digest);
+        }
+        // A peer minting tokens for its own identity must not grow the table without bound:
+        // beyond the cap, the tombstones of that identity that expire first go.
+        let cap = self.config.max_tokens_per_identity * TOMBSTONES_PER_TOKEN;
+        let mut tombstones: Vec<(Instant, Digest)> = self
+            .bindings
+            .iter()
+            .filter(|(_, b)| b.fingerprint == fp)
+            .filter_map(|(d, b)| b.tombstone_until.map(|until| (until, *d)))
+            .collect();
+        if tombstones.len() > cap {
+            tombstones.sort();
+            for (_, digest) in &tombstones[..tombstones.len() - cap] {
+                self.bindings.remove(digest);
+            }
+        }
+    }
+
+    /// Forgets what can no longer matter: expired tombstones, grants that ended (a
+    /// `LaunchStatus` asks within seconds of a release; this runs every few minutes), and
+    /// retired generations with no connection and no request left. Returns whether the
+    /// persisted state changed.
+    pub(super) fn prune(&mut self, now: Instant) -> bool {
+        let before = self.bindings.len();
+        self.bindings
+            .retain(|_, b| b.tombstone_until.is_none_or(|until| until > now));
+        let generations = &self.generations;
+        self.grants.retain(|_, grant| match grant.state {
+            GrantState::Issued => true,
+            GrantState::Cancelled => false,
+            GrantState::Consumed { worker } => generations
+                .get(&worker)
+                .is_some_and(|g| !g.status.is_revoked()),
+        });
+        self.generations
+            .retain(|_, g| !g.status.is_revoked() || g.conn.is_some() || g.in_flight > 0);
+        self.bindings.len() != before
+    }
+
+    pub(super) fn on_revoke(&mut self, now: Instant, fp: Fingerprint, block: bool) {
+        if block {
+            self.blocked.insert(fp);
+        }
+        let code = if block {
+            RefusedCode::Blocked
+        } else {
+            RefusedCode::Revoked
+        };
+        let sessions: Vec<Id> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.fingerprint == fp)
+            .map(|(id, _)| *id)
+            .collect();
+        for session_id in sessions {
+            if let Some(session) = self.sessions.remove(&session_id) {
+                self.timers.clear(Timer::Grace(session_id));
+                if let Some(conn) = session.conn {
+                    self.refuse_existing(conn, code);
+                }
+                let references = self.routes.get_mut(&fp).map_or(0, |r| {
+                    r.sessions.remove(&session_id);
+                    r.sessions.len() as u32
+                });
+                self.event(Event::McpRemoved {
+                    fingerprint: fp,
+                    instance: session.instance,
+                    references,
+                    reason: McpRemovedReason::Revoked,
+                });
+            }
+        }
+        match self.state(fp).cloned() {
+            Some(RouteState::Activating { grant, worker, .. }) => {
+                if let Some(grant) = grant {
+                    self.cancel_grant(grant, ActivationCancelReason::Revoked);
+                }
+                if let Some(worker) = worker {
+                    self.revoke_generation(worker, WorkerRemovedReason::Revoked);
+                }
+            }
+            Some(RouteState::Ready { worker })
+            | Some(RouteState::Recovering { worker, .. })
+            | Some(RouteState::Draining { worker, .. }) => {
+                if let Some(conn) = self.generations.get(&worker).and_then(|g| g.conn) {
+                    self.send(
+                        conn,
+                        Message::Drain {
+                            deadline_ms: self.config.timers.drain_ms,
+                        },
+                    );
+                }
+                self.retire_generation(worker, WorkerRemovedReason::Revoked);
+            }
+            _ => {}
+        }
+        let digests: Vec<Digest> = self
+            .bindings
+            .iter()
+            .filter(|(_, b)| b.fingerprint == fp && b.tombstone_until.is_none())
+            .map(|(d, _)| *d)
+            .collect();
+        for digest in digests {
+            self.tombstone(now, digest);
+        }
+        self.clear_route_timers(fp);
+        self.routes.remove(&fp);
+        self.persist();
+    }
+
+    pub(super) fn on_persisted(&mut self, now: Instant, seq: u64, ok: bool) {
+        let mut waiting: Vec<Id> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.pending_persist.is_some_and(|p| p <= seq))
+            .map(|(id, _)| *id)
+            .collect();
+        waiting.sort();
+        for session_id in waiting {
+            if ok {
+                if let Some(s) = self.sessions.get_mut(&session_id) {
+                    s.pending_persist = None;
+                }
+                self.attach_session(now, session_id);
+            } else if let Some(session) = self.sessions.remove(&session_id) {
+                // The binding is not durable: undo it and refuse (§5.3).
+                if let Some(route) = self.routes.get_mut(&session.fingerprint) {
+                    route.digests.retain(|d| *d != session.digest);
+                }
+                // Put back what the registration replaced: a revived tombstone must keep
+                // blocking other identities (§5.3).
+                match session.replaced {
+                    Some(previous) => {
+                        self.bindings.insert(session.digest, previous);
+                    }
+                    None => {
+                        self.bindings.remove(&session.digest);
+                    }
+                }
+                if let Some(conn) = session.conn {
+                    self.conns.remove(&conn);
+                    self.refuse(
+                        conn,
+                        Role::Mcp,
+                        RefusedCode::StateUnavailable,
+                        Some(session.fingerprint),
+                    );
+                }
+                let orphan = self.routes.get(&session.fingerprint).is_some_and(|r| {
+                    r.digests.is_empty() && r.sessions.is_empty() && r.state == RouteState::Empty
+                });
+                if orphan {
+                    self.routes.remove(&session.fingerprint);
+                }
+            }
+        }
+    }
+}

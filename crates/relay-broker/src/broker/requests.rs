@@ -1,0 +1,149 @@
+//! The request plane (§3.5): where each request goes (`begin_request`), when it ends
+//! (`end_request`), and a worker that could not be reached (`worker_unreachable`).
+
+use std::time::{Duration, Instant};
+
+use relay_proto::{FailureReason, PassThroughReason};
+
+use super::{Broker, DEFAULT_RETRY_AFTER, RouteState, TicketEntry};
+use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket};
+use crate::types::Digest;
+
+impl Broker {
+    /// Chooses where a request with a well-formed credential goes (§3.5). A request that
+    /// gets a ticket keeps its destination; end it with [`Broker::end_request`].
+    pub fn begin_request(
+        &mut self,
+        now: Instant,
+        digest: Digest,
+        kind: RequestKind,
+        waited: bool,
+    ) -> Decision {
+        let may_wait =
+            !waited && !self.config.activation_wait.is_zero() && !self.config.pass_through;
+        let opening = kind == RequestKind::OpeningHook;
+        let Some(binding) = self
+            .bindings
+            .get_mut(&digest)
+            .filter(|b| b.tombstone_until.is_none())
+        else {
+            // Its MCP may be registering this very credential for the first time.
+            return if opening && may_wait {
+                Decision::Wait
+            } else {
+                Decision::Unbound
+            };
+        };
+        binding.last_use = now;
+        self.last_use_dirty = true;
+        let fp = binding.fingerprint;
+        let Some(route) = self.routes.get(&fp) else {
+            return Decision::Unbound;
+        };
+        if route.in_flight >= self.config.max_requests_per_identity {
+            return Decision::TooMany { fingerprint: fp };
+        }
+        let live = !route.sessions.is_empty();
+        let worker = match &route.state {
+            _ if self.config.pass_through => None,
+            RouteState::Ready { worker } if live => Some(*worker),
+            RouteState::Draining { worker, .. } if kind.is_hook() => Some(*worker),
+            _ => None,
+        };
+        let worker = worker.and_then(|w| {
+            self.generations
+                .get(&w)
+                .filter(|g| g.conn.is_some() && !g.status.is_revoked())
+                .map(|g| (w, g.endpoint.clone(), g.certificate, g.secret))
+        });
+        let starting = matches!(route.state, RouteState::Activating { .. }) && live;
+        if worker.is_none() && may_wait && (starting || (opening && !live)) {
+            return Decision::Wait;
+        }
+        let (reason, retry_after) = if self.config.pass_through {
+            (
+                PassThroughReason::ConfiguredPassThrough,
+                DEFAULT_RETRY_AFTER,
+            )
+        } else if !live {
+            (PassThroughReason::NoLiveSession, DEFAULT_RETRY_AFTER)
+        } else if let RouteState::PassThrough { retry_at } = route.state {
+            (
+                PassThroughReason::WorkerUnavailable,
+                retry_at.saturating_duration_since(now),
+            )
+        } else {
+            (PassThroughReason::WorkerUnavailable, DEFAULT_RETRY_AFTER)
+        };
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        self.route_mut(fp).in_flight += 1;
+        match worker {
+            Some((worker_id, endpoint, certificate_sha256, secret)) => {
+                if let Some(g) = self.generations.get_mut(&worker_id) {
+                    g.in_flight += 1;
+                    g.served += 1;
+                }
+                self.tickets.insert(
+                    ticket.0,
+                    TicketEntry {
+                        fingerprint: fp,
+                        worker: Some(worker_id),
+                    },
+                );
+                Decision::Worker {
+                    ticket,
+                    fingerprint: fp,
+                    worker_id,
+                    endpoint,
+                    certificate_sha256,
+                    secret,
+                }
+            }
+            None => {
+                self.tickets.insert(
+                    ticket.0,
+                    TicketEntry {
+                        fingerprint: fp,
+                        worker: None,
+                    },
+                );
+                Decision::PassThrough {
+                    ticket,
+                    fingerprint: fp,
+                    reason,
+                    retry_after: retry_after.max(Duration::from_millis(1)),
+                }
+            }
+        }
+    }
+
+    /// The request of `ticket` finished (its response ended or was dropped).
+    pub fn end_request(&mut self, ticket: Ticket) {
+        let Some(entry) = self.tickets.remove(&ticket.0) else {
+            return;
+        };
+        if let Some(route) = self.routes.get_mut(&entry.fingerprint) {
+            route.in_flight = route.in_flight.saturating_sub(1);
+        }
+        if let Some(worker) = entry.worker
+            && let Some(g) = self.generations.get_mut(&worker)
+        {
+            g.in_flight = g.in_flight.saturating_sub(1);
+        }
+    }
+
+    /// The connection to the chosen worker failed before any byte of the request was
+    /// written (§3.7). The ticket ends; the request may pass through once, which the shell
+    /// does without asking again. `Gone` (refused, wrong certificate) is evidence of death.
+    pub fn worker_unreachable(&mut self, now: Instant, ticket: Ticket, outcome: ProbeOutcome) {
+        let worker = self.tickets.get(&ticket.0).and_then(|t| t.worker);
+        self.end_request(ticket);
+        let Some(worker) = worker else { return };
+        match outcome {
+            ProbeOutcome::Gone => self.on_worker_gone(now, worker, FailureReason::WorkerGone),
+            ProbeOutcome::Failed => self.start_probe(worker),
+            ProbeOutcome::Ready => {}
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Read-only views for the status endpoints and `relayd bindings list`.
+
+use relay_proto::{RouteState as ViewState, WorkerState};
+
+use super::{Broker, RouteState};
+use crate::types::{BindingView, Digest, RouteView, WorkerView};
+
+impl Broker {
+    /// Workers as `/_relay/v1/workers/status` lists them, sorted by id.
+    pub fn workers(&self) -> Vec<WorkerView> {
+        let mut workers: Vec<WorkerView> = self
+            .routes
+            .values()
+            .filter_map(|route| {
+                let (worker, state) = match route.state {
+                    RouteState::Ready { worker } => (worker, WorkerState::Ready),
+                    RouteState::Draining { worker, .. } => (worker, WorkerState::Draining),
+                    RouteState::Recovering { worker, .. } => (worker, WorkerState::Recovering),
+                    _ => return None,
+                };
+                let generation = self.generations.get(&worker)?;
+                Some(WorkerView {
+                    worker_id: worker,
+                    state,
+                    control_available: generation.conn.is_some(),
+                    reference_count: route.sessions.len() as u32,
+                    in_flight: generation.in_flight,
+                })
+            })
+            .collect();
+        workers.sort_by_key(|w| w.worker_id);
+        workers
+    }
+
+    /// The route of a credential, or `None` when it is not bound.
+    pub fn route_view(&self, digest: &Digest) -> Option<RouteView> {
+        let binding = self
+            .bindings
+            .get(digest)
+            .filter(|b| b.tombstone_until.is_none())?;
+        let route = self.routes.get(&binding.fingerprint)?;
+        let (state, worker) = match route.state {
+            RouteState::Empty => (ViewState::Empty, None),
+            RouteState::Activating { .. } => (ViewState::Activating, None),
+            RouteState::Ready { worker } => (ViewState::Ready, Some(worker)),
+            RouteState::PassThrough { .. } => (ViewState::PassThrough, None),
+            RouteState::Recovering { worker, .. } => (ViewState::Recovering, Some(worker)),
+            RouteState::Draining { worker, .. } => (ViewState::Draining, Some(worker)),
+        };
+        let control = worker
+            .and_then(|w| self.generations.get(&w))
+            .map(|g| g.conn.is_some());
+        Some(RouteView {
+            state,
+            worker_id: worker,
+            control_available: control,
+            worker_ready: state == ViewState::Ready
+                && control == Some(true)
+                && !self.config.pass_through,
+            live_references: route.sessions.len() as u32,
+        })
+    }
+
+    pub fn bindings(&self) -> Vec<BindingView> {
+        let mut views: Vec<BindingView> = self
+            .bindings
+            .iter()
+            .map(|(digest, b)| BindingView {
+                fingerprint: b.fingerprint,
+                digest: *digest,
+                last_use: b.last_use,
+                tombstone: b.tombstone_until.is_some(),
+                blocked: self.blocked.contains(&b.fingerprint),
+            })
+            .collect();
+        views.sort_by_key(|v| (v.fingerprint, v.digest));
+        views
+    }
+
+    /// The number of authenticated control connections.
+    pub fn control_sessions(&self) -> usize {
+        self.conns.len()
+    }
+}

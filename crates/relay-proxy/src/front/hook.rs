@@ -1,0 +1,238 @@
+//! The hook routes (SPEC §3.4): the media type, the body and its event name, the
+//! credential decision, then the worker or the agent's pass-through answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use relay_broker::RequestKind;
+use relay_proto::{ErrorKind, PassThroughReason};
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use super::credential::{Routed, parse_credential};
+use super::to_worker::WorkerResult;
+use super::{Front, Mode};
+use crate::answers::{
+    content_length, error, payload_too_large, relay_response, retry_later, unsupported_media_type,
+    worker_unavailable,
+};
+use crate::body::{RequestBody, ResponseBody};
+use crate::headers::{self, Toward};
+use crate::metrics::{Destination, RouteLabel};
+use crate::routes::Agent;
+
+impl Front {
+    pub(super) async fn hook(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        agent: Agent,
+    ) -> (Response<ResponseBody>, RouteLabel, Destination) {
+        let local = |res| (res, RouteLabel::Hook, Destination::Local);
+        if !headers::is_json_media_type(req.headers()) {
+            return local(unsupported_media_type());
+        }
+        // The credential first (SPEC §3.5): every refusal that does not depend on the
+        // event is answered before a byte of the body is read.
+        let credential = parse_credential(req.headers());
+        let decided = if self.decision_needs_event(&credential) {
+            None
+        } else {
+            match self.decide(&credential, RequestKind::Hook).await {
+                Ok(routed) => Some(routed),
+                Err(refusal) => return local(refusal.answer()),
+            }
+        };
+        let limit = self.config().daemon.max_hook_body_bytes;
+        if content_length(req.headers()).is_some_and(|len| len > limit) {
+            return local(payload_too_large(limit));
+        }
+        let _buffered = match self.hook_buffer.reserve(req.headers(), limit).await {
+            Some(permit) => permit,
+            None => return local(overloaded()),
+        };
+        let (parts, incoming) = req.into_parts();
+        let body = match read_limited(incoming, limit).await {
+            Ok(body) => body,
+            Err(res) => return local(res),
+        };
+        let Some(event) = hook_event(&body) else {
+            return local(error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::RelayBadRequest,
+                "a hook body must be a JSON object",
+            ));
+        };
+        let routed = match decided {
+            Some(routed) => routed,
+            None => {
+                let kind = if event.is_some_and(|name| agent.is_opening_event(name)) {
+                    RequestKind::OpeningHook
+                } else {
+                    RequestKind::Hook
+                };
+                match self.decide(&credential, kind).await {
+                    Ok(routed) => routed,
+                    Err(refusal) => return local(refusal.answer()),
+                }
+            }
+        };
+        let (reason, fingerprint) = match routed {
+            Routed::Worker {
+                target: worker,
+                fingerprint,
+                ticket,
+            } => {
+                let mut req = Request::new(RequestBody::full(body));
+                *req.method_mut() = Method::POST;
+                *req.uri_mut() = parts.uri.clone();
+                *req.headers_mut() =
+                    headers::forwardable_request_headers(&parts.headers, Toward::Worker);
+                match self.send_to_worker(&worker, fingerprint, "hook", req).await {
+                    WorkerResult::Answered(res) => {
+                        let idle = self.config().daemon.stream_idle_secs.get();
+                        let res = relay_response(
+                            res,
+                            false,
+                            idle,
+                            Box::new((self.metrics.open_stream(), Some(ticket))),
+                        );
+                        return (res, RouteLabel::Hook, Destination::Worker);
+                    }
+                    WorkerResult::Failed(res) => {
+                        return (res, RouteLabel::Hook, Destination::Worker);
+                    }
+                    WorkerResult::NotSent(_, outcome) => {
+                        ticket.unreachable(outcome);
+                        if self.options.mode == Mode::RequireWorker {
+                            return local(worker_unavailable(Duration::from_secs(1)));
+                        }
+                        (
+                            Some(PassThroughReason::WorkerConnectFailed),
+                            Some(fingerprint),
+                        )
+                    }
+                }
+            }
+            Routed::PassThrough {
+                reason,
+                credentialed,
+                fingerprint,
+                ..
+            } => (credentialed.then_some(reason), fingerprint),
+        };
+        if let Some(reason) = reason {
+            self.log_pass_through("hook", reason, fingerprint);
+        }
+        let mut res = Response::new(ResponseBody::full(Bytes::from_static(
+            agent.pass_through_answer(),
+        )));
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        (res, RouteLabel::Hook, Destination::PassThrough)
+    }
+}
+
+/// The hook bodies buffered at once across the daemon, in bytes (SPEC §3.6 bounds one
+/// body; this bounds them all, so that many slow bodies cannot grow the daemon without
+/// limit). A body reserves its declared length, or the whole per-body limit when it has
+/// none, before its first byte is read, and keeps the reservation until its answer.
+#[derive(Debug)]
+pub(super) struct HookBuffer {
+    bytes: Semaphore,
+    capacity: u64,
+}
+
+/// The default budget: sixteen bodies of the default 1 MiB limit at once.
+pub(super) const DEFAULT_HOOK_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How long a hook body waits for room in the budget before it is answered 503.
+const HOOK_BUFFER_WAIT: Duration = Duration::from_secs(1);
+
+impl HookBuffer {
+    pub(super) fn new(capacity: u64) -> HookBuffer {
+        // A semaphore holds at most `usize::MAX >> 3` permits.
+        let capacity = capacity.min(u64::from(u32::MAX));
+        HookBuffer {
+            bytes: Semaphore::new(usize::try_from(capacity).unwrap_or(usize::MAX >> 3)),
+            capacity,
+        }
+    }
+
+    /// Room for one body of at most `limit` bytes, waiting at most [`HOOK_BUFFER_WAIT`];
+    /// `None` when the budget stays full.
+    async fn reserve(&self, headers: &HeaderMap, limit: u64) -> Option<SemaphorePermit<'_>> {
+        let want = content_length(headers)
+            .unwrap_or(limit)
+            .min(limit)
+            .min(self.capacity);
+        let want = u32::try_from(want).unwrap_or(u32::MAX);
+        match tokio::time::timeout(HOOK_BUFFER_WAIT, self.bytes.acquire_many(want)).await {
+            Ok(Ok(permit)) => Some(permit),
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+}
+
+/// 503 when the daemon already buffers as many hook bodies as it allows.
+fn overloaded() -> Response<ResponseBody> {
+    retry_later(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::RelayTooManyRequests,
+        "too many hook bodies are being received at once",
+        1,
+    )
+}
+
+/// Reads a whole body of at most `limit` bytes, or answers 413.
+pub(super) async fn read_limited(
+    body: Incoming,
+    limit: u64,
+) -> Result<Bytes, Response<ResponseBody>> {
+    let limited = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(payload_too_large(limit))
+        }
+        Err(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            ErrorKind::RelayBadRequest,
+            "the request body could not be read",
+        )),
+    }
+}
+
+/// The `hook_event_name` of a hook body, `Some(None)` for an object without one, and `None`
+/// when the body is not a JSON object.
+pub(super) fn hook_event(body: &[u8]) -> Option<Option<&str>> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        hook_event_name: Option<&'a str>,
+    }
+    // serde accepts an array for a struct; only an object is a hook payload.
+    let object = body
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'{');
+    if !object {
+        return None;
+    }
+    // A name with escapes cannot be borrowed; it is then no event Relay waits for.
+    match serde_json::from_slice::<Head<'_>>(body) {
+        Ok(head) => Some(head.hook_event_name),
+        Err(e) if e.is_data() => serde_json::from_slice::<serde::de::IgnoredAny>(body)
+            .is_ok()
+            .then_some(None),
+        Err(_) => None,
+    }
+}

@@ -1,0 +1,94 @@
+//! The front's log events (SPEC §10.3): pass-through decisions, and the rate-limited
+//! provider and worker failures.
+
+use std::time::Instant;
+
+use relay_broker::Fingerprint;
+use relay_proto::{Id, PassThroughReason};
+
+use super::Front;
+use crate::upstream::UpstreamError;
+
+impl Front {
+    pub(super) fn log_pass_through(
+        &self,
+        route: &'static str,
+        reason: PassThroughReason,
+        fingerprint: Option<Fingerprint>,
+    ) {
+        let fingerprint = fingerprint.map(|f| f.to_hex());
+        relay_logging::Lifecycle::PublicRequestPassThrough {
+            route: public_route(route),
+            reason: log_reason(reason),
+            fingerprint: fingerprint.as_deref(),
+        }
+        .emit();
+    }
+
+    pub(super) fn log_worker_failure(
+        &self,
+        route: &'static str,
+        fingerprint: Fingerprint,
+        worker: Id,
+        reason: &'static str,
+    ) {
+        let fingerprint = fingerprint.to_hex();
+        let event = relay_logging::ProviderFailure::WorkerRequestFailed {
+            route: public_route(route),
+            fingerprint: &fingerprint,
+            worker_id: worker.as_uuid(),
+            reason,
+        };
+        if let Ok(mut limiter) = self.failures.lock() {
+            limiter.emit(Instant::now(), &event);
+        }
+    }
+
+    pub(super) fn log_worker_communication(
+        &self,
+        fingerprint: Fingerprint,
+        worker: Id,
+        reason: &'static str,
+    ) {
+        let fingerprint = fingerprint.to_hex();
+        let event = relay_logging::ProviderFailure::WorkerCommunicationFailed {
+            fingerprint: &fingerprint,
+            worker_id: worker.as_uuid(),
+            reason,
+        };
+        if let Ok(mut limiter) = self.failures.lock() {
+            limiter.emit(Instant::now(), &event);
+        }
+    }
+
+    pub(super) fn log_upstream_failure(&self, route: &'static str, failure: &UpstreamError) {
+        let event = relay_logging::ProviderFailure::UpstreamRequestFailed {
+            route: public_route(route),
+            fingerprint: None,
+            reason: failure.reason(),
+        };
+        if let Ok(mut limiter) = self.failures.lock() {
+            limiter.emit(Instant::now(), &event);
+        }
+    }
+}
+
+fn public_route(route: &str) -> relay_logging::PublicRoute {
+    match route {
+        "hook" => relay_logging::PublicRoute::Hook,
+        "anthropic" => relay_logging::PublicRoute::Anthropic,
+        _ => relay_logging::PublicRoute::Openai,
+    }
+}
+
+fn log_reason(reason: PassThroughReason) -> relay_logging::PassThroughReason {
+    use relay_logging::PassThroughReason as L;
+    match reason {
+        PassThroughReason::MissingCredential => L::MissingCredential,
+        PassThroughReason::UnboundCredential => L::UnboundCredential,
+        PassThroughReason::NoLiveSession => L::NoLiveSession,
+        PassThroughReason::WorkerUnavailable => L::WorkerUnavailable,
+        PassThroughReason::ConfiguredPassThrough => L::ConfiguredPassThrough,
+        PassThroughReason::WorkerConnectFailed => L::WorkerConnectFailed,
+    }
+}

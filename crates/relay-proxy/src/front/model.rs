@@ -1,0 +1,201 @@
+//! The model route (SPEC §3.2, §3.3): the forwarding prologue, the credential decision,
+//! then the worker or the provider, with the daemon's own keys only where §3.2 allows.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::header;
+use http::{HeaderMap, Request, Response};
+use hyper::body::Incoming;
+use relay_broker::RequestKind;
+use relay_proto::PassThroughReason;
+
+use super::credential::{Routed, parse_credential};
+use super::to_worker::{UpstreamWait, WorkerResult};
+use super::{Front, Mode};
+use crate::answers::{relay_response, upstream_error, worker_unavailable};
+use crate::body::{RequestBody, ResponseBody};
+use crate::config::DaemonKeys;
+use crate::forward::{Checked, Prologue};
+use crate::headers::{self, Toward};
+use crate::metrics::{Destination, RouteLabel};
+use crate::routes::{Family, ModelFamily, UpstreamBase, UpstreamTarget};
+use crate::server::ConnContext;
+use crate::shell::TicketGuard;
+use crate::upstream::UpstreamError;
+
+impl Front {
+    pub(super) async fn model(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        conn: &ConnContext,
+        family: ModelFamily,
+        responses: bool,
+    ) -> (Response<ResponseBody>, RouteLabel, Destination) {
+        let label = match family {
+            ModelFamily::Fixed(Family::Anthropic) => RouteLabel::Anthropic,
+            _ => RouteLabel::Openai,
+        };
+        let local = |res, label| (res, label, Destination::Local);
+        let idle = self.config().daemon.stream_idle_secs.get();
+        let prologue = Prologue {
+            upstream: &self.config().upstream,
+            max_body_bytes: self.config().daemon.max_request_body_bytes,
+            stream_idle: idle,
+            require_json: true,
+        };
+        let Checked {
+            parts,
+            body,
+            target,
+        } = match prologue.check(req, family, responses) {
+            Ok(checked) => checked,
+            Err(refused) => return local(refused.answer(), label),
+        };
+        let label = match target.family {
+            Family::Anthropic => RouteLabel::Anthropic,
+            Family::OpenAi => RouteLabel::Openai,
+        };
+        let credential = parse_credential(&parts.headers);
+        let routed = match self.decide(&credential, RequestKind::Model).await {
+            Ok(routed) => routed,
+            Err(refusal) => return local(refusal.answer(), label),
+        };
+        let models = family == ModelFamily::Models;
+        match routed {
+            Routed::Worker {
+                target: worker,
+                fingerprint,
+                ticket,
+            } => {
+                let mut req = Request::from_parts(parts, body);
+                *req.headers_mut() =
+                    headers::forwardable_request_headers(req.headers(), Toward::Worker);
+                match self
+                    .send_to_worker(&worker, fingerprint, target.family.as_str(), req)
+                    .await
+                {
+                    WorkerResult::Answered(res) => (
+                        relay_response(
+                            res,
+                            models,
+                            idle,
+                            Box::new((self.metrics.open_stream(), Some(ticket))),
+                        ),
+                        label,
+                        Destination::Worker,
+                    ),
+                    WorkerResult::Failed(res) => (res, label, Destination::Worker),
+                    WorkerResult::NotSent(req, outcome) => {
+                        // Nothing reached the worker: pass through once (§3.7).
+                        ticket.unreachable(outcome);
+                        if self.options.mode == Mode::RequireWorker {
+                            return local(worker_unavailable(Duration::from_secs(1)), label);
+                        }
+                        self.log_pass_through(
+                            target.family.as_str(),
+                            PassThroughReason::WorkerConnectFailed,
+                            Some(fingerprint),
+                        );
+                        let (parts, body) = req.into_parts();
+                        let res = self
+                            .to_provider(&parts, body, &target, conn, true, models, idle, None)
+                            .await;
+                        (res, label, Destination::PassThrough)
+                    }
+                }
+            }
+            Routed::PassThrough {
+                reason,
+                credentialed,
+                fingerprint,
+                ticket,
+            } => {
+                if credentialed {
+                    self.log_pass_through(target.family.as_str(), reason, fingerprint);
+                }
+                let bound = fingerprint.is_some();
+                let res = self
+                    .to_provider(&parts, body, &target, conn, bound, models, idle, ticket)
+                    .await;
+                (res, label, Destination::PassThrough)
+            }
+        }
+    }
+
+    /// Forwards a request straight to its provider.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn to_provider(
+        &self,
+        parts: &http::request::Parts,
+        body: RequestBody,
+        target: &UpstreamTarget,
+        conn: &ConnContext,
+        bound: bool,
+        models: bool,
+        idle: Duration,
+        ticket: Option<TicketGuard>,
+    ) -> Response<ResponseBody> {
+        let mut headers = headers::forwardable_request_headers(&parts.headers, Toward::Provider);
+        // Each key only to the base it was configured for: the OpenAI key to
+        // `openai_base_url`, the Anthropic key to `anthropic_base_url`; never to the ChatGPT
+        // base or a base the caller selected.
+        let own_base = target.base == UpstreamBase::Configured;
+        if self.may_add_daemon_keys(&parts.headers, conn, own_base, bound) {
+            match target.family {
+                Family::OpenAi => {
+                    if let Some(key) = &self.keys.openai {
+                        headers.insert(header::AUTHORIZATION, key.clone());
+                    }
+                }
+                Family::Anthropic => {
+                    if let Some(key) = &self.keys.anthropic {
+                        headers.insert("x-api-key", key.clone());
+                    }
+                }
+            }
+        }
+        let mut upstream_req = Request::new(body);
+        *upstream_req.method_mut() = parts.method.clone();
+        *upstream_req.uri_mut() = target.uri.clone();
+        *upstream_req.headers_mut() = headers;
+        let waiting = Instant::now();
+        let result = self.upstream.send(upstream_req).await;
+        let waited = UpstreamWait(waiting.elapsed());
+        match result.map(|mut res| {
+            res.extensions_mut().insert(waited);
+            res
+        }) {
+            Ok(res) => relay_response(
+                res,
+                models,
+                idle,
+                Box::new((self.metrics.open_stream(), ticket)),
+            ),
+            Err(failure) => {
+                // A body over the limit is the client's fault, not a provider failure.
+                if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
+                    self.log_upstream_failure(target.family.as_str(), &failure);
+                }
+                upstream_error(&failure)
+            }
+        }
+    }
+
+    /// Every condition of §3.2 under which the daemon adds its own provider keys.
+    pub(super) fn may_add_daemon_keys(
+        &self,
+        headers: &HeaderMap,
+        conn: &ConnContext,
+        configured_base: bool,
+        bound: bool,
+    ) -> bool {
+        self.options.mode == Mode::PassThrough
+            && self.is_loopback_bind()
+            && conn.peer.ip().is_loopback()
+            && !headers::has_forwarding_headers(headers)
+            && !headers::has_provider_credential(headers)
+            && configured_base
+            && (bound || self.config().upstream.daemon_keys == DaemonKeys::AnyLocal)
+    }
+}

@@ -1,0 +1,97 @@
+//! One call to a worker over its pinned TLS connection (SPEC §3.3, §3.7), shared by the
+//! model and hook routes.
+
+use std::time::{Duration, Instant};
+
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use relay_broker::{Fingerprint, ProbeOutcome};
+use relay_proto::ErrorKind;
+
+use super::Front;
+use crate::answers::{error, worker_failed};
+use crate::body::{RequestBody, ResponseBody};
+use crate::worker_client::{WorkerSendError, WorkerTarget};
+
+impl Front {
+    /// Sends a request to its worker over the pinned TLS connection, with the response-head
+    /// backstop of §3.3 (the worker's own timeout plus 5 s, none when that is 0).
+    pub(super) async fn send_to_worker(
+        &self,
+        worker: &WorkerTarget,
+        fingerprint: Fingerprint,
+        route: &'static str,
+        mut req: Request<RequestBody>,
+    ) -> WorkerResult {
+        let Some(shell) = &self.shell else {
+            return WorkerResult::Failed(worker_failed());
+        };
+        if let Some(path) = req.uri().path_and_query() {
+            *req.uri_mut() = http::Uri::from(path.clone());
+        }
+        if let Ok(host) = HeaderValue::from_str(&worker.endpoint) {
+            req.headers_mut().insert(header::HOST, host);
+        }
+        let response_timeout = self.config().upstream.response_timeout_secs.get();
+        let waiting = Instant::now();
+        let sending = shell.workers().send(worker, req);
+        let result = if response_timeout.is_zero() {
+            sending.await
+        } else {
+            match tokio::time::timeout(response_timeout + WORKER_BACKSTOP, sending).await {
+                Ok(result) => result,
+                Err(_) => {
+                    self.log_worker_failure(
+                        route,
+                        fingerprint,
+                        worker.worker_id,
+                        "response_head_timeout",
+                    );
+                    return WorkerResult::Failed(error(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        ErrorKind::RelayUpstreamTimeout,
+                        "the worker did not answer in time",
+                    ));
+                }
+            }
+        };
+        match result {
+            // The worker refused the secret: a request decided just before the worker resumed
+            // with a new one. The worker read no body, but ours may be partly written: 502,
+            // never the worker's 401, which a harness would take as a login problem.
+            Ok(res) if res.status() == StatusCode::UNAUTHORIZED => {
+                self.log_worker_failure(route, fingerprint, worker.worker_id, "secret_refused");
+                WorkerResult::Failed(worker_failed())
+            }
+            Ok(mut res) => {
+                res.extensions_mut().insert(UpstreamWait(waiting.elapsed()));
+                WorkerResult::Answered(res)
+            }
+            Err(WorkerSendError::NotSent { request, outcome }) => {
+                self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");
+                WorkerResult::NotSent(*request, outcome)
+            }
+            Err(WorkerSendError::Failed(_)) => {
+                self.log_worker_failure(route, fingerprint, worker.worker_id, "worker_failed");
+                WorkerResult::Failed(worker_failed())
+            }
+        }
+    }
+}
+
+/// How a call to a worker ended.
+pub(super) enum WorkerResult {
+    Answered(Response<Incoming>),
+    /// Nothing reached the worker; the request comes back unsent.
+    NotSent(Request<RequestBody>, ProbeOutcome),
+    Failed(Response<ResponseBody>),
+}
+
+/// How long a request waited for its provider's or worker's response head, carried in
+/// the response's extensions so the overhead metric can leave it out (§3.1).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct UpstreamWait(pub(super) Duration);
+
+/// The daemon's backstop toward a worker beyond the worker's own response timeout (§3.3).
+pub(super) const WORKER_BACKSTOP: Duration = Duration::from_secs(5);

@@ -1,0 +1,333 @@
+//! The accept loop and the framing watcher under attack (SPEC §3.6, §5.1), with a small
+//! handler of their own: timers that cannot be dodged, a per-address cap, smuggling after a
+//! long chunk extension, upgraded connections that keep their permit, and the worker's
+//! listener limits.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test set-up helpers fail the test on error"
+)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use relay_proxy::body::ResponseBody;
+use relay_proxy::conn::HeadVerdict;
+use relay_proxy::server::{ConnContext, Handler, PeerLimit, ServeOptions, serve};
+use relay_proxy::worker::WorkerIdentity;
+use relay_proxy::worker::serve_options;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Refuses ambiguous framing, upgrades `Upgrade: test` requests (holding the upgraded
+/// socket until its client closes), and answers anything else 200 after reading the body.
+struct Echo;
+
+impl Handler for Echo {
+    async fn handle(
+        self: Arc<Self>,
+        mut req: Request<Incoming>,
+        conn: ConnContext,
+    ) -> Response<ResponseBody> {
+        {
+            if conn.state.take_verdict() == HeadVerdict::AmbiguousFraming {
+                let mut res = Response::new(ResponseBody::full("ambiguous"));
+                *res.status_mut() = StatusCode::BAD_REQUEST;
+                res.headers_mut()
+                    .insert(header::CONNECTION, "close".parse().unwrap());
+                return res;
+            }
+            if req.headers().contains_key(header::UPGRADE) {
+                let on_upgrade = hyper::upgrade::on(&mut req);
+                tokio::spawn(async move {
+                    if let Ok(upgraded) = on_upgrade.await {
+                        let mut io = hyper_util::rt::TokioIo::new(upgraded);
+                        let mut sink = [0u8; 64];
+                        while matches!(io.read(&mut sink).await, Ok(n) if n > 0) {}
+                    }
+                });
+                let mut res = Response::new(ResponseBody::empty());
+                *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                res.headers_mut()
+                    .insert(header::UPGRADE, "test".parse().unwrap());
+                res.headers_mut()
+                    .insert(header::CONNECTION, "upgrade".parse().unwrap());
+                return res;
+            }
+            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+            match body {
+                Ok(body) => Response::new(ResponseBody::full(format!("{}", body.len()))),
+                Err(_) => {
+                    let mut res = Response::new(ResponseBody::empty());
+                    *res.status_mut() = StatusCode::BAD_REQUEST;
+                    res
+                }
+            }
+        }
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn start(options: ServeOptions) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(serve(listener, options, Arc::new(Echo), async move {
+        stopped.await.ok();
+    }));
+    Server { addr, _stop: stop }
+}
+
+fn options(header: f64, idle: f64) -> ServeOptions {
+    ServeOptions {
+        header_read_timeout: Duration::from_secs_f64(header),
+        keepalive_idle: Duration::from_secs_f64(idle),
+        drain_timeout: Duration::from_secs(1),
+        ..ServeOptions::default()
+    }
+}
+
+/// Reads one response head and its `Content-Length` body; `None` when the connection
+/// closes first. Returns the status.
+async fn read_status(stream: &mut TcpStream) -> Option<u16> {
+    let mut buf = Vec::new();
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; 32];
+        let mut res = httparse::Response::new(&mut slots);
+        if let Ok(httparse::Status::Complete(len)) = res.parse(&buf) {
+            let status = res.code?;
+            let body: usize = res
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .map_or(0, |h| {
+                    std::str::from_utf8(h.value).unwrap().parse().unwrap()
+                });
+            while buf.len() < len + body {
+                let mut chunk = [0u8; 4096];
+                match tokio::time::timeout(WAIT, stream.read(&mut chunk)).await {
+                    Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                    _ => return None,
+                }
+            }
+            return Some(status);
+        }
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout(WAIT, stream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return None,
+        }
+    }
+}
+
+/// True when the server closes the connection before `deadline`.
+async fn closed_before(stream: &mut TcpStream, deadline: Instant) -> bool {
+    let mut sink = [0u8; 256];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Sends a chunked request whose chunk extension (6,000 bytes, more than the 4,096 the
+/// watcher once followed) arrives in three separate reads, and reads its answer.
+async fn long_extension_request(stream: &mut TcpStream) {
+    let mut every = tokio::time::interval(Duration::from_millis(50));
+    stream
+        .write_all(b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;e=")
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        every.tick().await;
+        stream.write_all(&[b'a'; 2000]).await.unwrap();
+    }
+    every.tick().await;
+    stream.write_all(b"\r\nhello\r\n0\r\n\r\n").await.unwrap();
+    assert_eq!(read_status(stream).await, Some(200));
+}
+
+#[tokio::test]
+async fn a_slow_head_after_a_long_chunk_extension_is_cut_by_the_header_timeout() {
+    let server = start(options(0.5, 30.0)).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    long_extension_request(&mut stream).await;
+    // Trickle the next head at one byte per 100 ms; it would take 2.5 s.
+    let head = b"GET /b HTTP/1.1\r\nHost: x\r\n";
+    let started = Instant::now();
+    let mut every = tokio::time::interval(Duration::from_millis(100));
+    let mut cut = false;
+    for byte in head {
+        every.tick().await;
+        if stream.write_all(&[*byte]).await.is_err() {
+            cut = true;
+            break;
+        }
+        let mut sink = [0u8; 64];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(1), stream.read(&mut sink)).await
+        {
+            cut = true;
+            break;
+        }
+    }
+    if !cut {
+        cut = closed_before(&mut stream, started + Duration::from_secs(2)).await;
+    }
+    assert!(cut, "a slow head stayed open after a long chunk extension");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn content_length_with_transfer_encoding_after_a_long_chunk_extension_is_400() {
+    let server = start(options(5.0, 30.0)).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    long_extension_request(&mut stream).await;
+    stream
+        .write_all(
+            b"POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    // Refused, or the connection closed before it was read: never served.
+    let status = read_status(&mut stream).await;
+    assert!(matches!(status, None | Some(400)), "{status:?}");
+}
+
+#[tokio::test]
+async fn pings_do_not_keep_an_idle_http2_connection_open() {
+    let server = start(options(5.0, 0.5)).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut every = tokio::time::interval(Duration::from_millis(100));
+    let mut sink = [0u8; 256];
+    let closed = loop {
+        tokio::select! {
+            _ = every.tick() => {
+                if stream.write_all(&ping).await.is_err() {
+                    break true;
+                }
+            }
+            read = stream.read(&mut sink) => match read {
+                Ok(0) | Err(_) => break true,
+                Ok(_) => {}
+            },
+            () = tokio::time::sleep_until(deadline) => break false,
+        }
+    };
+    assert!(closed, "PINGs kept an idle HTTP/2 connection open");
+}
+
+#[tokio::test]
+async fn one_address_holds_at_most_its_cap_of_connections() {
+    let server = start(ServeOptions {
+        per_peer: PeerLimit {
+            max: 2,
+            loopback: true,
+        },
+        ..options(5.0, 30.0)
+    })
+    .await;
+    let get = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(get).await.unwrap();
+        assert_eq!(read_status(&mut stream).await, Some(200));
+        held.push(stream);
+    }
+    let mut over = TcpStream::connect(server.addr).await.unwrap();
+    let _ = over.write_all(get).await;
+    assert_eq!(
+        read_status(&mut over).await,
+        None,
+        "a third connection was served"
+    );
+    // Once one closes, the address may connect again.
+    drop(held.pop());
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let _ = stream.write_all(get).await;
+        if read_status(&mut stream).await == Some(200) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the freed slot was never given back"
+        );
+    }
+}
+
+#[tokio::test]
+async fn upgraded_connections_keep_their_connection_permit() {
+    let server = start(ServeOptions {
+        max_connections: 2,
+        ..options(5.0, 30.0)
+    })
+    .await;
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(
+                b"GET /up HTTP/1.1\r\nHost: x\r\nUpgrade: test\r\nConnection: upgrade\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        assert_eq!(read_status(&mut stream).await, Some(101));
+        sessions.push(stream);
+    }
+    // The kernel queues the connection, but relayd must not take it while two upgraded
+    // sessions are open.
+    let mut third = TcpStream::connect(server.addr).await.unwrap();
+    third
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first_byte = [0u8; 1];
+    let early = tokio::time::timeout(Duration::from_millis(500), third.peek(&mut first_byte)).await;
+    assert!(
+        early.is_err(),
+        "a connection was served beyond max_connections"
+    );
+    // Ending one session frees its permit.
+    drop(sessions.pop());
+    assert_eq!(read_status(&mut third).await, Some(200));
+}
+
+#[test]
+fn workers_listen_with_small_limits_and_a_per_peer_cap() {
+    let identity = WorkerIdentity::generate("127.0.0.1").unwrap();
+    let options = serve_options(&identity, Duration::from_secs(1));
+    let daemon = ServeOptions::default();
+    assert!(options.max_connections <= 1024);
+    assert!(options.handshake_timeout <= Duration::from_secs(2));
+    assert!(options.header_read_timeout < daemon.header_read_timeout);
+    assert!(
+        options.per_peer.loopback,
+        "local users share 127.0.0.1 with the daemon"
+    );
+    assert!(options.per_peer.max < options.max_connections);
+    assert!(options.tls.is_some());
+}

@@ -1,0 +1,309 @@
+//! The daemon's control plane in-process, with the real client side of the handshake: what a
+//! control peer says must not become text of its choosing in the daemon's log.
+
+// The set-up helpers sit outside `#[test]` functions, where clippy's allow-unwrap-in-tests
+// does not reach.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test set-up helpers fail the test on error"
+)]
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use relay_broker::BrokerConfig;
+use relay_identity::{DaemonAddress, PinStore, SigningKey};
+use relay_logging::{LogCapture, LogConfig, LogFormat};
+use relay_proto::{
+    Bytes32, Directive, Id, McpActivationFailed, Message, RegisterMcpFields, RegisterWorkerFields,
+    Registered, Text, WorkerActivationFailed,
+};
+use relay_proxy::control::client::{ClientIdentity, Registration, Session, connect};
+use relay_proxy::control::daemon::{ControlOptions, ControlPlane};
+use relay_proxy::control::{MCP_PATH, WORKER_PATH};
+use relay_proxy::metrics::Metrics;
+use relay_proxy::shell::Shell;
+use relay_proxy::state::StateStore;
+use tokio::net::TcpListener;
+
+/// How long a test waits for something that should happen at once.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A `failure_reason` that would forge a second log line if it were written as it came.
+const EVIL: &str = "evil\n{\"event\":\"daemon_stopped\",\"level\":\"INFO\"}";
+
+/// A daemon control plane on `127.0.0.1:<port>` with its shell running.
+struct Daemon {
+    address: DaemonAddress,
+    _state: tempfile::TempDir,
+}
+
+async fn start_daemon() -> Daemon {
+    let state = tempfile::tempdir().unwrap();
+    let shell = Shell::new(
+        BrokerConfig::default(),
+        StateStore::new(state.path()),
+        Arc::new(Metrics::new()),
+    )
+    .unwrap();
+    tokio::spawn(shell.clone().run(std::future::pending()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let local = listener.local_addr().unwrap();
+    let plane = ControlPlane::new(
+        ControlOptions {
+            daemon_key: Arc::new(SigningKey::generate().unwrap()),
+            origins: vec![format!("http://127.0.0.1:{}", local.port())],
+            challenge_ttl: Duration::from_secs(30),
+            challenge_window: Duration::from_secs(15),
+            challenge_limit: 16,
+            max_sessions_per_ip: 256,
+            ping: Duration::from_secs(30),
+            pong_timeout: Duration::from_secs(10),
+            worker_networks: Vec::new(),
+            own_addresses: vec![local.ip()],
+        },
+        shell,
+    );
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, peer)) = listener.accept().await else {
+                return;
+            };
+            let plane = plane.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let plane = plane.clone();
+                    async move {
+                        let role = if req.uri().path() == WORKER_PATH {
+                            relay_proto::Role::Worker
+                        } else {
+                            assert_eq!(req.uri().path(), MCP_PATH);
+                            relay_proto::Role::Mcp
+                        };
+                        Ok::<_, Infallible>(plane.upgrade(req, role, peer))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    Daemon {
+        address: DaemonAddress::parse(&format!("http://127.0.0.1:{}", local.port())).unwrap(),
+        _state: state,
+    }
+}
+
+fn identity(daemon: &Daemon, key: &Arc<SigningKey>, pins: &tempfile::TempDir) -> ClientIdentity {
+    ClientIdentity {
+        daemon: daemon.address.clone(),
+        key: key.clone(),
+        pins: Arc::new(PinStore::new(pins.path(), None)),
+        tls: None,
+        instance_id: Id::from(uuid::Uuid::now_v7()),
+    }
+}
+
+/// An MCP registers and receives its launch grant.
+async fn mcp_with_grant(client: &ClientIdentity) -> (Session, relay_proto::Grant) {
+    let (session, registered) = connect(
+        client,
+        Registration::Mcp(RegisterMcpFields {
+            credential: Bytes32([7; 32]),
+            worker_hint: None,
+        }),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    let Registered::Mcp {
+        directive: Directive::LaunchWorker(grant),
+        ..
+    } = registered
+    else {
+        panic!("expected a launch grant, got {registered:?}");
+    };
+    (session, grant)
+}
+
+/// Polls the log until a `worker_activation_failed` line is there.
+async fn activation_failed_line(capture: &LogCapture) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut interval = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        interval.tick().await;
+        let log = capture.contents();
+        if let Some(line) = log
+            .lines()
+            .find(|line| line.contains("\"worker_activation_failed\""))
+        {
+            return line.to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no worker_activation_failed in the log:\n{log}"
+        );
+    }
+}
+
+fn capture_log() -> (LogCapture, tracing::Dispatch) {
+    let capture = LogCapture::new();
+    let dispatch = relay_logging::subscriber(
+        &LogConfig {
+            level: "trace".into(),
+            format: LogFormat::Jsonl,
+        },
+        capture.clone(),
+    )
+    .unwrap();
+    (capture, dispatch)
+}
+
+fn assert_only_unknown(capture: &LogCapture, line: &str) {
+    let event: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(event["failure_reason"], "unknown", "{line}");
+    let log = capture.contents();
+    assert!(!log.contains("evil"), "peer text reached the log:\n{log}");
+    assert!(
+        !log.contains("daemon_stopped"),
+        "a forged event reached the log:\n{log}"
+    );
+    for line in log.lines() {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "not one JSON object per line: {line:?}"
+        );
+    }
+}
+
+// Everything runs on this one thread, so the thread's default subscriber sees the events of
+// every task: the control plane's sessions and the shell.
+#[tokio::test(flavor = "current_thread")]
+async fn an_mcp_cannot_write_its_own_failure_reason_into_the_daemon_log() {
+    let (capture, dispatch) = capture_log();
+    let _default = tracing::dispatcher::set_default(&dispatch);
+    let daemon = start_daemon().await;
+    let pins = tempfile::tempdir().unwrap();
+    let key = Arc::new(SigningKey::generate().unwrap());
+    let client = identity(&daemon, &key, &pins);
+    let (mut mcp, grant) = mcp_with_grant(&client).await;
+
+    mcp.send(&Message::ActivationFailed(McpActivationFailed {
+        activation_id: grant.activation_id,
+        failure_reason: Text::new(EVIL).unwrap(),
+    }))
+    .await
+    .unwrap();
+
+    let line = activation_failed_line(&capture).await;
+    assert_only_unknown(&capture, &line);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_worker_cannot_write_its_failure_reason_or_diagnostic_into_the_daemon_log() {
+    let (capture, dispatch) = capture_log();
+    let _default = tracing::dispatcher::set_default(&dispatch);
+    let daemon = start_daemon().await;
+    let pins = tempfile::tempdir().unwrap();
+    let key = Arc::new(SigningKey::generate().unwrap());
+    let client = identity(&daemon, &key, &pins);
+    let (_mcp, grant) = mcp_with_grant(&client).await;
+
+    let (mut worker, registered) = connect(
+        &client,
+        Registration::Worker(RegisterWorkerFields {
+            activation_id: grant.activation_id,
+            activation_token: grant.activation_token,
+            endpoint: Text::new("127.0.0.1:9").unwrap(),
+            certificate_sha256: Bytes32([9; 32]),
+        }),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(registered, Registered::Worker { .. }),
+        "{registered:?}"
+    );
+    worker
+        .send(&Message::WorkerActivationFailed(WorkerActivationFailed {
+            failure_reason: Text::new(EVIL).unwrap(),
+            diagnostic: Text::new(EVIL).unwrap(),
+        }))
+        .await
+        .unwrap();
+
+    let line = activation_failed_line(&capture).await;
+    assert_only_unknown(&capture, &line);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_reason_from_the_closed_set_is_logged_as_it_is() {
+    let (capture, dispatch) = capture_log();
+    let _default = tracing::dispatcher::set_default(&dispatch);
+    let daemon = start_daemon().await;
+    let pins = tempfile::tempdir().unwrap();
+    let key = Arc::new(SigningKey::generate().unwrap());
+    let client = identity(&daemon, &key, &pins);
+    let (mut mcp, grant) = mcp_with_grant(&client).await;
+
+    mcp.send(&Message::ActivationFailed(McpActivationFailed {
+        activation_id: grant.activation_id,
+        failure_reason: Text::new("worker_process_spawn_failed").unwrap(),
+    }))
+    .await
+    .unwrap();
+
+    let line = activation_failed_line(&capture).await;
+    let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        event["failure_reason"], "worker_process_spawn_failed",
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_handshake_refusal_is_sent_logged_and_closes_the_session() {
+    let (capture, dispatch) = capture_log();
+    let _default = tracing::dispatcher::set_default(&dispatch);
+    let daemon = start_daemon().await;
+    let pins = tempfile::tempdir().unwrap();
+    let key = Arc::new(SigningKey::generate().unwrap());
+    let client = identity(&daemon, &key, &pins);
+    let (_mcp, grant) = mcp_with_grant(&client).await;
+
+    // A loopback worker may only name 127.0.0.1 (§5.5).
+    let refused = connect(
+        &client,
+        Registration::Worker(RegisterWorkerFields {
+            activation_id: grant.activation_id,
+            activation_token: grant.activation_token,
+            endpoint: Text::new("10.0.0.1:9").unwrap(),
+            certificate_sha256: Bytes32([9; 32]),
+        }),
+        WAIT,
+    )
+    .await
+    .map(|_| ())
+    .unwrap_err();
+    assert_eq!(
+        refused.refused_code(),
+        Some(relay_proto::RefusedCode::EndpointNotAllowed),
+        "{refused}"
+    );
+    let log = capture.contents();
+    let line = log
+        .lines()
+        .find(|line| line.contains("\"control_registration_refused\""))
+        .unwrap_or_else(|| panic!("no refusal in the log:\n{log}"));
+    let event: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(event["reason"], "endpoint_not_allowed", "{line}");
+    assert_eq!(event["role"], "worker", "{line}");
+}

@@ -1,0 +1,129 @@
+//! The connection rules of §3.6 against the real front: answers reach a client that writes
+//! its whole request before it reads (Python's urllib, many SDKs), because relayd closes
+//! such a connection gently, discarding what the client still sends; bare-LF heads are
+//! judged like CRLF ones; blank lines keep no connection open.
+
+use std::time::Duration;
+
+use relay_testkit::StandIn;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{Setup, Tripwire, WAIT, is_closed_within, raw_exchange, read_response};
+
+/// Well over what the loopback socket buffers hold, so a server that stops reading makes
+/// the client's write fail unless it lingers.
+const BODY: usize = 16 * 1024 * 1024;
+
+fn post(host: &str, extra: &str, body_len: usize) -> Vec<u8> {
+    let mut bytes = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         {extra}\r\n"
+    )
+    .into_bytes();
+    bytes.resize(bytes.len() + body_len, b'x');
+    bytes
+}
+
+/// Writes everything, then reads one response, as a write-first client does.
+async fn write_all_then_read(
+    relay: &crate::support::Relay,
+    request: &[u8],
+) -> crate::support::RawResponse {
+    let mut stream = relay.connect().await;
+    if let Err(error) = stream.write_all(request).await {
+        panic!("the client could not finish writing its request: {error}");
+    }
+    read_response(&mut stream).await
+}
+
+#[tokio::test]
+async fn a_413_reaches_a_client_that_sends_its_whole_body_first() {
+    let tripwire = Tripwire::new().await;
+    let mut setup = Setup::new(&tripwire.base_url());
+    setup.config.daemon.max_request_body_bytes = 1024;
+    let relay = setup.start().await;
+    let request = post(&relay.host(), &format!("Content-Length: {BODY}\r\n"), BODY);
+    let res = write_all_then_read(&relay, &request).await;
+    res.assert_error(413, "relay_payload_too_large");
+    assert!(!tripwire.was_touched().await);
+}
+
+#[tokio::test]
+async fn a_431_reaches_a_client_that_sends_its_whole_body_first() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    let fields: String = (0..150).map(|i| format!("x-h{i}: {i}\r\n")).collect();
+    let request = post(
+        &relay.host(),
+        &format!("{fields}Content-Length: {BODY}\r\n"),
+        BODY,
+    );
+    let res = write_all_then_read(&relay, &request).await;
+    assert_eq!(res.status, 431);
+    assert_eq!(stand_in.request_count(), 0);
+}
+
+#[tokio::test]
+async fn a_400_reaches_a_client_that_sends_its_whole_body_first() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    let request = post(
+        &relay.host(),
+        &format!("Content-Length: {BODY}\r\nTransfer-Encoding: chunked\r\n"),
+        BODY,
+    );
+    let res = write_all_then_read(&relay, &request).await;
+    res.assert_error(400, "relay_bad_request");
+    assert_eq!(stand_in.request_count(), 0);
+}
+
+#[tokio::test]
+async fn content_length_with_transfer_encoding_in_bare_lf_heads_is_400() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    for (first, second) in [
+        ("Content-Length: 5", "Transfer-Encoding: chunked"),
+        ("Transfer-Encoding: chunked", "Content-Length: 5"),
+    ] {
+        let mut stream = relay.connect().await;
+        let head = format!(
+            "POST /v1/messages HTTP/1.1\nHost: {}\nContent-Type: application/json\n{first}\n{second}\n\n0\n\n",
+            relay.host()
+        );
+        let res = raw_exchange(&mut stream, head.as_bytes()).await;
+        res.assert_error(400, "relay_bad_request");
+        assert!(is_closed_within(&mut stream, WAIT).await);
+    }
+    assert_eq!(stand_in.request_count(), 0);
+}
+
+#[tokio::test]
+async fn blank_lines_between_requests_do_not_keep_a_connection_open() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url())
+        .keepalive_idle(0.5)
+        .start()
+        .await;
+    let mut stream = relay.connect().await;
+    let get = format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", relay.host());
+    assert_eq!(raw_exchange(&mut stream, get.as_bytes()).await.status, 200);
+    // CRLF every 100 ms, far more often than the idle time: the connection is still cut.
+    let mut every = tokio::time::interval(Duration::from_millis(100));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    let mut sink = [0u8; 64];
+    let closed = loop {
+        tokio::select! {
+            _ = every.tick() => {
+                if stream.write_all(b"\r\n").await.is_err() {
+                    break true;
+                }
+            }
+            read = stream.read(&mut sink) => match read {
+                Ok(0) | Err(_) => break true,
+                Ok(_) => {}
+            },
+            () = tokio::time::sleep_until(deadline) => break false,
+        }
+    };
+    assert!(closed, "a CRLF trickle kept the connection open");
+}
