@@ -10,12 +10,13 @@ mod ci;
 mod command;
 mod deploy;
 mod e2e;
+mod fuzz;
 mod tidy;
 
 use std::process::ExitCode;
 
 /// Every task with a one-line description, in the order `cargo xtask` prints them.
-const TASKS: [(&str, &str); 5] = [
+const TASKS: [(&str, &str); 6] = [
     (
         "ci",
         "fmt check, clippy, all tests (nextest when installed), then e2e; stops at the first failure",
@@ -27,6 +28,10 @@ const TASKS: [(&str, &str); 5] = [
     (
         "bench",
         "the performance measures of SPEC §12, beside a direct baseline",
+    ),
+    (
+        "fuzz --secs N ...",
+        "runs relay-fuzz's targets (or those named after it) N seconds each; crashes go to target/fuzz/",
     ),
     (
         "deploy-check",
@@ -55,6 +60,7 @@ fn main() -> ExitCode {
         ("ci", []) => ci::run(),
         ("e2e", test_args) => e2e::run(test_args),
         ("bench", []) => bench::run(),
+        ("fuzz", fuzz_args) => fuzz::run(fuzz_args),
         ("tidy", []) => tidy::run(),
         ("deploy-check", []) => deploy::run(),
         ("ci" | "bench" | "tidy" | "deploy-check", extra) => Err(anyhow::anyhow!(

@@ -329,3 +329,10 @@ fn route_label(route: PathClass) -> RouteLabel {
 
 #[cfg(test)]
 mod tests;
+
+/// The hook module's `hook_event`, for the fuzz targets in `crates/relay-fuzz`; not part of
+/// the API.
+#[doc(hidden)]
+pub fn fuzz_hook_event(body: &[u8]) -> Option<Option<&str>> {
+    hook::hook_event(body)
+}
