@@ -3,5 +3,15 @@
 //! state machine. It does no IO: no tokio, no hyper, no sockets, no clock; time and data come
 //! in as arguments, so every rule is testable as a script.
 //!
-//! It is empty while the plugins are being built; `cargo xtask tidy` already holds it to its
-//! layering rules.
+//! `config` parses and validates both `plugins.toml` texts into typed component
+//! configurations ([`Plugins`]), `policy` decides hooks and model requests ([`Policy`],
+//! [`Decision`]), and `redact` rewrites secrets in record text and request bodies
+//! ([`Redactor`]).
+
+pub mod config;
+pub mod policy;
+pub mod redact;
+
+pub use config::{ComponentConfig, ComponentKind, PluginConfigError, Plugins};
+pub use policy::{Agent, Decision, Policy, PolicyConfig};
+pub use redact::{Detector, RedactAction, RedactionConfig, Redactor, Replacements};
