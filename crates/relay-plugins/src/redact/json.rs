@@ -11,13 +11,22 @@ pub(super) fn redact_strings<'a>(
     body: &'a [u8],
     triggered: Triggered,
 ) -> BodyRedaction<'a> {
+    // Validating costs a parse without building anything, and only bodies where a
+    // prefilter fired pay it.
+    let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    if !is_json {
+        // Not a JSON body: there is no string structure to keep, so it is redacted as text
+        // rather than let through.
+        return redact_as_text(redactor, body, 0, None, Replacements::default(), triggered);
+    }
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0;
     let mut replaced = Replacements::default();
     let mut at = 0;
     while let Some(open) = memchr::memchr(b'"', &body[at..]).map(|i| at + i) {
         let Some((close, escaped)) = string_end(body, open + 1) else {
-            break;
+            // A string that never closes: the rest is redacted as text.
+            return redact_as_text(redactor, body, open, Some((out, copied)), replaced, triggered);
         };
         let raw = &body[open + 1..close];
         at = close + 1;
@@ -38,6 +47,42 @@ pub(super) fn redact_strings<'a>(
         },
         Some(mut out) => {
             out.extend_from_slice(&body[copied..]);
+            BodyRedaction {
+                body: Cow::Owned(out),
+                replaced,
+            }
+        }
+    }
+}
+
+/// Redacts `body[from..]` as plain text (when it is UTF-8) after what was already built.
+fn redact_as_text<'a>(
+    redactor: &Redactor,
+    body: &'a [u8],
+    from: usize,
+    built: Option<(Option<Vec<u8>>, usize)>,
+    mut replaced: Replacements,
+    triggered: Triggered,
+) -> BodyRedaction<'a> {
+    let (out, copied) = built.unwrap_or((None, 0));
+    let tail = std::str::from_utf8(&body[from..])
+        .ok()
+        .and_then(|tail| redactor.redact_triggered(tail, triggered));
+    match (out, tail) {
+        (None, None) => BodyRedaction {
+            body: Cow::Borrowed(body),
+            replaced,
+        },
+        (out, tail) => {
+            let mut out = out.unwrap_or_else(|| Vec::with_capacity(body.len() + 64));
+            out.extend_from_slice(&body[copied..from]);
+            match tail {
+                Some((text, more)) => {
+                    out.extend_from_slice(text.as_bytes());
+                    replaced.merge(more);
+                }
+                None => out.extend_from_slice(&body[from..]),
+            }
             BodyRedaction {
                 body: Cow::Owned(out),
                 replaced,
