@@ -74,9 +74,7 @@ impl Detector {
     /// The regex; `group` 1 when only part of the match is secret.
     fn pattern(self) -> &'static str {
         match self {
-            Detector::Email => {
-                r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
-            }
+            Detector::Email => r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
             Detector::ApiKey => {
                 r"(?-u:\b)(?:sk-[A-Za-z0-9_-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})"
             }
@@ -541,7 +539,7 @@ pub fn luhn(text: &str) -> bool {
         sum += d;
         count += 1;
     }
-    (13..=19).contains(&count) && sum % 10 == 0
+    (13..=19).contains(&count) && sum.is_multiple_of(10)
 }
 
 fn mask(value: &str, out: &mut String) {

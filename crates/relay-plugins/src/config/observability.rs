@@ -225,9 +225,7 @@ fn parse_url(table: &Table<'_>, key: &str) -> Result<String, PluginConfigError> 
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"));
     match rest {
-        Some(rest) if !rest.is_empty() && !rest.contains(char::is_whitespace) => {
-            Ok(url.to_owned())
-        }
+        Some(rest) if !rest.is_empty() && !rest.contains(char::is_whitespace) => Ok(url.to_owned()),
         _ => Err(table.place.wrong(key, "an http:// or https:// URL")),
     }
 }

@@ -5,7 +5,9 @@ use regex::RegexBuilder;
 use super::PluginConfigError;
 use super::fields::Table;
 use super::policy::REGEX_SIZE_LIMIT;
-use crate::redact::{CustomDetector, Detector, MAX_CUSTOM_DETECTORS, RedactAction, RedactionConfig};
+use crate::redact::{
+    CustomDetector, Detector, MAX_CUSTOM_DETECTORS, RedactAction, RedactionConfig,
+};
 
 pub(super) fn parse(config: &Table<'_>) -> Result<RedactionConfig, PluginConfigError> {
     config.only(&["detectors", "custom", "action", "redact_requests"])?;
@@ -41,9 +43,7 @@ pub(super) fn parse(config: &Table<'_>) -> Result<RedactionConfig, PluginConfigE
     let redact_requests = config.bool("redact_requests")?.unwrap_or(false);
     let entries = config.tables("custom")?;
     if entries.len() > MAX_CUSTOM_DETECTORS {
-        return Err(config
-            .place
-            .wrong("custom", "at most 64 custom detectors"));
+        return Err(config.place.wrong("custom", "at most 64 custom detectors"));
     }
     let mut custom: Vec<CustomDetector> = Vec::new();
     for entry in &entries {
@@ -55,15 +55,12 @@ pub(super) fn parse(config: &Table<'_>) -> Result<RedactionConfig, PluginConfigE
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         {
-            return Err(entry.place.wrong(
-                "name",
-                "up to 64 lowercase letters, digits and _",
-            ));
-        }
-        if Detector::parse(name).is_some() || custom.iter().any(|c| c.name == name) {
             return Err(entry
                 .place
-                .wrong("name", "a name no other detector has"));
+                .wrong("name", "up to 64 lowercase letters, digits and _"));
+        }
+        if Detector::parse(name).is_some() || custom.iter().any(|c| c.name == name) {
+            return Err(entry.place.wrong("name", "a name no other detector has"));
         }
         let regex = RegexBuilder::new(entry.required_str("regex")?)
             .size_limit(REGEX_SIZE_LIMIT)

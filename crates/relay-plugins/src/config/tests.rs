@@ -113,7 +113,10 @@ fn defaults_of_each_kind() {
          [[components]]\nkind = \"pii_redaction\"\n",
     )
     .unwrap();
-    assert_eq!(plugins.observability(), Some(&ObservabilityConfig::default()));
+    assert_eq!(
+        plugins.observability(),
+        Some(&ObservabilityConfig::default())
+    );
     assert_eq!(plugins.policy(), Some(&PolicyConfig::default()));
     assert_eq!(plugins.redaction(), Some(&RedactionConfig::default()));
     assert_eq!(RedactionConfig::default().detectors, Detector::ALL);
@@ -403,7 +406,10 @@ fn disabled_and_shadowed_components_are_not_validated() {
     assert_eq!(plugins.policy(), Some(&PolicyConfig::default()));
     // An effective user component is, and its errors name the user file.
     let error = Plugins::parse(
-        Some((Path::new(SYSTEM), "version = 1\n[settings]\nallow_user_components = true\n")),
+        Some((
+            Path::new(SYSTEM),
+            "version = 1\n[settings]\nallow_user_components = true\n",
+        )),
         Some((Path::new("/home/u/.config/relay/plugins.toml"), user)),
     )
     .unwrap_err();
@@ -421,20 +427,26 @@ fn errors_never_quote_values() {
         format!(
             "{OBS}[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheaders = {{ authorization = \"{secret}\\n\" }}\n"
         ),
-        format!(
-            "{OBS}[[components.config.sinks]]\ntype = \"http\"\nurl = \"{secret}\"\n"
-        ),
+        format!("{OBS}[[components.config.sinks]]\ntype = \"http\"\nurl = \"{secret}\"\n"),
         format!(
             "{OBS}[components.config.otlp]\nendpoint = \"https://c\"\nheaders = {{ authorization = 7 }}\nservice_name = \"{secret}\"\nextra = \"{secret}\"\n"
         ),
-        format!("{PII}[[components.config.custom]]\nname = \"k\"\nregex = \"{secret}(\"\nkeywords = [\"x\"]\n"),
+        format!(
+            "{PII}[[components.config.custom]]\nname = \"k\"\nregex = \"{secret}(\"\nkeywords = [\"x\"]\n"
+        ),
     ] {
         let error = parse(&format!("version = 1\n{case}")).unwrap_err();
         let message = error.to_string();
         assert!(!message.contains("sk-live"), "{message}");
         assert!(message.starts_with(SYSTEM), "{message}");
         assert!(message.contains("component 1, `config."), "{message}");
-        assert!(!error.to_activation_failed().diagnostic.as_str().contains("sk-live"));
+        assert!(
+            !error
+                .to_activation_failed()
+                .diagnostic
+                .as_str()
+                .contains("sk-live")
+        );
     }
 }
 

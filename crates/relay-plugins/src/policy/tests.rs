@@ -14,7 +14,8 @@ use crate::config::Plugins;
 
 /// The policy of a `[components.config]` body.
 fn policy(config: &str) -> Policy {
-    let text = format!("version = 1\n[[components]]\nkind = \"policy\"\n[components.config]\n{config}");
+    let text =
+        format!("version = 1\n[[components]]\nkind = \"policy\"\n[components.config]\n{config}");
     let plugins = match Plugins::parse(Some((Path::new("/etc/relay/plugins.toml"), &text)), None) {
         Ok(plugins) => plugins,
         Err(error) => panic!("{error}"),
@@ -47,7 +48,9 @@ fn set(payload: &mut Value, pointer: &str, value: Value) {
         if !at.is_object() {
             *at = json!({});
         }
-        let Value::Object(map) = at else { unreachable!() };
+        let Value::Object(map) = at else {
+            unreachable!()
+        };
         if keys.peek().is_none() {
             map.insert(key.to_owned(), value);
             return;
@@ -94,7 +97,12 @@ fn check(config: &str, steps: &[Step<'_>], expect: Expect) {
             }
             Step::Model(route, model) => {
                 let decision = policy.evaluate_model(*route, model);
-                let _ = writeln!(out, "model {} {model}: {}", route.as_str(), describe(&decision));
+                let _ = writeln!(
+                    out,
+                    "model {} {model}: {}",
+                    route.as_str(),
+                    describe(&decision)
+                );
             }
         }
     }
@@ -120,13 +128,21 @@ fn the_issue_rule_denies_rm_rf_in_every_harness_and_nothing_else() {
         ISSUE_RULE,
         &[
             Step::Hook(ClaudeCode, "PreToolUse-Bash", &[]),
-            Step::Hook(ClaudeCode, "PreToolUse-Bash", &[("/tool_input/command", rm())]),
+            Step::Hook(
+                ClaudeCode,
+                "PreToolUse-Bash",
+                &[("/tool_input/command", rm())],
+            ),
             Step::Hook(Codex, "PreToolUse-Bash", &[]),
             Step::Hook(Codex, "PreToolUse-Bash", &[("/tool_input/command", rm())]),
             Step::Hook(Pi, "tool_call-bash", &[]),
             Step::Hook(Pi, "tool_call-bash", &[("/event/input/command", rm())]),
             // Not a PreToolUse: the same command after the fact is not decided.
-            Step::Hook(ClaudeCode, "PostToolUse-Bash", &[("/tool_input/command", rm())]),
+            Step::Hook(
+                ClaudeCode,
+                "PostToolUse-Bash",
+                &[("/tool_input/command", rm())],
+            ),
             Step::Hook(Pi, "tool_result-bash", &[("/event/input/command", rm())]),
             // Another tool with the same input is not the Bash tool.
             Step::Hook(
@@ -136,7 +152,11 @@ fn the_issue_rule_denies_rm_rf_in_every_harness_and_nothing_else() {
             ),
             // No tool name, no input: no match.
             Step::Hook(ClaudeCode, "UserPromptSubmit", &[("/prompt", rm())]),
-            Step::Hook(ClaudeCode, "PreToolUse-Bash", &[("/tool_input", json!(null))]),
+            Step::Hook(
+                ClaudeCode,
+                "PreToolUse-Bash",
+                &[("/tool_input", json!(null))],
+            ),
             Step::Model(Route::Anthropic, "claude-sonnet-4-5"),
         ],
         expect![[r#"
@@ -166,7 +186,11 @@ fn dry_run_records_the_same_decision_and_blocks_nothing() {
                 "PreToolUse-Bash",
                 &[("/tool_input/command", json!("rm -rf /"))],
             ),
-            Step::Hook(Pi, "tool_call-bash", &[("/event/input/command", json!("rm -rf /"))]),
+            Step::Hook(
+                Pi,
+                "tool_call-bash",
+                &[("/event/input/command", json!("rm -rf /"))],
+            ),
             Step::Hook(Pi, "tool_call-bash", &[]),
         ],
         expect![[r#"
@@ -257,8 +281,16 @@ reason = "no tool runs for more than 27 hours"
                 &[("/prompt", json!("confidential"))],
             ),
             // A non-string field is matched as its JSON text.
-            Step::Hook(ClaudeCode, "PreToolUse-Bash", &[("/tool_input/timeout", json!(100_000_000))]),
-            Step::Hook(ClaudeCode, "PreToolUse-Bash", &[("/tool_input/timeout", json!(600))]),
+            Step::Hook(
+                ClaudeCode,
+                "PreToolUse-Bash",
+                &[("/tool_input/timeout", json!(100_000_000))],
+            ),
+            Step::Hook(
+                ClaudeCode,
+                "PreToolUse-Bash",
+                &[("/tool_input/timeout", json!(600))],
+            ),
         ],
         expect![[r#"
             claude-code PreToolUse-mcp_relayprobe_relay_echo: allow rule 1 enforce
@@ -349,7 +381,13 @@ fn blocking_events_are_those_of_the_hook_contract() {
         for event in ["PreToolUse", "PermissionRequest", "UserPromptSubmit"] {
             assert!(agent.is_blocking_event(event), "{agent} {event}");
         }
-        for event in ["PostToolUse", "Stop", "SessionStart", "SessionEnd", "tool_call"] {
+        for event in [
+            "PostToolUse",
+            "Stop",
+            "SessionStart",
+            "SessionEnd",
+            "tool_call",
+        ] {
             assert!(!agent.is_blocking_event(event), "{agent} {event}");
         }
     }

@@ -26,7 +26,14 @@ pub(super) fn redact_strings<'a>(
     while let Some(open) = memchr::memchr(b'"', &body[at..]).map(|i| at + i) {
         let Some((close, escaped)) = string_end(body, open + 1) else {
             // A string that never closes: the rest is redacted as text.
-            return redact_as_text(redactor, body, open, Some((out, copied)), replaced, triggered);
+            return redact_as_text(
+                redactor,
+                body,
+                open,
+                Some((out, copied)),
+                replaced,
+                triggered,
+            );
         };
         let raw = &body[open + 1..close];
         at = close + 1;

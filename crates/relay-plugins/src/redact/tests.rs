@@ -52,8 +52,16 @@ fn check(action: RedactAction, inputs: &[&str], expect: Expect) {
     for input in inputs {
         let (text, replaced) = redactor.redact_str_counted(input);
         let counts: Vec<String> = replaced.iter().map(|(d, n)| format!("{d}={n}")).collect();
-        let borrowed = if matches!(text, Cow::Borrowed(_)) { " (borrowed)" } else { "" };
-        let _ = writeln!(out, "{input:?}\n  -> {text:?}{borrowed} {}", counts.join(" "));
+        let borrowed = if matches!(text, Cow::Borrowed(_)) {
+            " (borrowed)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{input:?}\n  -> {text:?}{borrowed} {}",
+            counts.join(" ")
+        );
     }
     expect.assert_eq(&out);
 }
@@ -206,7 +214,12 @@ fn only_enabled_detectors_run() {
 
 #[test]
 fn luhn_accepts_valid_numbers_only() {
-    for valid in ["4111111111111111", "5500 0000 0000 0004", "378282246310005", "6011-1111-1111-1117"] {
+    for valid in [
+        "4111111111111111",
+        "5500 0000 0000 0004",
+        "378282246310005",
+        "6011-1111-1111-1117",
+    ] {
         assert!(luhn(valid), "{valid}");
     }
     for invalid in ["4111111111111112", "123", "0000", "12345678901234567890"] {
@@ -225,7 +238,11 @@ fn check_body(action: RedactAction, bodies: &[&str], expect: Expect) {
             .map(|(d, n)| format!("{d}={n}"))
             .collect();
         let text = String::from_utf8_lossy(&result.body);
-        let borrowed = if matches!(result.body, Cow::Borrowed(_)) { " (borrowed)" } else { "" };
+        let borrowed = if matches!(result.body, Cow::Borrowed(_)) {
+            " (borrowed)"
+        } else {
+            ""
+        };
         let _ = writeln!(out, "{body}\n  -> {text}{borrowed} {}", counts.join(" "));
     }
     expect.assert_eq(&out);
@@ -330,10 +347,17 @@ fn redact_value(redactor: &Redactor, value: &serde_json::Value) -> serde_json::V
     use serde_json::Value;
     match value {
         Value::String(s) => Value::String(redactor.redact_str(s).into_owned()),
-        Value::Array(items) => Value::Array(items.iter().map(|v| redact_value(redactor, v)).collect()),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| redact_value(redactor, v)).collect())
+        }
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (redactor.redact_str(k).into_owned(), redact_value(redactor, v)))
+                .map(|(k, v)| {
+                    (
+                        redactor.redact_str(k).into_owned(),
+                        redact_value(redactor, v),
+                    )
+                })
                 .collect(),
         ),
         other => other.clone(),
@@ -345,14 +369,14 @@ proptest! {
     fn no_output_holds_a_match_of_an_enabled_detector(text in text(), action in any_action()) {
         let redactor = redactor(action);
         let out = redactor.redact_str(&text);
-        prop_assert_eq!(all_matches(&redactor, &out), Vec::new(), "{:?} -> {:?}", text, out);
+        prop_assert_eq!(all_matches(redactor, &out), Vec::new(), "{:?} -> {:?}", text, out);
     }
 
     #[test]
     fn the_prefilter_never_hides_a_match(text in text()) {
         let redactor = redactor(RedactAction::Redact);
         let triggered = redactor.triggered(text.as_bytes());
-        for (_, _, index) in all_matches(&redactor, &text) {
+        for (_, _, index) in all_matches(redactor, &text) {
             prop_assert!(triggered & (1 << index) != 0, "{} in {:?}", redactor.detectors[index].name, text);
         }
     }
@@ -361,7 +385,7 @@ proptest! {
     fn clean_input_is_returned_borrowed(text in text()) {
         let redactor = redactor(RedactAction::Redact);
         let (out, replaced) = redactor.redact_str_counted(&text);
-        if all_matches(&redactor, &text).is_empty() {
+        if all_matches(redactor, &text).is_empty() {
             prop_assert!(matches!(out, Cow::Borrowed(_)));
             prop_assert!(replaced.is_empty());
         } else {
@@ -386,7 +410,7 @@ proptest! {
         let result = redactor.redact_json_body(&body);
         let parsed: serde_json::Value = serde_json::from_slice(&result.body)
             .map_err(|e| TestCaseError::fail(format!("{e}: {}", String::from_utf8_lossy(&result.body))))?;
-        prop_assert_eq!(&parsed, &redact_value(&redactor, &value));
+        prop_assert_eq!(&parsed, &redact_value(redactor, &value));
         if result.replaced.is_empty() {
             prop_assert!(matches!(result.body, Cow::Borrowed(_)));
         }
