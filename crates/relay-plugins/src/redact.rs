@@ -276,6 +276,8 @@ pub struct Redactor {
     digit_dot_digit: Triggered,
     action: RedactAction,
     key: ring::hmac::Key,
+    /// Whether a custom keyword holds a non-ASCII character (which any `\u` escape may spell).
+    non_ascii_keywords: bool,
 }
 
 impl fmt::Debug for Redactor {
@@ -367,6 +369,11 @@ impl Redactor {
             digit_dot_digit,
             action: config.action,
             key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, hash_key),
+            non_ascii_keywords: config
+                .custom
+                .iter()
+                .flat_map(|c| &c.keywords)
+                .any(|k| !k.is_ascii()),
         }
     }
 
@@ -392,7 +399,14 @@ impl Redactor {
     /// them stay identical; the JSON is never re-serialised. A body that is not UTF-8 is
     /// searched by its UTF-8 parts only where a detector's trigger occurs.
     pub fn redact_json_body<'a>(&self, body: &'a [u8]) -> BodyRedaction<'a> {
-        let triggered = self.triggered(body);
+        // A `\u` escape can spell a trigger (`\u0040` is `@`) that the scan of the raw bytes
+        // cannot see: then every detector is a candidate, and each string decides on its
+        // decoded value.
+        let triggered = if json::may_hide_a_trigger(body, self.non_ascii_keywords) {
+            self.all()
+        } else {
+            self.triggered(body)
+        };
         if triggered == 0 {
             return BodyRedaction {
                 body: Cow::Borrowed(body),
@@ -400,6 +414,13 @@ impl Redactor {
             };
         }
         json::redact_strings(self, body, triggered)
+    }
+
+    fn all(&self) -> Triggered {
+        match self.detectors.len() {
+            0 => 0,
+            n => Triggered::MAX >> (Triggered::BITS as usize - n),
+        }
     }
 
     /// The detectors whose prefilter fires on `bytes`.

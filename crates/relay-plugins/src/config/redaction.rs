@@ -77,6 +77,17 @@ pub(super) fn parse(config: &Table<'_>) -> Result<RedactionConfig, PluginConfigE
                 .place
                 .wrong("keywords", "a non-empty list of non-empty strings"));
         }
+        // A quote, backslash or control character is escaped in a JSON body, where the
+        // prefilter, which scans the raw bytes, would not see the keyword.
+        if keywords
+            .iter()
+            .any(|k| k.chars().any(|c| c == '"' || c == '\\' || c.is_control()))
+        {
+            return Err(entry.place.wrong(
+                "keywords",
+                "keywords without quotes, backslashes or control characters",
+            ));
+        }
         custom.push(CustomDetector {
             name: name.to_owned(),
             regex,

@@ -346,6 +346,8 @@ fn redaction_refusals_name_component_field_and_file() {
         "[[components.config.custom]]\nname = \"email\"\nregex = \"x\"\nkeywords = [\"x\"]\n",
         "[[components.config.custom]]\nname = \"a\"\nregex = \"x\"\nkeywords = [\"x\"]\n[[components.config.custom]]\nname = \"a\"\nregex = \"y\"\nkeywords = [\"y\"]\n",
         "[[components.config.custom]]\nname = \"a\"\nregex = \"x\"\nkeywords = [\"x\"]\nflags = \"i\"\n",
+        "[[components.config.custom]]\nname = \"a\"\nregex = \"x\"\nkeywords = [\"say \\\"x\"]\n",
+        "[[components.config.custom]]\nname = \"a\"\nregex = \"x{1000}{1000}{1000}\"\nkeywords = [\"x\"]\n",
         "[[components.config.custom]]\nname = \"employee_id\"\nregex = \"EMP-[0-9]{6}\"\nkeywords = [\"EMP-\"]\n",
     ]
     .iter()
@@ -365,6 +367,8 @@ fn redaction_refusals_name_component_field_and_file() {
             /etc/relay/plugins.toml: component 1, `config.custom[1].name`: must be a name no other detector has
             /etc/relay/plugins.toml: component 1, `config.custom[2].name`: must be a name no other detector has
             /etc/relay/plugins.toml: component 1, `config.custom[1].flags`: unknown key
+            /etc/relay/plugins.toml: component 1, `config.custom[1].keywords`: must be keywords without quotes, backslashes or control characters
+            /etc/relay/plugins.toml: component 1, `config.custom[1].regex`: not a valid regular expression, or larger than the size limit
             ok
         "#]],
     );

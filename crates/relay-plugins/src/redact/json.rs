@@ -62,6 +62,17 @@ pub(super) fn redact_strings<'a>(
     }
 }
 
+/// Whether `body` holds a `\u` escape that may spell part of a trigger: one of a printable
+/// ASCII character (`\u0020` to `\u007f`), or any at all when a keyword is non-ASCII.
+/// Control characters (`\u001b` in tool output) cannot, and do not count.
+pub(super) fn may_hide_a_trigger(body: &[u8], non_ascii_keywords: bool) -> bool {
+    memchr::memmem::find_iter(body, b"\\u").any(|at| {
+        let hex = &body[at + 2..body.len().min(at + 6)];
+        non_ascii_keywords
+            || (hex.len() == 4 && hex[..2] == *b"00" && (b'2'..=b'7').contains(&hex[2]))
+    })
+}
+
 /// Redacts `body[from..]` as plain text (when it is UTF-8) after what was already built.
 fn redact_as_text<'a>(
     redactor: &Redactor,
