@@ -347,6 +347,23 @@ impl Policy {
         &self.config
     }
 
+    /// Whether any rule looks at model requests: without one the worker need not read the
+    /// model name out of a request body at all.
+    pub fn has_model_rules(&self) -> bool {
+        self.config
+            .rules
+            .iter()
+            .any(|r| matches!(r.matcher, Matcher::Model(_)))
+    }
+
+    /// Whether any rule looks at hooks.
+    pub fn has_hook_rules(&self) -> bool {
+        self.config
+            .rules
+            .iter()
+            .any(|r| matches!(r.matcher, Matcher::Hook(_)))
+    }
+
     /// Decides a hook. `event` is the hook's event name (`hook_event_name`), `payload` the
     /// JSON the harness sent. Claude Code and Codex carry `tool_name` and `tool_input` at
     /// the top; pi carries `event.toolName` and `event.input`. For events without a tool

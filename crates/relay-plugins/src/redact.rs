@@ -78,7 +78,7 @@ impl Detector {
             Detector::ApiKey => {
                 r"(?-u:\b)(?:sk-[A-Za-z0-9_-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})"
             }
-            Detector::BearerToken => r"(?i:bearer)[ \t]+([A-Za-z0-9._~+/-]{8,}=*)",
+            Detector::BearerToken => r"(?:Bearer|bearer|BEARER)[ \t]+([A-Za-z0-9._~+/-]{8,}=*)",
             Detector::Jwt => r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*",
             Detector::AwsAccessKeyId => {
                 r"(?-u:\b)(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?-u:\b)"
@@ -102,7 +102,7 @@ impl Detector {
 
     fn prefilter(self) -> Prefilter {
         match self {
-            Detector::Email => Prefilter::Keywords(&["@"]),
+            Detector::Email => Prefilter::AtSign,
             Detector::ApiKey => Prefilter::Keywords(&[
                 "sk-",
                 "ghp_",
@@ -118,7 +118,7 @@ impl Detector {
                 "xoxs-",
                 "AIza",
             ]),
-            Detector::BearerToken => Prefilter::Keywords(&["bearer"]),
+            Detector::BearerToken => Prefilter::Keywords(&["Bearer", "bearer", "BEARER"]),
             Detector::Jwt => Prefilter::Keywords(&["eyJ"]),
             Detector::AwsAccessKeyId => Prefilter::Keywords(&[
                 "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA",
@@ -137,11 +137,13 @@ impl fmt::Display for Detector {
 }
 
 enum Prefilter {
-    /// Any of these words (ignoring ASCII case) must occur.
+    /// Any of these words must occur.
     Keywords(&'static [&'static str]),
+    /// An `@` must occur.
+    AtSign,
     /// At least 13 digits in a row, single spaces or dashes allowed between them.
     DigitRun,
-    /// A digit, a dot and a digit.
+    /// Digits joined by at least three dots.
     DigitDotDigit,
 }
 
@@ -268,10 +270,12 @@ type Triggered = u128;
 /// The redactor of one worker generation.
 pub struct Redactor {
     detectors: Vec<Compiled>,
-    keywords: Option<AhoCorasick>,
-    /// For each keyword pattern, the detectors it triggers.
-    keyword_owner: Vec<Triggered>,
+    /// The built-in detectors' keywords, case-sensitive (so the automaton's prefilter looks
+    /// for few, rare byte sequences), and the custom ones, ignoring ASCII case.
+    builtin_words: Option<KeywordSet>,
+    custom_words: Option<KeywordSet>,
     /// Detectors behind the byte prefilters.
+    at_sign: Triggered,
     digit_run: Triggered,
     digit_dot_digit: Triggered,
     action: RedactAction,
@@ -292,6 +296,83 @@ impl fmt::Debug for Redactor {
     }
 }
 
+/// Keywords in one automaton, each carrying the detectors it triggers.
+struct KeywordSet {
+    automaton: AhoCorasick,
+    /// Per pattern: its detectors and those of every keyword that is a prefix of it.
+    owner: Vec<Triggered>,
+    /// Every detector behind one of these keywords.
+    all: Triggered,
+}
+
+impl KeywordSet {
+    fn new(words: &[(&str, Triggered)], ignore_case: bool) -> Option<KeywordSet> {
+        let fold = |w: &str| {
+            if ignore_case {
+                w.to_ascii_lowercase()
+            } else {
+                w.to_owned()
+            }
+        };
+        let mut patterns: Vec<String> = Vec::new();
+        let mut own: Vec<Triggered> = Vec::new();
+        for (word, bit) in words {
+            let word = fold(word);
+            match patterns.iter().position(|p| *p == word) {
+                Some(at) => own[at] |= bit,
+                None => {
+                    patterns.push(word);
+                    own.push(*bit);
+                }
+            }
+        }
+        if patterns.is_empty() {
+            return None;
+        }
+        // Leftmost-longest reports, at each position, the longest keyword only: a keyword
+        // that is a prefix of it occurs there too, so it carries that keyword's detectors.
+        let owner: Vec<Triggered> = patterns
+            .iter()
+            .map(|long| {
+                patterns
+                    .iter()
+                    .zip(&own)
+                    .filter(|(short, _)| long.starts_with(short.as_str()))
+                    .fold(0, |acc, (_, bits)| acc | bits)
+            })
+            .collect();
+        let automaton = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(ignore_case)
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(&patterns)
+            .ok()?;
+        Some(KeywordSet {
+            automaton,
+            all: owner.iter().fold(0, |acc, b| acc | b),
+            owner,
+        })
+    }
+
+    /// The detectors whose keywords occur in `bytes`: a leftmost search (which uses the
+    /// automaton's fast prefilter), restarted one byte after each match so that keywords
+    /// overlapping it are seen too, until every detector is found or the text ends.
+    fn scan(&self, bytes: &[u8]) -> Triggered {
+        let mut set = 0;
+        let mut at = 0;
+        while let Some(found) = self
+            .automaton
+            .find(aho_corasick::Input::new(bytes).range(at..))
+        {
+            set |= self.owner[found.pattern().as_usize()];
+            if set == self.all {
+                break;
+            }
+            at = found.start() + 1;
+        }
+        set
+    }
+}
+
 /// At most this many passes: a replacement can uncover a match that an overlapping one hid.
 const MAX_PASSES: usize = 4;
 
@@ -300,22 +381,11 @@ impl Redactor {
     /// random bytes expected).
     pub fn new(config: &RedactionConfig, hash_key: &[u8]) -> Redactor {
         let mut detectors = Vec::new();
-        let mut patterns: Vec<String> = Vec::new();
-        let mut keyword_owner: Vec<Triggered> = Vec::new();
+        let mut builtin_words: Vec<(&str, Triggered)> = Vec::new();
+        let mut custom_words: Vec<(&str, Triggered)> = Vec::new();
+        let mut at_sign = 0;
         let mut digit_run = 0;
         let mut digit_dot_digit = 0;
-        let mut add_keywords =
-            |words: &mut dyn Iterator<Item = &str>, bit: Triggered, patterns: &mut Vec<String>| {
-                for word in words {
-                    match patterns.iter().position(|p| p.eq_ignore_ascii_case(word)) {
-                        Some(at) => keyword_owner[at] |= bit,
-                        None => {
-                            patterns.push(word.to_owned());
-                            keyword_owner.push(bit);
-                        }
-                    }
-                }
-            };
         let mut seen = Vec::new();
         for detector in &config.detectors {
             if seen.contains(detector) {
@@ -328,9 +398,8 @@ impl Redactor {
             };
             let bit: Triggered = 1 << detectors.len();
             match detector.prefilter() {
-                Prefilter::Keywords(words) => {
-                    add_keywords(&mut words.iter().copied(), bit, &mut patterns)
-                }
+                Prefilter::Keywords(words) => builtin_words.extend(words.iter().map(|w| (*w, bit))),
+                Prefilter::AtSign => at_sign |= bit,
                 Prefilter::DigitRun => digit_run |= bit,
                 Prefilter::DigitDotDigit => digit_dot_digit |= bit,
             }
@@ -343,11 +412,7 @@ impl Redactor {
         }
         for custom in config.custom.iter().take(MAX_CUSTOM_DETECTORS) {
             let bit: Triggered = 1 << detectors.len();
-            add_keywords(
-                &mut custom.keywords.iter().map(String::as_str),
-                bit,
-                &mut patterns,
-            );
+            custom_words.extend(custom.keywords.iter().map(|w| (w.as_str(), bit)));
             detectors.push(Compiled {
                 name: Arc::from(custom.name.as_str()),
                 regex: custom.regex.clone(),
@@ -355,16 +420,11 @@ impl Redactor {
                 luhn: false,
             });
         }
-        let keywords = AhoCorasickBuilder::new()
-            .ascii_case_insensitive(true)
-            .match_kind(MatchKind::Standard)
-            .build(&patterns)
-            .ok()
-            .filter(|_| !patterns.is_empty());
         Redactor {
             detectors,
-            keywords,
-            keyword_owner,
+            builtin_words: KeywordSet::new(&builtin_words, false),
+            custom_words: KeywordSet::new(&custom_words, true),
+            at_sign,
             digit_run,
             digit_dot_digit,
             action: config.action,
@@ -426,19 +486,19 @@ impl Redactor {
     /// The detectors whose prefilter fires on `bytes`.
     fn triggered(&self, bytes: &[u8]) -> Triggered {
         let mut set: Triggered = 0;
-        let keyword_detectors = self.keyword_owner.iter().fold(0, |acc, b| acc | b);
-        if let Some(keywords) = &self.keywords {
-            for found in keywords.find_overlapping_iter(bytes) {
-                set |= self.keyword_owner[found.pattern().as_usize()];
-                if set & keyword_detectors == keyword_detectors {
-                    break;
-                }
-            }
+        for words in [&self.builtin_words, &self.custom_words]
+            .into_iter()
+            .flatten()
+        {
+            set |= words.scan(bytes);
+        }
+        if self.at_sign != 0 && memchr::memchr(b'@', bytes).is_some() {
+            set |= self.at_sign;
         }
         if self.digit_run != 0 && has_digit_run(bytes, 13) {
             set |= self.digit_run;
         }
-        if self.digit_dot_digit != 0 && has_digit_dot_digit(bytes) {
+        if self.digit_dot_digit != 0 && has_dotted_quad(bytes) {
             set |= self.digit_dot_digit;
         }
         set
@@ -575,7 +635,34 @@ fn mask(value: &str, out: &mut String) {
 }
 
 /// Whether `bytes` holds `min` digits in a row, allowing one space or dash between two.
+/// Such a run spans at least `min` bytes of digits, spaces and dashes, so only every
+/// `min`-th byte is looked at until one of them is such a byte.
 fn has_digit_run(bytes: &[u8], min: usize) -> bool {
+    let in_class = |b: u8| b.is_ascii_digit() || b == b' ' || b == b'-';
+    let min = min.max(1);
+    let mut checked_to = 0;
+    let mut at = min - 1;
+    while at < bytes.len() {
+        if at >= checked_to && in_class(bytes[at]) {
+            let mut start = at;
+            while start > checked_to && in_class(bytes[start - 1]) {
+                start -= 1;
+            }
+            let mut end = at + 1;
+            while end < bytes.len() && in_class(bytes[end]) {
+                end += 1;
+            }
+            if end - start >= min && digit_run_in(&bytes[start..end], min) {
+                return true;
+            }
+            checked_to = end;
+        }
+        at += min;
+    }
+    false
+}
+
+fn digit_run_in(bytes: &[u8], min: usize) -> bool {
     let mut run = 0;
     let mut separator = false;
     for &b in bytes {
@@ -585,7 +672,7 @@ fn has_digit_run(bytes: &[u8], min: usize) -> bool {
             if run >= min {
                 return true;
             }
-        } else if (b == b' ' || b == b'-') && run > 0 && !separator {
+        } else if run > 0 && !separator {
             separator = true;
         } else {
             run = 0;
@@ -595,12 +682,37 @@ fn has_digit_run(bytes: &[u8], min: usize) -> bool {
     false
 }
 
-fn has_digit_dot_digit(bytes: &[u8]) -> bool {
-    memchr::memchr_iter(b'.', bytes).any(|at| {
-        at > 0
-            && bytes[at - 1].is_ascii_digit()
-            && bytes.get(at + 1).is_some_and(u8::is_ascii_digit)
-    })
+/// Whether `bytes` holds a dotted quad shape: digits and three dots between digits.
+fn has_dotted_quad(bytes: &[u8]) -> bool {
+    let is_part = |b: u8| b.is_ascii_digit() || b == b'.';
+    let mut checked_to = 0;
+    for at in memchr::memchr_iter(b'.', bytes) {
+        if at < checked_to
+            || at == 0
+            || !bytes[at - 1].is_ascii_digit()
+            || !bytes.get(at + 1).is_some_and(u8::is_ascii_digit)
+        {
+            continue;
+        }
+        let mut start = at;
+        while start > checked_to && is_part(bytes[start - 1]) {
+            start -= 1;
+        }
+        let mut end = at + 1;
+        while end < bytes.len() && is_part(bytes[end]) {
+            end += 1;
+        }
+        let span = &bytes[start..end];
+        let between_digits = span
+            .windows(3)
+            .filter(|w| w[1] == b'.' && w[0].is_ascii_digit() && w[2].is_ascii_digit())
+            .count();
+        if between_digits >= 3 {
+            return true;
+        }
+        checked_to = end;
+    }
+    false
 }
 
 #[cfg(test)]

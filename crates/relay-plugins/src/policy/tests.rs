@@ -373,6 +373,11 @@ fn no_rules_allow_everything() {
         assert!(!decision.is_match());
     }
     assert!(!policy.evaluate_model(Route::OpenAi, "anything").blocks());
+    assert!(!policy.has_hook_rules() && !policy.has_model_rules());
+    let hooks = self::policy(ISSUE_RULE);
+    assert!(hooks.has_hook_rules() && !hooks.has_model_rules());
+    let models = self::policy("[[components.config.rules]]\nmodel = \"*\"\naction = \"allow\"\n");
+    assert!(!models.has_hook_rules() && models.has_model_rules());
 }
 
 #[test]
