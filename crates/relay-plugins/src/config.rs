@@ -210,6 +210,19 @@ pub enum PluginConfigError {
         "{path}: {field}: must contain {{user}} or {{fingerprint}}, so that users never share a file"
     )]
     FilenameWithoutIdentity { path: PathBuf, field: FieldPath },
+    #[error("{path}: {field}: the directory is {problem}")]
+    SinkDirectory {
+        path: PathBuf,
+        field: FieldPath,
+        problem: SinkDirectoryProblem,
+    },
+    #[error("{path}: {field}: cannot inspect the directory: {source}")]
+    SinkDirectoryUnreadable {
+        path: PathBuf,
+        field: FieldPath,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path}: {field}: cannot be used together with {other}")]
     Conflict {
         path: PathBuf,
@@ -238,6 +251,8 @@ impl PluginConfigError {
             | PluginConfigError::DenyOnNonBlockingEvent { path, .. }
             | PluginConfigError::DenyWithoutReason { path, .. }
             | PluginConfigError::FilenameWithoutIdentity { path, .. }
+            | PluginConfigError::SinkDirectory { path, .. }
+            | PluginConfigError::SinkDirectoryUnreadable { path, .. }
             | PluginConfigError::Conflict { path, .. } => path,
         }
     }
@@ -318,6 +333,45 @@ impl Plugins {
     /// What the system file's `[settings] allow_user_components` says.
     pub fn allows_user_components(&self) -> bool {
         self.allow_user_components
+    }
+
+    /// Checks the directory of every file sink of the enabled observability component with
+    /// [`check_sink_directory`]; `inspect` reads a directory's metadata (following links).
+    /// The error names the component, the sink's `directory` field and the file, like every
+    /// other activation error; the sinks call this before opening any file.
+    pub fn check_sink_directories(
+        &self,
+        mut inspect: impl FnMut(&Path) -> std::io::Result<DirectoryFacts>,
+    ) -> Result<(), PluginConfigError> {
+        for component in self.enabled() {
+            let Some(ComponentConfig::Observability(config)) = &component.settings else {
+                continue;
+            };
+            for (position, sink) in config.sinks.iter().enumerate() {
+                let Sink::File(file) = sink else { continue };
+                let field = || {
+                    FieldPath::component(
+                        component.index,
+                        format!("config.sinks[{}].directory", position + 1),
+                    )
+                };
+                let facts = inspect(&file.directory).map_err(|source| {
+                    PluginConfigError::SinkDirectoryUnreadable {
+                        path: component.file.clone(),
+                        field: field(),
+                        source,
+                    }
+                })?;
+                check_sink_directory(&facts).map_err(|problem| {
+                    PluginConfigError::SinkDirectory {
+                        path: component.file.clone(),
+                        field: field(),
+                        problem,
+                    }
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// The enabled observability component's configuration.

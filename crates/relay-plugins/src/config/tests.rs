@@ -477,3 +477,42 @@ fn sink_directories_writable_by_others_need_the_sticky_bit() {
         Err(SinkDirectoryProblem::NotADirectory)
     );
 }
+
+#[test]
+fn sink_directories_are_checked_with_errors_naming_the_field() {
+    let plugins = parse(
+        "version = 1\n[[components]]\nkind = \"observability\"\n\
+         [[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\n\
+         [[components.config.sinks]]\ntype = \"file\"\ndirectory = \"/var/log/relay\"\nfilename = \"{user}.jsonl\"\n",
+    )
+    .unwrap();
+    let mut asked = Vec::new();
+    let mut inspect = |mode| {
+        asked.clear();
+        plugins.check_sink_directories(|dir| {
+            asked.push(dir.to_owned());
+            Ok(DirectoryFacts { is_dir: true, mode })
+        })
+    };
+    assert!(inspect(0o1777).is_ok());
+    let error = inspect(0o777).unwrap_err();
+    assert_eq!(asked, [std::path::PathBuf::from("/var/log/relay")]);
+    assert_eq!(
+        error.to_string(),
+        "/etc/relay/plugins.toml: component 1, `config.sinks[2].directory`: the directory is writable by other users without the sticky bit"
+    );
+    let error = plugins
+        .check_sink_directories(|_| Err(std::io::ErrorKind::NotFound.into()))
+        .unwrap_err();
+    assert!(
+        matches!(error, PluginConfigError::SinkDirectoryUnreadable { .. }),
+        "{error}"
+    );
+    // Nothing to check without an observability component.
+    assert!(
+        parse("version = 1\n")
+            .unwrap()
+            .check_sink_directories(|_| panic!("no sink"))
+            .is_ok()
+    );
+}
