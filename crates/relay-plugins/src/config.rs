@@ -90,7 +90,7 @@ pub struct Component {
     /// `[components.config]` as written (empty when absent).
     pub config: toml::Table,
     /// The validated configuration: set for every effective, enabled component.
-    pub settings: Option<ComponentConfig>,
+    pub validated: Option<ComponentConfig>,
     pub source: PluginFile,
     pub file: PathBuf,
     /// Position among the file's `[[components]]`, counted from 1.
@@ -344,7 +344,7 @@ impl Plugins {
         mut inspect: impl FnMut(&Path) -> std::io::Result<DirectoryFacts>,
     ) -> Result<(), PluginConfigError> {
         for component in self.enabled() {
-            let Some(ComponentConfig::Observability(config)) = &component.settings else {
+            let Some(ComponentConfig::Observability(config)) = &component.validated else {
                 continue;
             };
             for (position, sink) in config.sinks.iter().enumerate() {
@@ -376,7 +376,7 @@ impl Plugins {
 
     /// The enabled observability component's configuration.
     pub fn observability(&self) -> Option<&ObservabilityConfig> {
-        self.enabled().find_map(|c| match &c.settings {
+        self.enabled().find_map(|c| match &c.validated {
             Some(ComponentConfig::Observability(config)) => Some(config),
             _ => None,
         })
@@ -384,7 +384,7 @@ impl Plugins {
 
     /// The enabled policy component's configuration.
     pub fn policy(&self) -> Option<&PolicyConfig> {
-        self.enabled().find_map(|c| match &c.settings {
+        self.enabled().find_map(|c| match &c.validated {
             Some(ComponentConfig::Policy(config)) => Some(config),
             _ => None,
         })
@@ -392,7 +392,7 @@ impl Plugins {
 
     /// The enabled pii_redaction component's configuration.
     pub fn redaction(&self) -> Option<&RedactionConfig> {
-        self.enabled().find_map(|c| match &c.settings {
+        self.enabled().find_map(|c| match &c.validated {
             Some(ComponentConfig::PiiRedaction(config)) => Some(config),
             _ => None,
         })
@@ -424,7 +424,7 @@ fn validate_enabled(components: &mut [Component]) -> Result<(), PluginConfigErro
                 prefix: "config".to_owned(),
             },
         );
-        component.settings = Some(match component.kind {
+        component.validated = Some(match component.kind {
             ComponentKind::Observability => {
                 ComponentConfig::Observability(observability::parse(&at)?)
             }
@@ -579,7 +579,7 @@ fn parse_component(
         kind,
         enabled,
         config,
-        settings: None,
+        validated: None,
         source,
         file: path.to_owned(),
         index,

@@ -57,10 +57,8 @@ impl fmt::Display for Agent {
 const CLAUDE_BLOCKING: &[&str] = &["PreToolUse", "PermissionRequest", "UserPromptSubmit"];
 const PI_BLOCKING: &[&str] = &["tool_call", "user_bash"];
 
-/// Every hook event name a rule may name: Claude Code's and Codex's (one vocabulary) and
-/// pi's. A name outside this list is a configuration error, so a typo cannot silently
-/// disable a rule.
-pub const HOOK_EVENTS: &[&str] = &[
+/// Claude Code's and Codex's hook events (one vocabulary).
+pub const CLAUDE_EVENTS: &[&str] = &[
     "SessionStart",
     "UserPromptSubmit",
     "PreToolUse",
@@ -76,6 +74,10 @@ pub const HOOK_EVENTS: &[&str] = &[
     "PreCompact",
     "PostCompact",
     "SessionEnd",
+];
+
+/// pi's extension events, as the Relay pi extension forwards them.
+pub const PI_EVENTS: &[&str] = &[
     "session_start",
     "input",
     "tool_call",
@@ -94,19 +96,32 @@ pub const HOOK_EVENTS: &[&str] = &[
     "session_shutdown",
 ];
 
+/// Every hook event name a rule may name. A name outside these lists is a configuration
+/// error, so a typo cannot silently disable a rule.
+pub const HOOK_EVENTS: &[&[&str]] = &[CLAUDE_EVENTS, PI_EVENTS];
+
+/// Whether `event` is a hook event name of some harness.
+pub fn is_hook_event(event: &str) -> bool {
+    HOOK_EVENTS.iter().any(|events| events.contains(&event))
+}
+
 /// Whether some harness can block on `event`, i.e. whether a deny rule may name it.
 pub fn is_blocking_event_name(event: &str) -> bool {
     CLAUDE_BLOCKING.contains(&event) || PI_BLOCKING.contains(&event)
 }
 
-/// Claude Code's and Codex's `PreToolUse` is pi's `tool_call`: a rule naming either covers
-/// all three harnesses, so one rule guards every agent's tools.
-fn same_event(rule: &str, event: &str) -> bool {
-    rule == event
-        || matches!(
-            (rule, event),
-            ("PreToolUse", "tool_call") | ("tool_call", "PreToolUse")
-        )
+/// Whether a rule naming `rule` covers `event` from `agent`. Claude Code's and Codex's
+/// `PreToolUse` is pi's `tool_call`: a rule naming either covers all three harnesses, so
+/// one rule guards every agent's tools. An event outside the agent's own vocabulary never
+/// matches, so a payload cannot claim another harness's event.
+fn same_event(rule: &str, agent: Agent, event: &str) -> bool {
+    let (own, rule) = match (agent, rule) {
+        (Agent::ClaudeCode | Agent::Codex, "tool_call") => (CLAUDE_EVENTS, "PreToolUse"),
+        (Agent::ClaudeCode | Agent::Codex, rule) => (CLAUDE_EVENTS, rule),
+        (Agent::Pi, "PreToolUse") => (PI_EVENTS, "tool_call"),
+        (Agent::Pi, rule) => (PI_EVENTS, rule),
+    };
+    rule == event && own.contains(&event)
 }
 
 /// Whether a deny blocks.
@@ -373,7 +388,7 @@ impl Policy {
         let (tool, input) = tool_and_input(agent, payload);
         self.first_match(|matcher| match matcher {
             Matcher::Hook(rule) => {
-                same_event(&rule.event, event)
+                same_event(&rule.event, agent, event)
                     && rule.agent.is_none_or(|a| a == agent)
                     && rule
                         .tool

@@ -5,8 +5,8 @@ use regex::RegexBuilder;
 use super::PluginConfigError;
 use super::fields::Table;
 use crate::policy::{
-    Action, Agent, HOOK_EVENTS, HookMatch, InputField, InputMatch, Matcher, Mode, ModelMatch,
-    NamePattern, PolicyConfig, Route, Rule, is_blocking_event_name,
+    Action, Agent, HookMatch, InputField, InputMatch, Matcher, Mode, ModelMatch, NamePattern,
+    PolicyConfig, Route, Rule, is_blocking_event_name, is_hook_event,
 };
 
 /// The compiled size a rule's regex may reach (the regex crate's default is 10 MiB): a rule
@@ -75,7 +75,7 @@ fn parse_rule(rule: &Table<'_>) -> Result<Rule, PluginConfigError> {
 
 fn parse_hook(rule: &Table<'_>, action: Action) -> Result<HookMatch, PluginConfigError> {
     let event = rule.required_str("event")?;
-    if !HOOK_EVENTS.contains(&event) {
+    if !is_hook_event(event) {
         return Err(rule.place.wrong(
             "event",
             "a hook event name such as PreToolUse, UserPromptSubmit or pi's tool_call",

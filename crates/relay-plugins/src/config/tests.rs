@@ -395,7 +395,7 @@ fn disabled_and_shadowed_components_are_not_validated() {
          [[components]]\nkind = \"policy\"\nenabled = false\n[components.config]\nrules = \"draft\"\n",
     )
     .unwrap();
-    assert_eq!(plugins.components()[0].settings, None);
+    assert_eq!(plugins.components()[0].validated, None);
     assert_eq!(plugins.policy(), None);
     // A user policy shadowed by the system one is not validated either.
     let user = "version = 1\n[[components]]\nkind = \"policy\"\n[components.config]\nmode = 3\n";

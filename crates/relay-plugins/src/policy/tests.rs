@@ -402,7 +402,7 @@ fn blocking_events_are_those_of_the_hook_contract() {
     for event in ["input", "tool_result", "PreToolUse", "session_shutdown"] {
         assert!(!Pi.is_blocking_event(event), "{event}");
     }
-    for event in HOOK_EVENTS {
+    for event in HOOK_EVENTS.iter().copied().flatten() {
         assert_eq!(
             is_blocking_event_name(event),
             Agent::ALL.iter().any(|a| a.is_blocking_event(event)),
@@ -421,9 +421,42 @@ fn every_fixture_event_is_a_known_event() {
             let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
             let payload: Value = serde_json::from_str(&text).unwrap();
             let event = payload["hook_event_name"].as_str().unwrap();
-            assert!(HOOK_EVENTS.contains(&event), "{agent} {event}");
+            let own = if agent == Pi {
+                PI_EVENTS
+            } else {
+                CLAUDE_EVENTS
+            };
+            assert!(own.contains(&event), "{agent} {event}");
             seen += 1;
         }
     }
     assert!(seen >= 30, "only {seen} fixtures");
+}
+
+/// A deny can only come back for an event the harness can block on: load refuses deny
+/// rules elsewhere, and the `PreToolUse`/`tool_call` equivalence maps blocking to blocking.
+#[test]
+fn a_deny_is_only_ever_decided_on_a_blocking_event() {
+    let mut config = String::new();
+    for event in HOOK_EVENTS
+        .iter()
+        .copied()
+        .flatten()
+        .filter(|e| is_blocking_event_name(e))
+    {
+        config.push_str(&format!(
+            "[[components.config.rules]]\nevent = \"{event}\"\naction = \"deny\"\nreason = \"no\"\n"
+        ));
+    }
+    let policy = policy(&config);
+    for agent in Agent::ALL {
+        for event in HOOK_EVENTS.iter().copied().flatten() {
+            let decision = policy.evaluate_hook(agent, event, &json!({}));
+            assert_eq!(
+                decision.action == Action::Deny,
+                agent.is_blocking_event(event),
+                "{agent} {event}"
+            );
+        }
+    }
 }
