@@ -6,7 +6,6 @@
     clippy::disallowed_methods,
     reason = "a test's own lock: a panic fails the test, so a poisoned lock is read as is"
 )]
-
 // The daemon stand-in and the runner sit outside `#[test]` functions, where clippy's
 // allow-unwrap-in-tests does not reach; a failed set-up step must fail the test.
 #![allow(

@@ -8,17 +8,27 @@
 //! (`UsageTap` → `UsageReport`), and priced exactly in pico-dollars (`PriceTable`, `Usd`).
 //! The ATOF recorder (`atof::Recorder`) turns hook events, model requests and policy
 //! decisions into ATOF 0.1 records with consistent parent links, redacted and bounded.
+//! `config` parses and validates both `plugins.toml` texts into typed component
+//! configurations ([`Plugins`]), `policy` decides hooks and model requests ([`Policy`],
+//! [`Decision`]), and `redact` rewrites secrets in record text and request bodies
+//! ([`Redactor`]).
 
 pub mod atof;
+pub mod config;
 mod cost;
 mod decode;
+pub mod policy;
+pub mod redact;
 mod sse;
 mod usage;
 
+pub use config::{ComponentConfig, ComponentKind, PluginConfigError, Plugins};
 pub use cost::{
     Bucket, Cost, CostError, MissingPrice, Price, PriceError, PriceTable, SessionCost, Usd,
     UsdPerMTok,
 };
 pub use decode::{ContentEncoding, DecodeError, Decoded, MAX_CODINGS, decode};
+pub use policy::{Agent, Decision, Policy, PolicyConfig};
+pub use redact::{Detector, RedactAction, RedactionConfig, Redactor, Replacements};
 pub use sse::{SseEvent, SseParser};
 pub use usage::{BodyKind, GENAI_SEMCONV_VERSION, Usage, UsageReport, UsageTap, WireFormat};

@@ -365,3 +365,37 @@ fn the_activation_failure_carries_the_diagnostic() {
         relay_proto::MAX_TEXT_BYTES
     );
 }
+
+#[test]
+fn a_file_larger_than_the_limit_is_refused_unread() {
+    let padding = format!("# {}\n", "x".repeat(MAX_PLUGIN_FILE_BYTES as usize));
+    let files = Files::new(Some(&format!("version = 1\n{padding}")), None);
+    let error = files.load().unwrap_err();
+    assert!(
+        matches!(error, PluginConfigError::TooLarge { .. }),
+        "{error}"
+    );
+    assert_eq!(error.path(), files.system());
+}
+
+#[test]
+fn a_valid_enabled_component_is_still_refused_while_the_worker_does_not_host_it() {
+    // The component validates (relay-plugins accepts it), yet this worker cannot run it.
+    let error = load(
+        "version = 1\n[[components]]\nkind = \"policy\"\n[components.config]\nmode = \"dry_run\"\n",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, PluginConfigError::NotSupported { component: 1, .. }),
+        "{error}"
+    );
+    // An invalid one names its field first.
+    let error = load(
+        "version = 1\n[[components]]\nkind = \"policy\"\n[components.config]\nmode = \"sometimes\"\n",
+    )
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("component 1, `config.mode`"),
+        "{error}"
+    );
+}

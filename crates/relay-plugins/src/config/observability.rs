@@ -1,0 +1,323 @@
+//! The observability component's configuration: sinks, OTLP export, prices.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::PluginConfigError;
+use super::fields::Table;
+
+/// An observability component's configuration, validated.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ObservabilityConfig {
+    /// Whether records carry content (prompts, tool input and output, bodies), redacted.
+    pub capture_content: bool,
+    pub sinks: Vec<Sink>,
+    pub otlp: Option<OtlpConfig>,
+    /// Prices by exact model name.
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// Where ATOF records go.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sink {
+    File(FileSink),
+    Http(HttpSink),
+}
+
+/// `type = "file"`: JSON Lines appended to a file per user.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileSink {
+    /// An absolute path; the sink checks it with [`check_sink_directory`].
+    pub directory: PathBuf,
+    /// A plain file name holding `{user}` or `{fingerprint}` (the only placeholders).
+    pub filename: String,
+}
+
+/// `type = "http"`: batched JSON Lines POSTs to a collector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSink {
+    pub url: String,
+    /// Header name to value, sent as written.
+    pub headers: BTreeMap<String, String>,
+    /// Header name to the environment variable holding its value (for secrets).
+    pub header_env: BTreeMap<String, String>,
+    /// Records per POST at most.
+    pub batch_max: usize,
+    /// How long a record may wait for its batch to fill.
+    pub flush_ms: u64,
+    /// Per POST.
+    pub timeout_ms: u64,
+    /// Records held while the collector is slow or down; beyond, records are dropped and
+    /// counted.
+    pub queue: usize,
+}
+
+impl HttpSink {
+    pub const DEFAULT_BATCH_MAX: usize = 100;
+    pub const DEFAULT_FLUSH_MS: u64 = 1000;
+    pub const DEFAULT_TIMEOUT_MS: u64 = 5000;
+    pub const DEFAULT_QUEUE: usize = 10_000;
+}
+
+/// `[components.config.otlp]`: OTLP/HTTP trace export.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpConfig {
+    /// The collector's traces URL (`…/v1/traces`).
+    pub endpoint: String,
+    pub service_name: String,
+    pub headers: BTreeMap<String, String>,
+    pub header_env: BTreeMap<String, String>,
+}
+
+impl OtlpConfig {
+    pub const DEFAULT_SERVICE_NAME: &'static str = "relay-worker";
+}
+
+/// A model's prices in US dollars per million tokens. A cache price left out is charged at
+/// the `input` price.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: Option<f64>,
+    pub cache_write_5m: Option<f64>,
+    pub cache_write_1h: Option<f64>,
+}
+
+/// What the file sink learnt about its directory (from `metadata`, following links).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirectoryFacts {
+    pub is_dir: bool,
+    /// The permission bits, with the sticky bit (`0o1000`).
+    pub mode: u32,
+}
+
+/// Why a sink directory is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SinkDirectoryProblem {
+    #[error("not a directory")]
+    NotADirectory,
+    #[error("writable by other users without the sticky bit")]
+    WritableByOthers,
+}
+
+/// The directory rule of SPEC §8.1: a directory writable by others is refused unless it has
+/// the sticky bit (then nobody can replace another user's file in it).
+pub fn check_sink_directory(facts: &DirectoryFacts) -> Result<(), SinkDirectoryProblem> {
+    if !facts.is_dir {
+        return Err(SinkDirectoryProblem::NotADirectory);
+    }
+    if facts.mode & 0o002 != 0 && facts.mode & 0o1000 == 0 {
+        return Err(SinkDirectoryProblem::WritableByOthers);
+    }
+    Ok(())
+}
+
+pub(super) fn parse(config: &Table<'_>) -> Result<ObservabilityConfig, PluginConfigError> {
+    config.only(&["capture_content", "sinks", "otlp", "prices"])?;
+    let capture_content = config.bool("capture_content")?.unwrap_or(false);
+    let sinks = config
+        .tables("sinks")?
+        .iter()
+        .map(parse_sink)
+        .collect::<Result<Vec<_>, _>>()?;
+    let otlp = config.table("otlp")?.map(|t| parse_otlp(&t)).transpose()?;
+    let mut prices = BTreeMap::new();
+    if let Some(table) = config.table("prices")? {
+        for (model, value) in table.entries() {
+            let price = table.child_table(model, value)?;
+            prices.insert(model.to_owned(), parse_price(&price)?);
+        }
+    }
+    Ok(ObservabilityConfig {
+        capture_content,
+        sinks,
+        otlp,
+        prices,
+    })
+}
+
+fn parse_sink(sink: &Table<'_>) -> Result<Sink, PluginConfigError> {
+    match sink.required_str("type")? {
+        "file" => {
+            sink.only(&["type", "directory", "filename"])?;
+            let directory = PathBuf::from(sink.required_str("directory")?);
+            if !directory.is_absolute() {
+                return Err(sink.place.wrong("directory", "an absolute path"));
+            }
+            let filename = sink.required_str("filename")?;
+            check_filename(sink, filename)?;
+            Ok(Sink::File(FileSink {
+                directory,
+                filename: filename.to_owned(),
+            }))
+        }
+        "http" => {
+            sink.only(&[
+                "type",
+                "url",
+                "headers",
+                "header_env",
+                "batch_max",
+                "flush_ms",
+                "timeout_ms",
+                "queue",
+            ])?;
+            let url = parse_url(sink, "url")?;
+            let (headers, header_env) = parse_headers(sink)?;
+            let batch_max = sink
+                .int("batch_max", 1, 10_000, "an integer from 1 to 10000")?
+                .map_or(HttpSink::DEFAULT_BATCH_MAX, |n| n as usize);
+            let flush_ms = sink
+                .int("flush_ms", 10, 60_000, "an integer from 10 to 60000")?
+                .unwrap_or(HttpSink::DEFAULT_FLUSH_MS);
+            let timeout_ms = sink
+                .int("timeout_ms", 100, 60_000, "an integer from 100 to 60000")?
+                .unwrap_or(HttpSink::DEFAULT_TIMEOUT_MS);
+            let queue = sink
+                .int("queue", 1, 1_000_000, "an integer from 1 to 1000000")?
+                .map_or(HttpSink::DEFAULT_QUEUE, |n| n as usize);
+            Ok(Sink::Http(HttpSink {
+                url,
+                headers,
+                header_env,
+                batch_max,
+                flush_ms,
+                timeout_ms,
+                queue,
+            }))
+        }
+        _ => Err(sink.place.wrong("type", "\"file\" or \"http\"")),
+    }
+}
+
+/// A plain file name, no directory part, with `{user}` or `{fingerprint}` and no other
+/// placeholder.
+fn check_filename(sink: &Table<'_>, filename: &str) -> Result<(), PluginConfigError> {
+    if filename.is_empty()
+        || filename == "."
+        || filename == ".."
+        || filename.contains(['/', '\\', '\0'])
+    {
+        return Err(sink
+            .place
+            .wrong("filename", "a file name without a directory part"));
+    }
+    let without = filename.replace("{user}", "").replace("{fingerprint}", "");
+    if without.contains(['{', '}']) {
+        return Err(sink.place.wrong(
+            "filename",
+            "a file name whose only placeholders are {user} and {fingerprint}",
+        ));
+    }
+    if without.len() == filename.len() {
+        return Err(PluginConfigError::FilenameWithoutIdentity {
+            path: sink.place.path(),
+            field: sink.place.field("filename"),
+        });
+    }
+    Ok(())
+}
+
+fn parse_url(table: &Table<'_>, key: &str) -> Result<String, PluginConfigError> {
+    let url = table.required_str(key)?;
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    match rest {
+        Some(rest) if !rest.is_empty() && !rest.contains(char::is_whitespace) => Ok(url.to_owned()),
+        _ => Err(table.place.wrong(key, "an http:// or https:// URL")),
+    }
+}
+
+type Headers = BTreeMap<String, String>;
+
+fn parse_headers(table: &Table<'_>) -> Result<(Headers, Headers), PluginConfigError> {
+    let headers = table.string_map("headers")?;
+    let header_env = table.string_map("header_env")?;
+    for (name, value) in &headers {
+        let field = format!("headers.{name}");
+        if !is_header_name(name) {
+            return Err(table.place.wrong(&field, "keyed by a valid header name"));
+        }
+        if value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+            return Err(table
+                .place
+                .wrong(&field, "a header value without control characters"));
+        }
+    }
+    for (name, variable) in &header_env {
+        let field = format!("header_env.{name}");
+        if !is_header_name(name) {
+            return Err(table.place.wrong(&field, "keyed by a valid header name"));
+        }
+        if !is_env_name(variable) {
+            return Err(table.place.wrong(
+                &field,
+                "an environment variable name (letters, digits and _, not starting with a digit)",
+            ));
+        }
+        if headers.keys().any(|h| h.eq_ignore_ascii_case(name)) {
+            return Err(PluginConfigError::Conflict {
+                path: table.place.path(),
+                field: table.place.field(&field),
+                other: "the same header in `headers`",
+            });
+        }
+    }
+    Ok((headers, header_env))
+}
+
+fn parse_otlp(otlp: &Table<'_>) -> Result<OtlpConfig, PluginConfigError> {
+    otlp.only(&["endpoint", "service_name", "headers", "header_env"])?;
+    let endpoint = parse_url(otlp, "endpoint")?;
+    let service_name = match otlp.str("service_name")? {
+        None => OtlpConfig::DEFAULT_SERVICE_NAME.to_owned(),
+        Some("") => return Err(otlp.place.wrong("service_name", "a non-empty string")),
+        Some(name) => name.to_owned(),
+    };
+    let (headers, header_env) = parse_headers(otlp)?;
+    Ok(OtlpConfig {
+        endpoint,
+        service_name,
+        headers,
+        header_env,
+    })
+}
+
+fn parse_price(price: &Table<'_>) -> Result<Price, PluginConfigError> {
+    price.only(&[
+        "input",
+        "output",
+        "cache_read",
+        "cache_write_5m",
+        "cache_write_1h",
+    ])?;
+    Ok(Price {
+        input: price
+            .price("input")?
+            .ok_or_else(|| price.place.missing("input"))?,
+        output: price
+            .price("output")?
+            .ok_or_else(|| price.place.missing("output"))?,
+        cache_read: price.price("cache_read")?,
+        cache_write_5m: price.price("cache_write_5m")?,
+        cache_write_1h: price.price("cache_write_1h")?,
+    })
+}
+
+/// An HTTP token (RFC 9110 `tchar`s).
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}

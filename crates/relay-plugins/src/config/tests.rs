@@ -1,0 +1,518 @@
+//! The typed component configurations: the issue's configuration and the documented
+//! examples load as written; every refusal names the file, the component and the field.
+//! (The file-level rules are also exercised through relay-proxy's reader, in its tests.)
+
+use std::path::Path;
+
+use expect_test::{Expect, expect};
+
+use super::*;
+use crate::policy::{Action, Agent, Matcher, Mode, Route};
+use crate::redact::{Detector, RedactAction};
+
+const SYSTEM: &str = "/etc/relay/plugins.toml";
+
+fn parse(text: &str) -> Result<Plugins, PluginConfigError> {
+    Plugins::parse(Some((Path::new(SYSTEM), text)), None)
+}
+
+/// The configuration of issue 11, verbatim.
+const ISSUE_CONFIG: &str = r#"version = 1
+
+[[components]]
+kind = "observability"
+enabled = true
+[components.config]
+capture_content = true
+[[components.config.sinks]]
+type = "file"
+directory = "/var/log/relay/atof"
+filename = "events-{user}.jsonl"
+
+[[components]]
+kind = "policy"
+enabled = true
+[components.config]
+[[components.config.rules]]
+event = "PreToolUse"
+tool = "Bash"
+input_field = "command"
+regex = "rm -rf"
+action = "deny"
+reason = "destructive command"
+
+[[components]]
+kind = "pii_redaction"
+enabled = true
+[components.config]
+detectors = ["email", "api_key"]
+action = "redact"
+"#;
+
+#[test]
+fn the_issue_configuration_loads_as_written() {
+    let plugins = parse(ISSUE_CONFIG).unwrap();
+    assert_eq!(plugins.enabled().count(), 3);
+    let observability = plugins.observability().unwrap();
+    assert!(observability.capture_content);
+    assert_eq!(
+        observability.sinks,
+        [Sink::File(FileSink {
+            directory: "/var/log/relay/atof".into(),
+            filename: "events-{user}.jsonl".into(),
+        })]
+    );
+    assert_eq!(observability.otlp, None);
+    let policy = plugins.policy().unwrap();
+    assert_eq!(policy.mode, Mode::Enforce);
+    let [rule] = &policy.rules[..] else {
+        panic!("{policy:?}");
+    };
+    assert_eq!(rule.action, Action::Deny);
+    assert_eq!(rule.reason.as_deref(), Some("destructive command"));
+    let Matcher::Hook(hook) = &rule.matcher else {
+        panic!("{rule:?}");
+    };
+    assert_eq!(hook.event, "PreToolUse");
+    assert_eq!(hook.tool.as_ref().map(|t| t.as_str()), Some("Bash"));
+    let redaction = plugins.redaction().unwrap();
+    assert_eq!(redaction.detectors, [Detector::Email, Detector::ApiKey]);
+    assert_eq!(redaction.action, RedactAction::Redact);
+    assert!(!redaction.redact_requests);
+    assert!(redaction.custom.is_empty());
+}
+
+/// Every `toml` block of docs/plugins.md that starts with `version = 1` loads.
+#[test]
+fn the_documented_examples_load() {
+    let doc = include_str!("../../../../docs/plugins.md");
+    let mut examples = 0;
+    let mut rest = doc;
+    while let Some(start) = rest.find("```toml\n") {
+        let block = &rest[start + 8..];
+        let Some(end) = block.find("```") else { break };
+        let text = &block[..end];
+        rest = &block[end + 3..];
+        if !text.starts_with("version = 1") {
+            continue;
+        }
+        examples += 1;
+        if let Err(error) = parse(text) {
+            panic!("example {examples} of docs/plugins.md: {error}\n{text}");
+        }
+    }
+    assert!(examples >= 4, "only {examples} examples found");
+}
+
+#[test]
+fn defaults_of_each_kind() {
+    let plugins = parse(
+        "version = 1\n\
+         [[components]]\nkind = \"observability\"\n\
+         [[components]]\nkind = \"policy\"\n\
+         [[components]]\nkind = \"pii_redaction\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        plugins.observability(),
+        Some(&ObservabilityConfig::default())
+    );
+    assert_eq!(plugins.policy(), Some(&PolicyConfig::default()));
+    assert_eq!(plugins.redaction(), Some(&RedactionConfig::default()));
+    assert_eq!(RedactionConfig::default().detectors, Detector::ALL);
+}
+
+#[test]
+fn http_sinks_otlp_and_prices() {
+    let plugins = parse(
+        r#"version = 1
+[[components]]
+kind = "observability"
+[[components.config.sinks]]
+type = "http"
+url = "https://collector.example.com/atof"
+headers = { "x-team" = "platform" }
+header_env = { authorization = "RELAY_COLLECTOR_AUTH" }
+batch_max = 50
+[components.config.otlp]
+endpoint = "http://127.0.0.1:4318/v1/traces"
+[components.config.prices."claude-sonnet-4-5"]
+input = 3
+output = 15.0
+cache_read = 0.3
+"#,
+    )
+    .unwrap();
+    let config = plugins.observability().unwrap();
+    let [Sink::Http(http)] = &config.sinks[..] else {
+        panic!("{config:?}");
+    };
+    assert_eq!(http.batch_max, 50);
+    assert_eq!(http.flush_ms, HttpSink::DEFAULT_FLUSH_MS);
+    assert_eq!(http.timeout_ms, HttpSink::DEFAULT_TIMEOUT_MS);
+    assert_eq!(http.queue, HttpSink::DEFAULT_QUEUE);
+    assert_eq!(http.headers["x-team"], "platform");
+    assert_eq!(http.header_env["authorization"], "RELAY_COLLECTOR_AUTH");
+    let otlp = config.otlp.as_ref().unwrap();
+    assert_eq!(otlp.service_name, OtlpConfig::DEFAULT_SERVICE_NAME);
+    let price = config.prices["claude-sonnet-4-5"];
+    assert_eq!(
+        price,
+        Price {
+            input: 3.0,
+            output: 15.0,
+            cache_read: Some(0.3),
+            cache_write_5m: None,
+            cache_write_1h: None,
+        }
+    );
+}
+
+#[test]
+fn policy_rules_of_every_shape() {
+    let plugins = parse(
+        r#"version = 1
+[[components]]
+kind = "policy"
+[components.config]
+mode = "dry_run"
+[[components.config.rules]]
+event = "PreToolUse"
+agent = "codex"
+tool = "mcp__github__*"
+action = "allow"
+[[components.config.rules]]
+event = "user_bash"
+input_field = "/command"
+regex = "(?i)curl .*\\| *sh"
+action = "deny"
+reason = "no piping downloads into a shell"
+[[components.config.rules]]
+route = "openai"
+model = "gpt-5*"
+action = "allow"
+"#,
+    )
+    .unwrap();
+    let policy = plugins.policy().unwrap();
+    assert_eq!(policy.mode, Mode::DryRun);
+    let Matcher::Hook(first) = &policy.rules[0].matcher else {
+        panic!()
+    };
+    assert_eq!(first.agent, Some(Agent::Codex));
+    assert!(first.tool.as_ref().is_some_and(|t| t.is_glob()));
+    let Matcher::Model(third) = &policy.rules[2].matcher else {
+        panic!()
+    };
+    assert_eq!(third.route, Some(Route::OpenAi));
+}
+
+/// Each configuration's outcome: the error message, or `ok`.
+fn check(cases: &[&str], expect: Expect) {
+    let mut out = String::new();
+    for case in cases {
+        let text = format!("version = 1\n{case}");
+        let line = match parse(&text) {
+            Ok(_) => "ok".to_owned(),
+            Err(error) => error.to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    expect.assert_eq(&out);
+}
+
+const OBS: &str = "[[components]]\nkind = \"observability\"\n[components.config]\n";
+const POLICY: &str = "[[components]]\nkind = \"policy\"\n[components.config]\n";
+const PII: &str = "[[components]]\nkind = \"pii_redaction\"\n[components.config]\n";
+
+#[test]
+fn observability_refusals_name_component_field_and_file() {
+    let cases: Vec<String> = [
+        "capture = true\n",
+        "capture_content = 1\n",
+        "[[components.config.sinks]]\ntype = \"file\"\ndirectory = \"/var/log/relay\"\nfilename = \"events.jsonl\"\n",
+        "[[components.config.sinks]]\ntype = \"file\"\ndirectory = \"/var/log/relay\"\nfilename = \"{date}-{user}.jsonl\"\n",
+        "[[components.config.sinks]]\ntype = \"file\"\ndirectory = \"/var/log/relay\"\nfilename = \"../{user}.jsonl\"\n",
+        "[[components.config.sinks]]\ntype = \"file\"\ndirectory = \"relative\"\nfilename = \"{user}.jsonl\"\n",
+        "[[components.config.sinks]]\ntype = \"file\"\ndirectory = \"/d\"\nfilename = \"{user}\"\nmode = \"0644\"\n",
+        "[[components.config.sinks]]\ntype = \"syslog\"\n",
+        "[[components.config.sinks]]\ndirectory = \"/d\"\n",
+        "[[components.config.sinks]]\ntype = \"http\"\nurl = \"ftp://collector\"\n",
+        "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nbatch_max = 0\n",
+        "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheaders = { \"bad header\" = \"x\" }\n",
+        "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheader_env = { authorization = \"1NOT_A_NAME\" }\n",
+        "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheaders = { authorization = \"x\" }\nheader_env = { Authorization = \"TOKEN\" }\n",
+        "[components.config.otlp]\nendpoint = \"https://c\"\nprotocol = \"grpc\"\n",
+        "[components.config.otlp]\nservice_name = \"relay\"\n",
+        "[components.config.prices.\"gpt-5.1\"]\ninput = 1.25\n",
+        "[components.config.prices.\"gpt-5.1\"]\ninput = -1\noutput = 10\n",
+        "[components.config.prices]\nflat = 3\n",
+    ]
+    .iter()
+    .map(|case| format!("{OBS}{case}"))
+    .collect();
+    check(
+        &cases.iter().map(String::as_str).collect::<Vec<_>>(),
+        expect![[r#"
+            /etc/relay/plugins.toml: component 1, `config.capture`: unknown key
+            /etc/relay/plugins.toml: component 1, `config.capture_content`: must be a boolean
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].filename`: must contain {user} or {fingerprint}, so that users never share a file
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].filename`: must be a file name whose only placeholders are {user} and {fingerprint}
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].filename`: must be a file name without a directory part
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].directory`: must be an absolute path
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].mode`: unknown key
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].type`: must be "file" or "http"
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].type`: required
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].url`: must be an http:// or https:// URL
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].batch_max`: must be an integer from 1 to 10000
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].headers.bad header`: must be keyed by a valid header name
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].header_env.authorization`: must be an environment variable name (letters, digits and _, not starting with a digit)
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].header_env.Authorization`: cannot be used together with the same header in `headers`
+            /etc/relay/plugins.toml: component 1, `config.otlp.protocol`: unknown key
+            /etc/relay/plugins.toml: component 1, `config.otlp.endpoint`: required
+            /etc/relay/plugins.toml: component 1, `config.prices."gpt-5.1".output`: required
+            /etc/relay/plugins.toml: component 1, `config.prices."gpt-5.1".input`: must be a number of at least 0
+            /etc/relay/plugins.toml: component 1, `config.prices.flat`: must be a table
+        "#]],
+    );
+}
+
+#[test]
+fn policy_refusals_name_component_field_and_file() {
+    let cases: Vec<String> = [
+        "mode = \"audit\"\n",
+        "[[components.config.rules]]\nevent = \"PreToolUse\"\naction = \"deny\"\n",
+        "[[components.config.rules]]\nevent = \"PreToolUse\"\naction = \"deny\"\nreason = \"  \"\n",
+        "[[components.config.rules]]\nevent = \"PostToolUse\"\naction = \"deny\"\nreason = \"too late\"\n",
+        "[[components.config.rules]]\nevent = \"Stop\"\naction = \"deny\"\nreason = \"keep going\"\n",
+        "[[components.config.rules]]\nevent = \"tool_result\"\naction = \"deny\"\nreason = \"r\"\n",
+        "[[components.config.rules]]\nevent = \"PostToolUse\"\naction = \"allow\"\n",
+        "[[components.config.rules]]\nevent = \"PreToolUse\"\ntool = \"Bash\"\ninput_field = \"command\"\nregex = \"rm (-rf\"\naction = \"deny\"\nreason = \"r\"\n",
+        "[[components.config.rules]]\nevent = \"PreToolUse\"\ninput_field = \"command\"\naction = \"deny\"\nreason = \"r\"\n",
+        "[[components.config.rules]]\nevent = \"PreToolUse\"\nregex = \"x\"\naction = \"deny\"\nreason = \"r\"\n",
+        "[[components.config.rules]]\nevent = \"PreTooluse\"\naction = \"allow\"\n",
+        "[[components.config.rules]]\nevent = \"PreToolUse\"\ntool = \"mcp__[\"\naction = \"allow\"\n",
+        "[[components.config.rules]]\nevent = \"PreToolUse\"\nmodel = \"gpt-5\"\naction = \"allow\"\n",
+        "[[components.config.rules]]\nroute = \"bedrock\"\naction = \"allow\"\n",
+        "[[components.config.rules]]\nmodel = \"*\"\naction = \"block\"\n",
+        "[[components.config.rules]]\nmodel = \"*\"\n",
+        "[[components.config.rules]]\naction = \"allow\"\n",
+        "[[components.config.rules]]\nevent = \"PreToolUse\"\nagent = \"cursor\"\naction = \"allow\"\n",
+        "[[components.config.rules]]\nevent = \"PreToolUse\"\ncomment = \"x\"\naction = \"allow\"\n",
+        "[[components.config.rules]]\nmodel = \"claude-*\"\naction = \"allow\"\n[[components.config.rules]]\nmodel = \"*\"\naction = \"deny\"\n",
+    ]
+    .iter()
+    .map(|case| format!("{POLICY}{case}"))
+    .collect();
+    check(
+        &cases.iter().map(String::as_str).collect::<Vec<_>>(),
+        expect![[r#"
+            /etc/relay/plugins.toml: component 1, `config.mode`: must be "enforce" or "dry_run"
+            /etc/relay/plugins.toml: component 1, `config.rules[1].reason`: required for a deny rule
+            /etc/relay/plugins.toml: component 1, `config.rules[1].reason`: required for a deny rule
+            /etc/relay/plugins.toml: component 1, `config.rules[1].event`: a deny rule needs an event that can block (PreToolUse, PermissionRequest, UserPromptSubmit, or pi's tool_call, user_bash)
+            /etc/relay/plugins.toml: component 1, `config.rules[1].event`: a deny rule needs an event that can block (PreToolUse, PermissionRequest, UserPromptSubmit, or pi's tool_call, user_bash)
+            /etc/relay/plugins.toml: component 1, `config.rules[1].event`: a deny rule needs an event that can block (PreToolUse, PermissionRequest, UserPromptSubmit, or pi's tool_call, user_bash)
+            ok
+            /etc/relay/plugins.toml: component 1, `config.rules[1].regex`: not a valid regular expression, or larger than the size limit
+            /etc/relay/plugins.toml: component 1, `config.rules[1].regex`: required
+            /etc/relay/plugins.toml: component 1, `config.rules[1].input_field`: required
+            /etc/relay/plugins.toml: component 1, `config.rules[1].event`: must be a hook event name such as PreToolUse, UserPromptSubmit or pi's tool_call
+            /etc/relay/plugins.toml: component 1, `config.rules[1].tool`: not a valid glob pattern
+            /etc/relay/plugins.toml: component 1, `config.rules[1].model`: cannot be used together with the hook fields (event, agent, tool, input_field, regex): a rule is about a hook or about a model request
+            /etc/relay/plugins.toml: component 1, `config.rules[1].route`: must be "anthropic" or "openai"
+            /etc/relay/plugins.toml: component 1, `config.rules[1].action`: must be "deny" or "allow"
+            /etc/relay/plugins.toml: component 1, `config.rules[1].action`: required
+            /etc/relay/plugins.toml: component 1, `config.rules[1].event`: required
+            /etc/relay/plugins.toml: component 1, `config.rules[1].agent`: must be "claude-code", "codex" or "pi"
+            /etc/relay/plugins.toml: component 1, `config.rules[1].comment`: unknown key
+            /etc/relay/plugins.toml: component 1, `config.rules[2].reason`: required for a deny rule
+        "#]],
+    );
+}
+
+#[test]
+fn redaction_refusals_name_component_field_and_file() {
+    let cases: Vec<String> = [
+        "detectors = [\"email\", \"phone\"]\n",
+        "detectors = \"email\"\n",
+        "action = \"drop\"\n",
+        "redact_requests = \"yes\"\n",
+        "[[components.config.custom]]\nname = \"employee_id\"\nregex = \"EMP-[0-9]{6\"\nkeywords = [\"EMP-\"]\n",
+        "[[components.config.custom]]\nname = \"employee_id\"\nregex = \"EMP-[0-9]{6}\"\n",
+        "[[components.config.custom]]\nname = \"employee_id\"\nregex = \"EMP-[0-9]{6}\"\nkeywords = []\n",
+        "[[components.config.custom]]\nname = \"Employee ID\"\nregex = \"EMP-[0-9]{6}\"\nkeywords = [\"EMP-\"]\n",
+        "[[components.config.custom]]\nname = \"email\"\nregex = \"x\"\nkeywords = [\"x\"]\n",
+        "[[components.config.custom]]\nname = \"a\"\nregex = \"x\"\nkeywords = [\"x\"]\n[[components.config.custom]]\nname = \"a\"\nregex = \"y\"\nkeywords = [\"y\"]\n",
+        "[[components.config.custom]]\nname = \"a\"\nregex = \"x\"\nkeywords = [\"x\"]\nflags = \"i\"\n",
+        "[[components.config.custom]]\nname = \"a\"\nregex = \"x\"\nkeywords = [\"say \\\"x\"]\n",
+        "[[components.config.custom]]\nname = \"a\"\nregex = \"x{1000}{1000}{1000}\"\nkeywords = [\"x\"]\n",
+        "[[components.config.custom]]\nname = \"employee_id\"\nregex = \"EMP-[0-9]{6}\"\nkeywords = [\"EMP-\"]\n",
+    ]
+    .iter()
+    .map(|case| format!("{PII}{case}"))
+    .collect();
+    check(
+        &cases.iter().map(String::as_str).collect::<Vec<_>>(),
+        expect![[r#"
+            /etc/relay/plugins.toml: component 1, `config.detectors`: must be a list of email, api_key, bearer_token, jwt, aws_access_key_id, private_key, credit_card, ip_address
+            /etc/relay/plugins.toml: component 1, `config.detectors`: must be an array of strings
+            /etc/relay/plugins.toml: component 1, `config.action`: must be "redact", "hash" or "mask"
+            /etc/relay/plugins.toml: component 1, `config.redact_requests`: must be a boolean
+            /etc/relay/plugins.toml: component 1, `config.custom[1].regex`: not a valid regular expression, or larger than the size limit
+            /etc/relay/plugins.toml: component 1, `config.custom[1].keywords`: required
+            /etc/relay/plugins.toml: component 1, `config.custom[1].keywords`: must be a non-empty list of non-empty strings
+            /etc/relay/plugins.toml: component 1, `config.custom[1].name`: must be up to 64 lowercase letters, digits and _
+            /etc/relay/plugins.toml: component 1, `config.custom[1].name`: must be a name no other detector has
+            /etc/relay/plugins.toml: component 1, `config.custom[2].name`: must be a name no other detector has
+            /etc/relay/plugins.toml: component 1, `config.custom[1].flags`: unknown key
+            /etc/relay/plugins.toml: component 1, `config.custom[1].keywords`: must be keywords without quotes, backslashes or control characters
+            /etc/relay/plugins.toml: component 1, `config.custom[1].regex`: not a valid regular expression, or larger than the size limit
+            ok
+        "#]],
+    );
+}
+
+#[test]
+fn two_enabled_components_of_a_kind_are_refused() {
+    check(
+        &[
+            "[[components]]\nkind = \"policy\"\n[[components]]\nkind = \"policy\"\n",
+            "[[components]]\nkind = \"policy\"\n[[components]]\nkind = \"policy\"\nenabled = false\n",
+        ],
+        expect![[r#"
+            /etc/relay/plugins.toml: component 2 (policy): a second enabled component of this kind (component 1 of /etc/relay/plugins.toml is already enabled)
+            ok
+        "#]],
+    );
+}
+
+#[test]
+fn disabled_and_shadowed_components_are_not_validated() {
+    let plugins = parse(
+        "version = 1\n[settings]\nallow_user_components = true\n\
+         [[components]]\nkind = \"policy\"\nenabled = false\n[components.config]\nrules = \"draft\"\n",
+    )
+    .unwrap();
+    assert_eq!(plugins.components()[0].validated, None);
+    assert_eq!(plugins.policy(), None);
+    // A user policy shadowed by the system one is not validated either.
+    let user = "version = 1\n[[components]]\nkind = \"policy\"\n[components.config]\nmode = 3\n";
+    let plugins = Plugins::parse(
+        Some((
+            Path::new(SYSTEM),
+            "version = 1\n[settings]\nallow_user_components = true\n[[components]]\nkind = \"policy\"\n",
+        )),
+        Some((Path::new("/home/u/.config/relay/plugins.toml"), user)),
+    )
+    .unwrap();
+    assert_eq!(plugins.policy(), Some(&PolicyConfig::default()));
+    // An effective user component is, and its errors name the user file.
+    let error = Plugins::parse(
+        Some((
+            Path::new(SYSTEM),
+            "version = 1\n[settings]\nallow_user_components = true\n",
+        )),
+        Some((Path::new("/home/u/.config/relay/plugins.toml"), user)),
+    )
+    .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "/home/u/.config/relay/plugins.toml: component 1, `config.mode`: must be a string"
+    );
+}
+
+/// Header values may be credentials: no error quotes one, whatever is wrong around it.
+#[test]
+fn errors_never_quote_values() {
+    let secret = "Bearer sk-live-0123456789abcdef";
+    for case in [
+        format!(
+            "{OBS}[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheaders = {{ authorization = \"{secret}\\n\" }}\n"
+        ),
+        format!("{OBS}[[components.config.sinks]]\ntype = \"http\"\nurl = \"{secret}\"\n"),
+        format!(
+            "{OBS}[components.config.otlp]\nendpoint = \"https://c\"\nheaders = {{ authorization = 7 }}\nservice_name = \"{secret}\"\nextra = \"{secret}\"\n"
+        ),
+        format!(
+            "{PII}[[components.config.custom]]\nname = \"k\"\nregex = \"{secret}(\"\nkeywords = [\"x\"]\n"
+        ),
+    ] {
+        let error = parse(&format!("version = 1\n{case}")).unwrap_err();
+        let message = error.to_string();
+        assert!(!message.contains("sk-live"), "{message}");
+        assert!(message.starts_with(SYSTEM), "{message}");
+        assert!(message.contains("component 1, `config."), "{message}");
+        assert!(
+            !error
+                .to_activation_failed()
+                .diagnostic
+                .as_str()
+                .contains("sk-live")
+        );
+    }
+}
+
+#[test]
+fn sink_directories_writable_by_others_need_the_sticky_bit() {
+    let dir = |mode| DirectoryFacts { is_dir: true, mode };
+    assert_eq!(check_sink_directory(&dir(0o755)), Ok(()));
+    assert_eq!(check_sink_directory(&dir(0o700)), Ok(()));
+    assert_eq!(check_sink_directory(&dir(0o775)), Ok(()));
+    assert_eq!(check_sink_directory(&dir(0o1777)), Ok(()));
+    assert_eq!(
+        check_sink_directory(&dir(0o777)),
+        Err(SinkDirectoryProblem::WritableByOthers)
+    );
+    assert_eq!(
+        check_sink_directory(&dir(0o703)),
+        Err(SinkDirectoryProblem::WritableByOthers)
+    );
+    assert_eq!(
+        check_sink_directory(&DirectoryFacts {
+            is_dir: false,
+            mode: 0o600
+        }),
+        Err(SinkDirectoryProblem::NotADirectory)
+    );
+}
+
+#[test]
+fn sink_directories_are_checked_with_errors_naming_the_field() {
+    let plugins = parse(
+        "version = 1\n[[components]]\nkind = \"observability\"\n\
+         [[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\n\
+         [[components.config.sinks]]\ntype = \"file\"\ndirectory = \"/var/log/relay\"\nfilename = \"{user}.jsonl\"\n",
+    )
+    .unwrap();
+    let mut asked = Vec::new();
+    let mut inspect = |mode| {
+        asked.clear();
+        plugins.check_sink_directories(|dir| {
+            asked.push(dir.to_owned());
+            Ok(DirectoryFacts { is_dir: true, mode })
+        })
+    };
+    assert!(inspect(0o1777).is_ok());
+    let error = inspect(0o777).unwrap_err();
+    assert_eq!(asked, [std::path::PathBuf::from("/var/log/relay")]);
+    assert_eq!(
+        error.to_string(),
+        "/etc/relay/plugins.toml: component 1, `config.sinks[2].directory`: the directory is writable by other users without the sticky bit"
+    );
+    let error = plugins
+        .check_sink_directories(|_| Err(std::io::ErrorKind::NotFound.into()))
+        .unwrap_err();
+    assert!(
+        matches!(error, PluginConfigError::SinkDirectoryUnreadable { .. }),
+        "{error}"
+    );
+    // Nothing to check without an observability component.
+    assert!(
+        parse("version = 1\n")
+            .unwrap()
+            .check_sink_directories(|_| panic!("no sink"))
+            .is_ok()
+    );
+}

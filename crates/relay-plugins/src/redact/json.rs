@@ -1,0 +1,224 @@
+//! Rewriting the string literals of a JSON text in place: the lexer only finds strings (a
+//! quote outside a string opens one, a backslash escapes the next byte, a quote closes it),
+//! so keys, numbers, whitespace and order are copied byte for byte.
+
+use std::borrow::Cow;
+
+use super::{BodyRedaction, Redactor, Replacements, Triggered};
+
+pub(super) fn redact_strings<'a>(
+    redactor: &Redactor,
+    body: &'a [u8],
+    triggered: Triggered,
+) -> BodyRedaction<'a> {
+    // Validating costs a parse without building anything, and only bodies where a
+    // prefilter fired pay it.
+    let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    if !is_json {
+        // Not a JSON body: there is no string structure to keep, so it is redacted as text
+        // rather than let through.
+        return redact_as_text(redactor, body, 0, None, Replacements::default(), triggered);
+    }
+    let mut out: Option<Vec<u8>> = None;
+    let mut copied = 0;
+    let mut replaced = Replacements::default();
+    let mut at = 0;
+    while let Some(open) = memchr::memchr(b'"', &body[at..]).map(|i| at + i) {
+        let Some((close, escaped)) = string_end(body, open + 1) else {
+            // A string that never closes: the rest is redacted as text.
+            return redact_as_text(
+                redactor,
+                body,
+                open,
+                Some((out, copied)),
+                replaced,
+                triggered,
+            );
+        };
+        let raw = &body[open + 1..close];
+        at = close + 1;
+        let Some(rewritten) = redact_literal(redactor, raw, escaped, triggered) else {
+            continue;
+        };
+        let (literal, more) = rewritten;
+        let out = out.get_or_insert_with(|| Vec::with_capacity(body.len() + 64));
+        out.extend_from_slice(&body[copied..open + 1]);
+        out.extend_from_slice(literal.as_bytes());
+        copied = close;
+        replaced.merge(more);
+    }
+    match out {
+        None => BodyRedaction {
+            body: Cow::Borrowed(body),
+            replaced,
+        },
+        Some(mut out) => {
+            out.extend_from_slice(&body[copied..]);
+            BodyRedaction {
+                body: Cow::Owned(out),
+                replaced,
+            }
+        }
+    }
+}
+
+/// Whether `body` holds a `\u` escape that may spell part of a trigger: one of a printable
+/// ASCII character (`\u0020` to `\u007f`), or any at all when a keyword is non-ASCII.
+/// Control characters (`\u001b` in tool output) cannot, and do not count.
+pub(super) fn may_hide_a_trigger(body: &[u8], non_ascii_keywords: bool) -> bool {
+    memchr::memmem::find_iter(body, b"\\u").any(|at| {
+        let hex = &body[at + 2..body.len().min(at + 6)];
+        non_ascii_keywords
+            || (hex.len() == 4 && hex[..2] == *b"00" && (b'2'..=b'7').contains(&hex[2]))
+    })
+}
+
+/// Redacts `body[from..]` as plain text (when it is UTF-8) after what was already built.
+fn redact_as_text<'a>(
+    redactor: &Redactor,
+    body: &'a [u8],
+    from: usize,
+    built: Option<(Option<Vec<u8>>, usize)>,
+    mut replaced: Replacements,
+    triggered: Triggered,
+) -> BodyRedaction<'a> {
+    let (out, copied) = built.unwrap_or((None, 0));
+    let tail = std::str::from_utf8(&body[from..])
+        .ok()
+        .and_then(|tail| redactor.redact_triggered(tail, triggered));
+    match (out, tail) {
+        (None, None) => BodyRedaction {
+            body: Cow::Borrowed(body),
+            replaced,
+        },
+        (out, tail) => {
+            let mut out = out.unwrap_or_else(|| Vec::with_capacity(body.len() + 64));
+            out.extend_from_slice(&body[copied..from]);
+            match tail {
+                Some((text, more)) => {
+                    out.extend_from_slice(text.as_bytes());
+                    replaced.merge(more);
+                }
+                None => out.extend_from_slice(&body[from..]),
+            }
+            BodyRedaction {
+                body: Cow::Owned(out),
+                replaced,
+            }
+        }
+    }
+}
+
+/// The closing quote of the string whose content starts at `from`, and whether it holds a
+/// backslash; `None` when it never closes.
+fn string_end(body: &[u8], from: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    let mut at = from;
+    loop {
+        let i = at + memchr::memchr2(b'"', b'\\', &body[at..])?;
+        if body[i] == b'"' {
+            return Some((i, escaped));
+        }
+        escaped = true;
+        at = i + 2;
+        if at > body.len() {
+            return None;
+        }
+    }
+}
+
+/// The new content of one string literal (without its quotes), or `None` when unchanged.
+fn redact_literal(
+    redactor: &Redactor,
+    raw: &[u8],
+    escaped: bool,
+    triggered: Triggered,
+) -> Option<(String, Replacements)> {
+    let raw = std::str::from_utf8(raw).ok()?;
+    if !escaped {
+        // A literal without escapes is its own value, and every replacement is JSON-safe.
+        let here = triggered & redactor.triggered(raw.as_bytes());
+        if here == 0 {
+            return None;
+        }
+        return redactor.redact_triggered(raw, here);
+    }
+    let value = unescape(raw)?;
+    let here = triggered & redactor.triggered(value.as_bytes());
+    if here == 0 {
+        return None;
+    }
+    let (text, replaced) = redactor.redact_triggered(&value, here)?;
+    Some((escape(&text), replaced))
+}
+
+/// Decodes a JSON string's content; `None` on an invalid escape (the literal is left alone).
+fn unescape(raw: &str) -> Option<String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next()? {
+            '"' => out.push('"'),
+            '\\' => out.push('\\'),
+            '/' => out.push('/'),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'n' => out.push('\n'),
+            'r' => out.push('\r'),
+            't' => out.push('\t'),
+            'u' => {
+                let first = hex4(&mut chars)?;
+                if (0xD800..0xDC00).contains(&first) {
+                    // A high surrogate must be followed by `\u` and a low one.
+                    let mut ahead = chars.clone();
+                    if ahead.next() == Some('\\') && ahead.next() == Some('u') {
+                        let second = hex4(&mut ahead)?;
+                        if (0xDC00..0xE000).contains(&second) {
+                            chars = ahead;
+                            let code = 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00);
+                            out.push(char::from_u32(code)?);
+                            continue;
+                        }
+                    }
+                    out.push('\u{FFFD}');
+                } else {
+                    out.push(char::from_u32(first).unwrap_or('\u{FFFD}'));
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+fn hex4(chars: &mut std::str::Chars<'_>) -> Option<u32> {
+    let mut value = 0;
+    for _ in 0..4 {
+        value = value * 16 + chars.next()?.to_digit(16)?;
+    }
+    Some(value)
+}
+
+/// Encodes a string's content for JSON: quotes, backslashes and control characters
+/// escaped, everything else as UTF-8.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
