@@ -54,6 +54,9 @@ pub enum SinkError {
         path: PathBuf,
         reason: UnsafePathReason,
     },
+    /// The file writer's thread could not be started.
+    #[error("cannot start the record file writer: {source}")]
+    SpawnWriter { source: io::Error },
     /// The URL does not parse or is not `http`/`https`.
     #[error("invalid sink URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: &'static str },

@@ -1,6 +1,7 @@
 //! The handle the worker holds: one bounded queue per sink, filled with `try_send` so the
 //! request path never waits, drained by one task (or, for files, one thread) per sink.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,10 +68,7 @@ impl Sinks {
                     std::thread::Builder::new()
                         .name("relay-atof-file".to_owned())
                         .spawn(move || writer.run(rx, drain))
-                        .map_err(|source| SinkError::OpenFile {
-                            path: file.directory.clone(),
-                            source,
-                        })?;
+                        .map_err(|source| SinkError::SpawnWriter { source })?;
                     records.push(Lane { tx, counters });
                 }
                 SinkConfig::Http(http) => {
@@ -130,6 +128,7 @@ impl Sinks {
             inner: Arc::new(Inner {
                 records,
                 spans,
+                stopped: AtomicBool::new(false),
                 tasks: Mutex::new(tasks),
             }),
         })
@@ -146,6 +145,9 @@ pub struct SinkHandle {
 struct Inner {
     records: Vec<Lane<Bytes>>,
     spans: Option<Lane<SpanData>>,
+    /// Set by `shutdown`: later items are counted as dropped instead of queued behind the
+    /// stop.
+    stopped: AtomicBool,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -156,9 +158,15 @@ struct Lane<T> {
 }
 
 impl<T> Lane<T> {
-    fn offer(&self, item: T) {
-        if self.tx.try_send(Msg::Item(item)).is_err() {
-            self.counters.add_dropped(1, "queue_full");
+    fn offer(&self, item: T, stopped: bool) {
+        if stopped {
+            self.counters.add_dropped(1, "stopped");
+            return;
+        }
+        match self.tx.try_send(Msg::Item(item)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => self.counters.add_dropped(1, "queue_full"),
+            Err(mpsc::error::TrySendError::Closed(_)) => self.counters.add_dropped(1, "stopped"),
         }
     }
 
@@ -178,15 +186,16 @@ impl SinkHandle {
     /// every record sink. Never waits: a full queue drops the record and counts it.
     pub fn record(&self, line: impl Into<Bytes>) {
         let line = line.into();
+        let stopped = self.inner.stopped.load(Ordering::Relaxed);
         for lane in &self.inner.records {
-            lane.offer(line.clone());
+            lane.offer(line.clone(), stopped);
         }
     }
 
     /// Queues one finished span for the OTLP exporter, if there is one; never waits.
     pub fn span(&self, span: SpanData) {
         if let Some(lane) = &self.inner.spans {
-            lane.offer(span);
+            lane.offer(span, self.inner.stopped.load(Ordering::Relaxed));
         }
     }
 
@@ -220,6 +229,7 @@ impl SinkHandle {
 
     /// Flushes, then stops every sink; what is still running at `deadline` is cancelled.
     pub async fn shutdown(&self, deadline: Duration) -> Result<(), FlushTimedOut> {
+        self.inner.stopped.store(true, Ordering::Relaxed);
         let outcome = tokio::time::timeout(deadline, self.ask_all(true))
             .await
             .map_err(|_| FlushTimedOut { deadline });

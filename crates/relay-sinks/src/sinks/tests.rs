@@ -261,6 +261,50 @@ async fn while_the_collector_is_down_record_never_blocks_and_drops_are_counted()
 }
 
 #[tokio::test]
+async fn a_collector_that_is_down_costs_the_file_sink_nothing() -> TestResult {
+    let addr = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+    let temp = tempfile::tempdir()?;
+    let mut slow = delivery(1);
+    slow.queue_capacity = 2;
+    slow.retry_initial_ms = 1_000;
+    slow.max_attempts = 1_000;
+    let config = SinksConfig {
+        sinks: vec![
+            http_sink(addr, slow),
+            SinkConfig::File(FileSinkConfig {
+                directory: temp.path().to_path_buf(),
+                filename: "{user}.jsonl".to_owned(),
+                queue_capacity: 100,
+            }),
+        ],
+        otlp: None,
+    };
+    let sinks = Sinks::start(&config, &ctx())?;
+    for n in 0..50 {
+        sinks.record(format!("{{\"n\":{n}}}"));
+    }
+    let stats = sinks.stats();
+    assert!(stats[0].1.dropped >= 50 - 2 - 1, "{stats:?}");
+    // Flushing waits for every sink; the file sink is done long before the stuck one.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if sinks.stats()[1].1.written == 50 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?}", sinks.stats());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let text = std::fs::read_to_string(temp.path().join("alice.jsonl"))?;
+    assert_eq!(text.lines().count(), 50);
+    assert_eq!(sinks.stats()[1].1.dropped, 0);
+    let _ = sinks.shutdown(Duration::from_millis(50)).await;
+    // After shutdown a record is counted as dropped, not lost silently.
+    sinks.record("{\"late\":1}");
+    assert_eq!(sinks.stats()[1].1.dropped, 1);
+    Ok(())
+}
+
+#[tokio::test]
 async fn the_file_sink_keeps_every_record_whole_under_concurrent_writers() -> TestResult {
     let temp = tempfile::tempdir()?;
     let config = SinksConfig {
