@@ -166,3 +166,6 @@ fn default_max_attempts() -> u32 {
 fn default_service_name() -> String {
     "relay-worker".to_owned()
 }
+
+#[cfg(test)]
+mod tests;
