@@ -1,0 +1,171 @@
+//! The sinks' configuration: plain data, passed explicitly by the worker.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+/// Every sink of one observability component.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinksConfig {
+    /// The record sinks, each fed every ATOF line.
+    #[serde(default)]
+    pub sinks: Vec<SinkConfig>,
+    /// The optional OTLP/HTTP trace exporter, fed spans.
+    #[serde(default)]
+    pub otlp: Option<OtlpConfig>,
+}
+
+/// One record sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SinkConfig {
+    /// Appends JSON Lines to a per-user (or per-route) file.
+    File(FileSinkConfig),
+    /// Posts batches of JSON Lines to a collector.
+    Http(HttpSinkConfig),
+}
+
+/// The `file` sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSinkConfig {
+    /// The directory the file lives in; it must exist and must not be writable by others
+    /// unless it has the sticky bit.
+    pub directory: PathBuf,
+    /// The file name; it must contain `{user}` or `{fingerprint}` so that users never share
+    /// a file.
+    pub filename: String,
+    /// Records queued for the writer before new ones are dropped.
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: usize,
+}
+
+/// The `http` sink.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSinkConfig {
+    /// The collector's URL (`http` or `https`).
+    pub url: String,
+    /// Literal headers sent with every batch.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Headers whose values are read from the named environment variables when the sink
+    /// starts (header name to variable name), for secrets that must not sit in the file.
+    #[serde(default)]
+    pub header_env: BTreeMap<String, String>,
+    /// Batching, timeout, queue and retry.
+    #[serde(flatten)]
+    pub delivery: DeliveryConfig,
+}
+
+/// The OTLP/HTTP trace exporter (protobuf encoding).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// The collector: a base URL such as `http://collector:4318` (then `/v1/traces` is
+    /// appended) or the full traces URL when it has a path.
+    pub endpoint: String,
+    /// The `service.name` resource attribute.
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+    /// Literal headers sent with every export.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Headers whose values are read from the named environment variables at start.
+    #[serde(default)]
+    pub header_env: BTreeMap<String, String>,
+    /// Batching, timeout, queue and retry.
+    #[serde(flatten)]
+    pub delivery: DeliveryConfig,
+}
+
+/// How a network sink batches, times out, queues and retries.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// A batch is sent when it holds this many items.
+    #[serde(default = "default_batch_max_items")]
+    pub batch_max_items: usize,
+    /// A batch is sent at the latest this long after its first item arrived.
+    #[serde(default = "default_batch_max_delay_ms")]
+    pub batch_max_delay_ms: u64,
+    /// The timeout of one POST, connection included.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Items queued before new ones are dropped.
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: usize,
+    /// The first retry waits this long; each next one twice as long.
+    #[serde(default = "default_retry_initial_ms")]
+    pub retry_initial_ms: u64,
+    /// No retry waits longer than this.
+    #[serde(default = "default_retry_max_ms")]
+    pub retry_max_ms: u64,
+    /// Attempts per batch, the first included; then the batch is dropped and counted.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            batch_max_items: default_batch_max_items(),
+            batch_max_delay_ms: default_batch_max_delay_ms(),
+            timeout_ms: default_timeout_ms(),
+            queue_capacity: default_queue_capacity(),
+            retry_initial_ms: default_retry_initial_ms(),
+            retry_max_ms: default_retry_max_ms(),
+            max_attempts: default_max_attempts(),
+        }
+    }
+}
+
+/// What the worker knows that the sinks need.
+#[derive(Debug, Clone, Default)]
+pub struct SinkContext {
+    /// The OS user name of the worker, substituted for `{user}`.
+    pub user: String,
+    /// The route fingerprint, substituted for `{fingerprint}`.
+    pub fingerprint: String,
+    /// The TLS client configuration for `https` collectors; `None` builds one with the
+    /// platform's roots and the ring provider.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+fn default_queue_capacity() -> usize {
+    4096
+}
+
+fn default_batch_max_items() -> usize {
+    256
+}
+
+fn default_batch_max_delay_ms() -> u64 {
+    1000
+}
+
+fn default_timeout_ms() -> u64 {
+    5000
+}
+
+fn default_retry_initial_ms() -> u64 {
+    200
+}
+
+fn default_retry_max_ms() -> u64 {
+    10_000
+}
+
+fn default_max_attempts() -> u32 {
+    5
+}
+
+fn default_service_name() -> String {
+    "relay-worker".to_owned()
+}
+
+#[cfg(test)]
+mod tests;

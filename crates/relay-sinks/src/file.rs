@@ -1,0 +1,202 @@
+//! The `file` sink (SPEC §8.1): JSON Lines appended to a per-user or per-route file,
+//! created 0600 without following a symlink, in a directory nobody else can swap files in.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::config::FileSinkConfig;
+use crate::drops::Counters;
+use crate::error::{SinkError, UnsafePathReason};
+use crate::sinks::Msg;
+
+/// The placeholder replaced by the worker's OS user name.
+pub const USER_PLACEHOLDER: &str = "{user}";
+/// The placeholder replaced by the route fingerprint.
+pub const FINGERPRINT_PLACEHOLDER: &str = "{fingerprint}";
+
+/// The metadata the safety checks look at, so they are pure and testable as root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathFacts {
+    /// The path is a directory.
+    pub is_dir: bool,
+    /// The path is a regular file.
+    pub is_regular_file: bool,
+    /// The permission bits, sticky bit included (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// The owner.
+    pub uid: u32,
+}
+
+impl PathFacts {
+    /// The facts of a file's metadata.
+    pub fn of(metadata: &std::fs::Metadata) -> Self {
+        PathFacts {
+            is_dir: metadata.is_dir(),
+            is_regular_file: metadata.is_file(),
+            mode: metadata.mode() & 0o7777,
+            uid: metadata.uid(),
+        }
+    }
+}
+
+/// The directory rule of §8.1: a directory, and if others may write to it, sticky (as
+/// `/tmp` is), so nobody else can replace a file in it.
+pub fn check_directory(facts: &PathFacts) -> Result<(), UnsafePathReason> {
+    if !facts.is_dir {
+        return Err(UnsafePathReason::NotADirectory);
+    }
+    if facts.mode & 0o002 != 0 && facts.mode & 0o1000 == 0 {
+        return Err(UnsafePathReason::WritableByOthers);
+    }
+    Ok(())
+}
+
+/// The rule for the opened file: a regular file of ours that only we can read. A file that
+/// someone else created in a shared sticky directory would otherwise receive our records.
+pub fn check_record_file(facts: &PathFacts, euid: u32) -> Result<(), UnsafePathReason> {
+    if !facts.is_regular_file {
+        return Err(UnsafePathReason::NotRegularFile);
+    }
+    if facts.uid != euid {
+        return Err(UnsafePathReason::NotOwnedByCurrentUser);
+    }
+    if facts.mode & 0o077 != 0 {
+        return Err(UnsafePathReason::InsecurePermissions);
+    }
+    Ok(())
+}
+
+/// Substitutes `{user}` and `{fingerprint}`; the template must hold at least one of them
+/// and the result must be one plain path component.
+pub fn render_filename(template: &str, user: &str, fingerprint: &str) -> Result<String, SinkError> {
+    if !template.contains(USER_PLACEHOLDER) && !template.contains(FINGERPRINT_PLACEHOLDER) {
+        return Err(SinkError::FilenamePlaceholderMissing {
+            filename: template.to_owned(),
+        });
+    }
+    let name = template
+        .replace(USER_PLACEHOLDER, user)
+        .replace(FINGERPRINT_PLACEHOLDER, fingerprint);
+    let plain = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('\0');
+    if !plain {
+        return Err(SinkError::FilenameInvalid { filename: name });
+    }
+    Ok(name)
+}
+
+/// An open record file.
+#[derive(Debug)]
+pub(crate) struct FileSink {
+    path: PathBuf,
+    file: File,
+    /// Reused to add the newline, so that a record is one `write`.
+    line: Vec<u8>,
+}
+
+impl FileSink {
+    /// Checks the directory, then opens (or creates, 0600) the file for appending without
+    /// following a symlink, and checks what was opened.
+    pub(crate) fn open(
+        config: &FileSinkConfig,
+        user: &str,
+        fingerprint: &str,
+    ) -> Result<Self, SinkError> {
+        let name = render_filename(&config.filename, user, fingerprint)?;
+        let directory = &config.directory;
+        let metadata =
+            std::fs::metadata(directory).map_err(|source| SinkError::DirectoryMetadata {
+                directory: directory.clone(),
+                source,
+            })?;
+        check_directory(&PathFacts::of(&metadata)).map_err(|reason| {
+            SinkError::DirectoryUnsafe {
+                directory: directory.clone(),
+                reason,
+            }
+        })?;
+        let path = directory.join(name);
+        let file = open_append_nofollow(&path).map_err(|source| SinkError::OpenFile {
+            path: path.clone(),
+            source,
+        })?;
+        let metadata = file.metadata().map_err(|source| SinkError::OpenFile {
+            path: path.clone(),
+            source,
+        })?;
+        let euid = rustix::process::geteuid().as_raw();
+        check_record_file(&PathFacts::of(&metadata), euid).map_err(|reason| {
+            SinkError::FileUnsafe {
+                path: path.clone(),
+                reason,
+            }
+        })?;
+        Ok(FileSink {
+            path,
+            file,
+            line: Vec::new(),
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends one record as one write, adding the newline if it lacks one, so that
+    /// records of concurrent writers never interleave.
+    pub(crate) fn write_record(&mut self, record: &[u8]) -> io::Result<()> {
+        if record.ends_with(b"\n") {
+            return self.file.write_all(record);
+        }
+        self.line.clear();
+        self.line.extend_from_slice(record);
+        self.line.push(b'\n');
+        self.file.write_all(&self.line)
+    }
+
+    /// The writer's loop, on its own thread: file writes never run on the async runtime.
+    pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Msg<Bytes>>, counters: Arc<Counters>) {
+        while let Some(msg) = rx.blocking_recv() {
+            match msg {
+                Msg::Item(record) => match self.write_record(&record) {
+                    Ok(()) => counters.add_written(1),
+                    Err(_) => counters.add_dropped(1, "write_failed"),
+                },
+                Msg::Flush(ack) => {
+                    let _ = ack.send(());
+                }
+                Msg::Shutdown(ack) => {
+                    let _ = ack.send(());
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// `O_APPEND | O_CREAT` with mode 0600, `O_NOFOLLOW` (a symlink fails with `ELOOP`),
+/// `O_NONBLOCK` (a FIFO planted there does not hang the open; it then fails the regular-file
+/// check) and `O_CLOEXEC`.
+fn open_append_nofollow(path: &Path) -> io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::WRONLY
+        | OFlags::APPEND
+        | OFlags::CREATE
+        | OFlags::NOFOLLOW
+        | OFlags::NONBLOCK
+        | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, Mode::from_raw_mode(0o600))?;
+    Ok(File::from(fd))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
+
+use super::{FileSink, PathFacts, check_directory, check_record_file, render_filename};
+use crate::config::FileSinkConfig;
+use crate::error::{SinkError, UnsafePathReason};
+
+fn dir(mode: u32) -> PathFacts {
+    PathFacts {
+        is_dir: true,
+        is_regular_file: false,
+        mode,
+        uid: 0,
+    }
+}
+
+fn file(mode: u32, uid: u32) -> PathFacts {
+    PathFacts {
+        is_dir: false,
+        is_regular_file: true,
+        mode,
+        uid,
+    }
+}
+
+fn config(directory: &Path) -> FileSinkConfig {
+    FileSinkConfig {
+        directory: directory.to_path_buf(),
+        filename: "events-{user}.jsonl".to_owned(),
+        queue_capacity: 16,
+    }
+}
+
+#[test]
+fn a_directory_writable_by_others_needs_the_sticky_bit() {
+    assert_eq!(check_directory(&dir(0o755)), Ok(()));
+    assert_eq!(check_directory(&dir(0o770)), Ok(()));
+    assert_eq!(check_directory(&dir(0o1777)), Ok(()));
+    assert_eq!(
+        check_directory(&dir(0o777)),
+        Err(UnsafePathReason::WritableByOthers)
+    );
+    assert_eq!(
+        check_directory(&dir(0o733)),
+        Err(UnsafePathReason::WritableByOthers)
+    );
+    assert_eq!(
+        check_directory(&file(0o755, 0)),
+        Err(UnsafePathReason::NotADirectory)
+    );
+}
+
+#[test]
+fn the_opened_file_must_be_ours_regular_and_private() {
+    assert_eq!(check_record_file(&file(0o600, 1000), 1000), Ok(()));
+    assert_eq!(
+        check_record_file(&file(0o600, 1001), 1000),
+        Err(UnsafePathReason::NotOwnedByCurrentUser)
+    );
+    assert_eq!(
+        check_record_file(&file(0o644, 1000), 1000),
+        Err(UnsafePathReason::InsecurePermissions)
+    );
+    assert_eq!(
+        check_record_file(&file(0o606, 1000), 1000),
+        Err(UnsafePathReason::InsecurePermissions)
+    );
+    assert_eq!(
+        check_record_file(&dir(0o700), 0),
+        Err(UnsafePathReason::NotRegularFile)
+    );
+}
+
+#[test]
+fn the_file_name_needs_a_placeholder_and_stays_one_component() {
+    assert_eq!(
+        render_filename("events-{user}.jsonl", "alice", "fp1").ok(),
+        Some("events-alice.jsonl".to_owned())
+    );
+    assert_eq!(
+        render_filename("{fingerprint}-{user}.jsonl", "alice", "fp1").ok(),
+        Some("fp1-alice.jsonl".to_owned())
+    );
+    assert!(matches!(
+        render_filename("events.jsonl", "alice", "fp1"),
+        Err(SinkError::FilenamePlaceholderMissing { .. })
+    ));
+    for user in ["../../etc/x", "..", "a/b", ""] {
+        assert!(
+            matches!(
+                render_filename("{user}", user, "fp1"),
+                Err(SinkError::FilenameInvalid { .. })
+            ),
+            "{user:?}"
+        );
+    }
+}
+
+#[test]
+fn records_are_appended_to_a_0600_file() -> Result<(), Box<dyn std::error::Error>> {
+    let temp = tempfile::tempdir()?;
+    let path = temp.path().join("events-alice.jsonl");
+    {
+        let mut sink = FileSink::open(&config(temp.path()), "alice", "fp1")?;
+        sink.write_record(b"{\"n\":1}")?;
+        sink.write_record(b"{\"n\":2}\n")?;
+    }
+    let mut sink = FileSink::open(&config(temp.path()), "alice", "fp1")?;
+    sink.write_record(b"{\"n\":3}")?;
+    assert_eq!(
+        std::fs::read_to_string(&path)?,
+        "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n"
+    );
+    let mode = std::fs::metadata(&path)?.permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    Ok(())
+}
+
+#[test]
+fn a_symlink_in_place_of_the_file_is_refused() -> Result<(), Box<dyn std::error::Error>> {
+    let temp = tempfile::tempdir()?;
+    let victim = temp.path().join("victim");
+    std::fs::write(&victim, "untouched")?;
+    symlink(&victim, temp.path().join("events-alice.jsonl"))?;
+    let opened = FileSink::open(&config(temp.path()), "alice", "fp1");
+    assert!(
+        matches!(opened, Err(SinkError::OpenFile { .. })),
+        "{opened:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim)?, "untouched");
+    Ok(())
+}
+
+#[test]
+fn a_directory_writable_by_others_is_refused() -> Result<(), Box<dyn std::error::Error>> {
+    let temp = tempfile::tempdir()?;
+    std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(0o777))?;
+    let opened = FileSink::open(&config(temp.path()), "alice", "fp1");
+    assert!(
+        matches!(
+            opened,
+            Err(SinkError::DirectoryUnsafe {
+                reason: UnsafePathReason::WritableByOthers,
+                ..
+            })
+        ),
+        "{opened:?}"
+    );
+    assert!(!temp.path().join("events-alice.jsonl").exists());
+    // With the sticky bit, as /tmp has, the directory is fine.
+    std::fs::set_permissions(temp.path(), std::fs::Permissions::from_mode(0o1777))?;
+    FileSink::open(&config(temp.path()), "alice", "fp1")?;
+    Ok(())
+}
+
+#[test]
+fn a_file_planted_readable_by_others_is_refused() -> Result<(), Box<dyn std::error::Error>> {
+    // In a shared sticky directory someone may create our file first, readable by all.
+    let temp = tempfile::tempdir()?;
+    let planted = temp.path().join("events-alice.jsonl");
+    std::fs::write(&planted, "")?;
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o644))?;
+    let opened = FileSink::open(&config(temp.path()), "alice", "fp1");
+    assert!(
+        matches!(
+            opened,
+            Err(SinkError::FileUnsafe {
+                reason: UnsafePathReason::InsecurePermissions,
+                ..
+            })
+        ),
+        "{opened:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_missing_directory_is_an_error() {
+    let opened = FileSink::open(&config(Path::new("/nonexistent/relay")), "alice", "fp1");
+    assert!(matches!(opened, Err(SinkError::DirectoryMetadata { .. })));
+}

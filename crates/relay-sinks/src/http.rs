@@ -1,0 +1,307 @@
+//! The network delivery shared by the `http` sink and the OTLP exporter: a batching loop,
+//! one hyper client over rustls with ring, and retries with capped exponential backoff.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::config::DeliveryConfig;
+use crate::drops::Counters;
+use crate::error::SinkError;
+use crate::sinks::Msg;
+
+/// The content type of the `http` sink's batches.
+pub const JSON_LINES: &str = "application/x-ndjson";
+
+type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The wait before retry number `retry` (1 for the first): `initial * 2^(retry-1)`, never
+/// more than `cap`.
+pub fn backoff(retry: u32, initial: Duration, cap: Duration) -> Duration {
+    let factor = 1u32
+        .checked_shl(retry.saturating_sub(1))
+        .unwrap_or(u32::MAX);
+    initial.saturating_mul(factor).min(cap)
+}
+
+/// Parses a collector URL: `http` or `https` with a host.
+pub(crate) fn parse_url(url: &str) -> Result<Uri, SinkError> {
+    let uri: Uri = url.parse().map_err(|_| SinkError::InvalidUrl {
+        url: url.to_owned(),
+        reason: "not a URL",
+    })?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => {
+            return Err(SinkError::InvalidUrl {
+                url: url.to_owned(),
+                reason: "the scheme must be http or https",
+            });
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(SinkError::InvalidUrl {
+            url: url.to_owned(),
+            reason: "no host",
+        });
+    }
+    Ok(uri)
+}
+
+/// The headers of a sink: the literal ones, then those read from the environment through
+/// `lookup`. Values are marked sensitive and never appear in an error or a log.
+pub fn resolve_headers(
+    headers: &BTreeMap<String, String>,
+    header_env: &BTreeMap<String, String>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<HeaderMap, SinkError> {
+    let mut map = HeaderMap::new();
+    let mut insert = |name: &str, value: &str| -> Result<(), SinkError> {
+        let invalid = || SinkError::InvalidHeader {
+            name: name.to_owned(),
+        };
+        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+        let mut value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+        value.set_sensitive(true);
+        map.insert(header, value);
+        Ok(())
+    };
+    for (name, value) in headers {
+        insert(name, value)?;
+    }
+    for (name, var) in header_env {
+        let value = lookup(var).ok_or_else(|| SinkError::HeaderEnvMissing {
+            header: name.clone(),
+            var: var.clone(),
+        })?;
+        insert(name, &value)?;
+    }
+    Ok(map)
+}
+
+/// The TLS configuration with the platform's roots and the ring provider. An empty root
+/// store is not an error here: `http` collectors still work, `https` ones fail and count.
+pub(crate) fn default_tls() -> Result<Arc<rustls::ClientConfig>, SinkError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for cert in native.certs {
+        let _ = roots.add(cert);
+    }
+    if roots.is_empty() {
+        tracing::warn!("no platform root certificates: https collectors will fail");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|_| SinkError::Tls)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// Posts one encoded batch to one collector.
+#[derive(Debug)]
+pub(crate) struct Poster {
+    client: HttpsClient,
+    uri: Uri,
+    headers: HeaderMap,
+    content_type: &'static str,
+    timeout: Duration,
+}
+
+/// The outcome of one POST.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    Delivered,
+    /// A network error, a timeout, 408, 429 or a 5xx: worth another try.
+    Retry,
+    /// Any other status: the collector refuses the batch; retrying would not help.
+    Refused(StatusCode),
+}
+
+impl Poster {
+    pub(crate) fn new(
+        tls: Arc<rustls::ClientConfig>,
+        uri: Uri,
+        headers: HeaderMap,
+        content_type: &'static str,
+        timeout: Duration,
+    ) -> Self {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*tls).clone())
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .build();
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(https);
+        Poster {
+            client,
+            uri,
+            headers,
+            content_type,
+            timeout,
+        }
+    }
+
+    async fn post(&self, body: Bytes) -> Attempt {
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = self.headers.clone();
+        req.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(self.content_type));
+        let exchange = async {
+            let res = self.client.request(req).await.ok()?;
+            let status = res.status();
+            // Read the answer to the end so the connection goes back to the pool.
+            let _ = res.into_body().collect().await;
+            Some(status)
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(Some(status)) if status.is_success() => Attempt::Delivered,
+            Ok(Some(status))
+                if status.is_server_error()
+                    || status == StatusCode::TOO_MANY_REQUESTS
+                    || status == StatusCode::REQUEST_TIMEOUT =>
+            {
+                Attempt::Retry
+            }
+            Ok(Some(status)) => Attempt::Refused(status),
+            Ok(None) | Err(_) => Attempt::Retry,
+        }
+    }
+
+    /// Delivers one batch with retries; gives up after `max_attempts` and counts the batch
+    /// as dropped.
+    async fn deliver(&self, body: Bytes, n: u64, delivery: &DeliveryConfig, counters: &Counters) {
+        let initial = Duration::from_millis(delivery.retry_initial_ms);
+        let cap = Duration::from_millis(delivery.retry_max_ms);
+        let mut attempt = 1;
+        loop {
+            match self.post(body.clone()).await {
+                Attempt::Delivered => {
+                    counters.add_written(n);
+                    return;
+                }
+                Attempt::Refused(status) => {
+                    tracing::warn!(
+                        sink = counters.kind,
+                        status = status.as_u16(),
+                        "collector refused a batch"
+                    );
+                    counters.add_dropped(n, "refused");
+                    return;
+                }
+                Attempt::Retry if attempt >= delivery.max_attempts.max(1) => {
+                    counters.add_dropped(n, "collector_unreachable");
+                    return;
+                }
+                Attempt::Retry => {
+                    tokio::time::sleep(backoff(attempt, initial, cap)).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The batching loop: a batch goes out when it is full, when its first item has waited
+/// `batch_max_delay_ms`, on a flush and on shutdown. Acknowledgements are sent once what came
+/// before them was delivered or given up.
+pub(crate) async fn run_batches<T>(
+    mut rx: mpsc::Receiver<Msg<T>>,
+    delivery: DeliveryConfig,
+    poster: Poster,
+    encode: impl Fn(&[T]) -> Bytes,
+    counters: Arc<Counters>,
+) {
+    let max_items = delivery.batch_max_items.max(1);
+    let max_delay = Duration::from_millis(delivery.batch_max_delay_ms);
+    let mut batch: Vec<T> = Vec::with_capacity(max_items);
+    let mut due: Option<Instant> = None;
+    loop {
+        let msg = match due {
+            None => rx.recv().await,
+            Some(at) => tokio::select! {
+                msg = rx.recv() => msg,
+                () = tokio::time::sleep_until(at) => {
+                    send_batch(&mut batch, &mut due, &poster, &encode, &delivery, &counters).await;
+                    continue;
+                }
+            },
+        };
+        match msg {
+            Some(Msg::Item(item)) => {
+                batch.push(item);
+                if due.is_none() {
+                    due = Some(Instant::now() + max_delay);
+                }
+                if batch.len() >= max_items {
+                    send_batch(&mut batch, &mut due, &poster, &encode, &delivery, &counters).await;
+                }
+            }
+            Some(Msg::Flush(ack)) => {
+                send_batch(&mut batch, &mut due, &poster, &encode, &delivery, &counters).await;
+                let _ = ack.send(());
+            }
+            Some(Msg::Shutdown(ack)) => {
+                send_batch(&mut batch, &mut due, &poster, &encode, &delivery, &counters).await;
+                let _ = ack.send(());
+                return;
+            }
+            None => {
+                send_batch(&mut batch, &mut due, &poster, &encode, &delivery, &counters).await;
+                return;
+            }
+        }
+    }
+}
+
+async fn send_batch<T>(
+    batch: &mut Vec<T>,
+    due: &mut Option<Instant>,
+    poster: &Poster,
+    encode: &impl Fn(&[T]) -> Bytes,
+    delivery: &DeliveryConfig,
+    counters: &Counters,
+) {
+    *due = None;
+    if batch.is_empty() {
+        return;
+    }
+    let body = encode(batch);
+    let n = u64::try_from(batch.len()).unwrap_or(u64::MAX);
+    batch.clear();
+    poster.deliver(body, n, delivery, counters).await;
+}
+
+/// A batch of JSON Lines: each record once, each ending in a newline.
+pub(crate) fn encode_json_lines(records: &[Bytes]) -> Bytes {
+    let len = records.iter().map(|r| r.len() + 1).sum();
+    let mut body = Vec::with_capacity(len);
+    for record in records {
+        body.extend_from_slice(record);
+        if !record.ends_with(b"\n") {
+            body.push(b'\n');
+        }
+    }
+    Bytes::from(body)
+}
+
+#[cfg(test)]
+mod tests;
