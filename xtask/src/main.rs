@@ -49,9 +49,9 @@ fn main() -> ExitCode {
         }
         ("ci", []) => ci::run(),
         ("e2e", test_args) => e2e::run(test_args),
-        ("bench", []) => bench::run(),
+        ("bench", args) => bench::run(args),
         ("tidy", []) => tidy::run(),
-        ("ci" | "bench" | "tidy", extra) => Err(anyhow::anyhow!(
+        ("ci" | "tidy", extra) => Err(anyhow::anyhow!(
             "`cargo xtask {task}` takes no arguments, got {extra:?}"
         )),
         (unknown, _) => {
