@@ -35,7 +35,7 @@ use crate::command::{cargo, project_root, seconds, step};
 /// The pass-through load run; the loadgen takes about a minute and a half at full scale.
 const LOADGEN_TIMEOUT: Duration = Duration::from_secs(300);
 /// Deltas and pacing of the stand-in behind relayd's Anthropic route: a stream lasts about four minutes, longer than it is held.
-const PACED_STREAM_ARGS: [&str; 4] = ["--stream-events", "1000", "--pace-ms", "250"];
+const PACED_STREAM_ARGS: [&str; 4] = ["--stream-events", "1000", "--pace-ms", PACED_STREAM_PACE_MS];
 /// The release build: relayd, the binaries a harness starts, and the stand-in and load generator.
 const BUILD: [&str; 13] = [
     "build",
@@ -53,7 +53,10 @@ const BUILD: [&str; 13] = [
     "--bins",
 ];
 /// The loadgen's pass-through scenarios, in the order they run.
-const PASS_THROUGH_SCENARIOS: [&str; 4] = ["memory", "latency", "ttfb", "throughput"];
+const PASS_THROUGH_SCENARIOS: [&str; 5] =
+    ["memory", "latency", "ttfb", "throughput", "open-streams"];
+/// The paced stand-in's time between events, as in [`PACED_STREAM_ARGS`].
+const PACED_STREAM_PACE_MS: &str = "250";
 /// The pass-through scenarios with an nginx path beside relayd's.
 const PEER_SCENARIOS: [&str; 3] = ["latency", "ttfb", "throughput"];
 /// The loadgen's worker scenarios, in order: RSS first, so it follows only activation and a warm-up.
@@ -362,6 +365,8 @@ fn pass_through_phase(
     flag("--relay", relayd.addr.to_string());
     flag("--relay-pid", relayd.process.pid().to_string());
     flag("--stream-stand-in-pid", paced.process.pid().to_string());
+    flag("--paced", paced.addr.to_string());
+    flag("--stream-pace-ms", PACED_STREAM_PACE_MS.to_owned());
     if let Some(peer) = &peer {
         flag("--peer", peer.addr.to_string());
         for pid in &peer.pids {
@@ -379,7 +384,7 @@ fn pass_through_phase(
         pinning.loadgen.as_deref(),
         &args,
         &[],
-        "pass-through and nginx, about a minute and a half",
+        "pass-through and nginx, about two minutes",
         LOADGEN_TIMEOUT,
     )?;
     let cpu_after = CpuSnapshot::take(&servers);

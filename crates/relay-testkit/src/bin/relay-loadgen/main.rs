@@ -11,6 +11,7 @@
 mod conn;
 mod limits;
 mod metrics;
+mod open_streams;
 mod samples;
 mod scenarios;
 mod streams;
@@ -50,6 +51,15 @@ struct Args {
     /// The peer's processes (repeat for each), whose CPU time is divided by the requests it served.
     #[arg(long, value_name = "PID")]
     peer_pid: Vec<u32>,
+    /// The paced stand-in's address (relayd's Anthropic upstream), the direct baseline of the open-streams scenario.
+    #[arg(long, value_name = "ADDR")]
+    paced: Option<SocketAddr>,
+    /// The paced stand-in's time between events, in milliseconds (its `--pace-ms`).
+    #[arg(long, value_name = "MS", default_value_t = 250)]
+    stream_pace_ms: u64,
+    /// Streams the open-streams scenario holds at once on each path.
+    #[arg(long, value_name = "N", default_value_t = 5000)]
+    open_streams: usize,
     /// The paced stand-in's process id (relayd's Anthropic upstream); its open-file limit is raised to its hard limit so the held streams fit.
     #[arg(long, value_name = "PID")]
     stream_stand_in_pid: Option<u32>,
@@ -79,6 +89,8 @@ enum Scenario {
     Ttfb,
     /// Requests per second, p99 and CPU per request at concurrency 64.
     Throughput,
+    /// Thousands of concurrent SSE streams, every frame checked for arrival, order and lateness.
+    OpenStreams,
     /// The worker's RSS after a warm-up through it.
     WorkerMemory,
     /// Added latency of a tiny non-streaming request through the worker at concurrency 1.
@@ -93,11 +105,12 @@ enum Scenario {
 
 impl Scenario {
     /// What runs without `--scenario`: everything that needs no MCP session.
-    const PASS_THROUGH: [Scenario; 4] = [
+    const PASS_THROUGH: [Scenario; 5] = [
         Scenario::Memory,
         Scenario::Latency,
         Scenario::Ttfb,
         Scenario::Throughput,
+        Scenario::OpenStreams,
     ];
 
     fn name(self) -> &'static str {
@@ -106,6 +119,7 @@ impl Scenario {
             Scenario::Latency => "latency",
             Scenario::Ttfb => "ttfb",
             Scenario::Throughput => "throughput",
+            Scenario::OpenStreams => "open-streams",
             Scenario::WorkerMemory => "worker-memory",
             Scenario::WorkerLatency => "worker-latency",
             Scenario::WorkerTtfb => "worker-ttfb",
@@ -120,6 +134,7 @@ impl Scenario {
             Scenario::Latency => scenarios::latency(ctx).await,
             Scenario::Ttfb => scenarios::ttfb(ctx).await,
             Scenario::Throughput => scenarios::throughput(ctx).await,
+            Scenario::OpenStreams => open_streams::open_streams(ctx, report).await,
             Scenario::WorkerMemory => streams::worker_memory(ctx).await,
             Scenario::WorkerLatency => scenarios::worker_latency(ctx).await,
             Scenario::WorkerTtfb => scenarios::worker_ttfb(ctx).await,
@@ -144,6 +159,8 @@ pub(crate) struct Plan {
     pub(crate) stream_open_concurrency: usize,
     pub(crate) rss_samples: usize,
     pub(crate) rss_interval: Duration,
+    pub(crate) open_streams: usize,
+    pub(crate) open_streams_hold: Duration,
 }
 
 /// Warm-up exchanges per target, then `rounds` rounds of one block per target.
@@ -155,7 +172,7 @@ pub(crate) struct Interleave {
 }
 
 impl Plan {
-    fn scaled(scale: f64, streams: usize) -> Plan {
+    fn scaled(scale: f64, streams: usize, open_streams: usize) -> Plan {
         let count = |n: usize| ((n as f64 * scale).round() as usize).max(1);
         // An even number of rounds gives each target the first slot equally often.
         let rounds = |n: usize| count(n).max(2).next_multiple_of(2);
@@ -187,6 +204,9 @@ impl Plan {
             stream_open_concurrency: 64,
             rss_samples: 5,
             rss_interval: time(200),
+            open_streams,
+            // At least a few paces, so even a quick run sees every stream's frames follow each other.
+            open_streams_hold: time(10_000).max(Duration::from_secs(2)),
         }
     }
 }
@@ -200,6 +220,8 @@ pub(crate) struct Ctx {
     pub(crate) peer: Option<SocketAddr>,
     pub(crate) peer_pids: Vec<u32>,
     pub(crate) stream_stand_in_pid: Option<u32>,
+    pub(crate) paced: Option<SocketAddr>,
+    pub(crate) stream_pace: Duration,
     pub(crate) worker_pid: Option<u32>,
     /// The route credential of the worker scenarios, from [`TOKEN_ENV`].
     pub(crate) token: Option<HeaderValue>,
@@ -243,6 +265,9 @@ pub(crate) struct Report {
     measures: Vec<Measure>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) memory: Option<MemoryDetail>,
+    /// The raw counts behind the open-streams rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) open_streams: Option<serde_json::Value>,
     notes: Vec<String>,
 }
 
@@ -302,9 +327,11 @@ async fn run(args: Args) -> Result<Report> {
         peer: args.peer,
         peer_pids: args.peer_pid.clone(),
         stream_stand_in_pid: args.stream_stand_in_pid,
+        paced: args.paced,
+        stream_pace: Duration::from_millis(args.stream_pace_ms),
         worker_pid: args.worker_pid,
         token,
-        plan: Plan::scaled(args.scale, args.streams),
+        plan: Plan::scaled(args.scale, args.streams, args.open_streams),
     };
     let mut report = Report {
         tool: "relay-loadgen",
@@ -315,6 +342,7 @@ async fn run(args: Args) -> Result<Report> {
         cpu_ticks: None,
         measures: Vec::new(),
         memory: None,
+        open_streams: None,
         notes: Vec::new(),
     };
     for scenario in scenarios {

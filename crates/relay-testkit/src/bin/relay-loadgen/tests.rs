@@ -16,7 +16,7 @@ use crate::streams::hold_streams;
 
 /// A plan small enough for a unit test, still exercising warm-up, several rounds and blocks.
 fn tiny_plan() -> Plan {
-    let mut plan = Plan::scaled(0.001, 8);
+    let mut plan = Plan::scaled(0.001, 8, 8);
     plan.latency.block = 5;
     plan.ttfb.block = 5;
     plan.throughput_concurrency = 4;
@@ -34,6 +34,8 @@ fn ctx_against(addr: SocketAddr, plan: Plan) -> Ctx {
         peer: None,
         peer_pids: Vec::new(),
         stream_stand_in_pid: None,
+        paced: None,
+        stream_pace: Duration::from_millis(250),
         worker_pid: None,
         token: None,
         plan,
@@ -55,7 +57,7 @@ fn rounds_alternate_which_target_goes_first() {
         [Side::Peer, Side::Direct, Side::Relay]
     );
     assert_eq!(round_order(3, &three), three);
-    let plan = Plan::scaled(0.01, 1000);
+    let plan = Plan::scaled(0.01, 1000, 5000);
     for shape in [plan.latency, plan.ttfb] {
         assert!(
             shape.rounds >= 2 && shape.rounds.is_multiple_of(2),
@@ -67,7 +69,7 @@ fn rounds_alternate_which_target_goes_first() {
 
 #[test]
 fn full_scale_plan_matches_the_documented_counts() {
-    let plan = Plan::scaled(1.0, 1000);
+    let plan = Plan::scaled(1.0, 1000, 5000);
     assert_eq!(
         plan.latency,
         Interleave {
@@ -82,7 +84,7 @@ fn full_scale_plan_matches_the_documented_counts() {
     assert_eq!(plan.throughput_concurrency, 64);
     assert_eq!(plan.throughput_block, Duration::from_secs(2));
     assert_eq!(plan.streams, 1000);
-    let quick = Plan::scaled(0.0001, 10);
+    let quick = Plan::scaled(0.0001, 10, 10);
     assert_eq!(quick.latency.warmup, 1);
     assert_eq!(quick.throughput_block, Duration::from_millis(20));
 }
@@ -348,4 +350,128 @@ fn cpu_per_request_is_the_window_s_ticks_over_the_requests() {
     let no_peer = cpu_per_request(before, CpuTicks::new(Some(300), None), 40_000, 0).unwrap();
     assert_eq!(no_peer.peer_us, None);
     assert_eq!(cpu_per_request(after, before, 1, 1), None);
+}
+
+#[test]
+fn events_are_split_at_blank_lines_and_a_partial_one_waits() {
+    use crate::open_streams::{event_name, take_events};
+    let mut buffer =
+        "event: message_start\ndata: {}\n\nevent: ping\ndata: {}\n\nevent: content_block"
+            .to_owned();
+    let events = take_events(&mut buffer);
+    assert_eq!(events.len(), 2);
+    assert_eq!(event_name(&events[0]), Some("message_start"));
+    assert_eq!(event_name(&events[1]), Some("ping"));
+    assert_eq!(buffer, "event: content_block");
+    buffer.push_str("_delta\ndata: {}\n\n");
+    let events = take_events(&mut buffer);
+    assert_eq!(event_name(&events[0]), Some("content_block_delta"));
+    assert!(buffer.is_empty());
+    assert_eq!(event_name("data: {}\n\n"), None);
+}
+
+#[test]
+fn a_late_a_lost_or_an_out_of_order_frame_marks_its_stream_once() {
+    use crate::open_streams::{FrameStats, LATE_SLACK, StreamCheck};
+    let pace = Duration::from_millis(250);
+    let start = std::time::Instant::now();
+    let mut stats = FrameStats::default();
+    let mut on_time = StreamCheck::new(pace);
+    for (k, name) in [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "ping",
+        "content_block_delta",
+    ]
+    .iter()
+    .enumerate()
+    {
+        on_time.frame(
+            &format!("event: {name}\ndata: {{}}\n\n"),
+            start + pace * k as u32,
+            &mut stats,
+        );
+    }
+    assert_eq!(
+        (
+            stats.frames,
+            stats.late,
+            stats.out_of_order,
+            stats.bad_streams
+        ),
+        (5, 0, 0, 0)
+    );
+
+    // A lost frame: the next one comes two paces after the last.
+    let mut lossy = StreamCheck::new(pace);
+    lossy.frame("event: content_block_delta\n\n", start, &mut stats);
+    lossy.frame(
+        "event: content_block_delta\n\n",
+        start + pace * 2,
+        &mut stats,
+    );
+    // Late again, but the stream is counted once.
+    lossy.frame(
+        "event: content_block_delta\n\n",
+        start + pace * 3 + LATE_SLACK * 2,
+        &mut stats,
+    );
+    assert_eq!((stats.late, stats.bad_streams), (2, 1));
+
+    let mut reordered = StreamCheck::new(pace);
+    reordered.frame("event: content_block_delta\n\n", start, &mut stats);
+    reordered.frame("event: message_start\n\n", start + pace, &mut stats);
+    assert_eq!((stats.out_of_order, stats.bad_streams), (1, 2));
+}
+
+#[tokio::test]
+async fn held_streams_that_end_early_lost_their_frames() {
+    use crate::open_streams::hold_and_check;
+    // Streams of three paced events end long before the hold does: every one of them lost frames.
+    let short = StandIn::start_with(StandInConfig {
+        behaviour: Behaviour {
+            pace: Some(Duration::from_millis(20)),
+            stream_events: Some(3),
+            ..Behaviour::default()
+        },
+        record_requests: false,
+        ..StandInConfig::default()
+    })
+    .await
+    .unwrap();
+    let pace = Duration::from_millis(20);
+    let hold = hold_and_check(short.addr(), 4, 2, pace, Duration::from_millis(600), None)
+        .await
+        .unwrap();
+    assert_eq!(hold.ended, 4);
+    assert_eq!(hold.stats.bad_streams, 4);
+    assert!(hold.stats.frames >= 4 * 3, "{:?}", hold.stats);
+    assert_eq!(hold.rss, None);
+
+    // Long streams stay open through the hold, and the RSS is sampled in its middle.
+    let long = StandIn::start_with(StandInConfig {
+        behaviour: Behaviour {
+            pace: Some(Duration::from_millis(50)),
+            stream_events: Some(1000),
+            ..Behaviour::default()
+        },
+        record_requests: false,
+        ..StandInConfig::default()
+    })
+    .await
+    .unwrap();
+    let hold = hold_and_check(
+        long.addr(),
+        4,
+        2,
+        Duration::from_millis(50),
+        Duration::from_millis(400),
+        Some(std::process::id()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(hold.ended, 0);
+    assert!(hold.stats.frames >= 4, "{:?}", hold.stats);
+    assert!(hold.rss.is_some_and(|rss| rss > 0));
 }
