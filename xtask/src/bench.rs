@@ -35,7 +35,8 @@ use crate::command::{cargo, project_root, seconds, step};
 /// The pass-through load run; the loadgen takes about a minute and a half at full scale.
 const LOADGEN_TIMEOUT: Duration = Duration::from_secs(300);
 /// Deltas and pacing of the stand-in behind relayd's Anthropic route: a stream lasts about four minutes, longer than it is held.
-const PACED_STREAM_ARGS: [&str; 4] = ["--stream-events", "1000", "--pace-ms", PACED_STREAM_PACE_MS];
+pub(crate) const PACED_STREAM_ARGS: [&str; 4] =
+    ["--stream-events", "1000", "--pace-ms", PACED_STREAM_PACE_MS];
 /// The release build: relayd, the binaries a harness starts, and the stand-in and load generator.
 const BUILD: [&str; 13] = [
     "build",
@@ -56,16 +57,17 @@ const BUILD: [&str; 13] = [
 const PASS_THROUGH_SCENARIOS: [&str; 5] =
     ["memory", "latency", "ttfb", "throughput", "open-streams"];
 /// The paced stand-in's time between events, as in [`PACED_STREAM_ARGS`].
-const PACED_STREAM_PACE_MS: &str = "250";
+pub(crate) const PACED_STREAM_PACE_MS: &str = "250";
 /// The pass-through scenarios with an nginx path beside relayd's.
 const PEER_SCENARIOS: [&str; 3] = ["latency", "ttfb", "throughput"];
 /// The loadgen's worker scenarios, in order: RSS first, so it follows only activation and a warm-up.
-const WORKER_SCENARIOS: [&str; 5] = [
+const WORKER_SCENARIOS: [&str; 6] = [
     "worker-memory",
     "worker-latency",
     "worker-ttfb",
     "worker-body",
     "worker-throughput",
+    "worker-open-streams",
 ];
 /// The measures the xtask takes itself in the worker phase.
 const PROCESS_MEASURES: [&str; 2] = ["activation", "hook"];

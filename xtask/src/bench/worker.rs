@@ -20,12 +20,12 @@ use relay_testkit::measures::{Measure, MeasureId, SampleCounts};
 use relay_testkit::procfs::{self, PidStat};
 use serde_json::{Value, json};
 
-use super::Options;
 use super::cpu::{CpuSnapshot, cpu_ticks_json, other_cpu_share};
 use super::hook::{HOOK_RUNS, HOOK_RUNS_QUICK, HOOK_WARMUP, hook_destinations, hook_wall_time};
 use super::http::http_get;
 use super::pinning::Pinning;
 use super::procs::{Process, Relayd, RelaydMode, Scratch, StandIn, log_tail, run_loadgen};
+use super::{Options, PACED_STREAM_ARGS, PACED_STREAM_PACE_MS};
 
 /// Sessions whose activation is counted; one more runs first and is reported apart (it creates the machine key, pins the daemon key and binds the credential, which later sessions find done).
 const ACTIVATION_SESSIONS: usize = 10;
@@ -72,12 +72,20 @@ pub(super) fn run(
     if let Some(cpus) = pinning.loadgen.as_deref() {
         pin_current_thread(cpus)?;
     }
+    // The worker's Anthropic upstream is a paced stand-in, whose streams the worker-open-streams scenario holds open; every other worker scenario uses the OpenAI routes and the fast one.
+    let paced = StandIn::start(
+        bin_dir,
+        pinning.stand_ins.as_deref(),
+        &PACED_STREAM_ARGS,
+        scratch,
+        "paced-worker",
+    )?;
     let relayd = Relayd::start(
         bin_dir,
         pinning.relayd.as_deref(),
         RelaydMode::Managed,
         fast.addr,
-        fast.addr,
+        paced.addr,
         scratch,
     )?;
     let home = scratch.path("managed/user");
@@ -99,7 +107,11 @@ pub(super) fn run(
         relayd.process.pid(),
         fast.addr
     );
-    let servers = [relayd.process.pid(), fast.process.pid()];
+    let servers = [
+        relayd.process.pid(),
+        fast.process.pid(),
+        paced.process.pid(),
+    ];
     let cpu_before = CpuSnapshot::take(&servers);
     let own_before = own_ticks();
 
@@ -137,6 +149,9 @@ pub(super) fn run(
             ("--relay", relayd.addr.to_string()),
             ("--relay-pid", relayd.process.pid().to_string()),
             ("--worker-pid", worker_pid.to_string()),
+            ("--paced", paced.addr.to_string()),
+            ("--stream-stand-in-pid", paced.process.pid().to_string()),
+            ("--stream-pace-ms", PACED_STREAM_PACE_MS.to_owned()),
         ] {
             args.push(flag.into());
             args.push(value.into());

@@ -60,6 +60,9 @@ struct Args {
     /// Streams the open-streams scenario holds at once on each path.
     #[arg(long, value_name = "N", default_value_t = 5000)]
     open_streams: usize,
+    /// Streams the worker-open-streams scenario holds at once on each path.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    worker_open_streams: usize,
     /// The paced stand-in's process id (relayd's Anthropic upstream); its open-file limit is raised to its hard limit so the held streams fit.
     #[arg(long, value_name = "PID")]
     stream_stand_in_pid: Option<u32>,
@@ -101,6 +104,8 @@ enum Scenario {
     WorkerBody,
     /// Requests per second and CPU per request through the worker at concurrency 64.
     WorkerThroughput,
+    /// A thousand concurrent SSE streams through the worker, every frame checked.
+    WorkerOpenStreams,
 }
 
 impl Scenario {
@@ -125,6 +130,7 @@ impl Scenario {
             Scenario::WorkerTtfb => "worker-ttfb",
             Scenario::WorkerBody => "worker-body",
             Scenario::WorkerThroughput => "worker-throughput",
+            Scenario::WorkerOpenStreams => "worker-open-streams",
         }
     }
 
@@ -140,6 +146,7 @@ impl Scenario {
             Scenario::WorkerTtfb => scenarios::worker_ttfb(ctx).await,
             Scenario::WorkerBody => scenarios::worker_body(ctx).await,
             Scenario::WorkerThroughput => scenarios::worker_throughput(ctx).await,
+            Scenario::WorkerOpenStreams => open_streams::worker_open_streams(ctx, report).await,
         }
     }
 }
@@ -160,6 +167,7 @@ pub(crate) struct Plan {
     pub(crate) rss_samples: usize,
     pub(crate) rss_interval: Duration,
     pub(crate) open_streams: usize,
+    pub(crate) worker_open_streams: usize,
     pub(crate) open_streams_hold: Duration,
 }
 
@@ -205,6 +213,7 @@ impl Plan {
             rss_samples: 5,
             rss_interval: time(200),
             open_streams,
+            worker_open_streams: open_streams.min(1000),
             // At least a few paces, so even a quick run sees every stream's frames follow each other.
             open_streams_hold: time(10_000).max(Duration::from_secs(2)),
         }
@@ -230,7 +239,7 @@ pub(crate) struct Ctx {
 
 impl Ctx {
     /// The credential a worker scenario sends on the relayd side.
-    fn token(&self) -> Result<&HeaderValue> {
+    pub(crate) fn token(&self) -> Result<&HeaderValue> {
         self.token.as_ref().with_context(|| {
             format!("the worker scenarios need {TOKEN_ENV}, a credential with a live MCP session")
         })
@@ -268,6 +277,8 @@ pub(crate) struct Report {
     /// The raw counts behind the open-streams rows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) open_streams: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) worker_open_streams: Option<serde_json::Value>,
     notes: Vec<String>,
 }
 
@@ -331,7 +342,10 @@ async fn run(args: Args) -> Result<Report> {
         stream_pace: Duration::from_millis(args.stream_pace_ms),
         worker_pid: args.worker_pid,
         token,
-        plan: Plan::scaled(args.scale, args.streams, args.open_streams),
+        plan: Plan {
+            worker_open_streams: args.worker_open_streams,
+            ..Plan::scaled(args.scale, args.streams, args.open_streams)
+        },
     };
     let mut report = Report {
         tool: "relay-loadgen",
@@ -343,6 +357,7 @@ async fn run(args: Args) -> Result<Report> {
         measures: Vec::new(),
         memory: None,
         open_streams: None,
+        worker_open_streams: None,
         notes: Vec::new(),
     };
     for scenario in scenarios {

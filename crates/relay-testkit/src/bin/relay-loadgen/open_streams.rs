@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+use http::header::HeaderValue;
 use http_body_util::BodyExt as _;
 use relay_testkit::measures::{Measure, MeasureId, SampleCounts};
 use tokio::sync::{Semaphore, mpsc};
@@ -17,9 +18,9 @@ use tokio::task::JoinSet;
 
 use crate::conn::{Conn, Probe};
 use crate::limits::raise_open_file_limit_of;
-use crate::metrics::{open_streams_gauge, rss_bytes, wait_for_quiet};
+use crate::metrics::{destinations, open_streams_gauge, rss_bytes, wait_for_quiet};
 use crate::samples::Samples;
-use crate::{Ctx, Report};
+use crate::{Ctx, Report, Via};
 
 /// A frame this much later than its pace is late.
 pub(crate) const LATE_SLACK: Duration = Duration::from_millis(100);
@@ -135,6 +136,7 @@ pub(crate) async fn hold_and_check(
     pace: Duration,
     hold: Duration,
     sample_pid: Option<u32>,
+    token: Option<HeaderValue>,
 ) -> Result<Hold> {
     let gate = Arc::new(Semaphore::new(concurrency.max(1)));
     let stats = Arc::new(Mutex::new(FrameStats::default()));
@@ -146,10 +148,14 @@ pub(crate) async fn hold_and_check(
         let stats = stats.clone();
         let ended = ended.clone();
         let opened_tx = opened_tx.clone();
+        let token = token.clone();
         tasks.spawn(async move {
             let opening = async {
                 let _permit = gate.acquire().await.context("the open gate closed")?;
                 let mut conn = Conn::open(addr).await?;
+                if let Some(token) = token {
+                    conn = conn.with_token(token);
+                }
                 let body = conn.send(Probe::HeldStream).await?.into_body();
                 Ok::<_, anyhow::Error>((conn, body))
             };
@@ -211,8 +217,43 @@ pub(crate) async fn hold_and_check(
     Ok(Hold { stats, ended, rss })
 }
 
-/// The scenario: `plan.open_streams` streams directly to the paced stand-in, then as many through relayd, with relayd's RSS sampled while they are open.
+/// The rows of one way through relayd.
+struct Ids {
+    streams: MeasureId,
+    delay: MeasureId,
+    late: MeasureId,
+    rss: Option<MeasureId>,
+}
+
+/// The scenario in pass-through: `plan.open_streams` streams directly to the paced stand-in, then as many through relayd, with relayd's RSS sampled while they are open.
 pub(crate) async fn open_streams(ctx: &Ctx, report: &mut Report) -> Result<Vec<Measure>> {
+    let ids = Ids {
+        streams: MeasureId::OpenStreams,
+        delay: MeasureId::OpenStreamsFrameDelayP99,
+        late: MeasureId::OpenStreamsLateFrames,
+        rss: Some(MeasureId::OpenStreamsRssPerStream),
+    };
+    streams_on(ctx, report, Via::PassThrough, ctx.plan.open_streams, ids).await
+}
+
+/// The scenario through the worker: `plan.worker_open_streams` streams with the route credential, every one proven to have gone to the worker.
+pub(crate) async fn worker_open_streams(ctx: &Ctx, report: &mut Report) -> Result<Vec<Measure>> {
+    let ids = Ids {
+        streams: MeasureId::WorkerOpenStreams,
+        delay: MeasureId::WorkerOpenStreamsFrameDelayP99,
+        late: MeasureId::WorkerOpenStreamsLateFrames,
+        rss: None,
+    };
+    streams_on(ctx, report, Via::Worker, ctx.plan.worker_open_streams, ids).await
+}
+
+async fn streams_on(
+    ctx: &Ctx,
+    report: &mut Report,
+    via: Via,
+    n: usize,
+    ids: Ids,
+) -> Result<Vec<Measure>> {
     let plan = &ctx.plan;
     let pid = ctx
         .relay_pid
@@ -227,7 +268,6 @@ pub(crate) async fn open_streams(ctx: &Ctx, report: &mut Report) -> Result<Vec<M
             "could not raise the paced stand-in's open-file limit: {error:#}"
         ));
     }
-    let n = plan.open_streams;
     let pace = ctx.stream_pace;
     let direct = hold_and_check(
         paced,
@@ -236,9 +276,14 @@ pub(crate) async fn open_streams(ctx: &Ctx, report: &mut Report) -> Result<Vec<M
         pace,
         plan.open_streams_hold,
         None,
+        None,
     )
     .await
     .context("holding streams open directly")?;
+    let (token, before) = match via {
+        Via::PassThrough => (None, None),
+        Via::Worker => (Some(ctx.token()?.clone()), Some(destinations(ctx).await?)),
+    };
     let mut metrics = Conn::open(ctx.relay).await?;
     let idle = rss_bytes(pid)?;
     let relay = hold_and_check(
@@ -248,9 +293,13 @@ pub(crate) async fn open_streams(ctx: &Ctx, report: &mut Report) -> Result<Vec<M
         pace,
         plan.open_streams_hold,
         Some(pid),
+        token,
     )
     .await
     .context("holding streams open through relayd")?;
+    if let Some(before) = before {
+        before.ensure_all_went_to_worker(&destinations(ctx).await?, n as u64)?;
+    }
     let with_streams = relay.rss.context("relayd's RSS was not sampled")?;
     let (direct_ended, relay_ended) = (direct.ended, relay.ended);
     let (direct, relay) = (direct.stats, relay.stats);
@@ -260,7 +309,7 @@ pub(crate) async fn open_streams(ctx: &Ctx, report: &mut Report) -> Result<Vec<M
             "relayd still reported open streams {QUIET_TIMEOUT:?} after the open-streams measure"
         ));
     }
-    report.open_streams = Some(serde_json::json!({
+    let detail = serde_json::json!({
         "streams": n,
         "pace_ms": pace.as_millis() as u64,
         "hold_ms": plan.open_streams_hold.as_millis() as u64,
@@ -270,7 +319,11 @@ pub(crate) async fn open_streams(ctx: &Ctx, report: &mut Report) -> Result<Vec<M
         "relay_open_streams_after_hold": gauge,
         "rss_before_bytes": idle,
         "rss_with_streams_bytes": with_streams,
-    }));
+    });
+    match via {
+        Via::PassThrough => report.open_streams = Some(detail),
+        Via::Worker => report.worker_open_streams = Some(detail),
+    }
     let counts = SampleCounts {
         direct: direct.frames,
         relay: relay.frames,
@@ -278,20 +331,21 @@ pub(crate) async fn open_streams(ctx: &Ctx, report: &mut Report) -> Result<Vec<M
     };
     let good = |stats: &FrameStats| n as f64 - stats.bad_streams as f64;
     let per_stream_kib = (with_streams as f64 - idle as f64) / n.max(1) as f64 / 1024.0;
-    Ok(vec![
-        Measure::compare(MeasureId::OpenStreams, good(&relay), good(&direct)).with_samples(counts),
+    let mut rows = vec![
+        Measure::compare(ids.streams, good(&relay), good(&direct)).with_samples(counts),
         Measure::compare(
-            MeasureId::OpenStreamsFrameDelayP99,
+            ids.delay,
             relay.delays.millis(0.99),
             direct.delays.millis(0.99),
         )
         .with_samples(counts),
         Measure::compare(
-            MeasureId::OpenStreamsLateFrames,
+            ids.late,
             (relay.late + relay.out_of_order) as f64,
             (direct.late + direct.out_of_order) as f64,
         )
         .with_samples(counts),
-        Measure::relay_only(MeasureId::OpenStreamsRssPerStream, per_stream_kib),
-    ])
+    ];
+    rows.extend(ids.rss.map(|id| Measure::relay_only(id, per_stream_kib)));
+    Ok(rows)
 }

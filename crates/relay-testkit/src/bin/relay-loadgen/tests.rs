@@ -441,9 +441,17 @@ async fn held_streams_that_end_early_lost_their_frames() {
     .await
     .unwrap();
     let pace = Duration::from_millis(20);
-    let hold = hold_and_check(short.addr(), 4, 2, pace, Duration::from_millis(600), None)
-        .await
-        .unwrap();
+    let hold = hold_and_check(
+        short.addr(),
+        4,
+        2,
+        pace,
+        Duration::from_millis(600),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(hold.ended, 4);
     assert_eq!(hold.stats.bad_streams, 4);
     assert!(hold.stats.frames >= 4 * 3, "{:?}", hold.stats);
@@ -468,6 +476,7 @@ async fn held_streams_that_end_early_lost_their_frames() {
         Duration::from_millis(50),
         Duration::from_millis(400),
         Some(std::process::id()),
+        None,
     )
     .await
     .unwrap();
