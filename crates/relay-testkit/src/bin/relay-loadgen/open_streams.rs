@@ -284,7 +284,6 @@ async fn streams_on(
         Via::PassThrough => (None, None),
         Via::Worker => (Some(ctx.token()?.clone()), Some(destinations(ctx).await?)),
     };
-    let mut metrics = Conn::open(ctx.relay).await?;
     let idle = rss_bytes(pid)?;
     let relay = hold_and_check(
         ctx.relay,
@@ -303,6 +302,8 @@ async fn streams_on(
     let with_streams = relay.rss.context("relayd's RSS was not sampled")?;
     let (direct_ended, relay_ended) = (direct.ended, relay.ended);
     let (direct, relay) = (direct.stats, relay.stats);
+    // A fresh connection: relayd may have closed an idle one while it held thousands of streams.
+    let mut metrics = Conn::open(ctx.relay).await?;
     let gauge = open_streams_gauge(&metrics.metrics_text().await?);
     if !wait_for_quiet(&mut metrics, QUIET_TIMEOUT).await? {
         report.note(format!(
