@@ -1,9 +1,11 @@
 //! Relay's development tasks, run as `cargo xtask <task>` (the alias is in `.cargo/config.toml`).
 //!
 //! Each task is one module: `ci` (everything CI checks, in order), `e2e` (the end-to-end tests
-//! with the real binaries and agent CLIs), `bench` (SPEC §12, against a direct baseline) and `tidy` (the
+//! with the real binaries and agent CLIs), `bench` (SPEC §12, against a direct baseline and
+//! nginx), `fuzz` (the relay-fuzz targets), `deploy` (the service files) and `tidy` (the
 //! dependency rules of SPEC §11, also run as a test). Everything is `std::process::Command`;
-//! the only dependencies are `anyhow` and `serde_json`.
+//! besides `anyhow`, `serde_json` and `time`, xtask uses relay-testkit for the table of
+//! measures and the `/proc` parser it shares with the load generator.
 
 mod bench;
 mod ci;
@@ -26,8 +28,8 @@ const TASKS: [(&str, &str); 6] = [
         "installs the agent CLIs, builds the binaries and runs relay-e2e with RELAY_E2E=1",
     ),
     (
-        "bench",
-        "the performance measures of SPEC §12, beside a direct baseline",
+        "bench [--quick] [--only SCENARIO]...",
+        "the performance measures of SPEC §12, beside a direct baseline and nginx",
     ),
     (
         "fuzz --secs N ...",
@@ -59,11 +61,11 @@ fn main() -> ExitCode {
         }
         ("ci", []) => ci::run(),
         ("e2e", test_args) => e2e::run(test_args),
-        ("bench", []) => bench::run(),
+        ("bench", args) => bench::run(args),
         ("fuzz", fuzz_args) => fuzz::run(fuzz_args),
         ("tidy", []) => tidy::run(),
         ("deploy-check", []) => deploy::run(),
-        ("ci" | "bench" | "tidy" | "deploy-check", extra) => Err(anyhow::anyhow!(
+        ("ci" | "tidy" | "deploy-check", extra) => Err(anyhow::anyhow!(
             "`cargo xtask {task}` takes no arguments, got {extra:?}"
         )),
         (unknown, _) => {

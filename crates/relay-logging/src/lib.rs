@@ -14,6 +14,7 @@ mod jsonl;
 mod lifecycle;
 mod rate_limit;
 mod subscriber;
+pub mod sync;
 #[cfg(test)]
 mod test_support;
 

@@ -93,8 +93,8 @@ impl ConnState {
     /// `AmbiguousFraming`: it is refused, never assumed clean. Requests on connections no
     /// watcher follows (HTTP/2) are `Clean`.
     pub fn take_verdict(&self) -> HeadVerdict {
-        let next =
-            crate::sync::lock(&self.verdicts, "framing verdicts").and_then(|mut v| v.pop_front());
+        let next = relay_logging::sync::lock(&self.verdicts, "framing verdicts")
+            .and_then(|mut v| v.pop_front());
         match next {
             Some(verdict) => verdict,
             None if self.watched.load(Ordering::Relaxed) => HeadVerdict::AmbiguousFraming,
@@ -495,7 +495,9 @@ impl<T> ConnIo<T> {
         } else {
             HeadVerdict::Clean
         };
-        if let Some(mut verdicts) = crate::sync::lock(&self.state.verdicts, "framing verdicts") {
+        if let Some(mut verdicts) =
+            relay_logging::sync::lock(&self.state.verdicts, "framing verdicts")
+        {
             verdicts.push_back(verdict);
         }
         // An upgrade request is followed like any other until hyper writes its `101`

@@ -27,7 +27,6 @@ pub mod routes;
 pub mod server;
 pub mod shell;
 pub mod state;
-pub mod sync;
 pub mod tls;
 pub mod upstream;
 pub mod worker;

@@ -248,7 +248,7 @@ impl PeerCounts {
             return Some(None);
         }
         // A poisoned map fails closed: refusing is safe, counting wrong is not.
-        let mut counts = crate::sync::lock(&self.counts, "connections per address")?;
+        let mut counts = relay_logging::sync::lock(&self.counts, "connections per address")?;
         let count = counts.entry(ip).or_insert(0);
         if *count >= self.limit.max {
             return None;
@@ -263,7 +263,8 @@ impl PeerCounts {
 
 impl Drop for PeerSlot {
     fn drop(&mut self) {
-        let Some(mut counts) = crate::sync::lock(&self.peers.counts, "connections per address")
+        let Some(mut counts) =
+            relay_logging::sync::lock(&self.peers.counts, "connections per address")
         else {
             return;
         };

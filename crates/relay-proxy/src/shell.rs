@@ -188,7 +188,7 @@ impl Shell {
         stop.send_replace(true);
         let _ = writer.await;
         self.write_state(&stopped).await;
-        if let Some(mut tasks) = crate::sync::lock(&self.tasks, "shell tasks") {
+        if let Some(mut tasks) = relay_logging::sync::lock(&self.tasks, "shell tasks") {
             drop(std::mem::take(&mut *tasks));
         }
     }
@@ -242,7 +242,7 @@ impl Shell {
     }
 
     fn with_broker<T>(&self, f: impl FnOnce(&mut Broker) -> T) -> T {
-        let mut broker = crate::sync::lock_or_exit(&self.broker, "broker");
+        let mut broker = relay_logging::sync::lock_or_exit(&self.broker, "broker");
         f(&mut broker)
     }
 
@@ -262,7 +262,7 @@ impl Shell {
     /// released. Returns `f`'s value and the outputs, for callers that report on them.
     fn drive<T>(self: &Arc<Self>, f: impl FnOnce(&mut Broker) -> T) -> (T, Vec<Output>) {
         let (value, outputs) = {
-            let mut broker = crate::sync::lock_or_exit(&self.broker, "broker");
+            let mut broker = relay_logging::sync::lock_or_exit(&self.broker, "broker");
             let value = f(&mut broker);
             let outputs = drain(&mut broker);
             for output in &outputs {
@@ -303,7 +303,7 @@ impl Shell {
     /// Registers the outbound queue of an authenticated control session.
     pub fn attach(&self, conn: ConnId, peer: IpAddr) -> mpsc::Receiver<Outbound> {
         let (sender, receiver) = mpsc::channel(SESSION_QUEUE);
-        if let Some(mut sessions) = crate::sync::lock(&self.sessions, "control sessions") {
+        if let Some(mut sessions) = relay_logging::sync::lock(&self.sessions, "control sessions") {
             sessions.insert(conn, Attached { sender, peer });
             self.metrics.set_control_sessions(sessions.len() as i64);
         }
@@ -312,7 +312,7 @@ impl Shell {
 
     /// Drops every session's queue: each session sends what is queued, then closes.
     pub fn close_sessions(&self) {
-        if let Some(mut sessions) = crate::sync::lock(&self.sessions, "control sessions") {
+        if let Some(mut sessions) = relay_logging::sync::lock(&self.sessions, "control sessions") {
             sessions.clear();
             self.metrics.set_control_sessions(0);
         }
@@ -320,7 +320,7 @@ impl Shell {
 
     /// A control session ended: the broker is told, its queue dropped.
     pub fn detach(self: &Arc<Self>, conn: ConnId, reason: DisconnectReason) {
-        if let Some(mut sessions) = crate::sync::lock(&self.sessions, "control sessions") {
+        if let Some(mut sessions) = relay_logging::sync::lock(&self.sessions, "control sessions") {
             sessions.remove(&conn);
             self.metrics.set_control_sessions(sessions.len() as i64);
         }
@@ -364,7 +364,8 @@ impl Shell {
     }
 
     fn deliver(&self, conn: ConnId, outbound: Outbound) {
-        let Some(mut sessions) = crate::sync::lock(&self.sessions, "control sessions") else {
+        let Some(mut sessions) = relay_logging::sync::lock(&self.sessions, "control sessions")
+        else {
             return;
         };
         let full = sessions
@@ -379,7 +380,7 @@ impl Shell {
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        if let Some(mut tasks) = crate::sync::lock(&self.tasks, "shell tasks") {
+        if let Some(mut tasks) = relay_logging::sync::lock(&self.tasks, "shell tasks") {
             while tasks.try_join_next().is_some() {}
             tasks.spawn(task);
         }
@@ -523,7 +524,7 @@ impl Shell {
     }
 
     fn peer_of(&self, conn: ConnId) -> Option<IpAddr> {
-        crate::sync::lock(&self.sessions, "control sessions")?
+        relay_logging::sync::lock(&self.sessions, "control sessions")?
             .get(&conn)
             .map(|a| a.peer)
     }

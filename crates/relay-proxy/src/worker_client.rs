@@ -84,7 +84,7 @@ impl WorkerClient {
 
     /// Drops every pooled connection of a generation (revoked, or its secret changed).
     pub fn forget(&self, worker_id: Id) {
-        if let Some(mut pools) = crate::sync::lock(&self.pools, "worker pools") {
+        if let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") {
             pools.remove(&worker_id);
         }
     }
@@ -139,7 +139,7 @@ impl WorkerClient {
 
     /// A pooled connection that can take a request now; closed ones are dropped.
     fn take_ready(&self, worker_id: Id) -> Option<SendRequest<RequestBody>> {
-        let mut pools = crate::sync::lock(&self.pools, "worker pools")?;
+        let mut pools = relay_logging::sync::lock(&self.pools, "worker pools")?;
         let pool = pools.get_mut(&worker_id)?;
         pool.retain(|sender| !sender.is_closed());
         let ready = pool.iter().position(SendRequest::is_ready)?;
@@ -149,7 +149,7 @@ impl WorkerClient {
     /// Keeps a connection for later. With HTTP/1 it stays busy until its response body is
     /// read; `take_ready` skips it until then.
     fn put_back(&self, worker_id: Id, sender: SendRequest<RequestBody>) {
-        if let Some(mut pools) = crate::sync::lock(&self.pools, "worker pools") {
+        if let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") {
             let pool = pools.entry(worker_id).or_default();
             if pool.len() < MAX_IDLE {
                 pool.push(sender);

@@ -233,10 +233,9 @@ impl SinkHandle {
         let outcome = tokio::time::timeout(deadline, self.ask_all(true))
             .await
             .map_err(|_| FlushTimedOut { deadline });
-        let tasks = match self.inner.tasks.lock() {
-            Ok(mut tasks) => std::mem::take(&mut *tasks),
-            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
-        };
+        let tasks = relay_logging::sync::lock(&self.inner.tasks, "sink tasks")
+            .map(|mut tasks| std::mem::take(&mut *tasks))
+            .unwrap_or_default();
         for task in tasks {
             task.abort();
         }

@@ -4,6 +4,7 @@
 //! [`fixture_request`] loads the requests the real harnesses sent, embedded in the crate.
 //! It is not a provider emulator: it does not look at prompts, count tokens or validate request schemas, and it never opens an outbound connection.
 //! The `relay-stand-in` binary serves the same thing from a separate process for benchmarks and end-to-end runs.
+//! For `cargo xtask bench` and `relay-loadgen` it also holds the table of SPEC §12's measures ([`measures`]) and the one `/proc` reader both use ([`procfs`]).
 
 mod behaviour;
 mod body;
@@ -11,6 +12,8 @@ mod error;
 mod fixtures;
 mod formats;
 mod json;
+pub mod measures;
+pub mod procfs;
 mod record;
 mod routes;
 mod stand_in;

@@ -1,17 +1,17 @@
-use super::*;
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener},
+    process::Command,
+    thread,
+};
 
-#[test]
-fn cpu_lists_are_parsed_like_the_kernel_writes_them() {
-    assert_eq!(parse_cpu_list("0-1"), Some(vec![0, 1]));
-    assert_eq!(
-        parse_cpu_list("0-2,8,10-11"),
-        Some(vec![0, 1, 2, 8, 10, 11])
-    );
-    assert_eq!(parse_cpu_list("3"), Some(vec![3]));
-    assert_eq!(parse_cpu_list(""), None);
-    assert_eq!(parse_cpu_list("2-1"), None);
-    assert_eq!(parse_cpu_list("a-b"), None);
-}
+use relay_testkit::measures::MeasureId;
+
+use super::cpu::*;
+use super::http::*;
+use super::procs::*;
+use super::report::*;
+use super::*;
 
 #[test]
 fn two_cpus_give_the_load_generator_one_and_the_servers_the_other() {
@@ -114,6 +114,7 @@ fn sample_report() -> Value {
     json!({
         "measures": [
             {
+                "id": "latency_p50",
                 "scenario": "latency",
                 "measure": "added latency, non-streaming, pass-through, c=1, p50",
                 "unit": "us",
@@ -124,6 +125,7 @@ fn sample_report() -> Value {
                 "within_target": true
             },
             {
+                "id": "throughput_rate",
                 "scenario": "throughput",
                 "measure": "throughput, c=64, tiny responses, pass-through",
                 "unit": "req/s",
@@ -134,8 +136,9 @@ fn sample_report() -> Value {
                 "within_target": false
             },
             {
+                "id": "relayd_rss_streams",
                 "scenario": "memory",
-                "measure": "relayd RSS with 1000 open streams",
+                "measure": "relayd RSS with the held streams open",
                 "unit": "MiB",
                 "relay": 30.04,
                 "direct": null,
@@ -150,50 +153,145 @@ fn sample_report() -> Value {
 
 #[test]
 fn rows_are_read_from_the_loadgen_report() {
-    let rows = rows(&sample_report()).unwrap();
+    let rows = measures(&sample_report()).unwrap();
     assert_eq!(rows.len(), 3);
-    assert_eq!(rows[0].relay, Some(101.26));
+    assert_eq!(rows[0].relay, 101.26);
     assert_eq!(rows[1].within_target, Some(false));
     assert_eq!(rows[2].direct, None);
     assert_eq!(rows[2].target, None);
-    assert!(super::rows(&json!({"notes": []})).is_err());
-    assert!(super::rows(&json!({"measures": [{"unit": "us"}]})).is_err());
+    assert!(measures(&json!({"notes": []})).is_err());
+    assert!(measures(&json!({"measures": [{"unit": "us"}]})).is_err());
+}
+
+/// The cells of one table line.
+fn cells(line: &str) -> Vec<String> {
+    line.trim_matches('|')
+        .split('|')
+        .map(|c| c.trim().to_owned())
+        .collect()
 }
 
 #[test]
-fn the_table_has_every_column_aligned() {
-    let text = table(&rows(&sample_report()).unwrap());
+fn the_table_has_every_measure_in_order_and_every_column_aligned() {
+    let rows = table_rows(measures(&sample_report()).unwrap());
+    assert_eq!(rows.len(), relay_testkit::measures::MEASURES.len());
+    let text = table(&rows);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 5);
+    assert_eq!(lines.len(), 2 + rows.len());
     assert!(lines[0].starts_with("| measure "));
     assert!(lines[0].contains("| within target |"));
+    assert!(lines[0].contains("| nginx |"));
+    assert!(lines[0].ends_with("| CPU vs nginx |"));
     assert!(lines[1].starts_with("| ---"));
     let widths: Vec<usize> = lines.iter().map(|l| l.chars().count()).collect();
     assert!(widths.iter().all(|w| *w == widths[0]), "{text}");
-    let cells = |line: &str| -> Vec<String> {
-        line.trim_matches('|')
-            .split('|')
-            .map(|c| c.trim().to_owned())
-            .collect()
+    let line_of = |name: &str| -> Vec<String> {
+        let line = lines
+            .iter()
+            .find(|l| cells(l)[0] == name)
+            .unwrap_or_else(|| panic!("no row {name}:\n{text}"));
+        cells(line)
     };
     assert_eq!(
-        cells(lines[2])[1..],
-        ["101.3 µs", "48.0 µs", "53.3 µs", "added ≤ 60 µs", "yes"]
+        line_of("added latency, non-streaming, pass-through, c=1, p50")[1..7],
+        [
+            "101.3 µs",
+            "48.0 µs",
+            "53.3 µs",
+            "-",
+            "added ≤ 60 µs",
+            "yes"
+        ]
     );
     assert_eq!(
-        cells(lines[3])[1..],
+        line_of("throughput, c=64, tiny responses, pass-through")[1..7],
         [
             "9876 req/s",
             "12000 req/s",
             "-2124 req/s",
+            "-",
             "≥ 15000 req/s",
             "no"
         ]
     );
-    assert_eq!(cells(lines[4])[1..], ["30.0 MiB", "-", "-", "-", "-"]);
+    assert_eq!(
+        line_of("relayd RSS with the held streams open")[1..7],
+        ["30.0 MiB", "-", "-", "-", "-", "-"]
+    );
+    // A measure of the table that did not run is still listed, beside its target.
+    let missing = line_of("concurrent open SSE streams without a lost or late frame");
+    assert_eq!(missing[1], "not measured");
+    assert_eq!(missing[6], "-");
+    assert_eq!(missing[5], "≥ 5000");
+    // The table's order is SPEC §12's: p50 before p99, pass-through before the worker.
+    let position = |name: &str| lines.iter().position(|l| cells(l)[0] == name).unwrap();
+    assert!(
+        position("added latency, non-streaming, pass-through, c=1, p50")
+            < position("added latency through the worker, plugins off, c=1, p99")
+    );
     // Numbers are right-aligned.
-    assert!(lines[2].contains("|   101.3 µs |"), "{text}");
-    assert!(lines[4].contains("|   30.0 MiB |"), "{text}");
+    assert!(
+        text.contains(" 101.3 µs |") && !text.contains("101.3 µs  "),
+        "{text}"
+    );
+}
+
+#[test]
+fn cpu_and_peer_columns_show_nginx_and_the_ratio() {
+    let report = json!({"measures": [{
+        "id": "cpu_pass_through",
+        "scenario": "throughput",
+        "measure": "CPU per proxied request, pass-through, c=64 (peer: nginx)",
+        "unit": "us",
+        "relay": 70.0,
+        "direct": null,
+        "added": null,
+        "peer": 35.0,
+        "cpu": {"relay_us": 70.0, "peer_us": 35.0, "ratio": 2.0},
+        "target": "≤ nginx",
+        "within_target": null,
+    }]});
+    let rows = table_rows(measures(&report).unwrap());
+    let row = rows
+        .iter()
+        .find(|(spec, _)| spec.id == MeasureId::CpuPassThrough)
+        .unwrap();
+    // Judged again from the table: 70 µs is more than nginx's 35 µs.
+    assert_eq!(row.1.as_ref().unwrap().within_target, Some(false));
+    let text = table(&rows);
+    let line = text
+        .lines()
+        .find(|l| l.contains("CPU per proxied request"))
+        .unwrap();
+    assert_eq!(
+        cells(line)[1..],
+        [
+            "70.0 µs",
+            "-",
+            "-",
+            "35.0 µs",
+            "≤ nginx",
+            "no",
+            "70.0 µs",
+            "35.0 µs",
+            "2.00×"
+        ]
+    );
+    let json = rows_json(&rows).unwrap();
+    let listed: Vec<&Value> = json.as_array().unwrap().iter().collect();
+    assert_eq!(listed.len(), rows.len());
+    let cpu = listed
+        .iter()
+        .find(|r| r["id"] == "cpu_pass_through")
+        .unwrap();
+    assert_eq!(cpu["measured"], true);
+    assert!(cpu["how"].as_str().unwrap().contains("nginx"));
+    let atof = listed
+        .iter()
+        .find(|r| r["id"] == "worker_latency_atof_p99")
+        .unwrap();
+    assert_eq!(atof["measured"], false);
+    assert_eq!(atof["target"], "added ≤ 600 µs");
 }
 
 #[test]
@@ -207,22 +305,96 @@ fn values_are_formatted_by_unit() {
 
 #[test]
 fn timestamps_are_utc_calendar_dates() {
-    let epoch = UtcStamp::from_unix(0);
-    assert_eq!(epoch.rfc3339(), "1970-01-01T00:00:00Z");
+    assert_eq!(
+        stamp(0).unwrap(),
+        (
+            "1970-01-01T00:00:00Z".to_owned(),
+            "19700101T000000Z".to_owned()
+        )
+    );
     // 2000-02-29 (a leap day in a century year divisible by 400) at 12:34:56.
-    let leap = UtcStamp::from_unix(951_827_696);
-    assert_eq!(leap.rfc3339(), "2000-02-29T12:34:56Z");
-    assert_eq!(leap.file_name(), "20000229T123456Z");
-    // 2026-11-30T01:17:36Z.
-    assert_eq!(
-        UtcStamp::from_unix(1_796_001_456).rfc3339(),
-        "2026-11-30T01:17:36Z"
-    );
+    let leap = stamp(951_827_696).unwrap();
+    assert_eq!(leap.0, "2000-02-29T12:34:56Z");
+    assert_eq!(leap.1, "20000229T123456Z");
+    assert_eq!(stamp(1_796_001_456).unwrap().0, "2026-11-30T01:17:36Z");
     // 2100-03-01, the day after a non-leap February in a century year.
-    assert_eq!(
-        UtcStamp::from_unix(4_107_542_400).rfc3339(),
-        "2100-03-01T00:00:00Z"
+    assert_eq!(stamp(4_107_542_400).unwrap().0, "2100-03-01T00:00:00Z");
+}
+
+#[test]
+fn options_select_scenarios_and_refuse_unknown_ones() {
+    let all = Options::parse(&[]).unwrap();
+    assert!(!all.quick && all.selected("throughput") && all.selected("hook"));
+    assert!(all.scale_args().is_empty());
+    let args: Vec<String> = [
+        "--quick",
+        "--only",
+        "throughput",
+        "--only",
+        "worker-throughput",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let some = Options::parse(&args).unwrap();
+    assert!(some.quick);
+    assert!(some.selected("throughput") && some.selected("worker-throughput"));
+    assert!(!some.selected("latency") && !some.selected("activation"));
+    assert_eq!(some.scale_args(), ["--scale", QUICK_SCALE]);
+    assert_eq!(some.selected_of(&PASS_THROUGH_SCENARIOS), ["throughput"]);
+    let unknown = Options::parse(&["--only".to_owned(), "speed".to_owned()]).unwrap_err();
+    assert!(
+        unknown.to_string().contains("unknown scenario"),
+        "{unknown}"
     );
+    assert!(Options::parse(&["--only".to_owned()]).is_err());
+    assert!(Options::parse(&["--fast".to_owned()]).is_err());
+}
+
+#[test]
+fn the_nginx_config_stays_in_its_directory_and_keeps_upstream_connections() {
+    let config = nginx::config(
+        Path::new("/tmp/relay-bench-1/nginx"),
+        4100,
+        SocketAddr::from(([127, 0, 0, 1], 4001)),
+        2,
+        true,
+    );
+    assert!(config.contains("daemon off;\n"));
+    assert!(config.contains("worker_processes 2;\n"));
+    assert!(config.contains("user root;\n"));
+    assert!(config.contains("listen 127.0.0.1:4100;"));
+    assert!(config.contains("server 127.0.0.1:4001;"));
+    assert!(config.contains("keepalive 128;"));
+    assert!(config.contains("proxy_http_version 1.1;"));
+    assert!(config.contains("proxy_set_header Connection \"\";"));
+    assert!(config.contains("access_log off;"));
+    // Every path nginx writes is inside its scratch directory: nothing under /etc/nginx or /var.
+    for line in config.lines() {
+        if let Some(path) = line
+            .split_whitespace()
+            .find(|w| w.starts_with('/') && w.len() > 1)
+        {
+            assert!(path.starts_with("/tmp/relay-bench-1/nginx/"), "{line}");
+        }
+    }
+    assert!(
+        !nginx::config(
+            Path::new("/x"),
+            1,
+            SocketAddr::from(([127, 0, 0, 1], 2)),
+            1,
+            false
+        )
+        .contains("user ")
+    );
+}
+
+#[test]
+fn the_server_cpu_count_follows_relayd_s_pinning() {
+    let pinning = Pinning::plan(Some(&[2, 3, 4, 5]), true);
+    assert_eq!(pinning.server_cpu_count(), 2);
+    assert_eq!(Pinning::plan(Some(&[0, 1]), true).server_cpu_count(), 1);
+    assert!(Pinning::plan(None, false).server_cpu_count() >= 1);
 }
 
 #[test]
@@ -244,23 +416,6 @@ fn the_scratch_directory_is_removed_on_drop() {
     assert!(path.is_file());
     drop(scratch);
     assert!(!dir.exists());
-}
-
-#[test]
-fn machine_ticks_count_everything_but_idle_as_busy() {
-    let stat = "cpu  100 5 50 800 20 3 2 10 7 0\ncpu0 50 2 25 400 10 1 1 5 3 0\nintr 1 2 3\n";
-    // guest ticks are already inside user, so only the first eight columns count.
-    assert_eq!(parse_proc_stat(stat), Some((990, 170)));
-    assert_eq!(parse_proc_stat("intr 1 2\n"), None);
-    assert_eq!(parse_proc_stat("cpu  1 x 3 4\n"), None);
-}
-
-#[test]
-fn process_ticks_survive_a_name_with_spaces_and_parentheses() {
-    let stat =
-        "4242 (relay (x) d) S 1 4242 4242 0 -1 4194560 500 0 0 0 123 45 0 0 20 0 2 0 99 1000 200\n";
-    assert_eq!(parse_pid_stat_ticks(stat), Some(168));
-    assert_eq!(parse_pid_stat_ticks("4242 (short) S 1\n"), None);
 }
 
 #[test]
@@ -295,20 +450,6 @@ fn a_small_other_load_is_not_given_a_precise_figure() {
     );
     assert!(other_load_note("x", Some(0.31)).contains("about 31% busy"));
     assert!(other_load_note("x", None).contains("unknown"));
-}
-
-#[test]
-fn process_ticks_with_children_add_cutime_and_cstime() {
-    let stat =
-        "4242 (relay (x) d) S 1 4242 4242 0 -1 4194560 500 0 0 0 123 45 7 3 20 0 2 0 99 1000 200\n";
-    assert_eq!(parse_pid_stat_ticks_with_children(stat), Some(178));
-    assert_eq!(parse_pid_state(stat), Some('S'));
-    assert_eq!(parse_pid_state("9 (zombie) Z 1 9\n"), Some('Z'));
-    assert_eq!(parse_pid_state("garbage"), None);
-    assert_eq!(
-        parse_pid_stat_ticks_with_children("4242 (short) S 1\n"),
-        None
-    );
 }
 
 #[test]

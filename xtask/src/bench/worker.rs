@@ -7,25 +7,30 @@
 use std::{
     ffi::OsString,
     fs,
-    io::{ErrorKind, Read as _, Write as _},
+    io::{Read as _, Write as _},
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::{ChildStdin, Command, Output, Stdio},
+    process::{ChildStdin, Command, Stdio},
     thread,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use relay_testkit::measures::{Measure, MeasureId, SampleCounts};
+use relay_testkit::procfs::{self, PidStat};
 use serde_json::{Value, json};
 
-use super::{
-    CpuSnapshot, Pinning, Process, Relayd, RelaydMode, Scratch, StandIn, cpu_ticks_json, http_get,
-    log_tail, other_cpu_share, parse_pid_stat_ticks, parse_pid_stat_ticks_with_children,
-    parse_pid_state, run_loadgen,
-};
+use super::cpu::{CpuSnapshot, cpu_ticks_json, other_cpu_share};
+use super::hook::{HOOK_RUNS, HOOK_RUNS_QUICK, HOOK_WARMUP, hook_destinations, hook_wall_time};
+use super::http::http_get;
+use super::pinning::Pinning;
+use super::procs::{Process, Relayd, RelaydMode, Scratch, StandIn, log_tail, run_loadgen};
+use super::{Options, PACED_STREAM_ARGS, PACED_STREAM_PACE_MS};
 
 /// Sessions whose activation is counted; one more runs first and is reported apart (it creates the machine key, pins the daemon key and binds the credential, which later sessions find done).
 const ACTIVATION_SESSIONS: usize = 10;
+/// The same in a `--quick` run.
+const ACTIVATION_SESSIONS_QUICK: usize = 3;
 /// How often the route is polled while a session activates: the figure is good to about this much.
 const ROUTE_POLL: Duration = Duration::from_millis(1);
 /// How long a session may take to make its route ready before the bench fails.
@@ -36,59 +41,51 @@ const MCP_EXIT_TIMEOUT: Duration = Duration::from_secs(5);
 const WORKER_EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a live relay-mcp's worker may take to show up among its children.
 const WORKER_CHILD_TIMEOUT: Duration = Duration::from_secs(2);
-/// The worker-phase load run; it takes about half a minute.
-const WORKER_LOADGEN_TIMEOUT: Duration = Duration::from_secs(150);
-/// Counted runs of relay-hook, and as many of the baseline.
-const HOOK_RUNS: usize = 200;
-/// Uncounted runs of each first, so both programs are in the page cache.
-const HOOK_WARMUP: usize = 20;
-/// Runs per block; blocks of the two programs alternate, and which goes first alternates by round.
-const HOOK_BLOCK: usize = 10;
-/// A Claude Code `PreToolUse` payload recorded from the real CLI: a blocking event, so relay-hook waits for the worker's answer.
-const HOOK_PAYLOAD: &str =
-    include_str!("../../../bins/relay-hook/tests/fixtures/claude-code/PreToolUse-Bash.json");
-/// What the worker answers a Claude Code hook with no plugins (SPEC §7.2).
-const HOOK_ANSWER: &str = r#"{"continue":true}"#;
+/// The worker-phase load run; it takes under a minute.
+const WORKER_LOADGEN_TIMEOUT: Duration = Duration::from_secs(240);
 /// The first line a harness writes to its MCP server.
 const INITIALIZE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{},\"clientInfo\":{\"name\":\"bench\",\"version\":\"1\"}}}\n";
-/// The worker scenarios of relay-loadgen, in order: RSS first, so it follows only activation and a warm-up.
-const LOADGEN_SCENARIOS: [&str; 4] = [
-    "worker-memory",
-    "worker-latency",
-    "worker-ttfb",
-    "worker-body",
-];
 
 /// What the worker phase produced.
 #[derive(Debug)]
 pub(super) struct WorkerPhase {
-    /// The loadgen's report of its worker scenarios.
-    pub(super) loadgen: Value,
-    /// Rows of the measures taken here (activation, hook), in the loadgen's row shape.
-    pub(super) rows: Vec<Value>,
+    /// The loadgen's report of its worker scenarios, when any ran.
+    pub(super) loadgen: Option<Value>,
+    /// The measures taken here (activation, hook).
+    pub(super) rows: Vec<Measure>,
     pub(super) other_cpu_share: Option<f64>,
     pub(super) notes: Vec<String>,
     /// Raw figures for the JSON.
     pub(super) detail: Value,
 }
 
-/// Runs the worker phase against the fast stand-in.
+/// Runs the worker phase against the fast stand-in: activation, then the loadgen's `scenarios` and the hook measure with one session live.
 pub(super) fn run(
     bin_dir: &Path,
     pinning: &Pinning,
     fast: &StandIn,
     scratch: &Scratch,
+    options: &Options,
+    scenarios: &[&str],
 ) -> Result<WorkerPhase> {
     // From here on this thread is a client, like the load generator: it polls the route and starts relay-hook.
     if let Some(cpus) = pinning.loadgen.as_deref() {
         pin_current_thread(cpus)?;
     }
+    // The worker's Anthropic upstream is a paced stand-in, whose streams the worker-open-streams scenario holds open; every other worker scenario uses the OpenAI routes and the fast one.
+    let paced = StandIn::start(
+        bin_dir,
+        pinning.stand_ins.as_deref(),
+        &PACED_STREAM_ARGS,
+        scratch,
+        "paced-worker",
+    )?;
     let relayd = Relayd::start(
         bin_dir,
         pinning.relayd.as_deref(),
         RelaydMode::Managed,
         fast.addr,
-        fast.addr,
+        paced.addr,
         scratch,
     )?;
     let home = scratch.path("managed/user");
@@ -110,15 +107,26 @@ pub(super) fn run(
         relayd.process.pid(),
         fast.addr
     );
-    let servers = [relayd.process.pid(), fast.process.pid()];
+    let servers = [
+        relayd.process.pid(),
+        fast.process.pid(),
+        paced.process.pid(),
+    ];
     let cpu_before = CpuSnapshot::take(&servers);
     let own_before = own_ticks();
 
+    let sessions = if !options.selected("activation") {
+        0
+    } else if options.quick {
+        ACTIVATION_SESSIONS_QUICK
+    } else {
+        ACTIVATION_SESSIONS
+    };
     println!(
-        "\n==> worker activation: {ACTIVATION_SESSIONS} MCP sessions after a first one, each closed before the next"
+        "\n==> worker activation: {sessions} MCP sessions after a first one, each closed before the next"
     );
     let started = Instant::now();
-    let activation = activation(&env, ACTIVATION_SESSIONS)?;
+    let activation = activation(&env, sessions)?;
     println!(
         "==> worker activation: ok in {}",
         crate::command::seconds(started.elapsed())
@@ -131,39 +139,59 @@ pub(super) fn run(
         .worker
         .context("the live session has no worker process")?;
     // Evidence for the JSON that the worker inherited relay-mcp's CPUs.
-    let worker_cpus = cpus_allowed(worker_pid);
-    let mut args: Vec<OsString> = Vec::new();
-    for (flag, value) in [
-        ("--direct", fast.addr.to_string()),
-        ("--relay", relayd.addr.to_string()),
-        ("--relay-pid", relayd.process.pid().to_string()),
-        ("--worker-pid", worker_pid.to_string()),
-    ] {
-        args.push(flag.into());
-        args.push(value.into());
-    }
-    for scenario in LOADGEN_SCENARIOS {
-        args.push("--scenario".into());
-        args.push(scenario.into());
-    }
-    let loadgen = run_loadgen(
-        bin_dir,
-        pinning.loadgen.as_deref(),
-        &args,
-        &[("RELAY_CLIENT_TOKEN", env.token.as_str())],
-        &format!("through the worker, pid {worker_pid}, about half a minute"),
-        WORKER_LOADGEN_TIMEOUT,
-    )?;
+    let worker_cpus = procfs::cpus_allowed(worker_pid);
+    let loadgen = if scenarios.is_empty() {
+        None
+    } else {
+        let mut args: Vec<OsString> = Vec::new();
+        for (flag, value) in [
+            ("--direct", fast.addr.to_string()),
+            ("--relay", relayd.addr.to_string()),
+            ("--relay-pid", relayd.process.pid().to_string()),
+            ("--worker-pid", worker_pid.to_string()),
+            ("--paced", paced.addr.to_string()),
+            ("--stream-stand-in-pid", paced.process.pid().to_string()),
+            ("--stream-pace-ms", PACED_STREAM_PACE_MS.to_owned()),
+        ] {
+            args.push(flag.into());
+            args.push(value.into());
+        }
+        for scenario in scenarios {
+            args.push("--scenario".into());
+            args.push((*scenario).into());
+        }
+        args.extend(options.scale_args());
+        Some(run_loadgen(
+            bin_dir,
+            pinning.loadgen.as_deref(),
+            &args,
+            &[("RELAY_CLIENT_TOKEN", env.token.as_str())],
+            &format!("through the worker, pid {worker_pid}, under a minute"),
+            WORKER_LOADGEN_TIMEOUT,
+        )?)
+    };
 
-    println!(
-        "\n==> relay-hook and /bin/true: {HOOK_RUNS} runs each after {HOOK_WARMUP} to warm up"
-    );
-    let started = Instant::now();
-    let hook = hook_wall_time(&env)?;
-    println!(
-        "==> relay-hook: ok in {}",
-        crate::command::seconds(started.elapsed())
-    );
+    let hook_runs = if !options.selected("hook") {
+        0
+    } else if options.quick {
+        HOOK_RUNS_QUICK
+    } else {
+        HOOK_RUNS
+    };
+    let hook = if hook_runs == 0 {
+        None
+    } else {
+        println!(
+            "\n==> relay-hook and /bin/true: {hook_runs} runs each after {HOOK_WARMUP} to warm up"
+        );
+        let started = Instant::now();
+        let hook = hook_wall_time(&env, hook_runs)?;
+        println!(
+            "==> relay-hook: ok in {}",
+            crate::command::seconds(started.elapsed())
+        );
+        Some(hook)
+    };
     let live_ticks = process_ticks(worker_pid).unwrap_or(0);
     live.close().context("closing the live session")?;
     let cpu_after = CpuSnapshot::take(&servers);
@@ -178,40 +206,40 @@ pub(super) fn run(
         (Some(before), Some(after), Some(clients)) => other_cpu_share(&before, &after, clients),
         _ => None,
     };
-    let rows = vec![
-        measure_row(
-            "activation",
-            "worker activation, MCP start to route ready, p50",
-            millis(percentile(&activation.samples, 0.5)),
-            None,
-            Some(150.0),
-            activation.samples.len(),
-        ),
-        measure_row(
-            "activation",
-            "worker activation, MCP start to route ready, max",
-            millis(percentile(&activation.samples, 1.0)),
-            None,
-            Some(150.0),
-            activation.samples.len(),
-        ),
-        measure_row(
-            "hook",
-            "relay-hook start to exit, loopback, p50 (direct: /bin/true)",
-            millis(percentile(&hook.hook, 0.5)),
-            Some(millis(percentile(&hook.baseline, 0.5))),
-            Some(3.0),
-            hook.hook.len(),
-        ),
-        measure_row(
-            "hook",
-            "relay-hook start to exit, loopback, p99 (direct: /bin/true)",
-            millis(percentile(&hook.hook, 0.99)),
-            Some(millis(percentile(&hook.baseline, 0.99))),
-            None,
-            hook.hook.len(),
-        ),
-    ];
+    let mut rows = Vec::new();
+    if !activation.samples.is_empty() {
+        let n = activation.samples.len() as u64;
+        for (id, quantile) in [
+            (MeasureId::ActivationP50, 0.5),
+            (MeasureId::ActivationMax, 1.0),
+        ] {
+            rows.push(
+                Measure::relay_only(id, millis(percentile(&activation.samples, quantile)))
+                    .with_samples(SampleCounts {
+                        direct: 0,
+                        relay: n,
+                        peer: None,
+                    }),
+            );
+        }
+    }
+    if let Some(hook) = &hook {
+        let n = hook.hook.len() as u64;
+        for (id, quantile) in [(MeasureId::HookP50, 0.5), (MeasureId::HookP99, 0.99)] {
+            rows.push(
+                Measure::compare(
+                    id,
+                    millis(percentile(&hook.hook, quantile)),
+                    millis(percentile(&hook.baseline, quantile)),
+                )
+                .with_samples(SampleCounts {
+                    direct: n,
+                    relay: n,
+                    peer: None,
+                }),
+            );
+        }
+    }
     let client_cpus = pinning.loadgen.as_deref().unwrap_or("any");
     let server_cpus = pinning.relayd.as_deref().unwrap_or("any");
     let notes = vec![
@@ -230,9 +258,9 @@ pub(super) fn run(
         "cpu_ticks": cpu_ticks_json(cpu_before, cpu_after, json!(client_ticks)),
         "first_activation_ms": millis(activation.first),
         "activation_ms": as_ms(&activation.samples),
-        "hook_ms": as_ms(&hook.hook),
-        "bin_true_ms": as_ms(&hook.baseline),
-        "hook_requests_to_worker": hook.to_worker,
+        "hook_ms": hook.as_ref().map(|h| as_ms(&h.hook)),
+        "bin_true_ms": hook.as_ref().map(|h| as_ms(&h.baseline)),
+        "hook_requests_to_worker": hook.as_ref().map(|h| h.to_worker),
         "worker_cpus_allowed": worker_cpus,
     });
     Ok(WorkerPhase {
@@ -246,8 +274,8 @@ pub(super) fn run(
 
 /// What every process of a session gets: the daemon, the credential and the user's directories.
 #[derive(Debug)]
-struct SessionEnv<'a> {
-    bin_dir: PathBuf,
+pub(super) struct SessionEnv<'a> {
+    pub(super) bin_dir: PathBuf,
     daemon: SocketAddr,
     /// The route credential, a fresh one per run; it goes only into environments, never into argv or output.
     token: String,
@@ -260,12 +288,12 @@ struct SessionEnv<'a> {
 }
 
 impl SessionEnv<'_> {
-    fn daemon_url(&self) -> String {
+    pub(super) fn daemon_url(&self) -> String {
         format!("http://{}", self.daemon)
     }
 
     /// A command with the caller's environment cleared, then the session's: the credential, `HOME`, `XDG_CONFIG_HOME` and `RELAY_SYSTEM_CONFIG_DIR`.
-    fn command(&self, program: &Path) -> Command {
+    pub(super) fn command(&self, program: &Path) -> Command {
         let mut command = Command::new(program);
         command
             .env_clear()
@@ -290,7 +318,7 @@ impl SessionEnv<'_> {
     }
 
     /// relayd's count of hook requests by destination: (worker, pass-through).
-    fn hook_destinations(&self) -> Result<(u64, u64)> {
+    pub(super) fn hook_destinations(&self) -> Result<(u64, u64)> {
         let (status, body) =
             http_get(self.daemon, "/metrics", None).context("reading relayd's /metrics")?;
         ensure!(status == 200, "GET /metrics answered {status}");
@@ -457,147 +485,6 @@ fn activation(env: &SessionEnv<'_>, n: usize) -> Result<Activation> {
     })
 }
 
-/// Wall times of relay-hook and of the `/bin/true` baseline.
-#[derive(Debug, Default)]
-struct HookTimes {
-    hook: Vec<Duration>,
-    baseline: Vec<Duration>,
-    /// Hook requests relayd counted to the worker during the runs.
-    to_worker: u64,
-}
-
-/// The two programs of the hook measure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum HookProgram {
-    Hook,
-    Baseline,
-}
-
-/// The block order of a round: which program goes first alternates.
-fn hook_round_order(round: usize) -> [HookProgram; 2] {
-    if round.is_multiple_of(2) {
-        [HookProgram::Baseline, HookProgram::Hook]
-    } else {
-        [HookProgram::Hook, HookProgram::Baseline]
-    }
-}
-
-/// Runs relay-hook with a PreToolUse payload, and `/bin/true` started the same way (same arguments, environment, pipes and payload), in alternating blocks; checks every answer and, with `/metrics`, that every hook reached the worker.
-fn hook_wall_time(env: &SessionEnv<'_>) -> Result<HookTimes> {
-    let hook = env.bin_dir.join("relay-hook");
-    let baseline = ["/bin/true", "/usr/bin/true"]
-        .into_iter()
-        .map(Path::new)
-        .find(|path| path.is_file())
-        .context("neither /bin/true nor /usr/bin/true exists")?;
-    let url = env.daemon_url();
-    let run = |program: HookProgram| -> Result<Duration> {
-        let path = match program {
-            HookProgram::Hook => hook.as_path(),
-            HookProgram::Baseline => baseline,
-        };
-        let mut command = env.command(path);
-        command.args(["claude", "--daemon-address", &url]);
-        let (elapsed, output) = timed_run(command, HOOK_PAYLOAD.as_bytes())
-            .with_context(|| format!("running {}", path.display()))?;
-        ensure!(
-            output.status.success(),
-            "{} exited with {}; stderr: {}",
-            path.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-        if program == HookProgram::Hook {
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            ensure!(
-                stdout.trim() == HOOK_ANSWER,
-                "relay-hook printed {stdout:?} instead of {HOOK_ANSWER}"
-            );
-        }
-        Ok(elapsed)
-    };
-    let (worker_before, passed_before) = env.hook_destinations()?;
-    for _ in 0..HOOK_WARMUP {
-        run(HookProgram::Baseline)?;
-        run(HookProgram::Hook)?;
-    }
-    let mut times = HookTimes::default();
-    for round in 0..HOOK_RUNS.div_ceil(HOOK_BLOCK) {
-        for program in hook_round_order(round) {
-            for _ in 0..HOOK_BLOCK {
-                let elapsed = run(program)?;
-                match program {
-                    HookProgram::Hook => times.hook.push(elapsed),
-                    HookProgram::Baseline => times.baseline.push(elapsed),
-                }
-            }
-        }
-    }
-    let (worker_after, passed_after) = env.hook_destinations()?;
-    let passed = passed_after.saturating_sub(passed_before);
-    times.to_worker = worker_after.saturating_sub(worker_before);
-    let sent = (HOOK_WARMUP + times.hook.len()) as u64;
-    ensure!(
-        passed == 0,
-        "{passed} hook requests passed through instead of going to the worker"
-    );
-    ensure!(
-        times.to_worker >= sent,
-        "relayd counted {} hook requests to the worker, expected {sent}",
-        times.to_worker
-    );
-    Ok(times)
-}
-
-/// Spawns `command`, writes `payload` to its stdin and closes it, reads its output and waits for its exit: the wall time a harness pays for one hook.
-fn timed_run(mut command: Command, payload: &[u8]) -> Result<(Duration, Output)> {
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let mut child = command.spawn().context("spawning")?;
-    if let Some(mut stdin) = child.stdin.take() {
-        match stdin.write_all(payload) {
-            // A program that does not read its stdin (the baseline) may exit before the write.
-            Ok(()) => {}
-            Err(error) if error.kind() == ErrorKind::BrokenPipe => {}
-            Err(error) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(error).context("writing the payload");
-            }
-        }
-    }
-    let output = child.wait_with_output().context("waiting for the exit")?;
-    Ok((started.elapsed(), output))
-}
-
-/// Hook requests in relayd's `relay_requests_total`, by destination: (worker, pass-through).
-fn hook_destinations(metrics: &str) -> (u64, u64) {
-    let mut counts = (0, 0);
-    for line in metrics.lines() {
-        let Some(rest) = line.strip_prefix("relay_requests_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        if !labels.contains(r#"route="hook""#) {
-            continue;
-        }
-        let Some(value) = value.trim().parse::<f64>().ok().filter(|v| *v >= 0.0) else {
-            continue;
-        };
-        if labels.contains(r#"destination="worker""#) {
-            counts.0 += value as u64;
-        } else if labels.contains(r#"destination="pass_through""#) {
-            counts.1 += value as u64;
-        }
-    }
-    counts
-}
-
 /// Pins the calling thread, not the whole process, to `cpus`; processes it spawns afterwards start with that mask.
 fn pin_current_thread(cpus: &str) -> Result<()> {
     let link = fs::read_link("/proc/thread-self").context("reading /proc/thread-self")?;
@@ -639,7 +526,7 @@ fn spawn_on(cpus: Option<&str>, name: &str, command: Command) -> Result<(Instant
 fn find_worker(mcp_pid: u32) -> Result<u32> {
     let deadline = Instant::now() + WORKER_CHILD_TIMEOUT;
     loop {
-        if let Some(pid) = children(mcp_pid)
+        if let Some(pid) = procfs::children(mcp_pid)
             .into_iter()
             .find(|pid| is_relay_worker(*pid))
         {
@@ -652,45 +539,16 @@ fn find_worker(mcp_pid: u32) -> Result<u32> {
     }
 }
 
-/// The children of every thread of `pid`, from `/proc/<pid>/task/<tid>/children`.
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter_map(|task| fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|list| {
-            list.split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect::<Vec<u32>>()
-        })
-        .collect()
-}
-
 /// True when `pid` runs a program named `relay-worker`.
 fn is_relay_worker(pid: u32) -> bool {
-    fs::read(format!("/proc/{pid}/cmdline"))
-        .ok()
-        .and_then(|cmdline| program_name(&cmdline))
-        .is_some_and(|name| name == "relay-worker")
-}
-
-/// The file name of the program in a `/proc/<pid>/cmdline` (arguments separated by NUL).
-fn program_name(cmdline: &[u8]) -> Option<String> {
-    let program = cmdline.split(|b| *b == 0).next()?;
-    let name = Path::new(std::str::from_utf8(program).ok()?).file_name()?;
-    Some(name.to_str()?.to_owned())
+    procfs::program_of(pid).is_some_and(|name| name == "relay-worker")
 }
 
 /// Waits until `pid` is gone or a zombie (a worker is reaped by whoever adopted it, which may be never in a container).
 fn wait_for_exit(pid: u32, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
-        let state = fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| parse_pid_state(&stat));
-        if matches!(state, None | Some('Z' | 'X')) {
+        if PidStat::read(pid).is_none_or(|stat| stat.is_dead()) {
             return Ok(());
         }
         if Instant::now() >= deadline {
@@ -700,23 +558,14 @@ fn wait_for_exit(pid: u32, timeout: Duration) -> Result<()> {
     }
 }
 
-/// The `Cpus_allowed_list` of a process, as `/proc/<pid>/status` gives it.
-fn cpus_allowed(pid: u32) -> Option<String> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
-        .map(|list| list.trim().to_owned())
-}
-
 /// utime + stime of a running process.
 fn process_ticks(pid: u32) -> Option<u64> {
-    parse_pid_stat_ticks(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    PidStat::read(pid).map(|stat| stat.ticks())
 }
 
 /// This process's ticks with those of the children it reaped.
 fn own_ticks() -> Option<u64> {
-    parse_pid_stat_ticks_with_children(&fs::read_to_string("/proc/self/stat").ok()?)
+    PidStat::read_self().map(|stat| stat.ticks_with_children())
 }
 
 /// A fresh route credential: 32 random bytes as 43 base64url characters (SPEC §4.1).
@@ -760,31 +609,6 @@ fn percentile(samples: &[Duration], quantile: f64) -> Duration {
 
 fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
-}
-
-/// A row in relay-loadgen's measure shape (unit ms), for a measure the xtask takes itself; `at_most` is a target on the relay value.
-fn measure_row(
-    scenario: &str,
-    measure: &str,
-    relay: f64,
-    direct: Option<f64>,
-    at_most: Option<f64>,
-    samples: usize,
-) -> Value {
-    json!({
-        "scenario": scenario,
-        "measure": measure,
-        "unit": "ms",
-        "relay": relay,
-        "direct": direct,
-        "added": direct.map(|direct| relay - direct),
-        "target": at_most.map(|limit| format!("≤ {limit} ms")),
-        "within_target": at_most.map(|limit| relay <= limit),
-        "samples": {
-            "direct": direct.map(|_| samples),
-            "relay": samples,
-        },
-    })
 }
 
 #[cfg(test)]

@@ -33,7 +33,10 @@ async fn upload() -> Upload {
     let incoming_tx = std::sync::Mutex::new(Some(incoming_tx));
     tasks.spawn(async move {
         let service = hyper::service::service_fn(move |req: http::Request<Incoming>| {
-            if let Some(tx) = crate::sync::lock(&incoming_tx, "test").unwrap().take() {
+            if let Some(tx) = relay_logging::sync::lock(&incoming_tx, "test")
+                .unwrap()
+                .take()
+            {
                 let _ = tx.send(req.into_body());
             }
             // Never answers: the test only reads the request body.

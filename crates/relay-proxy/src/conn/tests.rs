@@ -9,7 +9,7 @@ fn tracker() -> ConnIo<()> {
 }
 
 fn verdicts(io: &ConnIo<()>) -> Vec<HeadVerdict> {
-    crate::sync::lock(&io.state.verdicts, "test")
+    relay_logging::sync::lock(&io.state.verdicts, "test")
         .unwrap()
         .iter()
         .copied()
@@ -182,7 +182,7 @@ fn bytes_the_watcher_cannot_follow_leave_requests_refused_and_the_connection_unt
         io.observe(b"GET / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n");
         assert!(io.state.is_untracked(), "{stream:?}");
         assert!(matches!(io.framing, Framing::Lost));
-        while !crate::sync::lock(&io.state.verdicts, "test")
+        while !relay_logging::sync::lock(&io.state.verdicts, "test")
             .unwrap()
             .is_empty()
         {

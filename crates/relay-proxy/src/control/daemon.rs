@@ -102,7 +102,7 @@ impl ControlPlane {
     /// then it closes; sessions that do not finish within a second are aborted.
     pub async fn shutdown(&self) {
         self.shell.close_sessions();
-        let mut tasks = crate::sync::lock(&self.tasks, "control tasks")
+        let mut tasks = relay_logging::sync::lock(&self.tasks, "control tasks")
             .map(|mut tasks| std::mem::take(&mut *tasks))
             .unwrap_or_default();
         let flushed = async { while tasks.join_next().await.is_some() {} };
@@ -190,7 +190,7 @@ impl ControlPlane {
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        if let Some(mut tasks) = crate::sync::lock(&self.tasks, "control tasks") {
+        if let Some(mut tasks) = relay_logging::sync::lock(&self.tasks, "control tasks") {
             while tasks.try_join_next().is_some() {}
             tasks.spawn(task);
         }
@@ -201,7 +201,8 @@ impl ControlPlane {
     fn rate_limited(&self, ip: IpAddr) -> Option<u64> {
         let now = Instant::now();
         // A poisoned limiter fails closed: every handshake is limited.
-        let Some(mut handshakes) = crate::sync::lock(&self.handshakes, "handshake rate limiter")
+        let Some(mut handshakes) =
+            relay_logging::sync::lock(&self.handshakes, "handshake rate limiter")
         else {
             return Some(self.options.challenge_window.as_secs().max(1));
         };
@@ -260,7 +261,8 @@ impl ControlPlane {
     }
 
     fn take_ip_slot(&self, ip: IpAddr) -> bool {
-        let Some(mut counts) = crate::sync::lock(&self.sessions_per_ip, "sessions per address")
+        let Some(mut counts) =
+            relay_logging::sync::lock(&self.sessions_per_ip, "sessions per address")
         else {
             return false;
         };
@@ -273,7 +275,8 @@ impl ControlPlane {
     }
 
     fn release_ip_slot(&self, ip: IpAddr) {
-        if let Some(mut counts) = crate::sync::lock(&self.sessions_per_ip, "sessions per address")
+        if let Some(mut counts) =
+            relay_logging::sync::lock(&self.sessions_per_ip, "sessions per address")
             && let Some(count) = counts.get_mut(&ip)
         {
             *count = count.saturating_sub(1);

@@ -39,7 +39,8 @@ impl Front {
             worker_id: worker.as_uuid(),
             reason,
         };
-        if let Some(mut limiter) = crate::sync::lock(&self.failures, "failure log limiter") {
+        if let Some(mut limiter) = relay_logging::sync::lock(&self.failures, "failure log limiter")
+        {
             limiter.emit(Instant::now(), &event);
         }
     }
@@ -56,7 +57,8 @@ impl Front {
             worker_id: worker.as_uuid(),
             reason,
         };
-        if let Some(mut limiter) = crate::sync::lock(&self.failures, "failure log limiter") {
+        if let Some(mut limiter) = relay_logging::sync::lock(&self.failures, "failure log limiter")
+        {
             limiter.emit(Instant::now(), &event);
         }
     }
@@ -67,7 +69,8 @@ impl Front {
             fingerprint: None,
             reason: failure.reason(),
         };
-        if let Some(mut limiter) = crate::sync::lock(&self.failures, "failure log limiter") {
+        if let Some(mut limiter) = relay_logging::sync::lock(&self.failures, "failure log limiter")
+        {
             limiter.emit(Instant::now(), &event);
         }
     }

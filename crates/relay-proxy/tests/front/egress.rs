@@ -39,7 +39,7 @@ impl ConnectProxy {
     }
 
     fn targets(&self) -> Vec<String> {
-        relay_proxy::sync::lock(&self.targets, "test")
+        relay_logging::sync::lock(&self.targets, "test")
             .unwrap()
             .clone()
     }
@@ -62,7 +62,7 @@ async fn tunnel(mut client: TcpStream, targets: Arc<Mutex<Vec<String>>>) {
             .await;
         return;
     };
-    relay_proxy::sync::lock(&targets, "test")
+    relay_logging::sync::lock(&targets, "test")
         .unwrap()
         .push(target.to_owned());
     let Ok(mut upstream) = TcpStream::connect(target).await else {

@@ -69,9 +69,7 @@ async fn stand_in(
                         .await
                         .map(|b| b.to_bytes())
                         .unwrap_or_default();
-                    let status = statuses
-                        .lock()
-                        .ok()
+                    let status = relay_logging::sync::lock(&statuses, "test")
                         .and_then(|mut s| s.pop_front())
                         .unwrap_or(StatusCode::OK);
                     let _ = tx.send(Received {

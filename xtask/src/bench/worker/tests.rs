@@ -1,3 +1,6 @@
+use std::process::Command;
+
+use super::super::hook::*;
 use super::*;
 
 #[test]
@@ -39,16 +42,6 @@ fn percentiles_are_nearest_rank() {
 }
 
 #[test]
-fn the_program_name_is_the_first_argument_s_file_name() {
-    assert_eq!(
-        program_name(b"/work/target/release/relay-worker\0--daemon-address\0http://127.0.0.1:1\0"),
-        Some("relay-worker".to_owned())
-    );
-    assert_eq!(program_name(b"relay-mcp"), Some("relay-mcp".to_owned()));
-    assert_eq!(program_name(b""), None);
-}
-
-#[test]
 fn hook_destinations_count_only_the_hook_route() {
     let metrics = "# TYPE relay_requests counter\n\
                    relay_requests_total{route=\"hook\",destination=\"worker\",status=\"200\"} 220\n\
@@ -71,31 +64,6 @@ fn hook_blocks_alternate_which_program_goes_first() {
     );
     // An even number of rounds gives each program the first slot equally often.
     assert!(HOOK_RUNS.div_ceil(HOOK_BLOCK).is_multiple_of(2));
-}
-
-#[test]
-fn rows_have_the_loadgen_shape_and_are_read_into_the_table() {
-    let with_baseline = measure_row("hook", "hook p50", 2.5, Some(0.5), Some(3.0), 200);
-    assert_eq!(
-        with_baseline,
-        json!({
-            "scenario": "hook",
-            "measure": "hook p50",
-            "unit": "ms",
-            "relay": 2.5,
-            "direct": 0.5,
-            "added": 2.0,
-            "target": "≤ 3 ms",
-            "within_target": true,
-            "samples": {"direct": 200, "relay": 200},
-        })
-    );
-    let alone = measure_row("activation", "max", 151.0, None, Some(150.0), 10);
-    assert_eq!(alone["within_target"], false);
-    assert_eq!(alone["added"], Value::Null);
-    let rows = super::super::rows(&json!({ "measures": [with_baseline, alone] })).unwrap();
-    assert_eq!(rows[0].added, Some(2.0));
-    assert_eq!(rows[1].target.as_deref(), Some("≤ 150 ms"));
 }
 
 #[test]
@@ -123,11 +91,11 @@ fn children_are_found_and_an_exit_is_noticed() {
     command.arg("600");
     let (_, sleeper) = spawn_on(None, "sleep", command).unwrap();
     let pid = sleeper.pid();
-    assert!(children(std::process::id()).contains(&pid));
+    assert!(procfs::children(std::process::id()).contains(&pid));
     assert!(!is_relay_worker(pid));
     assert!(wait_for_exit(pid, Duration::from_millis(20)).is_err());
     assert!(process_ticks(pid).is_some());
-    assert!(cpus_allowed(pid).is_some_and(|list| !list.is_empty()));
+    assert!(procfs::cpus_allowed(pid).is_some_and(|list| !list.is_empty()));
     drop(sleeper);
     wait_for_exit(pid, Duration::from_secs(5)).unwrap();
     assert!(own_ticks().is_some());

@@ -1,12 +1,22 @@
 use std::time::Duration;
 
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+use http::header::HeaderValue;
+use relay_testkit::measures::{MeasureId, SampleCounts, Unit};
 use relay_testkit::{Behaviour, StandIn, StandInConfig};
 
 use super::*;
+use crate::conn::{Conn, Probe, chat_body_of_size, large_body};
+use crate::metrics::{Destinations, open_streams_gauge, rss_bytes};
+use crate::samples::{Samples, Side, round_order};
+use crate::scenarios::{latency, throughput, ttfb};
+use crate::streams::hold_streams;
 
 /// A plan small enough for a unit test, still exercising warm-up, several rounds and blocks.
 fn tiny_plan() -> Plan {
-    let mut plan = Plan::scaled(0.001, 8);
+    let mut plan = Plan::scaled(0.001, 8, 8);
     plan.latency.block = 5;
     plan.ttfb.block = 5;
     plan.throughput_concurrency = 4;
@@ -21,7 +31,11 @@ fn ctx_against(addr: SocketAddr, plan: Plan) -> Ctx {
         direct: addr,
         relay: addr,
         relay_pid: None,
+        peer: None,
+        peer_pids: Vec::new(),
         stream_stand_in_pid: None,
+        paced: None,
+        stream_pace: Duration::from_millis(250),
         worker_pid: None,
         token: None,
         plan,
@@ -30,9 +44,20 @@ fn ctx_against(addr: SocketAddr, plan: Plan) -> Ctx {
 
 #[test]
 fn rounds_alternate_which_target_goes_first() {
-    assert_eq!(round_order(0), [Side::Direct, Side::Relay]);
-    assert_eq!(round_order(1), [Side::Relay, Side::Direct]);
-    let plan = Plan::scaled(0.01, 1000);
+    let two = [Side::Direct, Side::Relay];
+    assert_eq!(round_order(0, &two), [Side::Direct, Side::Relay]);
+    assert_eq!(round_order(1, &two), [Side::Relay, Side::Direct]);
+    let three = [Side::Direct, Side::Relay, Side::Peer];
+    assert_eq!(
+        round_order(1, &three),
+        [Side::Relay, Side::Peer, Side::Direct]
+    );
+    assert_eq!(
+        round_order(2, &three),
+        [Side::Peer, Side::Direct, Side::Relay]
+    );
+    assert_eq!(round_order(3, &three), three);
+    let plan = Plan::scaled(0.01, 1000, 5000);
     for shape in [plan.latency, plan.ttfb] {
         assert!(
             shape.rounds >= 2 && shape.rounds.is_multiple_of(2),
@@ -44,7 +69,7 @@ fn rounds_alternate_which_target_goes_first() {
 
 #[test]
 fn full_scale_plan_matches_the_documented_counts() {
-    let plan = Plan::scaled(1.0, 1000);
+    let plan = Plan::scaled(1.0, 1000, 5000);
     assert_eq!(
         plan.latency,
         Interleave {
@@ -59,44 +84,15 @@ fn full_scale_plan_matches_the_documented_counts() {
     assert_eq!(plan.throughput_concurrency, 64);
     assert_eq!(plan.throughput_block, Duration::from_secs(2));
     assert_eq!(plan.streams, 1000);
-    let quick = Plan::scaled(0.0001, 10);
+    let quick = Plan::scaled(0.0001, 10, 10);
     assert_eq!(quick.latency.warmup, 1);
     assert_eq!(quick.throughput_block, Duration::from_millis(20));
-}
-
-#[test]
-fn vm_rss_is_read_in_bytes() {
-    let status = "Name:\trelayd\nVmPeak:\t  99999 kB\nVmRSS:\t   12345 kB\nThreads:\t3\n";
-    assert_eq!(parse_vm_rss(status), Some(12345 * 1024));
-    assert_eq!(parse_vm_rss("Name:\tzombie\n"), None);
-    assert_eq!(parse_vm_rss("VmRSS:\t12 MB\n"), None);
-    assert_eq!(parse_vm_rss("VmRSS:\tlots kB\n"), None);
 }
 
 #[test]
 fn own_rss_is_readable() {
     let rss = rss_bytes(std::process::id()).unwrap();
     assert!(rss > 1024 * 1024, "{rss}");
-}
-
-#[test]
-fn cpu_ticks_are_utime_plus_stime() {
-    let stat = "77 (relay-loadgen) R 1 77 77 0 -1 4194304 900 0 0 0 250 31 0 0 20 0 1 0 5 100 50\n";
-    assert_eq!(parse_stat_ticks(stat), Some(281));
-    assert_eq!(parse_stat_ticks("77 (x) R\n"), None);
-    let own = std::fs::read_to_string("/proc/self/stat").unwrap();
-    assert!(parse_stat_ticks(&own).is_some());
-}
-
-#[test]
-fn hard_open_file_limit_is_parsed() {
-    let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
-                  Max cpu time              unlimited            unlimited            seconds   \n\
-                  Max open files            1024                 524288               files     \n";
-    assert_eq!(parse_hard_open_files(limits), Some(Some(524_288)));
-    let unlimited = "Max open files            1024                 unlimited            files\n";
-    assert_eq!(parse_hard_open_files(unlimited), Some(None));
-    assert_eq!(parse_hard_open_files("Max processes 1 2 processes\n"), None);
 }
 
 #[test]
@@ -108,69 +104,6 @@ fn open_streams_gauge_is_found_among_other_metrics() {
                 relay_control_sessions 0\n";
     assert_eq!(open_streams_gauge(text), Some(1000.0));
     assert_eq!(open_streams_gauge("relay_control_sessions 0\n"), None);
-}
-
-#[test]
-fn targets_are_checked_on_the_added_or_the_relay_value() {
-    assert_eq!(
-        Target::AddedAtMost(60.0).is_met(100.0, Some(60.0)),
-        Some(true)
-    );
-    assert_eq!(
-        Target::AddedAtMost(60.0).is_met(100.0, Some(60.1)),
-        Some(false)
-    );
-    assert_eq!(Target::AddedAtMost(60.0).is_met(100.0, None), None);
-    assert_eq!(Target::RelayAtMost(0.0).is_met(0.0, Some(-2.0)), Some(true));
-    assert_eq!(Target::RelayAtMost(0.0).is_met(1.0, Some(0.0)), Some(false));
-    assert_eq!(
-        Target::RelayAtLeast(15_000.0).is_met(14_999.0, None),
-        Some(false)
-    );
-    assert_eq!(Target::RelayBelow(10.0).is_met(10.0, None), Some(false));
-    assert_eq!(
-        Target::AddedAtMost(60.0).text(Unit::Micros),
-        "added ≤ 60 µs"
-    );
-    assert_eq!(
-        Target::RelayAtLeast(15_000.0).text(Unit::PerSecond),
-        "≥ 15000 req/s"
-    );
-    assert_eq!(Target::RelayAtMost(0.0).text(Unit::Count), "≤ 0");
-}
-
-#[test]
-fn a_compared_row_carries_relay_direct_and_added() {
-    let row = Measure::compare(
-        Scenario::Latency,
-        "p99",
-        Unit::Micros,
-        180.0,
-        40.0,
-        Some(Target::AddedAtMost(150.0)),
-    );
-    assert_eq!(row.added, Some(140.0));
-    assert_eq!(row.within_target, Some(true));
-    let json = serde_json::to_value(&row).unwrap();
-    assert_eq!(
-        json,
-        serde_json::json!({
-            "scenario": "latency",
-            "measure": "p99",
-            "unit": "us",
-            "relay": 180.0,
-            "direct": 40.0,
-            "added": 140.0,
-            "target": "added ≤ 150 µs",
-            "within_target": true,
-        })
-    );
-    let info = Measure::relay_only(Scenario::Memory, "rss", Unit::Mebibytes, 9.5, None);
-    assert_eq!(info.within_target, None);
-    assert_eq!(
-        serde_json::to_value(&info).unwrap()["direct"],
-        serde_json::Value::Null
-    );
 }
 
 #[test]
@@ -211,7 +144,8 @@ async fn latency_ttfb_and_throughput_run_against_a_stand_in() {
             row.samples,
             Some(SampleCounts {
                 direct: per_side,
-                relay: per_side
+                relay: per_side,
+                peer: None,
             })
         );
         assert!(
@@ -354,4 +288,199 @@ async fn a_worker_connection_sends_the_credential_and_the_large_body_arrives_who
     assert_eq!(records[0].body.len(), 2 * 1024 * 1024);
     assert!(records[0].body_complete);
     assert_eq!(records[1].header("x-relay-client-token"), None);
+}
+
+#[tokio::test]
+async fn a_peer_runs_beside_relayd_and_cpu_is_counted_per_request() {
+    let direct = StandIn::start_with(StandInConfig {
+        record_requests: false,
+        ..StandInConfig::default()
+    })
+    .await
+    .unwrap();
+    let peer = StandIn::start_with(StandInConfig {
+        record_requests: false,
+        ..StandInConfig::default()
+    })
+    .await
+    .unwrap();
+    let plan = tiny_plan();
+    let mut ctx = ctx_against(direct.addr(), plan.clone());
+    // This process stands in for relayd and the peer: its CPU time is what the window sees.
+    ctx.relay_pid = Some(std::process::id());
+    ctx.peer = Some(peer.addr());
+    ctx.peer_pids = vec![std::process::id()];
+
+    let rows = latency(&ctx).await.unwrap();
+    let per_side = (plan.latency.rounds * plan.latency.block) as u64;
+    for row in &rows {
+        assert_eq!(row.samples.unwrap().peer, Some(per_side), "{row:?}");
+        assert!(row.peer.is_some_and(|p| p > 0.0), "{row:?}");
+        let cpu = row.cpu.unwrap();
+        assert!(cpu.relay_us >= 0.0 && cpu.peer_us.is_some(), "{cpu:?}");
+    }
+
+    let rows = throughput(&ctx).await.unwrap();
+    let ids: Vec<MeasureId> = rows.iter().map(|r| r.id).collect();
+    assert_eq!(
+        ids,
+        [
+            MeasureId::ThroughputRate,
+            MeasureId::ThroughputP99,
+            MeasureId::CpuPassThrough
+        ]
+    );
+    assert!(rows[0].peer.is_some_and(|rate| rate > 0.0));
+    let cpu = &rows[2];
+    assert_eq!(cpu.unit, Unit::Micros);
+    assert_eq!(cpu.peer, cpu.cpu.unwrap().peer_us);
+    assert!(rows[0].samples.unwrap().peer.is_some_and(|n| n > 0));
+}
+
+#[test]
+fn cpu_per_request_is_the_window_s_ticks_over_the_requests() {
+    use crate::scenarios::{CpuTicks, cpu_per_request};
+    let before = CpuTicks::new(Some(100), Some(50));
+    let after = CpuTicks::new(Some(300), Some(150));
+    // 200 ticks of 10 ms over 40,000 requests: 50 µs each; the peer 1 s over 20,000: 50 µs.
+    let cpu = cpu_per_request(before, after, 40_000, 20_000).unwrap();
+    assert!((cpu.relay_us - 50.0).abs() < 1e-9, "{cpu:?}");
+    assert_eq!(cpu.ratio, Some(1.0));
+    assert_eq!(cpu_per_request(before, after, 0, 10), None);
+    let no_peer = cpu_per_request(before, CpuTicks::new(Some(300), None), 40_000, 0).unwrap();
+    assert_eq!(no_peer.peer_us, None);
+    assert_eq!(cpu_per_request(after, before, 1, 1), None);
+}
+
+#[test]
+fn events_are_split_at_blank_lines_and_a_partial_one_waits() {
+    use crate::open_streams::{event_name, take_events};
+    let mut buffer =
+        "event: message_start\ndata: {}\n\nevent: ping\ndata: {}\n\nevent: content_block"
+            .to_owned();
+    let events = take_events(&mut buffer);
+    assert_eq!(events.len(), 2);
+    assert_eq!(event_name(&events[0]), Some("message_start"));
+    assert_eq!(event_name(&events[1]), Some("ping"));
+    assert_eq!(buffer, "event: content_block");
+    buffer.push_str("_delta\ndata: {}\n\n");
+    let events = take_events(&mut buffer);
+    assert_eq!(event_name(&events[0]), Some("content_block_delta"));
+    assert!(buffer.is_empty());
+    assert_eq!(event_name("data: {}\n\n"), None);
+}
+
+#[test]
+fn a_late_a_lost_or_an_out_of_order_frame_marks_its_stream_once() {
+    use crate::open_streams::{FrameStats, LATE_SLACK, StreamCheck};
+    let pace = Duration::from_millis(250);
+    let start = std::time::Instant::now();
+    let mut stats = FrameStats::default();
+    let mut on_time = StreamCheck::new(pace);
+    for (k, name) in [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "ping",
+        "content_block_delta",
+    ]
+    .iter()
+    .enumerate()
+    {
+        on_time.frame(
+            &format!("event: {name}\ndata: {{}}\n\n"),
+            start + pace * k as u32,
+            &mut stats,
+        );
+    }
+    assert_eq!(
+        (
+            stats.frames,
+            stats.late,
+            stats.out_of_order,
+            stats.bad_streams
+        ),
+        (5, 0, 0, 0)
+    );
+
+    // A lost frame: the next one comes two paces after the last.
+    let mut lossy = StreamCheck::new(pace);
+    lossy.frame("event: content_block_delta\n\n", start, &mut stats);
+    lossy.frame(
+        "event: content_block_delta\n\n",
+        start + pace * 2,
+        &mut stats,
+    );
+    // Late again, but the stream is counted once.
+    lossy.frame(
+        "event: content_block_delta\n\n",
+        start + pace * 3 + LATE_SLACK * 2,
+        &mut stats,
+    );
+    assert_eq!((stats.late, stats.bad_streams), (2, 1));
+
+    let mut reordered = StreamCheck::new(pace);
+    reordered.frame("event: content_block_delta\n\n", start, &mut stats);
+    reordered.frame("event: message_start\n\n", start + pace, &mut stats);
+    assert_eq!((stats.out_of_order, stats.bad_streams), (1, 2));
+}
+
+#[tokio::test]
+async fn held_streams_that_end_early_lost_their_frames() {
+    use crate::open_streams::hold_and_check;
+    // Streams of three paced events end long before the hold does: every one of them lost frames.
+    let short = StandIn::start_with(StandInConfig {
+        behaviour: Behaviour {
+            pace: Some(Duration::from_millis(20)),
+            stream_events: Some(3),
+            ..Behaviour::default()
+        },
+        record_requests: false,
+        ..StandInConfig::default()
+    })
+    .await
+    .unwrap();
+    let pace = Duration::from_millis(20);
+    let hold = hold_and_check(
+        short.addr(),
+        4,
+        2,
+        pace,
+        Duration::from_millis(600),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(hold.ended, 4);
+    assert_eq!(hold.stats.bad_streams, 4);
+    assert!(hold.stats.frames >= 4 * 3, "{:?}", hold.stats);
+    assert_eq!(hold.rss, None);
+
+    // Long streams stay open through the hold, and the RSS is sampled in its middle.
+    let long = StandIn::start_with(StandInConfig {
+        behaviour: Behaviour {
+            pace: Some(Duration::from_millis(50)),
+            stream_events: Some(1000),
+            ..Behaviour::default()
+        },
+        record_requests: false,
+        ..StandInConfig::default()
+    })
+    .await
+    .unwrap();
+    let hold = hold_and_check(
+        long.addr(),
+        4,
+        2,
+        Duration::from_millis(50),
+        Duration::from_millis(400),
+        Some(std::process::id()),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(hold.ended, 0);
+    assert!(hold.stats.frames >= 4, "{:?}", hold.stats);
+    assert!(hold.rss.is_some_and(|rss| rss > 0));
 }

@@ -1,5 +1,6 @@
-//! One policy for the std mutexes of the daemon and the worker: a lock that a panic poisoned
-//! fails closed.
+//! One policy for the std mutexes of the daemon, the worker and their sinks: a lock that a
+//! panic poisoned fails closed. It lives here, below every crate that locks, because the
+//! policy includes logging the first poisoned lock.
 //!
 //! A panic while a mutex was held may have left its data half-updated, so nothing reads that
 //! data again: [`lock`] returns `None`, and each caller refuses the work that needed it (a

@@ -1,0 +1,241 @@
+//! nginx as relayd's peer: `proxy_pass` with upstream keep-alive in front of the same stand-in, so the pass-through measures have a reference proxy measured in the same run.
+//!
+//! It runs in the foreground from a generated config in the scratch directory, on a free 127.0.0.1 port, with its pid file, logs and temp directories there too; `/etc/nginx` and the system service are never read, written or started.
+//! When nginx is missing and the bench runs as root, it is installed from the Debian package (`nginx-light`, else `nginx`); otherwise the run goes on without a peer and says why.
+
+use std::{
+    fs,
+    net::{SocketAddr, TcpStream},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use relay_testkit::procfs;
+
+use super::procs::{PORT_ATTEMPTS, Process, Scratch, free_port, log_tail, pinned_command};
+
+/// How long nginx may take to accept connections and start its workers.
+const NGINX_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long nginx may take to stop after SIGTERM before it is killed.
+const NGINX_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Where Debian puts the binary (not always on a non-root PATH).
+const DEBIAN_BINARY: &str = "/usr/sbin/nginx";
+/// Packages tried in order: the smallest build first.
+const PACKAGES: [&str; 2] = ["nginx-light", "nginx"];
+
+/// The nginx binary, installing the package when it is missing and this process may.
+pub(super) fn find_or_install() -> Result<PathBuf> {
+    if let Some(found) = find() {
+        return Ok(found);
+    }
+    if procfs::own_effective_uid() != Some(0) {
+        bail!(
+            "nginx is not installed and the bench does not run as root; install it with `apt-get install nginx-light`"
+        );
+    }
+    println!(
+        "\n==> nginx is missing: installing it with apt-get (the service is not started or enabled here)"
+    );
+    let mut last = String::new();
+    for update_first in [false, true] {
+        if update_first {
+            let _ = apt(&["update"]);
+        }
+        for package in PACKAGES {
+            match apt(&["install", "-y", "--no-install-recommends", package]) {
+                Ok(()) => {
+                    if let Some(found) = find() {
+                        return Ok(found);
+                    }
+                }
+                Err(error) => last = format!("{error:#}"),
+            }
+        }
+    }
+    bail!("could not install nginx: {last}")
+}
+
+fn find() -> Option<PathBuf> {
+    let on_path = Command::new("nginx")
+        .arg("-v")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if on_path {
+        return Some(PathBuf::from("nginx"));
+    }
+    Path::new(DEBIAN_BINARY)
+        .is_file()
+        .then(|| PathBuf::from(DEBIAN_BINARY))
+}
+
+fn apt(args: &[&str]) -> Result<()> {
+    let status = Command::new("apt-get")
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .status()
+        .context("running apt-get")?;
+    if !status.success() {
+        bail!("apt-get {} failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// nginx's version line (`nginx version: nginx/1.22.1`), for the JSON.
+pub(super) fn version(binary: &Path) -> Option<String> {
+    let output = Command::new(binary).arg("-v").output().ok()?;
+    // nginx prints its version on stderr.
+    let text = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+    (!text.is_empty()).then_some(text)
+}
+
+/// The config: `workers` worker processes, no access log, the stand-in as a keep-alive upstream, responses and request bodies streamed like relayd streams them.
+pub(super) fn config(
+    dir: &Path,
+    port: u16,
+    upstream: SocketAddr,
+    workers: usize,
+    as_root: bool,
+) -> String {
+    let dir = dir.display();
+    // As root, nginx would switch its workers to `nobody`, who may not read the scratch directory.
+    let user = if as_root { "user root;\n" } else { "" };
+    format!(
+        "# Written by cargo xtask bench: nginx as relayd's peer, in front of the same stand-in.
+daemon off;
+master_process on;
+worker_processes {workers};
+{user}pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{
+    worker_connections 4096;
+}}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/client_body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    keepalive_timeout 90s;
+    keepalive_requests 1000000;
+    client_max_body_size 32m;
+    upstream stand_in {{
+        server {upstream};
+        keepalive 128;
+        keepalive_requests 1000000;
+        keepalive_timeout 90s;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://stand_in;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_buffering off;
+            proxy_request_buffering off;
+        }}
+    }}
+}}
+"
+    )
+}
+
+/// A running nginx: its master and worker processes.
+#[derive(Debug)]
+pub(super) struct Nginx {
+    pub(super) addr: SocketAddr,
+    process: Process,
+    /// The master and its workers, whose CPU time is nginx's.
+    pub(super) pids: Vec<u32>,
+}
+
+impl Nginx {
+    /// Starts nginx on a free port in front of `upstream` and waits until it accepts connections and its `workers` workers run.
+    pub(super) fn start(
+        binary: &Path,
+        cpus: Option<&str>,
+        workers: usize,
+        upstream: SocketAddr,
+        scratch: &Scratch,
+    ) -> Result<Nginx> {
+        let dir = scratch.path("nginx");
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let as_root = procfs::own_effective_uid() == Some(0);
+        let mut last_log = String::new();
+        for attempt in 1..=PORT_ATTEMPTS {
+            let port = free_port()?;
+            let conf = dir.join("nginx.conf");
+            fs::write(&conf, config(&dir, port, upstream, workers, as_root))
+                .with_context(|| format!("writing {}", conf.display()))?;
+            let (log, log_file) = scratch.log(&format!("nginx/stderr-{attempt}"))?;
+            let mut command = pinned_command(binary, cpus);
+            command
+                .arg("-p")
+                .arg(&dir)
+                .arg("-c")
+                .arg(&conf)
+                // The error log before the config is read, so nothing goes to /var/log/nginx.
+                .arg("-e")
+                .arg(dir.join("error.log"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log_file);
+            let mut process = Process::spawn("nginx", command)?;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let deadline = Instant::now() + NGINX_START_TIMEOUT;
+            loop {
+                if let Some(status) = process.exited()? {
+                    last_log = format!("{}\n{}", log_tail(&log), log_tail(&dir.join("error.log")));
+                    if last_log.contains("Address already in use") {
+                        break;
+                    }
+                    bail!("nginx exited at start-up ({status}):\n{last_log}");
+                }
+                let workers_now = procfs::children(process.pid());
+                if workers_now.len() >= workers
+                    && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                {
+                    let mut pids = vec![process.pid()];
+                    pids.extend(workers_now);
+                    return Ok(Nginx {
+                        addr,
+                        process,
+                        pids,
+                    });
+                }
+                if Instant::now() >= deadline {
+                    bail!(
+                        "nginx did not accept connections on {addr} within {NGINX_START_TIMEOUT:?}:\n{}",
+                        log_tail(&dir.join("error.log"))
+                    );
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        bail!("nginx could not bind a free port in {PORT_ATTEMPTS} attempts:\n{last_log}")
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+}
+
+impl Drop for Nginx {
+    /// SIGTERM first, so the master stops its workers (a killed master would leave them running), then the process handle kills and reaps whatever is left.
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.process.pid().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + NGINX_STOP_TIMEOUT;
+        while matches!(self.process.exited(), Ok(None)) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
