@@ -311,9 +311,14 @@ impl Relayd {
 }
 
 /// relayd's config file: both provider families go to the local stand-ins.
+/// `[daemon] max_requests_per_identity` for the bench: the open-streams measure holds 1,000
+/// streams through one worker with one credential, over the default of 256 requests in
+/// flight per route.
+const BENCH_REQUESTS_PER_IDENTITY: u32 = 2048;
+
 pub(super) fn relayd_config(openai_upstream: SocketAddr, anthropic_upstream: SocketAddr) -> String {
     format!(
-        "# Written by cargo xtask bench.\n[upstream]\nopenai_base_url = \"http://{openai_upstream}/v1\"\nanthropic_base_url = \"http://{anthropic_upstream}\"\n"
+        "# Written by cargo xtask bench.\n[upstream]\nopenai_base_url = \"http://{openai_upstream}/v1\"\nanthropic_base_url = \"http://{anthropic_upstream}\"\n# One credential holds the 1,000 streams of the worker open-streams measure.\n[daemon]\nmax_requests_per_identity = {BENCH_REQUESTS_PER_IDENTITY}\n"
     )
 }
 
