@@ -228,7 +228,10 @@ async fn a_flood_of_unbound_opening_hooks_does_not_stop_a_known_users_session_st
     let started = tokio::time::Instant::now();
     let status = daemon.session_start(&victim.encode()).await;
     let waited = started.elapsed();
-    assert_eq!(status, 200, "a SessionStart without a worker still gets its silent answer");
+    assert_eq!(
+        status, 200,
+        "a SessionStart without a worker still gets its silent answer"
+    );
     assert!(
         waited >= ACTIVATION_WAIT.mul_f64(0.9),
         "the victim's SessionStart waited {waited:?}, not the activation wait"

@@ -54,7 +54,12 @@ fn a_remote_worker_cannot_name_an_interface_address_of_the_daemon_host() {
         "without the interfaces the daemon's host passes for a remote worker"
     );
     let own = own_addresses(Ipv4Addr::UNSPECIFIED, "relay.example", &[lan]);
-    assert!(!endpoint_allowed("192.168.1.20:47700", lan, &networks, &own));
+    assert!(!endpoint_allowed(
+        "192.168.1.20:47700",
+        lan,
+        &networks,
+        &own
+    ));
     assert!(!endpoint_allowed(
         "192.168.1.20:47700",
         v4(192, 168, 1, 30),

@@ -15,7 +15,10 @@ fn a_full_unbound_pool_leaves_every_route_its_own_budget() {
         .take(10_000)
         .collect();
     assert_eq!(victim.len(), MAX_WAITING_PER_ROUTE);
-    assert!(waiting.try_take(route(b'B')).is_some(), "another route still waits");
+    assert!(
+        waiting.try_take(route(b'B')).is_some(),
+        "another route still waits"
+    );
 }
 
 #[test]
