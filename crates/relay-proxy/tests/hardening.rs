@@ -33,7 +33,7 @@ use relay_proxy::control::daemon::{ControlOptions, ControlPlane, MAX_HANDSHAKES}
 use relay_proxy::front::{Advertised, Front, FrontOptions, Mode, ProviderKeys};
 use relay_proxy::metrics::Metrics;
 use relay_proxy::server::{ServeOptions, serve};
-use relay_proxy::shell::{MAX_WAITING_UNBOUND, Shell};
+use relay_proxy::shell::Shell;
 use relay_proxy::state::StateStore;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
 use relay_testkit::StandIn;
@@ -235,12 +235,6 @@ async fn a_flood_of_unbound_opening_hooks_does_not_stop_a_known_users_session_st
     assert!(
         waited >= ACTIVATION_WAIT.mul_f64(0.9),
         "the victim's SessionStart waited {waited:?}, not the activation wait"
-    );
-    // And the flood itself held no more than the unbound pool while the victim waited.
-    assert!(
-        answered.load(Ordering::SeqCst) >= flood - MAX_WAITING_UNBOUND,
-        "{} of {flood} unbound hooks answered: more than the unbound pool waited",
-        answered.load(Ordering::SeqCst)
     );
     while let Some(status) = attackers.join_next().await {
         assert_eq!(status.unwrap(), 200);
