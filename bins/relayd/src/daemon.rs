@@ -1,6 +1,6 @@
 //! Starting, serving and stopping the daemon.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -331,10 +331,17 @@ fn control_options(
         .map(|o| relay_identity::Origin::parse(o).map(|o| o.to_string()))
         .collect::<Result<Vec<_>, _>>()
         .context("normalizing the daemon's origins")?;
-    let mut own_addresses = vec![IpAddr::V4(settings.bind)];
-    if let Ok(ip) = advertised.host.parse::<IpAddr>() {
-        own_addresses.push(ip);
-    }
+    let interfaces = if_addrs::get_if_addrs()
+        .context("enumerating the host's interface addresses")?
+        .iter()
+        .map(if_addrs::Interface::ip)
+        .collect::<Vec<_>>();
+    let own_addresses = own_addresses(settings.bind, &advertised.host, &interfaces);
+    tracing::info!(
+        interface_addresses = interfaces.len(),
+        own_addresses = own_addresses.len(),
+        "the daemon's own addresses are enumerated; remote workers may not name them"
+    );
     let t = &config.daemon.timers;
     Ok(ControlOptions {
         daemon_key,
@@ -348,6 +355,31 @@ fn control_options(
         worker_networks: config.daemon.worker_networks.clone(),
         own_addresses,
     })
+}
+
+/// The addresses a remote worker may never name as its endpoint (§5.5): the bind address,
+/// an IP-literal advertised host, and every address of the host's interfaces (enumerated at
+/// start), so a local user reaching the daemon over one of its own interfaces cannot
+/// register a worker that is really the daemon's own host. Sorted, without duplicates,
+/// IPv4-mapped IPv6 addresses written as IPv4.
+pub(crate) fn own_addresses(
+    bind: Ipv4Addr,
+    advertised_host: &str,
+    interfaces: &[IpAddr],
+) -> Vec<IpAddr> {
+    let mut own = vec![IpAddr::V4(bind)];
+    if let Ok(ip) = advertised_host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
+        own.push(ip);
+    }
+    own.extend_from_slice(interfaces);
+    let mut own: Vec<IpAddr> = own.iter().map(IpAddr::to_canonical).collect();
+    own.sort_unstable();
+    own.dedup();
+    own
 }
 
 /// The listening socket: the one passed by the service manager, else a fresh bind.
@@ -468,3 +500,6 @@ pub(crate) fn identity_show(cli: &Cli) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

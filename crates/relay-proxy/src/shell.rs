@@ -25,6 +25,10 @@ use crate::state::StateStore;
 use crate::worker_client::{WorkerClient, WorkerTarget};
 
 mod events;
+mod waiting;
+
+pub use waiting::{MAX_WAITING_PER_ROUTE, MAX_WAITING_UNBOUND};
+use waiting::{Pool, Waiting};
 
 /// What the shell hands a control session's task.
 #[derive(Debug)]
@@ -32,10 +36,6 @@ pub enum Outbound {
     Message(Box<Message>),
     Close,
 }
-
-/// Requests that may wait for a starting route at once; each re-asks the broker on every
-/// change, so their number is bounded.
-pub const MAX_WAITING: usize = 256;
 
 /// Queue length per control session (§5.8): a session that cannot keep up is closed.
 pub const SESSION_QUEUE: usize = 64;
@@ -81,8 +81,9 @@ pub struct Shell {
     degraded: std::sync::atomic::AtomicBool,
     /// Serializes state writes (the background writer and `persist_now`).
     writing: tokio::sync::Mutex<()>,
-    /// Requests waiting for a route to start (§3.5), at most [`MAX_WAITING`].
-    waiting: tokio::sync::Semaphore,
+    /// Requests waiting for a route to start (§3.5): each re-asks the broker on every
+    /// change, so their number is bounded, per known route and for unknown credentials.
+    waiting: Arc<Waiting>,
     grace: Duration,
     drain: Duration,
     /// Copies of two limits for log events written while the broker is locked.
@@ -124,7 +125,7 @@ impl Shell {
             tasks: Mutex::new(JoinSet::new()),
             degraded: std::sync::atomic::AtomicBool::new(false),
             writing: tokio::sync::Mutex::new(()),
-            waiting: tokio::sync::Semaphore::new(MAX_WAITING),
+            waiting: Arc::new(Waiting::default()),
             grace,
             drain,
             max_tokens_per_identity,
@@ -391,7 +392,9 @@ impl Shell {
     pub async fn route(self: &Arc<Self>, digest: Digest, kind: RequestKind) -> Decision {
         let wait = self.with_broker(|b| b.config().activation_wait);
         let deadline = tokio::time::Instant::now() + wait;
-        // Waiting is bounded in numbers too: beyond MAX_WAITING requests decide at once.
+        // Waiting is bounded in numbers too: a request whose pool is full decides at once.
+        // A credential the broker knows waits in its route's budget, any other in the small
+        // unbound pool, so unbound tokens cannot crowd out a known user (§3.5).
         let mut permit = None;
         loop {
             let changed = self.changed.notified();
@@ -404,9 +407,13 @@ impl Shell {
                 return decision;
             }
             if permit.is_none() {
-                match self.waiting.try_acquire() {
-                    Ok(held) => permit = Some(held),
-                    Err(_) => {
+                let pool = match self.with_broker(|b| b.known_credential(&digest)) {
+                    Some(fingerprint) => Pool::Route(fingerprint),
+                    None => Pool::Unbound,
+                };
+                match self.waiting.try_take(pool) {
+                    Some(held) => permit = Some(held),
+                    None => {
                         return self
                             .with_broker(|b| b.begin_request(Instant::now(), digest, kind, true));
                     }

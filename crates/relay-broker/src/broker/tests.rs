@@ -376,6 +376,15 @@ impl Scenario {
         self
     }
 
+    fn known(&mut self, token: &str) -> &mut Self {
+        let text = match self.broker.known_credential(&digest(token)) {
+            Some(fingerprint) => format!("known {}", fp_name(&fingerprint)),
+            None => "unknown".to_owned(),
+        };
+        let _ = writeln!(self.out, "> does the broker know {token}\n  = {text}");
+        self
+    }
+
     fn request(&mut self, token: &str, kind: RequestKind, waited: bool) -> &mut Self {
         let decision = self
             .broker
@@ -2092,6 +2101,66 @@ fn a_registration_waits_for_its_binding_to_be_durable() {
           event mcp_added A refs=1
           event worker_staged A #5
           c2 <- Registered(session #3, LaunchWorker(grant #5 bind [127, 0, 0, 1]:0))
+    "#]]);
+}
+
+#[test]
+fn a_credential_is_known_once_registered_even_before_its_binding_is_durable() {
+    let mut s = Scenario::new();
+    s.auto_persist = false;
+    s.known("a1").mcp(1, 'A', "a1").known("a1");
+    let seq = s.last_seq;
+    s.step("the state write fails", Input::Persisted { seq, ok: false })
+        .known("a1")
+        .mcp(2, 'A', "a1");
+    let seq = s.last_seq;
+    s.step(
+        "the state write succeeds",
+        Input::Persisted { seq, ok: true },
+    )
+    .known("a1")
+    .known("b1")
+    .step(
+        "revoke A",
+        Input::Revoke {
+            fingerprint: fp('A'),
+            block: false,
+        },
+    )
+    .known("a1");
+    s.check(expect![[r#"
+        > does the broker know a1
+          = unknown
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+        > does the broker know a1
+          = known A
+        > the state write fails
+          event control_registration_refused mcp state_unavailable A
+          c1 <- Refused(state_unavailable)
+          close c1
+        > does the broker know a1
+          = unknown
+        > mcp c2 registers A with a1
+          persist
+          event mcp_control_connected A
+        > the state write succeeds
+          event mcp_added A refs=1
+          event worker_staged A #5
+          c2 <- Registered(session #3, LaunchWorker(grant #5 bind [127, 0, 0, 1]:0))
+        > does the broker know a1
+          = known A
+        > does the broker know b1
+          = unknown
+        > revoke A
+          c2 <- Refused(revoked)
+          close c2
+          event mcp_removed A refs=0 Revoked
+          event worker_activation_cancelled A #5
+          persist
+        > does the broker know a1
+          = unknown
     "#]]);
 }
 

@@ -3,7 +3,7 @@
 use relay_proto::{RouteState as ViewState, WorkerState};
 
 use super::{Broker, RouteState};
-use crate::types::{BindingView, Digest, RouteView, WorkerView};
+use crate::types::{BindingView, Digest, Fingerprint, RouteView, WorkerView};
 
 impl Broker {
     /// Workers as `/_relay/v1/workers/status` lists them, sorted by id.
@@ -30,6 +30,17 @@ impl Broker {
             .collect();
         workers.sort_by_key(|w| w.worker_id);
         workers
+    }
+
+    /// The identity a credential belongs to when the broker knows it: bound, or named by a
+    /// registration whose binding is still being written (§5.3). `None` for a credential no
+    /// MCP has registered, which is what a random token looks like (and a user's very
+    /// first session before its MCP registers). Read-only: it does not count as a use.
+    pub fn known_credential(&self, digest: &Digest) -> Option<Fingerprint> {
+        self.bindings
+            .get(digest)
+            .filter(|b| b.tombstone_until.is_none())
+            .map(|b| b.fingerprint)
     }
 
     /// The route of a credential, or `None` when it is not bound.

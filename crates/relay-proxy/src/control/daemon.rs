@@ -28,6 +28,12 @@ use super::wire::{Transport, TransportError, ws_config};
 use crate::body::ResponseBody;
 use crate::shell::{Outbound, Shell};
 
+/// Control sessions that may be in their handshake at once, across the daemon and from
+/// every peer, loopback included: between the upgrade and the handshake's end (the
+/// registration handed to the broker, or a refusal). Each phase of a handshake ends within
+/// the challenge lifetime, so a peer that never answers holds its place for at most two.
+pub const MAX_HANDSHAKES: usize = 64;
+
 /// Everything the daemon's control plane needs, fixed at start-up.
 pub struct ControlOptions {
     pub daemon_key: Arc<SigningKey>,
@@ -63,6 +69,8 @@ pub struct ControlPlane {
     handshakes: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
     /// Open sessions per non-loopback address.
     sessions_per_ip: Mutex<HashMap<IpAddr, u32>>,
+    /// Places for sessions in their handshake, at most [`MAX_HANDSHAKES`].
+    handshaking: Arc<tokio::sync::Semaphore>,
     tasks: Mutex<JoinSet<()>>,
 }
 
@@ -89,6 +97,7 @@ impl ControlPlane {
             next_conn: AtomicU64::new(1),
             handshakes: Mutex::new(HashMap::new()),
             sessions_per_ip: Mutex::new(HashMap::new()),
+            handshaking: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
             tasks: Mutex::new(JoinSet::new()),
         })
     }
@@ -163,6 +172,23 @@ impl ControlPlane {
                 return res;
             }
         }
+        // The place is taken before the upgrade is answered, so a peer holding handshakes
+        // open cannot make the daemon keep more than MAX_HANDSHAKES of them.
+        let Ok(handshaking) = self.handshaking.clone().try_acquire_owned() else {
+            let retry_after = self.options.challenge_ttl.as_secs().max(1);
+            tracing::warn!(
+                reason = "handshakes_full",
+                peer = %ip,
+                retry_after_secs = retry_after,
+                "control upgrade refused: too many sessions in their handshake"
+            );
+            return crate::answers::retry_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                relay_proto::ErrorKind::RelayTooManyRequests,
+                "too many control sessions are in their handshake",
+                retry_after,
+            );
+        };
         let on_upgrade = hyper::upgrade::on(&mut req);
         let plane = self.clone();
         self.spawn(async move {
@@ -175,7 +201,9 @@ impl ControlPlane {
                 Some(ws_config()),
             )
             .await;
-            plane.session(Transport::new(ws), role, peer).await;
+            plane
+                .session(Transport::new(ws), role, peer, handshaking)
+                .await;
         });
         let mut res = Response::new(ResponseBody::empty());
         *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -230,8 +258,13 @@ impl ControlPlane {
         None
     }
 
-    async fn session<S>(self: Arc<Self>, mut transport: Transport<S>, role: Role, peer: SocketAddr)
-    where
+    async fn session<S>(
+        self: Arc<Self>,
+        mut transport: Transport<S>,
+        role: Role,
+        peer: SocketAddr,
+        handshaking: tokio::sync::OwnedSemaphorePermit,
+    ) where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
         let ip = peer.ip();
@@ -242,6 +275,8 @@ impl ControlPlane {
         } else {
             Err(HandshakeError::refused(RefusedCode::SessionLimit, None))
         };
+        // The handshake is over: the broker has the registration, or it is refused.
+        drop(handshaking);
         match handshake {
             Ok((conn, receiver)) => {
                 let reason = self

@@ -1,0 +1,76 @@
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use relay_proxy::control::daemon::endpoint_allowed;
+
+use super::own_addresses;
+
+fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+}
+
+#[test]
+fn the_bind_address_an_ip_advertised_host_and_every_interface_are_own() {
+    let interfaces = [
+        v4(127, 0, 0, 1),
+        v4(192, 168, 1, 20),
+        v4(10, 0, 0, 5),
+        IpAddr::V6(Ipv4Addr::new(172, 16, 0, 9).to_ipv6_mapped()),
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+    ];
+    let own = own_addresses(Ipv4Addr::UNSPECIFIED, "203.0.113.4", &interfaces);
+    for ip in [
+        v4(0, 0, 0, 0),
+        v4(203, 0, 113, 4),
+        v4(192, 168, 1, 20),
+        v4(10, 0, 0, 5),
+        v4(172, 16, 0, 9),
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+    ] {
+        assert!(own.contains(&ip), "{ip} missing from {own:?}");
+    }
+    let mut sorted = own.clone();
+    sorted.dedup();
+    assert_eq!(sorted.len(), own.len(), "no duplicates: {own:?}");
+}
+
+#[test]
+fn a_host_name_adds_nothing_and_a_bracketed_ipv6_literal_counts() {
+    let own = own_addresses(Ipv4Addr::new(10, 0, 0, 5), "relay.example", &[]);
+    assert_eq!(own, vec![v4(10, 0, 0, 5)]);
+    let own = own_addresses(Ipv4Addr::new(10, 0, 0, 5), "[2001:db8::1]", &[]);
+    assert!(own.contains(&"2001:db8::1".parse().unwrap_or(v4(0, 0, 0, 0))));
+}
+
+/// The attack: another user on the daemon's own host reaches it over a LAN interface (so
+/// the peer is not loopback) and names that interface's address, its own peer address, as
+/// the worker endpoint. With the interfaces among the daemon's own addresses it is refused.
+#[test]
+fn a_remote_worker_cannot_name_an_interface_address_of_the_daemon_host() {
+    let lan = v4(192, 168, 1, 20);
+    let networks = ["192.168.1.0/24".parse().unwrap_or_else(|_| unreachable!())];
+    let before = own_addresses(Ipv4Addr::UNSPECIFIED, "relay.example", &[]);
+    assert!(
+        endpoint_allowed("192.168.1.20:47700", lan, &networks, &before),
+        "without the interfaces the daemon's host passes for a remote worker"
+    );
+    let own = own_addresses(Ipv4Addr::UNSPECIFIED, "relay.example", &[lan]);
+    assert!(!endpoint_allowed(
+        "192.168.1.20:47700",
+        lan,
+        &networks,
+        &own
+    ));
+    assert!(!endpoint_allowed(
+        "192.168.1.20:47700",
+        v4(192, 168, 1, 30),
+        &networks,
+        &own
+    ));
+    // Another host of the network is still a fine worker.
+    assert!(endpoint_allowed(
+        "192.168.1.30:47700",
+        v4(192, 168, 1, 30),
+        &networks,
+        &own
+    ));
+}
