@@ -98,6 +98,8 @@ async fn read_grant() -> anyhow::Result<Grant> {
 
 async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
     let grant = read_grant().await?;
+    let open_file_limit = relay_proxy::server::raise_open_file_limit();
+    tracing::debug!(open_file_limit, "open-file limit raised");
     let paths = StatePaths::resolve(&env).context("finding the state directory")?;
     let system_dir = relay_identity::system_config_dir(&env);
     let config = Arc::new(config);

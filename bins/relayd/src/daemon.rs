@@ -154,7 +154,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     let (daemon_key, _) = SigningKey::load_or_create(&state_dir.join("daemon-identity.pk8"))
         .context("loading the daemon identity")?;
     let keys = provider_keys(&config, env)?;
-    let open_file_limit = raise_open_file_limit();
+    let open_file_limit = relay_proxy::server::raise_open_file_limit();
     let socket_activated = activated.is_some();
     let listener = listener(&settings, activated)?;
     let local = listener
@@ -409,19 +409,6 @@ fn listener(
         .set_nonblocking(true)
         .context("configuring the listening socket")?;
     Ok(TcpListener::from_std(std_listener)?)
-}
-
-/// Raises the soft open-file limit to the hard limit and returns the new soft limit.
-fn raise_open_file_limit() -> u64 {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let mut limit = getrlimit(Resource::Nofile);
-    if limit.current < limit.maximum {
-        limit.current = limit.maximum;
-        if setrlimit(Resource::Nofile, limit).is_err() {
-            limit = getrlimit(Resource::Nofile);
-        }
-    }
-    limit.current.unwrap_or(u64::MAX)
 }
 
 /// The daemon's own provider keys: a key file (checked like the token file) wins over the

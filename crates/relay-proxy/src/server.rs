@@ -402,3 +402,18 @@ async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, linger: Linger
         }
     }
 }
+
+/// Raises the soft open-file limit to the hard limit and returns the new soft limit: the
+/// daemon and a worker each hold two descriptors per open stream (client and upstream), so
+/// the usual soft limit of 1,024 would cap them near 500 streams.
+pub fn raise_open_file_limit() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if setrlimit(Resource::Nofile, limit).is_err() {
+            limit = getrlimit(Resource::Nofile);
+        }
+    }
+    limit.current.unwrap_or(u64::MAX)
+}

@@ -43,7 +43,7 @@ pub(crate) struct Waiting {
 impl Waiting {
     /// A place in `pool`, or `None` when it is full.
     pub(crate) fn try_take(self: &Arc<Self>, pool: Pool) -> Option<WaitPermit> {
-        let mut counts = self.counts.lock().ok()?;
+        let mut counts = relay_logging::sync::lock(&self.counts, "waiting pools")?;
         let count = counts.entry(pool).or_default();
         if *count >= pool.limit() {
             return None;
@@ -57,8 +57,7 @@ impl Waiting {
 
     #[cfg(test)]
     fn count(&self, pool: Pool) -> usize {
-        self.counts
-            .lock()
+        relay_logging::sync::lock(&self.counts, "waiting pools")
             .map(|c| c.get(&pool).copied().unwrap_or(0))
             .unwrap_or(0)
     }
@@ -73,11 +72,10 @@ pub(crate) struct WaitPermit {
 
 impl Drop for WaitPermit {
     fn drop(&mut self) {
-        let mut counts = self
-            .waiting
-            .counts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let Some(mut counts) = relay_logging::sync::lock(&self.waiting.counts, "waiting pools")
+        else {
+            return;
+        };
         if let Some(count) = counts.get_mut(&self.pool) {
             *count = count.saturating_sub(1);
             if *count == 0 {

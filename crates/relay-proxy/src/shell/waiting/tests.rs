@@ -42,6 +42,6 @@ fn a_dropped_permit_gives_its_place_back_and_empty_pools_are_forgotten() {
     assert!(waiting.try_take(Pool::Unbound).is_none());
     drop(held);
     assert_eq!(waiting.count(Pool::Unbound), 0);
-    assert!(waiting.counts.lock().map(|c| c.is_empty()).unwrap_or(false));
+    assert!(relay_logging::sync::lock(&waiting.counts, "test").is_some_and(|c| c.is_empty()));
     assert!(waiting.try_take(Pool::Unbound).is_some());
 }
