@@ -9,6 +9,9 @@
 //! Two entry points: [`Redactor::redact_str`] for record content, and
 //! [`Redactor::redact_json_body`] for an outbound request body, which rewrites only the
 //! JSON strings that hold a match and leaves every other byte as it was.
+//!
+//! The detectors stay in this file with the matching loop, a little past the usual size, so
+//! that each pattern is read beside the prefilter bytes that must admit it.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -522,3 +522,90 @@ async fn an_mcp_that_sees_another_key_for_a_pinned_origin_registers_nothing() ->
     assert_eq!(std::fs::read_to_string(&pin_file)?, pin);
     Ok(())
 }
+
+/// The resident set size of a process, from `/proc/<pid>/status`, in bytes.
+fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS line in /proc/{pid}/status"))?;
+    Ok(kib * 1024)
+}
+
+/// The attack of the hardening review: 200 connections, none with a credential, each
+/// sending all but the last byte of a 1 MiB hook body and holding it. relayd once held every
+/// one of them (10 MB → 228 MB); now it decides the credential from the head and buffers
+/// hook bodies only within a daemon-wide budget, so its memory stays bounded.
+#[tokio::test]
+async fn two_hundred_held_hook_bodies_without_a_credential_stay_within_48_mib() -> anyhow::Result<()>
+{
+    const CONNECTIONS: usize = 200;
+    const BODY: usize = 1024 * 1024 - 1;
+    let relayd = Relayd::builder()?.start().await?;
+    let pid = relayd.pid()?;
+    let before = rss_bytes(pid)?;
+    let prefix = "{\"hook_event_name\":\"SessionStart\",\"pad\":\"";
+    let head = format!(
+        "POST /hooks/claude-code HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{prefix}",
+        relayd.addr(),
+        BODY + 1
+    );
+    let filler = Arc::new(vec![b'a'; BODY - prefix.len()]);
+    let head = Arc::new(head);
+    let (sent, mut sent_rx) = tokio::sync::mpsc::channel::<()>(CONNECTIONS);
+    let (release, _) = tokio::sync::broadcast::channel::<()>(1);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..CONNECTIONS {
+        let (addr, head, filler, sent) =
+            (relayd.addr(), head.clone(), filler.clone(), sent.clone());
+        let mut released = release.subscribe();
+        tasks.spawn(async move {
+            if let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await {
+                // The daemon may answer at once (401, or 503 over its budget) and close: the
+                // rest of the body then goes nowhere, which is the point.
+                if stream.write_all(head.as_bytes()).await.is_ok() {
+                    let _ = stream.write_all(&filler).await;
+                }
+                let _ = sent.send(()).await;
+                let _ = released.recv().await;
+                drop(stream);
+            } else {
+                let _ = sent.send(()).await;
+            }
+        });
+    }
+    drop(sent);
+    // Sample relayd's memory until every connection has sent what it could, while all of
+    // them are still held open.
+    let mut peak = before;
+    let mut done = 0;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while done < CONNECTIONS {
+        peak = peak.max(rss_bytes(pid)?);
+        match tokio::time::timeout_at(deadline, sent_rx.recv()).await {
+            Ok(Some(())) => done += 1,
+            Ok(None) => break,
+            Err(_) => {
+                anyhow::bail!("only {done} of {CONNECTIONS} connections sent their bodies in 60 s")
+            }
+        }
+    }
+    peak = peak.max(rss_bytes(pid)?);
+    let _ = release.send(());
+    while tasks.join_next().await.is_some() {}
+    let growth = peak.saturating_sub(before);
+    assert!(
+        growth < 48 * 1024 * 1024,
+        "relayd grew by {} MiB holding {CONNECTIONS} unauthenticated hook bodies",
+        growth / (1024 * 1024)
+    );
+    Ok(())
+}
