@@ -29,6 +29,10 @@ pub(crate) fn run() -> Result<()> {
             "warnings",
         ])?,
     )?;
+    step(
+        "cargo xtask docs --check",
+        cargo(["xtask", "docs", "--check"])?,
+    )?;
     // `--workspace` also covers xtask, which is not a default member: its tests include the
     // tidy check. relay-e2e needs the built binaries and the agent CLIs, so it runs in the
     // e2e step below, which provides both.

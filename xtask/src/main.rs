@@ -9,13 +9,15 @@ mod bench;
 mod ci;
 mod command;
 mod deploy;
+mod docs;
 mod e2e;
+mod package;
 mod tidy;
 
 use std::process::ExitCode;
 
 /// Every task with a one-line description, in the order `cargo xtask` prints them.
-const TASKS: [(&str, &str); 5] = [
+const TASKS: [(&str, &str); 7] = [
     (
         "ci",
         "fmt check, clippy, all tests (nextest when installed), then e2e; stops at the first failure",
@@ -31,6 +33,14 @@ const TASKS: [(&str, &str); 5] = [
     (
         "deploy-check",
         "checks the service files in deploy/ with systemd-analyze, plistlib and xml.etree",
+    ),
+    (
+        "package [--target T]",
+        "release archives with the binaries, deploy/, docs/ and SHA256SUMS in target/dist/",
+    ),
+    (
+        "docs [--check]",
+        "generates docs/reference.md from the binaries and the code; --check fails on drift",
     ),
     (
         "tidy",
@@ -57,6 +67,8 @@ fn main() -> ExitCode {
         ("bench", []) => bench::run(),
         ("tidy", []) => tidy::run(),
         ("deploy-check", []) => deploy::run(),
+        ("package", args) => package::run(args),
+        ("docs", args) => docs::run(args),
         ("ci" | "bench" | "tidy" | "deploy-check", extra) => Err(anyhow::anyhow!(
             "`cargo xtask {task}` takes no arguments, got {extra:?}"
         )),
@@ -78,6 +90,6 @@ fn main() -> ExitCode {
 fn print_tasks() {
     println!("usage: cargo xtask <task>\n\ntasks:");
     for (name, description) in TASKS {
-        println!("  {name:<17} {description}");
+        println!("  {name:<20} {description}");
     }
 }

@@ -19,8 +19,12 @@ fn the_host_triple_comes_from_the_host_line() {
 #[test]
 fn targets_come_only_from_target_flags() -> Result<()> {
     assert!(parse_targets(&[])?.is_empty());
-    let args = ["--target", "aarch64-unknown-linux-gnu", "--target=x86_64-apple-darwin"]
-        .map(String::from);
+    let args = [
+        "--target",
+        "aarch64-unknown-linux-gnu",
+        "--target=x86_64-apple-darwin",
+    ]
+    .map(String::from);
     assert_eq!(
         parse_targets(&args)?,
         ["aarch64-unknown-linux-gnu", "x86_64-apple-darwin"]
