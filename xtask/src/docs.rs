@@ -31,6 +31,8 @@ use crate::{
 pub(crate) const REFERENCE: &str = "docs/reference.md";
 /// Where the lifecycle events are defined, relative to the workspace root.
 const LIFECYCLE_SOURCE: &str = "crates/relay-logging/src/lifecycle.rs";
+/// Where the rate-limited provider-failure events are defined.
+const PROVIDER_FAILURE_SOURCE: &str = "crates/relay-logging/src/rate_limit.rs";
 
 /// Every environment variable a Relay binary reads: name, who reads it, what it does.
 pub(crate) const ENVIRONMENT: [(&str, &str, &str); 20] = [
@@ -315,7 +317,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let lifecycle_path = root.join(LIFECYCLE_SOURCE);
     let lifecycle = fs::read_to_string(&lifecycle_path)
         .with_context(|| format!("could not read {}", lifecycle_path.display()))?;
-    let events = lifecycle_events(&lifecycle)?;
+    let mut events = lifecycle_events(&lifecycle)?;
+    let failures_path = root.join(PROVIDER_FAILURE_SOURCE);
+    let failures = fs::read_to_string(&failures_path)
+        .with_context(|| format!("could not read {}", failures_path.display()))?;
+    events.extend(provider_failure_events(&failures)?);
     let generated = render(&helps, &config_keys(&defaults), &events);
 
     let path = root.join(REFERENCE);
@@ -497,6 +503,66 @@ pub(crate) fn lifecycle_events(source: &str) -> Result<Vec<Event>> {
     Ok(events)
 }
 
+/// The rate-limited provider-failure events of `rate_limit.rs`, from
+/// `ProviderFailure::emit_with`: each arm's `tracing::<level>!(` with its fields (not
+/// `target` and `event`) and its closing message literal. The event name is the variant's
+/// name in snake case, which is how `ProviderFailure::NAMES` spells it (checked by a test).
+pub(crate) fn provider_failure_events(source: &str) -> Result<Vec<Event>> {
+    let body = source
+        .split_once("fn emit_with(")
+        .map(|(_, rest)| rest)
+        .context("rate_limit.rs has no `fn emit_with(`")?;
+    let mut events = Vec::new();
+    let mut current: Option<Event> = None;
+    for line in body.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("ProviderFailure::") {
+            let end = rest
+                .find(|c: char| !c.is_alphanumeric())
+                .unwrap_or(rest.len());
+            current = Some(Event {
+                name: snake_case(&rest[..end]),
+                level: String::new(),
+                message: String::new(),
+                fields: Vec::new(),
+            });
+        } else if let Some(event) = current.as_mut() {
+            if let Some(rest) = line.strip_prefix("} => tracing::") {
+                event.level = rest.trim_end_matches("!(").to_owned();
+            } else if line.starts_with('"') {
+                event.message = line.trim_matches('"').to_owned();
+                if let Some(done) = current.take() {
+                    events.push(done);
+                }
+            } else if !event.level.is_empty()
+                && let Some(field) = field_name(line)
+                && field != "event"
+            {
+                event.fields.push(field);
+            }
+        }
+    }
+    if events.is_empty() {
+        bail!("rate_limit.rs: no provider-failure event found");
+    }
+    Ok(events)
+}
+
+/// `UpstreamRequestFailed` → `upstream_request_failed`.
+pub(crate) fn snake_case(camel: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Adds an arm, or merges a second `lifecycle_event!` of the same variant into the first:
 /// its level joins the levels (`info or warn`), its fields the fields.
 fn push_arm(arms: &mut Vec<(String, Event)>, (variant, event): (String, Event)) {
@@ -572,7 +638,8 @@ pub(crate) fn render(helps: &[Help], config: &[(String, String)], events: &[Even
     }
 
     out.push_str("\n## Lifecycle events\n\n");
-    out.push_str("Each is one log record with the target `relay::lifecycle` and the event name in its `event` field.\n\n");
+    out.push_str("Each is one log record with the target `relay::lifecycle` and the event name in its `event` field.\n");
+    out.push_str("The provider-failure events (`upstream_request_failed`, `worker_request_failed`, `worker_communication_failed`) are rate-limited and carry `suppressed_since_last_emit`.\n\n");
     out.push_str("| Event | Level | Message | Fields |\n|---|---|---|---|\n");
     for event in events {
         let fields: Vec<String> = event

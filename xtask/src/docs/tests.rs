@@ -300,3 +300,28 @@ fn the_checked_in_reference_lists_every_event_and_endpoint() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn the_provider_failure_events_are_the_names_rate_limit_declares() -> Result<()> {
+    let source = fs::read_to_string(project_root()?.join(PROVIDER_FAILURE_SOURCE))?;
+    let events = provider_failure_events(&source)?;
+    let names: Vec<&str> = events.iter().map(|event| event.name.as_str()).collect();
+    let declared = source
+        .split_once("pub const NAMES")
+        .and_then(|(_, rest)| rest.split_once("];"))
+        .map(|(names, _)| names)
+        .context("rate_limit.rs has no ProviderFailure::NAMES")?;
+    let declared: Vec<&str> = declared.split('"').skip(1).step_by(2).collect();
+    assert_eq!(names, declared);
+    for event in &events {
+        assert_eq!(event.level, "warn", "{event:?}");
+        assert!(!event.message.is_empty(), "{event:?}");
+        assert!(event.fields.contains(&"reason".to_owned()), "{event:?}");
+        assert!(!event.fields.contains(&"target".to_owned()), "{event:?}");
+    }
+    assert_eq!(
+        snake_case("WorkerCommunicationFailed"),
+        "worker_communication_failed"
+    );
+    Ok(())
+}
