@@ -118,7 +118,14 @@ if [ "$create_account" = yes ]; then
     else
         [ "$is_root" = yes ] || fail "creating the $ACCOUNT account needs root"
         say "creating the system account $ACCOUNT"
-        useradd --system --user-group --no-create-home --home-dir "$STATE_DIR" \
+        # A group of that name left by an earlier account is reused rather than an error.
+        if getent group "$ACCOUNT" >/dev/null 2>&1; then
+            group_option="--gid $ACCOUNT"
+        else
+            group_option="--user-group"
+        fi
+        # shellcheck disable=SC2086 # group_option is two words or one, on purpose
+        useradd --system $group_option --no-create-home --home-dir "$STATE_DIR" \
             --shell /usr/sbin/nologin --comment "Relay daemon" "$ACCOUNT"
     fi
 fi
