@@ -30,7 +30,7 @@ for arg in "$@"; do
     case "$arg" in
         --create-account) create_account=yes ;;
         -h|--help)
-            sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
             exit 0
             ;;
         *) fail "unknown argument '$arg' (try --help)" ;;
