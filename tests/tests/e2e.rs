@@ -15,6 +15,7 @@ mod e2e {
     pub(crate) mod hooks;
     pub(crate) mod lifecycle;
     pub(crate) mod mcp;
+    pub(crate) mod package;
     pub(crate) mod pass_through;
     pub(crate) mod recovery;
     pub(crate) mod sessions;

@@ -29,6 +29,8 @@ pub(crate) fn run() -> Result<()> {
             "warnings",
         ])?,
     )?;
+    // docs/reference.md is generated from the binaries' --help and the code: drift fails here.
+    crate::docs::run(&["--check".to_owned()])?;
     // `--workspace` also covers xtask, which is not a default member: its tests include the
     // tidy check. relay-e2e needs the built binaries and the agent CLIs, so it runs in the
     // e2e step below, which provides both.

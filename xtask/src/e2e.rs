@@ -62,7 +62,7 @@ pub(crate) fn run(test_args: &[String]) -> Result<()> {
 
 /// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root) or
 /// `<root>/target`.
-fn target_dir(root: &Path) -> PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty()) {
         Some(dir) => root.join(dir),
         None => root.join("target"),

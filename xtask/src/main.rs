@@ -11,14 +11,16 @@ mod bench;
 mod ci;
 mod command;
 mod deploy;
+mod docs;
 mod e2e;
 mod fuzz;
+mod package;
 mod tidy;
 
 use std::process::ExitCode;
 
 /// Every task with a one-line description, in the order `cargo xtask` prints them.
-const TASKS: [(&str, &str); 6] = [
+const TASKS: [(&str, &str); 8] = [
     (
         "ci",
         "fmt check, clippy, all tests (nextest when installed), then e2e; stops at the first failure",
@@ -38,6 +40,14 @@ const TASKS: [(&str, &str); 6] = [
     (
         "deploy-check",
         "checks the service files in deploy/ with systemd-analyze, plistlib and xml.etree",
+    ),
+    (
+        "package [--target T]",
+        "release archives with the binaries, deploy/, docs/ and SHA256SUMS in target/dist/",
+    ),
+    (
+        "docs [--check]",
+        "generates docs/reference.md from the binaries and the code; --check fails on drift",
     ),
     (
         "tidy",
@@ -65,6 +75,8 @@ fn main() -> ExitCode {
         ("fuzz", fuzz_args) => fuzz::run(fuzz_args),
         ("tidy", []) => tidy::run(),
         ("deploy-check", []) => deploy::run(),
+        ("package", args) => package::run(args),
+        ("docs", args) => docs::run(args),
         ("ci" | "tidy" | "deploy-check", extra) => Err(anyhow::anyhow!(
             "`cargo xtask {task}` takes no arguments, got {extra:?}"
         )),
@@ -86,6 +98,6 @@ fn main() -> ExitCode {
 fn print_tasks() {
     println!("usage: cargo xtask <task>\n\ntasks:");
     for (name, description) in TASKS {
-        println!("  {name:<17} {description}");
+        println!("  {name:<20} {description}");
     }
 }
