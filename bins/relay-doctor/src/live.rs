@@ -349,7 +349,12 @@ fn pass_through_next(reason: Option<PassThroughReason>, state: &str) -> String {
     match reason {
         Some(PassThroughReason::UnboundCredential) => "this token is bound to no route yet: start a harness session so relay-mcp registers with it".to_owned(),
         Some(PassThroughReason::NoLiveSession) => "no relay-mcp session holds this route: start a harness session so relay-mcp registers".to_owned(),
-        Some(PassThroughReason::WorkerUnavailable) => format!("the worker is not ready (route {state}): wait a few seconds and run the doctor again; if it stays so, look for worker_activation_failed or worker_recovery_failed in the daemon log"),
+        Some(PassThroughReason::WorkerUnavailable) => match state {
+            "activating" | "empty" => "no worker is ready for this route: the worker is gone or still starting, and relay-mcp has been asked to start one; run the doctor again in a few seconds, and if it stays so, restart the harness session and look for worker_launch_failed in the relay-mcp log and worker_activation_failed in the daemon log".to_owned(),
+            "recovering" => "the worker lost its control session or stopped answering its readiness probe: it has the reconnect grace to come back, then relay-mcp starts a new one; if it stays so, look for worker_recovery_failed in the daemon log".to_owned(),
+            "draining" => "the route's worker drains because its last session ended: a session that starts now gets a new worker once the old one has drained".to_owned(),
+            _ => "the last worker activation failed and the daemon retries with backoff: look for worker_activation_failed in the daemon log (failure_reason says why)".to_owned(),
+        },
         Some(PassThroughReason::ConfiguredPassThrough) => "the daemon runs with --pass-through: restart it without that flag to use workers".to_owned(),
         Some(PassThroughReason::WorkerConnectFailed) => "the daemon could not connect to the worker: look for worker_request_failed in the daemon log and at the worker's log".to_owned(),
         Some(PassThroughReason::MissingCredential) | None => "send the route token (the doctor did; check the daemon version)".to_owned(),
