@@ -468,12 +468,10 @@ impl Machine {
         let mut command = Command::new(built_binary());
         command.args(args);
         isolate(&mut command, &self.base(), self.dir.path());
-        command
-            .env("RELAY_SYSTEM_CONFIG_DIR", self.system())
-            .env(
-                "ANTHROPIC_CUSTOM_HEADERS",
-                format!("x-relay-client-token: {}", self.token.encode()),
-            );
+        command.env("RELAY_SYSTEM_CONFIG_DIR", self.system()).env(
+            "ANTHROPIC_CUSTOM_HEADERS",
+            format!("x-relay-client-token: {}", self.token.encode()),
+        );
         command
     }
 }
@@ -495,14 +493,24 @@ fn report_of_a_machine_in_order_passes_with_exit_0() {
     let machine = Machine::new();
     let output = machine.command(&[]).output().unwrap();
     let stdout = text(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stdout}{}", text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
     for line in stdout.lines().filter(|l| !l.starts_with("passed")) {
         assert!(
-            ["ok ", "warn ", "skip "].iter().any(|s| line.starts_with(s)),
+            ["ok ", "warn ", "skip "]
+                .iter()
+                .any(|s| line.starts_with(s)),
             "{line}"
         );
     }
-    assert!(stdout.contains("token: a valid route token from"), "{stdout}");
+    assert!(
+        stdout.contains("token: a valid route token from"),
+        "{stdout}"
+    );
     assert!(!stdout.contains('§'), "{stdout}");
 
     let json = json_of(&machine.command(&["--json"]).output().unwrap());
@@ -546,10 +554,14 @@ fn a_failed_check_exits_1_with_its_next_step() {
     assert_eq!(output.status.code(), Some(1));
     let stdout = text(&output.stdout);
     assert!(
-        stdout.contains("fail token: no route token") && stdout.contains("relay-doctor token ensure"),
+        stdout.contains("fail token: no route token")
+            && stdout.contains("relay-doctor token ensure"),
         "{stdout}"
     );
-    assert!(stdout.lines().last().unwrap().starts_with("FAILED"), "{stdout}");
+    assert!(
+        stdout.lines().last().unwrap().starts_with("FAILED"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -604,7 +616,9 @@ fn no_check_prints_a_token_key_or_secret() {
     .unwrap();
     fs::write(
         machine.system().join("plugins.toml"),
-        format!("version = 1\n[[components]]\nkind = \"observability\"\napi_key = \"{plugin_secret}\"\n"),
+        format!(
+            "version = 1\n[[components]]\nkind = \"observability\"\napi_key = \"{plugin_secret}\"\n"
+        ),
     )
     .unwrap();
     let run = |args: &[&str], extra: &dyn Fn(&mut Command)| {
@@ -615,7 +629,10 @@ fn no_check_prints_a_token_key_or_secret() {
                 "ANTHROPIC_CUSTOM_HEADERS",
                 format!("x-relay-client-token: {}", header_token.encode()),
             )
-            .env("HTTPS_PROXY", format!("http://user:{proxy_password}@proxy:3128"));
+            .env(
+                "HTTPS_PROXY",
+                format!("http://user:{proxy_password}@proxy:3128"),
+            );
         extra(&mut command);
         command.output().unwrap()
     };
@@ -654,7 +671,10 @@ fn no_check_prints_a_token_key_or_secret() {
         let all = format!("{}{}", text(&output.stdout), text(&output.stderr));
         assert!(!all.is_empty());
         for needle in &needles {
-            assert!(!all.contains(needle.as_str()), "a secret leaked into:\n{all}");
+            assert!(
+                !all.contains(needle.as_str()),
+                "a secret leaked into:\n{all}"
+            );
         }
         // Each failed as it should, so the secrets were near the messages.
         assert_eq!(output.status.code(), Some(1), "{all}");

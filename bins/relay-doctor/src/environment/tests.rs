@@ -22,7 +22,10 @@ impl Fixture {
     fn env(&self) -> MapEnv {
         MapEnv::new()
             .with(names::XDG_CONFIG_HOME, self.dir.path().join("xdg"))
-            .with(names::RELAY_SYSTEM_CONFIG_DIR, self.dir.path().join("system"))
+            .with(
+                names::RELAY_SYSTEM_CONFIG_DIR,
+                self.dir.path().join("system"),
+            )
     }
 
     fn relay(&self) -> PathBuf {
@@ -106,7 +109,11 @@ fn an_invalid_env_token_without_a_file_fails_with_its_reason_code() {
 fn an_unsafe_token_file_is_skipped_with_the_reason_code_the_clients_use() {
     let f = Fixture::new();
     f.private_dir(&f.relay(), 0o700);
-    f.write(&f.relay().join(".client-token"), &format!("{TOKEN}\n"), 0o644);
+    f.write(
+        &f.relay().join(".client-token"),
+        &format!("{TOKEN}\n"),
+        0o644,
+    );
     let env = f.env();
     let resolved = resolve_token(&Inputs::new(&env, euid()));
     assert_eq!(resolved.check.status, Status::Fail);
@@ -242,7 +249,10 @@ fn config_errors_fail_without_quoting_values_and_unknown_keys_warn() {
     );
     let unknown = config(&inputs);
     assert_eq!(unknown.status, Status::Warn, "{unknown:?}");
-    assert_eq!(unknown.details["ignored_keys"][0]["key"], "upstream.mystery_key");
+    assert_eq!(
+        unknown.details["ignored_keys"][0]["key"],
+        "upstream.mystery_key"
+    );
 
     let secret = "hunter2-proxy-password";
     f.write(
@@ -299,7 +309,11 @@ fn plugins_are_validated_and_the_effective_components_listed() {
     );
     let invalid = plugins(&inputs);
     assert_eq!(invalid.status, Status::Fail);
-    assert!(invalid.summary.contains("plugins.toml"), "{}", invalid.summary);
+    assert!(
+        invalid.summary.contains("plugins.toml"),
+        "{}",
+        invalid.summary
+    );
     assert!(invalid.summary.contains("surprise"), "{}", invalid.summary);
 }
 

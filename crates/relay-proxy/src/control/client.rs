@@ -321,7 +321,7 @@ async fn challenge(
         role,
         protocols: SUPPORTED_PROTOCOLS,
         binary_version: Text::truncated(env!("CARGO_PKG_VERSION")),
-        instance_id: instance_id,
+        instance_id,
         machine_key: relay_proto::PublicKey(*machine_key.as_bytes()),
         client_nonce: Bytes32(*client_nonce.as_bytes()),
         target_origin: Text::truncated(&origin),
