@@ -11,6 +11,7 @@ mod e2e {
     pub(crate) mod bundle;
     pub(crate) mod cli;
     pub(crate) mod credentials;
+    pub(crate) mod doctor;
     pub(crate) mod faults;
     pub(crate) mod hooks;
     pub(crate) mod lifecycle;

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use relay_identity::DaemonAddress;
 
-/// Checks this machine-user's Relay set-up.
+/// Checks this machine-user's Relay set-up. With no option: the environment report (one line
+/// per check: ok, warn, fail or skip, with the next step to take). Never prints a token or key.
 #[derive(Debug, clap::Parser)]
 #[command(name = "relay-doctor", version, args_conflicts_with_subcommands = true)]
 pub(crate) struct Cli {
@@ -26,13 +27,17 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "HEX", requires = "managed_bundle", value_parser = parse_sha256)]
     pub(crate) managed_bundle_sha256: Option<String>,
 
-    /// Prove worker-backed operation for this user against a running daemon (not
-    /// implemented yet, so not listed).
-    #[arg(long, requires = "daemon_address", hide = true)]
+    /// Prove worker-backed operation for this user against a running daemon: it answers,
+    /// its signing key matches this user's pin, this user's route goes to a worker, and that
+    /// worker is ready with control available. Without this flag (and without
+    /// --managed-bundle) the doctor reports on this machine's set-up instead: state
+    /// directory, route token, harness headers, pins, config.toml, plugins.toml, CA files
+    /// and proxy variables. Exit status 0 when no check fails, 1 when one does.
+    #[arg(long, requires = "daemon_address")]
     pub(crate) live: bool,
 
     /// The daemon origin to check with --live, e.g. http://127.0.0.1:47632.
-    #[arg(long, value_name = "URL", requires = "live", hide = true)]
+    #[arg(long, value_name = "URL", requires = "live")]
     pub(crate) daemon_address: Option<DaemonAddress>,
 
     #[command(subcommand)]

@@ -1,8 +1,9 @@
 //! `relay-doctor`: checks a machine-user's Relay set-up (§2.5, §10.4).
 //!
-//! Implemented so far: `relay-doctor token ensure`, which creates the per-user route token file
-//! (§4.1), and `--managed-bundle`, the offline bundle check (§10.2). The environment report
-//! and `--live` parse but say they are not implemented yet; `--help` does not list `--live`.
+//! Modes: the environment report (no option, [`environment`]), `--live` against a running
+//! daemon ([`live`]), `--managed-bundle`, the offline bundle check (§10.2), and
+//! `relay-doctor token ensure`, which creates the per-user route token file (§4.1). The
+//! report and its JSON are documented in `docs/doctor.md`.
 
 use std::process::ExitCode;
 
@@ -10,6 +11,10 @@ use clap::Parser as _;
 
 mod bundle;
 mod cli;
+mod environment;
+mod http;
+mod live;
+mod report;
 mod token;
 
 fn main() -> ExitCode {
@@ -40,7 +45,21 @@ fn run(cli: cli::Cli) -> anyhow::Result<bool> {
                 _ => anyhow::bail!("--managed-bundle needs --managed-bundle-sha256"),
             }
         }
-        None if cli.live => anyhow::bail!("--live is not implemented yet"),
-        None => anyhow::bail!("the environment report is not implemented yet"),
+        None => {
+            let env = relay_identity::ProcessEnv;
+            let inputs = environment::Inputs::new(&env, relay_identity::store::current_euid());
+            let report = match (&cli.daemon_address, cli.live) {
+                (Some(daemon), true) => live::run(&inputs, daemon)?,
+                // clap's `requires` makes --live and --daemon-address go together.
+                (None, true) => anyhow::bail!("--live needs --daemon-address"),
+                _ => environment::report(&inputs),
+            };
+            if cli.json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{}", report.to_text());
+            }
+            Ok(report.passed())
+        }
     }
 }

@@ -305,9 +305,9 @@ fn help_lists_every_mode_and_version_works() {
     ] {
         assert!(stdout.contains(flag), "{flag} missing from:\n{stdout}");
     }
-    // Not built yet, so not offered.
+    // Built now, so offered.
     for flag in ["--live", "--daemon-address"] {
-        assert!(!stdout.contains(flag), "{flag} listed in:\n{stdout}");
+        assert!(stdout.contains(flag), "{flag} missing from:\n{stdout}");
     }
     assert!(!stdout.contains('§'), "{stdout}");
     let token_help = doctor(&["token", "ensure", "--help"]);
@@ -351,19 +351,6 @@ fn usage_errors_exit_64_with_one_line() {
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
         assert_eq!(text(&output.stdout), "");
-    }
-}
-
-#[test]
-fn modes_not_built_yet_say_so_and_exit_1() {
-    let cases: [&[&str]; 2] = [
-        &[],
-        &["--live", "--daemon-address", "http://127.0.0.1:47632"],
-    ];
-    for args in cases {
-        let output = doctor(args);
-        assert_eq!(output.status.code(), Some(1), "{args:?}: {output:?}");
-        assert!(text(&output.stderr).contains("not implemented yet"));
     }
 }
 
@@ -444,4 +431,257 @@ fn managed_bundle_check_reports_and_changes_nothing() {
         &digest,
     ]);
     assert_eq!(absent.status.code(), Some(1), "{absent:?}");
+}
+
+/// A config base and system directory set up as a working client machine would be, with
+/// `token` in the token file, and the environment that goes with it.
+struct Machine {
+    dir: tempfile::TempDir,
+    token: RouteToken,
+}
+
+impl Machine {
+    fn new() -> Machine {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["xdg/relay/daemon", "system"] {
+            fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        for sub in ["xdg/relay", "xdg/relay/daemon"] {
+            fs::set_permissions(dir.path().join(sub), fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        let token = RouteToken::generate().unwrap();
+        let file = dir.path().join("xdg/relay/.client-token");
+        fs::write(&file, format!("{}\n", token.encode())).unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+        Machine { dir, token }
+    }
+
+    fn base(&self) -> PathBuf {
+        self.dir.path().join("xdg")
+    }
+
+    fn system(&self) -> PathBuf {
+        self.dir.path().join("system")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(built_binary());
+        command.args(args);
+        isolate(&mut command, &self.base(), self.dir.path());
+        command.env("RELAY_SYSTEM_CONFIG_DIR", self.system()).env(
+            "ANTHROPIC_CUSTOM_HEADERS",
+            format!("x-relay-client-token: {}", self.token.encode()),
+        );
+        command
+    }
+}
+
+fn json_of(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&output.stdout)))
+}
+
+fn check<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .and_then(|checks| checks.iter().find(|c| c["id"] == id))
+        .unwrap_or_else(|| panic!("no check {id} in {report}"))
+}
+
+#[test]
+fn report_of_a_machine_in_order_passes_with_exit_0() {
+    let machine = Machine::new();
+    let output = machine.command(&[]).output().unwrap();
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    for line in stdout.lines().filter(|l| !l.starts_with("passed")) {
+        assert!(
+            ["ok ", "warn ", "skip "]
+                .iter()
+                .any(|s| line.starts_with(s)),
+            "{line}"
+        );
+    }
+    assert!(
+        stdout.contains("token: a valid route token from"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains('§'), "{stdout}");
+
+    let json = json_of(&machine.command(&["--json"]).output().unwrap());
+    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["mode"], "environment");
+    assert_eq!(json["ok"], true, "{json}");
+    let ids: Vec<&str> = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "state_dir",
+            "token",
+            "anthropic_custom_headers",
+            "trust_pins",
+            "provisioned_daemon_key",
+            "config",
+            "plugins",
+            "ca_files",
+            "no_proxy"
+        ]
+    );
+    assert_eq!(check(&json, "token")["details"]["source"], "file");
+    assert_eq!(check(&json, "anthropic_custom_headers")["status"], "ok");
+    for c in json["checks"].as_array().unwrap() {
+        for key in ["id", "status", "summary", "next_step", "details"] {
+            assert!(c.get(key).is_some(), "{key} missing in {c}");
+        }
+    }
+}
+
+#[test]
+fn a_failed_check_exits_1_with_its_next_step() {
+    let machine = Machine::new();
+    fs::remove_file(machine.base().join("relay/.client-token")).unwrap();
+    let output = machine.command(&[]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains("fail token: no route token")
+            && stdout.contains("relay-doctor token ensure"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().last().unwrap().starts_with("FAILED"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn live_against_no_daemon_fails_with_exit_1() {
+    let machine = Machine::new();
+    // A port nobody listens on: bind one, then let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("http://127.0.0.1:{port}");
+    let output = machine
+        .command(&["--live", "--daemon-address", &address, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let json = json_of(&output);
+    assert_eq!(json["mode"], "live");
+    assert_eq!(check(&json, "live.healthz")["status"], "fail");
+    assert!(
+        check(&json, "live.healthz")["next_step"]
+            .as_str()
+            .unwrap()
+            .contains("start relayd")
+    );
+    assert_eq!(check(&json, "live.route")["status"], "skip");
+}
+
+/// The attack: every secret the doctor could come across is present, several of them in
+/// files that fail their checks (so their contents are near an error message), and none of
+/// them may appear anywhere in what the doctor prints, in any mode.
+#[test]
+fn no_check_prints_a_token_key_or_secret() {
+    let machine = Machine::new();
+    let env_token = RouteToken::generate().unwrap();
+    let header_token = RouteToken::generate().unwrap();
+    let state = machine.base().join("relay/daemon");
+    relay_identity::SigningKey::load_or_create(&state.join("machine-identity.pk8")).unwrap();
+    relay_identity::SigningKey::load_or_create(&state.join("daemon-identity.pk8")).unwrap();
+    let key_bytes = [
+        fs::read(state.join("machine-identity.pk8")).unwrap(),
+        fs::read(state.join("daemon-identity.pk8")).unwrap(),
+    ];
+    let proxy_password = "proxy-pw-7c1e0b";
+    let config_secret = "config-secret-5d2a9f";
+    let plugin_secret = "plugin-secret-93be41";
+    fs::write(
+        machine.system().join("config.toml"),
+        format!("[upstream]\nproxy_url = \"http://u:{config_secret}@proxy:3128\" oops\n"),
+    )
+    .unwrap();
+    fs::write(
+        machine.system().join("plugins.toml"),
+        format!(
+            "version = 1\n[[components]]\nkind = \"observability\"\napi_key = \"{plugin_secret}\"\n"
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str], extra: &dyn Fn(&mut Command)| {
+        let mut command = machine.command(args);
+        command
+            .env("RELAY_CLIENT_TOKEN", env_token.encode())
+            .env(
+                "ANTHROPIC_CUSTOM_HEADERS",
+                format!("x-relay-client-token: {}", header_token.encode()),
+            )
+            .env(
+                "HTTPS_PROXY",
+                format!("http://user:{proxy_password}@proxy:3128"),
+            );
+        extra(&mut command);
+        command.output().unwrap()
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("http://127.0.0.1:{port}");
+    let outputs = [
+        run(&[], &|_| {}),
+        run(&["--json"], &|_| {}),
+        run(&["--live", "--daemon-address", &address], &|_| {}),
+        run(&["--live", "--daemon-address", &address, "--json"], &|_| {}),
+        // An invalid env token makes the file token the resolved one.
+        run(&["--json"], &|c| {
+            c.env("RELAY_CLIENT_TOKEN", format!("{}x", env_token.encode()));
+        }),
+    ];
+    let mut needles: Vec<String> = vec![
+        machine.token.encode(),
+        env_token.encode(),
+        header_token.encode(),
+        proxy_password.to_owned(),
+        config_secret.to_owned(),
+        plugin_secret.to_owned(),
+    ];
+    for bytes in &key_bytes {
+        use base64::Engine as _;
+        needles.push(bytes.iter().map(|b| format!("{b:02x}")).collect());
+        needles.push(base64::engine::general_purpose::STANDARD.encode(bytes));
+        // The PKCS#8 v2 document ends with the 32-byte public key; its seed is in the middle.
+        needles.push(bytes[16..48].iter().map(|b| format!("{b:02x}")).collect());
+    }
+    for output in &outputs {
+        let all = format!("{}{}", text(&output.stdout), text(&output.stderr));
+        assert!(!all.is_empty());
+        for needle in &needles {
+            assert!(
+                !all.contains(needle.as_str()),
+                "a secret leaked into:\n{all}"
+            );
+        }
+        // Each failed as it should, so the secrets were near the messages.
+        assert_eq!(output.status.code(), Some(1), "{all}");
+    }
+    let json = json_of(&outputs[1]);
+    assert_eq!(check(&json, "config")["status"], "fail");
+    assert_eq!(check(&json, "plugins")["status"], "fail");
+    assert_eq!(check(&json, "anthropic_custom_headers")["status"], "fail");
+    assert_eq!(check(&json, "no_proxy")["status"], "fail");
 }

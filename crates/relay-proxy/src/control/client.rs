@@ -189,8 +189,38 @@ pub async fn connect(
     }
 }
 
-async fn dial(identity: &ClientIdentity, path: &str) -> Result<Session, ConnectError> {
-    let daemon = &identity.daemon;
+/// Opens a control session only as far as the daemon's `Challenge`, to learn the daemon's
+/// signing key as the daemon proves it: sends `Hello` with a throwaway machine key, checks the
+/// challenge signature over the transcript, and closes without registering. Nothing is
+/// pinned or bound; `relay-doctor --live` compares the key with the pin itself.
+pub async fn probe_daemon_key(
+    daemon: &DaemonAddress,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    limit: Duration,
+) -> Result<PublicKey, ConnectError> {
+    let probe = async {
+        let throwaway = SigningKey::generate().map_err(|_| ConnectError::Random)?;
+        let mut session = dial(daemon, tls, super::MCP_PATH).await?;
+        let result = challenge(&mut session, daemon, Role::Mcp, &throwaway, Id([0; 16])).await;
+        session
+            .close(
+                tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
+                "probe done",
+            )
+            .await;
+        result.map(|(_, daemon_key)| daemon_key)
+    };
+    match tokio::time::timeout(limit, probe).await {
+        Ok(result) => result,
+        Err(_) => Err(ConnectError::Timeout(limit)),
+    }
+}
+
+async fn dial(
+    daemon: &DaemonAddress,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    path: &str,
+) -> Result<Session, ConnectError> {
     let address = format!("{}:{}", daemon.connect_host(), daemon.port());
     let tcp = match daemon.connect_addr() {
         Some(addr) => TcpStream::connect(addr).await,
@@ -201,7 +231,7 @@ async fn dial(identity: &ClientIdentity, path: &str) -> Result<Session, ConnectE
         source,
     })?;
     let _ = tcp.set_nodelay(true);
-    let stream = match (&identity.tls, daemon.is_tls()) {
+    let stream = match (tls, daemon.is_tls()) {
         (Some(tls), true) => {
             let name =
                 rustls::pki_types::ServerName::try_from(daemon.host().to_owned()).map_err(|e| {
@@ -236,39 +266,15 @@ async fn handshake(
         Role::Mcp => super::MCP_PATH,
         Role::Worker => super::WORKER_PATH,
     };
-    let mut session = dial(identity, path).await?;
-    let client_nonce = Secret32::generate().map_err(|_| ConnectError::Random)?;
-    let origin = identity.daemon.origin().to_string();
-    let machine_key = identity.key.public_key();
-    let hello = Hello {
+    let mut session = dial(&identity.daemon, identity.tls.as_ref(), path).await?;
+    let (transcript, daemon_key) = challenge(
+        &mut session,
+        &identity.daemon,
         role,
-        protocols: SUPPORTED_PROTOCOLS,
-        binary_version: Text::truncated(env!("CARGO_PKG_VERSION")),
-        instance_id: identity.instance_id,
-        machine_key: relay_proto::PublicKey(*machine_key.as_bytes()),
-        client_nonce: Bytes32(*client_nonce.as_bytes()),
-        target_origin: Text::truncated(&origin),
-    };
-    session.send(&Message::Hello(hello)).await?;
-    let challenge = match session.recv_within(Duration::from_secs(30)).await?.message {
-        Message::Challenge(challenge) => challenge,
-        Message::Refused(refused) => return Err(refused_error(&refused)),
-        _ => return Err(ConnectError::Unexpected("another message than Challenge")),
-    };
-    let daemon_key = PublicKey::from_bytes(challenge.daemon_key.0);
-    let transcript = Transcript::new(&HandshakeFields {
-        target_origin: &origin,
-        role: role.transcript_byte(),
-        selected_protocol: challenge.selected_protocol,
-        challenge_id: challenge.challenge_id.0,
-        client_nonce: *client_nonce.as_bytes(),
-        daemon_nonce: challenge.daemon_nonce.0,
-        client_key: machine_key,
-        daemon_key,
-    });
-    transcript
-        .verify_challenge(&challenge.signature.0)
-        .map_err(|_| ConnectError::BadChallenge)?;
+        &identity.key,
+        identity.instance_id,
+    )
+    .await?;
     // Only a daemon that proved its key is pinned or checked against the pin.
     identity
         .pins
@@ -298,6 +304,49 @@ async fn handshake(
         Message::Refused(refused) => Err(refused_error(&refused)),
         _ => Err(ConnectError::Unexpected("another message than Registered")),
     }
+}
+
+/// Sends `Hello` and verifies the daemon's `Challenge` signature over the transcript (§5.2).
+async fn challenge(
+    session: &mut Session,
+    daemon: &DaemonAddress,
+    role: Role,
+    key: &SigningKey,
+    instance_id: Id,
+) -> Result<(Transcript, PublicKey), ConnectError> {
+    let client_nonce = Secret32::generate().map_err(|_| ConnectError::Random)?;
+    let origin = daemon.origin().to_string();
+    let machine_key = key.public_key();
+    let hello = Hello {
+        role,
+        protocols: SUPPORTED_PROTOCOLS,
+        binary_version: Text::truncated(env!("CARGO_PKG_VERSION")),
+        instance_id,
+        machine_key: relay_proto::PublicKey(*machine_key.as_bytes()),
+        client_nonce: Bytes32(*client_nonce.as_bytes()),
+        target_origin: Text::truncated(&origin),
+    };
+    session.send(&Message::Hello(hello)).await?;
+    let challenge = match session.recv_within(Duration::from_secs(30)).await?.message {
+        Message::Challenge(challenge) => challenge,
+        Message::Refused(refused) => return Err(refused_error(&refused)),
+        _ => return Err(ConnectError::Unexpected("another message than Challenge")),
+    };
+    let daemon_key = PublicKey::from_bytes(challenge.daemon_key.0);
+    let transcript = Transcript::new(&HandshakeFields {
+        target_origin: &origin,
+        role: role.transcript_byte(),
+        selected_protocol: challenge.selected_protocol,
+        challenge_id: challenge.challenge_id.0,
+        client_nonce: *client_nonce.as_bytes(),
+        daemon_nonce: challenge.daemon_nonce.0,
+        client_key: machine_key,
+        daemon_key,
+    });
+    transcript
+        .verify_challenge(&challenge.signature.0)
+        .map_err(|_| ConnectError::BadChallenge)?;
+    Ok((transcript, daemon_key))
 }
 
 /// The canonical bytes of registration fields, as both sides sign and verify them.

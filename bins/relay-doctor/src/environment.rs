@@ -1,0 +1,699 @@
+//! The environment report (§10.4): what this machine-user's set-up looks like before any
+//! daemon is asked. Every check reads files and variables through [`Inputs`], so tests give
+//! it a temporary directory and a [`relay_identity::MapEnv`].
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use relay_identity::{
+    CredentialSource, Env, PinStore, RouteToken, StatePaths, names, parse_pin,
+    provisioned_daemon_key_file, resolve_credential, store, system_config_dir,
+};
+use relay_proxy::config::{Config, ConfigError, ConfigSources};
+use relay_proxy::plugins::{PluginFile, Plugins};
+use serde_json::json;
+
+use crate::report::{Check, Mode, Report};
+
+/// The header a harness sends the route token in.
+const TOKEN_HEADER: &str = "x-relay-client-token";
+/// A pin file is two short lines; anything larger is not one.
+const MAX_PIN_BYTES: u64 = 4096;
+
+/// What the checks read: the environment, the state paths it resolves to, and who runs.
+pub(crate) struct Inputs<'a, E: Env> {
+    pub(crate) env: &'a E,
+    /// `None` when no base directory can be found (no XDG_CONFIG_HOME, HOME or USERPROFILE).
+    pub(crate) paths: Option<StatePaths>,
+    pub(crate) euid: u32,
+}
+
+impl<'a, E: Env> Inputs<'a, E> {
+    pub(crate) fn new(env: &'a E, euid: u32) -> Inputs<'a, E> {
+        Inputs {
+            env,
+            paths: StatePaths::resolve(env).ok(),
+            euid,
+        }
+    }
+
+    fn system_dir(&self) -> PathBuf {
+        system_config_dir(self.env)
+    }
+}
+
+/// Every check of the environment report, in the documented order.
+pub(crate) fn report<E: Env>(inputs: &Inputs<'_, E>) -> Report {
+    let token = resolve_token(inputs);
+    let mut checks = vec![state_dir(inputs)];
+    checks.push(token.check.clone());
+    checks.push(custom_headers(inputs.env, &token));
+    checks.push(trust_pins(inputs));
+    checks.push(provisioned_key(inputs));
+    checks.push(config(inputs));
+    checks.push(plugins(inputs));
+    checks.extend(ca_variables(inputs.env));
+    checks.push(no_proxy(inputs.env));
+    Report {
+        mode: Mode::Environment,
+        checks,
+    }
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// `<base>/relay/daemon`: a directory owned by the user with no group or other access.
+pub(crate) fn state_dir<E: Env>(inputs: &Inputs<'_, E>) -> Check {
+    const ID: &str = "state_dir";
+    let Some(paths) = &inputs.paths else {
+        return Check::fail(
+            ID,
+            "no state directory: none of XDG_CONFIG_HOME, HOME or USERPROFILE is set",
+        )
+        .next("set HOME (or XDG_CONFIG_HOME) for this user");
+    };
+    let dir = paths.daemon_dir();
+    let details = json!({ "path": display(&dir) });
+    let metadata = match fs::symlink_metadata(&dir) {
+        Ok(metadata) => metadata,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Check::warn(ID, format!("{} does not exist yet", dir.display()))
+                .next("start a harness session: relay-mcp creates it on first use")
+                .with(details);
+        }
+        Err(err) => {
+            return Check::fail(ID, format!("cannot inspect {}: {err}", dir.display()))
+                .next("make the directory readable by this user")
+                .with(details);
+        }
+    };
+    let mode = metadata.mode() & 0o7777;
+    let details =
+        json!({ "path": display(&dir), "mode": format!("{mode:04o}"), "uid": metadata.uid() });
+    if metadata.file_type().is_symlink() || !metadata.is_dir() {
+        return Check::fail(
+            ID,
+            format!(
+                "{} is not a directory (or is a symbolic link)",
+                dir.display()
+            ),
+        )
+        .next(format!(
+            "move {} away; relay-mcp recreates it",
+            dir.display()
+        ))
+        .with(details);
+    }
+    if metadata.uid() != inputs.euid {
+        return Check::fail(
+            ID,
+            format!(
+                "{} is owned by uid {}, not by this user (uid {})",
+                dir.display(),
+                metadata.uid(),
+                inputs.euid
+            ),
+        )
+        .next(format!(
+            "run the harness as the owner, or chown the directory to uid {}",
+            inputs.euid
+        ))
+        .with(details);
+    }
+    if mode & 0o077 != 0 {
+        return Check::fail(
+            ID,
+            format!(
+                "{} has mode {mode:04o}: others can read or change it",
+                dir.display()
+            ),
+        )
+        .next(format!("chmod 700 {}", dir.display()))
+        .with(details);
+    }
+    Check::ok(
+        ID,
+        format!(
+            "{} is private to this user (mode {mode:04o})",
+            dir.display()
+        ),
+    )
+    .with(details)
+}
+
+/// The resolved token (kept only in memory) and its check.
+pub(crate) struct TokenCheck {
+    pub(crate) token: Option<(RouteToken, CredentialSource)>,
+    pub(crate) check: Check,
+}
+
+/// The resolution order the clients use: `RELAY_CLIENT_TOKEN`, else the token file.
+pub(crate) fn resolve_token<E: Env>(inputs: &Inputs<'_, E>) -> TokenCheck {
+    const ID: &str = "token";
+    let Some(paths) = &inputs.paths else {
+        return TokenCheck {
+            token: None,
+            check: Check::fail(ID, "no token file location: no base directory")
+                .next("set HOME (or XDG_CONFIG_HOME) for this user"),
+        };
+    };
+    let file = paths.token_file();
+    let resolved = resolve_credential(inputs.env, paths, inputs.euid);
+    let skipped: Vec<_> = resolved
+        .skipped
+        .iter()
+        .map(|(source, reason)| json!({ "source": source.as_str(), "reason": reason.as_str() }))
+        .collect();
+    let details = json!({
+        "source": resolved.token.as_ref().map(|(_, source)| source.as_str()),
+        "file": display(&file),
+        "skipped": skipped,
+    });
+    let skipped_text = resolved
+        .skipped
+        .iter()
+        .map(|(source, reason)| format!("{source} skipped ({reason})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let fix_file = format!(
+        "fix or remove {}, then run relay-doctor token ensure",
+        file.display()
+    );
+    let check = match (&resolved.token, resolved.skipped.is_empty()) {
+        (Some((_, source)), true) => Check::ok(
+            ID,
+            format!("a valid route token from {}", source_text(*source, &file)),
+        ),
+        (Some((_, source)), false) => Check::warn(
+            ID,
+            format!(
+                "a valid route token from {}; {skipped_text}",
+                source_text(*source, &file)
+            ),
+        )
+        .next(skipped_next(&resolved.skipped, &fix_file)),
+        (None, true) => Check::fail(
+            ID,
+            "no route token: RELAY_CLIENT_TOKEN is unset and there is no token file",
+        )
+        .next("run relay-doctor token ensure"),
+        (None, false) => Check::fail(ID, format!("no usable route token: {skipped_text}"))
+            .next(skipped_next(&resolved.skipped, &fix_file)),
+    };
+    TokenCheck {
+        token: resolved.token,
+        check: check.with(details),
+    }
+}
+
+fn source_text(source: CredentialSource, file: &Path) -> String {
+    match source {
+        CredentialSource::Env => "RELAY_CLIENT_TOKEN".to_owned(),
+        CredentialSource::File => file.display().to_string(),
+    }
+}
+
+fn skipped_next(
+    skipped: &[(CredentialSource, relay_identity::TokenFileReason)],
+    fix_file: &str,
+) -> String {
+    if skipped
+        .iter()
+        .any(|(source, _)| *source == CredentialSource::File)
+    {
+        fix_file.to_owned()
+    } else {
+        "set RELAY_CLIENT_TOKEN to a valid token (43 base64url characters) or unset it".to_owned()
+    }
+}
+
+/// The values of every `x-relay-client-token` line in `ANTHROPIC_CUSTOM_HEADERS` (one
+/// `Name: value` per line, names case-insensitive).
+pub(crate) fn token_headers(headers: &str) -> Vec<&str> {
+    headers
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| name.trim().eq_ignore_ascii_case(TOKEN_HEADER))
+        .map(|(_, value)| value.trim())
+        .collect()
+}
+
+/// Whether Claude Code's model requests carry the same token as MCP and hooks.
+pub(crate) fn custom_headers(env: &impl Env, token: &TokenCheck) -> Check {
+    const ID: &str = "anthropic_custom_headers";
+    let value = env.non_empty(names::ANTHROPIC_CUSTOM_HEADERS);
+    let headers = value.as_deref().map(OsStr::to_string_lossy);
+    let found = headers.as_deref().map(token_headers).unwrap_or_default();
+    let details = json!({
+        "set": headers.is_some(),
+        "token_headers": found.len(),
+        "matches": null,
+    });
+    let only_file = matches!(token.token, Some((_, CredentialSource::File)));
+    let covers = if only_file {
+        "the token file alone covers MCP and hooks, not model traffic"
+    } else {
+        "model requests from Claude Code carry no route token and pass through"
+    };
+    match found.as_slice() {
+        [] => Check::warn(
+            ID,
+            format!(
+                "ANTHROPIC_CUSTOM_HEADERS has no {TOKEN_HEADER} line: {covers}"
+            ),
+        )
+        .next(format!(
+            "for Claude Code, set ANTHROPIC_CUSTOM_HEADERS to \"{TOKEN_HEADER}: <the route token>\" (Codex and pi carry it in their own provider settings)"
+        ))
+        .with(details),
+        [one] => {
+            let Some((resolved, _)) = &token.token else {
+                return Check::warn(ID, format!("ANTHROPIC_CUSTOM_HEADERS has one {TOKEN_HEADER}, but there is no resolved token to compare it with"))
+                    .next("fix the token check first")
+                    .with(details);
+            };
+            let matches = RouteToken::parse(one).is_ok_and(|t| t == *resolved);
+            let details = json!({ "set": true, "token_headers": 1, "matches": matches });
+            if matches {
+                Check::ok(ID, format!("ANTHROPIC_CUSTOM_HEADERS carries exactly one {TOKEN_HEADER}, equal to the resolved token")).with(details)
+            } else {
+                Check::fail(ID, format!("the {TOKEN_HEADER} in ANTHROPIC_CUSTOM_HEADERS differs from the resolved token: model requests would select another route than MCP and hooks"))
+                    .next(format!("put the same token in ANTHROPIC_CUSTOM_HEADERS as in {}", if only_file { "the token file" } else { "RELAY_CLIENT_TOKEN" }))
+                    .with(details)
+            }
+        }
+        many => Check::fail(
+            ID,
+            format!("ANTHROPIC_CUSTOM_HEADERS has {} {TOKEN_HEADER} lines: the daemon refuses a request that carries it twice", many.len()),
+        )
+        .next(format!("keep exactly one {TOKEN_HEADER} line in ANTHROPIC_CUSTOM_HEADERS"))
+        .with(details),
+    }
+}
+
+/// The user's pins: every file under `<base>/relay/daemon/pins/` must be a valid pin stored
+/// under its origin's name.
+pub(crate) fn trust_pins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
+    const ID: &str = "trust_pins";
+    let Some(paths) = &inputs.paths else {
+        return Check::skip(ID, "no base directory, so no pins");
+    };
+    let dir = paths.pins_dir();
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Check::ok(
+                ID,
+                "no daemon is pinned yet: the first session pins the daemon it reaches",
+            )
+            .with(json!({ "directory": display(&dir), "origins": [] }));
+        }
+        Err(err) => {
+            return Check::fail(ID, format!("cannot list {}: {err}", dir.display()))
+                .next(format!("make {} readable by this user", dir.display()))
+                .with(json!({ "directory": display(&dir), "origins": [] }));
+        }
+    };
+    let store = PinStore::new(&dir, None);
+    let mut origins = Vec::new();
+    let mut bad = Vec::new();
+    let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    files.sort();
+    for file in files {
+        // Temporary files of an interrupted write are not pins.
+        if file
+            .file_name()
+            .and_then(OsStr::to_str)
+            .is_some_and(|n| n.starts_with('.'))
+        {
+            continue;
+        }
+        match read_pin_file(&file) {
+            Ok(pin) if store.pin_file(&pin.origin) == file => origins.push(pin.origin.to_string()),
+            Ok(pin) => bad.push(format!(
+                "{} holds the pin of {} under another name",
+                file.display(),
+                pin.origin
+            )),
+            Err(reason) => bad.push(format!("{}: {reason}", file.display())),
+        }
+    }
+    let details = json!({ "directory": display(&dir), "origins": origins, "invalid": bad });
+    if !bad.is_empty() {
+        return Check::fail(ID, format!("invalid pin files: {}", bad.join("; ")))
+            .next("remove each invalid pin file named here; the next session pins the daemon it reaches again")
+            .with(details);
+    }
+    if origins.is_empty() {
+        return Check::ok(
+            ID,
+            "no daemon is pinned yet: the first session pins the daemon it reaches",
+        )
+        .with(details);
+    }
+    Check::ok(ID, format!("pinned daemon origins: {}", origins.join(", "))).with(details)
+}
+
+fn read_pin_file(path: &Path) -> Result<relay_identity::Pin, String> {
+    let mut file = store::open_nofollow(path).map_err(|e| format!("unreadable ({e})"))?;
+    let metadata = file.metadata().map_err(|e| format!("unreadable ({e})"))?;
+    if !metadata.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    let bytes =
+        store::read_bounded(&mut file, MAX_PIN_BYTES).map_err(|e| format!("unreadable ({e})"))?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| "not text".to_owned())?;
+    parse_pin(text).map_err(|e| format!("corrupt ({e})"))
+}
+
+/// `<system config dir>/daemon-identity.pub`, which overrides first-use trust for its origin.
+pub(crate) fn provisioned_key<E: Env>(inputs: &Inputs<'_, E>) -> Check {
+    const ID: &str = "provisioned_daemon_key";
+    let file = provisioned_daemon_key_file(inputs.env);
+    let store = PinStore::new(
+        inputs
+            .paths
+            .as_ref()
+            .map(StatePaths::pins_dir)
+            .unwrap_or_default(),
+        Some(file.clone()),
+    );
+    match store.provisioned() {
+        Ok(None) => Check::ok(
+            ID,
+            format!(
+                "no provisioned daemon key at {}: first contact pins the daemon",
+                file.display()
+            ),
+        )
+        .with(json!({ "file": display(&file), "present": false, "origin": null })),
+        Ok(Some(pin)) => {
+            let mut check = Check::ok(
+                ID,
+                format!(
+                    "{} pins the daemon of {} for every user",
+                    file.display(),
+                    pin.origin
+                ),
+            );
+            if let Some(paths) = &inputs.paths {
+                let user = PinStore::new(paths.pins_dir(), None);
+                if let Ok(Some(own)) = user.pinned(&pin.origin)
+                    && own.key != pin.key
+                {
+                    check = Check::warn(ID, format!("{} pins the daemon of {}, and this user's own pin for it holds another key (the provisioned one decides)", file.display(), pin.origin))
+                        .next(format!("remove {} to avoid confusion", user.pin_file(&pin.origin).display()));
+                }
+            }
+            check.with(json!({ "file": display(&file), "present": true, "origin": pin.origin.to_string() }))
+        }
+        Err(err) => Check::fail(ID, format!("the provisioned daemon key is unusable: {err}"))
+            .next(format!(
+                "ask the administrator to rewrite {} as relayd identity show prints it",
+                file.display()
+            ))
+            .with(json!({ "file": display(&file), "present": true, "origin": null })),
+    }
+}
+
+/// `config.toml`, user and system, read with the loader the worker, MCP and hooks use.
+pub(crate) fn config<E: Env>(inputs: &Inputs<'_, E>) -> Check {
+    const ID: &str = "config";
+    let user = inputs
+        .paths
+        .as_ref()
+        .map(|p| p.relay_dir().join("config.toml"));
+    let system = inputs.system_dir().join("config.toml");
+    let sources = ConfigSources::standard(
+        inputs.paths.as_ref().map(StatePaths::relay_dir).as_deref(),
+        &inputs.system_dir(),
+    );
+    let present: Vec<String> = user
+        .iter()
+        .chain(std::iter::once(&system))
+        .filter(|p| p.exists())
+        .map(|p| display(p))
+        .collect();
+    let details = |ignored: Vec<serde_json::Value>| {
+        json!({
+            "user_file": user.as_deref().map(display),
+            "system_file": display(&system),
+            "present": present,
+            "ignored_keys": ignored,
+        })
+    };
+    match Config::load_client(&sources) {
+        Ok((_, ignored)) if ignored.is_empty() => {
+            let what = if present.is_empty() {
+                "no config.toml: the defaults apply".to_owned()
+            } else {
+                format!("valid: {}", present.join(", "))
+            };
+            Check::ok(ID, what).with(details(Vec::new()))
+        }
+        Ok((_, ignored)) => {
+            let keys: Vec<String> = ignored
+                .iter()
+                .map(|k| format!("{} in {}", k.key, k.path.display()))
+                .collect();
+            let listed = ignored
+                .iter()
+                .map(|k| json!({ "file": display(&k.path), "key": k.key }))
+                .collect();
+            Check::warn(
+                ID,
+                format!("valid, but unknown keys are ignored: {}", keys.join(", ")),
+            )
+            .next("remove or correct the unknown keys (a misspelt key silently keeps its default)")
+            .with(details(listed))
+        }
+        Err(err) => Check::fail(ID, format!("invalid: {}", config_error_text(&err)))
+            .next("correct the file named here; workers refuse to start with it")
+            .with(details(Vec::new())),
+    }
+}
+
+/// The loader's message, without any value quoted from the file (which may hold a proxy
+/// password): a syntax error is re-read for its line and short message, and quoted values in
+/// other messages are elided.
+fn config_error_text(err: &ConfigError) -> String {
+    match err {
+        ConfigError::Parse { path, .. } => {
+            match fs::read_to_string(path).map(|t| t.parse::<toml::Table>()) {
+                Ok(Err(syntax)) => {
+                    let line = syntax.span().map(|span| {
+                        fs::read_to_string(path)
+                            .map(|t| t[..span.start.min(t.len())].matches('\n').count() + 1)
+                            .unwrap_or(0)
+                    });
+                    format!(
+                        "{}: not valid TOML{}: {}",
+                        path.display(),
+                        line.map(|l| format!(" at line {l}")).unwrap_or_default(),
+                        elide_quoted(syntax.message())
+                    )
+                }
+                _ => elide_quoted(&err.to_string()),
+            }
+        }
+        _ => elide_quoted(&err.to_string()),
+    }
+}
+
+/// Replaces every `"…"`, `'…'` and `` `…` ``-free quoted value with `"…"`; key names in
+/// backticks stay.
+pub(crate) fn elide_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut quote: Option<char> = None;
+    for c in text.chars() {
+        match quote {
+            Some(q) if c == q => {
+                out.push('…');
+                out.push(c);
+                quote = None;
+            }
+            Some(_) => {}
+            None if c == '"' || c == '\'' => {
+                out.push(c);
+                quote = Some(c);
+            }
+            None => out.push(c),
+        }
+    }
+    if quote.is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// `plugins.toml`, system and (when allowed) user, read as the worker reads it.
+pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
+    const ID: &str = "plugins";
+    let system = inputs.system_dir().join("plugins.toml");
+    let user = inputs.paths.as_ref().map(StatePaths::user_plugins_file);
+    match Plugins::load(&system, user.as_deref()) {
+        Ok(plugins) => {
+            let enabled: Vec<serde_json::Value> = plugins
+                .enabled()
+                .map(|c| json!({ "kind": c.kind.as_str(), "source": source_str(c.source), "file": display(&c.file), "index": c.index }))
+                .collect();
+            let listed: Vec<String> = plugins
+                .enabled()
+                .map(|c| format!("{} ({} file)", c.kind, source_str(c.source)))
+                .collect();
+            let details = json!({
+                "system_file": display(&system),
+                "user_file": user.as_deref().map(display),
+                "allow_user_components": plugins.allows_user_components(),
+                "components": plugins.components().len(),
+                "enabled": enabled,
+            });
+            let summary = if listed.is_empty() {
+                format!("valid; no enabled component ({} present)", if system.exists() { display(&system) } else { "no system plugins.toml".to_owned() })
+            } else {
+                format!("valid; enabled components: {}", listed.join(", "))
+            };
+            Check::ok(ID, summary).with(details)
+        }
+        Err(err) => Check::fail(ID, format!("invalid: {}", elide_quoted(&err.to_string())))
+            .next("correct the component and field named here; until then every worker activation fails with plugin_config_invalid")
+            .with(json!({
+                "system_file": display(&system),
+                "user_file": user.as_deref().map(display),
+                "error_file": display(err.path()),
+                "enabled": [],
+            })),
+    }
+}
+
+fn source_str(source: PluginFile) -> &'static str {
+    match source {
+        PluginFile::System => "system",
+        PluginFile::User => "user",
+    }
+}
+
+/// The CA variables a remote daemon with a private CA needs: `RELAY_EXTRA_CA_FILE` for
+/// Relay's own clients, `NODE_EXTRA_CA_CERTS` for Claude Code and pi, `SSL_CERT_FILE` for
+/// Codex.
+pub(crate) fn ca_variables(env: &impl Env) -> Vec<Check> {
+    const ID: &str = "ca_files";
+    let vars = [
+        names::RELAY_EXTRA_CA_FILE,
+        "NODE_EXTRA_CA_CERTS",
+        names::SSL_CERT_FILE,
+    ];
+    let set: Vec<(&str, PathBuf)> = vars
+        .iter()
+        .filter_map(|name| env.non_empty(name).map(|v| (*name, PathBuf::from(v))))
+        .collect();
+    let details = json!({
+        "variables": set.iter().map(|(name, path)| json!({ "name": name, "file": display(path) })).collect::<Vec<_>>(),
+    });
+    if set.is_empty() {
+        return vec![Check::ok(ID, "no extra CA configured (needed only for an https daemon whose certificate a private CA issued)").with(details)];
+    }
+    let mut problems = Vec::new();
+    for (name, path) in &set {
+        let result = if *name == names::RELAY_EXTRA_CA_FILE {
+            relay_proxy::tls::client_config(Some(path))
+                .map(|_| ())
+                .map_err(|e| relay_proxy::error_chain(&e))
+        } else {
+            pem_certificates(path)
+        };
+        if let Err(why) = result {
+            problems.push(format!("{name}={}: {why}", path.display()));
+        }
+    }
+    if !problems.is_empty() {
+        return vec![Check::fail(ID, format!("unusable CA files: {}", problems.join("; ")))
+            .next("point each variable at a readable PEM file with the CA certificate that issued the daemon's certificate")
+            .with(details)];
+    }
+    let has = |name: &str| set.iter().any(|(n, _)| *n == name);
+    let missing: Vec<&str> = vars.iter().copied().filter(|name| !has(name)).collect();
+    if has(names::RELAY_EXTRA_CA_FILE) && !missing.is_empty() {
+        return vec![Check::warn(ID, format!("RELAY_EXTRA_CA_FILE is set but {} is not: the harness that reads it will not trust the daemon", missing.join(" and ")))
+            .next("set NODE_EXTRA_CA_CERTS (Claude Code, pi) and SSL_CERT_FILE (Codex) to a file holding the same CA")
+            .with(details)];
+    }
+    vec![
+        Check::ok(
+            ID,
+            format!(
+                "readable PEM CA files: {}",
+                set.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .with(details),
+    ]
+}
+
+fn pem_certificates(path: &Path) -> Result<(), String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject as _;
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("not a readable PEM file ({e})"))?;
+    if certs.is_empty() {
+        return Err("no certificate in it".to_owned());
+    }
+    Ok(())
+}
+
+/// With an HTTP(S) proxy set, `NO_PROXY` must keep loopback traffic to relayd away from it.
+pub(crate) fn no_proxy(env: &impl Env) -> Check {
+    const ID: &str = "no_proxy";
+    let proxies: Vec<&str> = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ]
+    .into_iter()
+    .filter(|name| env.non_empty(name).is_some())
+    .collect();
+    if proxies.is_empty() {
+        return Check::ok(ID, "no HTTP proxy is set")
+            .with(json!({ "proxy_variables": [], "missing": [] }));
+    }
+    let no_proxy: Vec<String> = ["NO_PROXY", "no_proxy"]
+        .into_iter()
+        .filter_map(|name| env.non_empty(name))
+        .flat_map(|v| {
+            v.to_string_lossy()
+                .split(',')
+                .map(|s| s.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let missing: Vec<&str> = ["127.0.0.1", "localhost"]
+        .into_iter()
+        .filter(|host| !no_proxy.iter().any(|entry| entry == host))
+        .collect();
+    let details = json!({ "proxy_variables": proxies, "missing": missing });
+    if missing.is_empty() {
+        Check::ok(
+            ID,
+            format!(
+                "{} is set and NO_PROXY keeps 127.0.0.1 and localhost off the proxy",
+                proxies.join(", ")
+            ),
+        )
+        .with(details)
+    } else {
+        Check::fail(ID, format!("{} is set but NO_PROXY lacks {}: traffic to a local relayd would go to the proxy, route token included", proxies.join(", "), missing.join(" and ")))
+            .next("add 127.0.0.1,localhost to NO_PROXY (and no_proxy) in the harness launch environment")
+            .with(details)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,364 @@
+use std::os::unix::fs::PermissionsExt as _;
+
+use relay_identity::{MapEnv, Origin, SigningKey, format_pin};
+
+use super::*;
+use crate::report::Status;
+
+const TOKEN: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("xdg")).unwrap();
+        fs::create_dir_all(dir.path().join("system")).unwrap();
+        Fixture { dir }
+    }
+
+    fn env(&self) -> MapEnv {
+        MapEnv::new()
+            .with(names::XDG_CONFIG_HOME, self.dir.path().join("xdg"))
+            .with(
+                names::RELAY_SYSTEM_CONFIG_DIR,
+                self.dir.path().join("system"),
+            )
+    }
+
+    fn relay(&self) -> PathBuf {
+        self.dir.path().join("xdg/relay")
+    }
+
+    fn system(&self) -> PathBuf {
+        self.dir.path().join("system")
+    }
+
+    fn write(&self, path: &Path, text: &str, mode: u32) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn private_dir(&self, path: &Path, mode: u32) {
+        fs::create_dir_all(path).unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+fn euid() -> u32 {
+    store::current_euid()
+}
+
+fn token(value: &str) -> RouteToken {
+    RouteToken::parse(value).unwrap()
+}
+
+#[test]
+fn state_dir_is_judged_by_existence_owner_and_mode() {
+    let f = Fixture::new();
+    let env = f.env();
+    assert_eq!(state_dir(&Inputs::new(&env, euid())).status, Status::Warn);
+    let dir = f.relay().join("daemon");
+    f.private_dir(&dir, 0o755);
+    let open = state_dir(&Inputs::new(&env, euid()));
+    assert_eq!(open.status, Status::Fail);
+    assert!(open.next_step.unwrap().contains("chmod 700"));
+    f.private_dir(&dir, 0o700);
+    assert_eq!(state_dir(&Inputs::new(&env, euid())).status, Status::Ok);
+    let other = state_dir(&Inputs::new(&env, euid() + 1));
+    assert_eq!(other.status, Status::Fail);
+    assert!(other.summary.contains("not by this user"));
+}
+
+#[test]
+fn no_base_directory_fails_the_state_and_token_checks() {
+    let env = MapEnv::new();
+    let inputs = Inputs::new(&env, euid());
+    assert_eq!(state_dir(&inputs).status, Status::Fail);
+    assert_eq!(resolve_token(&inputs).check.status, Status::Fail);
+}
+
+#[test]
+fn a_valid_env_token_wins_and_its_source_is_reported() {
+    let f = Fixture::new();
+    let env = f.env().with(names::RELAY_CLIENT_TOKEN, TOKEN);
+    let resolved = resolve_token(&Inputs::new(&env, euid()));
+    assert_eq!(resolved.check.status, Status::Ok);
+    assert_eq!(resolved.check.details["source"], "env");
+    assert!(!resolved.check.summary.contains(TOKEN));
+}
+
+#[test]
+fn an_invalid_env_token_without_a_file_fails_with_its_reason_code() {
+    let f = Fixture::new();
+    let env = f.env().with(names::RELAY_CLIENT_TOKEN, "not-a-token");
+    let resolved = resolve_token(&Inputs::new(&env, euid()));
+    assert_eq!(resolved.check.status, Status::Fail);
+    assert_eq!(resolved.check.details["skipped"][0]["source"], "env");
+    assert_eq!(
+        resolved.check.details["skipped"][0]["reason"],
+        "invalid_contents"
+    );
+    assert!(!resolved.check.summary.contains("not-a-token"));
+}
+
+#[test]
+fn an_unsafe_token_file_is_skipped_with_the_reason_code_the_clients_use() {
+    let f = Fixture::new();
+    f.private_dir(&f.relay(), 0o700);
+    f.write(
+        &f.relay().join(".client-token"),
+        &format!("{TOKEN}\n"),
+        0o644,
+    );
+    let env = f.env();
+    let resolved = resolve_token(&Inputs::new(&env, euid()));
+    assert_eq!(resolved.check.status, Status::Fail);
+    assert_eq!(
+        resolved.check.details["skipped"][0]["reason"],
+        "insecure_permissions"
+    );
+    assert!(resolved.check.next_step.unwrap().contains(".client-token"));
+
+    fs::set_permissions(
+        f.relay().join(".client-token"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let resolved = resolve_token(&Inputs::new(&env, euid()));
+    assert_eq!(resolved.check.status, Status::Ok);
+    assert_eq!(resolved.check.details["source"], "file");
+}
+
+#[test]
+fn token_header_lines_are_found_case_insensitively() {
+    let headers = format!("X-Other: a\nX-Relay-Client-Token:  {TOKEN} \n\nbad line");
+    assert_eq!(token_headers(&headers), vec![TOKEN]);
+    assert!(token_headers("").is_empty());
+}
+
+fn with_token(source: CredentialSource) -> TokenCheck {
+    TokenCheck {
+        token: Some((token(TOKEN), source)),
+        check: Check::ok("token", "t"),
+    }
+}
+
+#[test]
+fn custom_headers_must_carry_exactly_the_resolved_token() {
+    let only_file = custom_headers(&MapEnv::new(), &with_token(CredentialSource::File));
+    assert_eq!(only_file.status, Status::Warn);
+    assert!(
+        only_file
+            .summary
+            .contains("the token file alone covers MCP and hooks, not model traffic")
+    );
+
+    let same = MapEnv::new().with(
+        names::ANTHROPIC_CUSTOM_HEADERS,
+        format!("x-relay-client-token: {TOKEN}"),
+    );
+    let ok = custom_headers(&same, &with_token(CredentialSource::Env));
+    assert_eq!(ok.status, Status::Ok);
+    assert_eq!(ok.details["matches"], true);
+
+    let other = "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let differs = MapEnv::new().with(
+        names::ANTHROPIC_CUSTOM_HEADERS,
+        format!("x-relay-client-token: {other}"),
+    );
+    let fail = custom_headers(&differs, &with_token(CredentialSource::Env));
+    assert_eq!(fail.status, Status::Fail);
+    assert!(!fail.summary.contains(other) && !fail.summary.contains(TOKEN));
+
+    let twice = MapEnv::new().with(
+        names::ANTHROPIC_CUSTOM_HEADERS,
+        format!("x-relay-client-token: {TOKEN}\nx-relay-client-token: {TOKEN}"),
+    );
+    let fail = custom_headers(&twice, &with_token(CredentialSource::Env));
+    assert_eq!(fail.status, Status::Fail);
+    assert_eq!(fail.details["token_headers"], 2);
+}
+
+#[test]
+fn pins_are_listed_by_origin_and_a_bad_pin_file_fails() {
+    let f = Fixture::new();
+    let env = f.env();
+    let inputs = Inputs::new(&env, euid());
+    assert_eq!(trust_pins(&inputs).status, Status::Ok);
+
+    let origin = Origin::parse("http://127.0.0.1:47632").unwrap();
+    let key = SigningKey::generate().unwrap().public_key();
+    let pins = f.relay().join("daemon/pins");
+    let store = PinStore::new(&pins, None);
+    f.write(&store.pin_file(&origin), &format_pin(&origin, &key), 0o600);
+    let listed = trust_pins(&inputs);
+    assert_eq!(listed.status, Status::Ok);
+    assert_eq!(listed.details["origins"][0], "http://127.0.0.1:47632");
+
+    f.write(&pins.join("0123"), &format_pin(&origin, &key), 0o600);
+    let misnamed = trust_pins(&inputs);
+    assert_eq!(misnamed.status, Status::Fail);
+    assert!(misnamed.summary.contains("under another name"));
+    fs::remove_file(pins.join("0123")).unwrap();
+
+    f.write(&store.pin_file(&origin), "origin nonsense\n", 0o600);
+    let corrupt = trust_pins(&inputs);
+    assert_eq!(corrupt.status, Status::Fail);
+    assert!(corrupt.next_step.unwrap().contains("remove"));
+}
+
+#[test]
+fn a_provisioned_daemon_key_is_reported_with_its_origin() {
+    let f = Fixture::new();
+    let env = f.env();
+    let inputs = Inputs::new(&env, euid());
+    let absent = provisioned_key(&inputs);
+    assert_eq!(absent.status, Status::Ok);
+    assert_eq!(absent.details["present"], false);
+
+    let origin = Origin::parse("https://relay.example.com:8443").unwrap();
+    let key = SigningKey::generate().unwrap().public_key();
+    f.write(
+        &f.system().join("daemon-identity.pub"),
+        &format_pin(&origin, &key),
+        0o644,
+    );
+    let present = provisioned_key(&inputs);
+    assert_eq!(present.status, Status::Ok);
+    assert_eq!(present.details["origin"], "https://relay.example.com:8443");
+
+    f.write(&f.system().join("daemon-identity.pub"), "garbage", 0o644);
+    assert_eq!(provisioned_key(&inputs).status, Status::Fail);
+}
+
+#[test]
+fn config_errors_fail_without_quoting_values_and_unknown_keys_warn() {
+    let f = Fixture::new();
+    let env = f.env();
+    let inputs = Inputs::new(&env, euid());
+    assert_eq!(config(&inputs).status, Status::Ok);
+
+    f.write(
+        &f.system().join("config.toml"),
+        "[upstream]\nmystery_key = 1\n",
+        0o644,
+    );
+    let unknown = config(&inputs);
+    assert_eq!(unknown.status, Status::Warn, "{unknown:?}");
+    assert_eq!(
+        unknown.details["ignored_keys"][0]["key"],
+        "upstream.mystery_key"
+    );
+
+    let secret = "hunter2-proxy-password";
+    f.write(
+        &f.system().join("config.toml"),
+        &format!("[upstream]\nproxy_url = \"http://u:{secret}@proxy:3128\" x\n"),
+        0o644,
+    );
+    let syntax = config(&inputs);
+    assert_eq!(syntax.status, Status::Fail);
+    assert!(syntax.summary.contains("line 2"), "{}", syntax.summary);
+    assert!(!syntax.summary.contains(secret), "{}", syntax.summary);
+
+    f.write(
+        &f.system().join("config.toml"),
+        &format!("[upstream]\nconnect_timeout_secs = \"{secret}\"\n"),
+        0o644,
+    );
+    let typed = config(&inputs);
+    assert_eq!(typed.status, Status::Fail);
+    assert!(!typed.summary.contains(secret), "{}", typed.summary);
+}
+
+#[test]
+fn quoted_values_are_elided() {
+    assert_eq!(
+        elide_quoted("invalid type: string \"sk-1\", expected `u64` 'x"),
+        "invalid type: string \"…\", expected `u64` '…"
+    );
+}
+
+#[test]
+fn plugins_are_validated_and_the_effective_components_listed() {
+    let f = Fixture::new();
+    let env = f.env();
+    let inputs = Inputs::new(&env, euid());
+    let none = plugins(&inputs);
+    assert_eq!(none.status, Status::Ok);
+    assert_eq!(none.details["enabled"], json!([]));
+
+    f.write(
+        &f.system().join("plugins.toml"),
+        "version = 1\n[[components]]\nkind = \"policy\"\nenabled = false\n",
+        0o644,
+    );
+    let disabled = plugins(&inputs);
+    assert_eq!(disabled.status, Status::Ok, "{disabled:?}");
+    assert_eq!(disabled.details["components"], 1);
+    assert_eq!(disabled.details["enabled"], json!([]));
+
+    f.write(
+        &f.system().join("plugins.toml"),
+        "version = 1\n[[components]]\nkind = \"policy\"\nsurprise = 1\n",
+        0o644,
+    );
+    let invalid = plugins(&inputs);
+    assert_eq!(invalid.status, Status::Fail);
+    assert!(
+        invalid.summary.contains("plugins.toml"),
+        "{}",
+        invalid.summary
+    );
+    assert!(invalid.summary.contains("surprise"), "{}", invalid.summary);
+}
+
+fn ca_pem(f: &Fixture, name: &str) -> PathBuf {
+    let cert = rcgen::generate_simple_self_signed(vec!["relay.test".to_owned()]).unwrap();
+    let path = f.dir.path().join(name);
+    f.write(&path, &cert.cert.pem(), 0o644);
+    path
+}
+
+#[test]
+fn ca_variables_must_name_readable_pem_files() {
+    let f = Fixture::new();
+    assert_eq!(ca_variables(&MapEnv::new())[0].status, Status::Ok);
+
+    let missing = MapEnv::new().with(names::RELAY_EXTRA_CA_FILE, f.dir.path().join("nope.pem"));
+    assert_eq!(ca_variables(&missing)[0].status, Status::Fail);
+
+    let junk = f.dir.path().join("junk.pem");
+    f.write(&junk, "not a certificate", 0o644);
+    let junk_env = MapEnv::new().with("NODE_EXTRA_CA_CERTS", &junk);
+    assert_eq!(ca_variables(&junk_env)[0].status, Status::Fail);
+
+    let pem = ca_pem(&f, "ca.pem");
+    let relay_only = MapEnv::new().with(names::RELAY_EXTRA_CA_FILE, &pem);
+    let warn = &ca_variables(&relay_only)[0];
+    assert_eq!(warn.status, Status::Warn, "{warn:?}");
+    assert!(warn.summary.contains("NODE_EXTRA_CA_CERTS"));
+
+    let all = relay_only
+        .with("NODE_EXTRA_CA_CERTS", &pem)
+        .with(names::SSL_CERT_FILE, &pem);
+    assert_eq!(ca_variables(&all)[0].status, Status::Ok);
+}
+
+#[test]
+fn a_proxy_needs_no_proxy_for_loopback() {
+    assert_eq!(no_proxy(&MapEnv::new()).status, Status::Ok);
+    let proxy = MapEnv::new().with("HTTPS_PROXY", "http://user:pw-secret@proxy:3128");
+    let fail = no_proxy(&proxy);
+    assert_eq!(fail.status, Status::Fail);
+    assert!(!fail.summary.contains("pw-secret"));
+    assert_eq!(fail.details["missing"], json!(["127.0.0.1", "localhost"]));
+    let partial = proxy.clone().with("no_proxy", "localhost");
+    assert_eq!(no_proxy(&partial).details["missing"], json!(["127.0.0.1"]));
+    let fixed = proxy.with("NO_PROXY", "example.com, 127.0.0.1,LOCALHOST");
+    assert_eq!(no_proxy(&fixed).status, Status::Ok);
+}

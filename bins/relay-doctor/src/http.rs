@@ -1,0 +1,150 @@
+//! One GET to the daemon on one connection, with hyper's low-level HTTP/1 client: no pool,
+//! no proxy discovery and no redirects, so the doctor sees the daemon itself.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty};
+use hyper::header::{HOST, HeaderValue, USER_AGENT};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use relay_identity::{DaemonAddress, RouteToken};
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+
+/// The largest answer read; status answers are a few hundred bytes.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+/// An answer: its status and body.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) body: Bytes,
+}
+
+/// GETs `path` from the daemon, with the route token when given, within `limit`. The
+/// error is one line that names the address and never the token.
+pub(crate) async fn get(
+    daemon: &DaemonAddress,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    path: &str,
+    token: Option<&RouteToken>,
+    limit: Duration,
+) -> Result<Answer, String> {
+    match tokio::time::timeout(limit, exchange(daemon, tls, path, token)).await {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "no answer from {} within {limit:?}",
+            daemon.origin()
+        )),
+    }
+}
+
+async fn exchange(
+    daemon: &DaemonAddress,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    path: &str,
+    token: Option<&RouteToken>,
+) -> Result<Answer, String> {
+    let tcp = connect(daemon).await?;
+    let _ = tcp.set_nodelay(true);
+    let host = format!("{}:{}", daemon.host(), daemon.port());
+    let mut request = Request::get(path)
+        .header(
+            HOST,
+            HeaderValue::try_from(host).map_err(|_| "bad host name".to_owned())?,
+        )
+        .header(
+            USER_AGENT,
+            concat!("relay-doctor/", env!("CARGO_PKG_VERSION")),
+        );
+    if let Some(token) = token {
+        let mut value = HeaderValue::try_from(token.encode())
+            .map_err(|_| "the route token is not a header value".to_owned())?;
+        value.set_sensitive(true);
+        request = request.header(relay_proxy::headers::CLIENT_TOKEN_NAME, value);
+    }
+    let request = request
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("cannot build the request: {e}"))?;
+    let response = match (tls, daemon.is_tls()) {
+        (Some(config), true) => {
+            let name = ServerName::try_from(daemon.host().to_owned())
+                .map_err(|e| format!("{} is not a valid TLS server name: {e}", daemon.host()))?;
+            let stream = tokio_rustls::TlsConnector::from(config.clone())
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("TLS to {} failed: {e}", daemon.origin()))?;
+            send(stream, request).await?
+        }
+        (None, true) => return Err("an https daemon needs a TLS configuration".to_owned()),
+        _ => send(tcp, request).await?,
+    };
+    let status = response.status();
+    let mut body = response.into_body();
+    let mut answer = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| format!("reading the answer failed: {e}"))?;
+        if let Ok(data) = frame.into_data() {
+            if answer.len() + data.len() > MAX_ANSWER_BYTES {
+                return Err(format!(
+                    "the answer is larger than {MAX_ANSWER_BYTES} bytes"
+                ));
+            }
+            answer.extend_from_slice(&data);
+        }
+    }
+    Ok(Answer {
+        status,
+        body: Bytes::from(answer),
+    })
+}
+
+async fn send<IO>(
+    io: IO,
+    request: Request<Empty<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, String>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("HTTP handshake failed: {e}"))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("the request failed: {e}"))
+}
+
+/// `127.0.0.1` for `localhost`, the address for an IP literal, else the name's IPv4
+/// addresses first (relayd binds IPv4 only).
+async fn connect(daemon: &DaemonAddress) -> Result<TcpStream, String> {
+    let candidates: Vec<SocketAddr> = match daemon.connect_addr() {
+        Some(addr) => vec![addr],
+        None => {
+            let host = daemon.connect_host();
+            let mut addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, daemon.port()))
+                .await
+                .map_err(|e| format!("cannot resolve {host}: {e}"))?
+                .collect();
+            addrs.sort_by_key(SocketAddr::is_ipv6);
+            addrs
+        }
+    };
+    let mut last = None;
+    for addr in candidates {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(err) => last = Some(err),
+        }
+    }
+    Err(match last {
+        Some(err) => format!("cannot connect to {}: {err}", daemon.origin()),
+        None => format!("{} has no address", daemon.host()),
+    })
+}
