@@ -30,13 +30,12 @@ use http_body_util::{BodyExt as _, Full};
 use relay_e2e::http::{post_json, request};
 use relay_e2e::{AGENT_TIMEOUT, AgentCommand, Logs, Mcp, Process, START_TIMEOUT, User};
 use relay_testkit::DEFAULT_TEXT;
+use tempfile::TempDir;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
-use tempfile::TempDir;
 
 use super::support::{
-    CLI_TIMEOUT, EVENT_TIMEOUT, INITIALIZE_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, field,
-    fresh_token,
+    CLI_TIMEOUT, EVENT_TIMEOUT, INITIALIZE_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, field, fresh_token,
 };
 
 /// The daemon's port inside the server namespace (nothing else listens there).
@@ -257,7 +256,10 @@ impl Pki {
         std::fs::write(dir.path().join("ca.pem"), &ca_pem)?;
         std::fs::write(dir.path().join("other-ca.pem"), other_pem)?;
         for (name, sans) in [
-            ("daemon", vec![net.srv_ip.to_string(), "127.0.0.1".to_owned()]),
+            (
+                "daemon",
+                vec![net.srv_ip.to_string(), "127.0.0.1".to_owned()],
+            ),
             // A certificate the CA signed for some other host.
             ("wrong-name", vec!["relay.example.com".to_owned()]),
         ] {
@@ -286,7 +288,9 @@ fn new_ca(name: &str) -> anyhow::Result<(rcgen::CertifiedIssuer<'static, rcgen::
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
     let mut params = rcgen::CertificateParams::new(Vec::new())?;
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
     let ca = rcgen::CertifiedIssuer::self_signed(params, key)?;
     let pem = ca.pem();
     Ok((ca, pem))
@@ -700,7 +704,10 @@ async fn remote_codex_reaches_the_stand_in_through_its_remote_worker() -> anyhow
             client.user.system_config_dir().display().to_string(),
         ),
         ("RELAY_CLIENT_TOKEN", client.token.clone()),
-        ("RELAY_EXTRA_CA_FILE", pki.path("ca.pem").display().to_string()),
+        (
+            "RELAY_EXTRA_CA_FILE",
+            pki.path("ca.pem").display().to_string(),
+        ),
         ("RELAY_WORKER_ADVERTISE_ADDRESS", net.cli_ip.to_string()),
         ("RELAY_WORKER_PORT", WORKER_PORT.to_string()),
         ("RELAY_LOG", "info".to_owned()),
@@ -761,25 +768,25 @@ env = {{ {env} }}
     let through_worker = daemon.requests_to(&net, &pki, "openai", "worker").await?;
     assert!(through_worker >= 1, "{through_worker}\n{}", context());
     assert_eq!(
-        daemon.requests_to(&net, &pki, "openai", "pass_through").await?,
+        daemon
+            .requests_to(&net, &pki, "openai", "pass_through")
+            .await?,
         0,
         "{}",
         context()
     );
     // The worker registered the client's veth address, which the daemon accepted because
     // it is the peer address of the worker's control session.
-    let state = std::fs::read_to_string(
-        daemon
-            .dir
-            .path()
-            .join("xdg")
-            .join("relay")
-            .join("daemon")
-            .join("state.json"),
-    )?;
-    assert!(
-        state.contains(&format!("{}:{WORKER_PORT}", net.cli_ip)),
-        "{state}\n{}",
+    // The worker's control session came from the client's veth address, the only host
+    // the daemon accepts for its endpoint (no worker_networks are configured).
+    let connected = daemon
+        .logs()
+        .wait_for_event("worker_control_connected", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(
+        field(&connected, "peer"),
+        net.cli_ip.to_string(),
+        "{connected}\n{}",
         context()
     );
     Ok(())
@@ -809,8 +816,10 @@ async fn remote_refusals_name_their_cause() -> anyhow::Result<()> {
     )?;
     mcp.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
     mcp.logs()
-        .wait_for("a refusal naming the unknown issuer", EVENT_TIMEOUT, |logs| {
-            logs.text().contains("UnknownIssuer").then_some(())
+        .wait_for("a refusal naming the untrusted CA", EVENT_TIMEOUT, |logs| {
+            logs.text()
+                .contains("not signed by a trusted CA")
+                .then_some(())
         })
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", context(mcp.logs())))?;
@@ -824,12 +833,31 @@ async fn remote_refusals_name_their_cause() -> anyhow::Result<()> {
     )?;
     mcp.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
     mcp.logs()
-        .wait_for("a refusal naming the certificate's names", EVENT_TIMEOUT, |logs| {
-            logs.text().contains("NotValidForName").then_some(())
-        })
+        .wait_for(
+            "a refusal naming the certificate's names",
+            EVENT_TIMEOUT,
+            |logs| {
+                logs.text()
+                    .contains("does not name the host of the daemon address")
+                    .then_some(())
+            },
+        )
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", context(mcp.logs())))?;
     assert!(wrong_name.logs().events_named("mcp_added").is_empty());
+
+    // relay-hook names the untrusted CA too.
+    let stderr = hook_stderr(
+        &net,
+        &client,
+        &net.daemon_origin(DAEMON_PORT),
+        Some(&pki.path("other-ca.pem")),
+    )
+    .await?;
+    assert!(
+        stderr.contains("not signed by a trusted CA"),
+        "relay-hook: {stderr}"
+    );
 
     // Plain http to a daemon that is not on loopback: refused before anything is sent.
     let plain = format!("http://{}:{DAEMON_PORT}", net.srv_ip);
@@ -845,16 +873,7 @@ async fn remote_refusals_name_their_cause() -> anyhow::Result<()> {
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("https"), "relay-mcp: {stderr}");
 
-    let mut command = net.command(&net.cli, &relay_e2e::binary("relay-hook")?);
-    command
-        .args(["codex", "--daemon-address", &plain])
-        .env("HOME", client.user.home())
-        .env("XDG_CONFIG_HOME", client.user.xdg_config_home())
-        .env("RELAY_CLIENT_TOKEN", &client.token)
-        .stderr(Stdio::piped());
-    let out = tokio::time::timeout(CLI_TIMEOUT, command.output()).await??;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = hook_stderr(&net, &client, &plain, None).await?;
     assert!(stderr.contains("https"), "relay-hook: {stderr}");
     assert!(
         daemon.logs().events_named("mcp_added").is_empty(),
@@ -862,6 +881,37 @@ async fn remote_refusals_name_their_cause() -> anyhow::Result<()> {
         daemon.logs().text()
     );
     Ok(())
+}
+
+/// Runs relay-hook for one Codex `SessionStart` event from the client namespace toward
+/// `origin` (trusting `ca_file` when given) and returns its stderr.
+async fn hook_stderr(
+    net: &Net,
+    client: &Client,
+    origin: &str,
+    ca_file: Option<&Path>,
+) -> anyhow::Result<String> {
+    let mut command = net.command(&net.cli, &relay_e2e::binary("relay-hook")?);
+    command
+        .args(["codex", "--daemon-address", origin])
+        .env("HOME", client.user.home())
+        .env("XDG_CONFIG_HOME", client.user.xdg_config_home())
+        .env("RELAY_CLIENT_TOKEN", &client.token)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(ca_file) = ca_file {
+        command.env("RELAY_EXTRA_CA_FILE", ca_file);
+    }
+    let mut child = command.spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        tokio::io::AsyncWriteExt::write_all(
+            &mut stdin,
+            br#"{"hook_event_name":"SessionStart","session_id":"s","cwd":"/","source":"startup"}"#,
+        )
+        .await?;
+    }
+    let out = tokio::time::timeout(CLI_TIMEOUT, child.wait_with_output()).await??;
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[tokio::test]
@@ -906,7 +956,9 @@ async fn remote_a_short_cut_keeps_the_worker_and_a_long_one_replaces_it() -> any
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", remote.context()))?;
     remote.net.set_link(true)?;
-    let second = remote.ready_worker(Some(&first), WORKER_TIMEOUT * 2).await?;
+    let second = remote
+        .ready_worker(Some(&first), WORKER_TIMEOUT * 2)
+        .await?;
     assert_ne!(second, first, "{removed}");
     remote.assert_served_by_worker().await?;
     Ok(())
