@@ -543,13 +543,23 @@ impl Client {
     /// relay-mcp in the client namespace toward `origin`, trusting `ca_file`, with the
     /// remote worker's hint; `initialize` is not sent yet.
     fn spawn_mcp(&self, net: &Net, origin: &str, ca_file: &Path) -> anyhow::Result<Mcp> {
+        self.spawn_mcp_advertising(net.cli_ip, origin, ca_file)
+    }
+
+    /// As [`Client::spawn_mcp`], with the worker advertising `advertise`.
+    fn spawn_mcp_advertising(
+        &self,
+        advertise: Ipv4Addr,
+        origin: &str,
+        ca_file: &Path,
+    ) -> anyhow::Result<Mcp> {
         Ok(self
             .user
             .mcp(origin)?
             .token(&self.token)
             .log("info", "jsonl")
             .env("RELAY_EXTRA_CA_FILE", ca_file)
-            .env("RELAY_WORKER_ADVERTISE_ADDRESS", net.cli_ip.to_string())
+            .env("RELAY_WORKER_ADVERTISE_ADDRESS", advertise.to_string())
             .env("RELAY_WORKER_PORT", WORKER_PORT.to_string())
             .program(self.wrapper.clone())
             .spawn()?)
@@ -859,6 +869,32 @@ async fn remote_refusals_name_their_cause() -> anyhow::Result<()> {
         "relay-hook: {stderr}"
     );
 
+    // A worker that names another host than the one it connects from (here the daemon's
+    // own address) is refused: the daemon never connects where a worker merely points.
+    let mut mcp = client.spawn_mcp_advertising(
+        net.srv_ip,
+        &net.daemon_origin(DAEMON_PORT),
+        &pki.path("ca.pem"),
+    )?;
+    mcp.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
+    let refused = daemon
+        .logs()
+        .wait_for("the worker endpoint refused", WORKER_TIMEOUT, |logs| {
+            logs.events_named("control_registration_refused")
+                .into_iter()
+                .find(|e| field(e, "reason") == "endpoint_not_allowed")
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", context(mcp.logs())))?;
+    assert_eq!(field(&refused, "role"), "worker", "{refused}");
+    assert_eq!(field(&refused, "peer"), net.cli_ip.to_string(), "{refused}");
+    assert!(
+        daemon.logs().events_named("worker_ready").is_empty(),
+        "{}",
+        context(mcp.logs())
+    );
+    drop(mcp);
+
     // Plain http to a daemon that is not on loopback: refused before anything is sent.
     let plain = format!("http://{}:{DAEMON_PORT}", net.srv_ip);
     let mut command = net.command(&net.cli, &relay_e2e::binary("relay-mcp")?);
@@ -875,11 +911,6 @@ async fn remote_refusals_name_their_cause() -> anyhow::Result<()> {
 
     let stderr = hook_stderr(&net, &client, &plain, None).await?;
     assert!(stderr.contains("https"), "relay-hook: {stderr}");
-    assert!(
-        daemon.logs().events_named("mcp_added").is_empty(),
-        "{}",
-        daemon.logs().text()
-    );
     Ok(())
 }
 
