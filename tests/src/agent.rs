@@ -53,11 +53,27 @@ impl AgentCommand {
     /// installed, telling the reader to run `cargo xtask e2e`.
     pub fn new(agent: &str) -> Result<AgentCommand, Error> {
         let program = bins::agent_binary(agent)?;
+        AgentCommand::with_command(agent, Command::new(program))
+    }
+
+    /// The CLI named `agent` run through `launcher launcher_args… <the CLI>` (such as
+    /// `ip netns exec <namespace>`), otherwise as [`AgentCommand::new`].
+    pub fn launched_by(
+        agent: &str,
+        launcher: &Path,
+        launcher_args: &[&str],
+    ) -> Result<AgentCommand, Error> {
+        let program = bins::agent_binary(agent)?;
+        let mut command = Command::new(launcher);
+        command.args(launcher_args).arg(program);
+        AgentCommand::with_command(agent, command)
+    }
+
+    fn with_command(agent: &str, mut command: Command) -> Result<AgentCommand, Error> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("relay-e2e-{agent}-"))
             .tempdir()
             .map_err(|source| Error::TempDir { source })?;
-        let mut command = Command::new(program);
         command
             .env_clear()
             .env("HOME", dir.path().join("home"))

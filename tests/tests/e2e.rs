@@ -19,6 +19,7 @@ mod e2e {
     pub(crate) mod package;
     pub(crate) mod pass_through;
     pub(crate) mod recovery;
+    pub(crate) mod remote;
     pub(crate) mod sessions;
     pub(crate) mod support;
     pub(crate) mod workers;

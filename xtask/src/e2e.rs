@@ -35,6 +35,7 @@ pub(crate) fn run(test_args: &[String]) -> Result<()> {
     let root = project_root()?;
     let cache_dir = root.join("target").join("agent-clis");
     let agent_bin_dir = ensure_agent_clis(&cache_dir)?;
+    ensure_iproute2()?;
 
     step(
         "cargo build --workspace --bins",
@@ -58,6 +59,47 @@ pub(crate) fn run(test_args: &[String]) -> Result<()> {
         ),
         tests,
     )
+}
+
+/// Where `ip` is looked for: `PATH`, then the sbin directories a user's `PATH` may lack.
+const IP_DIRS: [&str; 4] = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"];
+
+/// The `ip` executable (iproute2) in `path` (a `PATH` value) or [`IP_DIRS`], if any.
+fn find_ip(path: &std::ffi::OsStr) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .chain(IP_DIRS.iter().map(PathBuf::from))
+        .map(|dir| dir.join("ip"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The remote-mode tests create network namespaces with `ip` (they fail without it): when
+/// it is missing, installs iproute2 with apt-get (CI runs as root on Debian), refreshing
+/// the package lists once if the first attempt fails.
+fn ensure_iproute2() -> Result<()> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if let Some(ip) = find_ip(&path) {
+        println!("\n==> iproute2 already installed ({})", ip.display());
+        return Ok(());
+    }
+    let install = || {
+        let mut command = Command::new("apt-get");
+        command
+            .args(["install", "-y", "--no-install-recommends", "iproute2"])
+            .env("DEBIAN_FRONTEND", "noninteractive");
+        step("apt-get install -y iproute2", command)
+    };
+    if install().is_err() {
+        let mut update = Command::new("apt-get");
+        update.arg("update");
+        step("apt-get update", update)?;
+        install().context(
+            "installing iproute2 for the remote e2e tests (they need `ip netns` and root)",
+        )?;
+    }
+    if find_ip(&path).is_none() {
+        bail!("apt-get installed iproute2 but `ip` is still not found");
+    }
+    Ok(())
 }
 
 /// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root) or

@@ -68,7 +68,10 @@ pub(crate) enum Failure {
         source: io::Error,
     },
     /// The TLS handshake failed (e.g. an untrusted certificate).
-    #[error("tls handshake with relay daemon at {address} failed: {source}")]
+    #[error(
+        "tls handshake with relay daemon at {address} failed: {}",
+        relay_proxy::tls::describe_handshake_error(source)
+    )]
     TlsHandshake {
         /// The daemon.
         address: DaemonAddress,

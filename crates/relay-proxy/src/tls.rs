@@ -40,6 +40,32 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
 }
 
+/// A failed TLS handshake toward a daemon in words that name the cause and the next step,
+/// followed by rustls's own description (`error` is what tokio-rustls returned).
+pub fn describe_handshake_error(error: &std::io::Error) -> String {
+    use rustls::CertificateError as C;
+    let cause = match error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(certificate)) => match certificate {
+            C::UnknownIssuer | C::BadSignature => {
+                "the daemon's certificate is not signed by a trusted CA (neither the platform's roots nor RELAY_EXTRA_CA_FILE)"
+            }
+            C::NotValidForName | C::NotValidForNameContext { .. } => {
+                "the daemon's certificate does not name the host of the daemon address (an IP address needs an IP subject-alternative name)"
+            }
+            C::Expired | C::ExpiredContext { .. } => "the daemon's certificate has expired",
+            C::NotValidYet | C::NotValidYetContext { .. } => {
+                "the daemon's certificate is not valid yet (check the clocks)"
+            }
+            _ => "the daemon's certificate was refused",
+        },
+        _ => return error.to_string(),
+    };
+    format!("{cause}: {error}")
+}
+
 /// The one crypto provider of the project.
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -189,3 +215,6 @@ impl ServerCertVerifier for PinnedCertificate {
         self.algorithms.supported_schemes()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -88,3 +88,21 @@ fn pins_are_exact_versions() {
         );
     }
 }
+
+#[test]
+fn ip_is_found_in_path_before_the_sbin_directories() {
+    let dir = scratch_dir("ip");
+    fs::write(dir.join("ip"), "").unwrap();
+    let path = std::env::join_paths([&dir]).unwrap();
+    assert_eq!(find_ip(&path), Some(dir.join("ip")));
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_directory_named_ip_is_not_the_ip_executable() {
+    let dir = scratch_dir("ip-dir");
+    fs::create_dir_all(dir.join("ip")).unwrap();
+    let path = std::env::join_paths([&dir]).unwrap();
+    assert_ne!(find_ip(&path), Some(dir.join("ip")));
+    fs::remove_dir_all(&dir).unwrap();
+}

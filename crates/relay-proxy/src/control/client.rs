@@ -127,7 +127,7 @@ pub enum ConnectError {
         #[source]
         source: std::io::Error,
     },
-    #[error("TLS to the daemon failed")]
+    #[error("TLS to the daemon failed: {}", crate::tls::describe_handshake_error(.0))]
     Tls(#[source] std::io::Error),
     #[error("the WebSocket handshake failed")]
     Handshake(#[source] tokio_tungstenite::tungstenite::Error),
