@@ -172,14 +172,15 @@ impl Daemon {
 /// Polls `check` until it holds or `WAIT` passes.
 async fn eventually(mut check: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + WAIT;
+    let mut poll = tokio::time::interval(Duration::from_millis(10));
     loop {
+        poll.tick().await;
         if check() {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -306,7 +307,9 @@ async fn handshakes_held_open_by_a_silent_peer_are_capped_and_a_legitimate_clien
     let pins = tempfile::tempdir().unwrap();
     let identity = daemon.identity(&pins);
     let deadline = tokio::time::Instant::now() + WAIT;
+    let mut poll = tokio::time::interval(Duration::from_millis(50));
     loop {
+        poll.tick().await;
         let registration = Registration::Mcp(RegisterMcpFields {
             credential: Bytes32(*RouteToken::generate().unwrap().expose_bytes()),
             worker_hint: None,
@@ -318,6 +321,5 @@ async fn handshakes_held_open_by_a_silent_peer_are_capped_and_a_legitimate_clien
                 "a legitimate client could not register: {error}"
             ),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

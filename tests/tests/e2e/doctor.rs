@@ -153,7 +153,9 @@ async fn live_fails_with_the_next_step_when_the_route_passes_through() -> anyhow
     mcp.close_stdin();
     mcp.wait(super::support::MCP_EXIT_TIMEOUT).await?;
     let deadline = tokio::time::Instant::now() + WORKER_TIMEOUT;
+    let mut poll = tokio::time::interval(STATUS_POLL);
     loop {
+        poll.tick().await;
         let route = route_status(&relayd, &token).await?;
         if route["reason"] == "no_live_session" {
             break;
@@ -162,7 +164,6 @@ async fn live_fails_with_the_next_step_when_the_route_passes_through() -> anyhow
             tokio::time::Instant::now() < deadline,
             "the route did not lose its session: {route}"
         );
-        tokio::time::sleep(STATUS_POLL).await;
     }
     let report = doctor(&relayd, &user, &token).await?;
     assert_eq!(report.code, Some(1), "{}", report.raw);

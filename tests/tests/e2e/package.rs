@@ -90,7 +90,9 @@ fn free_port() -> anyhow::Result<u16> {
 /// Polls `/healthz` until it answers 200 with `"status": "ok"` or `timeout` passes.
 async fn wait_healthy(addr: SocketAddr, daemon: &mut std::process::Child) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
+    let mut poll = tokio::time::interval(Duration::from_millis(50));
     loop {
+        poll.tick().await;
         if let Some(status) = daemon.try_wait()? {
             bail!("the installed relayd exited before it served: {status}");
         }
@@ -105,7 +107,6 @@ async fn wait_healthy(addr: SocketAddr, daemon: &mut std::process::Child) -> any
         if Instant::now() > deadline {
             bail!("the installed relayd did not answer /healthz within {START_TIMEOUT:?}");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
