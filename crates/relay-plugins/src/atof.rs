@@ -693,6 +693,16 @@ impl Recorder {
         data.data.insert("stream".to_owned(), json!(start.stream));
         data.data
             .insert("request_bytes".to_owned(), json!(start.request_bytes));
+        if start.request_redactions > 0 {
+            data.data.insert(
+                "request_redactions".to_owned(),
+                json!(start.request_redactions),
+            );
+        }
+        if let Some(traceparent) = start.traceparent.as_deref() {
+            data.data
+                .insert("traceparent".to_owned(), json!(bounded_id(traceparent)));
+        }
         data.text("prompt", start.prompt.as_deref());
         let data = data.finish();
         let (parent, metadata) = match sid.as_deref().and_then(|sid| self.sessions.get_mut(sid)) {
@@ -934,9 +944,8 @@ fn usage_json(usage: &UsageFacts) -> Value {
             out.insert(key.to_owned(), json!(value));
         }
     }
-    // A non-finite cost cannot be written as JSON; it is left out rather than faked.
-    if let Some(cost) = usage.cost_usd.and_then(serde_json::Number::from_f64) {
-        out.insert("cost_usd".to_owned(), Value::Number(cost));
+    if let Some(cost) = usage.cost {
+        out.insert("cost_usd".to_owned(), json!(cost.to_string()));
     }
     Value::Object(out)
 }

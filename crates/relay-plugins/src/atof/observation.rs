@@ -2,24 +2,9 @@
 
 use serde_json::Value;
 
-/// The harness a hook event or session belongs to; it names the session scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Agent {
-    ClaudeCode,
-    Codex,
-    Pi,
-}
-
-impl Agent {
-    /// The name used in hook routes and as the session scope's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Agent::ClaudeCode => "claude-code",
-            Agent::Codex => "codex",
-            Agent::Pi => "pi",
-        }
-    }
-}
+/// The harness a hook event or session belongs to; its name names the session scope.
+pub use crate::policy::Agent;
+use crate::{Cost, Usage, Usd};
 
 /// The worker's own key for one model request, chosen by the caller and unique while the
 /// request is in flight; it matches a [`ModelRequestEnd`] to its [`ModelRequestStart`].
@@ -87,6 +72,12 @@ pub struct ModelRequestStart {
     pub request_bytes: u64,
     /// The prompt text, already redacted by the worker; used only with `capture_content`.
     pub prompt: Option<String>,
+    /// Secrets the redaction component rewrote in the body sent to the provider (0 when it
+    /// does not rewrite request bodies or found none).
+    pub request_redactions: u64,
+    /// The `traceparent` header the harness sent, as it came; the trace exporter joins the
+    /// request's span to that trace.
+    pub traceparent: Option<String>,
 }
 
 /// Usage of one model request, as the usage parser reports it (every count optional: not
@@ -102,8 +93,24 @@ pub struct UsageFacts {
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub reasoning_tokens: Option<u64>,
-    /// Cost of this request in US dollars, when a price table is configured.
-    pub cost_usd: Option<f64>,
+    /// Cost of this request, when a price table prices it; written as a decimal string.
+    pub cost: Option<Usd>,
+}
+
+impl UsageFacts {
+    /// The facts of one normalised usage, with its cost when it has one.
+    pub fn new(usage: &Usage, cost: Option<&Cost>) -> UsageFacts {
+        UsageFacts {
+            uncached_input_tokens: Some(usage.uncached_input),
+            cache_read_tokens: Some(usage.cache_read),
+            cache_write_5m_tokens: Some(usage.cache_write_5m),
+            cache_write_1h_tokens: Some(usage.cache_write_1h),
+            input_tokens: Some(usage.genai_input_tokens()),
+            output_tokens: Some(usage.genai_output_tokens()),
+            reasoning_tokens: Some(usage.reasoning),
+            cost: cost.map(|c| c.total),
+        }
+    }
 }
 
 /// A model request whose response ended (or failed).

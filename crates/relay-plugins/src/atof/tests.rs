@@ -144,6 +144,8 @@ impl Scenario {
             stream: true,
             request_bytes: 5506,
             prompt: prompt.map(str::to_owned),
+            request_redactions: 0,
+            traceparent: None,
         };
         self.step(
             &format!("request {id} starts"),
@@ -448,6 +450,8 @@ fn unknown_sessions_start_implicitly_and_open_scopes_close_at_session_end() {
                 stream: false,
                 request_bytes: 10,
                 prompt: None,
+                request_redactions: 0,
+                traceparent: None,
             }),
         )
         .response(2, 200)
@@ -590,6 +594,8 @@ fn a_record_on_the_wire() {
             stream: true,
             request_bytes: 42,
             prompt: None,
+            request_redactions: 0,
+            traceparent: None,
         }),
     );
     let record = recorder.poll_record();

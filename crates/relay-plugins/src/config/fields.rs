@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{FieldPath, PluginConfigError};
+use crate::UsdPerMTok;
 
 /// Where a table sits: the file, the component and the dotted key prefix.
 #[derive(Debug, Clone)]
@@ -114,19 +115,23 @@ impl<'t> Table<'t> {
     }
 
     /// A number (integer or float), finite and at least 0.
-    pub(super) fn price(&self, key: &str) -> Result<Option<f64>, PluginConfigError> {
-        let expected = "a number of at least 0";
-        let value = match self.table.get(key) {
+    /// A price in dollars per million tokens: a number or a decimal string, at most six
+    /// decimals. A TOML float is read from its shortest decimal text, which is the text it
+    /// was written as for every price with six decimals or fewer.
+    pub(super) fn price(&self, key: &str) -> Result<Option<UsdPerMTok>, PluginConfigError> {
+        let expected = "a price of at least 0 with at most six decimals";
+        let text = match self.table.get(key) {
             None => return Ok(None),
-            Some(toml::Value::Integer(value)) => *value as f64,
-            Some(toml::Value::Float(value)) => *value,
+            Some(toml::Value::Integer(value)) if *value >= 0 => value.to_string(),
+            Some(toml::Value::Float(value)) if value.is_finite() && *value >= 0.0 => {
+                value.to_string()
+            }
+            Some(toml::Value::String(text)) => text.clone(),
             Some(_) => return Err(self.place.wrong(key, expected)),
         };
-        if value.is_finite() && value >= 0.0 {
-            Ok(Some(value))
-        } else {
-            Err(self.place.wrong(key, expected))
-        }
+        UsdPerMTok::parse(&text)
+            .map(Some)
+            .map_err(|_| self.place.wrong(key, expected))
     }
 
     pub(super) fn table(&self, key: &str) -> Result<Option<Table<'_>>, PluginConfigError> {

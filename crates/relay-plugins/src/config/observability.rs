@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use super::PluginConfigError;
 use super::fields::Table;
+use crate::{Price, PriceTable};
 
 /// An observability component's configuration, validated.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -13,8 +14,8 @@ pub struct ObservabilityConfig {
     pub capture_content: bool,
     pub sinks: Vec<Sink>,
     pub otlp: Option<OtlpConfig>,
-    /// Prices by exact model name.
-    pub prices: BTreeMap<String, Price>,
+    /// Prices by model name.
+    pub prices: PriceTable,
 }
 
 /// Where ATOF records go.
@@ -73,17 +74,6 @@ impl OtlpConfig {
     pub const DEFAULT_SERVICE_NAME: &'static str = "relay-worker";
 }
 
-/// A model's prices in US dollars per million tokens. A cache price left out is charged at
-/// the `input` price.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Price {
-    pub input: f64,
-    pub output: f64,
-    pub cache_read: Option<f64>,
-    pub cache_write_5m: Option<f64>,
-    pub cache_write_1h: Option<f64>,
-}
-
 /// What the file sink learnt about its directory (from `metadata`, following links).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirectoryFacts {
@@ -133,7 +123,7 @@ pub(super) fn parse(config: &Table<'_>) -> Result<ObservabilityConfig, PluginCon
         capture_content,
         sinks,
         otlp,
-        prices,
+        prices: PriceTable::new(prices),
     })
 }
 
@@ -292,6 +282,7 @@ fn parse_price(price: &Table<'_>) -> Result<Price, PluginConfigError> {
         "cache_read",
         "cache_write_5m",
         "cache_write_1h",
+        "reasoning",
     ])?;
     Ok(Price {
         input: price
@@ -303,6 +294,7 @@ fn parse_price(price: &Table<'_>) -> Result<Price, PluginConfigError> {
         cache_read: price.price("cache_read")?,
         cache_write_5m: price.price("cache_write_5m")?,
         cache_write_1h: price.price("cache_write_1h")?,
+        reasoning: price.price("reasoning")?,
     })
 }
 

@@ -9,6 +9,7 @@ use expect_test::{Expect, expect};
 use super::*;
 use crate::policy::{Action, Agent, Matcher, Mode, Route};
 use crate::redact::{Detector, RedactAction};
+use crate::{Price, UsdPerMTok};
 
 const SYSTEM: &str = "/etc/relay/plugins.toml";
 
@@ -155,15 +156,16 @@ cache_read = 0.3
     assert_eq!(http.header_env["authorization"], "RELAY_COLLECTOR_AUTH");
     let otlp = config.otlp.as_ref().unwrap();
     assert_eq!(otlp.service_name, OtlpConfig::DEFAULT_SERVICE_NAME);
-    let price = config.prices["claude-sonnet-4-5"];
+    let (_, price) = config.prices.lookup("claude-sonnet-4-5").unwrap();
     assert_eq!(
-        price,
+        *price,
         Price {
-            input: 3.0,
-            output: 15.0,
-            cache_read: Some(0.3),
+            input: UsdPerMTok::from_micros(3_000_000),
+            output: UsdPerMTok::from_micros(15_000_000),
+            cache_read: Some(UsdPerMTok::from_micros(300_000)),
             cache_write_5m: None,
             cache_write_1h: None,
+            reasoning: None,
         }
     );
 }
@@ -272,7 +274,7 @@ fn observability_refusals_name_component_field_and_file() {
             /etc/relay/plugins.toml: component 1, `config.otlp.protocol`: unknown key
             /etc/relay/plugins.toml: component 1, `config.otlp.endpoint`: required
             /etc/relay/plugins.toml: component 1, `config.prices."gpt-5.1".output`: required
-            /etc/relay/plugins.toml: component 1, `config.prices."gpt-5.1".input`: must be a number of at least 0
+            /etc/relay/plugins.toml: component 1, `config.prices."gpt-5.1".input`: must be a price of at least 0 with at most six decimals
             /etc/relay/plugins.toml: component 1, `config.prices.flat`: must be a table
         "#]],
     );

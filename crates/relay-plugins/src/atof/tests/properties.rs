@@ -139,6 +139,8 @@ fn observation(step: &Step) -> Observation {
             stream,
             request_bytes: 1,
             prompt: Some("hi sk-secret".to_owned()),
+            request_redactions: 0,
+            traceparent: None,
         }),
         Step::RequestEnd { id } => Observation::ModelRequestEnd(ModelRequestEnd {
             request_id: RequestId(u64::from(id)),
