@@ -757,6 +757,10 @@ impl Recorder {
             "usage".to_owned(),
             end.usage.as_ref().map_or(Value::Null, usage_json),
         );
+        if let Some(model) = end.response_model.as_deref() {
+            data.data
+                .insert("response_model".to_owned(), json!(bounded_id(model)));
+        }
         data.data
             .insert("truncated".to_owned(), json!(end.truncated));
         data.text("response", end.response.as_deref());

@@ -19,6 +19,7 @@ mod cost;
 mod decode;
 pub mod policy;
 pub mod redact;
+mod request;
 mod sse;
 mod usage;
 
@@ -30,5 +31,6 @@ pub use cost::{
 pub use decode::{ContentEncoding, DecodeError, Decoded, MAX_CODINGS, decode};
 pub use policy::{Agent, Decision, Policy, PolicyConfig};
 pub use redact::{Detector, RedactAction, RedactionConfig, Redactor, Replacements};
+pub use request::{RequestFacts, last_user_text};
 pub use sse::{SseEvent, SseParser};
 pub use usage::{BodyKind, GENAI_SEMCONV_VERSION, Usage, UsageReport, UsageTap, WireFormat};

@@ -212,6 +212,48 @@ pub trait StreamGuard: Send + Sync + 'static {}
 
 impl<T: Send + Sync + 'static> StreamGuard for T {}
 
+/// Sees the side copy of a relayed response body (SPEC §3.3): every data frame as it passes,
+/// then how the body ended. It runs on the response path, so it must only copy within its
+/// own bound and never wait.
+pub trait BodyTap: Send + Sync + 'static {
+    fn data(&mut self, chunk: &Bytes);
+    fn end(self: Box<Self>, end: BodyEnd);
+}
+
+/// How a tapped body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyEnd {
+    /// The provider's body ended normally.
+    Complete,
+    /// The provider's body failed, or no byte came for the idle time.
+    Failed,
+    /// The client went away (the body was dropped before its end).
+    Dropped,
+}
+
+/// Holds a tap until the body ends; a body dropped before its end tells the tap so.
+struct TapSlot(Option<Box<dyn BodyTap>>);
+
+impl TapSlot {
+    fn data(&mut self, chunk: &Bytes) {
+        if let Some(tap) = &mut self.0 {
+            tap.data(chunk);
+        }
+    }
+
+    fn end(&mut self, end: BodyEnd) {
+        if let Some(tap) = self.0.take() {
+            tap.end(end);
+        }
+    }
+}
+
+impl Drop for TapSlot {
+    fn drop(&mut self) {
+        self.end(BodyEnd::Dropped);
+    }
+}
+
 /// The body of a response on its way to the client.
 pub struct ResponseBody {
     inner: ResponseInner,
@@ -224,6 +266,7 @@ enum ResponseInner {
     Forward {
         incoming: Incoming,
         idle: IdleTimer,
+        tap: TapSlot,
         /// Held until the body is finished or dropped.
         _guard: Option<Box<dyn StreamGuard>>,
     },
@@ -265,9 +308,17 @@ impl ResponseBody {
             inner: ResponseInner::Forward {
                 incoming,
                 idle: IdleTimer::new(idle),
+                tap: TapSlot(None),
                 _guard: guard,
             },
             active: None,
+        }
+    }
+
+    /// Gives a relayed body's side copy to `tap`; a body that is not relayed has none.
+    pub fn set_tap(&mut self, new: Box<dyn BodyTap>) {
+        if let ResponseInner::Forward { tap, .. } = &mut self.inner {
+            *tap = TapSlot(Some(new));
         }
     }
 
@@ -287,17 +338,33 @@ impl Body for ResponseBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match &mut self.get_mut().inner {
             ResponseInner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            ResponseInner::Forward { incoming, idle, .. } => {
-                match Pin::new(incoming).poll_frame(cx) {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        idle.touch();
-                        Poll::Ready(Some(Ok(frame)))
+            ResponseInner::Forward {
+                incoming, idle, tap, ..
+            } => match Pin::new(&mut *incoming).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    idle.touch();
+                    if let Some(data) = frame.data_ref() {
+                        tap.data(data);
                     }
-                    Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Transport(e)))),
-                    Poll::Ready(None) => Poll::Ready(None),
-                    Poll::Pending => idle.poll_expired(cx).map(|e| Some(Err(e))),
+                    // hyper stops polling a body that says it has ended.
+                    if incoming.is_end_stream() {
+                        tap.end(BodyEnd::Complete);
+                    }
+                    Poll::Ready(Some(Ok(frame)))
                 }
-            }
+                Poll::Ready(Some(Err(e))) => {
+                    tap.end(BodyEnd::Failed);
+                    Poll::Ready(Some(Err(BodyError::Transport(e))))
+                }
+                Poll::Ready(None) => {
+                    tap.end(BodyEnd::Complete);
+                    Poll::Ready(None)
+                }
+                Poll::Pending => idle.poll_expired(cx).map(|e| {
+                    tap.end(BodyEnd::Failed);
+                    Some(Err(e))
+                }),
+            },
         }
     }
 

@@ -2,10 +2,7 @@
 //! their texts to `relay_plugins::config`, which holds every parsing and validation rule
 //! (version 1, unknown keys, settings only in the system file, system components shadowing
 //! user ones, typed component configurations).
-//!
-//! The worker does not host components yet (the plugin hosting lands separately), so an
-//! enabled component is still refused after its configuration validated: ignoring a policy
-//! would let traffic through unchecked.
+//! The worker hosts the enabled components with [`crate::worker::PluginHost`].
 
 use std::io::Read as _;
 use std::path::Path;
@@ -32,7 +29,6 @@ impl Plugins {
         user_file: Option<&Path>,
     ) -> Result<Plugins, PluginConfigError> {
         let inner = relay_plugins::Plugins::load_with(system_file, user_file, read_optional)?;
-        refuse_enabled(inner.components())?;
         Ok(Plugins { inner })
     }
 
@@ -55,19 +51,6 @@ impl Plugins {
     /// The validated configuration, with the typed component configurations.
     pub fn config(&self) -> &relay_plugins::Plugins {
         &self.inner
-    }
-}
-
-/// Until the worker hosts components, an enabled one cannot be honoured, and a silently
-/// ignored policy would let traffic through unchecked.
-fn refuse_enabled(components: &[Component]) -> Result<(), PluginConfigError> {
-    match components.iter().find(|c| c.enabled) {
-        Some(c) => Err(PluginConfigError::NotSupported {
-            path: c.file.clone(),
-            component: c.index,
-            kind: c.kind,
-        }),
-        None => Ok(()),
     }
 }
 

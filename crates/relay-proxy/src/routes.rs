@@ -39,6 +39,15 @@ impl Agent {
         }
     }
 
+    /// The same harness in the plugins' vocabulary.
+    pub fn plugin_agent(self) -> relay_plugins::Agent {
+        match self {
+            Agent::ClaudeCode => relay_plugins::Agent::ClaudeCode,
+            Agent::Codex => relay_plugins::Agent::Codex,
+            Agent::Pi => relay_plugins::Agent::Pi,
+        }
+    }
+
     /// True for the events that open a harness session, which the harness sends while its
     /// MCP server is still registering (§3.5): they wait for the session's worker.
     pub fn is_opening_event(self, event: &str) -> bool {

@@ -13,8 +13,10 @@
 
 mod handler;
 mod identity;
+mod plugins;
 mod state;
 
 pub use handler::{READY_PATH, WorkerHandler, WorkerLimits, serve_options};
 pub use identity::{IdentityError, WorkerIdentity};
+pub use plugins::{Observer, PluginHost, TERMINAL_FLUSH, generation_redactor};
 pub use state::{Phase, WorkerSnapshot, WorkerState};

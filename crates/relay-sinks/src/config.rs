@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use relay_plugins::config::{ObservabilityConfig, Sink};
 use serde::Deserialize;
 
 /// Every sink of one observability component.
@@ -133,6 +134,44 @@ pub struct SinkContext {
     /// The TLS client configuration for `https` collectors; `None` builds one with the
     /// platform's roots and the ring provider.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl SinksConfig {
+    /// The sinks of an observability component as `plugins.toml` configures them (parsed and
+    /// validated by `relay_plugins::config`); retries keep their defaults.
+    pub fn from_component(config: &ObservabilityConfig) -> SinksConfig {
+        let sinks = config
+            .sinks
+            .iter()
+            .map(|sink| match sink {
+                Sink::File(file) => SinkConfig::File(FileSinkConfig {
+                    directory: file.directory.clone(),
+                    filename: file.filename.clone(),
+                    queue_capacity: default_queue_capacity(),
+                }),
+                Sink::Http(http) => SinkConfig::Http(HttpSinkConfig {
+                    url: http.url.clone(),
+                    headers: http.headers.clone(),
+                    header_env: http.header_env.clone(),
+                    delivery: DeliveryConfig {
+                        batch_max_items: http.batch_max,
+                        batch_max_delay_ms: http.flush_ms,
+                        timeout_ms: http.timeout_ms,
+                        queue_capacity: http.queue,
+                        ..DeliveryConfig::default()
+                    },
+                }),
+            })
+            .collect();
+        let otlp = config.otlp.as_ref().map(|otlp| OtlpConfig {
+            endpoint: otlp.endpoint.clone(),
+            service_name: otlp.service_name.clone(),
+            headers: otlp.headers.clone(),
+            header_env: otlp.header_env.clone(),
+            delivery: DeliveryConfig::default(),
+        });
+        SinksConfig { sinks, otlp }
+    }
 }
 
 fn default_queue_capacity() -> usize {

@@ -21,6 +21,7 @@ mod file;
 mod genai;
 mod http;
 mod otlp;
+mod scopes;
 mod sinks;
 mod traceparent;
 
@@ -40,5 +41,6 @@ pub use otlp::{
     AttrValue, Attribute, IdGenerator, OTLP_PROTOBUF, OTLP_TRACES_PATH, SCOPE_NAME, SpanData,
     SpanId, SpanKind, SpanStatus, TraceId, export_request, traces_url,
 };
+pub use scopes::{MAX_OPEN_SPANS, SpanMapper, span_id};
 pub use sinks::{FlushTimedOut, SinkHandle, Sinks};
 pub use traceparent::TraceParent;

@@ -122,6 +122,8 @@ pub struct ModelRequestEnd {
     pub duration_ms: u64,
     pub time_to_first_byte_ms: Option<u64>,
     pub usage: Option<UsageFacts>,
+    /// The model that answered, as the response body names it.
+    pub response_model: Option<String>,
     /// The side copy overflowed its bound, so usage may be incomplete.
     pub truncated: bool,
     /// The response text, already redacted; used only with `capture_content`.

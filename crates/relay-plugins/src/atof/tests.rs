@@ -166,6 +166,7 @@ impl Scenario {
                 output_tokens: Some(5),
                 ..UsageFacts::default()
             }),
+            response_model: None,
             truncated: false,
             response: None,
         };

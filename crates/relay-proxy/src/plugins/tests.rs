@@ -289,45 +289,55 @@ fn an_unknown_kind_is_an_error_naming_the_component() {
     assert!(error.to_string().contains("component 2, `kind`"), "{error}");
 }
 
+/// The configuration administrators are told to write (issue text, docs/plugins.md).
+const ISSUE_CONFIG: &str = r#"version = 1
+
+[[components]]
+kind = "observability"
+enabled = true
+[components.config]
+capture_content = true
+[[components.config.sinks]]
+type = "file"
+directory = "/var/log/relay/atof"
+filename = "events-{user}.jsonl"
+
+[[components]]
+kind = "policy"
+enabled = true
+[components.config]
+[[components.config.rules]]
+event = "PreToolUse"
+tool = "Bash"
+input_field = "command"
+regex = "rm -rf"
+action = "deny"
+reason = "destructive command"
+
+[[components]]
+kind = "pii_redaction"
+enabled = true
+[components.config]
+detectors = ["email", "api_key"]
+action = "redact"
+"#;
+
 #[test]
-fn enabled_components_are_refused_until_plugins_exist() {
-    for kind in ["observability", "policy", "pii_redaction"] {
-        // `enabled` defaults to true.
-        for enabled in ["", "enabled = true\n"] {
-            let text = format!(
-                "version = 1\n[[components]]\nkind = \"policy\"\nenabled = false\n[[components]]\nkind = \"{kind}\"\n{enabled}"
-            );
-            let error = load(&text).unwrap_err();
-            let PluginConfigError::NotSupported {
-                path,
-                component,
-                kind: found,
-            } = &error
-            else {
-                panic!("{text}: {error}");
-            };
-            assert!(path.ends_with("system.toml"));
-            assert_eq!(*component, 2);
-            assert_eq!(found.as_str(), kind);
-            assert!(
-                error.to_string().ends_with(&format!(
-                    "component 2 ({kind}) is not supported by this worker version"
-                )),
-                "{error}"
-            );
-        }
-    }
+fn enabled_components_load_and_are_effective() {
+    let plugins = load(ISSUE_CONFIG).unwrap();
+    let kinds: Vec<&str> = plugins.enabled().map(|c| c.kind.as_str()).collect();
+    assert_eq!(kinds, ["observability", "policy", "pii_redaction"]);
+    let config = plugins.config();
+    assert!(config.observability().unwrap().capture_content);
+    assert_eq!(config.policy().unwrap().rules.len(), 1);
+    assert!(!config.redaction().unwrap().redact_requests);
     // An enabled, effective user component too.
     let files = Files::new(
         Some(ALLOW_USER),
         Some("version = 1\n[[components]]\nkind = \"observability\"\n"),
     );
-    let error = files.load().unwrap_err();
-    assert!(
-        matches!(error, PluginConfigError::NotSupported { component: 1, .. }),
-        "{error}"
-    );
-    assert_eq!(error.path(), files.user());
+    let plugins = files.load().unwrap();
+    assert_eq!(plugins.enabled().count(), 1);
 }
 
 #[test]
@@ -379,16 +389,7 @@ fn a_file_larger_than_the_limit_is_refused_unread() {
 }
 
 #[test]
-fn a_valid_enabled_component_is_still_refused_while_the_worker_does_not_host_it() {
-    // The component validates (relay-plugins accepts it), yet this worker cannot run it.
-    let error = load(
-        "version = 1\n[[components]]\nkind = \"policy\"\n[components.config]\nmode = \"dry_run\"\n",
-    )
-    .unwrap_err();
-    assert!(
-        matches!(error, PluginConfigError::NotSupported { component: 1, .. }),
-        "{error}"
-    );
+fn an_invalid_enabled_component_names_its_field() {
     // An invalid one names its field first.
     let error = load(
         "version = 1\n[[components]]\nkind = \"policy\"\n[components.config]\nmode = \"sometimes\"\n",

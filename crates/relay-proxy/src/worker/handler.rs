@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use relay_proto::ErrorKind;
 
 use super::identity::WorkerIdentity;
+use super::plugins::{HookOutcome, ModelStage, PluginHost};
 use super::state::{RequestKind, WorkerState};
 use crate::answers::{
     ambiguous_framing, content_length, error, json, payload_too_large, relay_response, retry_later,
@@ -90,6 +91,7 @@ pub struct WorkerHandler {
     config: Arc<Config>,
     upstream: UpstreamClient,
     limits: WorkerLimits,
+    plugins: PluginHost,
 }
 
 impl WorkerHandler {
@@ -107,7 +109,14 @@ impl WorkerHandler {
             config,
             upstream,
             limits,
+            plugins: PluginHost::default(),
         }
+    }
+
+    /// Runs this generation's plugins on every request.
+    pub fn with_plugins(mut self, plugins: PluginHost) -> WorkerHandler {
+        self.plugins = plugins;
+        self
     }
 
     pub fn state(&self) -> &Arc<WorkerState> {
@@ -180,14 +189,23 @@ impl WorkerHandler {
             Ok(target) => prologue.checked(req, target),
             Err(refused) => return refused.answer(),
         };
+        let (checked, exchange) = if self.plugins.is_active() {
+            match self
+                .plugins
+                .model_request(checked, self.limits.max_request_body_bytes)
+                .await
+            {
+                ModelStage::Forward(checked, exchange) => (checked, exchange),
+                ModelStage::Answer(res) => return res,
+            }
+        } else {
+            (checked, None)
+        };
         let Checked {
             parts,
             body,
             target,
-        } = match self.plugin_stage(checked) {
-            PluginVerdict::Forward(checked) => checked,
-            PluginVerdict::Answer(res) => return res,
-        };
+        } = checked;
         let idle = self.limits.stream_idle;
         let mut upstream_req = Request::new(body);
         *upstream_req.method_mut() = parts.method;
@@ -195,15 +213,25 @@ impl WorkerHandler {
         *upstream_req.headers_mut() =
             headers::forwardable_request_headers(&parts.headers, Toward::Provider);
         match self.upstream.send(upstream_req).await {
-            Ok(res) => relay_response(
-                res,
-                family == ModelFamily::Models,
-                idle,
-                Box::new(in_flight),
-            ),
+            Ok(res) => {
+                let mut res = relay_response(
+                    res,
+                    family == ModelFamily::Models,
+                    idle,
+                    Box::new(in_flight),
+                );
+                if let Some(exchange) = exchange {
+                    exchange.watch(&mut res);
+                }
+                res
+            }
             Err(failure) => {
                 tracing::debug!(reason = failure.reason(), "worker upstream request failed");
-                upstream_error(&failure)
+                let res = upstream_error(&failure);
+                if let Some(exchange) = exchange {
+                    exchange.failed(res.status());
+                }
+                res
             }
         }
     }
@@ -217,14 +245,6 @@ impl WorkerHandler {
             stream_idle: self.limits.stream_idle,
             require_json: false,
         }
-    }
-
-    /// Where the plugins of SPEC §7 attach to a model request: after the prologue has
-    /// accepted it and before it is sent to the provider. Policy will run here first
-    /// (and may answer the request itself), then redaction (which may change the body).
-    /// No plugin exists yet, so the request passes unchanged.
-    fn plugin_stage(&self, checked: Checked) -> PluginVerdict {
-        PluginVerdict::Forward(checked)
     }
 
     async fn hook(&self, req: Request<Incoming>, agent: Agent) -> Response<ResponseBody> {
@@ -247,16 +267,23 @@ impl WorkerHandler {
                 );
             }
         };
-        // The policy component will look at the event here; it is parsed once for it.
-        if serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes).is_err() {
-            return error(
-                StatusCode::BAD_REQUEST,
-                ErrorKind::RelayBadRequest,
-                "a hook body must be a JSON object",
-            );
+        let payload = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(payload @ serde_json::Value::Object(_)) => payload,
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::RelayBadRequest,
+                    "a hook body must be a JSON object",
+                );
+            }
+        };
+        if self.plugins.is_active() {
+            match self.plugins.hook(agent.plugin_agent(), payload) {
+                HookOutcome::Deny(res) => return res,
+                HookOutcome::Allow { flush: Some(flush) } => flush.await,
+                HookOutcome::Allow { flush: None } => {}
+            }
         }
-        // No policy component exists yet, so every event is allowed; terminal events have
-        // no records to wait for yet, so they are answered at once too.
         let mut res = Response::new(ResponseBody::full(Bytes::from_static(allow_answer(agent))));
         res.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -264,16 +291,6 @@ impl WorkerHandler {
         );
         res
     }
-}
-
-/// What the plugin stage makes of a model request.
-#[derive(Debug)]
-enum PluginVerdict {
-    /// Send it to the provider as it now is.
-    Forward(Checked),
-    /// Answer it here (a policy rejection); nothing is sent.
-    #[expect(dead_code, reason = "the policy plugin will answer requests here")]
-    Answer(Response<ResponseBody>),
 }
 
 impl Handler for WorkerHandler {

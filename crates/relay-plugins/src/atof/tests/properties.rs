@@ -148,6 +148,7 @@ fn observation(step: &Step) -> Observation {
             duration_ms: 1,
             time_to_first_byte_ms: None,
             usage: None,
+            response_model: None,
             truncated: false,
             response: Some("sk-secret".to_owned()),
         }),

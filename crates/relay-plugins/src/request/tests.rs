@@ -1,0 +1,75 @@
+use super::*;
+
+#[test]
+fn model_and_stream_are_read_from_the_top_level_only() {
+    let facts = RequestFacts::read(
+        br#"{"messages":[{"role":"user","content":"hi","model":"inner"}],"model":"claude-sonnet-4-5","stream":true}"#,
+    );
+    assert_eq!(facts.model.as_deref(), Some("claude-sonnet-4-5"));
+    assert!(facts.stream);
+    let facts = RequestFacts::read(br#"{"model":"gpt-5"}"#);
+    assert_eq!(
+        facts,
+        RequestFacts {
+            model: Some("gpt-5".to_owned()),
+            stream: false
+        }
+    );
+}
+
+#[test]
+fn a_body_that_is_not_json_or_has_odd_types_gives_nothing() {
+    assert_eq!(RequestFacts::read(b"not json"), RequestFacts::default());
+    assert_eq!(
+        RequestFacts::read(br#"{"model":7}"#),
+        RequestFacts::default()
+    );
+    assert_eq!(RequestFacts::read(b"[1,2]"), RequestFacts::default());
+}
+
+#[test]
+fn the_last_user_message_of_each_format() {
+    let anthropic = br#"{"messages":[
+        {"role":"user","content":"first"},
+        {"role":"assistant","content":[{"type":"text","text":"ok"}]},
+        {"role":"user","content":[
+            {"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ls output"}]},
+            {"type":"text","text":"and now this"}]}]}"#;
+    assert_eq!(
+        last_user_text(WireFormat::AnthropicMessages, anthropic).as_deref(),
+        Some("ls output\nand now this")
+    );
+    let responses = br#"{"input":[
+        {"role":"user","content":[{"type":"input_text","text":"hello"}]},
+        {"type":"function_call","call_id":"c1","name":"shell","arguments":"{}"},
+        {"type":"function_call_output","call_id":"c1","output":"total 0"}]}"#;
+    assert_eq!(
+        last_user_text(WireFormat::OpenAiResponses, responses).as_deref(),
+        Some("total 0")
+    );
+    assert_eq!(
+        last_user_text(WireFormat::OpenAiResponses, br#"{"input":"just text"}"#).as_deref(),
+        Some("just text")
+    );
+    let chat = br#"{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"q"}]}]}"#;
+    assert_eq!(
+        last_user_text(WireFormat::OpenAiChatCompletions, chat).as_deref(),
+        Some("q")
+    );
+}
+
+#[test]
+fn no_user_text_is_none() {
+    assert_eq!(
+        last_user_text(WireFormat::AnthropicMessages, br#"{"messages":[]}"#),
+        None
+    );
+    assert_eq!(
+        last_user_text(
+            WireFormat::OpenAiChatCompletions,
+            br#"{"messages":[{"role":"user","content":""}]}"#
+        ),
+        None
+    );
+    assert_eq!(last_user_text(WireFormat::OpenAiResponses, b"{"), None);
+}

@@ -1,0 +1,572 @@
+//! The worker's plugin host (SPEC §7.2, §8.1, §8.2, §3.3): one seam before a model request
+//! is forwarded (policy, then redaction) and one tap on its response body, plus the hook
+//! decision. The rules themselves are `relay_plugins`' (pure); the records leave through an
+//! [`Observer`], which the `relay-worker` shell implements with the sinks, so this crate
+//! never links an exporter.
+//!
+//! With no enabled component the host is inactive: requests are streamed through as before,
+//! with no body buffering and no tap.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, Response, StatusCode};
+use http_body_util::BodyExt;
+use relay_plugins::atof::{
+    self, HookEvent, ModelRequestEnd, ModelRequestStart, Observation, PolicyDecision,
+    PolicyTarget, RequestId, UsageFacts,
+};
+use relay_plugins::policy::{Action, Mode, Route};
+use relay_plugins::{
+    Agent, BodyKind, Decision, Policy, PriceTable, Redactor, RequestFacts, UsageTap, WireFormat,
+};
+use relay_proto::{ErrorBody, ErrorKind};
+
+use crate::answers::{error, json, payload_too_large};
+use crate::body::{BodyEnd, BodyError, BodyTap, RequestBody, ResponseBody};
+use crate::config::WorkerConfig;
+use crate::forward::Checked;
+use crate::routes::Family;
+
+/// Where the host's observations go. Implementations queue and return at once: `observe`
+/// runs on the request path.
+pub trait Observer: Send + Sync + 'static {
+    /// Queues one observation made at `at`; never waits, may drop (and count) when full.
+    fn observe(&self, at: SystemTime, observation: Observation);
+
+    /// Resolves once every observation queued before has been recorded and written by the
+    /// sinks, or when `deadline` has passed.
+    fn flush(&self, deadline: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+}
+
+/// How long a terminal hook waits for its records (§7.2).
+pub const TERMINAL_FLUSH: Duration = Duration::from_secs(2);
+
+/// The enabled components of one worker generation, ready to apply.
+#[derive(Default)]
+pub struct PluginHost {
+    policy: Option<Policy>,
+    /// Rewrites outbound request bodies (only with `redact_requests = true`).
+    request_redactor: Option<Arc<Redactor>>,
+    observer: Option<Arc<dyn Observer>>,
+    capture_content: bool,
+    prices: PriceTable,
+    capture: Arc<CaptureBudget>,
+    next_request: AtomicU64,
+}
+
+impl std::fmt::Debug for PluginHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginHost")
+            .field("policy", &self.policy.is_some())
+            .field("redacts_requests", &self.request_redactor.is_some())
+            .field("observes", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The side-copy bounds of §3.3: per stream, and across the worker.
+#[derive(Debug, Default)]
+struct CaptureBudget {
+    per_stream: usize,
+    total: usize,
+    in_use: AtomicUsize,
+}
+
+impl CaptureBudget {
+    fn reserve(&self, bytes: usize) -> bool {
+        let before = self.in_use.fetch_add(bytes, Ordering::Relaxed);
+        if before.saturating_add(bytes) > self.total {
+            self.in_use.fetch_sub(bytes, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn release(&self, bytes: usize) {
+        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The redactor a generation uses for records and (when asked) request bodies: the
+/// `pii_redaction` component's; with none but `capture_content` on, every built-in detector
+/// with `redact`, since content never enters a record unredacted. `key` is this generation's
+/// hashing key.
+pub fn generation_redactor(plugins: &relay_plugins::Plugins, key: &[u8]) -> Option<Arc<Redactor>> {
+    let captures = plugins.observability().is_some_and(|o| o.capture_content);
+    match plugins.redaction() {
+        Some(config) => Some(Arc::new(Redactor::new(config, key))),
+        None if captures => Some(Arc::new(Redactor::new(&Default::default(), key))),
+        None => None,
+    }
+}
+
+impl PluginHost {
+    /// The host of `plugins`. `redactor` is [`generation_redactor`]'s; `observer` is where
+    /// records go when an observability component is enabled.
+    pub fn new(
+        plugins: &relay_plugins::Plugins,
+        redactor: Option<Arc<Redactor>>,
+        observer: Option<Arc<dyn Observer>>,
+        worker: &WorkerConfig,
+    ) -> PluginHost {
+        let observability = plugins.observability();
+        let redacts_requests = plugins.redaction().is_some_and(|r| r.redact_requests);
+        let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        PluginHost {
+            policy: plugins.policy().cloned().map(Policy::new),
+            request_redactor: redactor.filter(|_| redacts_requests),
+            observer: observability.and(observer),
+            capture_content: observability.is_some_and(|o| o.capture_content),
+            prices: observability.map(|o| o.prices.clone()).unwrap_or_default(),
+            capture: Arc::new(CaptureBudget {
+                per_stream: to_usize(worker.observation_capture_bytes),
+                total: to_usize(worker.observation_total_bytes),
+                in_use: AtomicUsize::new(0),
+            }),
+            next_request: AtomicU64::new(1),
+        }
+    }
+
+    /// Whether any component acts on traffic; an inactive host costs nothing.
+    pub fn is_active(&self) -> bool {
+        self.policy.is_some() || self.request_redactor.is_some() || self.observer.is_some()
+    }
+
+    /// The model-request seam: reads the body once when a component needs it, records the
+    /// request's start, applies the policy (which may answer 403 itself) and then redaction
+    /// (which may rewrite the body). `limit` is the request body limit.
+    pub(crate) async fn model_request(&self, checked: Checked, limit: u64) -> ModelStage {
+        let format = WireFormat::from_path(checked.parts.uri.path());
+        let needed = checked.parts.method == Method::POST
+            && format.is_some()
+            && self.is_active();
+        let (Some(format), true) = (format, needed) else {
+            return ModelStage::Forward(checked, None);
+        };
+        let Checked {
+            mut parts,
+            body,
+            target,
+        } = checked;
+        let raw = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(BodyError::TooLarge { limit }) => return ModelStage::Answer(payload_too_large(limit)),
+            Err(_) => {
+                return ModelStage::Answer(error(
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::RelayBadRequest,
+                    "the request body could not be read",
+                ));
+            }
+        };
+        let encoding = parts
+            .headers
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let decoded = match relay_plugins::decode(encoding.as_deref(), &raw, limit) {
+            Ok(decoded) if !decoded.truncated => decoded.body.into_owned(),
+            Ok(_) => return ModelStage::Answer(payload_too_large(limit as u64)),
+            Err(_) => {
+                return ModelStage::Answer(error(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    ErrorKind::RelayUnsupportedEncoding,
+                    "the request body's content-encoding cannot be decoded",
+                ));
+            }
+        };
+        let facts = RequestFacts::read(&decoded);
+        let request_id = RequestId(self.next_request.fetch_add(1, Ordering::Relaxed));
+
+        // Redaction first computes what would be sent; the record says how much it changed.
+        let mut redactions = 0u64;
+        let mut outbound: Option<Bytes> = None;
+        if let Some(redactor) = &self.request_redactor {
+            let redacted = redactor.redact_json_body(&decoded);
+            if !redacted.replaced.is_empty() {
+                redactions = redacted.replaced.total() as u64;
+                outbound = Some(Bytes::from(redacted.body.into_owned()));
+            }
+        }
+
+        let observer = self.observer.clone();
+        if let Some(observer) = &observer {
+            let prompt = self
+                .capture_content
+                .then(|| relay_plugins::last_user_text(format, &decoded))
+                .flatten();
+            observer.observe(
+                SystemTime::now(),
+                Observation::ModelRequestStart(ModelRequestStart {
+                    request_id,
+                    session_id: session_id(&parts.headers),
+                    route: parts.uri.path().to_owned(),
+                    model: facts.model.clone(),
+                    stream: facts.stream,
+                    request_bytes: decoded.len() as u64,
+                    prompt,
+                    request_redactions: redactions,
+                    traceparent: parts
+                        .headers
+                        .get("traceparent")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned),
+                }),
+            );
+        }
+
+        if let Some(policy) = &self.policy
+            && policy.has_model_rules()
+        {
+            let route = match target.family {
+                Family::Anthropic => Route::Anthropic,
+                Family::OpenAi => Route::OpenAi,
+            };
+            let decision = policy.evaluate_model(route, facts.model.as_deref().unwrap_or(""));
+            if decision.is_match()
+                && let Some(observer) = &observer
+            {
+                let target = PolicyTarget::ModelRequest { request_id };
+                observer.observe(SystemTime::now(), guardrail(&decision, target));
+            }
+            if decision.blocks() {
+                return ModelStage::Answer(policy_rejected(decision.reason));
+            }
+        }
+
+        let body = match outbound {
+            Some(rewritten) => {
+                // The rewritten body is sent decoded: it is what the provider receives.
+                parts.headers.remove(header::CONTENT_ENCODING);
+                rewritten
+            }
+            None => raw,
+        };
+        parts.headers.remove(header::TRANSFER_ENCODING);
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
+        let exchange = observer.map(|observer| Exchange {
+            observer,
+            request_id,
+            format,
+            request_model: facts.model,
+            prices: self.prices.clone(),
+            capture: self.capture.clone(),
+            started: Instant::now(),
+            ended: false,
+        });
+        ModelStage::Forward(
+            Checked {
+                parts,
+                body: RequestBody::full(body),
+                target,
+            },
+            exchange,
+        )
+    }
+
+    /// Decides and records one hook event. `event` is the payload's `hook_event_name`.
+    pub(crate) fn hook(&self, agent: Agent, payload: serde_json::Value) -> HookOutcome {
+        let event = payload
+            .get("hook_event_name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let terminal = is_terminal(agent, &event);
+        let decision = self
+            .policy
+            .as_ref()
+            .map(|p| p.evaluate_hook(agent, &event, &payload));
+        if let Some(observer) = &self.observer {
+            let hook = HookEvent::from_payload(agent, payload);
+            let target = PolicyTarget::Hook {
+                agent,
+                session_id: hook.session_id.clone(),
+                event: hook.event.clone(),
+                tool_use_id: hook.tool_use_id.clone(),
+            };
+            let now = SystemTime::now();
+            observer.observe(now, Observation::Hook(hook));
+            if let Some(decision) = decision.filter(Decision::is_match) {
+                observer.observe(now, guardrail(&decision, target));
+            }
+        }
+        match decision {
+            Some(decision) if decision.blocks() => {
+                HookOutcome::Deny(policy_rejected(decision.reason))
+            }
+            _ => HookOutcome::Allow {
+                flush: self
+                    .observer
+                    .as_ref()
+                    .filter(|_| terminal)
+                    .map(|o| o.flush(TERMINAL_FLUSH)),
+            },
+        }
+    }
+}
+
+/// What the seam made of a model request.
+pub(crate) enum ModelStage {
+    /// Send it as it now is; the exchange, when records are kept, watches the response.
+    Forward(Checked, Option<Exchange>),
+    /// Answer it here (a policy rejection, an unreadable body); nothing is sent.
+    Answer(Response<ResponseBody>),
+}
+
+/// What a hook event gets.
+pub(crate) enum HookOutcome {
+    /// Let it proceed, after `flush` when it is a terminal event with records to write.
+    Allow {
+        flush: Option<Pin<Box<dyn Future<Output = ()> + Send + 'static>>>,
+    },
+    /// The 403 `relay_policy_rejected` answer.
+    Deny(Response<ResponseBody>),
+}
+
+/// The events after which a harness may exit: their records are written before the answer.
+fn is_terminal(agent: Agent, event: &str) -> bool {
+    match agent {
+        Agent::ClaudeCode | Agent::Codex => matches!(event, "Stop" | "SessionEnd"),
+        Agent::Pi => event == "session_shutdown",
+    }
+}
+
+/// The guardrail mark of one policy decision.
+fn guardrail(decision: &Decision<'_>, target: PolicyTarget) -> Observation {
+    Observation::PolicyDecision(PolicyDecision {
+        target,
+        rule: decision.rule.map(|n| n.to_string()),
+        decision: match decision.action {
+            Action::Allow => atof::Decision::Allow,
+            Action::Deny => atof::Decision::Deny,
+        },
+        reason: decision.reason.map(str::to_owned),
+        dry_run: decision.mode == Mode::DryRun,
+    })
+}
+
+/// 403 `{"error":{"type":"relay_policy_rejected","message":…,"reason":…}}` (§7.2).
+fn policy_rejected(reason: Option<&str>) -> Response<ResponseBody> {
+    let reason = reason.unwrap_or("denied by policy");
+    let mut body = ErrorBody::new(
+        ErrorKind::RelayPolicyRejected,
+        format!("blocked by the organisation's policy: {reason}"),
+    );
+    body.error.reason = Some(reason.to_owned());
+    let mut res = json(&body);
+    *res.status_mut() = StatusCode::FORBIDDEN;
+    res
+}
+
+fn session_id(headers: &HeaderMap) -> Option<String> {
+    atof::request_session_id(headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())))
+        .map(str::to_owned)
+}
+
+/// One model exchange being recorded: its start is recorded, its end is recorded exactly
+/// once, when the response body ends, fails or is dropped, or the provider cannot be reached.
+pub(crate) struct Exchange {
+    observer: Arc<dyn Observer>,
+    request_id: RequestId,
+    format: WireFormat,
+    request_model: Option<String>,
+    prices: PriceTable,
+    capture: Arc<CaptureBudget>,
+    started: Instant,
+    ended: bool,
+}
+
+impl Exchange {
+    /// Taps the response body; its end records the exchange's end.
+    pub(crate) fn watch(self, res: &mut Response<ResponseBody>) {
+        let status = res.status().as_u16();
+        let kind = BodyKind::from_content_type(
+            res.headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+        );
+        let encoding = res
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))
+            .map(str::to_owned);
+        let reader = match (&encoding, kind) {
+            (None, BodyKind::EventStream) => {
+                Reader::Stream(UsageTap::new(self.format, kind, self.capture.per_stream))
+            }
+            _ => Reader::Buffer {
+                encoding,
+                kind,
+                bytes: Vec::new(),
+                overflow: false,
+            },
+        };
+        res.body_mut().set_tap(Box::new(Tap {
+            exchange: self,
+            status,
+            first_byte: None,
+            reader,
+            reserved: 0,
+        }));
+    }
+
+    /// The provider could not be reached: the harness got `status` from the worker.
+    pub(crate) fn failed(mut self, status: StatusCode) {
+        self.end(status.as_u16(), None, Usage::default());
+    }
+
+    fn end(&mut self, status: u16, ttfb: Option<Duration>, usage: Usage) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.observer.observe(
+            SystemTime::now(),
+            Observation::ModelRequestEnd(ModelRequestEnd {
+                request_id: self.request_id,
+                status,
+                duration_ms: millis(self.started.elapsed()),
+                time_to_first_byte_ms: ttfb.map(millis),
+                usage: usage.facts,
+                response_model: usage.response_model,
+                truncated: usage.truncated,
+                response: None,
+            }),
+        );
+    }
+}
+
+impl Drop for Exchange {
+    /// A request abandoned before its response (the client went away): 499, as proxies
+    /// record a client that closed the request.
+    fn drop(&mut self) {
+        self.end(499, None, Usage::default());
+    }
+}
+
+/// What the response said about its exchange.
+#[derive(Default)]
+struct Usage {
+    facts: Option<UsageFacts>,
+    response_model: Option<String>,
+    truncated: bool,
+}
+
+enum Reader {
+    /// An identity event stream, parsed as it passes (it holds at most one event).
+    Stream(UsageTap),
+    /// A JSON or encoded body, copied within the bounds and read at its end.
+    Buffer {
+        encoding: Option<String>,
+        kind: BodyKind,
+        bytes: Vec<u8>,
+        overflow: bool,
+    },
+}
+
+struct Tap {
+    exchange: Exchange,
+    status: u16,
+    first_byte: Option<Duration>,
+    reader: Reader,
+    reserved: usize,
+}
+
+impl BodyTap for Tap {
+    fn data(&mut self, chunk: &Bytes) {
+        if self.first_byte.is_none() {
+            self.first_byte = Some(self.exchange.started.elapsed());
+        }
+        match &mut self.reader {
+            Reader::Stream(tap) => tap.push(chunk),
+            Reader::Buffer {
+                bytes, overflow, ..
+            } => {
+                if *overflow {
+                    return;
+                }
+                let budget = &self.exchange.capture;
+                if bytes.len() + chunk.len() > budget.per_stream || !budget.reserve(chunk.len()) {
+                    // Overflow only marks the copy truncated (§3.3).
+                    *overflow = true;
+                    budget.release(self.reserved);
+                    self.reserved = 0;
+                    *bytes = Vec::new();
+                    return;
+                }
+                self.reserved += chunk.len();
+                bytes.extend_from_slice(chunk);
+            }
+        }
+    }
+
+    fn end(mut self: Box<Self>, end: BodyEnd) {
+        let reader = std::mem::replace(
+            &mut self.reader,
+            Reader::Buffer {
+                encoding: None,
+                kind: BodyKind::Json,
+                bytes: Vec::new(),
+                overflow: true,
+            },
+        );
+        let format = self.exchange.format;
+        let report = match reader {
+            Reader::Stream(tap) => Some(tap.finish()),
+            Reader::Buffer { overflow: true, .. } => None,
+            Reader::Buffer {
+                encoding,
+                kind,
+                bytes,
+                overflow: false,
+            } => {
+                let per_stream = self.exchange.capture.per_stream;
+                match relay_plugins::decode(encoding.as_deref(), &bytes, per_stream) {
+                    Ok(decoded) => {
+                        let mut report = UsageTap::read_body(format, kind, &decoded.body);
+                        report.truncated |= decoded.truncated;
+                        Some(report)
+                    }
+                    Err(_) => None,
+                }
+            }
+        };
+        self.exchange.capture.release(self.reserved);
+        self.reserved = 0;
+        let truncated = end != BodyEnd::Complete || report.as_ref().is_none_or(|r| r.truncated);
+        let facts = report.as_ref().and_then(|report| {
+            let usage = report.usage?;
+            let cost = self
+                .exchange
+                .prices
+                .cost_for(
+                    report.response_model.as_deref(),
+                    self.exchange.request_model.as_deref(),
+                    &usage,
+                )
+                .ok();
+            Some(UsageFacts::new(&usage, cost.as_ref()))
+        });
+        let status = if end == BodyEnd::Dropped { 499 } else { self.status };
+        let ttfb = self.first_byte;
+        let usage = Usage {
+            facts,
+            response_model: report.and_then(|r| r.response_model),
+            truncated,
+        };
+        self.exchange.end(status, ttfb, usage);
+    }
+}
+
+#[cfg(test)]
+mod tests;
