@@ -24,11 +24,15 @@ use relay_proxy::config::Config;
 use relay_proxy::control::client::{
     Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
 };
-use relay_proxy::plugins::Plugins;
+use relay_proxy::plugins::{PluginConfigError, Plugins};
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
 use relay_proxy::worker::{
-    WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState, serve_options,
+    PluginHost, WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState, generation_redactor,
+    serve_options,
 };
+use relay_sinks::{SinkContext, SinkError};
+
+mod observe;
 use tokio::io::AsyncReadExt as _;
 
 /// A draining worker stops once nothing came for this long: the harness's last hooks
@@ -135,7 +139,7 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
     let server = tokio::spawn(relay_proxy::server::serve(
         listener,
         serve_options(&identity, Duration::from_secs(5)),
-        handler,
+        handler.clone(),
         async move {
             let _ = serving_stopped.await;
         },
@@ -190,15 +194,22 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
         &system_dir.join("plugins.toml"),
         Some(&paths.user_plugins_file()),
     );
-    let plugins = match plugins {
-        Ok(plugins) => plugins,
-        Err(error) => {
+    let hosted = plugins
+        .map_err(PluginFailure::from)
+        .and_then(|plugins| {
+            let hosted = host_plugins(&plugins, &config, &fingerprint)?;
+            Ok((plugins, hosted))
+        });
+    let (plugins, recording) = match hosted {
+        Ok((plugins, (host, recording))) => {
+            handler.install_plugins(host);
+            (plugins, recording)
+        }
+        Err(failure) => {
             let _ = session
-                .send(&Message::WorkerActivationFailed(
-                    error.to_activation_failed(),
-                ))
+                .send(&Message::WorkerActivationFailed(failure.message()))
                 .await;
-            anyhow::bail!("plugin configuration: {error}");
+            anyhow::bail!("plugin configuration: {failure}");
         }
     };
     state.set_ready();
@@ -230,6 +241,9 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
     };
     let _ = stop_serving.send(());
     let _ = server.await;
+    if let Some(recording) = recording {
+        recording.shutdown().await;
+    }
     Lifecycle::WorkerStopped {
         fingerprint: Some(&fingerprint),
         worker_id: Some(worker_id.as_uuid()),
@@ -238,6 +252,85 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
     }
     .emit();
     result
+}
+
+/// Why the plugins of this generation cannot run; reported as `plugin_config_invalid`.
+#[derive(Debug, thiserror::Error)]
+enum PluginFailure {
+    #[error(transparent)]
+    Config(#[from] PluginConfigError),
+    #[error("{file}: the observability sinks cannot start: {error}")]
+    Sinks { file: String, error: SinkError },
+}
+
+impl PluginFailure {
+    fn message(&self) -> relay_proto::WorkerActivationFailed {
+        match self {
+            PluginFailure::Config(error) => error.to_activation_failed(),
+            PluginFailure::Sinks { .. } => relay_proto::WorkerActivationFailed {
+                failure_reason: Text::truncated(relay_proxy::plugins::FAILURE_REASON.as_str()),
+                diagnostic: Text::truncated(&self.to_string()),
+            },
+        }
+    }
+}
+
+/// The host of the enabled components, and the recording when observability is on. Sink
+/// directories are checked first, so an unsafe one is named by its field.
+fn host_plugins(
+    plugins: &Plugins,
+    config: &Config,
+    fingerprint: &str,
+) -> Result<(PluginHost, Option<Arc<observe::Recording>>), PluginFailure> {
+    let config_of = plugins.config();
+    config_of.check_sink_directories(|dir| {
+        let metadata = std::fs::metadata(dir)?;
+        Ok(relay_plugins::config::DirectoryFacts {
+            is_dir: metadata.is_dir(),
+            mode: file_mode(&metadata),
+        })
+    })?;
+    let mut key = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
+        .map_err(|_| PluginFailure::Sinks {
+            file: String::new(),
+            error: SinkError::Random,
+        })?;
+    let redactor = generation_redactor(config_of, &key);
+    let recording = match config_of.observability() {
+        None => None,
+        Some(observability) => {
+            let ctx = SinkContext {
+                user: observe::os_user_name(),
+                fingerprint: fingerprint.to_owned(),
+                tls: None,
+            };
+            let file = plugins
+                .enabled()
+                .find(|c| c.kind == relay_proxy::plugins::ComponentKind::Observability)
+                .map(|c| c.file.display().to_string())
+                .unwrap_or_default();
+            Some(
+                observe::Recording::start(observability, redactor.clone(), &ctx)
+                    .map_err(|error| PluginFailure::Sinks { file, error })?,
+            )
+        }
+    };
+    let observer = recording
+        .clone()
+        .map(|r| r as Arc<dyn relay_proxy::worker::Observer>);
+    let host = PluginHost::new(config_of, redactor, observer, &config.worker);
+    Ok((host, recording))
+}
+
+#[cfg(unix)]
+fn file_mode(metadata: &std::fs::Metadata) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o7777
+}
+
+#[cfg(not(unix))]
+fn file_mode(_: &std::fs::Metadata) -> u32 {
+    0o700
 }
 
 fn refusal_context(client: &ClientIdentity, error: ConnectError) -> anyhow::Error {

@@ -4,7 +4,7 @@
 //! body is read), then the route, then the worker's state (503 while starting, while
 //! control is lost, and for model requests while draining), then the request itself.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -91,7 +91,8 @@ pub struct WorkerHandler {
     config: Arc<Config>,
     upstream: UpstreamClient,
     limits: WorkerLimits,
-    plugins: PluginHost,
+    /// Installed once, before the worker reports `Ready` (no request is served before).
+    plugins: OnceLock<PluginHost>,
 }
 
 impl WorkerHandler {
@@ -109,14 +110,21 @@ impl WorkerHandler {
             config,
             upstream,
             limits,
-            plugins: PluginHost::default(),
+            plugins: OnceLock::new(),
         }
     }
 
-    /// Runs this generation's plugins on every request.
-    pub fn with_plugins(mut self, plugins: PluginHost) -> WorkerHandler {
-        self.plugins = plugins;
-        self
+    /// Runs this generation's plugins on every request from now on; a second call is
+    /// ignored (a generation's plugins never change).
+    pub fn install_plugins(&self, plugins: PluginHost) {
+        if self.plugins.set(plugins).is_err() {
+            tracing::warn!("plugins were already installed for this generation");
+        }
+    }
+
+    /// The plugins, when any component acts on traffic.
+    fn active_plugins(&self) -> Option<&PluginHost> {
+        self.plugins.get().filter(|p| p.is_active())
     }
 
     pub fn state(&self) -> &Arc<WorkerState> {
@@ -189,9 +197,8 @@ impl WorkerHandler {
             Ok(target) => prologue.checked(req, target),
             Err(refused) => return refused.answer(),
         };
-        let (checked, exchange) = if self.plugins.is_active() {
-            match self
-                .plugins
+        let (checked, exchange) = if let Some(plugins) = self.active_plugins() {
+            match plugins
                 .model_request(checked, self.limits.max_request_body_bytes)
                 .await
             {
@@ -277,8 +284,8 @@ impl WorkerHandler {
                 );
             }
         };
-        if self.plugins.is_active() {
-            match self.plugins.hook(agent.plugin_agent(), payload) {
+        if let Some(plugins) = self.active_plugins() {
+            match plugins.hook(agent.plugin_agent(), payload) {
                 HookOutcome::Deny(res) => return res,
                 HookOutcome::Allow { flush: Some(flush) } => flush.await,
                 HookOutcome::Allow { flush: None } => {}
