@@ -194,12 +194,10 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
         &system_dir.join("plugins.toml"),
         Some(&paths.user_plugins_file()),
     );
-    let hosted = plugins
-        .map_err(PluginFailure::from)
-        .and_then(|plugins| {
-            let hosted = host_plugins(&plugins, &config, &fingerprint)?;
-            Ok((plugins, hosted))
-        });
+    let hosted = plugins.map_err(PluginFailure::from).and_then(|plugins| {
+        let hosted = host_plugins(&plugins, &config, &fingerprint)?;
+        Ok((plugins, hosted))
+    });
     let (plugins, recording) = match hosted {
         Ok((plugins, (host, recording))) => {
             handler.install_plugins(host);
@@ -291,11 +289,12 @@ fn host_plugins(
         })
     })?;
     let mut key = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
-        .map_err(|_| PluginFailure::Sinks {
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key).map_err(|_| {
+        PluginFailure::Sinks {
             file: String::new(),
             error: SinkError::Random,
-        })?;
+        }
+    })?;
     let redactor = generation_redactor(config_of, &key);
     let recording = match config_of.observability() {
         None => None,

@@ -339,7 +339,10 @@ impl Body for ResponseBody {
         match &mut self.get_mut().inner {
             ResponseInner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             ResponseInner::Forward {
-                incoming, idle, tap, ..
+                incoming,
+                idle,
+                tap,
+                ..
             } => match Pin::new(&mut *incoming).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     idle.touch();

@@ -30,7 +30,8 @@ use relay_proxy::server::{ServeReport, serve};
 use relay_proxy::tls;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
 use relay_proxy::worker::{
-    READY_PATH, WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState, serve_options,
+    Observer, PluginHost, READY_PATH, WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState,
+    generation_redactor, serve_options,
 };
 use relay_testkit::{
     ANTHROPIC_MESSAGES_SSE, Behaviour, FIXTURE_REQUEST_NAMES, OPENAI_CHAT_SSE,
@@ -63,6 +64,7 @@ struct Setup {
     /// `None`: the worker has not registered yet.
     secret: Option<[u8; 32]>,
     ready: bool,
+    plugins: Option<PluginHost>,
 }
 
 impl Setup {
@@ -79,6 +81,7 @@ impl Setup {
             limits: WorkerLimits::default(),
             secret: Some(SECRET),
             ready: true,
+            plugins: None,
         }
     }
 
@@ -108,6 +111,9 @@ impl Setup {
             client,
             self.limits,
         ));
+        if let Some(plugins) = self.plugins {
+            handler.install_plugins(plugins);
+        }
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(serve(
             listener,
@@ -1168,5 +1174,304 @@ async fn the_right_certificate_with_another_key_fails_the_handshake() {
         assert!(connect_pinned(genuine, pin).await.is_ok(), "{version:?}");
         let squatter = serve_handshakes(certificate.clone(), &other_key, version).await;
         assert!(connect_pinned(squatter, pin).await.is_err(), "{version:?}");
+    }
+}
+
+// ---- plugins ----
+
+/// An observer that keeps every observation; `flushes` counts terminal-hook flushes.
+#[derive(Default)]
+struct Collected {
+    seen: std::sync::Mutex<Vec<relay_plugins::atof::Observation>>,
+    flushes: std::sync::atomic::AtomicUsize,
+}
+
+impl Collected {
+    fn all(&self) -> Vec<relay_plugins::atof::Observation> {
+        relay_logging::sync::lock(&self.seen, "test observations")
+            .unwrap()
+            .clone()
+    }
+}
+
+impl Observer for Collected {
+    fn observe(&self, _at: std::time::SystemTime, observation: relay_plugins::atof::Observation) {
+        relay_logging::sync::lock(&self.seen, "test observations")
+            .unwrap()
+            .push(observation);
+    }
+
+    fn flush(
+        &self,
+        _deadline: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>> {
+        self.flushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Box::pin(async {})
+    }
+}
+
+/// A worker running `plugins_toml` (a system `plugins.toml`), recording into the returned
+/// observer.
+async fn worker_with_plugins(stand_in: &StandIn, plugins_toml: &str) -> (Worker, Arc<Collected>) {
+    let plugins = relay_plugins::Plugins::parse(
+        Some((
+            std::path::Path::new("/etc/relay/plugins.toml"),
+            plugins_toml,
+        )),
+        None,
+    )
+    .unwrap();
+    let collected = Arc::new(Collected::default());
+    let redactor = generation_redactor(&plugins, b"test key");
+    let observer = collected.clone() as Arc<dyn Observer>;
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.plugins = Some(PluginHost::new(
+        &plugins,
+        redactor,
+        Some(observer),
+        &relay_proxy::config::WorkerConfig::default(),
+    ));
+    (setup.start().await, collected)
+}
+
+const OBSERVE: &str = "version = 1\n[[components]]\nkind = \"observability\"\n[components.config]\ncapture_content = true\n";
+
+const ALLOW_LIST: &str = r#"
+[[components]]
+kind = "policy"
+[components.config]
+[[components.config.rules]]
+model = "claude-*"
+action = "allow"
+[[components.config.rules]]
+model = "*"
+action = "deny"
+reason = "only Claude models are allowed"
+"#;
+
+const DENY_RM: &str = r#"
+[[components]]
+kind = "policy"
+[components.config]
+mode = "MODE"
+[[components.config.rules]]
+event = "PreToolUse"
+tool = "Bash"
+input_field = "command"
+regex = "rm -rf"
+action = "deny"
+reason = "destructive command"
+"#;
+
+fn rejection_reason(answer: &Answer) -> String {
+    answer.assert_error(403, "relay_policy_rejected");
+    let value: Value = serde_json::from_slice(&answer.body).unwrap();
+    value["error"]["reason"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_model_off_the_allow_list_is_refused_before_the_provider_sees_a_byte() {
+    let stand_in = StandIn::start().await.unwrap();
+    let (worker, seen) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{ALLOW_LIST}")).await;
+    let answer = worker
+        .post("/v1/messages", br#"{"model":"gpt-5","messages":[]}"#)
+        .await;
+    assert_eq!(rejection_reason(&answer), "only Claude models are allowed");
+    // A body without a model is not on the list either.
+    let answer = worker.post("/v1/messages", br#"{"messages":[]}"#).await;
+    assert_eq!(rejection_reason(&answer), "only Claude models are allowed");
+    assert_eq!(stand_in.request_count(), 0);
+    let allowed = br#"{"model":"claude-sonnet-4-5","stream":true,"messages":[]}"#;
+    let answer = worker.post("/v1/messages", allowed).await;
+    assert_eq!(answer.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(recorded[0].body, &allowed[..]);
+    use relay_plugins::atof::{Decision, Observation};
+    let decisions: Vec<Decision> = seen
+        .all()
+        .into_iter()
+        .filter_map(|o| match o {
+            Observation::PolicyDecision(d) => Some(d.decision),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(decisions, [Decision::Deny, Decision::Deny, Decision::Allow]);
+}
+
+#[tokio::test]
+async fn a_denied_tool_call_is_403_with_the_reason_and_dry_run_blocks_nothing() {
+    let stand_in = StandIn::start().await.unwrap();
+    let payload = |command: &str| {
+        serde_json::json!({
+            "hook_event_name": "PreToolUse",
+            "session_id": "s1",
+            "tool_name": "Bash",
+            "tool_use_id": "t1",
+            "tool_input": { "command": command },
+        })
+        .to_string()
+    };
+    let (worker, seen) = worker_with_plugins(
+        &stand_in,
+        &format!("{OBSERVE}{}", DENY_RM.replace("MODE", "enforce")),
+    )
+    .await;
+    let denied = worker
+        .post(
+            "/hooks/claude-code",
+            payload("rm -rf /tmp/canary").as_bytes(),
+        )
+        .await;
+    assert_eq!(rejection_reason(&denied), "destructive command");
+    let allowed = worker
+        .post("/hooks/claude-code", payload("ls").as_bytes())
+        .await;
+    assert_eq!(allowed.status, 200);
+    assert_eq!(allowed.body, r#"{"continue":true}"#);
+    // pi names the same tool `bash` and the event `tool_call`.
+    let pi = serde_json::json!({
+        "hook_event_name": "tool_call",
+        "session_id": "p1",
+        "event": { "toolName": "bash", "toolCallId": "c1", "input": { "command": "rm -rf ~" } },
+    });
+    let denied = worker.post("/hooks/pi", pi.to_string().as_bytes()).await;
+    assert_eq!(rejection_reason(&denied), "destructive command");
+    let marks = seen
+        .all()
+        .into_iter()
+        .filter(|o| matches!(o, relay_plugins::atof::Observation::PolicyDecision(_)))
+        .count();
+    assert_eq!(marks, 2, "only matching rules make guardrail marks");
+
+    let (dry, seen) = worker_with_plugins(
+        &stand_in,
+        &format!("{OBSERVE}{}", DENY_RM.replace("MODE", "dry_run")),
+    )
+    .await;
+    let answer = dry
+        .post("/hooks/codex", payload("rm -rf /tmp/canary").as_bytes())
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, "{}");
+    let dry_runs: Vec<bool> = seen
+        .all()
+        .into_iter()
+        .filter_map(|o| match o {
+            relay_plugins::atof::Observation::PolicyDecision(d) => Some(d.dry_run),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dry_runs, [true]);
+}
+
+#[tokio::test]
+async fn secrets_reach_the_provider_untouched_unless_request_redaction_is_on() {
+    let stand_in = StandIn::start().await.unwrap();
+    let body = br#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"mail jane.doe@example.com key sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"}]}"#;
+    let redaction = "\n[[components]]\nkind = \"pii_redaction\"\n[components.config]\ndetectors = [\"email\", \"api_key\"]\naction = \"redact\"\n";
+    let (worker, seen) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{redaction}")).await;
+    assert_eq!(worker.post("/v1/messages", body).await.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(recorded[0].body, &body[..]);
+    // The prompt is observed (the recorder redacts it before any record).
+    let prompt = seen.all().into_iter().find_map(|o| match o {
+        relay_plugins::atof::Observation::ModelRequestStart(start) => start.prompt,
+        _ => None,
+    });
+    assert!(prompt.unwrap().starts_with("mail "));
+
+    stand_in.clear_requests();
+    let rewriting = format!("{OBSERVE}{redaction}redact_requests = true\n");
+    let (worker, seen) = worker_with_plugins(&stand_in, &rewriting).await;
+    assert_eq!(worker.post("/v1/messages", body).await.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    let sent = String::from_utf8(recorded[0].body.to_vec()).unwrap();
+    assert!(!sent.contains("jane.doe@example.com"), "{sent}");
+    assert!(!sent.contains("sk-ant-api03"), "{sent}");
+    assert!(sent.contains("mail "), "{sent}");
+    assert_eq!(
+        recorded[0].header_str("content-length"),
+        Some(sent.len().to_string().as_str())
+    );
+    serde_json::from_str::<Value>(&sent).unwrap();
+    let redactions = seen.all().into_iter().find_map(|o| match o {
+        relay_plugins::atof::Observation::ModelRequestStart(start) => {
+            Some(start.request_redactions)
+        }
+        _ => None,
+    });
+    assert_eq!(redactions, Some(2));
+}
+
+#[tokio::test]
+async fn the_response_tap_reports_usage_status_and_time_to_first_byte() {
+    let stand_in = StandIn::start().await.unwrap();
+    let (worker, seen) = worker_with_plugins(&stand_in, OBSERVE).await;
+    for chunk_size in [None, Some(1)] {
+        stand_in.set_behaviour(Behaviour {
+            chunk_size,
+            ..Behaviour::default()
+        });
+        let res = worker
+            .client
+            .request(stream_request(&worker, "/v1/messages"))
+            .await
+            .unwrap();
+        let received = receive_body(res.into_body()).await;
+        // The client gets the stream byte for byte: the tap only copies.
+        assert_eq!(received.bytes, ANTHROPIC_MESSAGES_SSE);
+    }
+    let ends: Vec<_> = {
+        let mut ends = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        while ends.len() < 2 && Instant::now() < deadline {
+            ends = seen
+                .all()
+                .into_iter()
+                .filter_map(|o| match o {
+                    relay_plugins::atof::Observation::ModelRequestEnd(end) => Some(end),
+                    _ => None,
+                })
+                .collect();
+            tokio::task::yield_now().await;
+        }
+        ends
+    };
+    assert_eq!(ends.len(), 2);
+    for end in ends {
+        assert_eq!(end.status, 200);
+        assert!(!end.truncated, "{end:?}");
+        assert!(end.time_to_first_byte_ms.is_some());
+        let usage = end.usage.unwrap();
+        assert_eq!(usage.input_tokens, Some(10));
+        assert_eq!(usage.output_tokens, Some(5));
+    }
+}
+
+#[tokio::test]
+async fn terminal_hooks_wait_for_the_records_and_others_do_not() {
+    let stand_in = StandIn::start().await.unwrap();
+    let (worker, seen) = worker_with_plugins(&stand_in, OBSERVE).await;
+    for (agent, event, flushes) in [
+        ("claude-code", "UserPromptSubmit", 0),
+        ("claude-code", "Stop", 1),
+        ("codex", "SessionEnd", 2),
+        ("pi", "agent_end", 2),
+        ("pi", "session_shutdown", 3),
+    ] {
+        let body = serde_json::json!({ "hook_event_name": event, "session_id": "s" }).to_string();
+        assert_eq!(
+            worker
+                .post(&format!("/hooks/{agent}"), body.as_bytes())
+                .await
+                .status,
+            200
+        );
+        assert_eq!(
+            seen.flushes.load(std::sync::atomic::Ordering::Relaxed),
+            flushes,
+            "{agent} {event}"
+        );
     }
 }

@@ -15,7 +15,9 @@ use relay_plugins::{Usage, WireFormat};
 use serde_json::Value;
 
 use crate::genai::{GenAiFacts, Operation, genai_attributes, span_name};
-use crate::otlp::{Attribute, AttrValue, IdGenerator, SpanData, SpanId, SpanKind, SpanStatus, TraceId};
+use crate::otlp::{
+    AttrValue, Attribute, IdGenerator, SpanData, SpanId, SpanKind, SpanStatus, TraceId,
+};
 use crate::traceparent::TraceParent;
 
 /// Spans kept open at once; one more ends the oldest unexported (it is dropped: a span

@@ -361,7 +361,7 @@ fn an_unreadable_file_is_an_error() {
 
 #[test]
 fn the_activation_failure_carries_the_diagnostic() {
-    let error = load("version = 1\n[[components]]\nkind = \"policy\"\n").unwrap_err();
+    let error = load("version = 1\n[[components]]\nkind = \"policy\"\n[components.config]\nmode = \"sometimes\"\n").unwrap_err();
     let message = error.to_activation_failed();
     assert_eq!(message.failure_reason.as_str(), "plugin_config_invalid");
     assert_eq!(message.diagnostic.as_str(), error.to_string());

@@ -18,8 +18,8 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 use relay_plugins::atof::{
-    self, HookEvent, ModelRequestEnd, ModelRequestStart, Observation, PolicyDecision,
-    PolicyTarget, RequestId, UsageFacts,
+    self, HookEvent, ModelRequestEnd, ModelRequestStart, Observation, PolicyDecision, PolicyTarget,
+    RequestId, UsageFacts,
 };
 use relay_plugins::policy::{Action, Mode, Route};
 use relay_plugins::{
@@ -143,9 +143,7 @@ impl PluginHost {
     /// (which may rewrite the body). `limit` is the request body limit.
     pub(crate) async fn model_request(&self, checked: Checked, limit: u64) -> ModelStage {
         let format = WireFormat::from_path(checked.parts.uri.path());
-        let needed = checked.parts.method == Method::POST
-            && format.is_some()
-            && self.is_active();
+        let needed = checked.parts.method == Method::POST && format.is_some() && self.is_active();
         let (Some(format), true) = (format, needed) else {
             return ModelStage::Forward(checked, None);
         };
@@ -156,7 +154,9 @@ impl PluginHost {
         } = checked;
         let raw = match body.collect().await {
             Ok(collected) => collected.to_bytes(),
-            Err(BodyError::TooLarge { limit }) => return ModelStage::Answer(payload_too_large(limit)),
+            Err(BodyError::TooLarge { limit }) => {
+                return ModelStage::Answer(payload_too_large(limit));
+            }
             Err(_) => {
                 return ModelStage::Answer(error(
                     StatusCode::BAD_REQUEST,
@@ -315,6 +315,10 @@ impl PluginHost {
 }
 
 /// What the seam made of a model request.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "made once per request and matched at once; boxing would only add an allocation"
+)]
 pub(crate) enum ModelStage {
     /// Send it as it now is; the exchange, when records are kept, watches the response.
     Forward(Checked, Option<Exchange>),
@@ -323,6 +327,10 @@ pub(crate) enum ModelStage {
 }
 
 /// What a hook event gets.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "made once per hook and matched at once; boxing would only add an allocation"
+)]
 pub(crate) enum HookOutcome {
     /// Let it proceed, after `flush` when it is a terminal event with records to write.
     Allow {
@@ -401,9 +409,11 @@ impl Exchange {
             .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))
             .map(str::to_owned);
         let reader = match (&encoding, kind) {
-            (None, BodyKind::EventStream) => {
-                Reader::Stream(UsageTap::new(self.format, kind, self.capture.per_stream))
-            }
+            (None, BodyKind::EventStream) => Reader::Stream(Box::new(UsageTap::new(
+                self.format,
+                kind,
+                self.capture.per_stream,
+            ))),
             _ => Reader::Buffer {
                 encoding,
                 kind,
@@ -464,7 +474,7 @@ struct Usage {
 
 enum Reader {
     /// An identity event stream, parsed as it passes (it holds at most one event).
-    Stream(UsageTap),
+    Stream(Box<UsageTap>),
     /// A JSON or encoded body, copied within the bounds and read at its end.
     Buffer {
         encoding: Option<String>,
@@ -522,7 +532,7 @@ impl BodyTap for Tap {
         );
         let format = self.exchange.format;
         let report = match reader {
-            Reader::Stream(tap) => Some(tap.finish()),
+            Reader::Stream(tap) => Some((*tap).finish()),
             Reader::Buffer { overflow: true, .. } => None,
             Reader::Buffer {
                 encoding,
@@ -557,7 +567,11 @@ impl BodyTap for Tap {
                 .ok();
             Some(UsageFacts::new(&usage, cost.as_ref()))
         });
-        let status = if end == BodyEnd::Dropped { 499 } else { self.status };
+        let status = if end == BodyEnd::Dropped {
+            499
+        } else {
+            self.status
+        };
         let ttfb = self.first_byte;
         let usage = Usage {
             facts,
