@@ -535,7 +535,9 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     const ID: &str = "plugins";
     let system = inputs.system_dir().join("plugins.toml");
     let user = inputs.paths.as_ref().map(StatePaths::user_plugins_file);
-    match Plugins::load(&system, user.as_deref()) {
+    let loaded = Plugins::load(&system, user.as_deref())
+        .and_then(|plugins| plugins.check_sink_directories().map(|()| plugins));
+    match loaded {
         Ok(plugins) => {
             let enabled: Vec<serde_json::Value> = plugins
                 .enabled()

@@ -280,14 +280,8 @@ fn host_plugins(
     config: &Config,
     fingerprint: &str,
 ) -> Result<(PluginHost, Option<Arc<observe::Recording>>), PluginFailure> {
+    plugins.check_sink_directories()?;
     let config_of = plugins.config();
-    config_of.check_sink_directories(|dir| {
-        let metadata = std::fs::metadata(dir)?;
-        Ok(relay_plugins::config::DirectoryFacts {
-            is_dir: metadata.is_dir(),
-            mode: file_mode(&metadata),
-        })
-    })?;
     let mut key = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key).map_err(|_| {
         PluginFailure::Sinks {
@@ -320,16 +314,6 @@ fn host_plugins(
         .map(|r| r as Arc<dyn relay_proxy::worker::Observer>);
     let host = PluginHost::new(config_of, redactor, observer, &config.worker);
     Ok((host, recording))
-}
-
-#[cfg(unix)]
-fn file_mode(metadata: &std::fs::Metadata) -> u32 {
-    std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o7777
-}
-
-#[cfg(not(unix))]
-fn file_mode(_: &std::fs::Metadata) -> u32 {
-    0o700
 }
 
 fn refusal_context(client: &ClientIdentity, error: ConnectError) -> anyhow::Error {

@@ -48,10 +48,35 @@ impl Plugins {
         self.inner.allows_user_components()
     }
 
+    /// Checks the directory of every enabled file sink on disk (it must exist, be a
+    /// directory, and not be writable by others unless sticky); the error names the
+    /// component, its `directory` field and the file. The worker runs this before it opens
+    /// any sink, and `relay-doctor` reports the same error.
+    pub fn check_sink_directories(&self) -> Result<(), PluginConfigError> {
+        self.inner.check_sink_directories(|dir| {
+            let metadata = std::fs::metadata(dir)?;
+            Ok(relay_plugins::config::DirectoryFacts {
+                is_dir: metadata.is_dir(),
+                mode: permission_bits(&metadata),
+            })
+        })
+    }
+
     /// The validated configuration, with the typed component configurations.
     pub fn config(&self) -> &relay_plugins::Plugins {
         &self.inner
     }
+}
+
+#[cfg(unix)]
+fn permission_bits(metadata: &std::fs::Metadata) -> u32 {
+    std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o7777
+}
+
+/// Elsewhere the directory's ACL is the operating system's business.
+#[cfg(not(unix))]
+fn permission_bits(_: &std::fs::Metadata) -> u32 {
+    0o700
 }
 
 /// The file's text, `None` when it does not exist; at most `MAX_PLUGIN_FILE_BYTES`.

@@ -315,6 +315,42 @@ fn plugins_are_validated_and_the_effective_components_listed() {
         invalid.summary
     );
     assert!(invalid.summary.contains("surprise"), "{}", invalid.summary);
+
+    // The configuration is valid, and every component listed, once its sink
+    // directory is safe; a directory anyone may write to without the sticky bit is named.
+    let sinks = f.dir.path().join("atof");
+    std::fs::create_dir(&sinks).unwrap();
+    let config = format!(
+        "version = 1\n[[components]]\nkind = \"observability\"\n[components.config]\ncapture_content = true\n[[components.config.sinks]]\ntype = \"file\"\ndirectory = \"{}\"\nfilename = \"events-{{user}}.jsonl\"\n[[components]]\nkind = \"policy\"\n[[components.config.rules]]\nevent = \"PreToolUse\"\ntool = \"Bash\"\ninput_field = \"command\"\nregex = \"rm -rf\"\naction = \"deny\"\nreason = \"destructive command\"\n[[components]]\nkind = \"pii_redaction\"\n[components.config]\ndetectors = [\"email\", \"api_key\"]\naction = \"redact\"\n",
+        sinks.display()
+    );
+    f.write(&f.system().join("plugins.toml"), &config, 0o644);
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&sinks, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let valid = plugins(&inputs);
+    assert_eq!(valid.status, Status::Ok, "{valid:?}");
+    assert!(
+        valid.summary.contains(
+            "observability (system file), policy (system file), pii_redaction (system file)"
+        ),
+        "{}",
+        valid.summary
+    );
+    std::fs::set_permissions(&sinks, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let unsafe_dir = plugins(&inputs);
+    assert_eq!(unsafe_dir.status, Status::Fail);
+    assert!(
+        unsafe_dir
+            .summary
+            .contains("component 1, `config.sinks[1].directory`"),
+        "{}",
+        unsafe_dir.summary
+    );
+    assert!(
+        unsafe_dir.summary.contains("sticky"),
+        "{}",
+        unsafe_dir.summary
+    );
 }
 
 fn ca_pem(f: &Fixture, name: &str) -> PathBuf {
