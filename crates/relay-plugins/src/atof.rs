@@ -36,6 +36,8 @@ use std::fmt;
 use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
+
+use crate::{Usage, Usd};
 use uuid::Uuid;
 
 pub use content::{NoRedaction, Redactor};
@@ -163,6 +165,53 @@ struct Session {
     tools: Vec<(String, OpenScope)>,
     open_llms: usize,
     last_active: u64,
+    /// The usage and cost of its model requests so far.
+    totals: Totals,
+}
+
+/// A session's running totals: written into its end record as `usage`, in the shape of an
+/// `llm` end's usage plus how many requests were priced and how many could not be.
+#[derive(Debug, Default)]
+struct Totals {
+    usage: Usage,
+    cost: Usd,
+    priced: u64,
+    unpriced: u64,
+}
+
+impl Totals {
+    fn add(&mut self, facts: &UsageFacts) {
+        let n = |count: Option<u64>| count.unwrap_or(0);
+        self.usage.add(&Usage {
+            uncached_input: n(facts.uncached_input_tokens),
+            cache_read: n(facts.cache_read_tokens),
+            cache_write_5m: n(facts.cache_write_5m_tokens),
+            cache_write_1h: n(facts.cache_write_1h_tokens),
+            output: n(facts.output_tokens),
+            reasoning: n(facts.reasoning_tokens),
+        });
+        match facts.cost {
+            Some(cost) => {
+                self.cost = self.cost.saturating_add(cost);
+                self.priced += 1;
+            }
+            None => self.unpriced += 1,
+        }
+    }
+
+    /// Adds `usage` to an end record's data when any request reported usage.
+    fn write_into(&self, data: &mut Value) {
+        if self.priced + self.unpriced == 0 {
+            return;
+        }
+        let cost = (self.priced > 0).then_some(self.cost);
+        let mut usage = usage_json(&UsageFacts::new_totals(&self.usage, cost));
+        usage["priced_requests"] = json!(self.priced);
+        usage["unpriced_requests"] = json!(self.unpriced);
+        if let Value::Object(fields) = data {
+            fields.insert("usage".to_owned(), usage);
+        }
+    }
 }
 
 impl Session {
@@ -449,14 +498,16 @@ impl Recorder {
                 tools: Vec::new(),
                 open_llms: 0,
                 last_active: self.emit.tick,
+                totals: Totals::default(),
             },
         );
     }
 
     /// Ends a session normally (its last hook).
-    fn end_session(&mut self, at: SystemTime, sid: &str, data: Value) {
+    fn end_session(&mut self, at: SystemTime, sid: &str, mut data: Value) {
         self.close_children(at, sid, ClosedBy::SessionEnd);
         if let Some(session) = self.sessions.remove(sid) {
+            session.totals.write_into(&mut data);
             self.emit.close(at, session.scope, data);
         }
     }
@@ -465,7 +516,9 @@ impl Recorder {
     fn close_session(&mut self, at: SystemTime, sid: &str, why: ClosedBy) {
         self.close_children(at, sid, why);
         if let Some(session) = self.sessions.remove(sid) {
-            self.emit.close(at, session.scope, why.data());
+            let mut data = why.data();
+            session.totals.write_into(&mut data);
+            self.emit.close(at, session.scope, data);
         }
     }
 
@@ -768,6 +821,14 @@ impl Recorder {
         // An end whose start was never seen (or was already closed by its session's end, an
         // eviction or a policy deny) is dropped: an end never goes out without its start.
         if let Some(llm) = self.take_request(end.request_id) {
+            if let Some(usage) = &end.usage
+                && let Some(session) = llm
+                    .session
+                    .as_deref()
+                    .and_then(|s| self.sessions.get_mut(s))
+            {
+                session.totals.add(usage);
+            }
             self.emit.close(at, llm.scope, data);
         }
     }

@@ -100,6 +100,11 @@ pub struct UsageFacts {
 impl UsageFacts {
     /// The facts of one normalised usage, with its cost when it has one.
     pub fn new(usage: &Usage, cost: Option<&Cost>) -> UsageFacts {
+        UsageFacts::new_totals(usage, cost.map(|c| c.total))
+    }
+
+    /// The facts of a usage summed over requests, with their summed cost.
+    pub fn new_totals(usage: &Usage, cost: Option<Usd>) -> UsageFacts {
         UsageFacts {
             uncached_input_tokens: Some(usage.uncached_input),
             cache_read_tokens: Some(usage.cache_read),
@@ -108,7 +113,7 @@ impl UsageFacts {
             input_tokens: Some(usage.genai_input_tokens()),
             output_tokens: Some(usage.genai_output_tokens()),
             reasoning_tokens: Some(usage.reasoning),
-            cost: cost.map(|c| c.total),
+            cost,
         }
     }
 }

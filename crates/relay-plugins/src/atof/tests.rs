@@ -255,7 +255,7 @@ fn claude_code_session_with_a_bash_round_trip() {
         > claude-code Stop
           {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.110000Z","uuid":"#2"}
         > claude-code SessionEnd
-          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-code","parent_uuid":null,"scope_category":"end","timestamp":"…00.120000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other","usage":{"cache_read_tokens":0,"cache_write_1h_tokens":0,"cache_write_5m_tokens":0,"input_tokens":20,"output_tokens":10,"priced_requests":0,"reasoning_tokens":0,"uncached_input_tokens":20,"unpriced_requests":2}},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-code","parent_uuid":null,"scope_category":"end","timestamp":"…00.120000Z","uuid":"#1"}
     "##]]);
 }
 
@@ -296,7 +296,7 @@ fn codex_session_with_content_captured_and_redacted() {
         > codex Stop
           {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{"response":"hi from mock"},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.070000Z","uuid":"#2"}
         > codex SessionEnd
-          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"codex","parent_uuid":null,"scope_category":"end","timestamp":"…00.080000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other","usage":{"cache_read_tokens":0,"cache_write_1h_tokens":0,"cache_write_5m_tokens":0,"input_tokens":10,"output_tokens":5,"priced_requests":0,"reasoning_tokens":0,"uncached_input_tokens":10,"unpriced_requests":1}},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"codex","parent_uuid":null,"scope_category":"end","timestamp":"…00.080000Z","uuid":"#1"}
     "##]]);
 }
 
@@ -352,7 +352,7 @@ fn pi_session_with_a_bash_round_trip() {
         > pi agent_end
           {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.130000Z","uuid":"#2"}
         > pi session_shutdown
-          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"quit"},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"pi","parent_uuid":null,"scope_category":"end","timestamp":"…00.140000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"quit","usage":{"cache_read_tokens":0,"cache_write_1h_tokens":0,"cache_write_5m_tokens":0,"input_tokens":10,"output_tokens":5,"priced_requests":0,"reasoning_tokens":0,"uncached_input_tokens":10,"unpriced_requests":1}},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"pi","parent_uuid":null,"scope_category":"end","timestamp":"…00.140000Z","uuid":"#1"}
     "##]]);
 }
 
@@ -736,4 +736,52 @@ fn a_function_redacts_and_the_recorder_is_send() {
     let lines = String::from_utf8(lines).unwrap_or_default();
     assert!(lines.contains(r#""prompt":"say **""#), "{lines}");
     assert_eq!(lines.lines().count(), 2, "{lines}");
+}
+
+#[test]
+fn a_session_end_carries_its_requests_usage_and_exact_cost() {
+    let mut s = Scenario::new("s-cost");
+    s.hook(Agent::ClaudeCode, "SessionStart");
+    for (id, picos) in [(1, Some(47_610_000_000u128)), (2, Some(3)), (3, None)] {
+        s.request(id, "claude-sonnet-4-5", None);
+        let usage = Usage {
+            uncached_input: 10,
+            cache_read: 100,
+            cache_write_5m: 20,
+            cache_write_1h: 40,
+            output: 5,
+            reasoning: 0,
+        };
+        let facts = UsageFacts::new_totals(&usage, picos.map(crate::Usd::from_picos));
+        s.step(
+            "end",
+            Observation::ModelRequestEnd(ModelRequestEnd {
+                request_id: RequestId(id),
+                status: 200,
+                duration_ms: 1,
+                time_to_first_byte_ms: Some(1),
+                usage: Some(facts),
+                response_model: None,
+                truncated: false,
+                response: None,
+            }),
+        );
+    }
+    s.hook(Agent::ClaudeCode, "SessionEnd");
+    let last = s.out.lines().last().unwrap().trim();
+    let end: Value = serde_json::from_str(last).unwrap();
+    let usage = &end["data"]["usage"];
+    assert_eq!(usage["uncached_input_tokens"], 30);
+    assert_eq!(usage["cache_read_tokens"], 300);
+    assert_eq!(usage["cache_write_5m_tokens"], 60);
+    assert_eq!(usage["cache_write_1h_tokens"], 120);
+    assert_eq!(
+        usage["input_tokens"], 510,
+        "every input token, cached ones included"
+    );
+    assert_eq!(usage["output_tokens"], 15);
+    // 0.04761 + 0.000000000003 dollars, exactly; the unpriced request is counted apart.
+    assert_eq!(usage["cost_usd"], "0.047610000003");
+    assert_eq!(usage["priced_requests"], 2);
+    assert_eq!(usage["unpriced_requests"], 1);
 }
