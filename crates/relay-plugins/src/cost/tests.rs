@@ -14,21 +14,6 @@ use crate::usage::{BodyKind, UsageTap, WireFormat};
 /// `docs/plugins.md`, whose "Usage and cost" example is the price table of these tests.
 const PLUGINS_DOC: &str = include_str!("../../../../docs/plugins.md");
 
-#[derive(serde::Deserialize)]
-struct PluginsFile {
-    components: Vec<Component>,
-}
-
-#[derive(serde::Deserialize)]
-struct Component {
-    config: ComponentConfig,
-}
-
-#[derive(serde::Deserialize)]
-struct ComponentConfig {
-    prices: PriceTable,
-}
-
 /// The first TOML block after the "Usage and cost" heading.
 fn documented_example() -> &'static str {
     let section = PLUGINS_DOC
@@ -42,10 +27,14 @@ fn documented_example() -> &'static str {
         .unwrap_or("")
 }
 
+/// The documented table as the worker loads it: through the `plugins.toml` parser.
 fn table() -> PriceTable {
-    match toml::from_str::<PluginsFile>(documented_example()) {
-        Ok(mut file) if file.components.len() == 1 => file.components.remove(0).config.prices,
-        Ok(_) => panic!("the documented example should have one component"),
+    let path = std::path::Path::new("/etc/relay/plugins.toml");
+    match crate::Plugins::parse(Some((path, documented_example())), None) {
+        Ok(plugins) => match plugins.observability() {
+            Some(config) => config.prices.clone(),
+            None => panic!("the documented example should enable observability"),
+        },
         Err(e) => panic!("the documented price table does not load: {e}"),
     }
 }
