@@ -1,27 +1,23 @@
-//! The sinks' configuration: plain data, passed explicitly by the worker.
+//! The sinks' configuration: plain data the worker builds from the validated `plugins.toml`
+//! ([`SinksConfig::from_component`]); `relay_plugins::config` owns the file's grammar.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use relay_plugins::config::{ObservabilityConfig, Sink};
-use serde::Deserialize;
 
 /// Every sink of one observability component.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SinksConfig {
     /// The record sinks, each fed every ATOF line.
-    #[serde(default)]
     pub sinks: Vec<SinkConfig>,
     /// The optional OTLP/HTTP trace exporter, fed spans.
-    #[serde(default)]
     pub otlp: Option<OtlpConfig>,
 }
 
 /// One record sink.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkConfig {
     /// Appends JSON Lines to a per-user (or per-route) file.
     File(FileSinkConfig),
@@ -30,8 +26,7 @@ pub enum SinkConfig {
 }
 
 /// The `file` sink.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSinkConfig {
     /// The directory the file lives in; it must exist and must not be writable by others
     /// unless it has the sticky bit.
@@ -40,73 +35,55 @@ pub struct FileSinkConfig {
     /// a file.
     pub filename: String,
     /// Records queued for the writer before new ones are dropped.
-    #[serde(default = "default_queue_capacity")]
     pub queue_capacity: usize,
 }
 
 /// The `http` sink.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSinkConfig {
     /// The collector's URL (`http` or `https`).
     pub url: String,
     /// Literal headers sent with every batch.
-    #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// Headers whose values are read from the named environment variables when the sink
     /// starts (header name to variable name), for secrets that must not sit in the file.
-    #[serde(default)]
     pub header_env: BTreeMap<String, String>,
     /// Batching, timeout, queue and retry.
-    #[serde(flatten)]
     pub delivery: DeliveryConfig,
 }
 
 /// The OTLP/HTTP trace exporter (protobuf encoding).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtlpConfig {
     /// The collector: a base URL such as `http://collector:4318` (then `/v1/traces` is
     /// appended) or the full traces URL when it has a path.
     pub endpoint: String,
     /// The `service.name` resource attribute.
-    #[serde(default = "default_service_name")]
     pub service_name: String,
     /// Literal headers sent with every export.
-    #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// Headers whose values are read from the named environment variables at start.
-    #[serde(default)]
     pub header_env: BTreeMap<String, String>,
     /// Batching, timeout, queue and retry.
-    #[serde(flatten)]
     pub delivery: DeliveryConfig,
 }
 
 /// How a network sink batches, times out, queues and retries.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryConfig {
     /// A batch is sent when it holds this many items.
-    #[serde(default = "default_batch_max_items")]
     pub batch_max_items: usize,
     /// A batch is sent at the latest this long after its first item arrived.
-    #[serde(default = "default_batch_max_delay_ms")]
     pub batch_max_delay_ms: u64,
     /// The timeout of one POST, connection included.
-    #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     /// Items queued before new ones are dropped.
-    #[serde(default = "default_queue_capacity")]
     pub queue_capacity: usize,
     /// The first retry waits this long; each next one twice as long.
-    #[serde(default = "default_retry_initial_ms")]
     pub retry_initial_ms: u64,
     /// No retry waits longer than this.
-    #[serde(default = "default_retry_max_ms")]
     pub retry_max_ms: u64,
     /// Attempts per batch, the first included; then the batch is dropped and counted.
-    #[serde(default = "default_max_attempts")]
     pub max_attempts: u32,
 }
 
@@ -200,10 +177,6 @@ fn default_retry_max_ms() -> u64 {
 
 fn default_max_attempts() -> u32 {
     5
-}
-
-fn default_service_name() -> String {
-    "relay-worker".to_owned()
 }
 
 #[cfg(test)]
