@@ -16,8 +16,10 @@
 //! `LISTEN_PID` must be the pid of relayd itself, known only after fork. The workspace
 //! forbids unsafe code, so no `pre_exec` hook can set it, and Rust's `Command` would replace
 //! the environment after such a hook anyway. A `/bin/sh` does it instead: it sets
-//! `LISTEN_PID=$$` (its own pid) and `exec`s relayd, which keeps that pid, as systemd's
-//! own `systemd-socket-activate` does after its fork. The same shell applies `UMask=` and
+//! `LISTEN_PID=$$` (its own pid) and `exec`s relayd, which keeps that pid, as systemd sets
+//! it in the child it forks before the exec. (`systemd-socket-activate` would bind the
+//! socket itself, on a fixed port and without `Backlog=` or `NoDelay=`, and `cargo xtask
+//! e2e` does not install it.) The same shell applies `UMask=` and
 //! `LimitNOFILE=`, which belong to the process and cannot be set from the test without
 //! changing them for every parallel test.
 
