@@ -20,6 +20,7 @@ mod e2e {
     pub(crate) mod pass_through;
     pub(crate) mod recovery;
     pub(crate) mod remote;
+    pub(crate) mod service;
     pub(crate) mod sessions;
     pub(crate) mod support;
     pub(crate) mod workers;
