@@ -54,16 +54,23 @@ const BUILD: [&str; 13] = [
     "--bins",
 ];
 /// The loadgen's pass-through scenarios, in the order they run.
-const PASS_THROUGH_SCENARIOS: [&str; 5] =
-    ["memory", "latency", "ttfb", "throughput", "open-streams"];
+const PASS_THROUGH_SCENARIOS: [&str; 6] = [
+    "redactor",
+    "memory",
+    "latency",
+    "ttfb",
+    "throughput",
+    "open-streams",
+];
 /// The paced stand-in's time between events, as in [`PACED_STREAM_ARGS`].
 pub(crate) const PACED_STREAM_PACE_MS: &str = "250";
 /// The pass-through scenarios with an nginx path beside relayd's.
 const PEER_SCENARIOS: [&str; 3] = ["latency", "ttfb", "throughput"];
 /// The loadgen's worker scenarios, in order: RSS first, so it follows only activation and a warm-up.
-const WORKER_SCENARIOS: [&str; 6] = [
+const WORKER_SCENARIOS: [&str; 7] = [
     "worker-memory",
     "worker-latency",
+    "worker-plugins",
     "worker-ttfb",
     "worker-body",
     "worker-throughput",
@@ -200,7 +207,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             &options,
             &worker_scenarios,
         )?;
-        if let Some(loadgen) = &phase.loadgen {
+        for loadgen in phase.loadgen.iter().chain(&phase.plugins_loadgen) {
             measures.extend(report::measures(loadgen)?);
         }
         measures.extend(phase.rows.iter().cloned());
@@ -211,6 +218,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         }
         document["worker_phase"] = phase.detail;
         document["loadgen_worker"] = phase.loadgen.unwrap_or(Value::Null);
+        document["loadgen_worker_plugins"] = phase.plugins_loadgen.unwrap_or(Value::Null);
     }
     drop(fast);
     if options.quick {

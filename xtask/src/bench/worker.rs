@@ -51,6 +51,8 @@ const INITIALIZE: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initializ
 pub(super) struct WorkerPhase {
     /// The loadgen's report of its worker scenarios, when any ran.
     pub(super) loadgen: Option<Value>,
+    /// Its report of the worker-plugins scenario, run through a second worker with plugins on.
+    pub(super) plugins_loadgen: Option<Value>,
     /// The measures taken here (activation, hook).
     pub(super) rows: Vec<Measure>,
     pub(super) other_cpu_share: Option<f64>,
@@ -140,9 +142,9 @@ pub(super) fn run(
         .context("the live session has no worker process")?;
     // Evidence for the JSON that the worker inherited relay-mcp's CPUs.
     let worker_cpus = procfs::cpus_allowed(worker_pid);
-    let loadgen = if scenarios.is_empty() {
-        None
-    } else {
+    let (with_plugins, scenarios): (Vec<&str>, Vec<&str>) =
+        scenarios.iter().partition(|s| **s == PLUGINS_SCENARIO);
+    let loadgen_through = |worker_pid: u32, scenarios: &[&str], label: &str| -> Result<Value> {
         let mut args: Vec<OsString> = Vec::new();
         for (flag, value) in [
             ("--direct", fast.addr.to_string()),
@@ -161,13 +163,22 @@ pub(super) fn run(
             args.push((*scenario).into());
         }
         args.extend(options.scale_args());
-        Some(run_loadgen(
+        run_loadgen(
             bin_dir,
             pinning.loadgen.as_deref(),
             &args,
             &[("RELAY_CLIENT_TOKEN", env.token.as_str())],
-            &format!("through the worker, pid {worker_pid}, under a minute"),
+            &format!("{label}, pid {worker_pid}, under a minute"),
             WORKER_LOADGEN_TIMEOUT,
+        )
+    };
+    let loadgen = if scenarios.is_empty() {
+        None
+    } else {
+        Some(loadgen_through(
+            worker_pid,
+            &scenarios,
+            "through the worker",
         )?)
     };
 
@@ -196,6 +207,43 @@ pub(super) fn run(
     live.close().context("closing the live session")?;
     let cpu_after = CpuSnapshot::take(&servers);
     let own_after = own_ticks();
+
+    // A second session whose worker runs the plugins, after the CPU accounting above.
+    let plugins_loadgen = if with_plugins.is_empty() {
+        None
+    } else {
+        let plugins_file = env.system_dir.join("plugins.toml");
+        let sink_dir = scratch.path("managed/atof");
+        fs::create_dir_all(&sink_dir)
+            .with_context(|| format!("creating {}", sink_dir.display()))?;
+        fs::set_permissions(
+            &sink_dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
+        fs::write(&plugins_file, plugins_toml(&sink_dir))
+            .with_context(|| format!("writing {}", plugins_file.display()))?;
+        let mut session = McpSession::start(&env, "plugins")?;
+        session
+            .wait_until_ready(&env)
+            .context("starting the session whose worker runs the plugins")?;
+        let pid = session
+            .worker
+            .context("the plugins session has no worker process")?;
+        let report = loadgen_through(pid, &with_plugins, "through a worker with plugins on");
+        session.close().context("closing the plugins session")?;
+        fs::remove_file(&plugins_file)?;
+        let records = fs::read_dir(&sink_dir)?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| fs::metadata(e.path()).ok())
+            .map(|m| m.len())
+            .sum::<u64>();
+        anyhow::ensure!(
+            records > 0,
+            "the worker with plugins on wrote no ATOF record into {}",
+            sink_dir.display()
+        );
+        Some(report?)
+    };
     drop(relayd);
 
     // The xtask's own ticks include every child it reaped (each relay-mcp, relay-hook, /bin/true and the loadgen); workers are reaped by init, so theirs were read before each closed.
@@ -265,11 +313,47 @@ pub(super) fn run(
     });
     Ok(WorkerPhase {
         loadgen,
+        plugins_loadgen,
         rows,
         other_cpu_share,
         notes,
         detail,
     })
+}
+
+/// The loadgen scenario that runs through a worker with plugins on.
+const PLUGINS_SCENARIO: &str = "worker-plugins";
+
+/// The plugins of the worker-plugins measure: ATOF file recording with content captured,
+/// redaction of records and request bodies, and one model policy rule (which the bench's
+/// model never matches, so every request is evaluated and forwarded).
+fn plugins_toml(sink_dir: &Path) -> String {
+    format!(
+        r#"version = 1
+
+[[components]]
+kind = "observability"
+[components.config]
+capture_content = true
+[[components.config.sinks]]
+type = "file"
+directory = "{}"
+filename = "bench-{{user}}.jsonl"
+
+[[components]]
+kind = "pii_redaction"
+[components.config]
+redact_requests = true
+
+[[components]]
+kind = "policy"
+[[components.config.rules]]
+model = "forbidden-*"
+action = "deny"
+reason = "not for benchmarks"
+"#,
+        sink_dir.display()
+    )
 }
 
 /// What every process of a session gets: the daemon, the credential and the user's directories.

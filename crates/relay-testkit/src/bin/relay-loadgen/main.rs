@@ -12,6 +12,7 @@ mod conn;
 mod limits;
 mod metrics;
 mod open_streams;
+mod redactor;
 mod samples;
 mod scenarios;
 mod streams;
@@ -106,11 +107,16 @@ enum Scenario {
     WorkerThroughput,
     /// A thousand concurrent SSE streams through the worker, every frame checked.
     WorkerOpenStreams,
+    /// Added latency through a worker whose plugins are on (the xtask starts that worker).
+    WorkerPlugins,
+    /// The redactor over a 1 MiB body with no secret, in process.
+    Redactor,
 }
 
 impl Scenario {
     /// What runs without `--scenario`: everything that needs no MCP session.
-    const PASS_THROUGH: [Scenario; 5] = [
+    const PASS_THROUGH: [Scenario; 6] = [
+        Scenario::Redactor,
         Scenario::Memory,
         Scenario::Latency,
         Scenario::Ttfb,
@@ -131,6 +137,8 @@ impl Scenario {
             Scenario::WorkerBody => "worker-body",
             Scenario::WorkerThroughput => "worker-throughput",
             Scenario::WorkerOpenStreams => "worker-open-streams",
+            Scenario::WorkerPlugins => "worker-plugins",
+            Scenario::Redactor => "redactor",
         }
     }
 
@@ -147,6 +155,8 @@ impl Scenario {
             Scenario::WorkerBody => scenarios::worker_body(ctx).await,
             Scenario::WorkerThroughput => scenarios::worker_throughput(ctx).await,
             Scenario::WorkerOpenStreams => open_streams::worker_open_streams(ctx, report).await,
+            Scenario::WorkerPlugins => scenarios::worker_plugins(ctx).await,
+            Scenario::Redactor => redactor::redactor(report.scale),
         }
     }
 }

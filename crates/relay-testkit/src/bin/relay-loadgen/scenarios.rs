@@ -206,6 +206,13 @@ pub(crate) async fn worker_latency(ctx: &Ctx) -> Result<Vec<Measure>> {
     ])
 }
 
+pub(crate) async fn worker_plugins(ctx: &Ctx) -> Result<Vec<Measure>> {
+    let run = interleaved(ctx, Probe::Json, ctx.plan.latency, Via::Worker).await?;
+    Ok(vec![
+        run.row(MeasureId::WorkerLatencyAtofP99, |s| s.micros(0.99)),
+    ])
+}
+
 pub(crate) async fn worker_ttfb(ctx: &Ctx) -> Result<Vec<Measure>> {
     let run = interleaved(ctx, Probe::StreamFirstByte, ctx.plan.ttfb, Via::Worker).await?;
     Ok(vec![
