@@ -180,12 +180,6 @@ pub enum PluginConfigError {
         field: FieldPath,
         kind: String,
     },
-    #[error("{path}: component {component} ({kind}) is not supported by this worker version")]
-    NotSupported {
-        path: PathBuf,
-        component: usize,
-        kind: ComponentKind,
-    },
     #[error(
         "{path}: component {component} ({kind}): a second enabled component of this kind (component {first} of {first_path} is already enabled)"
     )]
@@ -244,7 +238,6 @@ impl PluginConfigError {
             | PluginConfigError::UnsupportedVersion { path, .. }
             | PluginConfigError::SettingsInUserFile { path }
             | PluginConfigError::UnknownKind { path, .. }
-            | PluginConfigError::NotSupported { path, .. }
             | PluginConfigError::DuplicateKind { path, .. }
             | PluginConfigError::BadRegex { path, .. }
             | PluginConfigError::BadGlob { path, .. }
