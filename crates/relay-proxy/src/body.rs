@@ -317,8 +317,12 @@ impl ResponseBody {
 
     /// Gives a relayed body's side copy to `tap`; a body that is not relayed has none.
     pub fn set_tap(&mut self, new: Box<dyn BodyTap>) {
-        if let ResponseInner::Forward { tap, .. } = &mut self.inner {
+        if let ResponseInner::Forward { tap, incoming, .. } = &mut self.inner {
             *tap = TapSlot(Some(new));
+            // An empty body is never polled: it has already ended.
+            if incoming.is_end_stream() {
+                tap.end(BodyEnd::Complete);
+            }
         }
     }
 
