@@ -53,12 +53,35 @@ fn grant(activation_id: Id) -> Grant {
     }
 }
 
-/// A fresh directory of this test's own under the system temporary directory.
-fn scratch_dir() -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "relay-mcp-control-{}",
-        uuid::Uuid::now_v7().simple()
-    ))
+/// A fresh directory of this test's own under the system temporary directory, removed
+/// when the test ends, passed or failed.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = std::env::temp_dir().join(format!(
+            "relay-mcp-control-{}",
+            uuid::Uuid::now_v7().simple()
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// A stand-in worker that reads its grant to the end of stdin, then exits 0, whatever
+    /// its arguments (one that exited at once could fail the grant's write).
+    fn worker(&self) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = self.0.join("worker");
+        std::fs::write(&path, "#!/bin/sh\nexec /bin/cat >/dev/null\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Logs every event of this thread into a capture while the guard lives.
@@ -128,8 +151,8 @@ fn killed(activation_id: Id) -> Message {
 /// launch reaps is still logged and reported, before anything about the new launch.
 #[tokio::test]
 async fn a_launch_reports_the_exit_of_a_previous_child_that_died_unnoticed() {
-    let dir = scratch_dir();
-    let control = control(dir.join("no-such-worker"), dir.join("logs"));
+    let dir = Scratch::new();
+    let control = control(dir.0.join("no-such-worker"), dir.0.join("logs"));
     let old = fresh_id();
     let mut launched = Some(Launched {
         activation_id: old,
@@ -151,7 +174,6 @@ async fn a_launch_reports_the_exit_of_a_previous_child_that_died_unnoticed() {
     assert_eq!(stopped[0]["activation_id"], old.as_uuid().to_string());
     assert_eq!(stopped[0]["exit_signal"], 9, "{}", stopped[0]);
     assert!(launched.is_none());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A previous child that still runs (its grant was lost, so it can never register) is
@@ -159,9 +181,8 @@ async fn a_launch_reports_the_exit_of_a_previous_child_that_died_unnoticed() {
 /// one watched afterwards.
 #[tokio::test]
 async fn a_launch_stops_and_reports_a_previous_child_that_still_runs() {
-    let dir = scratch_dir();
-    // `true` ignores its arguments and exits 0: a worker that starts and ends at once.
-    let control = control(PathBuf::from("/bin/true"), dir.join("logs"));
+    let dir = Scratch::new();
+    let control = control(dir.worker(), dir.0.join("logs"));
     let old = fresh_id();
     let mut launched = Some(Launched {
         activation_id: old,
@@ -193,5 +214,4 @@ async fn a_launch_stops_and_reports_a_previous_child_that_still_runs() {
     assert_eq!(stopped[0]["exit_signal"], 9, "{}", stopped[0]);
     assert_eq!(stopped[1]["activation_id"], new.as_uuid().to_string());
     assert_eq!(stopped[1]["exit_code"], 0, "{}", stopped[1]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
