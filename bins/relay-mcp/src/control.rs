@@ -19,6 +19,9 @@ use tokio::sync::{oneshot, watch};
 
 use crate::launch::Launcher;
 
+#[cfg(test)]
+mod tests;
+
 /// How long the release sequence may take before the MCP exits anyway (§5.5).
 const RELEASE_BUDGET: Duration = Duration::from_millis(1800);
 
@@ -260,7 +263,11 @@ impl Control {
         started: Instant,
     ) {
         match directive {
-            Directive::LaunchWorker(grant) => self.launch(transport, grant, launched).await,
+            Directive::LaunchWorker(grant) => {
+                for report in self.launch(grant, launched).await {
+                    let _ = transport.send(&report).await;
+                }
+            }
             Directive::WaitForWorker { retry_after_ms } => {
                 tracing::debug!(retry_after_ms, "waiting for the route's worker");
             }
@@ -285,11 +292,16 @@ impl Control {
         }
     }
 
-    async fn launch(&self, transport: &mut Session, grant: Grant, launched: &mut Option<Launched>) {
-        // A previous launch of this MCP lost its grant; its worker cannot register.
-        if let Some(mut old) = launched.take() {
-            let _ = old.child.start_kill();
-            let _ = old.child.wait().await;
+    /// Starts the worker for `grant`; returns what the daemon must be told, in order.
+    async fn launch(&self, grant: Grant, launched: &mut Option<Launched>) -> Vec<Message> {
+        let mut reports = Vec::new();
+        // A fresh grant while a child is still held: either the daemon learnt first that
+        // the child died (its endpoint refused, §5.4) and this MCP has not reaped it yet,
+        // or a previous launch lost its grant and its worker can never register. Either
+        // way the child's end is logged and reported like any other exit (§5.5): a child
+        // is never reaped without a trace.
+        if let Some(old) = launched.take() {
+            reports.push(Message::WorkerExited(old.stop().await));
         }
         match self.launcher.launch(&grant).await {
             Ok(child) => {
@@ -307,14 +319,13 @@ impl Control {
                     detail: Some(&failure.detail),
                 }
                 .emit();
-                let _ = transport
-                    .send(&Message::ActivationFailed(McpActivationFailed {
-                        activation_id: grant.activation_id,
-                        failure_reason: Text::truncated(failure.reason.as_str()),
-                    }))
-                    .await;
+                reports.push(Message::ActivationFailed(McpActivationFailed {
+                    activation_id: grant.activation_id,
+                    failure_reason: Text::truncated(failure.reason.as_str()),
+                }));
             }
         }
+        reports
     }
 
     /// `Release`, then `LaunchStatus`: the child is killed unless the broker owns it now.
@@ -360,6 +371,16 @@ impl Control {
     }
 }
 
+impl Launched {
+    /// Kills the child unless it has exited already, reaps it, and logs its end.
+    async fn stop(mut self) -> WorkerExited {
+        // An error only means the child has exited already; `wait` still reaps it.
+        let _ = self.child.start_kill();
+        let status = self.child.wait().await;
+        exited(self.activation_id, status)
+    }
+}
+
 /// Resolves when the launched child exits; never when there is none.
 async fn wait_child(launched: &mut Option<Launched>) -> WorkerExited {
     let Some(current) = launched.as_mut() else {
@@ -368,6 +389,11 @@ async fn wait_child(launched: &mut Option<Launched>) -> WorkerExited {
     let status = current.child.wait().await;
     let activation_id = current.activation_id;
     *launched = None;
+    exited(activation_id, status)
+}
+
+/// Logs `worker_stopped` for the reaped child of `activation_id` and builds its report.
+fn exited(activation_id: Id, status: std::io::Result<std::process::ExitStatus>) -> WorkerExited {
     let exit = match status {
         Ok(status) => ProcessExit::from(status),
         Err(_) => ProcessExit::Unknown,

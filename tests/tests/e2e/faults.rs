@@ -15,10 +15,10 @@ use relay_testkit::{ANTHROPIC_MESSAGES_SSE, Behaviour, REQUEST_ID_HEADER, StandI
 use rustix::process::Signal;
 
 use super::support::{
-    EVENT_TIMEOUT, MCP_EXIT_TIMEOUT, WORKER_TIMEOUT, anthropic_request, assert_passed_through,
-    assert_through_worker, between, context, event_with, fault_config, field, fresh_token, marker,
-    nth_event, paced, pass_throughs, ready_mcp, recorded_with, route_status, spawn_mcp,
-    streaming_request, user_for, wait_for_workers_status, workers_status,
+    EVENT_TIMEOUT, MCP_EXIT_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, anthropic_request,
+    assert_passed_through, assert_through_worker, between, context, event_with, fault_config,
+    field, fresh_token, marker, nth_event, paced, pass_throughs, ready_mcp, recorded_with,
+    route_status, spawn_mcp, streaming_request, user_for, wait_for_workers_status, workers_status,
 };
 
 /// How soon a broken stream or a client's disconnect must be seen on the other side (§3.3:
@@ -31,6 +31,68 @@ async fn nth_worker(relayd: &Relayd, user: &User, n: usize) -> anyhow::Result<(S
     let id = field(&added, "worker_id").to_owned();
     let pids = user.wait_for_workers(1, WORKER_TIMEOUT).await?;
     Ok((id, pids[0]))
+}
+
+/// Which way a tapped control message went.
+#[derive(Debug, Clone, Copy)]
+enum Sent {
+    ByMcp,
+    ByDaemon,
+}
+
+/// How many messages the MCP control sessions forwarded by `tap` carried `sent` that
+/// `matches`, once there are at least `n` (a message relay-mcp logged having sent may still
+/// be on its way through the tap).
+async fn wait_for_mcp_messages(
+    tap: &Tap,
+    what: &str,
+    sent: Sent,
+    n: usize,
+    matches: impl Fn(&Message) -> bool,
+) -> anyhow::Result<usize> {
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    let mut poll = tokio::time::interval(STATUS_POLL);
+    loop {
+        poll.tick().await;
+        let count = relay_e2e::ws::control_sessions(&tap.exchanges())
+            .iter()
+            .filter(|s| s.path == relay_proxy::control::MCP_PATH)
+            .flat_map(|s| match sent {
+                Sent::ByMcp => &s.from_client,
+                Sent::ByDaemon => &s.from_daemon,
+            })
+            .filter(|m| matches(m))
+            .count();
+        if count >= n {
+            return Ok(count);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!("the tap saw {count} {what} within {EVENT_TIMEOUT:?}, not {n}");
+        }
+    }
+}
+
+/// Waits until process `pid` is in `state` (`/proc/<pid>/stat`: `T` once a SIGSTOP took).
+async fn wait_for_state(pid: u32, state: char) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    let mut poll = tokio::time::interval(STATUS_POLL);
+    loop {
+        poll.tick().await;
+        let now = procfs::state(pid);
+        if now == Some(state) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "process {pid} is in state {now:?}, not {state:?}, after {EVENT_TIMEOUT:?}"
+            );
+        }
+    }
+}
+
+/// A `WorkerExited` for an exit by SIGKILL.
+fn killed_exit(message: &Message) -> bool {
+    matches!(message, Message::WorkerExited(exit) if exit.signal == Some(9))
 }
 
 #[tokio::test]
@@ -91,7 +153,8 @@ async fn a_worker_killed_mid_stream_breaks_that_stream_and_a_new_generation_take
     let stopped = mcp
         .logs()
         .wait_for_event("worker_stopped", EVENT_TIMEOUT)
-        .await?;
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", context(&relayd, &user, &[&mcp])))?;
     assert_eq!(stopped["exit_signal"], 9, "{stopped}");
     let removed = event_with(
         relayd.logs(),
@@ -111,16 +174,11 @@ async fn a_worker_killed_mid_stream_breaks_that_stream_and_a_new_generation_take
         "the new generation took {relaunched:?}"
     );
     assert_eq!(procfs::parent_pid(second_pid), Some(mcp.pid()?));
-    let sessions = relay_e2e::ws::control_sessions(&tap.exchanges());
-    let exited = sessions
-        .iter()
-        .filter(|s| s.path == relay_proxy::control::MCP_PATH)
-        .flat_map(|s| &s.from_client)
-        .filter(|m| matches!(m, Message::WorkerExited(exit) if exit.signal == Some(9)))
-        .count();
+    let exited =
+        wait_for_mcp_messages(&tap, "WorkerExited signal 9", Sent::ByMcp, 1, killed_exit).await?;
     assert_eq!(
         exited, 1,
-        "relay-mcp did not report WorkerExited for the kill"
+        "relay-mcp did not report WorkerExited once for the kill"
     );
     for event in ["worker_recovery_failed", "worker_activation_failed"] {
         assert!(
@@ -147,6 +205,99 @@ async fn a_worker_killed_mid_stream_breaks_that_stream_and_a_new_generation_take
         "{:?}",
         pass_throughs(&relayd)
     );
+    Ok(())
+}
+
+/// The race behind the test above when the machine is loaded: relayd learns first that
+/// the worker died (its control session drops and its endpoint refuses) and grants the next
+/// launch before relay-mcp has handled its child's exit. relay-mcp is stopped across the
+/// kill and continued only once the tap has handed it the fresh grant, so the exit and the
+/// grant are both waiting for it; whichever it handles first, the exit is logged and
+/// reported exactly once, and the grant starts the next generation.
+#[tokio::test]
+async fn a_worker_death_relayd_sees_first_is_still_logged_and_reported_by_relay_mcp()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let tap = Tap::bind().await?;
+    let relayd = Relayd::builder()?
+        .config(fault_config(
+            &stand_in,
+            "",
+            "reconnect_grace_secs = 20\ndrain_secs = 1\nretry_base_ms = 200",
+        ))
+        .args(["--advertise-address", &tap.origin()])
+        .start()
+        .await?;
+    let tap = tap.forward_to(relayd.addr());
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let mcp = ready_mcp(&user, &tap.origin(), &token).await?;
+    let (first_id, first_pid) = nth_worker(&relayd, &user, 1).await?;
+    // The worker serves once, so its death is a crash relaunched at once (§5.4).
+    assert_through_worker(
+        &relayd,
+        &stand_in,
+        first_pid,
+        anthropic_request(&token, &marker("served")?)?,
+    )
+    .await?;
+
+    mcp.signal(Signal::STOP)?;
+    wait_for_state(mcp.pid()?, 'T').await?;
+    user.signal_worker(first_pid, Signal::KILL)?;
+    let removed = event_with(
+        relayd.logs(),
+        "worker_removed",
+        "worker_id",
+        &first_id,
+        EVENT_TIMEOUT,
+    )
+    .await?;
+    assert_eq!(field(&removed, "reason"), "crashed", "{removed}");
+    // The first grant came in `Registered`; the relaunch is a `LaunchWorker`. The tap
+    // writes what it records in the same step, on this test's one thread: once it shows
+    // the grant, the grant is in the stopped relay-mcp's socket.
+    let is_grant = |m: &Message| matches!(m, Message::LaunchWorker(_));
+    wait_for_mcp_messages(&tap, "LaunchWorker", Sent::ByDaemon, 1, is_grant).await?;
+    assert!(
+        mcp.logs().events_named("worker_stopped").is_empty(),
+        "relay-mcp logged while stopped"
+    );
+    mcp.signal(Signal::CONT)?;
+
+    let stopped = mcp
+        .logs()
+        .wait_for_event("worker_stopped", EVENT_TIMEOUT)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", context(&relayd, &user, &[&mcp])))?;
+    assert_eq!(stopped["exit_signal"], 9, "{stopped}");
+    let (second_id, second_pid) = nth_worker(&relayd, &user, 2).await?;
+    assert_ne!(second_id, first_id);
+    assert_eq!(procfs::parent_pid(second_pid), Some(mcp.pid()?));
+    let exited =
+        wait_for_mcp_messages(&tap, "WorkerExited signal 9", Sent::ByMcp, 1, killed_exit).await?;
+    assert_eq!(exited, 1, "{}", context(&relayd, &user, &[&mcp]));
+    assert_eq!(
+        mcp.logs().events_named("worker_stopped").len(),
+        1,
+        "{}",
+        mcp.logs().text()
+    );
+    for event in ["worker_recovery_failed", "worker_activation_failed"] {
+        assert!(
+            relayd.logs().events_named(event).is_empty(),
+            "{event}: {}",
+            context(&relayd, &user, &[&mcp])
+        );
+    }
+    stand_in.set_behaviour(Behaviour::default());
+    assert_through_worker(
+        &relayd,
+        &stand_in,
+        second_pid,
+        anthropic_request(&token, &marker("next")?)?,
+    )
+    .await?;
     Ok(())
 }
 

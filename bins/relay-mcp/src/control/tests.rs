@@ -1,0 +1,217 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_identity::{DaemonAddress, PinStore, RouteToken, SigningKey};
+use relay_logging::{LogCapture, LogConfig, LogFormat};
+use relay_proto::{Bytes32, Grant, Id, Message, WorkerExited};
+use relay_proxy::control::client::ClientIdentity;
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+use super::{Control, Launched, wait_child};
+use crate::launch::Launcher;
+
+/// How long a test waits for something that should happen at once.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A control loop that never dials: only its launches are exercised, with `worker_binary`
+/// as the worker and `logs_dir` for the worker logs.
+fn control(worker_binary: PathBuf, logs_dir: PathBuf) -> Control {
+    let daemon: DaemonAddress = "http://127.0.0.1:9".parse().unwrap();
+    Control {
+        identity: ClientIdentity {
+            daemon: daemon.clone(),
+            key: Arc::new(SigningKey::generate().unwrap()),
+            pins: Arc::new(PinStore::new(logs_dir.join("pins"), None)),
+            tls: None,
+            instance_id: fresh_id(),
+        },
+        credential: RouteToken::generate().unwrap(),
+        hint: None,
+        launcher: Launcher {
+            worker_binary,
+            daemon_address: daemon.origin().to_string(),
+            logs_dir,
+            env: Vec::new(),
+        },
+        settled: watch::channel(false).0,
+    }
+}
+
+fn fresh_id() -> Id {
+    Id::from(uuid::Uuid::now_v7())
+}
+
+fn grant(activation_id: Id) -> Grant {
+    Grant {
+        activation_id,
+        activation_token: Bytes32([7; 32]),
+        bind_ip: [127, 0, 0, 1],
+        port: 0,
+        advertise_address: None,
+    }
+}
+
+/// A fresh directory of this test's own under the system temporary directory, removed
+/// when the test ends, passed or failed.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = std::env::temp_dir().join(format!(
+            "relay-mcp-control-{}",
+            uuid::Uuid::now_v7().simple()
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// A stand-in worker that reads its grant to the end of stdin, then exits 0, whatever
+    /// its arguments (one that exited at once could fail the grant's write).
+    fn worker(&self) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = self.0.join("worker");
+        std::fs::write(&path, "#!/bin/sh\nexec /bin/cat >/dev/null\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Logs every event of this thread into a capture while the guard lives.
+fn capture_log() -> (LogCapture, tracing::dispatcher::DefaultGuard) {
+    let capture = LogCapture::new();
+    let dispatch = relay_logging::subscriber(
+        &LogConfig {
+            level: "info".into(),
+            format: LogFormat::Jsonl,
+        },
+        capture.clone(),
+    )
+    .unwrap();
+    (capture, tracing::dispatcher::set_default(&dispatch))
+}
+
+/// The `worker_stopped` events in `capture`.
+fn stopped_events(capture: &LogCapture) -> Vec<serde_json::Value> {
+    capture
+        .contents()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["event"] == "worker_stopped")
+        .collect()
+}
+
+/// The one-letter state of process `pid` in `/proc/<pid>/stat` (`Z` for a zombie).
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces; the state follows it.
+    let (_, after) = stat.rsplit_once(')')?;
+    after.trim_start().chars().next()
+}
+
+/// A child that killed itself with SIGKILL and that nobody has reaped yet: a worker that
+/// died while the MCP was busy elsewhere, so its exit is still unnoticed.
+async fn child_dead_unnoticed() -> Child {
+    let child = Command::new("/bin/sh")
+        .args(["-c", "kill -9 $$"])
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut poll = tokio::time::interval(Duration::from_millis(5));
+    loop {
+        poll.tick().await;
+        if process_state(pid) == Some('Z') {
+            return child;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the child did not die within {WAIT:?}"
+        );
+    }
+}
+
+fn killed(activation_id: Id) -> Message {
+    Message::WorkerExited(WorkerExited {
+        activation_id,
+        exit_code: None,
+        signal: Some(9),
+    })
+}
+
+/// The race of the flaky e2e test: the daemon saw the worker die (its endpoint refused)
+/// and sent a fresh grant before this MCP noticed its child's exit. The exit the new
+/// launch reaps is still logged and reported, before anything about the new launch.
+#[tokio::test]
+async fn a_launch_reports_the_exit_of_a_previous_child_that_died_unnoticed() {
+    let dir = Scratch::new();
+    let control = control(dir.0.join("no-such-worker"), dir.0.join("logs"));
+    let old = fresh_id();
+    let mut launched = Some(Launched {
+        activation_id: old,
+        child: child_dead_unnoticed().await,
+    });
+    let (capture, _guard) = capture_log();
+
+    let new = fresh_id();
+    let reports = control.launch(grant(new), &mut launched).await;
+
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    assert_eq!(reports[0], killed(old));
+    assert!(
+        matches!(&reports[1], Message::ActivationFailed(failed) if failed.activation_id == new),
+        "{reports:?}"
+    );
+    let stopped = stopped_events(&capture);
+    assert_eq!(stopped.len(), 1, "{}", capture.contents());
+    assert_eq!(stopped[0]["activation_id"], old.as_uuid().to_string());
+    assert_eq!(stopped[0]["exit_signal"], 9, "{}", stopped[0]);
+    assert!(launched.is_none());
+}
+
+/// A previous child that still runs (its grant was lost, so it can never register) is
+/// killed, and its end is logged and reported like any other exit; the new child is the
+/// one watched afterwards.
+#[tokio::test]
+async fn a_launch_stops_and_reports_a_previous_child_that_still_runs() {
+    let dir = Scratch::new();
+    let control = control(dir.worker(), dir.0.join("logs"));
+    let old = fresh_id();
+    let mut launched = Some(Launched {
+        activation_id: old,
+        child: Command::new("/bin/sleep").arg("60").spawn().unwrap(),
+    });
+    let old_pid = launched.as_ref().and_then(|l| l.child.id()).unwrap();
+    let (capture, _guard) = capture_log();
+
+    let new = fresh_id();
+    let reports = control.launch(grant(new), &mut launched).await;
+
+    assert_eq!(reports, [killed(old)]);
+    assert_eq!(process_state(old_pid), None, "the old child was not reaped");
+    assert_eq!(launched.as_ref().map(|l| l.activation_id), Some(new));
+    let exit = tokio::time::timeout(WAIT, wait_child(&mut launched))
+        .await
+        .unwrap();
+    assert_eq!(
+        exit,
+        WorkerExited {
+            activation_id: new,
+            exit_code: Some(0),
+            signal: None,
+        }
+    );
+    let stopped = stopped_events(&capture);
+    assert_eq!(stopped.len(), 2, "{}", capture.contents());
+    assert_eq!(stopped[0]["activation_id"], old.as_uuid().to_string());
+    assert_eq!(stopped[0]["exit_signal"], 9, "{}", stopped[0]);
+    assert_eq!(stopped[1]["activation_id"], new.as_uuid().to_string());
+    assert_eq!(stopped[1]["exit_code"], 0, "{}", stopped[1]);
+}
