@@ -565,22 +565,12 @@ pub(crate) fn check_plist(plist: &Value, scope: Scope) -> Vec<String> {
         environment.get("RELAY_CLIENT_TOKEN").is_none(),
         "EnvironmentVariables must not carry RELAY_CLIENT_TOKEN",
     );
-    let sockets = plist["Sockets"].as_object();
+    // relayd takes a passed socket only the systemd way (LISTEN_FDS); it cannot ask launchd
+    // for one (launch_activate_socket), so a Sockets entry would hold the port relayd binds.
     expect(
-        sockets.is_some_and(|sockets| !sockets.is_empty()),
-        "Sockets must name the listening socket launchd holds",
+        plist.get("Sockets").is_none(),
+        "Sockets must be absent: relayd binds 127.0.0.1:47632 itself under launchd",
     );
-    for (name, listener) in sockets.into_iter().flatten() {
-        let port = match &listener["SockServiceName"] {
-            Value::String(port) => port.clone(),
-            Value::Number(port) => port.to_string(),
-            _ => String::new(),
-        };
-        expect(
-            listener["SockNodeName"].as_str() == Some("127.0.0.1") && port == DAEMON_PORT,
-            &format!("Sockets.{name} must listen on 127.0.0.1:{DAEMON_PORT}"),
-        );
-    }
     expect(
         plist["ProcessType"].as_str() != Some("Background"),
         "ProcessType must not be Background: launchd throttles it, and relayd is on every request's path",
