@@ -289,42 +289,13 @@ fn an_unknown_kind_is_an_error_naming_the_component() {
     assert!(error.to_string().contains("component 2, `kind`"), "{error}");
 }
 
-/// The configuration administrators are told to write (issue text, docs/plugins.md).
-const ISSUE_CONFIG: &str = r#"version = 1
-
-[[components]]
-kind = "observability"
-enabled = true
-[components.config]
-capture_content = true
-[[components.config.sinks]]
-type = "file"
-directory = "/var/log/relay/atof"
-filename = "events-{user}.jsonl"
-
-[[components]]
-kind = "policy"
-enabled = true
-[components.config]
-[[components.config.rules]]
-event = "PreToolUse"
-tool = "Bash"
-input_field = "command"
-regex = "rm -rf"
-action = "deny"
-reason = "destructive command"
-
-[[components]]
-kind = "pii_redaction"
-enabled = true
-[components.config]
-detectors = ["email", "api_key"]
-action = "redact"
-"#;
+/// One enabled component of each kind (relay-plugins' own tests load the issue's file and
+/// every documented example; this one checks the worker's reading of the file).
+const EVERY_KIND: &str = "version = 1\n[[components]]\nkind = \"observability\"\n[components.config]\ncapture_content = true\n[[components]]\nkind = \"policy\"\n[[components.config.rules]]\nevent = \"PreToolUse\"\ntool = \"Bash\"\naction = \"deny\"\nreason = \"no shell\"\n[[components]]\nkind = \"pii_redaction\"\n";
 
 #[test]
 fn enabled_components_load_and_are_effective() {
-    let plugins = load(ISSUE_CONFIG).unwrap();
+    let plugins = load(EVERY_KIND).unwrap();
     let kinds: Vec<&str> = plugins.enabled().map(|c| c.kind.as_str()).collect();
     assert_eq!(kinds, ["observability", "policy", "pii_redaction"]);
     let config = plugins.config();
