@@ -40,6 +40,8 @@ pub(crate) struct Deployment {
     pub(crate) relayd: Relayd,
     pub(crate) user: User,
     pub(crate) token: String,
+    /// Whether the system config directory holds a `plugins.toml`.
+    plugins: bool,
     _bins: TempDir,
     bundle_dir: TempDir,
 }
@@ -140,6 +142,7 @@ impl Deployment {
             relayd,
             user,
             token: fresh_token()?,
+            plugins: plugins_toml.is_some(),
             _bins: bins,
             bundle_dir,
         };
@@ -381,6 +384,19 @@ impl Deployment {
         let parsed: toml::Value = toml::from_str(&config)?;
         assert_eq!(parsed["model_provider"].as_str(), Some("relay"), "{config}");
         assert_eq!(parsed["model"].as_str(), Some("mock-model"), "{config}");
+        if self.plugins {
+            // Codex hands its MCP server only the variables the bundle lists, so the worker
+            // would look for plugins.toml in /etc/relay, where a deployment has it; point it
+            // at the test's system directory instead.
+            let listed = "env_vars = [";
+            assert!(config.contains(listed), "{config}");
+            let config = config.replacen(
+                listed,
+                "env_vars = [\"RELAY_SYSTEM_CONFIG_DIR\", ",
+                1,
+            );
+            std::fs::write(codex_home.join("config.toml"), config)?;
+        }
         std::fs::copy(
             bundle.join("codex/settings-v1/hooks.json"),
             codex_home.join("hooks.json"),

@@ -26,6 +26,8 @@ const API_KEY: &str = "sk-relaye2e0123456789abcdefXYZ";
 /// A word of the prompt that content capture must keep.
 const PROMPT_WORD: &str = "zanzibarquokka";
 const DENY_REASON: &str = "destructive command";
+/// The stand-in's tool call: delete the canary directory.
+const RM_CANARY: &str = "rm -rf {canary}";
 
 fn prompt() -> String {
     format!(
@@ -92,7 +94,8 @@ struct PluginRun {
 }
 
 impl PluginRun {
-    async fn start(extra_redaction: &str) -> anyhow::Result<PluginRun> {
+    /// `command` is the tool call's shell command, with `{canary}` for the canary directory.
+    async fn start(extra_redaction: &str, command: &str) -> anyhow::Result<PluginRun> {
         use std::os::unix::fs::PermissionsExt as _;
         let collector = Collector::start().await?;
         let atof_dir = tempfile::Builder::new()
@@ -109,7 +112,7 @@ impl PluginRun {
             &collector.otlp_url(),
             extra_redaction,
         );
-        let command = format!("rm -rf {}", canary.path().display());
+        let command = command.replace("{canary}", &canary.path().display().to_string());
         let deployment = Deployment::start_with(Extras {
             plugins_toml: Some(&plugins),
             tool_command: Some(&command),
@@ -186,16 +189,33 @@ impl PluginRun {
         let d = &self.deployment;
 
         // The policy stopped the command: the canary survives and the model was told why.
-        assert!(
-            self.canary.path().join("keep-me").exists(),
-            "the denied rm -rf ran\n{out}"
-        );
+        if !self.canary.path().join("keep-me").exists() {
+            let pre_tool: Vec<String> = d
+                .tap
+                .requests()
+                .into_iter()
+                .filter(|r| r.target.starts_with("/hooks/") && contains(&r.body, b"PreToolUse"))
+                .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+                .collect();
+            let answers: Vec<String> = d
+                .tap
+                .exchanges()
+                .into_iter()
+                .filter(|e| contains(&e.sent, b"PreToolUse"))
+                .map(|e| String::from_utf8_lossy(&e.received).into_owned())
+                .collect();
+            let atof = self.file_records().map(|(text, _)| text).unwrap_or_default();
+            d.fail(
+                out,
+                &format!("the denied rm -rf ran; PreToolUse: {pre_tool:?} answered {answers:?}\n--- ATOF ---\n{atof}"),
+            );
+        }
         let turns = self.model_requests();
         let last = turns.last().map(|r| r.body.clone()).unwrap_or_default();
         assert!(
             contains(&last, DENY_REASON.as_bytes()),
             "the model was not told why: {}",
-            String::from_utf8_lossy(&last)
+            tail(&last)
         );
 
         // The provider got the prompt as written (no redact_requests).
@@ -318,6 +338,31 @@ impl PluginRun {
     }
 }
 
+/// The tool results of a request body (Anthropic `tool_result` blocks, OpenAI
+/// `function_call_output` items), or the whole body when it has none.
+fn tail(body: &[u8]) -> String {
+    let Ok(request) = serde_json::from_slice::<Value>(body) else {
+        return String::from_utf8_lossy(body).into_owned();
+    };
+    let mut results = Vec::new();
+    for item in request["input"].as_array().into_iter().flatten() {
+        if item["type"] == "function_call_output" {
+            results.push(item.to_string());
+        }
+    }
+    for message in request["messages"].as_array().into_iter().flatten() {
+        for block in message["content"].as_array().into_iter().flatten() {
+            if block["type"] == "tool_result" {
+                results.push(block.to_string());
+            }
+        }
+    }
+    if results.is_empty() {
+        return String::from_utf8_lossy(body).into_owned();
+    }
+    results.join("\n")
+}
+
 /// What makes a record itself: its uuid and which edge of its scope it is.
 fn record_key(record: &Value) -> String {
     format!(
@@ -399,7 +444,7 @@ fn check_span(span: &Span, start: &Value) -> Result<(), String> {
 
 #[tokio::test]
 async fn claude_code_runs_with_the_plugins() -> anyhow::Result<()> {
-    let run = PluginRun::start("").await?;
+    let run = PluginRun::start("", RM_CANARY).await?;
     let out = run
         .deployment
         .run_claude(&prompt(), &["Bash(echo:*)", "Bash(rm:*)"])
@@ -418,14 +463,14 @@ async fn claude_code_runs_with_the_plugins() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn codex_runs_with_the_plugins() -> anyhow::Result<()> {
-    let run = PluginRun::start("").await?;
+    let run = PluginRun::start("", "echo {canary} | xargs rm -rf").await?;
     let out = run.deployment.run_codex(&prompt()).await?;
     run.check(&out, "openai").await
 }
 
 #[tokio::test]
 async fn pi_runs_with_the_plugins() -> anyhow::Result<()> {
-    let run = PluginRun::start("").await?;
+    let run = PluginRun::start("", RM_CANARY).await?;
     let out = run.deployment.run_pi(&prompt(), false).await?;
     run.check(&out, "anthropic").await
 }
@@ -433,7 +478,7 @@ async fn pi_runs_with_the_plugins() -> anyhow::Result<()> {
 /// With `redact_requests = true` the provider never sees the secrets either.
 #[tokio::test]
 async fn claude_code_requests_are_redacted_when_asked() -> anyhow::Result<()> {
-    let run = PluginRun::start("redact_requests = true\n").await?;
+    let run = PluginRun::start("redact_requests = true\n", RM_CANARY).await?;
     let out = run
         .deployment
         .run_claude(&prompt(), &["Bash(echo:*)", "Bash(rm:*)"])
