@@ -66,6 +66,7 @@ const CHAT_TOOLS: [&str; 5] = ["bash", "Bash", "exec_command", "shell_command", 
 
 impl ToolCall {
     /// Picks the shell tool among `offered` (Claude Code's `Bash`, Codex's `exec_command`, pi's `bash`, …), or the API's usual one when none is offered.
+    #[cfg(test)]
     pub(crate) fn choose(api: Api, offered: &[&str], request_id: u64) -> ToolCall {
         ToolCall::choose_running(api, offered, request_id, TOOL_COMMAND)
     }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use relay_e2e::{AGENT_TIMEOUT, AgentCommand, AgentOutput, Tap, User, Relayd};
+use relay_e2e::{AGENT_TIMEOUT, AgentCommand, AgentOutput, Relayd, Tap, User};
 use relay_testkit::{StandIn, TOOL_DONE_TEXT};
 use tempfile::TempDir;
 
@@ -390,11 +390,7 @@ impl Deployment {
             // at the test's system directory instead.
             let listed = "env_vars = [";
             assert!(config.contains(listed), "{config}");
-            let config = config.replacen(
-                listed,
-                "env_vars = [\"RELAY_SYSTEM_CONFIG_DIR\", ",
-                1,
-            );
+            let config = config.replacen(listed, "env_vars = [\"RELAY_SYSTEM_CONFIG_DIR\", ", 1);
             std::fs::write(codex_home.join("config.toml"), config)?;
         }
         std::fs::copy(
@@ -473,4 +469,3 @@ impl Deployment {
 pub(crate) fn path(path: &Path) -> String {
     path.display().to_string()
 }
-

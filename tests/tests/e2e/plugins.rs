@@ -30,9 +30,7 @@ const DENY_REASON: &str = "destructive command";
 const RM_CANARY: &str = "rm -rf {canary}";
 
 fn prompt() -> String {
-    format!(
-        "{PROMPT_WORD}: clean the scratch directory, then mail {EMAIL} the key {API_KEY}"
-    )
+    format!("{PROMPT_WORD}: clean the scratch directory, then mail {EMAIL} the key {API_KEY}")
 }
 
 /// The issue's `plugins.toml`, with the file sink in `atof_dir`, an http sink at
@@ -145,7 +143,10 @@ impl PluginRun {
         }
         let turns = self.model_requests();
         if turns.len() < 2 {
-            d.fail(out, &format!("the stand-in saw {} model turns", turns.len()));
+            d.fail(
+                out,
+                &format!("the stand-in saw {} model turns", turns.len()),
+            );
         }
         let through_worker = requests_to(&d.relayd, model_route, "worker").await?;
         if through_worker != turns.len() as u64 {
@@ -204,7 +205,10 @@ impl PluginRun {
                 .filter(|e| contains(&e.sent, b"PreToolUse"))
                 .map(|e| String::from_utf8_lossy(&e.received).into_owned())
                 .collect();
-            let atof = self.file_records().map(|(text, _)| text).unwrap_or_default();
+            let atof = self
+                .file_records()
+                .map(|(text, _)| text)
+                .unwrap_or_default();
             d.fail(
                 out,
                 &format!("the denied rm -rf ran; PreToolUse: {pre_tool:?} answered {answers:?}\n--- ATOF ---\n{atof}"),
@@ -220,8 +224,14 @@ impl PluginRun {
 
         // The provider got the prompt as written (no redact_requests).
         let first = &turns[0].body;
-        assert!(contains(first, EMAIL.as_bytes()), "the provider lost the e-mail");
-        assert!(contains(first, API_KEY.as_bytes()), "the provider lost the key");
+        assert!(
+            contains(first, EMAIL.as_bytes()),
+            "the provider lost the e-mail"
+        );
+        assert!(
+            contains(first, API_KEY.as_bytes()),
+            "the provider lost the key"
+        );
 
         let (text, records) = self.file_records()?;
         let fail = |why: &str| -> ! { d.fail(out, &format!("{why}\n--- ATOF ---\n{text}")) };
@@ -252,11 +262,16 @@ impl PluginRun {
         }
         let llm_ends = scopes("llm", "end");
         if scopes("llm", "start").len() != turns.len() || llm_ends.len() != turns.len() {
-            fail(&format!("not one llm scope per model request ({})", turns.len()));
+            fail(&format!(
+                "not one llm scope per model request ({})",
+                turns.len()
+            ));
         }
         for end in &llm_ends {
             // The stand-in reports 10 input tokens on every answer, in every format.
-            if end["data"]["usage"]["input_tokens"] != 10 || !end["data"]["usage"]["output_tokens"].is_u64() {
+            if end["data"]["usage"]["input_tokens"] != 10
+                || !end["data"]["usage"]["output_tokens"].is_u64()
+            {
                 fail(&format!("an llm scope without the stand-in's usage: {end}"));
             }
         }
@@ -330,7 +345,10 @@ impl PluginRun {
             for attribute in &span.attributes {
                 let value = format!("{:?}", attribute.value);
                 if value.contains(EMAIL) || value.contains(API_KEY) {
-                    fail(&format!("a secret reached span {} in {}", span.name, attribute.key));
+                    fail(&format!(
+                        "a secret reached span {} in {}",
+                        span.name, attribute.key
+                    ));
                 }
             }
         }
@@ -418,11 +436,17 @@ fn check_span(span: &Span, start: &Value) -> Result<(), String> {
         return Err(format!("span {} for scope {start}", span.name));
     }
     if str_attribute(span, "gen_ai.operation.name") != operation {
-        return Err(format!("span {} has the wrong gen_ai.operation.name", span.name));
+        return Err(format!(
+            "span {} has the wrong gen_ai.operation.name",
+            span.name
+        ));
     }
     if start["category"] == "llm" {
         if str_attribute(span, "gen_ai.request.model") != start["data"]["model"].as_str() {
-            return Err(format!("span {} has the wrong gen_ai.request.model", span.name));
+            return Err(format!(
+                "span {} has the wrong gen_ai.request.model",
+                span.name
+            ));
         }
         if int_attribute(span, "gen_ai.usage.input_tokens") != Some(10)
             || int_attribute(span, "gen_ai.usage.output_tokens").is_none()
@@ -436,7 +460,10 @@ fn check_span(span: &Span, start: &Value) -> Result<(), String> {
         let linked = span.parent_span_id == span_id_of(parent)
             || str_attribute(span, "relay.atof.parent_uuid") == Some(parent);
         if !linked {
-            return Err(format!("span {} is not under its scope's parent", span.name));
+            return Err(format!(
+                "span {} is not under its scope's parent",
+                span.name
+            ));
         }
     }
     Ok(())
@@ -457,7 +484,10 @@ async fn claude_code_runs_with_the_plugins() -> anyhow::Result<()> {
         .exchanges()
         .iter()
         .any(|e| contains(&e.received, b"relay_policy_rejected"));
-    assert!(refused, "relayd never answered a hook with the policy's refusal\n{out}");
+    assert!(
+        refused,
+        "relayd never answered a hook with the policy's refusal\n{out}"
+    );
     Ok(())
 }
 
@@ -484,7 +514,10 @@ async fn claude_code_requests_are_redacted_when_asked() -> anyhow::Result<()> {
         .run_claude(&prompt(), &["Bash(echo:*)", "Bash(rm:*)"])
         .await?;
     run.finished(&out, "anthropic").await?;
-    assert!(run.canary.path().join("keep-me").exists(), "the denied rm -rf ran");
+    assert!(
+        run.canary.path().join("keep-me").exists(),
+        "the denied rm -rf ran"
+    );
     let turns = run.model_requests();
     for turn in &turns {
         assert!(
@@ -570,7 +603,13 @@ reason = "only the approved models"
             &out,
             "anthropic",
             "/hooks/claude-code",
-            &["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"],
+            &[
+                "SessionStart",
+                "UserPromptSubmit",
+                "PreToolUse",
+                "PostToolUse",
+                "Stop",
+            ],
         )
         .await?;
     // Stop and SessionEnd wait at most 2 s each for the sinks; a run that waited out
@@ -578,9 +617,12 @@ reason = "only the approved models"
     assert!(took < relay_e2e::AGENT_TIMEOUT, "the session took {took:?}");
 
     // A worker for a direct request with a model the allow-list does not name.
-    let mut mcp =
-        super::support::ready_mcp(&deployment.user, &deployment.tap.origin(), &deployment.token)
-            .await?;
+    let mut mcp = super::support::ready_mcp(
+        &deployment.user,
+        &deployment.tap.origin(),
+        &deployment.token,
+    )
+    .await?;
     let before = deployment.stand_in.request_count();
     let marker = super::support::marker("allow-list")?;
     let (status, _, body) = relay_e2e::http::fetch(
@@ -599,10 +641,7 @@ reason = "only the approved models"
     );
     assert!(super::support::recorded_with(&deployment.stand_in, &marker).is_empty());
     mcp.close_stdin();
-    deployment
-        .user
-        .wait_for_workers(0, WORKER_TIMEOUT)
-        .await?;
+    deployment.user.wait_for_workers(0, WORKER_TIMEOUT).await?;
 
     let files: Vec<PathBuf> = std::fs::read_dir(atof_dir.path())?
         .map(|entry| entry.map(|e| e.path()))
@@ -633,6 +672,9 @@ reason = "only the approved models"
             && r["data"]["event"] == "model_request"
     });
     assert!(refused, "no guardrail mark for the refused model: {text}");
-    assert!(!text.contains(&deployment.token), "the route token reached a record");
+    assert!(
+        !text.contains(&deployment.token),
+        "the route token reached a record"
+    );
     Ok(())
 }

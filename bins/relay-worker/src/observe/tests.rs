@@ -78,7 +78,10 @@ async fn a_down_collector_does_not_hold_a_terminal_flush() {
         listener.local_addr().unwrap()
     };
     let component = config(
-        vec![file(dir.path().to_path_buf()), http(format!("http://{closed}/atof"))],
+        vec![
+            file(dir.path().to_path_buf()),
+            http(format!("http://{closed}/atof")),
+        ],
         Some(format!("http://{closed}/v1/traces")),
     );
     let ctx = SinkContext {
