@@ -17,7 +17,9 @@ use super::deployment::Deployment;
 #[tokio::test]
 async fn claude_code_runs_from_the_bundle() -> anyhow::Result<()> {
     let deployment = Deployment::start().await?;
-    let out = deployment.run_claude("run echo", &["Bash(echo:*)"]).await?;
+    let out = deployment
+        .run_claude("run echo", serde_json::json!({"allow": ["Bash(echo:*)"]}))
+        .await?;
     deployment
         .check(
             &out,

@@ -319,13 +319,13 @@ impl Deployment {
         Ok(())
     }
 
-    /// Claude Code launched from the bundle with `prompt` in -p mode; `allow` is the
-    /// permission allow list of the user's own settings (`Bash(echo:*)` lets the stand-in's
-    /// tool run without a prompt).
+    /// Claude Code launched from the bundle with `prompt` in -p mode; `permissions` is the
+    /// `permissions` object of the user's own settings (`{"allow": ["Bash(echo:*)"]}` lets
+    /// the stand-in's tool run without a prompt).
     pub(crate) async fn run_claude(
         &self,
         prompt: &str,
-        allow: &[&str],
+        permissions: serde_json::Value,
     ) -> anyhow::Result<AgentOutput> {
         let bundle = self.bundle();
         let claude = AgentCommand::new("claude")?;
@@ -333,7 +333,7 @@ impl Deployment {
         let config_dir = claude.make_dir("claude-config")?;
         claude.write_file(
             "claude-config/settings.json",
-            &serde_json::json!({"permissions": {"allow": allow}}).to_string(),
+            &serde_json::json!({ "permissions": permissions }).to_string(),
         )?;
         let mut claude = claude
             .env("CLAUDE_CONFIG_DIR", config_dir)

@@ -35,7 +35,13 @@ fn prompt() -> String {
 
 /// The issue's `plugins.toml`, with the file sink in `atof_dir`, an http sink at
 /// `atof_url` and the OTLP exporter at `otlp_url`.
-fn plugins_toml(atof_dir: &Path, atof_url: &str, otlp_url: &str, extra_redaction: &str) -> String {
+fn plugins_toml(
+    atof_dir: &Path,
+    atof_url: &str,
+    otlp_url: &str,
+    extra_policy: &str,
+    extra_redaction: &str,
+) -> String {
     format!(
         r#"version = 1
 
@@ -61,7 +67,7 @@ endpoint = {otlp_url}
 kind = "policy"
 enabled = true
 [components.config]
-[[components.config.rules]]
+{extra_policy}[[components.config.rules]]
 event = "PreToolUse"
 tool = "Bash"
 input_field = "command"
@@ -93,7 +99,12 @@ struct PluginRun {
 
 impl PluginRun {
     /// `command` is the tool call's shell command, with `{canary}` for the canary directory.
-    async fn start(extra_redaction: &str, command: &str) -> anyhow::Result<PluginRun> {
+    /// `extra_policy` and `extra_redaction` are added to those components' tables.
+    async fn start(
+        extra_policy: &str,
+        extra_redaction: &str,
+        command: &str,
+    ) -> anyhow::Result<PluginRun> {
         use std::os::unix::fs::PermissionsExt as _;
         let collector = Collector::start().await?;
         let atof_dir = tempfile::Builder::new()
@@ -108,6 +119,7 @@ impl PluginRun {
             atof_dir.path(),
             &collector.atof_url(),
             &collector.otlp_url(),
+            extra_policy,
             extra_redaction,
         );
         let command = command.replace("{canary}", &canary.path().display().to_string());
@@ -122,6 +134,15 @@ impl PluginRun {
             collector,
             atof_dir,
             canary,
+        })
+    }
+
+    /// Claude Code may run `rm` and reach the canary directory without asking, so that only
+    /// the policy can stop the command.
+    fn claude_permissions(&self) -> Value {
+        serde_json::json!({
+            "allow": ["Bash(echo:*)", "Bash(rm:*)"],
+            "additionalDirectories": [self.canary.path().display().to_string()],
         })
     }
 
@@ -471,10 +492,10 @@ fn check_span(span: &Span, start: &Value) -> Result<(), String> {
 
 #[tokio::test]
 async fn claude_code_runs_with_the_plugins() -> anyhow::Result<()> {
-    let run = PluginRun::start("", RM_CANARY).await?;
+    let run = PluginRun::start("", "", RM_CANARY).await?;
     let out = run
         .deployment
-        .run_claude(&prompt(), &["Bash(echo:*)", "Bash(rm:*)"])
+        .run_claude(&prompt(), run.claude_permissions())
         .await?;
     run.check(&out, "anthropic").await?;
     // It was the policy, not Claude Code's permission prompt, that stopped the command.
@@ -493,14 +514,14 @@ async fn claude_code_runs_with_the_plugins() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn codex_runs_with_the_plugins() -> anyhow::Result<()> {
-    let run = PluginRun::start("", "echo {canary} | xargs rm -rf").await?;
+    let run = PluginRun::start("", "", "echo {canary} | xargs rm -rf").await?;
     let out = run.deployment.run_codex(&prompt()).await?;
     run.check(&out, "openai").await
 }
 
 #[tokio::test]
 async fn pi_runs_with_the_plugins() -> anyhow::Result<()> {
-    let run = PluginRun::start("", RM_CANARY).await?;
+    let run = PluginRun::start("", "", RM_CANARY).await?;
     let out = run.deployment.run_pi(&prompt(), false).await?;
     run.check(&out, "anthropic").await
 }
@@ -508,10 +529,10 @@ async fn pi_runs_with_the_plugins() -> anyhow::Result<()> {
 /// With `redact_requests = true` the provider never sees the secrets either.
 #[tokio::test]
 async fn claude_code_requests_are_redacted_when_asked() -> anyhow::Result<()> {
-    let run = PluginRun::start("redact_requests = true\n", RM_CANARY).await?;
+    let run = PluginRun::start("", "redact_requests = true\n", RM_CANARY).await?;
     let out = run
         .deployment
-        .run_claude(&prompt(), &["Bash(echo:*)", "Bash(rm:*)"])
+        .run_claude(&prompt(), run.claude_permissions())
         .await?;
     run.finished(&out, "anthropic").await?;
     assert!(
@@ -537,6 +558,42 @@ async fn claude_code_requests_are_redacted_when_asked() -> anyhow::Result<()> {
         !text.contains(EMAIL) && !text.contains(API_KEY),
         "a secret reached the ATOF file"
     );
+    Ok(())
+}
+
+/// In dry run the same rule is recorded as a deny and blocks nothing: the command runs.
+#[tokio::test]
+async fn claude_code_dry_run_records_the_deny_and_blocks_nothing() -> anyhow::Result<()> {
+    let run = PluginRun::start("mode = \"dry_run\"\n", "", RM_CANARY).await?;
+    let out = run
+        .deployment
+        .run_claude(&prompt(), run.claude_permissions())
+        .await?;
+    run.finished(&out, "anthropic").await?;
+    let last = run
+        .model_requests()
+        .last()
+        .map(|r| tail(&r.body))
+        .unwrap_or_default();
+    assert!(
+        !run.canary.path().exists(),
+        "the dry-run policy blocked the command\n{out}\ntool result: {last}"
+    );
+    let refused = run
+        .deployment
+        .tap
+        .exchanges()
+        .iter()
+        .any(|e| contains(&e.received, b"relay_policy_rejected"));
+    assert!(!refused, "a dry run refused a hook\n{out}");
+    let (text, records) = run.file_records()?;
+    let recorded = records.iter().any(|r| {
+        r["category"] == "guardrail"
+            && r["data"]["decision"] == "deny"
+            && r["data"]["reason"] == DENY_REASON
+            && r["data"]["dry_run"] == true
+    });
+    assert!(recorded, "no dry-run guardrail mark: {text}");
     Ok(())
 }
 
@@ -596,7 +653,9 @@ reason = "only the approved models"
     })
     .await?;
     let started = tokio::time::Instant::now();
-    let out = deployment.run_claude("run echo", &["Bash(echo:*)"]).await?;
+    let out = deployment
+        .run_claude("run echo", serde_json::json!({"allow": ["Bash(echo:*)"]}))
+        .await?;
     let took = started.elapsed();
     deployment
         .check(
