@@ -10,7 +10,9 @@ mod e2e {
     pub(crate) mod attacks;
     pub(crate) mod bundle;
     pub(crate) mod cli;
+    pub(crate) mod collector;
     pub(crate) mod credentials;
+    pub(crate) mod deployment;
     pub(crate) mod doctor;
     pub(crate) mod faults;
     pub(crate) mod hooks;
@@ -18,6 +20,7 @@ mod e2e {
     pub(crate) mod mcp;
     pub(crate) mod package;
     pub(crate) mod pass_through;
+    pub(crate) mod plugins;
     pub(crate) mod recovery;
     pub(crate) mod remote;
     pub(crate) mod service;

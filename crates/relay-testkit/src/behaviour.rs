@@ -30,6 +30,8 @@ pub struct Behaviour {
     pub stream_events: Option<usize>,
     /// Wait this long after the request body before sending the response head.
     pub delay_before_headers: Option<Duration>,
+    /// The shell command of the tool call `tool_round_trip` asks for, in every API's variant of the call; [`crate::TOOL_COMMAND`] when unset.
+    pub tool_command: Option<String>,
 }
 
 /// A fixed answer: status, headers (several values per name allowed) and body.

@@ -52,7 +52,7 @@ impl Api {
 pub(crate) struct ToolCall {
     pub(crate) name: String,
     /// The arguments as compact JSON text (what OpenAI puts in `arguments` and Anthropic streams as `partial_json`).
-    pub(crate) arguments: &'static str,
+    pub(crate) arguments: String,
     /// `toolu_…` (Anthropic) or `call_…` (OpenAI): what the tool result refers to.
     pub(crate) call_id: String,
     /// The Responses output item id (`fc_…`).
@@ -66,7 +66,18 @@ const CHAT_TOOLS: [&str; 5] = ["bash", "Bash", "exec_command", "shell_command", 
 
 impl ToolCall {
     /// Picks the shell tool among `offered` (Claude Code's `Bash`, Codex's `exec_command`, pi's `bash`, …), or the API's usual one when none is offered.
+    #[cfg(test)]
     pub(crate) fn choose(api: Api, offered: &[&str], request_id: u64) -> ToolCall {
+        ToolCall::choose_running(api, offered, request_id, TOOL_COMMAND)
+    }
+
+    /// [`ToolCall::choose`] with `command` as the shell command (`Behaviour::tool_command`).
+    pub(crate) fn choose_running(
+        api: Api,
+        offered: &[&str],
+        request_id: u64,
+        command: &str,
+    ) -> ToolCall {
         let preference: &[&str] = match api {
             Api::AnthropicMessages => &ANTHROPIC_TOOLS,
             Api::OpenAiResponses => &RESPONSES_TOOLS,
@@ -80,10 +91,11 @@ impl ToolCall {
             .unwrap_or("bash");
         let arguments = match name {
             // Codex's unified exec tool takes `cmd`; its older `shell` tool an argv array.
-            "exec_command" => r#"{"cmd":"echo relay-tool-ok"}"#,
-            "shell" => r#"{"command":["bash","-lc","echo relay-tool-ok"]}"#,
-            _ => r#"{"command":"echo relay-tool-ok"}"#,
-        };
+            "exec_command" => serde_json::json!({"cmd": command}),
+            "shell" => serde_json::json!({"command": ["bash", "-lc", command]}),
+            _ => serde_json::json!({"command": command}),
+        }
+        .to_string();
         let call_id = match api {
             Api::AnthropicMessages => format!("toolu_mock_{request_id:012x}"),
             Api::OpenAiResponses | Api::OpenAiChat => format!("call_mock_{request_id:012x}"),
@@ -163,13 +175,13 @@ pub(crate) fn tool_json(api: Api, call: &ToolCall, request_id: u64) -> String {
                 ("type", s("tool_use")),
                 ("id", s(&call.call_id)),
                 ("name", s(&call.name)),
-                ("input", Doc::Raw(call.arguments.to_owned())),
+                ("input", Doc::Raw(call.arguments.clone())),
             ]),
             "tool_use",
         ),
         Api::OpenAiResponses => response_object(
             &request_id_response(request_id),
-            function_call_item(call, call.arguments, "completed"),
+            function_call_item(call, &call.arguments, "completed"),
         ),
         Api::OpenAiChat => chat_completion(
             request_id,
@@ -183,7 +195,7 @@ pub(crate) fn tool_json(api: Api, call: &ToolCall, request_id: u64) -> String {
                         ("type", s("function")),
                         (
                             "function",
-                            obj([("name", s(&call.name)), ("arguments", s(call.arguments))]),
+                            obj([("name", s(&call.name)), ("arguments", s(&call.arguments))]),
                         ),
                     ])]),
                 ),
@@ -363,7 +375,7 @@ fn anthropic_tool_stream(out: &mut String, call: &ToolCall, request_id: u64) {
         "content_block_delta",
         &anthropic_block_delta(obj([
             ("type", s("input_json_delta")),
-            ("partial_json", s(call.arguments)),
+            ("partial_json", s(&call.arguments)),
         ])),
     );
     anthropic_tail(out, "tool_use", 5);
@@ -553,7 +565,7 @@ fn responses_tool_stream(out: &mut String, call: &ToolCall) {
         vec![
             ("output_index", Doc::Int(0)),
             ("item_id", s(&call.item_id)),
-            ("delta", s(call.arguments)),
+            ("delta", s(&call.arguments)),
         ],
     );
     w.emit(
@@ -562,7 +574,7 @@ fn responses_tool_stream(out: &mut String, call: &ToolCall) {
             ("output_index", Doc::Int(0)),
             ("item_id", s(&call.item_id)),
             ("name", s(&call.name)),
-            ("arguments", s(call.arguments)),
+            ("arguments", s(&call.arguments)),
         ],
     );
     w.emit(
@@ -571,11 +583,11 @@ fn responses_tool_stream(out: &mut String, call: &ToolCall) {
             ("output_index", Doc::Int(0)),
             (
                 "item",
-                function_call_item(call, call.arguments, "completed"),
+                function_call_item(call, &call.arguments, "completed"),
             ),
         ],
     );
-    w.close(id, function_call_item(call, call.arguments, "completed"));
+    w.close(id, function_call_item(call, &call.arguments, "completed"));
 }
 
 // OpenAI Chat Completions.
@@ -636,7 +648,7 @@ fn chat_tool_stream(out: &mut String, call: &ToolCall) {
         "tool_calls",
         arr([obj([
             ("index", Doc::Int(0)),
-            ("function", obj([("arguments", s(call.arguments))])),
+            ("function", obj([("arguments", s(&call.arguments))])),
         ])]),
     )]);
     data_only(out, &chat_chunk(arguments, None));

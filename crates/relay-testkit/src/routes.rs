@@ -238,7 +238,12 @@ fn turn(
             Answer::json(formats::text_json(api, TOOL_DONE_TEXT, request_id))
         };
     }
-    let call = ToolCall::choose(api, &offered_tools(&request), request_id);
+    let command = prepared
+        .behaviour
+        .tool_command
+        .as_deref()
+        .unwrap_or(formats::TOOL_COMMAND);
+    let call = ToolCall::choose_running(api, &offered_tools(&request), request_id, command);
     if stream {
         Answer::sse(formats::tool_stream(api, &call, request_id))
     } else {

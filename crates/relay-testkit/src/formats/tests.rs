@@ -98,7 +98,23 @@ fn text_is_escaped_in_streams() {
 }
 
 fn arguments_of(call: &ToolCall) -> Value {
-    serde_json::from_str(call.arguments).unwrap()
+    serde_json::from_str(&call.arguments).unwrap()
+}
+
+#[test]
+fn every_variant_of_the_tool_call_carries_the_chosen_command() {
+    let command = "rm -rf '/tmp/canary \"x\"'";
+    let codex = ToolCall::choose_running(Api::OpenAiResponses, &["exec_command"], 1, command);
+    assert_eq!(arguments_of(&codex), json!({"cmd": command}));
+    let old_codex = ToolCall::choose_running(Api::OpenAiResponses, &["shell"], 1, command);
+    assert_eq!(
+        arguments_of(&old_codex),
+        json!({"command": ["bash", "-lc", command]})
+    );
+    let claude = ToolCall::choose_running(Api::AnthropicMessages, &["Bash"], 1, command);
+    assert_eq!(arguments_of(&claude), json!({"command": command}));
+    let pi = ToolCall::choose_running(Api::OpenAiChat, &["bash"], 1, command);
+    assert_eq!(arguments_of(&pi), json!({"command": command}));
 }
 
 #[test]

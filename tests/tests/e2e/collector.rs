@@ -1,0 +1,152 @@
+//! The observability back ends' stand-in: one loopback HTTP server that keeps what an
+//! ATOF http sink posts (JSON Lines on `/atof`) and what an OTLP/HTTP exporter posts
+//! (`ExportTraceServiceRequest` protobuf on `/v1/traces`, decoded with the official
+//! `opentelemetry-proto` types), and answers 200 to both.
+
+#![allow(
+    clippy::disallowed_methods,
+    reason = "test support: a panic here fails the test that caused it, so a poisoned lock is read as is"
+)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
+use tokio::net::TcpListener;
+
+#[derive(Default)]
+struct Received {
+    records: Vec<serde_json::Value>,
+    spans: Vec<Span>,
+    undecodable: Vec<String>,
+}
+
+pub(crate) struct Collector {
+    addr: std::net::SocketAddr,
+    received: Arc<Mutex<Received>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Collector {
+    pub(crate) async fn start() -> anyhow::Result<Collector> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let received = Arc::new(Mutex::new(Received::default()));
+        let shared = Arc::clone(&received);
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let shared = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let shared = Arc::clone(&shared);
+                        async move {
+                            let path = req.uri().path().to_owned();
+                            let body = req.into_body().collect().await?.to_bytes();
+                            keep(&shared, &path, &body);
+                            Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::new())))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Collector {
+            addr,
+            received,
+            task,
+        })
+    }
+
+    pub(crate) fn atof_url(&self) -> String {
+        format!("http://{}/atof", self.addr)
+    }
+
+    pub(crate) fn otlp_url(&self) -> String {
+        format!("http://{}/v1/traces", self.addr)
+    }
+
+    pub(crate) fn records(&self) -> Vec<serde_json::Value> {
+        self.lock().records.clone()
+    }
+
+    pub(crate) fn spans(&self) -> Vec<Span> {
+        self.lock().spans.clone()
+    }
+
+    /// Bodies that were neither JSON Lines nor an OTLP trace export.
+    pub(crate) fn undecodable(&self) -> Vec<String> {
+        self.lock().undecodable.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Received> {
+        self.received
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Polls until `done` holds for what arrived, or fails at the deadline.
+    pub(crate) async fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&[serde_json::Value], &[Span]) -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            {
+                let received = self.lock();
+                if done(&received.records, &received.spans) {
+                    return Ok(());
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "the collector never got {what}: {} records, {} spans",
+                    self.records().len(),
+                    self.spans().len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn keep(shared: &Mutex<Received>, path: &str, body: &[u8]) {
+    let mut received = shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if path == "/v1/traces" {
+        match ExportTraceServiceRequest::decode(body) {
+            Ok(export) => received.spans.extend(
+                export
+                    .resource_spans
+                    .into_iter()
+                    .flat_map(|r| r.scope_spans)
+                    .flat_map(|s| s.spans),
+            ),
+            Err(error) => received.undecodable.push(format!("{path}: {error}")),
+        }
+        return;
+    }
+    for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        match serde_json::from_slice(line) {
+            Ok(record) => received.records.push(record),
+            Err(error) => received.undecodable.push(format!("{path}: {error}")),
+        }
+    }
+}
