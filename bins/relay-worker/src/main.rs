@@ -51,9 +51,6 @@ struct Cli {
     daemon_address: DaemonAddress,
 }
 
-/// mimalloc: allocation was a tenth of the CPU of a proxied request under glibc malloc.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     // Its own session, before anything else: the worker outlives the MCP that launched it

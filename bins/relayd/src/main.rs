@@ -9,9 +9,6 @@ mod bundle;
 mod cli;
 mod daemon;
 
-/// mimalloc: allocation was a tenth of the CPU of a proxied request under glibc malloc.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = match cli::Cli::parse_args() {
