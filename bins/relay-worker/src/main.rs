@@ -51,7 +51,6 @@ struct Cli {
     daemon_address: DaemonAddress,
 }
 
-
 fn main() -> ExitCode {
     // Its own session, before anything else: the worker outlives the MCP that launched it
     // and must not get the harness's terminal signals, nor a SIGHUP when that MCP's

@@ -9,7 +9,6 @@ mod bundle;
 mod cli;
 mod daemon;
 
-
 fn main() -> ExitCode {
     let cli = match cli::Cli::parse_args() {
         Ok(cli) => cli,
