@@ -1475,3 +1475,34 @@ async fn terminal_hooks_wait_for_the_records_and_others_do_not() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_undecodable_body_is_refused_only_when_a_rule_needs_it() {
+    let stand_in = StandIn::start().await.unwrap();
+    let body = b"\x00\x01 not a coding anyone knows";
+    let send = |worker: &Worker| {
+        worker
+            .request(Method::POST, "/v1/messages")
+            .header("content-type", "application/json")
+            .header("content-encoding", "x-unknown")
+            .body(Full::new(Bytes::from_static(body)))
+            .unwrap()
+    };
+    // Records alone forward it untouched.
+    let (worker, _) = worker_with_plugins(&stand_in, OBSERVE).await;
+    assert_eq!(worker.send(send(&worker)).await.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(recorded[0].body, &body[..]);
+    assert_eq!(
+        recorded[0].header_str("content-encoding"),
+        Some("x-unknown")
+    );
+    // A model rule cannot decide on it: 415, nothing sent.
+    stand_in.clear_requests();
+    let (worker, _) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{ALLOW_LIST}")).await;
+    worker
+        .send(send(&worker))
+        .await
+        .assert_error(415, "relay_unsupported_encoding");
+    assert_eq!(stand_in.request_count(), 0);
+}

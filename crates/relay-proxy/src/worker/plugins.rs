@@ -171,9 +171,14 @@ impl PluginHost {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        // A rule needs the body when it decides on the model or rewrites the body; records
+        // alone do without it (their request facts stay empty).
+        let rule_needs_body = self.request_redactor.is_some()
+            || self.policy.as_ref().is_some_and(Policy::has_model_rules);
         let decoded = match relay_plugins::decode(encoding.as_deref(), &raw, limit) {
             Ok(decoded) if !decoded.truncated => decoded.body.into_owned(),
             Ok(_) => return ModelStage::Answer(payload_too_large(limit as u64)),
+            Err(_) if !rule_needs_body => Vec::new(),
             Err(_) => {
                 return ModelStage::Answer(error(
                     StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -210,7 +215,11 @@ impl PluginHost {
                     route: parts.uri.path().to_owned(),
                     model: facts.model.clone(),
                     stream: facts.stream,
-                    request_bytes: decoded.len() as u64,
+                    request_bytes: if decoded.is_empty() {
+                        raw.len()
+                    } else {
+                        decoded.len()
+                    } as u64,
                     prompt,
                     request_redactions: redactions,
                     traceparent: parts
