@@ -236,6 +236,11 @@ pub struct Recorder {
     redactor: Box<dyn Redactor>,
     emit: Emitter,
     sessions: HashMap<String, Session>,
+    /// Sessions that ended by their own last hook, newest last: a hook the harness sends
+    /// after its session's end (pi forwards events without waiting) is a mark with that
+    /// session's metadata and no parent (its session is closed, and a child never names a
+    /// closed parent), instead of a second, implicit session.
+    ended: VecDeque<(String, Option<Value>)>,
     requests: HashMap<RequestId, OpenLlm>,
     /// Open llm scopes matched to no session.
     orphan_llms: usize,
@@ -313,6 +318,7 @@ impl Recorder {
                 tick: 0,
             },
             sessions: HashMap::new(),
+            ended: VecDeque::new(),
             requests: HashMap::new(),
             orphan_llms: 0,
         }
@@ -374,6 +380,20 @@ impl Recorder {
             return;
         };
         let sid = sid.to_owned();
+        if role != Role::SessionStart
+            && !self.sessions.contains_key(&sid)
+            && let Some((_, metadata)) = self.ended.iter().find(|(id, _)| *id == sid)
+        {
+            let metadata = metadata.clone();
+            let data = self.hook_mark_data(hook);
+            let name = bounded_id(&hook.event).to_owned();
+            self.emit
+                .mark(at, None, name, Category::Custom, HOOK, metadata, data);
+            return;
+        }
+        if role == Role::SessionStart {
+            self.ended.retain(|(id, _)| *id != sid);
+        }
         if role == Role::SessionStart && !self.sessions.contains_key(&sid) {
             self.begin_session(at, hook.agent, &sid, Some(hook));
             return;
@@ -508,6 +528,11 @@ impl Recorder {
         self.close_children(at, sid, ClosedBy::SessionEnd);
         if let Some(session) = self.sessions.remove(sid) {
             session.totals.write_into(&mut data);
+            if self.ended.len() >= self.config.max_sessions {
+                self.ended.pop_front();
+            }
+            self.ended
+                .push_back((sid.to_owned(), session.scope.metadata.clone()));
             self.emit.close(at, session.scope, data);
         }
     }

@@ -785,3 +785,37 @@ fn a_session_end_carries_its_requests_usage_and_exact_cost() {
     assert_eq!(usage["priced_requests"], 2);
     assert_eq!(usage["unpriced_requests"], 1);
 }
+
+#[test]
+fn a_hook_after_its_sessions_end_is_a_mark_of_that_session_not_a_new_one() {
+    let mut s = Scenario::new("late");
+    s.hook(Agent::Pi, "session_start");
+    s.hook(Agent::Pi, "session_shutdown");
+    // pi forwards events without waiting: agent_end can reach the worker after the end.
+    s.hook(Agent::Pi, "agent_end");
+    let lines: Vec<Value> = s
+        .out
+        .lines()
+        .filter(|l| l.starts_with("  "))
+        .map(|l| serde_json::from_str(l.trim()).unwrap())
+        .collect();
+    let starts = lines
+        .iter()
+        .filter(|r| r["category"] == "agent" && r["scope_category"] == "start")
+        .count();
+    assert_eq!(starts, 1, "{}", s.out);
+    let late = lines.last().unwrap();
+    assert_eq!(late["kind"], "mark");
+    assert_eq!(late["name"], "agent_end");
+    assert_eq!(late["parent_uuid"], Value::Null, "its session is closed");
+    assert_eq!(late["metadata"]["session_id"], "late");
+    // A new SessionStart with the same id opens a new session again.
+    s.hook(Agent::Pi, "session_start");
+    assert!(
+        s.out
+            .lines()
+            .last()
+            .unwrap()
+            .contains("\"scope_category\":\"start\"")
+    );
+}
