@@ -1,6 +1,7 @@
 //! The `file` sink (SPEC §8.1): JSON Lines appended to a per-user or per-route file,
 //! created 0600 without following a symlink, in a directory nobody else can swap files in.
 
+use relay_plugins::config::{DirectoryFacts, SinkDirectoryProblem, check_sink_directory};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
@@ -45,16 +46,17 @@ impl PathFacts {
     }
 }
 
-/// The directory rule of §8.1: a directory, and if others may write to it, sticky (as
-/// `/tmp` is), so nobody else can replace a file in it.
+/// The directory rule of §8.1, as `relay_plugins::config::check_sink_directory` states it
+/// for activation, checked again on the directory the sink actually opens.
 pub fn check_directory(facts: &PathFacts) -> Result<(), UnsafePathReason> {
-    if !facts.is_dir {
-        return Err(UnsafePathReason::NotADirectory);
-    }
-    if facts.mode & 0o002 != 0 && facts.mode & 0o1000 == 0 {
-        return Err(UnsafePathReason::WritableByOthers);
-    }
-    Ok(())
+    let facts = DirectoryFacts {
+        is_dir: facts.is_dir,
+        mode: facts.mode,
+    };
+    check_sink_directory(&facts).map_err(|problem| match problem {
+        SinkDirectoryProblem::NotADirectory => UnsafePathReason::NotADirectory,
+        SinkDirectoryProblem::WritableByOthers => UnsafePathReason::WritableByOthers,
+    })
 }
 
 /// The rule for the opened file: a regular file of ours that only we can read. A file that
