@@ -259,16 +259,20 @@ enum PluginFailure {
     Config(#[from] PluginConfigError),
     #[error("{file}: the observability sinks cannot start: {error}")]
     Sinks { file: String, error: SinkError },
+    #[error("the system random generator failed to give this generation's hashing key")]
+    Random,
 }
 
 impl PluginFailure {
     fn message(&self) -> relay_proto::WorkerActivationFailed {
         match self {
             PluginFailure::Config(error) => error.to_activation_failed(),
-            PluginFailure::Sinks { .. } => relay_proto::WorkerActivationFailed {
-                failure_reason: Text::truncated(relay_proxy::plugins::FAILURE_REASON.as_str()),
-                diagnostic: Text::truncated(&self.to_string()),
-            },
+            PluginFailure::Sinks { .. } | PluginFailure::Random => {
+                relay_proto::WorkerActivationFailed {
+                    failure_reason: Text::truncated(relay_proxy::plugins::FAILURE_REASON.as_str()),
+                    diagnostic: Text::truncated(&self.to_string()),
+                }
+            }
         }
     }
 }
@@ -283,12 +287,8 @@ fn host_plugins(
     plugins.check_sink_directories()?;
     let config_of = plugins.config();
     let mut key = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key).map_err(|_| {
-        PluginFailure::Sinks {
-            file: String::new(),
-            error: SinkError::Random,
-        }
-    })?;
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
+        .map_err(|_| PluginFailure::Random)?;
     let redactor = generation_redactor(config_of, &key);
     let recording = match config_of.observability() {
         None => None,

@@ -1422,22 +1422,17 @@ async fn the_response_tap_reports_usage_status_and_time_to_first_byte() {
         // The client gets the stream byte for byte: the tap only copies.
         assert_eq!(received.bytes, ANTHROPIC_MESSAGES_SSE);
     }
-    let ends: Vec<_> = {
-        let mut ends = Vec::new();
-        let deadline = Instant::now() + WAIT;
-        while ends.len() < 2 && Instant::now() < deadline {
-            ends = seen
-                .all()
-                .into_iter()
-                .filter_map(|o| match o {
-                    relay_plugins::atof::Observation::ModelRequestEnd(end) => Some(end),
-                    _ => None,
-                })
-                .collect();
-            tokio::task::yield_now().await;
-        }
-        ends
+    let ends = || {
+        seen.all()
+            .into_iter()
+            .filter_map(|o| match o {
+                relay_plugins::atof::Observation::ModelRequestEnd(end) => Some(end),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
     };
+    assert!(eventually(WAIT, || ends().len() >= 2).await);
+    let ends = ends();
     assert_eq!(ends.len(), 2);
     for end in ends {
         assert_eq!(end.status, 200);

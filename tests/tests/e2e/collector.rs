@@ -28,9 +28,16 @@ struct Received {
     undecodable: Vec<String>,
 }
 
+/// What the server task and the test share: what arrived, and a wake-up after each POST.
+#[derive(Default)]
+struct Shared {
+    received: Mutex<Received>,
+    arrived: tokio::sync::Notify,
+}
+
 pub(crate) struct Collector {
     addr: std::net::SocketAddr,
-    received: Arc<Mutex<Received>>,
+    shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -44,11 +51,11 @@ impl Collector {
     pub(crate) async fn start() -> anyhow::Result<Collector> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let received = Arc::new(Mutex::new(Received::default()));
-        let shared = Arc::clone(&received);
+        let shared = Arc::new(Shared::default());
+        let for_server = Arc::clone(&shared);
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let shared = Arc::clone(&shared);
+                let shared = Arc::clone(&for_server);
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                         let shared = Arc::clone(&shared);
@@ -65,11 +72,7 @@ impl Collector {
                 });
             }
         });
-        Ok(Collector {
-            addr,
-            received,
-            task,
-        })
+        Ok(Collector { addr, shared, task })
     }
 
     pub(crate) fn atof_url(&self) -> String {
@@ -94,12 +97,14 @@ impl Collector {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Received> {
-        self.received
+        self.shared
+            .received
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Polls until `done` holds for what arrived, or fails at the deadline.
+    /// Waits until `done` holds for what arrived (checked after every POST), or fails at the
+    /// deadline.
     pub(crate) async fn wait_until(
         &self,
         what: &str,
@@ -108,26 +113,35 @@ impl Collector {
     ) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
+            // Registered before the check, so a POST between the two still wakes us.
+            let arrived = self.shared.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
             {
                 let received = self.lock();
                 if done(&received.records, &received.spans) {
                     return Ok(());
                 }
             }
-            if tokio::time::Instant::now() >= deadline {
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
                 anyhow::bail!(
                     "the collector never got {what}: {} records, {} spans",
                     self.records().len(),
                     self.spans().len()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
 
-fn keep(shared: &Mutex<Received>, path: &str, body: &[u8]) {
+fn keep(shared: &Shared, path: &str, body: &[u8]) {
+    store(shared, path, body);
+    shared.arrived.notify_waiters();
+}
+
+fn store(shared: &Shared, path: &str, body: &[u8]) {
     let mut received = shared
+        .received
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if path == "/v1/traces" {

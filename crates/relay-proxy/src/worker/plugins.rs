@@ -7,6 +7,7 @@
 //! With no enabled component the host is inactive: requests are streamed through as before,
 //! with no body buffering and no tap.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -55,7 +56,7 @@ pub struct PluginHost {
     request_redactor: Option<Arc<Redactor>>,
     observer: Option<Arc<dyn Observer>>,
     capture_content: bool,
-    prices: PriceTable,
+    prices: Arc<PriceTable>,
     capture: Arc<CaptureBudget>,
     next_request: AtomicU64,
 }
@@ -123,7 +124,7 @@ impl PluginHost {
             request_redactor: redactor.filter(|_| redacts_requests),
             observer: observability.and(observer),
             capture_content: observability.is_some_and(|o| o.capture_content),
-            prices: observability.map(|o| o.prices.clone()).unwrap_or_default(),
+            prices: Arc::new(observability.map(|o| o.prices.clone()).unwrap_or_default()),
             capture: Arc::new(CaptureBudget {
                 per_stream: to_usize(worker.observation_capture_bytes),
                 total: to_usize(worker.observation_total_bytes),
@@ -143,8 +144,8 @@ impl PluginHost {
     /// (which may rewrite the body). `limit` is the request body limit.
     pub(crate) async fn model_request(&self, checked: Checked, limit: u64) -> ModelStage {
         let format = WireFormat::from_path(checked.parts.uri.path());
-        let needed = checked.parts.method == Method::POST && format.is_some() && self.is_active();
-        let (Some(format), true) = (format, needed) else {
+        // The handler calls this only for an active host.
+        let (Some(format), true) = (format, checked.parts.method == Method::POST) else {
             return ModelStage::Forward(checked, None);
         };
         let Checked {
@@ -175,10 +176,11 @@ impl PluginHost {
         // alone do without it (their request facts stay empty).
         let rule_needs_body = self.request_redactor.is_some()
             || self.policy.as_ref().is_some_and(Policy::has_model_rules);
-        let decoded = match relay_plugins::decode(encoding.as_deref(), &raw, limit) {
-            Ok(decoded) if !decoded.truncated => decoded.body.into_owned(),
+        // Borrowed from `raw` unless it had to be decoded: an identity body is not copied.
+        let decoded: Cow<'_, [u8]> = match relay_plugins::decode(encoding.as_deref(), &raw, limit) {
+            Ok(decoded) if !decoded.truncated => decoded.body,
             Ok(_) => return ModelStage::Answer(payload_too_large(limit as u64)),
-            Err(_) if !rule_needs_body => Vec::new(),
+            Err(_) if !rule_needs_body => Cow::Borrowed(&[]),
             Err(_) => {
                 return ModelStage::Answer(error(
                     StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -396,7 +398,7 @@ pub(crate) struct Exchange {
     request_id: RequestId,
     format: WireFormat,
     request_model: Option<String>,
-    prices: PriceTable,
+    prices: Arc<PriceTable>,
     capture: Arc<CaptureBudget>,
     started: Instant,
     ended: bool,
@@ -529,65 +531,51 @@ impl BodyTap for Tap {
         }
     }
 
-    fn end(mut self: Box<Self>, end: BodyEnd) {
-        let reader = std::mem::replace(
-            &mut self.reader,
-            Reader::Buffer {
-                encoding: None,
-                kind: BodyKind::Json,
-                bytes: Vec::new(),
-                overflow: true,
-            },
-        );
-        let format = self.exchange.format;
+    fn end(self: Box<Self>, end: BodyEnd) {
+        let Tap {
+            mut exchange,
+            status,
+            first_byte,
+            reader,
+            reserved,
+        } = *self;
         let report = match reader {
-            Reader::Stream(tap) => Some((*tap).finish()),
+            Reader::Stream(tap) => Some(tap.finish()),
             Reader::Buffer { overflow: true, .. } => None,
             Reader::Buffer {
                 encoding,
                 kind,
                 bytes,
                 overflow: false,
-            } => {
-                let per_stream = self.exchange.capture.per_stream;
-                match relay_plugins::decode(encoding.as_deref(), &bytes, per_stream) {
-                    Ok(decoded) => {
-                        let mut report = UsageTap::read_body(format, kind, &decoded.body);
-                        report.truncated |= decoded.truncated;
-                        Some(report)
-                    }
-                    Err(_) => None,
-                }
-            }
+            } => relay_plugins::decode(encoding.as_deref(), &bytes, exchange.capture.per_stream)
+                .ok()
+                .map(|decoded| {
+                    let mut report = UsageTap::read_body(exchange.format, kind, &decoded.body);
+                    report.truncated |= decoded.truncated;
+                    report
+                }),
         };
-        self.exchange.capture.release(self.reserved);
-        self.reserved = 0;
+        exchange.capture.release(reserved);
         let truncated = end != BodyEnd::Complete || report.as_ref().is_none_or(|r| r.truncated);
         let facts = report.as_ref().and_then(|report| {
             let usage = report.usage?;
-            let cost = self
-                .exchange
+            let cost = exchange
                 .prices
                 .cost_for(
                     report.response_model.as_deref(),
-                    self.exchange.request_model.as_deref(),
+                    exchange.request_model.as_deref(),
                     &usage,
                 )
                 .ok();
             Some(UsageFacts::new(&usage, cost.as_ref()))
         });
-        let status = if end == BodyEnd::Dropped {
-            499
-        } else {
-            self.status
-        };
-        let ttfb = self.first_byte;
+        let status = if end == BodyEnd::Dropped { 499 } else { status };
         let usage = Usage {
             facts,
             response_model: report.and_then(|r| r.response_model),
             truncated,
         };
-        self.exchange.end(status, ttfb, usage);
+        exchange.end(status, first_byte, usage);
     }
 }
 
