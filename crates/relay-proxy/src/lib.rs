@@ -28,6 +28,7 @@ pub mod server;
 pub mod shell;
 pub mod state;
 pub mod tls;
+pub mod tls_io;
 pub mod upstream;
 pub mod worker;
 pub mod worker_client;

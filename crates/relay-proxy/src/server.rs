@@ -23,6 +23,7 @@ use tokio::task::JoinSet;
 
 use crate::body::ResponseBody;
 use crate::conn::{ConnIo, ConnState, Keep};
+use crate::tls_io::{Gather, ReadAhead};
 
 /// Per-stream window and HTTP/1 buffer: at most this much body is buffered per stream
 /// (§3.3).
@@ -192,13 +193,14 @@ pub async fn serve<H: Handler>(
                     conn.serve(tcp, true, keep, handler).await;
                 }
                 Some(acceptor) => {
-                    let handshake = acceptor.accept(tcp);
+                    let handshake = acceptor.accept(ReadAhead::new(tcp));
                     let Ok(Ok(stream)) =
                         tokio::time::timeout(options.handshake_timeout, handshake).await
                     else {
                         return;
                     };
                     let http1 = stream.get_ref().1.alpn_protocol() != Some(b"h2");
+                    let stream = Gather::new(stream);
                     let ctx = context(peer, local, true);
                     let conn = Conn {
                         ctx,

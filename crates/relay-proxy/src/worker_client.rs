@@ -23,6 +23,7 @@ use tokio::net::TcpStream;
 
 use crate::body::RequestBody;
 use crate::headers::WORKER_SECRET;
+use crate::tls_io::{Gather, ReadAhead};
 use crate::worker::READY_PATH;
 
 /// Probes get this long (§5.1).
@@ -217,7 +218,7 @@ async fn connect(target: &WorkerTarget) -> Result<SendRequest<RequestBody>, Prob
         .map_err(|_| ProbeOutcome::Failed)?;
     let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
     let tls = match tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
+        .connect(name, ReadAhead::new(tcp))
         .await
     {
         Ok(tls) => tls,
@@ -226,7 +227,7 @@ async fn connect(target: &WorkerTarget) -> Result<SendRequest<RequestBody>, Prob
     };
     let (sender, connection) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(crate::server::STREAM_BUFFER_BYTES)
-        .handshake(TokioIo::new(tls))
+        .handshake(TokioIo::new(Gather::new(tls)))
         .await
         .map_err(|_| ProbeOutcome::Failed)?;
     // The connection task ends when its sender is dropped or the worker closes.
