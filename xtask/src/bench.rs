@@ -1,4 +1,4 @@
-//! `cargo xtask bench [--quick] [--only NAME]...`: the performance measures of SPEC §12, informational and not part of CI.
+//! `cargo xtask bench [--quick] [--unpinned] [--only NAME]...`: the performance measures of SPEC §12, informational and not part of CI.
 //!
 //! It builds relayd, the client binaries and the testkit binaries in release and runs two phases against a provider stand-in, pinning processes to cores with `taskset` where it can.
 //! The pass-through phase starts a second, paced stand-in, relayd in `--pass-through` in front of both and nginx (module `nginx`) in front of the fast one, and runs `relay-loadgen`, which measures every figure directly, through relayd and through nginx in interleaved blocks, with the CPU time per request of relayd and nginx.
@@ -88,6 +88,8 @@ pub(crate) struct Options {
     pub(crate) quick: bool,
     /// Only these scenarios (empty: all).
     pub(crate) only: Vec<String>,
+    /// Leave every process free to run on any CPU, to compare with the pinned figures.
+    pub(crate) unpinned: bool,
 }
 
 impl Options {
@@ -97,6 +99,7 @@ impl Options {
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--quick" => options.quick = true,
+                "--unpinned" => options.unpinned = true,
                 "--only" => {
                     let name = args.next().context("--only needs a scenario name")?;
                     let known = PASS_THROUGH_SCENARIOS
@@ -112,7 +115,7 @@ impl Options {
                     options.only.push(name.clone());
                 }
                 other => bail!(
-                    "unknown argument {other:?}; `cargo xtask bench` takes --quick and --only <scenario>"
+                    "unknown argument {other:?}; `cargo xtask bench` takes --quick, --unpinned and --only <scenario>"
                 ),
             }
         }
@@ -148,7 +151,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     step(&format!("cargo {}", BUILD.join(" ")), cargo(BUILD)?)?;
     let target_dir = target_dir(&root);
     let bin_dir = target_dir.join("release");
-    let pinning = Pinning::detect();
+    let pinning = Pinning::detect(options.unpinned);
     println!("\n==> {}", pinning.note);
 
     let scratch = Scratch::create()?;

@@ -30,7 +30,7 @@ const TASKS: [(&str, &str); 8] = [
         "installs the agent CLIs, builds the binaries and runs relay-e2e with RELAY_E2E=1",
     ),
     (
-        "bench [--quick] [--only SCENARIO]...",
+        "bench [--quick] [--unpinned] [--only SCENARIO]...",
         "the performance measures of SPEC §12, beside a direct baseline and nginx",
     ),
     (

@@ -15,7 +15,10 @@ pub(super) struct Pinning {
 }
 
 impl Pinning {
-    pub(super) fn detect() -> Pinning {
+    pub(super) fn detect(unpinned: bool) -> Pinning {
+        if unpinned {
+            return Pinning::unpinned("--unpinned was given".to_owned());
+        }
         let allowed = procfs::own_cpus();
         let taskset = Command::new("taskset")
             .arg("--version")
@@ -28,13 +31,17 @@ impl Pinning {
 
     /// With three or more CPUs every party gets its own.
     /// With two, the load generator gets one and the stand-ins share the other with relayd: a request then crosses between CPUs twice on both paths (client to server side and back), so the added figure is relayd's own work and its extra loopback hop, not an extra cross-CPU wake-up that the direct path would not pay.
-    pub(super) fn plan(allowed: Option<&[usize]>, taskset: bool) -> Pinning {
-        let unpinned = |why: String| Pinning {
+    fn unpinned(why: String) -> Pinning {
+        Pinning {
             loadgen: None,
             stand_ins: None,
             relayd: None,
             note: format!("processes are not pinned: {why}"),
-        };
+        }
+    }
+
+    pub(super) fn plan(allowed: Option<&[usize]>, taskset: bool) -> Pinning {
+        let unpinned = Pinning::unpinned;
         if !taskset {
             return unpinned("taskset is not installed".to_owned());
         }
