@@ -30,6 +30,7 @@ pub enum MeasureId {
     WorkerOpenStreamsFrameDelayP99,
     WorkerOpenStreamsLateFrames,
     RelaydRssIdle,
+    RelaydRssAfterLoad,
     RelaydRssStreams,
     RelaydRssPerStream,
     WorkerRssIdle,
@@ -229,6 +230,14 @@ pub const MEASURES: &[MeasureSpec] = &[
         Unit::Mebibytes,
         Some(Target::RelayAtMost(20.0)),
         "VmRSS of relayd after a warm-up, median of five samples",
+    ),
+    row(
+        MeasureId::RelaydRssAfterLoad,
+        "throughput",
+        "relayd RSS after the c=64 load",
+        Unit::Mebibytes,
+        Some(Target::RelayAtMost(24.0)),
+        "VmRSS of relayd just after its throughput blocks, median of five samples",
     ),
     row(
         MeasureId::RelaydRssStreams,

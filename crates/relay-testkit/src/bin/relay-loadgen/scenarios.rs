@@ -11,8 +11,9 @@ use tokio::task::JoinSet;
 
 use crate::Ctx;
 use crate::conn::{Conn, Probe};
-use crate::metrics::destinations;
+use crate::metrics::{destinations, rss_median};
 use crate::samples::{Samples, Side, Sides, round_order, sample_counts};
+use crate::streams::mebibytes;
 use crate::{Interleave, Via};
 
 /// The servers' CPU time at one moment, in clock ticks: relayd's (with the worker's on the worker path) and the peer's.
@@ -369,6 +370,13 @@ pub(crate) async fn throughput(ctx: &Ctx) -> Result<Vec<Measure>> {
                 .with_cpu(run.cpu)
                 .with_samples(run.counts()),
         );
+    }
+    if let Some(pid) = ctx.relay_pid {
+        let rss = rss_median(pid, &ctx.plan).await?;
+        rows.push(Measure::relay_only(
+            MeasureId::RelaydRssAfterLoad,
+            mebibytes(rss),
+        ));
     }
     Ok(rows)
 }

@@ -162,7 +162,7 @@ pub(crate) async fn memory(ctx: &Ctx, report: &mut Report) -> Result<Vec<Measure
     ])
 }
 
-fn mebibytes(bytes: u64) -> f64 {
+pub(crate) fn mebibytes(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 

@@ -327,9 +327,11 @@ async fn a_peer_runs_beside_relayd_and_cpu_is_counted_per_request() {
         [
             MeasureId::ThroughputRate,
             MeasureId::ThroughputP99,
-            MeasureId::CpuPassThrough
+            MeasureId::CpuPassThrough,
+            MeasureId::RelaydRssAfterLoad
         ]
     );
+    assert!(rows[3].relay > 0.0, "{:?}", rows[3]);
     assert!(rows[0].peer.is_some_and(|rate| rate > 0.0));
     let cpu = &rows[2];
     assert_eq!(cpu.unit, Unit::Micros);
