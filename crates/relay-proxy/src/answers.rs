@@ -43,7 +43,7 @@ pub(crate) fn relay_response(
     guard: Box<dyn StreamGuard>,
 ) -> Response<ResponseBody> {
     let (mut parts, body) = res.into_parts();
-    parts.headers = headers::forwardable_response_headers(&parts.headers);
+    headers::strip_response_headers(&mut parts.headers);
     if headers::is_event_stream(&parts.headers) && !parts.headers.contains_key("x-accel-buffering")
     {
         parts

@@ -240,37 +240,32 @@ impl Front {
     /// §3.6: the advertised host from anyone, loopback names with the listening port from
     /// loopback peers only.
     fn is_host_allowed<B>(&self, req: &Request<B>, conn: &ConnContext) -> bool {
-        let authority = req
-            .uri()
-            .authority()
-            .map(|a| a.as_str().to_owned())
-            .or_else(|| {
-                req.headers()
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(str::to_owned)
-            });
+        // Compared without case and without copying: this runs for every request.
+        let authority = req.uri().authority().map(|a| a.as_str()).or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+        });
         let Some(authority) = authority else {
             return false;
         };
-        let authority = authority.to_ascii_lowercase();
         let (host, port) = match authority.rsplit_once(':') {
             Some((host, port)) => match port.parse::<u16>() {
                 Ok(port) => (host, Some(port)),
                 Err(_) => return false,
             },
-            None => (authority.as_str(), None),
+            None => (authority, None),
         };
         let advertised = &self.options.advertised;
         let default_port = if advertised.https { 443 } else { 80 };
-        if host == advertised.host
+        if host.eq_ignore_ascii_case(&advertised.host)
             && (port == Some(advertised.port)
                 || (port.is_none() && advertised.port == default_port))
         {
             return true;
         }
         conn.peer.ip().is_loopback()
-            && matches!(host, "127.0.0.1" | "localhost")
+            && (host == "127.0.0.1" || host.eq_ignore_ascii_case("localhost"))
             && port == Some(self.options.port)
     }
 

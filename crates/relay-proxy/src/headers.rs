@@ -71,23 +71,17 @@ pub fn forwardable_request_headers(headers: &HeaderMap, toward: Toward) -> Heade
     out
 }
 
-/// Copies the headers of a response for the client: drops hop-by-hop headers and names
-/// listed in `Connection`; `content-length` stays (the body is relayed byte for byte, so
-/// the length is still true, and HEAD answers need it).
-pub fn forwardable_response_headers(headers: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(headers.len());
-    let connection_listed = connection_tokens(headers);
-    for (name, value) in headers {
-        if is_hop_by_hop(name)
-            || connection_listed
-                .iter()
-                .any(|t| name.as_str().eq_ignore_ascii_case(t))
-        {
-            continue;
-        }
-        out.append(name.clone(), value.clone());
+/// Readies the headers of a response for the client, in place: drops hop-by-hop headers
+/// and names listed in `Connection`; `content-length` stays (the body is relayed byte for
+/// byte, so the length is still true, and HEAD answers need it). Nothing is copied: a
+/// response that carries none of them costs no allocation.
+pub fn strip_response_headers(headers: &mut HeaderMap) {
+    for name in connection_tokens(headers) {
+        headers.remove(name.as_str());
     }
-    out
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
 }
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
