@@ -323,6 +323,17 @@ impl<T> ConnIo<T> {
                         self.state.wake.notify_one();
                     }
                     self.state.touch(now);
+                    // The usual case, a whole head in one read, is judged where it lies;
+                    // only a head split across reads is gathered first.
+                    if buf.is_empty()
+                        && !bytes.starts_with(H2_PREFACE)
+                        && let Some(end) = head_end(bytes, 0)
+                    {
+                        self.state.head_started.store(0, Ordering::Relaxed);
+                        self.framing = self.on_head(&bytes[..end]);
+                        bytes = &bytes[end..];
+                        continue;
+                    }
                     let searched = buf.len().saturating_sub(2);
                     buf.extend_from_slice(bytes);
                     if buf.starts_with(H2_PREFACE) {
@@ -481,16 +492,22 @@ impl<T> ConnIo<T> {
             return self.lost(self.state.now_ms());
         };
         let mut transfer_encoding: Option<&[u8]> = None;
-        let mut lengths: Vec<&[u8]> = Vec::new();
+        // The first `Content-Length` value, and whether any other differs from it.
+        let mut length: Option<&[u8]> = None;
+        let mut differing = false;
         for h in req.headers.iter() {
             if h.name.eq_ignore_ascii_case("transfer-encoding") {
                 transfer_encoding = Some(h.value);
             } else if h.name.eq_ignore_ascii_case("content-length") {
-                lengths.extend(h.value.split(|b| *b == b',').map(trim));
+                for value in h.value.split(|b| *b == b',').map(trim) {
+                    match length {
+                        None => length = Some(value),
+                        Some(first) => differing |= first != value,
+                    }
+                }
             }
         }
-        let differing = lengths.windows(2).any(|w| w[0] != w[1]);
-        let verdict = if (transfer_encoding.is_some() && !lengths.is_empty()) || differing {
+        let verdict = if (transfer_encoding.is_some() && length.is_some()) || differing {
             HeadVerdict::AmbiguousFraming
         } else {
             HeadVerdict::Clean
@@ -518,7 +535,7 @@ impl<T> ConnIo<T> {
                 self.lost(self.state.now_ms())
             };
         }
-        match lengths.first() {
+        match length {
             None => Framing::Head(Vec::new()),
             Some(text) => match std::str::from_utf8(text)
                 .ok()
