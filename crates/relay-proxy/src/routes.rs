@@ -261,16 +261,23 @@ pub fn upstream_target(
         };
         (base, joined)
     };
-    let mut text = String::with_capacity(base.as_str().len() + joined_path.len() + 32);
-    text.push_str(base.uri().scheme_str().unwrap_or("https"));
-    text.push_str("://");
-    text.push_str(base.uri().authority().map(|a| a.as_str()).unwrap_or(""));
-    text.push_str(&joined_path);
+    // The base's scheme and authority are shared, not reparsed: only the path is new.
+    let mut path_and_query = joined_path;
     if let Some(query) = query {
-        text.push('?');
-        text.push_str(query);
+        path_and_query.push('?');
+        path_and_query.push_str(query);
     }
-    let uri = text.parse().map_err(|_| TargetError::BadUri)?;
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(
+        base.uri()
+            .scheme()
+            .cloned()
+            .unwrap_or(http::uri::Scheme::HTTPS),
+    );
+    parts.authority = base.uri().authority().cloned();
+    parts.path_and_query =
+        Some(http::uri::PathAndQuery::try_from(path_and_query).map_err(|_| TargetError::BadUri)?);
+    let uri = http::Uri::from_parts(parts).map_err(|_| TargetError::BadUri)?;
     Ok(UpstreamTarget {
         family: family_kind,
         uri,
