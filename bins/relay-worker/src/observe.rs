@@ -1,13 +1,7 @@
 //! The observability component at work: observations from the request path go onto a
 //! bounded queue (never waited on), one task runs the ATOF recorder over them and hands its
 //! records to the sinks, as JSON lines and, with an OTLP exporter, as spans.
-//!
-//! The sinks run as two groups: the local ones (files), which a terminal hook waits for,
-//! and the network ones (http collectors, the OTLP exporter), which it only nudges to send
-//! their batch. A collector that is down or slow retries for seconds; waiting for it would
-//! hold every `Stop` and `SessionEnd` for the whole flush deadline, longer than Claude Code
-//! and Codex give a `SessionEnd` hook, so the hook would be cancelled. The network sinks
-//! deliver the rest on their own and at shutdown.
+//! A terminal hook waits for the file sinks only (`SinkHandle::flush_local`).
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -20,7 +14,7 @@ use relay_plugins::Redactor;
 use relay_plugins::atof::{self, Entropy, Observation, Recorder, RecorderConfig};
 use relay_plugins::config::ObservabilityConfig;
 use relay_proxy::worker::Observer;
-use relay_sinks::{SinkConfig, SinkContext, SinkError, SinkHandle, Sinks, SinksConfig, SpanMapper};
+use relay_sinks::{SinkContext, SinkError, SinkHandle, Sinks, SinksConfig, SpanMapper};
 use ring::rand::{SecureRandom, SystemRandom};
 use tokio::sync::{mpsc, oneshot};
 
@@ -53,11 +47,7 @@ impl Recording {
         redactor: Option<Arc<Redactor>>,
         ctx: &SinkContext,
     ) -> Result<Arc<Recording>, SinkError> {
-        let (local, network) = split(SinksConfig::from_component(config));
-        let sinks = Group {
-            local: Sinks::start(&local, ctx)?,
-            network: Sinks::start(&network, ctx)?,
-        };
+        let sinks = Sinks::start(&SinksConfig::from_component(config), ctx)?;
         let redactor: Box<dyn atof::Redactor> = match redactor {
             Some(redactor) => Box::new(Redacting(redactor)),
             None => Box::new(atof::NoRedaction),
@@ -126,32 +116,8 @@ impl Observer for Recording {
     }
 }
 
-/// The file sinks, which a terminal hook waits for, and the network sinks (http and the OTLP
-/// exporter), which it does not.
-fn split(config: SinksConfig) -> (SinksConfig, SinksConfig) {
-    let (files, network) = config
-        .sinks
-        .into_iter()
-        .partition(|sink| matches!(sink, SinkConfig::File(_)));
-    (
-        SinksConfig {
-            sinks: files,
-            otlp: None,
-        },
-        SinksConfig {
-            sinks: network,
-            otlp: config.otlp,
-        },
-    )
-}
-
-struct Group {
-    local: SinkHandle,
-    network: SinkHandle,
-}
-
-async fn run(mut rx: mpsc::Receiver<Msg>, mut recorder: Recorder, sinks: Group) {
-    let mut spans = sinks.network.exports_spans().then(SpanMapper::new);
+async fn run(mut rx: mpsc::Receiver<Msg>, mut recorder: Recorder, sinks: SinkHandle) {
+    let mut spans = sinks.exports_spans().then(SpanMapper::new);
     while let Some(msg) = rx.recv().await {
         match msg {
             Msg::Observe(at, observation) => {
@@ -159,21 +125,13 @@ async fn run(mut rx: mpsc::Receiver<Msg>, mut recorder: Recorder, sinks: Group) 
                 drain(&mut recorder, &sinks, spans.as_mut());
             }
             Msg::Flush(deadline, ack) => {
-                // The network sinks send what they hold now, but nobody waits for them.
-                let network = sinks.network.clone();
-                tokio::spawn(async move {
-                    let _ = network.flush(deadline).await;
-                });
-                let _ = sinks.local.flush(deadline).await;
+                let _ = sinks.flush_local(deadline).await;
                 let _ = ack.send(());
             }
             Msg::Shutdown(ack) => {
                 recorder.handle(SystemTime::now(), Observation::Shutdown);
                 drain(&mut recorder, &sinks, spans.as_mut());
-                let (_, _) = tokio::join!(
-                    sinks.local.shutdown(SHUTDOWN_DEADLINE),
-                    sinks.network.shutdown(SHUTDOWN_DEADLINE)
-                );
+                let _ = sinks.shutdown(SHUTDOWN_DEADLINE).await;
                 let _ = ack.send(());
                 return;
             }
@@ -181,24 +139,16 @@ async fn run(mut rx: mpsc::Receiver<Msg>, mut recorder: Recorder, sinks: Group) 
     }
 }
 
-fn drain(recorder: &mut Recorder, sinks: &Group, mut spans: Option<&mut SpanMapper>) {
-    let local = sinks.local.writes_records();
-    let network = sinks.network.writes_records();
+fn drain(recorder: &mut Recorder, sinks: &SinkHandle, mut spans: Option<&mut SpanMapper>) {
+    let lines = sinks.writes_records();
     while let Some(record) = recorder.poll_record() {
-        if local || network {
+        if lines {
             let mut line = Vec::with_capacity(512);
             record.write_json_line(&mut line);
-            match (local, network) {
-                (true, true) => {
-                    sinks.local.record(line.clone());
-                    sinks.network.record(line);
-                }
-                (true, false) => sinks.local.record(line),
-                _ => sinks.network.record(line),
-            }
+            sinks.record(line);
         }
         if let Some(span) = spans.as_deref_mut().and_then(|m| m.on_record(&record)) {
-            sinks.network.span(span);
+            sinks.span(span);
         }
     }
 }

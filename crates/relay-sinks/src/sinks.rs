@@ -69,7 +69,11 @@ impl Sinks {
                         .name("relay-atof-file".to_owned())
                         .spawn(move || writer.run(rx, drain))
                         .map_err(|source| SinkError::SpawnWriter { source })?;
-                    records.push(Lane { tx, counters });
+                    records.push(Lane {
+                        tx,
+                        counters,
+                        local: true,
+                    });
                 }
                 SinkConfig::Http(http) => {
                     let uri = parse_url(&http.url)?;
@@ -92,7 +96,11 @@ impl Sinks {
                         encode_json_lines,
                         counters.clone(),
                     )));
-                    records.push(Lane { tx, counters });
+                    records.push(Lane {
+                        tx,
+                        counters,
+                        local: false,
+                    });
                 }
             }
         }
@@ -121,7 +129,11 @@ impl Sinks {
                     move |spans: &[SpanData]| encode_spans(&service_name, spans),
                     counters.clone(),
                 )));
-                Some(Lane { tx, counters })
+                Some(Lane {
+                    tx,
+                    counters,
+                    local: false,
+                })
             }
         };
         Ok(SinkHandle {
@@ -155,6 +167,8 @@ struct Inner {
 struct Lane<T> {
     tx: mpsc::Sender<Msg<T>>,
     counters: Arc<Counters>,
+    /// A file on this machine, as opposed to a collector or exporter across the network.
+    local: bool,
 }
 
 impl<T> Lane<T> {
@@ -168,6 +182,13 @@ impl<T> Lane<T> {
             Err(mpsc::error::TrySendError::Full(_)) => self.counters.add_dropped(1, "queue_full"),
             Err(mpsc::error::TrySendError::Closed(_)) => self.counters.add_dropped(1, "stopped"),
         }
+    }
+
+    /// Asks the drain to send what it holds now, without waiting for it or for room in its
+    /// queue (a full queue is being sent anyway).
+    fn nudge(&self) {
+        let (ack, _) = oneshot::channel();
+        let _ = self.tx.try_send(Msg::Flush(ack));
     }
 
     async fn request(&self, shutdown: bool) -> Option<oneshot::Receiver<()>> {
@@ -219,10 +240,35 @@ impl SinkHandle {
     }
 
     /// Waits until everything queued before the call is written (files) or delivered or given
-    /// up (network sinks), at most `deadline`. The worker awaits this before answering a
-    /// terminal hook (`Stop`, `SessionEnd`), with a deadline of at most 2 s.
+    /// up (network sinks), at most `deadline`.
     pub async fn flush(&self, deadline: Duration) -> Result<(), FlushTimedOut> {
         tokio::time::timeout(deadline, self.ask_all(false))
+            .await
+            .map_err(|_| FlushTimedOut { deadline })
+    }
+
+    /// Waits, at most `deadline`, until the file sinks have written everything queued before
+    /// the call, and asks the network sinks (http collectors, the OTLP exporter) to send their
+    /// batch now without waiting for them. This is what a terminal hook (`Stop`,
+    /// `SessionEnd`) waits for: a collector that is down retries for seconds, longer than
+    /// Claude Code and Codex give a `SessionEnd` hook; the network sinks deliver the rest on
+    /// their own and at shutdown.
+    pub async fn flush_local(&self, deadline: Duration) -> Result<(), FlushTimedOut> {
+        let lanes = self.inner.records.iter();
+        for lane in lanes.clone().filter(|lane| !lane.local) {
+            lane.nudge();
+        }
+        if let Some(lane) = &self.inner.spans {
+            lane.nudge();
+        }
+        let local = async {
+            for lane in lanes.filter(|lane| lane.local) {
+                if let Some(ack) = lane.request(false).await {
+                    let _ = ack.await;
+                }
+            }
+        };
+        tokio::time::timeout(deadline, local)
             .await
             .map_err(|_| FlushTimedOut { deadline })
     }

@@ -6,9 +6,9 @@ use relay_plugins::PriceTable;
 use relay_plugins::atof::{Agent, HookEvent, Observation};
 use relay_plugins::config::{FileSink, HttpSink, ObservabilityConfig, OtlpConfig, Sink};
 use relay_proxy::worker::Observer as _;
-use relay_sinks::{SinkConfig, SinkContext, SinksConfig};
+use relay_sinks::SinkContext;
 
-use super::{Recording, split};
+use super::Recording;
 
 fn http(url: String) -> Sink {
     Sink::Http(HttpSink {
@@ -41,31 +41,6 @@ fn file(directory: PathBuf) -> Sink {
         directory,
         filename: "events-{user}.jsonl".to_owned(),
     })
-}
-
-#[test]
-fn files_are_local_and_collectors_and_the_exporter_are_network() {
-    let component = config(
-        vec![
-            http("http://127.0.0.1:9/a".to_owned()),
-            file(PathBuf::from("/var/log/relay")),
-            http("http://127.0.0.1:9/b".to_owned()),
-        ],
-        Some("http://127.0.0.1:9/v1/traces".to_owned()),
-    );
-    let (local, network) = split(SinksConfig::from_component(&component));
-    assert_eq!(local.otlp, None);
-    assert!(matches!(local.sinks.as_slice(), [SinkConfig::File(_)]));
-    assert!(network.otlp.is_some());
-    let urls: Vec<&str> = network
-        .sinks
-        .iter()
-        .map(|sink| match sink {
-            SinkConfig::Http(http) => http.url.as_str(),
-            SinkConfig::File(_) => "file",
-        })
-        .collect();
-    assert_eq!(urls, ["http://127.0.0.1:9/a", "http://127.0.0.1:9/b"]);
 }
 
 /// A terminal hook waits for the file, not for a collector that is down: the flush returns

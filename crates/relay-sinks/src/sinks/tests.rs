@@ -303,6 +303,65 @@ async fn a_collector_that_is_down_costs_the_file_sink_nothing() -> TestResult {
     Ok(())
 }
 
+/// A terminal hook's flush waits for the file, not for a collector or an exporter that is
+/// down: each is only asked to send, while a full flush still waits for it.
+#[tokio::test]
+async fn a_local_flush_waits_for_the_file_and_not_for_a_down_collector_or_exporter() -> TestResult {
+    let closed = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+    let mut slow = delivery(1);
+    slow.retry_initial_ms = 1_000;
+    slow.retry_max_ms = 1_000;
+    slow.max_attempts = 1_000;
+    let collector = SinksConfig {
+        sinks: vec![http_sink(closed, slow.clone())],
+        otlp: None,
+    };
+    let exporter = SinksConfig {
+        sinks: vec![],
+        otlp: Some(OtlpConfig {
+            endpoint: format!("http://{closed}"),
+            service_name: "relay-worker".to_owned(),
+            headers: BTreeMap::new(),
+            header_env: BTreeMap::new(),
+            delivery: slow,
+        }),
+    };
+    for mut config in [collector, exporter] {
+        let temp = tempfile::tempdir()?;
+        config.sinks.push(SinkConfig::File(FileSinkConfig {
+            directory: temp.path().to_path_buf(),
+            filename: "{user}.jsonl".to_owned(),
+            queue_capacity: 100,
+        }));
+        let sinks = Sinks::start(&config, &ctx())?;
+        sinks.record("{\"n\":1}");
+        let ids = IdGenerator::default();
+        let (trace_id, _) = ids.root(None)?;
+        let chat = GenAiFacts::new(Operation::Chat);
+        sinks.span(SpanData {
+            name: span_name(&chat),
+            trace_id,
+            span_id: ids.span_id()?,
+            parent_span_id: None,
+            kind: SpanKind::Client,
+            start_unix_nanos: 1_700_000_000_000_000_000,
+            end_unix_nanos: 1_700_000_001_000_000_000,
+            status: SpanStatus::Ok,
+            attributes: genai_attributes(&chat),
+        });
+        let started = Instant::now();
+        sinks.flush_local(Duration::from_secs(2)).await?;
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(500), "the flush took {took:?}");
+        let text = std::fs::read_to_string(temp.path().join("alice.jsonl"))?;
+        assert_eq!(text, "{\"n\":1}\n");
+        // The network sink is really stuck retrying: a full flush gives up at its deadline.
+        assert!(sinks.flush(Duration::from_millis(50)).await.is_err());
+        let _ = sinks.shutdown(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_file_sink_keeps_every_record_whole_under_concurrent_writers() -> TestResult {
     let temp = tempfile::tempdir()?;
