@@ -13,6 +13,7 @@
 use relay_testkit::TOOL_DONE_TEXT;
 
 use super::deployment::Deployment;
+use super::support::HOOK_EVENTS;
 
 #[tokio::test]
 async fn claude_code_runs_from_the_bundle() -> anyhow::Result<()> {
@@ -21,18 +22,7 @@ async fn claude_code_runs_from_the_bundle() -> anyhow::Result<()> {
         .run_claude("run echo", serde_json::json!({"allow": ["Bash(echo:*)"]}))
         .await?;
     deployment
-        .check(
-            &out,
-            "anthropic",
-            "/hooks/claude-code",
-            &[
-                "SessionStart",
-                "UserPromptSubmit",
-                "PreToolUse",
-                "PostToolUse",
-                "Stop",
-            ],
-        )
+        .check(&out, "anthropic", "/hooks/claude-code", &HOOK_EVENTS)
         .await
 }
 
@@ -41,18 +31,7 @@ async fn codex_runs_from_the_bundle() -> anyhow::Result<()> {
     let deployment = Deployment::start().await?;
     let out = deployment.run_codex("run echo").await?;
     deployment
-        .check(
-            &out,
-            "openai",
-            "/hooks/codex",
-            &[
-                "SessionStart",
-                "UserPromptSubmit",
-                "PreToolUse",
-                "PostToolUse",
-                "Stop",
-            ],
-        )
+        .check(&out, "openai", "/hooks/codex", &HOOK_EVENTS)
         .await?;
     let turn = deployment
         .stand_in

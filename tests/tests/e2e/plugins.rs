@@ -18,7 +18,7 @@ use tempfile::TempDir;
 
 use super::collector::Collector;
 use super::deployment::{Deployment, Extras};
-use super::support::{WORKER_TIMEOUT, contains, field, requests_to};
+use super::support::{HOOK_EVENTS, WORKER_TIMEOUT, contains, field, requests_to};
 
 /// Written into every prompt: what the redactor must keep out of records and spans.
 const EMAIL: &str = "alice.relay@example.com";
@@ -139,11 +139,14 @@ impl PluginRun {
 
     /// Claude Code may run `rm` and reach the canary directory without asking, so that only
     /// the policy can stop the command.
-    fn claude_permissions(&self) -> Value {
-        serde_json::json!({
+    /// Claude Code on the prompt, allowed to run `rm` in the canary directory, so that only
+    /// the policy can stop the command.
+    async fn run_claude(&self) -> anyhow::Result<AgentOutput> {
+        let permissions = serde_json::json!({
             "allow": ["Bash(echo:*)", "Bash(rm:*)"],
             "additionalDirectories": [self.canary.path().display().to_string()],
-        })
+        });
+        self.deployment.run_claude(&prompt(), permissions).await
     }
 
     fn model_requests(&self) -> Vec<Recorded> {
@@ -493,10 +496,7 @@ fn check_span(span: &Span, start: &Value) -> Result<(), String> {
 #[tokio::test]
 async fn claude_code_runs_with_the_plugins() -> anyhow::Result<()> {
     let run = PluginRun::start("", "", RM_CANARY).await?;
-    let out = run
-        .deployment
-        .run_claude(&prompt(), run.claude_permissions())
-        .await?;
+    let out = run.run_claude().await?;
     run.check(&out, "anthropic").await?;
     // It was the policy, not Claude Code's permission prompt, that stopped the command.
     let refused = run
@@ -530,10 +530,7 @@ async fn pi_runs_with_the_plugins() -> anyhow::Result<()> {
 #[tokio::test]
 async fn claude_code_requests_are_redacted_when_asked() -> anyhow::Result<()> {
     let run = PluginRun::start("", "redact_requests = true\n", RM_CANARY).await?;
-    let out = run
-        .deployment
-        .run_claude(&prompt(), run.claude_permissions())
-        .await?;
+    let out = run.run_claude().await?;
     run.finished(&out, "anthropic").await?;
     assert!(
         run.canary.path().join("keep-me").exists(),
@@ -565,10 +562,7 @@ async fn claude_code_requests_are_redacted_when_asked() -> anyhow::Result<()> {
 #[tokio::test]
 async fn claude_code_dry_run_records_the_deny_and_blocks_nothing() -> anyhow::Result<()> {
     let run = PluginRun::start("mode = \"dry_run\"\n", "", RM_CANARY).await?;
-    let out = run
-        .deployment
-        .run_claude(&prompt(), run.claude_permissions())
-        .await?;
+    let out = run.run_claude().await?;
     run.finished(&out, "anthropic").await?;
     let last = run
         .model_requests()
@@ -658,18 +652,7 @@ reason = "only the approved models"
         .await?;
     let took = started.elapsed();
     deployment
-        .check(
-            &out,
-            "anthropic",
-            "/hooks/claude-code",
-            &[
-                "SessionStart",
-                "UserPromptSubmit",
-                "PreToolUse",
-                "PostToolUse",
-                "Stop",
-            ],
-        )
+        .check(&out, "anthropic", "/hooks/claude-code", &HOOK_EVENTS)
         .await?;
     // Stop and SessionEnd wait at most 2 s each for the sinks; a run that waited out
     // every retry of the down collector would take far longer than the agent's timeout.

@@ -21,18 +21,9 @@ use relay_e2e::{AGENT_TIMEOUT, AgentCommand, AgentOutput, Relayd, Tap, User};
 use relay_testkit::{StandIn, TOOL_DONE_TEXT};
 
 use super::support::{
-    EVENT_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, all_logs, assert_no_leaks, field, fresh_token,
-    pass_throughs, requests_to, run_secrets, user_for, worker_config,
+    EVENT_TIMEOUT, HOOK_EVENTS, STATUS_POLL, WORKER_TIMEOUT, all_logs, assert_no_leaks, field,
+    fresh_token, pass_throughs, requests_to, run_secrets, user_for, worker_config,
 };
-
-/// The hook events wired for both CLIs.
-const HOOK_EVENTS: [&str; 5] = [
-    "SessionStart",
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PostToolUse",
-    "Stop",
-];
 
 /// A stand-in that answers with a tool call first, relayd at trace behind a tap, and a
 /// machine-user.

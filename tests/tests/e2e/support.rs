@@ -9,6 +9,16 @@ use relay_e2e::{Mcp, Relayd, User};
 use relay_identity::RouteToken;
 use relay_testkit::StandIn;
 
+/// The hook events wired for Claude Code and Codex, in the order a tool round trip fires
+/// them.
+pub(crate) const HOOK_EVENTS: [&str; 5] = [
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "Stop",
+];
+
 /// For a log line or a recorded request that should appear almost at once.
 pub(crate) const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 /// For a relayd command that should exit at once (help, usage errors, subcommands).
