@@ -177,26 +177,30 @@ impl PluginHost {
         let rule_needs_body = self.request_redactor.is_some()
             || self.policy.as_ref().is_some_and(Policy::has_model_rules);
         // Borrowed from `raw` unless it had to be decoded: an identity body is not copied.
-        let decoded: Cow<'_, [u8]> = match relay_plugins::decode(encoding.as_deref(), &raw, limit) {
-            Ok(decoded) if !decoded.truncated => decoded.body,
-            Ok(_) => return ModelStage::Answer(payload_too_large(limit as u64)),
-            Err(_) if !rule_needs_body => Cow::Borrowed(&[]),
-            Err(_) => {
-                return ModelStage::Answer(error(
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    ErrorKind::RelayUnsupportedEncoding,
-                    "the request body's content-encoding cannot be decoded",
-                ));
-            }
-        };
-        let facts = RequestFacts::read(&decoded);
+        // `None`: it cannot be decoded, and no rule needs it.
+        let decoded: Option<Cow<'_, [u8]>> =
+            match relay_plugins::decode(encoding.as_deref(), &raw, limit) {
+                Ok(decoded) if !decoded.truncated => Some(decoded.body),
+                Ok(_) => return ModelStage::Answer(payload_too_large(limit as u64)),
+                Err(_) if !rule_needs_body => None,
+                Err(_) => {
+                    return ModelStage::Answer(error(
+                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                        ErrorKind::RelayUnsupportedEncoding,
+                        "the request body's content-encoding cannot be decoded",
+                    ));
+                }
+            };
+        let request_bytes = decoded.as_ref().map_or(raw.len(), |body| body.len()) as u64;
+        let decoded = decoded.as_deref().unwrap_or_default();
+        let facts = RequestFacts::read(decoded);
         let request_id = RequestId(self.next_request.fetch_add(1, Ordering::Relaxed));
 
         // Redaction first computes what would be sent; the record says how much it changed.
         let mut redactions = 0u64;
         let mut outbound: Option<Bytes> = None;
         if let Some(redactor) = &self.request_redactor {
-            let redacted = redactor.redact_json_body(&decoded);
+            let redacted = redactor.redact_json_body(decoded);
             if !redacted.replaced.is_empty() {
                 redactions = redacted.replaced.total() as u64;
                 outbound = Some(Bytes::from(redacted.body.into_owned()));
@@ -207,7 +211,7 @@ impl PluginHost {
         if let Some(observer) = &observer {
             let prompt = self
                 .capture_content
-                .then(|| relay_plugins::last_user_text(format, &decoded))
+                .then(|| relay_plugins::last_user_text(format, decoded))
                 .flatten();
             observer.observe(
                 SystemTime::now(),
@@ -217,11 +221,7 @@ impl PluginHost {
                     route: parts.uri.path().to_owned(),
                     model: facts.model.clone(),
                     stream: facts.stream,
-                    request_bytes: if decoded.is_empty() {
-                        raw.len()
-                    } else {
-                        decoded.len()
-                    } as u64,
+                    request_bytes,
                     prompt,
                     request_redactions: redactions,
                     traceparent: parts
