@@ -51,6 +51,11 @@ struct Cli {
     daemon_address: DaemonAddress,
 }
 
+/// jemalloc, because it returns the memory of a load that has passed to the system (glibc
+/// kept the heap of 1,000 closed streams: 64 MiB against 17 MiB), at the same CPU per request.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     // Its own session, before anything else: the worker outlives the MCP that launched it
     // and must not get the harness's terminal signals, nor a SIGHUP when that MCP's

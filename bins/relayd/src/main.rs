@@ -9,6 +9,11 @@ mod bundle;
 mod cli;
 mod daemon;
 
+/// jemalloc, because it returns the memory of a load that has passed to the system (glibc
+/// kept the heap of 1,000 closed streams: 64 MiB against 17 MiB), at the same CPU per request.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = match cli::Cli::parse_args() {
         Ok(cli) => cli,
