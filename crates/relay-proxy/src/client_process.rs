@@ -9,8 +9,9 @@ use relay_logging::LogConfig;
 use crate::config::Config;
 
 /// Loads the client configuration, installs logging (`[logging] level`, then `RELAY_LOG`
-/// and `RELAY_LOG_FORMAT`), warns about unknown keys, and builds a two-thread runtime. A
-/// configuration error is a usage error (64) named after `binary`.
+/// and `RELAY_LOG_FORMAT`), warns about unknown keys, and builds a runtime of at most two
+/// threads, one per CPU the process may use. A configuration error is a usage error (64)
+/// named after `binary`.
 pub fn start(binary: &str, env: &impl Env) -> Result<(Config, tokio::runtime::Runtime), ExitCode> {
     let (config, ignored) =
         Config::load_client_from(env).map_err(|error| relay_logging::usage_exit(binary, &error))?;
@@ -27,7 +28,7 @@ pub fn start(binary: &str, env: &impl Env) -> Result<(Config, tokio::runtime::Ru
         tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(runtime_threads(std::thread::available_parallelism().ok()))
         .enable_all()
         .build()
         .map_err(|error| {
@@ -35,4 +36,26 @@ pub fn start(binary: &str, env: &impl Env) -> Result<(Config, tokio::runtime::Ru
             ExitCode::FAILURE
         })?;
     Ok((config, runtime))
+}
+
+/// Two runtime threads, or one when the process may use only one CPU (its affinity mask or
+/// its cgroup's quota): a second thread on the same CPU only adds wake-ups between the two. Two when the count is
+/// unknown.
+fn runtime_threads(cpus: Option<std::num::NonZeroUsize>) -> usize {
+    cpus.map_or(2, |n| n.get()).min(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroUsize;
+
+    use super::runtime_threads;
+
+    #[test]
+    fn one_thread_per_usable_cpu_up_to_two() {
+        assert_eq!(runtime_threads(None), 2);
+        assert_eq!(runtime_threads(NonZeroUsize::new(1)), 1);
+        assert_eq!(runtime_threads(NonZeroUsize::new(2)), 2);
+        assert_eq!(runtime_threads(NonZeroUsize::new(64)), 2);
+    }
 }
