@@ -350,7 +350,7 @@ impl Control {
             .await
             .ok()
             .flatten();
-        if let Some(mut launched) = launched.take() {
+        if let Some(launched) = launched.take() {
             match outcome {
                 // The broker owns the worker: it drains and exits on its own.
                 Some(LaunchOutcome::Published) => return,
@@ -358,8 +358,8 @@ impl Control {
                 None => return,
                 Some(_) => {}
             }
-            let _ = launched.child.start_kill();
-            let _ = tokio::time::timeout(Duration::from_millis(200), launched.child.wait()).await;
+            // Killed, reaped and logged as `worker_stopped` like any other end of a child.
+            let _ = tokio::time::timeout(Duration::from_millis(200), launched.stop()).await;
         }
     }
 
