@@ -51,8 +51,8 @@ struct Cli {
     daemon_address: DaemonAddress,
 }
 
-/// jemalloc, because it returns the memory of a load that has passed to the system (glibc
-/// kept the heap of 1,000 closed streams: 64 MiB against 17 MiB), at the same CPU per request.
+/// jemalloc, as in relayd: it returns the memory of a load that has passed to the system,
+/// where glibc keeps the heap of its peak, at the same CPU per request.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
