@@ -39,23 +39,11 @@ pub fn start(binary: &str, env: &impl Env) -> Result<(Config, tokio::runtime::Ru
 }
 
 /// Two runtime threads, or one when the process may use only one CPU (its affinity mask or
-/// its cgroup's quota): a second thread on the same CPU only adds wake-ups between the two. Two when the count is
-/// unknown.
+/// its cgroup's quota): a second thread on the same CPU only adds wake-ups between the two.
+/// Two when the count is unknown.
 fn runtime_threads(cpus: Option<std::num::NonZeroUsize>) -> usize {
     cpus.map_or(2, |n| n.get()).min(2)
 }
 
 #[cfg(test)]
-mod tests {
-    use std::num::NonZeroUsize;
-
-    use super::runtime_threads;
-
-    #[test]
-    fn one_thread_per_usable_cpu_up_to_two() {
-        assert_eq!(runtime_threads(None), 2);
-        assert_eq!(runtime_threads(NonZeroUsize::new(1)), 1);
-        assert_eq!(runtime_threads(NonZeroUsize::new(2)), 2);
-        assert_eq!(runtime_threads(NonZeroUsize::new(64)), 2);
-    }
-}
+mod tests;
