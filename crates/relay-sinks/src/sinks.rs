@@ -242,7 +242,7 @@ impl SinkHandle {
     /// Waits until everything queued before the call is written (files) or delivered or given
     /// up (network sinks), at most `deadline`.
     pub async fn flush(&self, deadline: Duration) -> Result<(), FlushTimedOut> {
-        tokio::time::timeout(deadline, self.ask_all(false))
+        tokio::time::timeout(deadline, self.ask(false, |_| true))
             .await
             .map_err(|_| FlushTimedOut { deadline })
     }
@@ -254,21 +254,13 @@ impl SinkHandle {
     /// Claude Code and Codex give a `SessionEnd` hook; the network sinks deliver the rest on
     /// their own and at shutdown.
     pub async fn flush_local(&self, deadline: Duration) -> Result<(), FlushTimedOut> {
-        let lanes = self.inner.records.iter();
-        for lane in lanes.clone().filter(|lane| !lane.local) {
+        for lane in self.inner.records.iter().filter(|lane| !lane.local) {
             lane.nudge();
         }
         if let Some(lane) = &self.inner.spans {
             lane.nudge();
         }
-        let local = async {
-            for lane in lanes.filter(|lane| lane.local) {
-                if let Some(ack) = lane.request(false).await {
-                    let _ = ack.await;
-                }
-            }
-        };
-        tokio::time::timeout(deadline, local)
+        tokio::time::timeout(deadline, self.ask(false, |local| local))
             .await
             .map_err(|_| FlushTimedOut { deadline })
     }
@@ -276,7 +268,7 @@ impl SinkHandle {
     /// Flushes, then stops every sink; what is still running at `deadline` is cancelled.
     pub async fn shutdown(&self, deadline: Duration) -> Result<(), FlushTimedOut> {
         self.inner.stopped.store(true, Ordering::Relaxed);
-        let outcome = tokio::time::timeout(deadline, self.ask_all(true))
+        let outcome = tokio::time::timeout(deadline, self.ask(true, |_| true))
             .await
             .map_err(|_| FlushTimedOut { deadline });
         let tasks = relay_logging::sync::lock(&self.inner.tasks, "sink tasks")
@@ -291,12 +283,14 @@ impl SinkHandle {
         outcome
     }
 
-    async fn ask_all(&self, shutdown: bool) {
+    /// Asks every lane that `include` takes (by whether it is local) to flush, or to shut
+    /// down, then waits until each one asked has done it: they work at the same time.
+    async fn ask(&self, shutdown: bool, include: impl Fn(bool) -> bool) {
         let mut acks = Vec::new();
-        for lane in &self.inner.records {
+        for lane in self.inner.records.iter().filter(|lane| include(lane.local)) {
             acks.extend(lane.request(shutdown).await);
         }
-        if let Some(lane) = &self.inner.spans {
+        if let Some(lane) = self.inner.spans.as_ref().filter(|lane| include(lane.local)) {
             acks.extend(lane.request(shutdown).await);
         }
         for ack in acks {

@@ -113,6 +113,17 @@ fn delivery(batch: usize) -> DeliveryConfig {
     }
 }
 
+/// One record per batch, retried once a second for longer than any test runs: a collector
+/// that is down keeps its drain busy.
+fn retrying_for_long() -> DeliveryConfig {
+    DeliveryConfig {
+        retry_initial_ms: 1_000,
+        retry_max_ms: 1_000,
+        max_attempts: 1_000,
+        ..delivery(1)
+    }
+}
+
 fn http_sink(addr: SocketAddr, delivery: DeliveryConfig) -> SinkConfig {
     SinkConfig::Http(HttpSinkConfig {
         url: format!("http://{addr}/ingest"),
@@ -230,11 +241,8 @@ async fn a_refused_batch_is_dropped_without_retry() -> TestResult {
 async fn while_the_collector_is_down_record_never_blocks_and_drops_are_counted() -> TestResult {
     // A port nobody listens on.
     let addr = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
-    let mut slow = delivery(1);
+    let mut slow = retrying_for_long();
     slow.queue_capacity = 4;
-    slow.retry_initial_ms = 1_000;
-    slow.retry_max_ms = 1_000;
-    slow.max_attempts = 1_000;
     let config = SinksConfig {
         sinks: vec![http_sink(addr, slow)],
         otlp: None,
@@ -308,10 +316,7 @@ async fn a_collector_that_is_down_costs_the_file_sink_nothing() -> TestResult {
 #[tokio::test]
 async fn a_local_flush_waits_for_the_file_and_not_for_a_down_collector_or_exporter() -> TestResult {
     let closed = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
-    let mut slow = delivery(1);
-    slow.retry_initial_ms = 1_000;
-    slow.retry_max_ms = 1_000;
-    slow.max_attempts = 1_000;
+    let slow = retrying_for_long();
     let collector = SinksConfig {
         sinks: vec![http_sink(closed, slow.clone())],
         otlp: None,
