@@ -137,8 +137,6 @@ impl PluginRun {
         })
     }
 
-    /// Claude Code may run `rm` and reach the canary directory without asking, so that only
-    /// the policy can stop the command.
     /// Claude Code on the prompt, allowed to run `rm` in the canary directory, so that only
     /// the policy can stop the command.
     async fn run_claude(&self) -> anyhow::Result<AgentOutput> {
