@@ -26,6 +26,7 @@ pub mod plugins;
 pub mod routes;
 pub mod server;
 pub mod shell;
+pub mod sockets;
 pub mod state;
 pub mod tls;
 pub mod tls_io;

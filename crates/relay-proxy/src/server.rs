@@ -170,7 +170,7 @@ pub async fn serve<H: Handler>(
             tracing::debug!(peer = %peer.ip(), "connection refused: too many from this address");
             continue;
         };
-        let _ = tcp.set_nodelay(true);
+        crate::sockets::prepare(&tcp);
         let local = tcp.local_addr().unwrap_or(peer);
         let handler = handler.clone();
         let builder = builder.clone();

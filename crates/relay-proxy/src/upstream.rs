@@ -246,6 +246,7 @@ impl tower_service::Service<Uri> for EgressConnector {
                     let tcp = tower_service::Service::call(&mut direct, dst)
                         .await
                         .map_err(|e| Box::new(e) as BoxError)?;
+                    crate::sockets::prepare(tcp.inner());
                     Ok(MaybeHttpsStream::Http(tcp))
                 })
             }

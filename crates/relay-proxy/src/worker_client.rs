@@ -213,7 +213,7 @@ async fn connect(target: &WorkerTarget) -> Result<SendRequest<RequestBody>, Prob
         }
         Err(_) => return Err(ProbeOutcome::Failed),
     };
-    let _ = tcp.set_nodelay(true);
+    crate::sockets::prepare(&tcp);
     let config = crate::tls::pinned_client_config(target.certificate_sha256)
         .map_err(|_| ProbeOutcome::Failed)?;
     let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());

@@ -230,7 +230,7 @@ async fn dial(
         address: address.clone(),
         source,
     })?;
-    let _ = tcp.set_nodelay(true);
+    crate::sockets::prepare(&tcp);
     let stream = match (tls, daemon.is_tls()) {
         (Some(tls), true) => {
             let name =
