@@ -60,20 +60,20 @@ impl BodyError {
 }
 
 /// Aborts a stream after `idle` without a byte. The deadline is only moved when the timer
-/// fires, so a busy stream pays one clock read per chunk and no timer reset.
+/// fires, so a busy stream pays one clock read per chunk and no timer reset, and the timer
+/// is made the first time the stream waits, so a body that arrives whole needs none.
 struct IdleTimer {
     idle: Duration,
     last: Instant,
-    sleep: Pin<Box<Sleep>>,
+    sleep: Option<Pin<Box<Sleep>>>,
 }
 
 impl IdleTimer {
     fn new(idle: Duration) -> IdleTimer {
-        let now = Instant::now();
         IdleTimer {
             idle,
-            last: now,
-            sleep: Box::pin(tokio::time::sleep_until(now + idle)),
+            last: Instant::now(),
+            sleep: None,
         }
     }
 
@@ -83,13 +83,17 @@ impl IdleTimer {
 
     /// Ready with an error once the stream has really been idle for the whole time.
     fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<BodyError> {
+        let deadline = self.last + self.idle;
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
         loop {
-            ready!(self.sleep.as_mut().poll(cx));
+            ready!(sleep.as_mut().poll(cx));
             let deadline = self.last + self.idle;
             if Instant::now() >= deadline {
                 return Poll::Ready(BodyError::Idle { after: self.idle });
             }
-            self.sleep.as_mut().reset(deadline);
+            sleep.as_mut().reset(deadline);
         }
     }
 }
