@@ -1,5 +1,6 @@
-//! Options of every TCP socket Relay opens or accepts: `TCP_NODELAY` (SPEC §3.2), and no
-//! pacing between two processes of one host.
+//! Options of every TCP connection on the request path (accepted, and opened to a worker,
+//! the daemon, a provider or the egress proxy): `TCP_NODELAY` (SPEC §3.2), and no pacing
+//! between two processes of one host.
 //!
 //! BBR paces what a socket sends, and with no pacing queue discipline under it (loopback has
 //! none) the kernel does that with a timer per burst. Between two local processes there is
@@ -12,9 +13,6 @@
 use std::net::SocketAddr;
 
 use tokio::net::TcpStream;
-
-/// The congestion control a loopback connection gets instead of a pacing one.
-const LOOPBACK_CONGESTION: &[u8] = b"reno";
 
 /// Sets the options of one connected socket. Failures leave the kernel's defaults: they
 /// cost speed, never correctness.
@@ -29,6 +27,7 @@ fn is_loopback(peer: &SocketAddr) -> bool {
     peer.ip().to_canonical().is_loopback()
 }
 
+/// Switches a BBR socket to Reno, which every process may choose and which does not pace.
 #[cfg(target_os = "linux")]
 fn unpace(tcp: &TcpStream) {
     let socket = socket2::SockRef::from(tcp);
@@ -36,14 +35,13 @@ fn unpace(tcp: &TcpStream) {
         .tcp_congestion()
         .is_ok_and(|name| name.starts_with(b"bbr"))
     {
-        let _ = socket.set_tcp_congestion(LOOPBACK_CONGESTION);
+        let _ = socket.set_tcp_congestion(b"reno");
     }
 }
 
+/// Elsewhere Relay leaves the congestion control as the system chose it.
 #[cfg(not(target_os = "linux"))]
-fn unpace(_tcp: &TcpStream) {
-    let _ = LOOPBACK_CONGESTION;
-}
+fn unpace(_tcp: &TcpStream) {}
 
 #[cfg(test)]
 mod tests;

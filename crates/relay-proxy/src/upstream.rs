@@ -94,9 +94,9 @@ impl UpstreamClient {
     pub fn new(options: &UpstreamOptions) -> Result<UpstreamClient, tls::TlsError> {
         let tls = tls::provider_client_config()?;
         let mut http = HttpConnector::new();
-        http.set_nodelay(true);
         http.enforce_http(false);
         http.set_connect_timeout(Some(options.connect_timeout));
+        let http = Dialer(http);
         let egress = match options.proxy_url.as_deref().filter(|p| !p.is_empty()) {
             None => EgressConnector::direct(http),
             Some(proxy) => {
@@ -176,16 +176,40 @@ fn is_timeout(mut error: &(dyn std::error::Error + 'static)) -> bool {
     }
 }
 
+/// Opens every TCP connection of the provider client, to the provider or to the egress
+/// proxy, and gives it Relay's socket options ([`crate::sockets::prepare`]).
+#[derive(Clone)]
+struct Dialer(HttpConnector);
+
+impl tower_service::Service<Uri> for Dialer {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let connecting = self.0.call(dst);
+        Box::pin(async move {
+            let tcp = connecting.await?;
+            crate::sockets::prepare(tcp.inner());
+            Ok(tcp)
+        })
+    }
+}
+
 /// Connects directly, or through a CONNECT proxy unless `NO_PROXY` exempts the host.
 #[derive(Clone)]
 pub struct EgressConnector {
-    direct: HttpConnector,
+    direct: Dialer,
     proxy: Option<Arc<ProxyRoute>>,
 }
 
 struct ProxyRoute {
     matcher: Matcher,
-    to_proxy: HttpsConnector<HttpConnector>,
+    to_proxy: HttpsConnector<Dialer>,
 }
 
 impl std::fmt::Debug for EgressConnector {
@@ -197,7 +221,7 @@ impl std::fmt::Debug for EgressConnector {
 }
 
 impl EgressConnector {
-    fn direct(direct: HttpConnector) -> EgressConnector {
+    fn direct(direct: Dialer) -> EgressConnector {
         EgressConnector {
             direct,
             proxy: None,
@@ -205,8 +229,8 @@ impl EgressConnector {
     }
 
     fn proxied(
-        direct: HttpConnector,
-        to_proxy: HttpsConnector<HttpConnector>,
+        direct: Dialer,
+        to_proxy: HttpsConnector<Dialer>,
         matcher: Matcher,
     ) -> EgressConnector {
         EgressConnector {
@@ -243,10 +267,7 @@ impl tower_service::Service<Uri> for EgressConnector {
             _ => {
                 let mut direct = self.direct.clone();
                 Box::pin(async move {
-                    let tcp = tower_service::Service::call(&mut direct, dst)
-                        .await
-                        .map_err(|e| Box::new(e) as BoxError)?;
-                    crate::sockets::prepare(tcp.inner());
+                    let tcp = tower_service::Service::call(&mut direct, dst).await?;
                     Ok(MaybeHttpsStream::Http(tcp))
                 })
             }
