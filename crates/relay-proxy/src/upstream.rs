@@ -1,22 +1,30 @@
 //! The pooled client toward model providers (SPEC §3.2, §3.3, §3.7): rustls with the
 //! platform roots, HTTP/1.1 and HTTP/2 by ALPN, `TCP_NODELAY`, a connect timeout, an
 //! optional response-head timeout, and an optional egress proxy with `NO_PROXY`.
+//!
+//! hyper-util's connectors open the connections (TCP, the CONNECT tunnel, TLS); the pool
+//! and the request forms are here, so a request costs no task, timer or header formatting
+//! of its own beyond what hyper's connection needs.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use http::header::{HOST, HeaderValue};
+use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
+use hyper::client::conn::{http1, http2};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
+use tower_service::Service as _;
 
 use crate::body::{BodyError, RequestBody};
 use crate::tls;
@@ -83,16 +91,92 @@ impl UpstreamError {
     }
 }
 
+/// Idle connections to a provider are closed after this long, as most providers and
+/// proxies would close them soon after anyway.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+/// How often idle connections are looked for.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
+/// Connections kept per provider origin, busy or idle: as many as the default limit of
+/// requests in flight per credential, so a burst at that concurrency reuses them.
+const MAX_POOLED: usize = 256;
+/// The largest head or body chunk buffered per connection, and the HTTP/2 stream window.
+const BUFFER_BYTES: usize = 64 * 1024;
+
 /// A pooled provider client. Cheap to clone.
-#[derive(Clone, Debug)]
+///
+/// The pool is Relay's own, on hyper's connection API: one list of connections per scheme
+/// and authority, a connection handed to one request at a time over HTTP/1.1 (shared over
+/// HTTP/2), and the `Host` value made once per origin. A request is given to a kept
+/// connection with `try_send_request`, so a connection the provider has closed gives it back
+/// unwritten and it goes to another; once any byte may have been written it is never sent
+/// again.
+#[derive(Clone)]
 pub struct UpstreamClient {
-    client: Client<HttpsConnector<EgressConnector>, RequestBody>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connector: HttpsConnector<EgressConnector>,
     response_timeout: Option<Duration>,
+    origins: Mutex<Vec<Origin>>,
+    sweeping: AtomicBool,
+}
+
+/// The kept connections to one scheme and authority.
+struct Origin {
+    scheme: Scheme,
+    authority: Authority,
+    /// The `Host` header of an HTTP/1.1 request to it: the host, and the port unless it is
+    /// the scheme's default.
+    host: HeaderValue,
+    conns: Vec<Kept>,
+}
+
+struct Kept {
+    sender: Sender,
+    /// When it was last handed to a request.
+    used: Instant,
+}
+
+enum Sender {
+    Http1(http1::SendRequest<RequestBody>),
+    Http2(http2::SendRequest<RequestBody>),
+}
+
+impl Sender {
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::Http1(s) => s.is_closed(),
+            Sender::Http2(s) => s.is_closed(),
+        }
+    }
+}
+
+/// What a connection did with a request.
+enum Attempt {
+    Answered(Result<Response<Incoming>, UpstreamError>),
+    /// Nothing of it was written: the request comes back.
+    GivenBack(Request<RequestBody>),
+}
+
+impl std::fmt::Debug for UpstreamClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamClient")
+            .field("response_timeout", &self.inner.response_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl UpstreamClient {
     pub fn new(options: &UpstreamOptions) -> Result<UpstreamClient, tls::TlsError> {
-        let tls = tls::provider_client_config()?;
+        Ok(UpstreamClient::with_tls(
+            options,
+            tls::provider_client_config()?,
+        ))
+    }
+
+    /// The client with its TLS configuration given (the tests trust their own CA).
+    fn with_tls(options: &UpstreamOptions, tls: rustls::ClientConfig) -> UpstreamClient {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(options.connect_timeout));
@@ -112,52 +196,260 @@ impl UpstreamClient {
                 EgressConnector::proxied(http, to_proxy, matcher)
             }
         };
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_all_versions()
             .wrap_connector(egress);
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .http1_max_buf_size(64 * 1024)
-            .http2_initial_stream_window_size(64 * 1024)
-            .http2_adaptive_window(false)
-            .build(https);
-        Ok(UpstreamClient {
-            client,
-            response_timeout: options.response_timeout,
-        })
+        UpstreamClient {
+            inner: Arc::new(Inner {
+                connector,
+                response_timeout: options.response_timeout,
+                origins: Mutex::new(Vec::new()),
+                sweeping: AtomicBool::new(false),
+            }),
+        }
     }
 
-    /// Sends one request and waits for its response head. Never retried here: once bytes
-    /// may have reached the provider, sending again could bill twice.
+    /// Sends one request and waits for its response head. Never retried once bytes may have
+    /// reached the provider: sending again could bill twice.
     pub async fn send(
         &self,
         req: Request<RequestBody>,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        let sending = self.client.request(req);
-        let result = match self.response_timeout {
+        let sending = self.inner.send(req);
+        match self.inner.response_timeout {
             Some(limit) => match tokio::time::timeout(limit, sending).await {
                 Ok(result) => result,
-                Err(_) => return Err(UpstreamError::ResponseHeadTimeout),
+                Err(_) => Err(UpstreamError::ResponseHeadTimeout),
             },
             None => sending.await,
-        };
-        result.map_err(classify)
+        }
     }
 }
 
-fn classify(error: hyper_util::client::legacy::Error) -> UpstreamError {
+impl Inner {
+    async fn send(
+        self: &Arc<Self>,
+        mut req: Request<RequestBody>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        self.start_sweeping();
+        while let Some((sender, host)) = self.take(req.uri()) {
+            match self.attempt(sender, host, req).await {
+                Attempt::Answered(result) => return result,
+                Attempt::GivenBack(back) => req = back,
+            }
+        }
+        let (sender, host) = self.connect(req.uri()).await?;
+        match self.attempt(sender, host, req).await {
+            Attempt::Answered(result) => result,
+            Attempt::GivenBack(_) => Err(UpstreamError::Failed(
+                "the provider closed a new connection before the request was written".into(),
+            )),
+        }
+    }
+
+    /// Writes the request on one connection, in the form its protocol wants: origin-form
+    /// with `Host` (always the URI's) for HTTP/1.1, the absolute URI (its `:authority`) for
+    /// HTTP/2.
+    async fn attempt(
+        &self,
+        sender: Sender,
+        host: HeaderValue,
+        mut req: Request<RequestBody>,
+    ) -> Attempt {
+        let sent = match sender {
+            Sender::Http1(mut sender) => {
+                let target = std::mem::take(req.uri_mut());
+                *req.uri_mut() = target
+                    .path_and_query()
+                    .cloned()
+                    .map_or_else(|| Uri::from_static("/"), Uri::from);
+                req.headers_mut().insert(HOST, host.clone());
+                match sender.try_send_request(req).await {
+                    Ok(res) => {
+                        // Busy until its response body is read; `take` skips it until then.
+                        self.keep(&target, host, Sender::Http1(sender));
+                        Ok(res)
+                    }
+                    Err(mut error) => Err((
+                        error.take_message().map(|mut back| {
+                            *back.uri_mut() = target;
+                            back.headers_mut().remove(HOST);
+                            back
+                        }),
+                        error.into_error(),
+                    )),
+                }
+            }
+            Sender::Http2(mut sender) => sender
+                .try_send_request(req)
+                .await
+                .map_err(|mut error| (error.take_message(), error.into_error())),
+        };
+        match sent {
+            Ok(res) => Attempt::Answered(Ok(res)),
+            Err((Some(back), _)) => Attempt::GivenBack(back),
+            Err((None, error)) => Attempt::Answered(Err(send_error(error))),
+        }
+    }
+
+    /// A kept connection to the request's origin that can take a request now, and the
+    /// origin's `Host` value; closed ones are dropped.
+    fn take(&self, uri: &Uri) -> Option<(Sender, HeaderValue)> {
+        let mut origins = relay_logging::sync::lock(&self.origins, "provider pool")?;
+        let origin = origins.iter_mut().find(|o| o.serves(uri))?;
+        origin.conns.retain(|kept| !kept.sender.is_closed());
+        let ready = origin.conns.iter().position(|kept| match &kept.sender {
+            Sender::Http1(s) => s.is_ready(),
+            Sender::Http2(s) => s.is_ready(),
+        })?;
+        let kept = &mut origin.conns[ready];
+        let sender = match &kept.sender {
+            Sender::Http2(shared) => {
+                let shared = shared.clone();
+                kept.used = Instant::now();
+                Sender::Http2(shared)
+            }
+            Sender::Http1(_) => origin.conns.swap_remove(ready).sender,
+        };
+        Some((sender, origin.host.clone()))
+    }
+
+    /// Keeps a connection for later requests to `uri`'s origin.
+    fn keep(&self, uri: &Uri, host: HeaderValue, sender: Sender) {
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return;
+        };
+        let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
+            return;
+        };
+        let index = match origins.iter().position(|o| o.serves(uri)) {
+            Some(index) => index,
+            None => {
+                origins.push(Origin {
+                    scheme: scheme.clone(),
+                    authority: authority.clone(),
+                    host,
+                    conns: Vec::new(),
+                });
+                origins.len() - 1
+            }
+        };
+        let conns = &mut origins[index].conns;
+        if conns.len() < MAX_POOLED {
+            conns.push(Kept {
+                sender,
+                used: Instant::now(),
+            });
+        }
+    }
+
+    /// Opens a connection to the request's origin (directly or through the egress proxy,
+    /// TLS for `https`), HTTP/2 if the provider chose it by ALPN. An HTTP/2 connection is
+    /// kept at once, to be shared; an HTTP/1.1 one once its first request is written.
+    async fn connect(&self, uri: &Uri) -> Result<(Sender, HeaderValue), UpstreamError> {
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return Err(UpstreamError::Failed(
+                format!("the upstream address {uri} is not absolute").into(),
+            ));
+        };
+        let host = host_value(scheme, authority)?;
+        let mut connector = self.connector.clone();
+        std::future::poll_fn(|cx| connector.poll_ready(cx))
+            .await
+            .map_err(connect_error)?;
+        let io = connector.call(uri.clone()).await.map_err(connect_error)?;
+        if io.connected().is_negotiated_h2() {
+            let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .initial_stream_window_size(BUFFER_BYTES as u32)
+                .adaptive_window(false)
+                .handshake(io)
+                .await
+                .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
+            tokio::spawn(connection);
+            self.keep(uri, host.clone(), Sender::Http2(sender.clone()));
+            Ok((Sender::Http2(sender), host))
+        } else {
+            let (sender, connection) = http1::Builder::new()
+                .max_buf_size(BUFFER_BYTES)
+                .handshake(io)
+                .await
+                .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
+            tokio::spawn(connection);
+            Ok((Sender::Http1(sender), host))
+        }
+    }
+
+    /// Starts, once, the task that closes connections idle for longer than [`POOL_IDLE`].
+    /// It holds the pool weakly and ends with the client.
+    fn start_sweeping(self: &Arc<Self>) {
+        if self.sweeping.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SWEEP_EVERY).await;
+                let Some(inner) = pool.upgrade() else { return };
+                inner.sweep(Instant::now());
+            }
+        });
+    }
+
+    /// Drops the connections closed, or idle since `now - POOL_IDLE`, and origins left with
+    /// none. An HTTP/1.1 connection still busy with a response is kept.
+    fn sweep(&self, now: Instant) {
+        let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
+            return;
+        };
+        for origin in origins.iter_mut() {
+            origin.conns.retain(|kept| {
+                let idle = now.saturating_duration_since(kept.used) >= POOL_IDLE;
+                let busy = match &kept.sender {
+                    Sender::Http1(s) => !s.is_ready(),
+                    Sender::Http2(_) => false,
+                };
+                !kept.sender.is_closed() && (busy || !idle)
+            });
+        }
+        origins.retain(|origin| !origin.conns.is_empty());
+    }
+}
+
+impl Origin {
+    fn serves(&self, uri: &Uri) -> bool {
+        uri.scheme() == Some(&self.scheme) && uri.authority() == Some(&self.authority)
+    }
+}
+
+/// The `Host` value for an origin: the host, with the port unless it is the scheme's
+/// default (80 for http, 443 for https).
+fn host_value(scheme: &Scheme, authority: &Authority) -> Result<HeaderValue, UpstreamError> {
+    let default_port = match scheme.as_str() {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    let text = match authority.port_u16() {
+        Some(port) if Some(port) != default_port => format!("{}:{port}", authority.host()),
+        _ => authority.host().to_owned(),
+    };
+    HeaderValue::from_str(&text).map_err(|e| UpstreamError::Failed(Box::new(e)))
+}
+
+fn connect_error(error: BoxError) -> UpstreamError {
+    if is_timeout(&*error) {
+        UpstreamError::ConnectTimeout
+    } else {
+        UpstreamError::Unreachable(error)
+    }
+}
+
+fn send_error(error: hyper::Error) -> UpstreamError {
     if let Some(BodyError::TooLarge { limit }) = BodyError::find(&error) {
         return UpstreamError::BodyTooLarge { limit: *limit };
-    }
-    if error.is_connect() {
-        if is_timeout(&error) {
-            return UpstreamError::ConnectTimeout;
-        }
-        return UpstreamError::Unreachable(Box::new(error));
     }
     UpstreamError::Failed(Box::new(error))
 }
@@ -274,3 +566,6 @@ impl tower_service::Service<Uri> for EgressConnector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,307 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http::{Request, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use super::*;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn options() -> UpstreamOptions {
+    UpstreamOptions {
+        connect_timeout: Duration::from_secs(2),
+        response_timeout: None,
+        proxy_url: None,
+        no_proxy: None,
+    }
+}
+
+fn client() -> UpstreamClient {
+    UpstreamClient::with_tls(&options(), client_tls(rustls::RootCertStore::empty()))
+}
+
+fn client_tls(roots: rustls::RootCertStore) -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+fn get(uri: &str) -> Request<RequestBody> {
+    let mut req = Request::new(RequestBody::empty());
+    *req.uri_mut() = uri.parse().unwrap();
+    req
+}
+
+async fn read_all(res: Response<Incoming>) -> (StatusCode, Bytes) {
+    let status = res.status();
+    (status, res.into_body().collect().await.unwrap().to_bytes())
+}
+
+/// What a provider saw: each connection it accepted, and each request head on it.
+enum Seen {
+    Connection,
+    Head(String),
+    Closed,
+}
+
+/// A plain HTTP/1.1 provider answering `ok` to bodiless requests. With `close_after_one`, it
+/// closes each connection after its first answer, without saying so in the response.
+async fn provider(close_after_one: bool) -> (String, mpsc::UnboundedReceiver<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let _ = tx.send(Seen::Connection);
+            tokio::spawn(answer(stream, close_after_one, tx.clone()));
+        }
+    });
+    (format!("http://{addr}"), rx)
+}
+
+async fn answer(mut stream: TcpStream, close_after_one: bool, tx: mpsc::UnboundedSender<Seen>) {
+    let mut buf = Vec::new();
+    loop {
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            let _ = tx.send(Seen::Closed);
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head: Vec<u8> = buf.drain(..end + 4).collect();
+            let _ = tx.send(Seen::Head(String::from_utf8(head).unwrap()));
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            if close_after_one {
+                drop(stream);
+                let _ = tx.send(Seen::Closed);
+                return;
+            }
+        }
+    }
+}
+
+async fn next(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+fn counts(rx: &mut mpsc::UnboundedReceiver<Seen>) -> (usize, Vec<String>) {
+    let (mut connections, mut heads) = (0, Vec::new());
+    while let Ok(seen) = rx.try_recv() {
+        match seen {
+            Seen::Connection => connections += 1,
+            Seen::Head(head) => heads.push(head),
+            Seen::Closed => {}
+        }
+    }
+    (connections, heads)
+}
+
+#[tokio::test]
+async fn requests_one_after_another_share_one_connection_in_origin_form_with_host() {
+    let (base, mut seen) = provider(false).await;
+    let client = client();
+    for _ in 0..3 {
+        let res = client.send(get(&format!("{base}/v1/models?limit=2"))).await;
+        assert_eq!(read_all(res.unwrap()).await, (StatusCode::OK, "ok".into()));
+    }
+    let (connections, heads) = counts(&mut seen);
+    assert_eq!(connections, 1);
+    assert_eq!(heads.len(), 3);
+    let port = base.rsplit(':').next().unwrap();
+    for head in heads {
+        assert!(
+            head.starts_with("GET /v1/models?limit=2 HTTP/1.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!("host: 127.0.0.1:{port}\r\n")),
+            "{head}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn requests_at_once_get_a_connection_each_and_all_are_kept() {
+    let (base, mut seen) = provider(false).await;
+    let client = client();
+    let uri = format!("{base}/v1/models");
+    let answers = futures_util::future::join_all((0..4).map(|_| client.send(get(&uri)))).await;
+    let bodies = futures_util::future::join_all(answers.into_iter().map(|r| read_all(r.unwrap())));
+    assert!(
+        bodies
+            .await
+            .iter()
+            .all(|(status, _)| *status == StatusCode::OK)
+    );
+    let (connections, _) = counts(&mut seen);
+    assert_eq!(connections, 4);
+    // Each answered connection went back to the pool: four more at once open none.
+    let answers = futures_util::future::join_all((0..4).map(|_| client.send(get(&uri)))).await;
+    for answer in answers {
+        read_all(answer.unwrap()).await;
+    }
+    let (connections, heads) = counts(&mut seen);
+    assert_eq!((connections, heads.len()), (0, 4));
+}
+
+#[tokio::test]
+async fn a_connection_the_provider_closed_is_not_used_and_nothing_is_sent_twice() {
+    let (base, mut seen) = provider(true).await;
+    let client = client();
+    let uri = format!("{base}/v1/models");
+    let (mut connections, mut heads) = (0, 0);
+    for _ in 0..3 {
+        let res = client.send(get(&uri)).await.unwrap();
+        assert_eq!(read_all(res).await.0, StatusCode::OK);
+        loop {
+            match next(&mut seen).await {
+                Seen::Connection => connections += 1,
+                Seen::Head(_) => heads += 1,
+                Seen::Closed => break,
+            }
+        }
+        // Time for the kept connection's task to read the close.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (more_connections, more_heads) = counts(&mut seen);
+    assert_eq!((more_connections, more_heads.len()), (0, 0));
+    assert_eq!((connections, heads), (3, 3));
+    let origins = relay_logging::sync::lock(&client.inner.origins, "test").unwrap();
+    assert!(
+        origins
+            .iter()
+            .all(|o| o.conns.iter().all(|k| k.sender.is_closed()))
+    );
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_by_the_sweep_and_busy_ones_are_not() {
+    let (base, mut seen) = provider(false).await;
+    let client = client();
+    let res = client
+        .send(get(&format!("{base}/v1/models")))
+        .await
+        .unwrap();
+    read_all(res).await;
+    let (connections, _) = counts(&mut seen);
+    assert_eq!(connections, 1);
+    // Not idle long enough: kept.
+    client.inner.sweep(Instant::now());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(seen.try_recv().is_err());
+    // Idle past the limit: closed.
+    client.inner.sweep(Instant::now() + POOL_IDLE);
+    assert!(matches!(next(&mut seen).await, Seen::Closed));
+    assert!(
+        relay_logging::sync::lock(&client.inner.origins, "test")
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_provider_is_a_connect_failure() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let error = client()
+        .send(get(&format!("http://{addr}/v1/models")))
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason(), "connect_failed", "{error:?}");
+}
+
+#[test]
+fn the_host_value_names_the_port_only_when_it_is_not_the_default() {
+    let host = |scheme: &str, authority: &str| {
+        let scheme: Scheme = scheme.parse().unwrap();
+        let authority: Authority = authority.parse().unwrap();
+        host_value(&scheme, &authority).unwrap()
+    };
+    assert_eq!(host("http", "api.example:80"), "api.example");
+    assert_eq!(host("https", "api.example:443"), "api.example");
+    assert_eq!(host("https", "api.example"), "api.example");
+    assert_eq!(host("https", "api.example:80"), "api.example:80");
+    assert_eq!(host("http", "127.0.0.1:8080"), "127.0.0.1:8080");
+    assert_eq!(host("https", "[::1]:8443"), "[::1]:8443");
+}
+
+/// An HTTPS provider that chooses HTTP/2 by ALPN and answers with the version and authority
+/// it saw.
+async fn h2_provider(connections: Arc<AtomicUsize>) -> (String, rustls::RootCertStore) {
+    let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, generated.cert.pem()).unwrap();
+    std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
+    let server = crate::tls::server_config_from_files(&cert, &key).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(generated.cert.der().clone()).unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            connections.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let tls = acceptor.accept(tcp).await.unwrap();
+                assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                    let seen = format!(
+                        "{:?} {} {}",
+                        req.version(),
+                        req.uri().authority().map_or("", |a| a.as_str()),
+                        req.uri().path()
+                    );
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(seen))))
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (format!("https://localhost:{port}"), roots)
+}
+
+#[tokio::test]
+async fn an_https_provider_that_chooses_http2_shares_one_connection() {
+    let connections = Arc::new(AtomicUsize::new(0));
+    let (base, roots) = h2_provider(connections.clone()).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri = format!("{base}/v1/messages");
+    let first = client.send(get(&uri)).await.unwrap();
+    assert_eq!(first.version(), Version::HTTP_2);
+    let answers = futures_util::future::join_all((0..3).map(|_| client.send(get(&uri)))).await;
+    let mut bodies = vec![read_all(first).await];
+    for answer in answers {
+        bodies.push(read_all(answer.unwrap()).await);
+    }
+    let port = base.rsplit(':').next().unwrap();
+    for (status, body) in bodies {
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, format!("HTTP/2.0 localhost:{port} /v1/messages"));
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
