@@ -217,7 +217,10 @@ impl UpstreamClient {
         &self,
         req: Request<RequestBody>,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        let sending = self.inner.send(req);
+        // Boxed, as hyper-util's client boxed its own: this future sits inside every request's,
+        // which hyper keeps allocated for the life of the client's connection, and unboxed it
+        // cost each held stream about 4 KiB more.
+        let sending = Box::pin(self.inner.send(req));
         match self.inner.response_timeout {
             Some(limit) => match tokio::time::timeout(limit, sending).await {
                 Ok(result) => result,
@@ -234,18 +237,26 @@ impl Inner {
         mut req: Request<RequestBody>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         self.start_sweeping();
-        while let Some((sender, host)) = self.take(req.uri()) {
+        loop {
+            let (sender, host, fresh) = match self.take(req.uri()) {
+                Some((sender, host)) => (sender, host, false),
+                // Boxed: its state (the stream, the handshakes) is large and needed only for
+                // a new connection.
+                None => {
+                    let (sender, host) = Box::pin(self.connect(req.uri())).await?;
+                    (sender, host, true)
+                }
+            };
             match self.attempt(sender, host, req).await {
                 Attempt::Answered(result) => return result,
-                Attempt::GivenBack(back) => req = back,
+                Attempt::GivenBack(back) if !fresh => req = back,
+                Attempt::GivenBack(_) => {
+                    return Err(UpstreamError::Failed(
+                        "the provider closed a new connection before the request was written"
+                            .into(),
+                    ));
+                }
             }
-        }
-        let (sender, host) = self.connect(req.uri()).await?;
-        match self.attempt(sender, host, req).await {
-            Attempt::Answered(result) => result,
-            Attempt::GivenBack(_) => Err(UpstreamError::Failed(
-                "the provider closed a new connection before the request was written".into(),
-            )),
         }
     }
 
