@@ -134,7 +134,7 @@ struct Origin {
 
 struct Kept {
     sender: Sender,
-    /// When it was last handed to a request.
+    /// When its last request started (HTTP/1.1: when that request's head was answered).
     used: Instant,
 }
 
@@ -409,8 +409,8 @@ impl Inner {
         });
     }
 
-    /// Drops the connections closed, or idle since `now - POOL_IDLE`, and origins left with
-    /// none. An HTTP/1.1 connection still busy with a response is kept.
+    /// Drops the connections closed, or idle now and last used before `now - POOL_IDLE`,
+    /// and origins left with none. An HTTP/1.1 connection still busy with a response is kept.
     fn sweep(&self, now: Instant) {
         let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
             return;
