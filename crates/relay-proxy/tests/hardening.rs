@@ -36,7 +36,7 @@ use relay_proxy::server::{ServeOptions, serve};
 use relay_proxy::shell::Shell;
 use relay_proxy::state::StateStore;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
-use relay_testkit::StandIn;
+use relay_testkit::{StandIn, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -169,21 +169,6 @@ impl Daemon {
     }
 }
 
-/// Polls `check` until it holds or `WAIT` passes.
-async fn eventually(mut check: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let mut poll = tokio::time::interval(Duration::from_millis(10));
-    loop {
-        poll.tick().await;
-        if check() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-    }
-}
-
 /// The attack of issue 9: 300 opening hooks, each with a random, unbound, well-formed
 /// token, are in flight when a known user's `SessionStart` arrives. Before the fix they held
 /// every one of the 256 daemon-wide waiting places and the victim passed through at once
@@ -222,7 +207,9 @@ async fn a_flood_of_unbound_opening_hooks_does_not_stop_a_known_users_session_st
     // Those that found no waiting place answered at once; the others hold their place. Before
     // the fix, 44 answered because all 256 places were taken; now at least that many do.
     assert!(
-        eventually(|| answered.load(Ordering::SeqCst) >= flood - OLD_SHARED_POOL).await,
+        eventually(WAIT, || answered.load(Ordering::SeqCst)
+            >= flood - OLD_SHARED_POOL)
+        .await,
         "the flood never settled"
     );
 

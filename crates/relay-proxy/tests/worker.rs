@@ -35,7 +35,7 @@ use relay_proxy::worker::{
 };
 use relay_testkit::{
     ANTHROPIC_MESSAGES_SSE, Behaviour, FIXTURE_REQUEST_NAMES, OPENAI_CHAT_SSE,
-    OPENAI_RESPONSES_SSE, StandIn, fixture_request,
+    OPENAI_RESPONSES_SSE, StandIn, eventually, fixture_request,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use serde_json::Value;
@@ -303,21 +303,6 @@ fn stream_request(worker: &Worker, path: &str) -> Request<Full<Bytes>> {
             br#"{"model":"m","stream":true}"#,
         )))
         .unwrap()
-}
-
-/// Polls `check` until it holds or `within` passes.
-async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    let mut poll = tokio::time::interval(Duration::from_millis(10));
-    loop {
-        poll.tick().await;
-        if check() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-    }
 }
 
 /// Reads a response head off a raw stream, returning the status line and headers as text.

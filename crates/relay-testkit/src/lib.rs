@@ -19,6 +19,7 @@ mod routes;
 mod stand_in;
 #[cfg(test)]
 mod test_support;
+mod wait;
 
 pub use behaviour::{Behaviour, CannedResponse};
 pub use error::Error;
@@ -29,3 +30,4 @@ pub use fixtures::{
 pub use formats::{Api, DEFAULT_TEXT, TOOL_COMMAND, TOOL_DONE_TEXT};
 pub use record::Recorded;
 pub use stand_in::{REQUEST_ID_HEADER, StandIn, StandInConfig};
+pub use wait::eventually;

@@ -179,18 +179,18 @@ async fn a_connection_the_provider_closed_is_not_used_and_nothing_is_sent_twice(
                 Seen::Closed => break,
             }
         }
-        // Time for the kept connection's task to read the close.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The kept connection's task reads the close before the next request is sent.
+        let closed = || {
+            let origins = relay_logging::sync::lock(&client.inner.origins, "test").unwrap();
+            origins
+                .iter()
+                .all(|o| o.conns.iter().all(|k| k.sender.is_closed()))
+        };
+        assert!(relay_testkit::eventually(WAIT, closed).await);
     }
     let (more_connections, more_heads) = counts(&mut seen);
     assert_eq!((more_connections, more_heads.len()), (0, 0));
     assert_eq!((connections, heads), (3, 3));
-    let origins = relay_logging::sync::lock(&client.inner.origins, "test").unwrap();
-    assert!(
-        origins
-            .iter()
-            .all(|o| o.conns.iter().all(|k| k.sender.is_closed()))
-    );
 }
 
 #[tokio::test]
@@ -204,9 +204,14 @@ async fn idle_connections_are_closed_by_the_sweep_and_busy_ones_are_not() {
     read_all(res).await;
     let (connections, _) = counts(&mut seen);
     assert_eq!(connections, 1);
-    // Not idle long enough: kept.
+    // Not idle long enough: kept, and still open.
     client.inner.sweep(Instant::now());
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    {
+        let origins = relay_logging::sync::lock(&client.inner.origins, "test").unwrap();
+        assert_eq!(origins.len(), 1);
+        assert_eq!(origins[0].conns.len(), 1);
+        assert!(!origins[0].conns[0].sender.is_closed());
+    }
     assert!(seen.try_recv().is_err());
     // Idle past the limit: closed.
     client.inner.sweep(Instant::now() + POOL_IDLE);
