@@ -144,6 +144,14 @@ enum Sender {
 }
 
 impl Sender {
+    /// Can take a request now: an idle HTTP/1.1 connection, or an open HTTP/2 one.
+    fn is_ready(&self) -> bool {
+        match self {
+            Sender::Http1(s) => s.is_ready(),
+            Sender::Http2(s) => s.is_ready(),
+        }
+    }
+
     fn is_closed(&self) -> bool {
         match self {
             Sender::Http1(s) => s.is_closed(),
@@ -311,10 +319,10 @@ impl Inner {
         let mut origins = relay_logging::sync::lock(&self.origins, "provider pool")?;
         let origin = origins.iter_mut().find(|o| o.serves(uri))?;
         origin.conns.retain(|kept| !kept.sender.is_closed());
-        let ready = origin.conns.iter().position(|kept| match &kept.sender {
-            Sender::Http1(s) => s.is_ready(),
-            Sender::Http2(s) => s.is_ready(),
-        })?;
+        let ready = origin
+            .conns
+            .iter()
+            .position(|kept| kept.sender.is_ready())?;
         let kept = &mut origin.conns[ready];
         let sender = match &kept.sender {
             Sender::Http2(shared) => {
@@ -396,7 +404,8 @@ impl Inner {
     /// Starts, once, the task that closes connections idle for longer than [`POOL_IDLE`].
     /// It holds the pool weakly and ends with the client.
     fn start_sweeping(self: &Arc<Self>) {
-        if self.sweeping.swap(true, Ordering::Relaxed) {
+        // A load first: every request passes here, and only the first needs the swap.
+        if self.sweeping.load(Ordering::Relaxed) || self.sweeping.swap(true, Ordering::Relaxed) {
             return;
         }
         let pool = Arc::downgrade(self);
@@ -418,10 +427,8 @@ impl Inner {
         for origin in origins.iter_mut() {
             origin.conns.retain(|kept| {
                 let idle = now.saturating_duration_since(kept.used) >= POOL_IDLE;
-                let busy = match &kept.sender {
-                    Sender::Http1(s) => !s.is_ready(),
-                    Sender::Http2(_) => false,
-                };
+                // An HTTP/2 connection is never busy: it is shared.
+                let busy = !kept.sender.is_ready();
                 !kept.sender.is_closed() && (busy || !idle)
             });
         }
