@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -28,6 +29,8 @@ use tokio::time::Instant;
 
 /// Longest request head tracked; hyper refuses longer ones itself (431).
 const MAX_HEAD: usize = 64 * 1024;
+/// Most header lines in a head that is followed; hyper refuses more (431).
+const MAX_HEADERS: usize = 128;
 /// Longest chunk-size line followed (its size and extension); hyper refuses more than
 /// 16 KiB of extensions in one body, so a longer line never reaches a handler.
 const MAX_CHUNK_LINE: usize = 64 * 1024;
@@ -323,16 +326,26 @@ impl<T> ConnIo<T> {
                         self.state.wake.notify_one();
                     }
                     self.state.touch(now);
-                    // The usual case, a whole head in one read, is judged where it lies;
-                    // only a head split across reads is gathered first.
-                    if buf.is_empty()
-                        && !bytes.starts_with(H2_PREFACE)
-                        && let Some(end) = head_end(bytes, 0)
-                    {
-                        self.state.head_started.store(0, Ordering::Relaxed);
-                        self.framing = self.on_head(&bytes[..end]);
-                        bytes = &bytes[end..];
-                        continue;
+                    // The usual case, a whole head in one read, is judged where it lies,
+                    // parsed once; only a head split across reads is gathered first.
+                    if buf.is_empty() && !bytes.starts_with(H2_PREFACE) {
+                        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+                        let mut req = httparse::Request::new(&mut []);
+                        match req.parse_with_uninit_headers(bytes, &mut headers) {
+                            Ok(httparse::Status::Complete(end)) => {
+                                self.state.head_started.store(0, Ordering::Relaxed);
+                                self.framing = self.judge(&req);
+                                bytes = &bytes[end..];
+                                continue;
+                            }
+                            Ok(httparse::Status::Partial) => {}
+                            Err(_) => {
+                                // hyper refuses it (400 or 431) and closes; should it not,
+                                // the request has no verdict and is refused.
+                                self.framing = self.lost(now);
+                                return;
+                            }
+                        }
                     }
                     let searched = buf.len().saturating_sub(2);
                     buf.extend_from_slice(bytes);
@@ -484,13 +497,19 @@ impl<T> ConnIo<T> {
 
     /// Judges a complete head and returns the framing of what follows it.
     fn on_head(&self, head: &[u8]) -> Framing {
-        let mut headers = [httparse::EMPTY_HEADER; 128];
-        let mut req = httparse::Request::new(&mut headers);
-        let Ok(httparse::Status::Complete(_)) = req.parse(head) else {
+        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        let Ok(httparse::Status::Complete(_)) = req.parse_with_uninit_headers(head, &mut headers)
+        else {
             // hyper refuses it (400 or 431) and closes; should it not, the request has no
             // verdict and is refused.
             return self.lost(self.state.now_ms());
         };
+        self.judge(&req)
+    }
+
+    /// Judges the framing headers of a parsed head and returns the framing of what follows.
+    fn judge(&self, req: &httparse::Request<'_, '_>) -> Framing {
         let mut transfer_encoding: Option<&[u8]> = None;
         // The first `Content-Length` value, and whether any other differs from it.
         let mut length: Option<&[u8]> = None;

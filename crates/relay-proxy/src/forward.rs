@@ -140,17 +140,11 @@ impl Prologue<'_> {
             None => None,
             Some(value) => Some(value.to_str().map_err(|_| Refused::UpstreamNotAllowed)?),
         };
-        upstream_target(
-            self.upstream,
-            family,
-            req.headers(),
-            selected,
-            req.uri().path(),
-            req.uri().query(),
-        )
-        .map_err(|e| match e {
-            TargetError::NotAllowed(_) => Refused::UpstreamNotAllowed,
-            TargetError::BadUri => Refused::BadPath,
+        upstream_target(self.upstream, family, req.headers(), selected, req.uri()).map_err(|e| {
+            match e {
+                TargetError::NotAllowed(_) => Refused::UpstreamNotAllowed,
+                TargetError::BadUri => Refused::BadPath,
+            }
         })
     }
 

@@ -19,21 +19,20 @@ pub const SESSION_ID: HeaderName = HeaderName::from_static("x-relay-session-id")
 /// The per-generation secret the daemon presents to its worker.
 pub const WORKER_SECRET: HeaderName = HeaderName::from_static("x-relay-worker-secret");
 
-/// Headers that carry a provider credential of the caller's own.
-const PROVIDER_CREDENTIALS: [&str; 4] =
-    ["authorization", "x-api-key", "api-key", "anthropic-api-key"];
+/// Headers that carry a provider credential of the caller's own. Names, not text, so
+/// that looking them up parses nothing: these are checked on every model request.
+const PROVIDER_CREDENTIALS: [HeaderName; 4] = [
+    header::AUTHORIZATION,
+    HeaderName::from_static("x-api-key"),
+    HeaderName::from_static("api-key"),
+    HeaderName::from_static("anthropic-api-key"),
+];
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1) plus the proxy ones: never forwarded.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
+/// Headers that say a request came through a proxy.
+const FORWARDING: [HeaderName; 3] = [
+    header::FORWARDED,
+    HeaderName::from_static("x-forwarded-for"),
+    header::VIA,
 ];
 
 /// Where a header map is about to go, which decides whether Relay's own headers stay.
@@ -76,16 +75,38 @@ pub fn forwardable_request_headers(headers: &HeaderMap, toward: Toward) -> Heade
 /// byte, so the length is still true, and HEAD answers need it). Nothing is copied: a
 /// response that carries none of them costs no allocation.
 pub fn strip_response_headers(headers: &mut HeaderMap) {
+    // `Connection` is itself hop-by-hop, so a response without any has nothing to strip:
+    // the usual case costs one pass over its names.
+    let hop_by_hop: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_hop_by_hop(n))
+        .cloned()
+        .collect();
+    if hop_by_hop.is_empty() {
+        return;
+    }
     for name in connection_tokens(headers) {
         headers.remove(name.as_str());
     }
-    for name in HOP_BY_HOP {
+    for name in hop_by_hop {
         headers.remove(name);
     }
 }
 
+/// Hop-by-hop headers (RFC 9110 §7.6.1) plus the proxy ones: never forwarded.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(&name.as_str())
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
 }
 
 fn is_relay_header(name: &HeaderName) -> bool {
@@ -115,15 +136,13 @@ fn connection_tokens(headers: &HeaderMap) -> Vec<String> {
 pub fn has_provider_credential(headers: &HeaderMap) -> bool {
     PROVIDER_CREDENTIALS
         .iter()
-        .any(|name| headers.contains_key(*name))
+        .any(|name| headers.contains_key(name))
 }
 
 /// True when the request says it came through a proxy: such a request never gets the
 /// daemon's keys.
 pub fn has_forwarding_headers(headers: &HeaderMap) -> bool {
-    ["forwarded", "x-forwarded-for", "via"]
-        .iter()
-        .any(|name| headers.contains_key(*name))
+    FORWARDING.iter().any(|name| headers.contains_key(name))
 }
 
 /// The route credential as the request carries it.

@@ -1,6 +1,8 @@
 //! The daemon's HTTP paths (SPEC §3.1–§3.4), classified by method and path, and the
 //! upstream URL rules of §3.2.
 
+use std::borrow::Cow;
+
 use http::{HeaderMap, Method, Uri};
 
 use crate::config::{BaseUrl, DEFAULT_OPENAI_BASE_URL, UpstreamConfig};
@@ -200,15 +202,15 @@ pub enum TargetError {
 
 /// Resolves the upstream of a model request per §3.2: family, ChatGPT sign-in rerouting,
 /// a caller-selected base (only from `allowed_base_urls`), and the URL joining rule.
-/// `path_and_query` is the request's, kept verbatim.
+/// The request's query is kept verbatim, and so is its path where the base adds nothing to it.
 pub fn upstream_target(
     config: &UpstreamConfig,
     family: ModelFamily,
     headers: &HeaderMap,
     selected_base: Option<&str>,
-    path: &str,
-    query: Option<&str>,
+    request: &Uri,
 ) -> Result<UpstreamTarget, TargetError> {
+    let path = request.path();
     let selected = match selected_base {
         Some(text) => {
             let base = BaseUrl::parse(text).map_err(|_| TargetError::NotAllowed(text.into()))?;
@@ -240,7 +242,7 @@ pub fn upstream_target(
             .unwrap_or(path);
         (
             &config.chatgpt_codex_base_url,
-            format!("{}{rest}", config.chatgpt_codex_base_url.path()),
+            Cow::Owned(format!("{}{rest}", config.chatgpt_codex_base_url.path())),
         )
     } else {
         let base = selected.as_ref().unwrap_or(match family_kind {
@@ -250,23 +252,32 @@ pub fn upstream_target(
         let joined = match family_kind {
             Family::Anthropic => {
                 // `/models` is OpenAI's spelling; Anthropic serves models under /v1.
-                let path = if path == "/models" {
-                    "/v1/models"
+                if path == "/models" {
+                    Cow::Owned(format!("{}/v1/models", base.path()))
+                } else if base.path().is_empty() {
+                    Cow::Borrowed(path)
                 } else {
-                    path
-                };
-                format!("{}{path}", base.path())
+                    Cow::Owned(format!("{}{path}", base.path()))
+                }
             }
             Family::OpenAi => join_openai(base.path(), path),
         };
         (base, joined)
     };
-    // The base's scheme and authority are shared, not reparsed: only the path is new.
-    let mut path_and_query = joined_path;
-    if let Some(query) = query {
-        path_and_query.push('?');
-        path_and_query.push_str(query);
-    }
+    // The base's scheme and authority are shared, not reparsed, and so is the request's
+    // own path and query when the joined path is the request's (the usual bases, `/v1`
+    // and none, make it so): only a new path is parsed.
+    let path_and_query = match (joined_path, request.path_and_query()) {
+        (Cow::Borrowed(_), Some(same)) => same.clone(),
+        (joined, _) => {
+            let mut text = joined.into_owned();
+            if let Some(query) = request.query() {
+                text.push('?');
+                text.push_str(query);
+            }
+            http::uri::PathAndQuery::try_from(text).map_err(|_| TargetError::BadUri)?
+        }
+    };
     let mut parts = http::uri::Parts::default();
     parts.scheme = Some(
         base.uri()
@@ -275,8 +286,7 @@ pub fn upstream_target(
             .unwrap_or(http::uri::Scheme::HTTPS),
     );
     parts.authority = base.uri().authority().cloned();
-    parts.path_and_query =
-        Some(http::uri::PathAndQuery::try_from(path_and_query).map_err(|_| TargetError::BadUri)?);
+    parts.path_and_query = Some(path_and_query);
     let uri = http::Uri::from_parts(parts).map_err(|_| TargetError::BadUri)?;
     Ok(UpstreamTarget {
         family: family_kind,
@@ -292,14 +302,17 @@ pub fn upstream_target(
 }
 
 /// The OpenAI joining rule: a base ending in `/v1` and a path starting with `/v1/` share
-/// one `/v1`; if neither has it, it is inserted; otherwise they are concatenated.
-fn join_openai(base_path: &str, path: &str) -> String {
+/// one `/v1`; if neither has it, it is inserted; otherwise they are concatenated. The
+/// request's own path is borrowed when that is what the rule gives.
+fn join_openai<'a>(base_path: &str, path: &'a str) -> Cow<'a, str> {
     let base_has = base_path.ends_with("/v1");
     let path_has = path.starts_with("/v1/");
     match (base_has, path_has) {
-        (true, true) => format!("{base_path}{}", &path[3..]),
-        (false, false) => format!("{base_path}/v1{path}"),
-        _ => format!("{base_path}{path}"),
+        (true, true) if base_path == "/v1" => Cow::Borrowed(path),
+        (true, true) => Cow::Owned(format!("{base_path}{}", &path[3..])),
+        (false, false) => Cow::Owned(format!("{base_path}/v1{path}")),
+        _ if base_path.is_empty() => Cow::Borrowed(path),
+        _ => Cow::Owned(format!("{base_path}{path}")),
     }
 }
 

@@ -18,10 +18,9 @@ fn target(
     headers: &[(&str, &str)],
     selected: Option<&str>,
 ) -> Result<UpstreamTarget, TargetError> {
-    let (path, query) = match path_and_query.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (path_and_query, None),
-    };
+    let path = path_and_query
+        .split_once('?')
+        .map_or(path_and_query, |(p, _)| p);
     let PathClass::Model { family, .. } = PathClass::classify(method, path) else {
         panic!("{path} is not a model route");
     };
@@ -32,7 +31,8 @@ fn target(
             HeaderValue::from_str(value).unwrap(),
         );
     }
-    upstream_target(config, family, &map, selected, path, query)
+    let request: Uri = path_and_query.parse().unwrap();
+    upstream_target(config, family, &map, selected, &request)
 }
 
 fn url(config: &UpstreamConfig, method: &Method, path: &str, headers: &[(&str, &str)]) -> String {
