@@ -15,16 +15,18 @@
 //! header timeout meanwhile, so losing the watcher never leaves a connection untimed.
 
 use std::collections::VecDeque;
+use std::future::{Future, poll_fn};
 use std::io;
 use std::mem::MaybeUninit;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// Longest request head tracked; hyper refuses longer ones itself (431).
@@ -62,7 +64,8 @@ pub struct ConnState {
     /// while it follows it.
     untracked_since: AtomicU64,
     verdicts: Mutex<VecDeque<HeadVerdict>>,
-    wake: Notify,
+    /// The watchdog, woken when a deadline may have moved earlier.
+    wake: AtomicWaker,
 }
 
 impl ConnState {
@@ -75,7 +78,7 @@ impl ConnState {
             watched: AtomicBool::new(false),
             untracked_since: AtomicU64::new(0),
             verdicts: Mutex::new(VecDeque::new()),
-            wake: Notify::new(),
+            wake: AtomicWaker::new(),
         }
     }
 
@@ -123,38 +126,66 @@ impl ConnState {
     /// watcher lost yields [`Expiry::Untracked`] `header_timeout` after that or after its
     /// last request, whichever is later.
     pub async fn expired(&self, header_timeout: Duration, keepalive_idle: Duration) -> Expiry {
-        loop {
-            let now = self.now_ms();
-            let head_started = self.head_started.load(Ordering::Relaxed);
-            let deadline = if head_started != 0 {
-                let deadline = self.at(head_started - 1) + header_timeout;
-                if self.at(now) >= deadline {
-                    return Expiry::HeaderTimeout;
-                }
-                deadline
-            } else if self.active.load(Ordering::Relaxed) == 0 {
-                let last = self.at(self.last_activity.load(Ordering::Relaxed));
-                let untracked = self.untracked_since.load(Ordering::Relaxed);
-                let (deadline, expiry) = if untracked == 0 {
-                    (last + keepalive_idle, Expiry::Idle)
-                } else {
-                    let since = last.max(self.at(untracked - 1));
-                    (
-                        since + header_timeout.min(keepalive_idle),
-                        Expiry::Untracked,
-                    )
+        // One timer for the connection's life. It may be set earlier than the deadline,
+        // never later: activity only moves a deadline later, so when it does the timer is
+        // left alone and, when it fires early, the state is read again and the timer set
+        // anew. Only a deadline that moves earlier (a head starting on an idle connection)
+        // resets it at once.
+        let mut timer = pin!(tokio::time::sleep(keepalive_idle));
+        poll_fn(|cx| {
+            // Registered before the state is read, so a change made after the read wakes
+            // this again.
+            self.wake.register(cx.waker());
+            loop {
+                let deadline = match self.deadline(header_timeout, keepalive_idle) {
+                    Ok(deadline) => deadline,
+                    Err(expiry) => return Poll::Ready(expiry),
                 };
-                if self.at(now) >= deadline {
-                    return expiry;
+                if timer.is_elapsed() || deadline < timer.deadline() {
+                    timer.as_mut().reset(deadline);
                 }
-                deadline
-            } else {
-                self.at(now) + keepalive_idle
-            };
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = self.wake.notified() => {}
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
             }
+        })
+        .await
+    }
+
+    /// When the connection expires as things stand, or why it has expired.
+    fn deadline(
+        &self,
+        header_timeout: Duration,
+        keepalive_idle: Duration,
+    ) -> Result<Instant, Expiry> {
+        let now = self.at(self.now_ms());
+        let head_started = self.head_started.load(Ordering::Relaxed);
+        if head_started != 0 {
+            let deadline = self.at(head_started - 1) + header_timeout;
+            return if now >= deadline {
+                Err(Expiry::HeaderTimeout)
+            } else {
+                Ok(deadline)
+            };
+        }
+        if self.active.load(Ordering::Relaxed) != 0 {
+            return Ok(now + keepalive_idle);
+        }
+        let last = self.at(self.last_activity.load(Ordering::Relaxed));
+        let untracked = self.untracked_since.load(Ordering::Relaxed);
+        let (deadline, expiry) = if untracked == 0 {
+            (last + keepalive_idle, Expiry::Idle)
+        } else {
+            let since = last.max(self.at(untracked - 1));
+            (
+                since + header_timeout.min(keepalive_idle),
+                Expiry::Untracked,
+            )
+        };
+        if now >= deadline {
+            Err(expiry)
+        } else {
+            Ok(deadline)
         }
     }
 }
@@ -185,7 +216,7 @@ impl Drop for ActiveRequest {
         let now = self.conn.now_ms();
         self.conn.last_activity.fetch_max(now, Ordering::Relaxed);
         if self.conn.active.fetch_sub(1, Ordering::Relaxed) == 1 {
-            self.conn.wake.notify_one();
+            self.conn.wake.wake();
         }
     }
 }
@@ -323,7 +354,7 @@ impl<T> ConnIo<T> {
                             Ordering::Relaxed,
                             Ordering::Relaxed,
                         );
-                        self.state.wake.notify_one();
+                        self.state.wake.wake();
                     }
                     self.state.touch(now);
                     // The usual case, a whole head in one read, is judged where it lies,
@@ -484,7 +515,7 @@ impl<T> ConnIo<T> {
             Ordering::Relaxed,
             Ordering::Relaxed,
         );
-        self.state.wake.notify_one();
+        self.state.wake.wake();
         Framing::Lost
     }
 

@@ -6,9 +6,13 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use http::header::{self, HeaderValue};
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -355,14 +359,21 @@ impl Conn<'_> {
                 .serve_connection_with_upgrades(TokioIo::new(io), service)
                 .into_owned(),
         );
-        let ended = tokio::select! {
-            result = connection => {
+        let watchdog = state.expired(options.header_read_timeout, options.keepalive_idle);
+        let ended = match (Guarded {
+            work: pin!(connection),
+            guard: pin!(watchdog),
+            woken: Arc::new(GuardWoken::default()),
+        })
+        .await
+        {
+            Ended::Work(result) => {
                 if let Err(error) = result {
                     tracing::debug!(error = %error, "connection ended with an error");
                 }
                 None
             }
-            expiry = state.expired(options.header_read_timeout, options.keepalive_idle) => Some(expiry),
+            Ended::Guard(expiry) => Some(expiry),
         };
         match ended {
             // hyper closed the connection itself, after its last answer (or the client
@@ -382,6 +393,70 @@ impl Conn<'_> {
                 tracing::debug!(?expiry, "connection timed out");
             }
         }
+    }
+}
+
+/// Runs `work` until it ends or `guard` ends first, like a two-branch `select!`, except
+/// that `guard` is polled only when its own waker has fired. A connection's task is woken
+/// for every read and write; its watchdog cares about none of them.
+struct Guarded<W, G> {
+    work: W,
+    guard: G,
+    woken: Arc<GuardWoken>,
+}
+
+/// Which of a [`Guarded`] pair ended.
+enum Ended<W, G> {
+    Work(W),
+    Guard(G),
+}
+
+/// The guard's waker: marks the guard as woken and wakes the task.
+#[derive(Debug)]
+struct GuardWoken {
+    /// Starts true, so the guard is polled once and registers its wakers.
+    fired: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Default for GuardWoken {
+    fn default() -> Self {
+        GuardWoken {
+            fired: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        }
+    }
+}
+
+impl Wake for GuardWoken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl<W: Future + Unpin, G: Future + Unpin> Future for Guarded<W, G> {
+    type Output = Ended<W::Output, G::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        this.woken.task.register(cx.waker());
+        if let Poll::Ready(out) = Pin::new(&mut this.work).poll(cx) {
+            return Poll::Ready(Ended::Work(out));
+        }
+        if this.woken.fired.swap(false, Ordering::AcqRel) {
+            let waker = Waker::from(this.woken.clone());
+            if let Poll::Ready(out) =
+                Pin::new(&mut this.guard).poll(&mut Context::from_waker(&waker))
+            {
+                return Poll::Ready(Ended::Guard(out));
+            }
+        }
+        Poll::Pending
     }
 }
 
