@@ -188,6 +188,87 @@ impl ConnState {
             Ok(deadline)
         }
     }
+
+    /// Records that the byte stream can no longer be followed.
+    fn lost(&self, now: u64) -> Framing {
+        let _ =
+            self.untracked_since
+                .compare_exchange(0, now + 1, Ordering::Relaxed, Ordering::Relaxed);
+        self.wake.wake();
+        Framing::Lost
+    }
+
+    /// Parses the head `bytes` start with and judges it: its length and the framing of what
+    /// follows, or `None` while it is incomplete.
+    fn on_head(&self, bytes: &[u8], now: u64) -> Option<(usize, Framing)> {
+        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        match req.parse_with_uninit_headers(bytes, &mut headers) {
+            Ok(httparse::Status::Complete(end)) => Some((end, self.judge(&req, now))),
+            Ok(httparse::Status::Partial) => None,
+            // hyper refuses it (400 or 431) and closes; should it not, the request has no
+            // verdict and is refused.
+            Err(_) => Some((bytes.len(), self.lost(now))),
+        }
+    }
+
+    /// Judges the framing headers of a parsed head and returns the framing of what follows.
+    fn judge(&self, req: &httparse::Request<'_, '_>, now: u64) -> Framing {
+        let mut transfer_encoding: Option<&[u8]> = None;
+        // The first `Content-Length` value, and whether any other differs from it.
+        let mut length: Option<&[u8]> = None;
+        let mut differing = false;
+        for h in req.headers.iter() {
+            if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                transfer_encoding = Some(h.value);
+            } else if h.name.eq_ignore_ascii_case("content-length") {
+                for value in h.value.split(|b| *b == b',').map(trim) {
+                    match length {
+                        None => length = Some(value),
+                        Some(first) => differing |= first != value,
+                    }
+                }
+            }
+        }
+        let verdict = if (transfer_encoding.is_some() && length.is_some()) || differing {
+            HeadVerdict::AmbiguousFraming
+        } else {
+            HeadVerdict::Clean
+        };
+        if let Some(mut verdicts) = relay_logging::sync::lock(&self.verdicts, "framing verdicts") {
+            verdicts.push_back(verdict);
+        }
+        // An upgrade request is followed like any other until hyper writes its `101`
+        // (`on_write`): a refused upgrade leaves an HTTP/1 connection that stays checked.
+        if verdict == HeadVerdict::AmbiguousFraming {
+            // The request is refused and the connection closed.
+            return self.lost(now);
+        }
+        if let Some(te) = transfer_encoding {
+            let chunked = te
+                .rsplit(|b| *b == b',')
+                .next()
+                .is_some_and(|last| trim(last).eq_ignore_ascii_case(b"chunked"));
+            return if chunked {
+                Framing::ChunkSize(ChunkLine::default())
+            } else {
+                // hyper refuses a request body that is not chunked last.
+                self.lost(now)
+            };
+        }
+        match length {
+            None => Framing::Head(Vec::new()),
+            Some(text) => match std::str::from_utf8(text)
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+            {
+                Some(0) => Framing::Head(Vec::new()),
+                Some(n) => Framing::Fixed(n),
+                // hyper refuses a length it cannot read.
+                None => self.lost(now),
+            },
+        }
+    }
 }
 
 impl Default for ConnState {
@@ -359,24 +440,14 @@ impl<T> ConnIo<T> {
                     self.state.touch(now);
                     // The usual case, a whole head in one read, is judged where it lies,
                     // parsed once; only a head split across reads is gathered first.
-                    if buf.is_empty() && !bytes.starts_with(H2_PREFACE) {
-                        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-                        let mut req = httparse::Request::new(&mut []);
-                        match req.parse_with_uninit_headers(bytes, &mut headers) {
-                            Ok(httparse::Status::Complete(end)) => {
-                                self.state.head_started.store(0, Ordering::Relaxed);
-                                self.framing = self.judge(&req);
-                                bytes = &bytes[end..];
-                                continue;
-                            }
-                            Ok(httparse::Status::Partial) => {}
-                            Err(_) => {
-                                // hyper refuses it (400 or 431) and closes; should it not,
-                                // the request has no verdict and is refused.
-                                self.framing = self.lost(now);
-                                return;
-                            }
-                        }
+                    if buf.is_empty()
+                        && !bytes.starts_with(H2_PREFACE)
+                        && let Some((end, framing)) = self.state.on_head(bytes, now)
+                    {
+                        self.state.head_started.store(0, Ordering::Relaxed);
+                        self.framing = framing;
+                        bytes = &bytes[end..];
+                        continue;
                     }
                     let searched = buf.len().saturating_sub(2);
                     buf.extend_from_slice(bytes);
@@ -392,13 +463,16 @@ impl<T> ConnIo<T> {
                             let rest_len = buf.len() - end;
                             let head = std::mem::take(buf);
                             self.state.head_started.store(0, Ordering::Relaxed);
-                            self.framing = self.on_head(&head[..end]);
+                            self.framing = match self.state.on_head(&head[..end], now) {
+                                Some((_, framing)) => framing,
+                                None => self.state.lost(now),
+                            };
                             &bytes[bytes.len() - rest_len..]
                         }
                         None => {
                             if buf.len() > MAX_HEAD {
                                 // hyper answers 431; the head timer keeps running.
-                                self.framing = self.lost(now);
+                                self.framing = self.state.lost(now);
                             }
                             return;
                         }
@@ -440,12 +514,12 @@ impl<T> ConnIo<T> {
                     }
                     match end {
                         _ if overflow => {
-                            self.framing = self.lost(now);
+                            self.framing = self.state.lost(now);
                             return;
                         }
                         Some(at) => {
                             self.framing = match (line.digits, line.size) {
-                                (0, _) => self.lost(now),
+                                (0, _) => self.state.lost(now),
                                 (_, 0) => Framing::Trailers(Vec::new()),
                                 (_, size) => Framing::ChunkData(size),
                             };
@@ -453,7 +527,7 @@ impl<T> ConnIo<T> {
                         }
                         None => {
                             if line.len > MAX_CHUNK_LINE {
-                                self.framing = self.lost(now);
+                                self.framing = self.state.lost(now);
                             }
                             return;
                         }
@@ -497,7 +571,7 @@ impl<T> ConnIo<T> {
                         }
                         None => {
                             if buf.len() > MAX_HEAD {
-                                self.framing = self.lost(now);
+                                self.framing = self.state.lost(now);
                             }
                             return;
                         }
@@ -507,95 +581,10 @@ impl<T> ConnIo<T> {
         }
     }
 
-    /// Records that the byte stream can no longer be followed.
-    fn lost(&self, now: u64) -> Framing {
-        let _ = self.state.untracked_since.compare_exchange(
-            0,
-            now + 1,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
-        self.state.wake.wake();
-        Framing::Lost
-    }
-
     /// Sees the start of what hyper writes: a `101` ends HTTP/1 on this connection.
     fn on_write(&mut self, first: &[u8]) {
         if matches!(self.framing, Framing::Head(_)) && first.starts_with(b"HTTP/1.1 101 ") {
             self.framing = Framing::Off;
-        }
-    }
-
-    /// Judges a complete head and returns the framing of what follows it.
-    fn on_head(&self, head: &[u8]) -> Framing {
-        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-        let mut req = httparse::Request::new(&mut []);
-        let Ok(httparse::Status::Complete(_)) = req.parse_with_uninit_headers(head, &mut headers)
-        else {
-            // hyper refuses it (400 or 431) and closes; should it not, the request has no
-            // verdict and is refused.
-            return self.lost(self.state.now_ms());
-        };
-        self.judge(&req)
-    }
-
-    /// Judges the framing headers of a parsed head and returns the framing of what follows.
-    fn judge(&self, req: &httparse::Request<'_, '_>) -> Framing {
-        let mut transfer_encoding: Option<&[u8]> = None;
-        // The first `Content-Length` value, and whether any other differs from it.
-        let mut length: Option<&[u8]> = None;
-        let mut differing = false;
-        for h in req.headers.iter() {
-            if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                transfer_encoding = Some(h.value);
-            } else if h.name.eq_ignore_ascii_case("content-length") {
-                for value in h.value.split(|b| *b == b',').map(trim) {
-                    match length {
-                        None => length = Some(value),
-                        Some(first) => differing |= first != value,
-                    }
-                }
-            }
-        }
-        let verdict = if (transfer_encoding.is_some() && length.is_some()) || differing {
-            HeadVerdict::AmbiguousFraming
-        } else {
-            HeadVerdict::Clean
-        };
-        if let Some(mut verdicts) =
-            relay_logging::sync::lock(&self.state.verdicts, "framing verdicts")
-        {
-            verdicts.push_back(verdict);
-        }
-        // An upgrade request is followed like any other until hyper writes its `101`
-        // (`on_write`): a refused upgrade leaves an HTTP/1 connection that stays checked.
-        if verdict == HeadVerdict::AmbiguousFraming {
-            // The request is refused and the connection closed.
-            return self.lost(self.state.now_ms());
-        }
-        if let Some(te) = transfer_encoding {
-            let chunked = te
-                .rsplit(|b| *b == b',')
-                .next()
-                .is_some_and(|last| trim(last).eq_ignore_ascii_case(b"chunked"));
-            return if chunked {
-                Framing::ChunkSize(ChunkLine::default())
-            } else {
-                // hyper refuses a request body that is not chunked last.
-                self.lost(self.state.now_ms())
-            };
-        }
-        match length {
-            None => Framing::Head(Vec::new()),
-            Some(text) => match std::str::from_utf8(text)
-                .ok()
-                .and_then(|t| t.parse::<u64>().ok())
-            {
-                Some(0) => Framing::Head(Vec::new()),
-                Some(n) => Framing::Fixed(n),
-                // hyper refuses a length it cannot read.
-                None => self.lost(self.state.now_ms()),
-            },
         }
     }
 }

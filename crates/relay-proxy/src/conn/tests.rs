@@ -144,6 +144,55 @@ async fn an_active_request_holds_the_connection_open() {
     assert!(ended.elapsed() >= Duration::from_secs(90));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_head_on_an_idle_connection_brings_the_deadline_forward() {
+    let state = Arc::new(ConnState::new());
+    let mut io = ConnIo::new((), state.clone(), true);
+    io.observe(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let request = state.begin_request();
+    drop(request);
+    let watch = tokio::spawn({
+        let state = state.clone();
+        async move {
+            state
+                .expired(Duration::from_secs(10), Duration::from_secs(90))
+                .await
+        }
+    });
+    // The watchdog waits for the idle time; a head starting 5 s in must cut that short.
+    tokio::time::advance(Duration::from_secs(5)).await;
+    tokio::task::yield_now().await;
+    let head_started = Instant::now();
+    io.observe(b"GET / HT");
+    assert_eq!(watch.await.unwrap(), Expiry::HeaderTimeout);
+    let waited = head_started.elapsed();
+    assert!(waited >= Duration::from_secs(10) && waited < Duration::from_secs(11));
+}
+
+#[tokio::test(start_paused = true)]
+async fn activity_after_the_timer_was_set_moves_the_idle_deadline_later() {
+    let state = Arc::new(ConnState::new());
+    let mut io = ConnIo::new((), state.clone(), true);
+    io.observe(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let request = state.begin_request();
+    let watch = tokio::spawn({
+        let state = state.clone();
+        async move {
+            state
+                .expired(Duration::from_secs(10), Duration::from_secs(90))
+                .await
+        }
+    });
+    tokio::task::yield_now().await;
+    // The request ends 60 s in: idle from then, not from when the watchdog set its timer.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let ended = Instant::now();
+    drop(request);
+    assert_eq!(watch.await.unwrap(), Expiry::Idle);
+    let idle = ended.elapsed();
+    assert!(idle >= Duration::from_secs(90) && idle < Duration::from_secs(91));
+}
+
 #[test]
 fn bare_lf_heads_end_and_are_judged() {
     let mut io = tracker();
