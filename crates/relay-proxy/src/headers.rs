@@ -165,23 +165,24 @@ pub fn credential_header(headers: &HeaderMap) -> CredentialHeader<'_> {
 
 /// True when the media type is `application/json`, parameters allowed (§3.6).
 pub fn is_json_media_type(headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return false;
-    };
-    let Ok(text) = value.to_str() else {
-        return false;
-    };
-    let essence = text.split(';').next().unwrap_or("").trim();
-    essence.eq_ignore_ascii_case("application/json")
+    media_type_is(headers, b"application/json")
 }
 
 /// True for an SSE response, which gets `X-Accel-Buffering: no` if absent (§3.3).
 pub fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|t| t.split(';').next())
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+    media_type_is(headers, b"text/event-stream")
+}
+
+/// True when the first `Content-Type` is visible ASCII and its type and subtype, without
+/// parameters and surrounding whitespace, are `essence` in any case. Compared as bytes:
+/// this runs on every request and every response.
+fn media_type_is(headers: &HeaderMap, essence: &[u8]) -> bool {
+    let Some(Ok(text)) = headers.get(header::CONTENT_TYPE).map(HeaderValue::to_str) else {
+        return false;
+    };
+    let bytes = text.as_bytes();
+    let end = bytes.iter().position(|b| *b == b';').unwrap_or(bytes.len());
+    bytes[..end].trim_ascii().eq_ignore_ascii_case(essence)
 }
 
 /// True for a WebSocket upgrade attempt (HTTP/1.1 `Upgrade: websocket`, or an HTTP/2
