@@ -123,18 +123,22 @@ async fn watchdog_separates_header_timeout_from_keepalive_idle() {
     assert!(started.elapsed() >= header && started.elapsed() < idle);
 }
 
+/// The watchdog of `state` with a 10 s header timeout and a 90 s keep-alive idle time,
+/// running in its own task.
+fn watchdog(state: &Arc<ConnState>) -> tokio::task::JoinHandle<Expiry> {
+    let state = state.clone();
+    tokio::spawn(async move {
+        state
+            .expired(Duration::from_secs(10), Duration::from_secs(90))
+            .await
+    })
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_active_request_holds_the_connection_open() {
     let state = Arc::new(ConnState::new());
     let request = state.begin_request();
-    let watch = tokio::spawn({
-        let state = state.clone();
-        async move {
-            state
-                .expired(Duration::from_secs(10), Duration::from_secs(90))
-                .await
-        }
-    });
+    let watch = watchdog(&state);
     tokio::time::advance(Duration::from_secs(600)).await;
     tokio::task::yield_now().await;
     assert!(!watch.is_finished());
@@ -149,16 +153,7 @@ async fn a_head_on_an_idle_connection_brings_the_deadline_forward() {
     let state = Arc::new(ConnState::new());
     let mut io = ConnIo::new((), state.clone(), true);
     io.observe(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    let request = state.begin_request();
-    drop(request);
-    let watch = tokio::spawn({
-        let state = state.clone();
-        async move {
-            state
-                .expired(Duration::from_secs(10), Duration::from_secs(90))
-                .await
-        }
-    });
+    let watch = watchdog(&state);
     // The watchdog waits for the idle time; a head starting 5 s in must cut that short.
     tokio::time::advance(Duration::from_secs(5)).await;
     tokio::task::yield_now().await;
@@ -175,14 +170,7 @@ async fn activity_after_the_timer_was_set_moves_the_idle_deadline_later() {
     let mut io = ConnIo::new((), state.clone(), true);
     io.observe(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     let request = state.begin_request();
-    let watch = tokio::spawn({
-        let state = state.clone();
-        async move {
-            state
-                .expired(Duration::from_secs(10), Duration::from_secs(90))
-                .await
-        }
-    });
+    let watch = watchdog(&state);
     tokio::task::yield_now().await;
     // The request ends 60 s in: idle from then, not from when the watchdog set its timer.
     tokio::time::advance(Duration::from_secs(60)).await;
