@@ -199,16 +199,15 @@ impl ConnState {
     }
 
     /// Parses the head `bytes` start with and judges it: its length and the framing of what
-    /// follows, or `None` while it is incomplete.
+    /// follows. `None` when it is incomplete or does not parse: the caller gathers the bytes
+    /// until the head's end, so that an invalid head is judged whole, and a split HTTP/2
+    /// preface (which httparse refuses at its version) is still recognised.
     fn on_head(&self, bytes: &[u8], now: u64) -> Option<(usize, Framing)> {
         let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut []);
         match req.parse_with_uninit_headers(bytes, &mut headers) {
             Ok(httparse::Status::Complete(end)) => Some((end, self.judge(&req, now))),
-            Ok(httparse::Status::Partial) => None,
-            // hyper refuses it (400 or 431) and closes; should it not, the request has no
-            // verdict and is refused.
-            Err(_) => Some((bytes.len(), self.lost(now))),
+            Ok(httparse::Status::Partial) | Err(_) => None,
         }
     }
 
@@ -465,6 +464,8 @@ impl<T> ConnIo<T> {
                             self.state.head_started.store(0, Ordering::Relaxed);
                             self.framing = match self.state.on_head(&head[..end], now) {
                                 Some((_, framing)) => framing,
+                                // hyper refuses it (400 or 431) and closes; should it not,
+                                // the request has no verdict and is refused.
                                 None => self.state.lost(now),
                             };
                             &bytes[bytes.len() - rest_len..]

@@ -182,6 +182,30 @@ async fn activity_after_the_timer_was_set_moves_the_idle_deadline_later() {
 }
 
 #[test]
+fn an_http2_preface_split_anywhere_stops_tracking() {
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    for split in 1..preface.len() {
+        let mut io = tracker();
+        io.observe(&preface[..split]);
+        io.observe(&preface[split..]);
+        assert!(matches!(io.framing, Framing::Off), "split at {split}");
+        assert!(!io.state.is_untracked(), "split at {split}");
+        assert_eq!(io.state.take_verdict(), CLEAN, "split at {split}");
+    }
+}
+
+#[test]
+fn an_invalid_head_is_gathered_until_it_ends_and_keeps_its_head_timer() {
+    let mut io = tracker();
+    io.observe(b"GET / HTTP/1.1\r\nBad Name: x\r\n");
+    assert!(!io.state.is_untracked());
+    assert_ne!(io.state.head_started.load(Ordering::Relaxed), 0);
+    io.observe(b"\r\n");
+    assert!(io.state.is_untracked());
+    assert!(matches!(io.framing, Framing::Lost));
+}
+
+#[test]
 fn bare_lf_heads_end_and_are_judged() {
     let mut io = tracker();
     io.observe(b"POST / HTTP/1.1\nHost: x\nContent-Length: 5\nTransfer-Encoding: chunked\n\n");
