@@ -462,6 +462,11 @@ impl<T> ConnIo<T> {
                             let rest_len = buf.len() - end;
                             let head = std::mem::take(buf);
                             self.state.head_started.store(0, Ordering::Relaxed);
+                            // The watchdog still waits for the head timer, which may be later
+                            // than the idle time from now (a keep-alive time shorter than the
+                            // header timeout). A head read whole needs no wake: its start woke
+                            // the watchdog, which runs after this read.
+                            self.state.wake.wake();
                             self.framing = match self.state.on_head(&head[..end], now) {
                                 Some((_, framing)) => framing,
                                 // hyper refuses it (400 or 431) and closes; should it not,

@@ -205,6 +205,39 @@ fn an_invalid_head_is_gathered_until_it_ends_and_keeps_its_head_timer() {
     assert!(matches!(io.framing, Framing::Lost));
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_split_head_that_ends_hands_over_to_a_shorter_idle_time() {
+    let state = Arc::new(ConnState::new());
+    let mut io = ConnIo::new((), state.clone(), true);
+    io.observe(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    // A keep-alive time shorter than the header timeout.
+    let watch = tokio::spawn({
+        let state = state.clone();
+        async move {
+            state
+                .expired(Duration::from_secs(30), Duration::from_secs(5))
+                .await
+        }
+    });
+    tokio::task::yield_now().await;
+    // A head starts 1 s in; when the idle timer fires it is still being read, so the
+    // watchdog waits for its header timeout (31 s in).
+    tokio::time::advance(Duration::from_secs(1)).await;
+    io.observe(b"GET / HTTP/1.1\r\nHo");
+    tokio::time::advance(Duration::from_secs(5)).await;
+    tokio::task::yield_now().await;
+    assert!(!watch.is_finished());
+    // The head ends and no request begins (as when hyper refuses it): idle from now.
+    let ended = Instant::now();
+    io.observe(b"st: x\r\n\r\n");
+    assert_eq!(watch.await.unwrap(), Expiry::Idle);
+    let idle = ended.elapsed();
+    assert!(
+        idle >= Duration::from_secs(5) && idle < Duration::from_secs(6),
+        "{idle:?}"
+    );
+}
+
 #[test]
 fn bare_lf_heads_end_and_are_judged() {
     let mut io = tracker();
