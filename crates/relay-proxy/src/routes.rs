@@ -242,7 +242,7 @@ pub fn upstream_target(
             .unwrap_or(path);
         (
             &config.chatgpt_codex_base_url,
-            Cow::Owned(format!("{}{rest}", config.chatgpt_codex_base_url.path())),
+            concat(config.chatgpt_codex_base_url.path(), rest),
         )
     } else {
         let base = selected.as_ref().unwrap_or(match family_kind {
@@ -252,13 +252,12 @@ pub fn upstream_target(
         let joined = match family_kind {
             Family::Anthropic => {
                 // `/models` is OpenAI's spelling; Anthropic serves models under /v1.
-                if path == "/models" {
-                    Cow::Owned(format!("{}/v1/models", base.path()))
-                } else if base.path().is_empty() {
-                    Cow::Borrowed(path)
+                let path = if path == "/models" {
+                    "/v1/models"
                 } else {
-                    Cow::Owned(format!("{}{path}", base.path()))
-                }
+                    path
+                };
+                concat(base.path(), path)
             }
             Family::OpenAi => join_openai(base.path(), path),
         };
@@ -267,10 +266,10 @@ pub fn upstream_target(
     // The base's scheme and authority are shared, not reparsed, and so is the request's
     // own path and query when the joined path is the request's (the usual bases, `/v1`
     // and none, make it so): only a new path is parsed.
-    let path_and_query = match (joined_path, request.path_and_query()) {
-        (Cow::Borrowed(_), Some(same)) => same.clone(),
-        (joined, _) => {
-            let mut text = joined.into_owned();
+    let path_and_query = match request.path_and_query() {
+        Some(same) if joined_path == path => same.clone(),
+        _ => {
+            let mut text = joined_path.into_owned();
             if let Some(query) = request.query() {
                 text.push('?');
                 text.push_str(query);
@@ -302,17 +301,21 @@ pub fn upstream_target(
 }
 
 /// The OpenAI joining rule: a base ending in `/v1` and a path starting with `/v1/` share
-/// one `/v1`; if neither has it, it is inserted; otherwise they are concatenated. The
-/// request's own path is borrowed when that is what the rule gives.
+/// one `/v1`; if neither has it, it is inserted; otherwise they are concatenated.
 fn join_openai<'a>(base_path: &str, path: &'a str) -> Cow<'a, str> {
-    let base_has = base_path.ends_with("/v1");
-    let path_has = path.starts_with("/v1/");
-    match (base_has, path_has) {
-        (true, true) if base_path == "/v1" => Cow::Borrowed(path),
-        (true, true) => Cow::Owned(format!("{base_path}{}", &path[3..])),
-        (false, false) => Cow::Owned(format!("{base_path}/v1{path}")),
-        _ if base_path.is_empty() => Cow::Borrowed(path),
-        _ => Cow::Owned(format!("{base_path}{path}")),
+    match (base_path.strip_suffix("/v1"), path.starts_with("/v1/")) {
+        (Some(before_v1), true) => concat(before_v1, path),
+        (None, false) => Cow::Owned(format!("{base_path}/v1{path}")),
+        _ => concat(base_path, path),
+    }
+}
+
+/// `base_path` then `path`, borrowing `path` when the base adds nothing.
+fn concat<'a>(base_path: &str, path: &'a str) -> Cow<'a, str> {
+    if base_path.is_empty() {
+        Cow::Borrowed(path)
+    } else {
+        Cow::Owned(format!("{base_path}{path}"))
     }
 }
 
