@@ -295,7 +295,9 @@ impl Drop for ActiveRequest {
     fn drop(&mut self) {
         let now = self.conn.now_ms();
         self.conn.last_activity.fetch_max(now, Ordering::Relaxed);
-        if self.conn.active.fetch_sub(1, Ordering::Relaxed) == 1 {
+        // The idle deadline from now is later than any the watchdog has set, unless the
+        // watcher lost the byte stream: then the header timeout may end it sooner.
+        if self.conn.active.fetch_sub(1, Ordering::Relaxed) == 1 && self.conn.is_untracked() {
             self.conn.wake.wake();
         }
     }
@@ -414,7 +416,20 @@ impl<T> ConnIo<T> {
         }
     }
 
-    fn observe(&mut self, mut bytes: &[u8]) {
+    /// Follows the bytes hyper just read.
+    fn observe(&mut self, bytes: &[u8]) {
+        let head_started = self.state.head_started.load(Ordering::Relaxed);
+        self.follow(bytes);
+        // A head that started or ended in this read moves the deadline, perhaps earlier (a
+        // head on an idle connection; a head's end when the keep-alive time is shorter
+        // than the header timeout). One that started and ended in it, the usual request,
+        // moves nothing and costs the watchdog no turn.
+        if self.state.head_started.load(Ordering::Relaxed) != head_started {
+            self.state.wake.wake();
+        }
+    }
+
+    fn follow(&mut self, mut bytes: &[u8]) {
         let now = self.state.now_ms();
         while !bytes.is_empty() {
             bytes = match &mut self.framing {
@@ -434,13 +449,11 @@ impl<T> ConnIo<T> {
                             Ordering::Relaxed,
                             Ordering::Relaxed,
                         );
-                        self.state.wake.wake();
                     }
                     self.state.touch(now);
                     // The usual case, a whole head in one read, is judged where it lies,
                     // parsed once; only a head split across reads is gathered first.
                     if buf.is_empty()
-                        && !bytes.starts_with(H2_PREFACE)
                         && let Some((end, framing)) = self.state.on_head(bytes, now)
                     {
                         self.state.head_started.store(0, Ordering::Relaxed);
@@ -462,11 +475,6 @@ impl<T> ConnIo<T> {
                             let rest_len = buf.len() - end;
                             let head = std::mem::take(buf);
                             self.state.head_started.store(0, Ordering::Relaxed);
-                            // The watchdog still waits for the head timer, which may be later
-                            // than the idle time from now (a keep-alive time shorter than the
-                            // header timeout). A head read whole needs no wake: its start woke
-                            // the watchdog, which runs after this read.
-                            self.state.wake.wake();
                             self.framing = match self.state.on_head(&head[..end], now) {
                                 Some((_, framing)) => framing,
                                 // hyper refuses it (400 or 431) and closes; should it not,

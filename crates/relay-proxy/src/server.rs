@@ -360,13 +360,7 @@ impl Conn<'_> {
                 .into_owned(),
         );
         let watchdog = state.expired(options.header_read_timeout, options.keepalive_idle);
-        let ended = match (Guarded {
-            work: pin!(connection),
-            guard: pin!(watchdog),
-            woken: Arc::new(GuardWoken::default()),
-        })
-        .await
-        {
+        let ended = match Guarded::new(pin!(connection), pin!(watchdog)).await {
             Ended::Work(result) => {
                 if let Err(error) = result {
                     tracing::debug!(error = %error, "connection ended with an error");
@@ -414,16 +408,20 @@ enum Ended<W, G> {
 /// The guard's waker: marks the guard as woken and wakes the task.
 #[derive(Debug)]
 struct GuardWoken {
-    /// Starts true, so the guard is polled once and registers its wakers.
     fired: AtomicBool,
     task: AtomicWaker,
 }
 
-impl Default for GuardWoken {
-    fn default() -> Self {
-        GuardWoken {
-            fired: AtomicBool::new(true),
-            task: AtomicWaker::new(),
+impl<W, G> Guarded<W, G> {
+    fn new(work: W, guard: G) -> Guarded<W, G> {
+        Guarded {
+            work,
+            guard,
+            // Fired from the start, so the guard is polled once and registers its wakers.
+            woken: Arc::new(GuardWoken {
+                fired: AtomicBool::new(true),
+                task: AtomicWaker::new(),
+            }),
         }
     }
 }

@@ -317,6 +317,28 @@ async fn an_untracked_connection_is_cut_by_the_header_timer_once_idle() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_untracked_connection_is_cut_by_the_header_timer_once_its_request_ends() {
+    let state = Arc::new(ConnState::new());
+    let mut io = ConnIo::new((), state.clone(), true);
+    io.observe(b"POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n");
+    let request = state.begin_request();
+    let watch = watchdog(&state);
+    // Held open by its request well past both timers; the watchdog has set its timer for
+    // the keep-alive time from its last turn.
+    tokio::time::advance(Duration::from_secs(100)).await;
+    tokio::task::yield_now().await;
+    assert!(!watch.is_finished());
+    let ended = Instant::now();
+    drop(request);
+    assert_eq!(watch.await.unwrap(), Expiry::Untracked);
+    let waited = ended.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(11),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn http2_bytes_are_no_activity() {
     let state = Arc::new(ConnState::new());
     let mut io = ConnIo::new((), state.clone(), true);
