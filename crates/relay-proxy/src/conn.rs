@@ -129,8 +129,9 @@ impl ConnState {
         // One timer for the connection's life. It may be set earlier than the deadline,
         // never later: activity only moves a deadline later, so when it does the timer is
         // left alone and, when it fires early, the state is read again and the timer set
-        // anew. Only a deadline that moves earlier (a head starting on an idle connection)
-        // resets it at once.
+        // anew. What can move a deadline earlier wakes this and resets the timer at once: a
+        // read that leaves the head timer changed, the watcher losing the byte stream, and
+        // the last request ending on a connection it lost.
         let mut timer = pin!(tokio::time::sleep(keepalive_idle));
         poll_fn(|cx| {
             // Registered before the state is read, so a change made after the read wakes
