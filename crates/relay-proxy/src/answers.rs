@@ -5,12 +5,11 @@ use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
-use hyper::body::Incoming;
 use relay_proto::{ErrorBody, ErrorKind};
 
 use crate::body::{ResponseBody, StreamGuard};
 use crate::headers;
-use crate::upstream::UpstreamError;
+use crate::upstream::{UpstreamBody, UpstreamError};
 
 /// The declared `Content-Length`, when it parses.
 pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
@@ -37,7 +36,7 @@ pub(crate) fn ambiguous_framing() -> Response<ResponseBody> {
 /// `X-Accel-Buffering: no` on SSE unless the sender set it (§3.3), `Cache-Control:
 /// no-store` forced on model lists (§3.2), and `guard` held until the body ends.
 pub(crate) fn relay_response(
-    res: Response<Incoming>,
+    res: Response<UpstreamBody>,
     models: bool,
     idle: Duration,
     guard: Box<dyn StreamGuard>,

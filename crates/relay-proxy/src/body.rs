@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::conn::ActiveRequest;
+use crate::upstream::UpstreamBody;
 
 /// Why a body stopped early.
 #[derive(Debug)]
@@ -268,7 +269,7 @@ pub struct ResponseBody {
 enum ResponseInner {
     Full(Option<Bytes>),
     Forward {
-        incoming: Incoming,
+        incoming: UpstreamBody,
         idle: IdleTimer,
         tap: TapSlot,
         /// Held until the body is finished or dropped.
@@ -304,7 +305,7 @@ impl ResponseBody {
     /// Relays an upstream body frame by frame. An upstream failure or `idle` without a
     /// byte ends the body with an error, which aborts the client's response.
     pub fn forward(
-        incoming: Incoming,
+        incoming: UpstreamBody,
         idle: Duration,
         guard: Option<Box<dyn StreamGuard>>,
     ) -> ResponseBody {

@@ -4,19 +4,22 @@
 //!
 //! hyper-util's connectors open the connections (TCP, the CONNECT tunnel, TLS); the pool
 //! and the request forms are here, so a request costs no task, timer or header formatting
-//! of its own beyond what hyper's connection needs.
+//! of its own beyond what hyper's connection needs. An HTTP/1.1 connection has no task
+//! either: the request using it drives it, until its response body has been read
+//! ([`UpstreamBody`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::header::{HOST, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::{http1, http2};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::proxy::Tunnel;
@@ -30,6 +33,9 @@ use crate::body::{BodyError, RequestBody};
 use crate::tls;
 
 type Stream = MaybeHttpsStream<TokioIo<TcpStream>>;
+/// A connection to a provider: TLS over `Stream` for `https`, which is itself TLS only to
+/// an `https` egress proxy.
+type ProviderIo = MaybeHttpsStream<Stream>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How the upstream client behaves.
@@ -134,35 +140,184 @@ struct Origin {
 
 struct Kept {
     sender: Sender,
-    /// When its last request started (HTTP/1.1: when that request's head was answered).
+    /// When it was last used: put back after a response (HTTP/1.1), or given a request
+    /// (HTTP/2).
     used: Instant,
 }
 
 enum Sender {
-    Http1(http1::SendRequest<RequestBody>),
+    /// Kept only while idle: a request takes it out of the pool, and its response body
+    /// puts it back.
+    Http1(Box<Driven>),
+    /// Shared: it has a task of its own, and stays in the pool while in use.
     Http2(http2::SendRequest<RequestBody>),
 }
 
 impl Sender {
-    /// Can take a request now: an idle HTTP/1.1 connection, or an open HTTP/2 one.
-    fn is_ready(&self) -> bool {
+    fn is_closed(&mut self) -> bool {
         match self {
-            Sender::Http1(s) => s.is_ready(),
-            Sender::Http2(s) => s.is_ready(),
+            Sender::Http1(driven) => !driven.is_idle(),
+            Sender::Http2(s) => s.is_closed(),
+        }
+    }
+}
+
+/// An HTTP/1.1 connection to a provider with no task of its own. The task of the request
+/// using it polls it, from writing the request to the end of the response body, so the
+/// request, its answer and each chunk of the body cross no channel between tasks and wake
+/// no second task. An idle one in the pool is polled when it is looked at, which is when a
+/// close by the provider is seen.
+struct Driven {
+    sender: http1::SendRequest<RequestBody>,
+    conn: http1::Connection<ProviderIo, RequestBody>,
+    /// Where it goes back: weakly, as the pool holds it while it is idle.
+    pool: Weak<Inner>,
+    /// Its origin's scheme and authority, as the URI of its first request.
+    origin: Uri,
+    host: HeaderValue,
+}
+
+impl Driven {
+    /// Lets the connection make progress; false once it has ended, after which it must not
+    /// be polled again.
+    fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
+        match Pin::new(&mut self.conn).poll(cx) {
+            Poll::Pending => true,
+            Poll::Ready(Ok(())) => false,
+            Poll::Ready(Err(error)) => {
+                tracing::debug!(error = %error, "provider connection ended with an error");
+                false
+            }
         }
     }
 
-    fn is_closed(&self) -> bool {
-        match self {
-            Sender::Http1(s) => s.is_closed(),
-            Sender::Http2(s) => s.is_closed(),
+    /// Open and waiting for a request, as far as one look tells. Polled without a waker:
+    /// an idle connection waits for nothing, and the request that takes it next polls it
+    /// with its own.
+    fn is_idle(&mut self) -> bool {
+        self.poll_open(&mut Context::from_waker(Waker::noop())) && self.sender.is_ready()
+    }
+}
+
+/// A response body from a provider or a worker. Over HTTP/1.1 to a provider it holds the
+/// connection it arrives on and drives it while it is read, then puts it back in the pool
+/// once the body has ended; dropped before its end, it closes the connection.
+pub struct UpstreamBody {
+    incoming: Incoming,
+    /// The HTTP/1.1 connection it arrives on, while it is open.
+    driven: Option<Box<Driven>>,
+    /// The last frame has been read.
+    ended: bool,
+    /// The last poll handed out a frame.
+    after_frame: bool,
+    /// An error held back for one poll, see [`Body::poll_frame`].
+    held: Option<hyper::Error>,
+}
+
+impl From<Incoming> for UpstreamBody {
+    /// A body whose connection has a task of its own (HTTP/2, or the worker's client).
+    fn from(incoming: Incoming) -> UpstreamBody {
+        UpstreamBody::new(incoming, None)
+    }
+}
+
+impl UpstreamBody {
+    fn new(incoming: Incoming, driven: Option<Box<Driven>>) -> UpstreamBody {
+        UpstreamBody {
+            incoming,
+            driven,
+            ended: false,
+            after_frame: false,
+            held: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamBody")
+            .field("driven", &self.driven.is_some())
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    /// An error that comes right after a frame is held back for one poll, which returns
+    /// `Pending` and wakes the task at once. hyper's server gives up a response whose body
+    /// fails without writing out what it had buffered, and it writes out only when the
+    /// body is pending. With the connection read in the same task, the bytes before a
+    /// provider's failure and the failure itself are often read together: without this, the
+    /// client would lose those bytes, and even the response head.
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        if let Some(error) = this.held.take() {
+            return Poll::Ready(Some(Err(error)));
+        }
+        // The connection first: it reads what the body then hands out.
+        if let Some(driven) = &mut this.driven
+            && !driven.poll_open(cx)
+        {
+            this.driven = None;
+        }
+        let Poll::Ready(frame) = Pin::new(&mut this.incoming).poll_frame(cx) else {
+            this.after_frame = false;
+            return Poll::Pending;
+        };
+        match frame {
+            Some(Ok(frame)) => {
+                this.ended = this.incoming.is_end_stream();
+                this.after_frame = true;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(error)) => {
+                this.driven = None;
+                if std::mem::take(&mut this.after_frame) {
+                    this.held = Some(error);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(Err(error)))
+            }
+            None => {
+                this.ended = true;
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
+impl Drop for UpstreamBody {
+    fn drop(&mut self) {
+        // hyper drops a body as soon as it has ended, and never polls one that was empty.
+        if let Some(mut driven) = self.driven.take()
+            && self.is_end_stream()
+            && driven.is_idle()
+            && let Some(pool) = driven.pool.upgrade()
+        {
+            let (origin, host) = (driven.origin.clone(), driven.host.clone());
+            pool.keep(&origin, host, Sender::Http1(driven));
         }
     }
 }
 
 /// What a connection did with a request.
 enum Attempt {
-    Answered(Result<Response<Incoming>, UpstreamError>),
+    Answered(Result<Response<UpstreamBody>, UpstreamError>),
     /// Nothing of it was written: the request comes back.
     GivenBack(Request<RequestBody>),
 }
@@ -224,7 +379,7 @@ impl UpstreamClient {
     pub async fn send(
         &self,
         req: Request<RequestBody>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         // Boxed, as hyper-util's client boxed its own: this future sits inside every request's,
         // which hyper keeps allocated for the life of the client's connection, and unboxed it
         // cost each held stream about 4 KiB more.
@@ -243,7 +398,7 @@ impl Inner {
     async fn send(
         self: &Arc<Self>,
         mut req: Request<RequestBody>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         self.start_sweeping();
         loop {
             let (sender, host, fresh) = match self.take(req.uri()) {
@@ -278,19 +433,27 @@ impl Inner {
         mut req: Request<RequestBody>,
     ) -> Attempt {
         let sent = match sender {
-            Sender::Http1(mut sender) => {
+            Sender::Http1(mut driven) => {
                 let target = std::mem::take(req.uri_mut());
                 *req.uri_mut() = target
                     .path_and_query()
                     .cloned()
                     .map_or_else(|| Uri::from_static("/"), Uri::from);
                 req.headers_mut().insert(HOST, host.clone());
-                match sender.try_send_request(req).await {
-                    Ok(res) => {
-                        // Busy until its response body is read; `take` skips it until then.
-                        self.keep(&target, host, Sender::Http1(sender));
-                        Ok(res)
+                let mut sending = std::pin::pin!(driven.sender.try_send_request(req));
+                let mut open = Some(driven);
+                // The connection writes the request and reads the answer only while it is
+                // polled. Once it has ended, dropping it settles the request: given back if
+                // nothing of it was written, failed otherwise.
+                let answer = std::future::poll_fn(|cx| {
+                    if open.as_mut().is_some_and(|d| !d.poll_open(cx)) {
+                        open = None;
                     }
+                    sending.as_mut().poll(cx)
+                })
+                .await;
+                match answer {
+                    Ok(res) => Ok(res.map(|incoming| UpstreamBody::new(incoming, open))),
                     Err(mut error) => Err((
                         error.take_message().map(|mut back| {
                             *back.uri_mut() = target;
@@ -304,6 +467,7 @@ impl Inner {
             Sender::Http2(mut sender) => sender
                 .try_send_request(req)
                 .await
+                .map(|res| res.map(UpstreamBody::from))
                 .map_err(|mut error| (error.take_message(), error.into_error())),
         };
         match sent {
@@ -313,26 +477,28 @@ impl Inner {
         }
     }
 
-    /// A kept connection to the request's origin that can take a request now, and the
-    /// origin's `Host` value; closed ones are dropped.
+    /// A kept connection to the request's origin, and the origin's `Host` value: the one
+    /// kept last, the likeliest to be still open. An HTTP/1.1 one is not looked at here:
+    /// the request polls it first thing, and one the provider has closed gives the request
+    /// back unwritten. Closed HTTP/2 ones are dropped.
     fn take(&self, uri: &Uri) -> Option<(Sender, HeaderValue)> {
         let mut origins = relay_logging::sync::lock(&self.origins, "provider pool")?;
         let origin = origins.iter_mut().find(|o| o.serves(uri))?;
-        origin.conns.retain(|kept| !kept.sender.is_closed());
-        let ready = origin
-            .conns
-            .iter()
-            .position(|kept| kept.sender.is_ready())?;
-        let kept = &mut origin.conns[ready];
-        let sender = match &kept.sender {
-            Sender::Http2(shared) => {
-                let shared = shared.clone();
-                kept.used = Instant::now();
-                Sender::Http2(shared)
-            }
-            Sender::Http1(_) => origin.conns.swap_remove(ready).sender,
-        };
-        Some((sender, origin.host.clone()))
+        loop {
+            let kept = origin.conns.last_mut()?;
+            let sender = match &kept.sender {
+                Sender::Http1(_) => origin.conns.pop()?.sender,
+                Sender::Http2(shared) if shared.is_closed() => {
+                    origin.conns.pop();
+                    continue;
+                }
+                Sender::Http2(shared) => {
+                    kept.used = Instant::now();
+                    Sender::Http2(shared.clone())
+                }
+            };
+            return Some((sender, origin.host.clone()));
+        }
     }
 
     /// Keeps a connection for later requests to `uri`'s origin.
@@ -366,8 +532,8 @@ impl Inner {
 
     /// Opens a connection to the request's origin (directly or through the egress proxy,
     /// TLS for `https`), HTTP/2 if the provider chose it by ALPN. An HTTP/2 connection is
-    /// kept at once, to be shared; an HTTP/1.1 one once its first request is written.
-    async fn connect(&self, uri: &Uri) -> Result<(Sender, HeaderValue), UpstreamError> {
+    /// kept at once, to be shared; an HTTP/1.1 one once its first response body is read.
+    async fn connect(self: &Arc<Self>, uri: &Uri) -> Result<(Sender, HeaderValue), UpstreamError> {
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
             return Err(UpstreamError::Failed(
                 format!("the upstream address {uri} is not absolute").into(),
@@ -391,13 +557,19 @@ impl Inner {
             self.keep(uri, host.clone(), Sender::Http2(sender.clone()));
             Ok((Sender::Http2(sender), host))
         } else {
-            let (sender, connection) = http1::Builder::new()
+            let (sender, conn) = http1::Builder::new()
                 .max_buf_size(BUFFER_BYTES)
                 .handshake(io)
                 .await
                 .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
-            tokio::spawn(connection);
-            Ok((Sender::Http1(sender), host))
+            let driven = Driven {
+                sender,
+                conn,
+                pool: Arc::downgrade(self),
+                origin: uri.clone(),
+                host: host.clone(),
+            };
+            Ok((Sender::Http1(Box::new(driven)), host))
         }
     }
 
@@ -418,18 +590,16 @@ impl Inner {
         });
     }
 
-    /// Drops the connections closed, or idle now and last used before `now - POOL_IDLE`,
-    /// and origins left with none. An HTTP/1.1 connection still busy with a response is kept.
+    /// Drops the connections closed, or last used before `now - POOL_IDLE`, and origins
+    /// left with none. An HTTP/1.1 connection busy with a response is not in the pool.
     fn sweep(&self, now: Instant) {
         let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
             return;
         };
         for origin in origins.iter_mut() {
-            origin.conns.retain(|kept| {
+            origin.conns.retain_mut(|kept| {
                 let idle = now.saturating_duration_since(kept.used) >= POOL_IDLE;
-                // An HTTP/2 connection is never busy: it is shared.
-                let busy = !kept.sender.is_ready();
-                !kept.sender.is_closed() && (busy || !idle)
+                !kept.sender.is_closed() && !idle
             });
         }
         origins.retain(|origin| !origin.conns.is_empty());

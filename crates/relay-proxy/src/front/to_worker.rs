@@ -5,13 +5,13 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use relay_broker::{Fingerprint, ProbeOutcome};
 use relay_proto::ErrorKind;
 
 use super::Front;
 use crate::answers::{error, worker_failed};
 use crate::body::{RequestBody, ResponseBody};
+use crate::upstream::UpstreamBody;
 use crate::worker_client::{WorkerSendError, WorkerTarget};
 
 impl Front {
@@ -66,7 +66,7 @@ impl Front {
             }
             Ok(mut res) => {
                 res.extensions_mut().insert(UpstreamWait(waiting.elapsed()));
-                WorkerResult::Answered(res)
+                WorkerResult::Answered(res.map(UpstreamBody::from))
             }
             Err(WorkerSendError::NotSent { request, outcome }) => {
                 self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");
@@ -82,7 +82,7 @@ impl Front {
 
 /// How a call to a worker ended.
 pub(super) enum WorkerResult {
-    Answered(Response<Incoming>),
+    Answered(Response<UpstreamBody>),
     /// Nothing reached the worker; the request comes back unsent.
     NotSent(Request<RequestBody>, ProbeOutcome),
     Failed(Response<ResponseBody>),

@@ -42,7 +42,7 @@ fn get(uri: &str) -> Request<RequestBody> {
     req
 }
 
-async fn read_all(res: Response<Incoming>) -> (StatusCode, Bytes) {
+async fn read_all(res: Response<UpstreamBody>) -> (StatusCode, Bytes) {
     let status = res.status();
     (status, res.into_body().collect().await.unwrap().to_bytes())
 }
@@ -55,8 +55,18 @@ enum Seen {
 }
 
 /// A plain HTTP/1.1 provider answering `ok` to bodiless requests. With `close_after_one`, it
-/// closes each connection after its first answer, without saying so in the response.
+/// closes each connection soon after its first answer, without saying so in the response.
 async fn provider(close_after_one: bool) -> (String, mpsc::UnboundedReceiver<Seen>) {
+    provider_answering(OK, close_after_one).await
+}
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+/// A plain HTTP/1.1 provider answering every request head with `response`.
+async fn provider_answering(
+    response: &'static [u8],
+    close_after_one: bool,
+) -> (String, mpsc::UnboundedReceiver<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = mpsc::unbounded_channel();
@@ -64,13 +74,18 @@ async fn provider(close_after_one: bool) -> (String, mpsc::UnboundedReceiver<See
         loop {
             let (stream, _) = listener.accept().await.unwrap();
             let _ = tx.send(Seen::Connection);
-            tokio::spawn(answer(stream, close_after_one, tx.clone()));
+            tokio::spawn(answer(stream, response, close_after_one, tx.clone()));
         }
     });
     (format!("http://{addr}"), rx)
 }
 
-async fn answer(mut stream: TcpStream, close_after_one: bool, tx: mpsc::UnboundedSender<Seen>) {
+async fn answer(
+    mut stream: TcpStream,
+    response: &[u8],
+    close_after_one: bool,
+    tx: mpsc::UnboundedSender<Seen>,
+) {
     let mut buf = Vec::new();
     loop {
         let mut chunk = [0u8; 4096];
@@ -83,11 +98,14 @@ async fn answer(mut stream: TcpStream, close_after_one: bool, tx: mpsc::Unbounde
         while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head: Vec<u8> = buf.drain(..end + 4).collect();
             let _ = tx.send(Seen::Head(String::from_utf8(head).unwrap()));
-            stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                .await
-                .unwrap();
+            if stream.write_all(response).await.is_err() {
+                let _ = tx.send(Seen::Closed);
+                return;
+            }
             if close_after_one {
+                // Later than the client's look at the connection when the answer has been
+                // read, so the client keeps it.
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 drop(stream);
                 let _ = tx.send(Seen::Closed);
                 return;
@@ -179,18 +197,85 @@ async fn a_connection_the_provider_closed_is_not_used_and_nothing_is_sent_twice(
                 Seen::Closed => break,
             }
         }
-        // The kept connection's task reads the close before the next request is sent.
+        // A look at the kept connection reads the close before the next request is sent.
         let closed = || {
-            let origins = relay_logging::sync::lock(&client.inner.origins, "test").unwrap();
+            let mut origins = relay_logging::sync::lock(&client.inner.origins, "test").unwrap();
             origins
-                .iter()
-                .all(|o| o.conns.iter().all(|k| k.sender.is_closed()))
+                .iter_mut()
+                .all(|o| o.conns.iter_mut().all(|k| k.sender.is_closed()))
         };
         assert!(relay_testkit::eventually(WAIT, closed).await);
     }
     let (more_connections, more_heads) = counts(&mut seen);
     assert_eq!((more_connections, more_heads.len()), (0, 0));
     assert_eq!((connections, heads), (3, 3));
+}
+
+#[tokio::test]
+async fn a_request_on_a_kept_connection_closed_unseen_goes_unwritten_on_a_new_one() {
+    let (base, mut seen) = provider(true).await;
+    let client = client();
+    let uri = format!("{base}/v1/models");
+    for round in 1..=3 {
+        let res = client.send(get(&uri)).await.unwrap();
+        assert_eq!(read_all(res).await, (StatusCode::OK, "ok".into()));
+        // The provider has closed its end, and nothing has looked at the kept connection
+        // since: the next request is handed to it, and comes back unwritten.
+        assert!(matches!(next(&mut seen).await, Seen::Connection));
+        assert!(matches!(next(&mut seen).await, Seen::Head(_)));
+        assert!(matches!(next(&mut seen).await, Seen::Closed));
+        assert_eq!(
+            relay_logging::sync::lock(&client.inner.origins, "test").unwrap()[0]
+                .conns
+                .len(),
+            1,
+            "round {round}"
+        );
+    }
+    assert_eq!(counts(&mut seen), (0, Vec::new()));
+}
+
+#[tokio::test]
+async fn a_response_without_a_body_gives_its_connection_back() {
+    let (base, mut seen) = provider_answering(b"HTTP/1.1 204 No Content\r\n\r\n", false).await;
+    let client = client();
+    for _ in 0..3 {
+        let res = client.send(get(&format!("{base}/v1/models"))).await;
+        let res = res.unwrap();
+        assert_eq!(res.status(), StatusCode::NO_CONTENT);
+        // Dropped unread, as hyper's server drops a body that has ended before its start.
+        assert!(res.body().is_end_stream());
+    }
+    let (connections, heads) = counts(&mut seen);
+    assert_eq!((connections, heads.len()), (1, 3));
+}
+
+#[tokio::test]
+async fn a_body_dropped_before_its_end_closes_its_connection() {
+    let (base, mut seen) = provider_answering(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nonly the start",
+        false,
+    )
+    .await;
+    let client = client();
+    let uri = format!("{base}/v1/models");
+    let mut res = client.send(get(&uri)).await.unwrap();
+    let first = res.body_mut().frame().await.unwrap().unwrap();
+    assert_eq!(first.into_data().unwrap(), "only the start");
+    drop(res);
+    assert!(matches!(next(&mut seen).await, Seen::Connection));
+    assert!(matches!(next(&mut seen).await, Seen::Head(_)));
+    assert!(matches!(next(&mut seen).await, Seen::Closed));
+    assert!(
+        relay_logging::sync::lock(&client.inner.origins, "test")
+            .unwrap()
+            .iter()
+            .all(|o| o.conns.is_empty())
+    );
+    // The next request gets a new connection.
+    let res = client.send(get(&uri)).await.unwrap();
+    drop(res);
+    assert!(matches!(next(&mut seen).await, Seen::Connection));
 }
 
 #[tokio::test]
@@ -207,7 +292,7 @@ async fn idle_connections_are_closed_by_the_sweep_and_busy_ones_are_not() {
     // Not idle long enough: kept, and still open.
     client.inner.sweep(Instant::now());
     {
-        let origins = relay_logging::sync::lock(&client.inner.origins, "test").unwrap();
+        let mut origins = relay_logging::sync::lock(&client.inner.origins, "test").unwrap();
         assert_eq!(origins.len(), 1);
         assert_eq!(origins[0].conns.len(), 1);
         assert!(!origins[0].conns[0].sender.is_closed());
