@@ -178,25 +178,86 @@ struct Driven {
 }
 
 impl Driven {
-    /// Lets the connection make progress; false once it has ended, after which it must not
-    /// be polled again.
+    fn is_idle(&mut self) -> bool {
+        is_idle(&mut self.conn, &self.sender)
+    }
+}
+
+impl Lease for Driven {
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
-        match Pin::new(&mut self.conn).poll(cx) {
-            Poll::Pending => true,
-            Poll::Ready(Ok(())) => false,
-            Poll::Ready(Err(error)) => {
-                tracing::debug!(error = %error, "provider connection ended with an error");
-                false
-            }
-        }
+        poll_open(&mut self.conn, cx)
     }
 
-    /// Open and waiting for a request, as far as one look tells. Polled without a waker:
-    /// an idle connection waits for nothing, and the request that takes it next polls it
-    /// with its own.
-    fn is_idle(&mut self) -> bool {
-        self.poll_open(&mut Context::from_waker(Waker::noop())) && self.sender.is_ready()
+    fn give_back(mut self: Box<Self>) {
+        if self.is_idle()
+            && let Some(pool) = self.pool.upgrade()
+        {
+            let (origin, host) = (self.origin.clone(), self.host.clone());
+            pool.keep(&origin, host, Sender::Http1(self));
+        }
     }
+}
+
+/// An HTTP/1.1 connection with no task of its own, lent to the request that drives it
+/// (a provider's, or a worker's in the daemon).
+pub(crate) trait Lease: Send {
+    /// Lets the connection make progress; false once it has ended, after which it must not
+    /// be polled again.
+    fn poll_open(&mut self, cx: &mut Context<'_>) -> bool;
+    /// Its response has been read whole: it goes back to its pool if it is idle.
+    fn give_back(self: Box<Self>);
+}
+
+/// Polls a connection; false once it has ended.
+pub(crate) fn poll_open<T, B>(conn: &mut http1::Connection<T, B>, cx: &mut Context<'_>) -> bool
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: Body + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    match Pin::new(conn).poll(cx) {
+        Poll::Pending => true,
+        Poll::Ready(Ok(())) => false,
+        Poll::Ready(Err(error)) => {
+            tracing::debug!(error = %error, "connection ended with an error");
+            false
+        }
+    }
+}
+
+/// Open and waiting for a request, as far as one look tells. Polled without a waker: an
+/// idle connection waits for nothing, and the request that takes it next polls it with its
+/// own.
+pub(crate) fn is_idle<T, B>(
+    conn: &mut http1::Connection<T, B>,
+    sender: &http1::SendRequest<B>,
+) -> bool
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: Body + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    poll_open(conn, &mut Context::from_waker(Waker::noop())) && sender.is_ready()
+}
+
+/// Waits for the answer to a request handed to `conn`, polling the connection meanwhile:
+/// it writes the request and reads the answer only while it is polled. A connection that
+/// ends first is dropped, which settles the answer: given back if nothing of the request
+/// was written, failed otherwise.
+pub(crate) async fn exchange<L: Lease + ?Sized, R>(
+    conn: &mut Option<Box<L>>,
+    answer: impl Future<Output = R>,
+) -> R {
+    let mut answer = std::pin::pin!(answer);
+    std::future::poll_fn(|cx| {
+        if conn.as_mut().is_some_and(|c| !c.poll_open(cx)) {
+            *conn = None;
+        }
+        answer.as_mut().poll(cx)
+    })
+    .await
 }
 
 /// A response body from a provider or a worker. Over HTTP/1.1 to a provider it holds the
@@ -205,7 +266,7 @@ impl Driven {
 pub struct UpstreamBody {
     incoming: Incoming,
     /// The HTTP/1.1 connection it arrives on, while it is open.
-    driven: Option<Box<Driven>>,
+    driven: Option<Box<dyn Lease>>,
     /// The last frame has been read.
     ended: bool,
     /// The last poll handed out a frame.
@@ -215,14 +276,14 @@ pub struct UpstreamBody {
 }
 
 impl From<Incoming> for UpstreamBody {
-    /// A body whose connection has a task of its own (HTTP/2, or the worker's client).
+    /// A body whose connection has a task of its own (HTTP/2).
     fn from(incoming: Incoming) -> UpstreamBody {
         UpstreamBody::new(incoming, None)
     }
 }
 
 impl UpstreamBody {
-    fn new(incoming: Incoming, driven: Option<Box<Driven>>) -> UpstreamBody {
+    pub(crate) fn new(incoming: Incoming, driven: Option<Box<dyn Lease>>) -> UpstreamBody {
         UpstreamBody {
             incoming,
             driven,
@@ -304,13 +365,10 @@ impl Body for UpstreamBody {
 impl Drop for UpstreamBody {
     fn drop(&mut self) {
         // hyper drops a body as soon as it has ended, and never polls one that was empty.
-        if let Some(mut driven) = self.driven.take()
+        if let Some(driven) = self.driven.take()
             && self.is_end_stream()
-            && driven.is_idle()
-            && let Some(pool) = driven.pool.upgrade()
         {
-            let (origin, host) = (driven.origin.clone(), driven.host.clone());
-            pool.keep(&origin, host, Sender::Http1(driven));
+            driven.give_back();
         }
     }
 }
@@ -440,20 +498,12 @@ impl Inner {
                     .cloned()
                     .map_or_else(|| Uri::from_static("/"), Uri::from);
                 req.headers_mut().insert(HOST, host.clone());
-                let mut sending = std::pin::pin!(driven.sender.try_send_request(req));
+                let sending = driven.sender.try_send_request(req);
                 let mut open = Some(driven);
-                // The connection writes the request and reads the answer only while it is
-                // polled. Once it has ended, dropping it settles the request: given back if
-                // nothing of it was written, failed otherwise.
-                let answer = std::future::poll_fn(|cx| {
-                    if open.as_mut().is_some_and(|d| !d.poll_open(cx)) {
-                        open = None;
-                    }
-                    sending.as_mut().poll(cx)
-                })
-                .await;
-                match answer {
-                    Ok(res) => Ok(res.map(|incoming| UpstreamBody::new(incoming, open))),
+                match exchange(&mut open, sending).await {
+                    Ok(res) => Ok(res.map(|incoming| {
+                        UpstreamBody::new(incoming, open.map(|d| d as Box<dyn Lease>))
+                    })),
                     Err(mut error) => Err((
                         error.take_message().map(|mut back| {
                             *back.uri_mut() = target;
@@ -756,4 +806,4 @@ impl tower_service::Service<Uri> for EgressConnector {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -4,36 +4,39 @@
 //! Connections are HTTP/1.1, pooled per worker generation. A request is handed to a
 //! connection with `try_send_request`, so a pooled connection that turns out dead gives the
 //! request back unsent; the caller can then tell "nothing was written" (pass through once,
-//! §3.7) from "the worker may have it" (502, never retried).
+//! §3.7) from "the worker may have it" (502, never retried). A connection has no task of
+//! its own: the request using it drives it until its response body has been read, as the
+//! provider client's do ([`crate::upstream::Lease`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use base64::Engine as _;
 use http::header::HeaderValue;
 use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http1::{Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use relay_broker::ProbeOutcome;
 use relay_proto::Id;
+use std::task::Context;
 use tokio::net::TcpStream;
 
 use crate::body::RequestBody;
 use crate::headers::WORKER_SECRET;
 use crate::tls_io::{Gather, ReadAhead};
+use crate::upstream::{Lease, UpstreamBody, exchange, is_idle, poll_open};
 use crate::worker::READY_PATH;
 
 /// Probes get this long (§5.1).
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// TCP, TLS and HTTP handshakes with a worker get this long together.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Connections kept per worker generation, busy or idle: as many as one credential may have
-/// requests in flight by default (`max_requests_per_identity`), so that under load a request
-/// finds a kept connection instead of paying a TLS handshake (which, at 32, half the requests
-/// at concurrency 64 did). Closed ones are dropped when the pool is next searched.
+/// Idle connections kept per worker generation: as many as one credential may have requests
+/// in flight by default (`max_requests_per_identity`), so that under load a request finds a
+/// kept connection instead of paying a TLS handshake (which, at 32, half the requests at
+/// concurrency 64 did). A closed one is found when a request is handed to it.
 const MAX_POOLED: usize = 256;
 
 /// Where and how to reach one worker generation.
@@ -60,10 +63,61 @@ pub enum WorkerSendError {
     Failed(#[source] hyper::Error),
 }
 
-/// Pools of connections, one per worker generation.
+/// Pools of idle connections, one per worker generation.
 #[derive(Default)]
 pub struct WorkerClient {
-    pools: Mutex<HashMap<Id, Vec<SendRequest<RequestBody>>>>,
+    pools: Arc<Pools>,
+}
+
+type Pools = Mutex<HashMap<Id, Vec<Box<WorkerConn>>>>;
+
+type WorkerIo = TokioIo<Gather<tokio_rustls::client::TlsStream<ReadAhead<TcpStream>>>>;
+
+/// One pinned connection to a worker generation.
+struct WorkerConn {
+    sender: SendRequest<RequestBody>,
+    conn: Connection<WorkerIo, RequestBody>,
+    worker_id: Id,
+    /// Where it goes back; none for a probe's connection, which is not kept.
+    pools: Weak<Pools>,
+}
+
+impl Lease for WorkerConn {
+    fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
+        poll_open(&mut self.conn, cx)
+    }
+
+    /// Kept only while its generation's pool is: a generation forgotten meanwhile gets
+    /// none back.
+    fn give_back(mut self: Box<Self>) {
+        if !is_idle(&mut self.conn, &self.sender) {
+            return;
+        }
+        let Some(pools) = self.pools.upgrade() else {
+            return;
+        };
+        if let Some(mut pools) = relay_logging::sync::lock(&pools, "worker pools")
+            && let Some(pool) = pools.get_mut(&self.worker_id)
+            && pool.len() < MAX_POOLED
+        {
+            pool.push(self);
+        }
+    }
+}
+
+impl WorkerConn {
+    /// Writes `req` and waits for its response head, driving the connection meanwhile; the
+    /// response body drives it from then on.
+    async fn send(
+        mut self: Box<Self>,
+        req: Request<RequestBody>,
+    ) -> Result<Response<UpstreamBody>, hyper::client::conn::TrySendError<Request<RequestBody>>>
+    {
+        let sending = self.sender.try_send_request(req);
+        let mut open = Some(self);
+        let res = exchange(&mut open, sending).await?;
+        Ok(res.map(|incoming| UpstreamBody::new(incoming, open.map(|c| c as Box<dyn Lease>))))
+    }
 }
 
 impl std::fmt::Debug for WorkerClient {
@@ -98,16 +152,13 @@ impl WorkerClient {
         &self,
         target: &WorkerTarget,
         mut req: Request<RequestBody>,
-    ) -> Result<Response<Incoming>, WorkerSendError> {
+    ) -> Result<Response<UpstreamBody>, WorkerSendError> {
         req.headers_mut()
             .insert(WORKER_SECRET, secret_header(&target.secret));
         // Pooled connections first; a dead one gives the request back unsent.
-        while let Some(mut sender) = self.take_ready(target.worker_id) {
-            match sender.try_send_request(req).await {
-                Ok(res) => {
-                    self.put_back(target.worker_id, sender);
-                    return Ok(res);
-                }
+        while let Some(conn) = self.take(target.worker_id) {
+            match conn.send(req).await {
+                Ok(res) => return Ok(res),
                 Err(mut error) => match error.take_message() {
                     Some(back) => req = back,
                     None => return Err(WorkerSendError::Failed(error.into_error())),
@@ -116,9 +167,10 @@ impl WorkerClient {
         }
         // A stopped or unreachable worker must not hold the request: nothing is written until
         // the connection is up, so a timeout here still allows one pass-through (§3.7).
-        let connecting = tokio::time::timeout(CONNECT_TIMEOUT, connect(target)).await;
-        let mut sender = match connecting.unwrap_or(Err(ProbeOutcome::Failed)) {
-            Ok(sender) => sender,
+        let pools = Arc::downgrade(&self.pools);
+        let connecting = tokio::time::timeout(CONNECT_TIMEOUT, connect(target, pools)).await;
+        let conn = match connecting.unwrap_or(Err(ProbeOutcome::Failed)) {
+            Ok(conn) => conn,
             Err(outcome) => {
                 return Err(WorkerSendError::NotSent {
                     request: Box::new(req),
@@ -126,11 +178,12 @@ impl WorkerClient {
                 });
             }
         };
-        match sender.try_send_request(req).await {
-            Ok(res) => {
-                self.put_back(target.worker_id, sender);
-                Ok(res)
-            }
+        // Its pool, for it to go back to.
+        if let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") {
+            pools.entry(target.worker_id).or_default();
+        }
+        match conn.send(req).await {
+            Ok(res) => Ok(res),
             Err(mut error) => match error.take_message() {
                 Some(back) => Err(WorkerSendError::NotSent {
                     request: Box::new(back),
@@ -141,40 +194,24 @@ impl WorkerClient {
         }
     }
 
-    /// A pooled connection that can take a request now; closed ones are dropped.
-    fn take_ready(&self, worker_id: Id) -> Option<SendRequest<RequestBody>> {
+    /// The connection kept last, the likeliest to be still open. It is not looked at here:
+    /// one the worker has closed gives the request back unwritten.
+    fn take(&self, worker_id: Id) -> Option<Box<WorkerConn>> {
         let mut pools = relay_logging::sync::lock(&self.pools, "worker pools")?;
-        let pool = pools.get_mut(&worker_id)?;
-        pool.retain(|sender| !sender.is_closed());
-        let ready = pool.iter().position(SendRequest::is_ready)?;
-        Some(pool.swap_remove(ready))
-    }
-
-    /// Keeps a connection for later. With HTTP/1 it stays busy until its response body is
-    /// read; `take_ready` skips it until then.
-    fn put_back(&self, worker_id: Id, sender: SendRequest<RequestBody>) {
-        if let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") {
-            let pool = pools.entry(worker_id).or_default();
-            if pool.len() < MAX_POOLED {
-                pool.push(sender);
-            }
-        }
+        pools.get_mut(&worker_id)?.pop()
     }
 
     /// `GET /_relay/worker/v1/ready` over a fresh pinned connection (§5.5).
     pub async fn probe(&self, target: &WorkerTarget) -> ProbeOutcome {
         let probe = async {
-            let mut sender = connect(target).await?;
+            let conn = connect(target, Weak::new()).await?;
             let mut req = Request::new(RequestBody::empty());
             *req.uri_mut() = http::Uri::from_static(READY_PATH);
             req.headers_mut()
                 .insert(http::header::HOST, HeaderValue::from_static("relay-worker"));
             req.headers_mut()
                 .insert(WORKER_SECRET, secret_header(&target.secret));
-            let res = sender
-                .send_request(req)
-                .await
-                .map_err(|_| ProbeOutcome::Failed)?;
+            let res = conn.send(req).await.map_err(|_| ProbeOutcome::Failed)?;
             if !res.status().is_success() {
                 return Err(ProbeOutcome::Failed);
             }
@@ -204,7 +241,10 @@ impl WorkerClient {
 
 /// One pinned HTTPS connection. A refused connection or a certificate other than the
 /// registered one is evidence that the worker is gone (§5.4).
-async fn connect(target: &WorkerTarget) -> Result<SendRequest<RequestBody>, ProbeOutcome> {
+async fn connect(
+    target: &WorkerTarget,
+    pools: Weak<Pools>,
+) -> Result<Box<WorkerConn>, ProbeOutcome> {
     let addr: SocketAddr = target.endpoint.parse().map_err(|_| ProbeOutcome::Gone)?;
     let tcp = match TcpStream::connect(addr).await {
         Ok(tcp) => tcp,
@@ -225,16 +265,17 @@ async fn connect(target: &WorkerTarget) -> Result<SendRequest<RequestBody>, Prob
         Err(e) if is_certificate_mismatch(&e) => return Err(ProbeOutcome::Gone),
         Err(_) => return Err(ProbeOutcome::Failed),
     };
-    let (sender, connection) = hyper::client::conn::http1::Builder::new()
+    let (sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(crate::server::STREAM_BUFFER_BYTES)
         .handshake(TokioIo::new(Gather::new(tls)))
         .await
         .map_err(|_| ProbeOutcome::Failed)?;
-    // The connection task ends when its sender is dropped or the worker closes.
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
+    Ok(Box::new(WorkerConn {
+        sender,
+        conn,
+        worker_id: target.worker_id,
+        pools,
+    }))
 }
 
 fn is_certificate_mismatch(error: &std::io::Error) -> bool {
@@ -243,3 +284,6 @@ fn is_certificate_mismatch(error: &std::io::Error) -> bool {
         .and_then(|e| e.downcast_ref::<rustls::Error>())
         .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_)))
 }
+
+#[cfg(test)]
+mod tests;

@@ -66,7 +66,7 @@ impl Front {
             }
             Ok(mut res) => {
                 res.extensions_mut().insert(UpstreamWait(waiting.elapsed()));
-                WorkerResult::Answered(res.map(UpstreamBody::from))
+                WorkerResult::Answered(res)
             }
             Err(WorkerSendError::NotSent { request, outcome }) => {
                 self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");

@@ -7,8 +7,8 @@ use http::uri::{Authority, Scheme};
 use http::{Request, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::*;
@@ -47,8 +47,8 @@ async fn read_all(res: Response<UpstreamBody>) -> (StatusCode, Bytes) {
     (status, res.into_body().collect().await.unwrap().to_bytes())
 }
 
-/// What a provider saw: each connection it accepted, and each request head on it.
-enum Seen {
+/// What a peer saw: each connection it accepted, and each request head on it.
+pub(crate) enum Seen {
     Connection,
     Head(String),
     Closed,
@@ -80,8 +80,10 @@ async fn provider_answering(
     (format!("http://{addr}"), rx)
 }
 
-async fn answer(
-    mut stream: TcpStream,
+/// Answers every request head on `stream` with `response`; with `close_after_one`, closes
+/// the stream soon after the first answer. Shared with the worker client's tests.
+pub(crate) async fn answer(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
     response: &[u8],
     close_after_one: bool,
     tx: mpsc::UnboundedSender<Seen>,
@@ -114,14 +116,14 @@ async fn answer(
     }
 }
 
-async fn next(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+pub(crate) async fn next(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
     tokio::time::timeout(WAIT, rx.recv())
         .await
         .unwrap()
         .unwrap()
 }
 
-fn counts(rx: &mut mpsc::UnboundedReceiver<Seen>) -> (usize, Vec<String>) {
+pub(crate) fn counts(rx: &mut mpsc::UnboundedReceiver<Seen>) -> (usize, Vec<String>) {
     let (mut connections, mut heads) = (0, Vec::new());
     while let Ok(seen) = rx.try_recv() {
         match seen {

@@ -1,0 +1,102 @@
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::BodyExt;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::upstream::tests::{Seen, answer, counts, next};
+use crate::worker::WorkerIdentity;
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+/// A worker stand-in behind the pinned certificate of `target`, answering every request
+/// head with `ok`; with `close_after_one`, closing each connection soon after its answer.
+async fn worker(close_after_one: bool) -> (WorkerTarget, mpsc::UnboundedReceiver<Seen>) {
+    let identity = WorkerIdentity::generate("127.0.0.1").unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(identity.server_config());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let _ = tx.send(Seen::Connection);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(tcp).await {
+                    answer(tls, OK, close_after_one, tx).await;
+                }
+            });
+        }
+    });
+    let target = WorkerTarget {
+        worker_id: Id([7; 16]),
+        endpoint,
+        certificate_sha256: identity.certificate_sha256(),
+        secret: [9; 32],
+    };
+    (target, rx)
+}
+
+fn get() -> Request<RequestBody> {
+    let mut req = Request::new(RequestBody::empty());
+    *req.uri_mut() = http::Uri::from_static("/v1/models");
+    req
+}
+
+fn kept(client: &WorkerClient, worker_id: Id) -> Option<usize> {
+    let pools = relay_logging::sync::lock(&client.pools, "test").unwrap();
+    pools.get(&worker_id).map(Vec::len)
+}
+
+async fn read(res: Response<UpstreamBody>) -> (StatusCode, Bytes) {
+    let status = res.status();
+    (status, res.into_body().collect().await.unwrap().to_bytes())
+}
+
+#[tokio::test]
+async fn requests_one_after_another_share_one_pinned_connection() {
+    let (target, mut seen) = worker(false).await;
+    let client = WorkerClient::new();
+    for _ in 0..3 {
+        let res = client.send(&target, get()).await.unwrap();
+        assert_eq!(read(res).await, (StatusCode::OK, "ok".into()));
+    }
+    let (connections, heads) = counts(&mut seen);
+    assert_eq!((connections, heads.len()), (1, 3));
+    assert!(heads.iter().all(|h| h.contains("x-relay-worker-secret: ")));
+    assert_eq!(kept(&client, target.worker_id), Some(1));
+}
+
+#[tokio::test]
+async fn a_connection_busy_when_its_generation_is_forgotten_is_not_kept() {
+    let (target, mut seen) = worker(false).await;
+    let client = WorkerClient::new();
+    let res = client.send(&target, get()).await.unwrap();
+    client.forget(target.worker_id);
+    assert_eq!(read(res).await.0, StatusCode::OK);
+    assert_eq!(kept(&client, target.worker_id), None);
+    assert!(matches!(next(&mut seen).await, Seen::Connection));
+    assert!(matches!(next(&mut seen).await, Seen::Head(_)));
+    assert!(matches!(next(&mut seen).await, Seen::Closed));
+}
+
+#[tokio::test]
+async fn a_kept_connection_the_worker_closed_gives_the_request_back_unwritten() {
+    let (target, mut seen) = worker(true).await;
+    let client = WorkerClient::new();
+    for _ in 0..3 {
+        let res = client.send(&target, get()).await.unwrap();
+        assert_eq!(read(res).await.0, StatusCode::OK);
+        assert!(matches!(next(&mut seen).await, Seen::Connection));
+        assert!(matches!(next(&mut seen).await, Seen::Head(_)));
+        assert!(matches!(next(&mut seen).await, Seen::Closed));
+        // Kept, though its worker has closed it since: the next request finds out.
+        assert_eq!(kept(&client, target.worker_id), Some(1));
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(counts(&mut seen), (0, Vec::new()));
+}
