@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use http::header::HeaderValue;
@@ -36,8 +36,12 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle connections kept per worker generation: as many as one credential may have requests
 /// in flight by default (`max_requests_per_identity`), so that under load a request finds a
 /// kept connection instead of paying a TLS handshake (which, at 32, half the requests at
-/// concurrency 64 did). A closed one is found when a request is handed to it.
+/// concurrency 64 did). A closed one is found when a request is handed to it, or by the
+/// look over a generation's idle connections that a request makes every [`LOOK_EVERY`].
 const MAX_POOLED: usize = 256;
+/// How often a generation's idle connections are looked at, so that those the worker has
+/// closed (after its keep-alive timeout) are not held for long.
+const LOOK_EVERY: Duration = Duration::from_secs(30);
 
 /// Where and how to reach one worker generation.
 #[derive(Debug, Clone)]
@@ -69,7 +73,17 @@ pub struct WorkerClient {
     pools: Arc<Pools>,
 }
 
-type Pools = Mutex<HashMap<Id, Vec<Box<WorkerConn>>>>;
+type Pools = Mutex<HashMap<Id, Generation>>;
+
+/// The idle connections of one worker generation.
+struct Generation {
+    #[expect(
+        clippy::vec_box,
+        reason = "each goes to a response body as a boxed Lease, and comes back, without moving"
+    )]
+    conns: Vec<Box<WorkerConn>>,
+    looked: Instant,
+}
 
 type WorkerIo = TokioIo<Gather<tokio_rustls::client::TlsStream<ReadAhead<TcpStream>>>>;
 
@@ -97,10 +111,10 @@ impl Lease for WorkerConn {
             return;
         };
         if let Some(mut pools) = relay_logging::sync::lock(&pools, "worker pools")
-            && let Some(pool) = pools.get_mut(&self.worker_id)
-            && pool.len() < MAX_POOLED
+            && let Some(generation) = pools.get_mut(&self.worker_id)
+            && generation.conns.len() < MAX_POOLED
         {
-            pool.push(self);
+            generation.conns.push(self);
         }
     }
 }
@@ -180,7 +194,10 @@ impl WorkerClient {
         };
         // Its pool, for it to go back to.
         if let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") {
-            pools.entry(target.worker_id).or_default();
+            pools.entry(target.worker_id).or_insert_with(|| Generation {
+                conns: Vec::new(),
+                looked: Instant::now(),
+            });
         }
         match conn.send(req).await {
             Ok(res) => Ok(res),
@@ -198,7 +215,15 @@ impl WorkerClient {
     /// one the worker has closed gives the request back unwritten.
     fn take(&self, worker_id: Id) -> Option<Box<WorkerConn>> {
         let mut pools = relay_logging::sync::lock(&self.pools, "worker pools")?;
-        pools.get_mut(&worker_id)?.pop()
+        let generation = pools.get_mut(&worker_id)?;
+        let now = Instant::now();
+        if now.saturating_duration_since(generation.looked) >= LOOK_EVERY {
+            generation.looked = now;
+            generation
+                .conns
+                .retain_mut(|c| is_idle(&mut c.conn, &c.sender));
+        }
+        generation.conns.pop()
     }
 
     /// `GET /_relay/worker/v1/ready` over a fresh pinned connection (§5.5).

@@ -49,7 +49,7 @@ fn get() -> Request<RequestBody> {
 
 fn kept(client: &WorkerClient, worker_id: Id) -> Option<usize> {
     let pools = relay_logging::sync::lock(&client.pools, "test").unwrap();
-    pools.get(&worker_id).map(Vec::len)
+    pools.get(&worker_id).map(|g| g.conns.len())
 }
 
 async fn read(res: Response<UpstreamBody>) -> (StatusCode, Bytes) {
@@ -99,4 +99,23 @@ async fn a_kept_connection_the_worker_closed_gives_the_request_back_unwritten() 
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(counts(&mut seen), (0, Vec::new()));
+}
+
+#[tokio::test]
+async fn the_look_every_half_minute_drops_the_idle_connections_the_worker_closed() {
+    let (target, mut seen) = worker(true).await;
+    let client = WorkerClient::new();
+    let res = client.send(&target, get()).await.unwrap();
+    assert_eq!(read(res).await.0, StatusCode::OK);
+    assert!(matches!(next(&mut seen).await, Seen::Connection));
+    assert!(matches!(next(&mut seen).await, Seen::Head(_)));
+    assert!(matches!(next(&mut seen).await, Seen::Closed));
+    assert_eq!(kept(&client, target.worker_id), Some(1));
+    // Half a minute later, the next request's look drops it before anything is sent on it.
+    {
+        let mut pools = relay_logging::sync::lock(&client.pools, "test").unwrap();
+        pools.get_mut(&target.worker_id).unwrap().looked -= LOOK_EVERY;
+    }
+    assert!(client.take(target.worker_id).is_none());
+    assert_eq!(kept(&client, target.worker_id), Some(0));
 }
