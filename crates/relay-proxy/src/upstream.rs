@@ -172,7 +172,7 @@ struct Driven {
     conn: http1::Connection<ProviderIo, RequestBody>,
     /// Where it goes back: weakly, as the pool holds it while it is idle.
     pool: Weak<Inner>,
-    /// Its origin's scheme and authority, as the URI of its first request.
+    /// Its origin's scheme and authority.
     origin: Uri,
     host: HeaderValue,
 }
@@ -616,7 +616,13 @@ impl Inner {
                 sender,
                 conn,
                 pool: Arc::downgrade(self),
-                origin: uri.clone(),
+                // Scheme and authority only: a query may carry a key.
+                origin: Uri::builder()
+                    .scheme(scheme.clone())
+                    .authority(authority.clone())
+                    .path_and_query("/")
+                    .build()
+                    .map_err(|e| UpstreamError::Failed(Box::new(e)))?,
                 host: host.clone(),
             };
             Ok((Sender::Http1(Box::new(driven)), host))
