@@ -9,7 +9,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use super::*;
 
@@ -54,10 +54,19 @@ pub(crate) enum Seen {
     Closed,
 }
 
-/// A plain HTTP/1.1 provider answering `ok` to bodiless requests. With `close_after_one`, it
-/// closes each connection soon after its first answer, without saying so in the response.
-async fn provider(close_after_one: bool) -> (String, mpsc::UnboundedReceiver<Seen>) {
-    provider_answering(OK, close_after_one).await
+/// When a peer closes a connection, without saying so in its answers.
+#[derive(Clone)]
+pub(crate) enum Close {
+    Never,
+    /// Right after its first answer.
+    AtOnce,
+    /// After its first answer, once the test says so (one permit per connection).
+    WhenTold(Arc<Notify>),
+}
+
+/// A plain HTTP/1.1 provider answering `ok` to bodiless requests.
+async fn provider(close: Close) -> (String, mpsc::UnboundedReceiver<Seen>) {
+    provider_answering(OK, close).await
 }
 
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
@@ -65,7 +74,7 @@ const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 /// A plain HTTP/1.1 provider answering every request head with `response`.
 async fn provider_answering(
     response: &'static [u8],
-    close_after_one: bool,
+    close: Close,
 ) -> (String, mpsc::UnboundedReceiver<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -74,18 +83,18 @@ async fn provider_answering(
         loop {
             let (stream, _) = listener.accept().await.unwrap();
             let _ = tx.send(Seen::Connection);
-            tokio::spawn(answer(stream, response, close_after_one, tx.clone()));
+            tokio::spawn(answer(stream, response, close.clone(), tx.clone()));
         }
     });
     (format!("http://{addr}"), rx)
 }
 
-/// Answers every request head on `stream` with `response`; with `close_after_one`, closes
-/// the stream soon after the first answer. Shared with the worker client's tests.
+/// Answers every request head on `stream` with `response`, and closes it as `close` says.
+/// Shared with the worker client's tests.
 pub(crate) async fn answer(
     mut stream: impl AsyncRead + AsyncWrite + Unpin,
     response: &[u8],
-    close_after_one: bool,
+    close: Close,
     tx: mpsc::UnboundedSender<Seen>,
 ) {
     let mut buf = Vec::new();
@@ -104,10 +113,15 @@ pub(crate) async fn answer(
                 let _ = tx.send(Seen::Closed);
                 return;
             }
-            if close_after_one {
-                // Later than the client's look at the connection when the answer has been
-                // read, so the client keeps it.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+            let closing = match &close {
+                Close::Never => false,
+                Close::AtOnce => true,
+                Close::WhenTold(told) => {
+                    told.notified().await;
+                    true
+                }
+            };
+            if closing {
                 drop(stream);
                 let _ = tx.send(Seen::Closed);
                 return;
@@ -116,7 +130,14 @@ pub(crate) async fn answer(
     }
 }
 
-pub(crate) async fn next(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+/// The events of one connection that answered one request and was closed.
+pub(crate) async fn answered_once_and_closed(rx: &mut mpsc::UnboundedReceiver<Seen>) {
+    assert!(matches!(next(rx).await, Seen::Connection));
+    assert!(matches!(next(rx).await, Seen::Head(_)));
+    assert!(matches!(next(rx).await, Seen::Closed));
+}
+
+async fn next(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
     tokio::time::timeout(WAIT, rx.recv())
         .await
         .unwrap()
@@ -137,7 +158,7 @@ pub(crate) fn counts(rx: &mut mpsc::UnboundedReceiver<Seen>) -> (usize, Vec<Stri
 
 #[tokio::test]
 async fn requests_one_after_another_share_one_connection_in_origin_form_with_host() {
-    let (base, mut seen) = provider(false).await;
+    let (base, mut seen) = provider(Close::Never).await;
     let client = client();
     for _ in 0..3 {
         let res = client.send(get(&format!("{base}/v1/models?limit=2"))).await;
@@ -161,7 +182,7 @@ async fn requests_one_after_another_share_one_connection_in_origin_form_with_hos
 
 #[tokio::test]
 async fn requests_at_once_get_a_connection_each_and_all_are_kept() {
-    let (base, mut seen) = provider(false).await;
+    let (base, mut seen) = provider(Close::Never).await;
     let client = client();
     let uri = format!("{base}/v1/models");
     let answers = futures_util::future::join_all((0..4).map(|_| client.send(get(&uri)))).await;
@@ -185,7 +206,7 @@ async fn requests_at_once_get_a_connection_each_and_all_are_kept() {
 
 #[tokio::test]
 async fn a_connection_the_provider_closed_is_not_used_and_nothing_is_sent_twice() {
-    let (base, mut seen) = provider(true).await;
+    let (base, mut seen) = provider(Close::AtOnce).await;
     let client = client();
     let uri = format!("{base}/v1/models");
     let (mut connections, mut heads) = (0, 0);
@@ -215,17 +236,17 @@ async fn a_connection_the_provider_closed_is_not_used_and_nothing_is_sent_twice(
 
 #[tokio::test]
 async fn a_request_on_a_kept_connection_closed_unseen_goes_unwritten_on_a_new_one() {
-    let (base, mut seen) = provider(true).await;
+    let told = Arc::new(Notify::new());
+    let (base, mut seen) = provider(Close::WhenTold(told.clone())).await;
     let client = client();
     let uri = format!("{base}/v1/models");
     for round in 1..=3 {
         let res = client.send(get(&uri)).await.unwrap();
         assert_eq!(read_all(res).await, (StatusCode::OK, "ok".into()));
-        // The provider has closed its end, and nothing has looked at the kept connection
+        // The provider closes its end once the connection is kept, and nothing looks at it
         // since: the next request is handed to it, and comes back unwritten.
-        assert!(matches!(next(&mut seen).await, Seen::Connection));
-        assert!(matches!(next(&mut seen).await, Seen::Head(_)));
-        assert!(matches!(next(&mut seen).await, Seen::Closed));
+        told.notify_one();
+        answered_once_and_closed(&mut seen).await;
         assert_eq!(
             relay_logging::sync::lock(&client.inner.origins, "test").unwrap()[0]
                 .conns
@@ -239,7 +260,8 @@ async fn a_request_on_a_kept_connection_closed_unseen_goes_unwritten_on_a_new_on
 
 #[tokio::test]
 async fn a_response_without_a_body_gives_its_connection_back() {
-    let (base, mut seen) = provider_answering(b"HTTP/1.1 204 No Content\r\n\r\n", false).await;
+    let (base, mut seen) =
+        provider_answering(b"HTTP/1.1 204 No Content\r\n\r\n", Close::Never).await;
     let client = client();
     for _ in 0..3 {
         let res = client.send(get(&format!("{base}/v1/models"))).await;
@@ -256,7 +278,7 @@ async fn a_response_without_a_body_gives_its_connection_back() {
 async fn a_body_dropped_before_its_end_closes_its_connection() {
     let (base, mut seen) = provider_answering(
         b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nonly the start",
-        false,
+        Close::Never,
     )
     .await;
     let client = client();
@@ -265,9 +287,7 @@ async fn a_body_dropped_before_its_end_closes_its_connection() {
     let first = res.body_mut().frame().await.unwrap().unwrap();
     assert_eq!(first.into_data().unwrap(), "only the start");
     drop(res);
-    assert!(matches!(next(&mut seen).await, Seen::Connection));
-    assert!(matches!(next(&mut seen).await, Seen::Head(_)));
-    assert!(matches!(next(&mut seen).await, Seen::Closed));
+    answered_once_and_closed(&mut seen).await;
     assert!(
         relay_logging::sync::lock(&client.inner.origins, "test")
             .unwrap()
@@ -282,7 +302,7 @@ async fn a_body_dropped_before_its_end_closes_its_connection() {
 
 #[tokio::test]
 async fn idle_connections_are_closed_by_the_sweep_and_busy_ones_are_not() {
-    let (base, mut seen) = provider(false).await;
+    let (base, mut seen) = provider(Close::Never).await;
     let client = client();
     let res = client
         .send(get(&format!("{base}/v1/models")))

@@ -1,20 +1,18 @@
-use std::time::Duration;
-
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use super::*;
-use crate::upstream::tests::{Seen, answer, counts, next};
+use crate::upstream::tests::{Close, Seen, answer, answered_once_and_closed, counts};
 use crate::worker::WorkerIdentity;
 
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 
 /// A worker stand-in behind the pinned certificate of `target`, answering every request
-/// head with `ok`; with `close_after_one`, closing each connection soon after its answer.
-async fn worker(close_after_one: bool) -> (WorkerTarget, mpsc::UnboundedReceiver<Seen>) {
+/// head with `ok`, closing connections as `close` says.
+async fn worker(close: Close) -> (WorkerTarget, mpsc::UnboundedReceiver<Seen>) {
     let identity = WorkerIdentity::generate("127.0.0.1").unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(identity.server_config());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -24,10 +22,10 @@ async fn worker(close_after_one: bool) -> (WorkerTarget, mpsc::UnboundedReceiver
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
             let _ = tx.send(Seen::Connection);
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let (acceptor, tx, close) = (acceptor.clone(), tx.clone(), close.clone());
             tokio::spawn(async move {
                 if let Ok(tls) = acceptor.accept(tcp).await {
-                    answer(tls, OK, close_after_one, tx).await;
+                    answer(tls, OK, close, tx).await;
                 }
             });
         }
@@ -59,7 +57,7 @@ async fn read(res: Response<UpstreamBody>) -> (StatusCode, Bytes) {
 
 #[tokio::test]
 async fn requests_one_after_another_share_one_pinned_connection() {
-    let (target, mut seen) = worker(false).await;
+    let (target, mut seen) = worker(Close::Never).await;
     let client = WorkerClient::new();
     for _ in 0..3 {
         let res = client.send(&target, get()).await.unwrap();
@@ -73,43 +71,40 @@ async fn requests_one_after_another_share_one_pinned_connection() {
 
 #[tokio::test]
 async fn a_connection_busy_when_its_generation_is_forgotten_is_not_kept() {
-    let (target, mut seen) = worker(false).await;
+    let (target, mut seen) = worker(Close::Never).await;
     let client = WorkerClient::new();
     let res = client.send(&target, get()).await.unwrap();
     client.forget(target.worker_id);
     assert_eq!(read(res).await.0, StatusCode::OK);
     assert_eq!(kept(&client, target.worker_id), None);
-    assert!(matches!(next(&mut seen).await, Seen::Connection));
-    assert!(matches!(next(&mut seen).await, Seen::Head(_)));
-    assert!(matches!(next(&mut seen).await, Seen::Closed));
+    answered_once_and_closed(&mut seen).await;
 }
 
 #[tokio::test]
 async fn a_kept_connection_the_worker_closed_gives_the_request_back_unwritten() {
-    let (target, mut seen) = worker(true).await;
+    let told = Arc::new(Notify::new());
+    let (target, mut seen) = worker(Close::WhenTold(told.clone())).await;
     let client = WorkerClient::new();
     for _ in 0..3 {
         let res = client.send(&target, get()).await.unwrap();
         assert_eq!(read(res).await.0, StatusCode::OK);
-        assert!(matches!(next(&mut seen).await, Seen::Connection));
-        assert!(matches!(next(&mut seen).await, Seen::Head(_)));
-        assert!(matches!(next(&mut seen).await, Seen::Closed));
+        told.notify_one();
+        answered_once_and_closed(&mut seen).await;
         // Kept, though its worker has closed it since: the next request finds out.
         assert_eq!(kept(&client, target.worker_id), Some(1));
     }
-    tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(counts(&mut seen), (0, Vec::new()));
 }
 
 #[tokio::test]
 async fn the_look_every_half_minute_drops_the_idle_connections_the_worker_closed() {
-    let (target, mut seen) = worker(true).await;
+    let told = Arc::new(Notify::new());
+    let (target, mut seen) = worker(Close::WhenTold(told.clone())).await;
     let client = WorkerClient::new();
     let res = client.send(&target, get()).await.unwrap();
     assert_eq!(read(res).await.0, StatusCode::OK);
-    assert!(matches!(next(&mut seen).await, Seen::Connection));
-    assert!(matches!(next(&mut seen).await, Seen::Head(_)));
-    assert!(matches!(next(&mut seen).await, Seen::Closed));
+    told.notify_one();
+    answered_once_and_closed(&mut seen).await;
     assert_eq!(kept(&client, target.worker_id), Some(1));
     // Half a minute later, the next request's look drops it before anything is sent on it.
     {
