@@ -112,7 +112,7 @@ const BUFFER_BYTES: usize = 64 * 1024;
 ///
 /// The pool is Relay's own, on hyper's connection API: one list of connections per scheme
 /// and authority, a connection handed to one request at a time over HTTP/1.1 (shared over
-/// HTTP/2), and the `Host` value made once per origin. A request is given to a kept
+/// HTTP/2), and the `Host` value made once per connection. A request is given to a kept
 /// connection with `try_send_request`, so a connection the provider has closed gives it back
 /// unwritten and it goes to another; once any byte may have been written it is never sent
 /// again.
@@ -132,9 +132,6 @@ struct Inner {
 struct Origin {
     scheme: Scheme,
     authority: Authority,
-    /// The `Host` header of an HTTP/1.1 request to it: the host, and the port unless it is
-    /// the scheme's default.
-    host: HeaderValue,
     conns: Vec<Kept>,
 }
 
@@ -174,6 +171,8 @@ struct Driven {
     pool: Weak<Inner>,
     /// Its origin's scheme and authority.
     origin: Uri,
+    /// The `Host` header of a request on it: the host, and the port unless it is the
+    /// scheme's default.
     host: HeaderValue,
 }
 
@@ -192,8 +191,8 @@ impl Lease for Driven {
         if self.is_idle()
             && let Some(pool) = self.pool.upgrade()
         {
-            let (origin, host) = (self.origin.clone(), self.host.clone());
-            pool.keep(&origin, host, Sender::Http1(self));
+            let origin = self.origin.clone();
+            pool.keep(&origin, Sender::Http1(self));
         }
     }
 }
@@ -459,16 +458,13 @@ impl Inner {
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         self.start_sweeping();
         loop {
-            let (sender, host, fresh) = match self.take(req.uri()) {
-                Some((sender, host)) => (sender, host, false),
+            let (sender, fresh) = match self.take(req.uri()) {
+                Some(sender) => (sender, false),
                 // Boxed: its state (the stream, the handshakes) is large and needed only for
                 // a new connection.
-                None => {
-                    let (sender, host) = Box::pin(self.connect(req.uri())).await?;
-                    (sender, host, true)
-                }
+                None => (Box::pin(self.connect(req.uri())).await?, true),
             };
-            match self.attempt(sender, host, req).await {
+            match self.attempt(sender, req).await {
                 Attempt::Answered(result) => return result,
                 Attempt::GivenBack(back) if !fresh => req = back,
                 Attempt::GivenBack(_) => {
@@ -484,12 +480,7 @@ impl Inner {
     /// Writes the request on one connection, in the form its protocol wants: origin-form
     /// with `Host` (always the URI's) for HTTP/1.1, the absolute URI (its `:authority`) for
     /// HTTP/2.
-    async fn attempt(
-        &self,
-        sender: Sender,
-        host: HeaderValue,
-        mut req: Request<RequestBody>,
-    ) -> Attempt {
+    async fn attempt(&self, sender: Sender, mut req: Request<RequestBody>) -> Attempt {
         let sent = match sender {
             Sender::Http1(mut driven) => {
                 let target = std::mem::take(req.uri_mut());
@@ -497,7 +488,7 @@ impl Inner {
                     .path_and_query()
                     .cloned()
                     .map_or_else(|| Uri::from_static("/"), Uri::from);
-                req.headers_mut().insert(HOST, host.clone());
+                req.headers_mut().insert(HOST, driven.host.clone());
                 let sending = driven.sender.try_send_request(req);
                 let mut open = Some(driven);
                 match exchange(&mut open, sending).await {
@@ -527,11 +518,11 @@ impl Inner {
         }
     }
 
-    /// A kept connection to the request's origin, and the origin's `Host` value: the one
-    /// kept last, the likeliest to be still open. An HTTP/1.1 one is not looked at here:
+    /// A kept connection to the request's origin: the one kept last, the likeliest to be
+    /// still open. An HTTP/1.1 one is not looked at here:
     /// the request polls it first thing, and one the provider has closed gives the request
     /// back unwritten. Closed HTTP/2 ones are dropped.
-    fn take(&self, uri: &Uri) -> Option<(Sender, HeaderValue)> {
+    fn take(&self, uri: &Uri) -> Option<Sender> {
         let mut origins = relay_logging::sync::lock(&self.origins, "provider pool")?;
         let origin = origins.iter_mut().find(|o| o.serves(uri))?;
         loop {
@@ -547,12 +538,12 @@ impl Inner {
                     Sender::Http2(shared.clone())
                 }
             };
-            return Some((sender, origin.host.clone()));
+            return Some(sender);
         }
     }
 
     /// Keeps a connection for later requests to `uri`'s origin.
-    fn keep(&self, uri: &Uri, host: HeaderValue, sender: Sender) {
+    fn keep(&self, uri: &Uri, sender: Sender) {
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
             return;
         };
@@ -565,7 +556,6 @@ impl Inner {
                 origins.push(Origin {
                     scheme: scheme.clone(),
                     authority: authority.clone(),
-                    host,
                     conns: Vec::new(),
                 });
                 origins.len() - 1
@@ -583,13 +573,12 @@ impl Inner {
     /// Opens a connection to the request's origin (directly or through the egress proxy,
     /// TLS for `https`), HTTP/2 if the provider chose it by ALPN. An HTTP/2 connection is
     /// kept at once, to be shared; an HTTP/1.1 one once its first response body is read.
-    async fn connect(self: &Arc<Self>, uri: &Uri) -> Result<(Sender, HeaderValue), UpstreamError> {
+    async fn connect(self: &Arc<Self>, uri: &Uri) -> Result<Sender, UpstreamError> {
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
             return Err(UpstreamError::Failed(
                 format!("the upstream address {uri} is not absolute").into(),
             ));
         };
-        let host = host_value(scheme, authority)?;
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
@@ -604,8 +593,8 @@ impl Inner {
                 .await
                 .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
             tokio::spawn(connection);
-            self.keep(uri, host.clone(), Sender::Http2(sender.clone()));
-            Ok((Sender::Http2(sender), host))
+            self.keep(uri, Sender::Http2(sender.clone()));
+            Ok(Sender::Http2(sender))
         } else {
             let (sender, conn) = http1::Builder::new()
                 .max_buf_size(BUFFER_BYTES)
@@ -623,9 +612,9 @@ impl Inner {
                     .path_and_query("/")
                     .build()
                     .map_err(|e| UpstreamError::Failed(Box::new(e)))?,
-                host: host.clone(),
+                host: host_value(scheme, authority)?,
             };
-            Ok((Sender::Http1(Box::new(driven)), host))
+            Ok(Sender::Http1(Box::new(driven)))
         }
     }
 
