@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -113,7 +114,19 @@ enum RequestInner {
         remaining: u64,
         limit: u64,
         idle: IdleTimer,
+        /// Held while the body is: see [`Upload`].
+        held: Arc<()>,
     },
+}
+
+/// Tells whether a streaming request body is still being read from the client. hyper drops
+/// the body it sends once its end has been read.
+pub(crate) struct Upload(Weak<()>);
+
+impl Upload {
+    pub(crate) fn is_over(&self) -> bool {
+        self.0.strong_count() == 0
+    }
 }
 
 impl fmt::Debug for RequestBody {
@@ -152,7 +165,17 @@ impl RequestBody {
                 remaining: limit,
                 limit,
                 idle: IdleTimer::new(idle),
+                held: Arc::new(()),
             },
+        }
+    }
+
+    /// For a body streamed from the client: whether it is still being read. Empty and full
+    /// bodies are already in memory.
+    pub(crate) fn upload(&self) -> Option<Upload> {
+        match &self.inner {
+            RequestInner::Streaming { held, .. } => Some(Upload(Arc::downgrade(held))),
+            RequestInner::Empty | RequestInner::Full(_) => None,
         }
     }
 }
@@ -173,6 +196,7 @@ impl Body for RequestBody {
                 remaining,
                 limit,
                 idle,
+                ..
             } => match Pin::new(incoming).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     idle.touch();

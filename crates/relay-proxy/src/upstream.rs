@@ -29,7 +29,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tower_service::Service as _;
 
-use crate::body::{BodyError, RequestBody};
+use crate::body::{BodyError, RequestBody, Upload};
 use crate::tls;
 
 type Stream = MaybeHttpsStream<TokioIo<TcpStream>>;
@@ -195,6 +195,10 @@ impl Lease for Driven {
             pool.keep(&origin, Sender::Http1(self));
         }
     }
+
+    fn run_alone(self: Box<Self>) {
+        run_alone(self.conn);
+    }
 }
 
 /// An HTTP/1.1 connection with no task of its own, lent to the request that drives it
@@ -205,6 +209,28 @@ pub(crate) trait Lease: Send {
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool;
     /// Its response has been read whole: it goes back to its pool if it is idle.
     fn give_back(self: Box<Self>);
+    /// Its request is still uploading while the response comes: the connection runs in a
+    /// task of its own until the response ends, and then closes. hyper's server stops
+    /// polling a response body while the client is not reading, and a client may read
+    /// nothing until its whole upload is written: driven only by the response body, the
+    /// upload would stall, and the client with it.
+    fn run_alone(self: Box<Self>);
+}
+
+/// Runs a connection whose sender has been dropped: it serves the request in flight and
+/// then closes.
+pub(crate) fn run_alone<T, B>(conn: http1::Connection<T, B>)
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    tokio::spawn(async move {
+        if let Err(error) = conn.await {
+            tracing::debug!(error = %error, "connection ended with an error");
+        }
+    });
 }
 
 /// Polls a connection; false once it has ended.
@@ -277,12 +303,23 @@ pub struct UpstreamBody {
 impl From<Incoming> for UpstreamBody {
     /// A body whose connection has a task of its own (HTTP/2).
     fn from(incoming: Incoming) -> UpstreamBody {
-        UpstreamBody::new(incoming, None)
+        UpstreamBody::new(incoming, None, None)
     }
 }
 
 impl UpstreamBody {
-    pub(crate) fn new(incoming: Incoming, driven: Option<Box<dyn Lease>>) -> UpstreamBody {
+    /// A body read off `driven`, the connection its request was sent on with `upload` still
+    /// being read from the client, if it was streamed.
+    pub(crate) fn new(
+        incoming: Incoming,
+        mut driven: Option<Box<dyn Lease>>,
+        upload: Option<Upload>,
+    ) -> UpstreamBody {
+        if upload.is_some_and(|u| !u.is_over())
+            && let Some(conn) = driven.take()
+        {
+            conn.run_alone();
+        }
         UpstreamBody {
             incoming,
             driven,
@@ -489,11 +526,12 @@ impl Inner {
                     .cloned()
                     .map_or_else(|| Uri::from_static("/"), Uri::from);
                 req.headers_mut().insert(HOST, driven.host.clone());
+                let upload = req.body().upload();
                 let sending = driven.sender.try_send_request(req);
                 let mut open = Some(driven);
                 match exchange(&mut open, sending).await {
                     Ok(res) => Ok(res.map(|incoming| {
-                        UpstreamBody::new(incoming, open.map(|d| d as Box<dyn Lease>))
+                        UpstreamBody::new(incoming, open.map(|d| d as Box<dyn Lease>), upload)
                     })),
                     Err(mut error) => Err((
                         error.take_message().map(|mut back| {

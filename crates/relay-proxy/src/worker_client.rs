@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 use crate::body::RequestBody;
 use crate::headers::WORKER_SECRET;
 use crate::tls_io::{Gather, ReadAhead};
-use crate::upstream::{Lease, UpstreamBody, exchange, is_idle, poll_open};
+use crate::upstream::{Lease, UpstreamBody, exchange, is_idle, poll_open, run_alone};
 use crate::worker::READY_PATH;
 
 /// Probes get this long (§5.1).
@@ -117,6 +117,10 @@ impl Lease for WorkerConn {
             generation.conns.push(self);
         }
     }
+
+    fn run_alone(self: Box<Self>) {
+        run_alone(self.conn);
+    }
 }
 
 impl WorkerConn {
@@ -127,10 +131,12 @@ impl WorkerConn {
         req: Request<RequestBody>,
     ) -> Result<Response<UpstreamBody>, hyper::client::conn::TrySendError<Request<RequestBody>>>
     {
+        let upload = req.body().upload();
         let sending = self.sender.try_send_request(req);
         let mut open = Some(self);
         let res = exchange(&mut open, sending).await?;
-        Ok(res.map(|incoming| UpstreamBody::new(incoming, open.map(|c| c as Box<dyn Lease>))))
+        Ok(res
+            .map(|incoming| UpstreamBody::new(incoming, open.map(|c| c as Box<dyn Lease>), upload)))
     }
 }
 

@@ -864,6 +864,43 @@ async fn a_streamed_body_over_the_limit_never_reaches_the_provider_whole() {
     }
 }
 
+/// A provider that answers before it has read the upload, to a client that reads nothing
+/// until its whole upload is written: both ways carry more than the socket buffers hold, so
+/// the worker must keep reading the upload while the answer waits for the client.
+#[tokio::test]
+async fn an_upload_goes_on_while_an_early_answer_waits_for_the_client() {
+    const BODY: usize = 16 * 1024 * 1024;
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let provider = tokio::spawn(relay_testkit::duplex::answer_while_reading(listener, BODY));
+    let worker = Setup::new(&base).start().await;
+    let mut stream = worker.connect().await;
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         x-relay-worker-secret: {}\r\nContent-Length: {BODY}\r\n\r\n",
+        secret_header(SECRET)
+    );
+    let exchange = async {
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(&vec![b'x'; BODY]).await.unwrap();
+        let text = read_head(&mut stream, WAIT).await;
+        let head_len = text.find("\r\n\r\n").unwrap() + 4;
+        let mut got = text.len() - head_len;
+        let mut chunk = vec![0u8; 64 * 1024];
+        while got < BODY {
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the answer stopped after {got} bytes");
+            got += n;
+        }
+        text
+    };
+    let text = tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .expect("the upload stalled behind the answer");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert_eq!(provider.await.unwrap().unwrap(), BODY);
+}
+
 #[tokio::test]
 async fn provider_failures_get_the_answers_of_section_3_7() {
     // Unreachable: a port nobody listens on.

@@ -1,12 +1,14 @@
 //! The connection rules of §3.6 against the real front: answers reach a client that writes
 //! its whole request before it reads (Python's urllib, many SDKs), because relayd closes
-//! such a connection gently, discarding what the client still sends; bare-LF heads are
-//! judged like CRLF ones; blank lines keep no connection open.
+//! such a connection gently, discarding what the client still sends, and keeps reading an
+//! upload while the provider's answer waits for the client; bare-LF heads are judged like
+//! CRLF ones; blank lines keep no connection open.
 
 use std::time::Duration;
 
-use relay_testkit::StandIn;
+use relay_testkit::{StandIn, duplex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 use crate::support::{Setup, Tripwire, WAIT, is_closed_within, raw_exchange, read_response};
 
@@ -75,6 +77,43 @@ async fn a_400_reaches_a_client_that_sends_its_whole_body_first() {
     let res = write_all_then_read(&relay, &request).await;
     res.assert_error(400, "relay_bad_request");
     assert_eq!(stand_in.request_count(), 0);
+}
+
+#[tokio::test]
+async fn an_upload_goes_on_while_an_early_answer_waits_for_the_client() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let provider = tokio::spawn(duplex::answer_while_reading(listener, BODY));
+    let relay = Setup::new(&base).start().await;
+    let request = post(&relay.host(), &format!("Content-Length: {BODY}\r\n"), BODY);
+    // Both ways carry more than the socket buffers hold: if relayd stopped reading the
+    // upload while the answer waits for the client, neither side would finish.
+    let res = tokio::time::timeout(
+        Duration::from_secs(30),
+        write_all_then_read(&relay, &request),
+    )
+    .await
+    .expect("the upload stalled behind the answer");
+    assert_eq!(res.status, 200);
+    assert_eq!(res.body.len(), BODY);
+    assert_eq!(provider.await.unwrap().unwrap(), BODY);
+}
+
+#[tokio::test]
+async fn uploads_read_whole_before_their_answers_share_one_provider_connection() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    let body = format!(r#"{{"pad":"{}"}}"#, "x".repeat(256 * 1024));
+    for _ in 0..3 {
+        assert_eq!(relay.post("/v1/messages", &[], &body).await.status, 200);
+    }
+    let recorded = stand_in.wait_for_requests(3, WAIT).await.unwrap();
+    assert!(recorded.iter().all(|r| r.body.len() == body.len()));
+    assert!(
+        recorded.iter().all(|r| r.peer == recorded[0].peer),
+        "{:?}",
+        recorded.iter().map(|r| r.peer).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]

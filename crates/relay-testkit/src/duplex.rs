@@ -1,0 +1,53 @@
+//! A provider that answers before it has read the request body, as a full-duplex server
+//! may: raw TCP, one connection, so the test controls exactly when each side reads.
+
+use std::io;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Accepts one connection and, as soon as it has a request head, answers `200` with
+/// `answer_len` bytes while it reads the request body (its `Content-Length`) to the end.
+/// Returns how many body bytes it read.
+pub async fn answer_while_reading(listener: TcpListener, answer_len: usize) -> io::Result<usize> {
+    let (stream, _) = listener.accept().await?;
+    let (mut read, mut write) = stream.into_split();
+    let mut buf = Vec::new();
+    let head_len = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = read.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(io::Error::other(
+                "the connection closed before a request head",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_len]).to_ascii_lowercase();
+    let expected: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|value| value.trim().parse().ok())
+        .ok_or_else(|| io::Error::other("the request has no Content-Length"))?;
+    let answering = tokio::spawn(async move {
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {answer_len}\r\n\r\n");
+        write.write_all(head.as_bytes()).await?;
+        write.write_all(&vec![b'y'; answer_len]).await?;
+        Ok::<_, io::Error>(write)
+    });
+    let mut got = buf.len() - head_len;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while got < expected {
+        let n = read.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    // Held until the answer is written, so the connection stays open for it.
+    let _write = answering.await.map_err(io::Error::other)??;
+    Ok(got)
+}
