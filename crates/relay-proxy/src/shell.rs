@@ -401,8 +401,7 @@ impl Shell {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let waited = tokio::time::Instant::now() >= deadline;
-            let decision =
-                self.with_broker(|b| b.begin_request(Instant::now(), digest, kind, waited));
+            let decision = self.begin_request(digest, kind, waited);
             if decision != Decision::Wait {
                 return decision;
             }
@@ -414,8 +413,7 @@ impl Shell {
                 match self.waiting.try_take(pool) {
                     Some(held) => permit = Some(held),
                     None => {
-                        return self
-                            .with_broker(|b| b.begin_request(Instant::now(), digest, kind, true));
+                        return self.begin_request(digest, kind, true);
                     }
                 }
             }
@@ -424,6 +422,18 @@ impl Shell {
                 () = tokio::time::sleep_until(deadline) => {}
             }
         }
+    }
+
+    /// The broker's decision for one request. A worker's pool is opened under the broker's
+    /// lock, which its retirement also holds: see [`WorkerClient::admit`].
+    fn begin_request(&self, digest: Digest, kind: RequestKind, waited: bool) -> Decision {
+        self.with_broker(|b| {
+            let decision = b.begin_request(Instant::now(), digest, kind, waited);
+            if let Decision::Worker { worker_id, .. } = &decision {
+                self.workers.admit(*worker_id);
+            }
+            decision
+        })
     }
 
     pub fn end_request(&self, ticket: Ticket) {

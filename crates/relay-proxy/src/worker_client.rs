@@ -160,6 +160,18 @@ impl WorkerClient {
         WorkerClient::default()
     }
 
+    /// Opens the pool of a generation a request is routed to. Called with the broker
+    /// locked, as [`WorkerClient::forget`] is, so a generation forgotten is never opened
+    /// again by a request that was routed to it earlier: its connections are not kept.
+    pub fn admit(&self, worker_id: Id) {
+        if let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") {
+            pools.entry(worker_id).or_insert_with(|| Generation {
+                conns: Vec::new(),
+                looked: Instant::now(),
+            });
+        }
+    }
+
     /// Drops every pooled connection of a generation (revoked, or its secret changed).
     pub fn forget(&self, worker_id: Id) {
         if let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") {
@@ -198,13 +210,6 @@ impl WorkerClient {
                 });
             }
         };
-        // Its pool, for it to go back to.
-        if let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") {
-            pools.entry(target.worker_id).or_insert_with(|| Generation {
-                conns: Vec::new(),
-                looked: Instant::now(),
-            });
-        }
         match conn.send(req).await {
             Ok(res) => Ok(res),
             Err(mut error) => match error.take_message() {

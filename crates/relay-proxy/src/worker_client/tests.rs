@@ -59,6 +59,7 @@ async fn read(res: Response<UpstreamBody>) -> (StatusCode, Bytes) {
 async fn requests_one_after_another_share_one_pinned_connection() {
     let (target, mut seen) = worker(Close::Never).await;
     let client = WorkerClient::new();
+    client.admit(target.worker_id);
     for _ in 0..3 {
         let res = client.send(&target, get()).await.unwrap();
         assert_eq!(read(res).await, (StatusCode::OK, "ok".into()));
@@ -73,8 +74,22 @@ async fn requests_one_after_another_share_one_pinned_connection() {
 async fn a_connection_busy_when_its_generation_is_forgotten_is_not_kept() {
     let (target, mut seen) = worker(Close::Never).await;
     let client = WorkerClient::new();
+    client.admit(target.worker_id);
     let res = client.send(&target, get()).await.unwrap();
     client.forget(target.worker_id);
+    assert_eq!(read(res).await.0, StatusCode::OK);
+    assert_eq!(kept(&client, target.worker_id), None);
+    answered_once_and_closed(&mut seen).await;
+}
+
+#[tokio::test]
+async fn a_request_routed_before_its_generation_was_forgotten_keeps_nothing() {
+    let (target, mut seen) = worker(Close::Never).await;
+    let client = WorkerClient::new();
+    client.admit(target.worker_id);
+    client.forget(target.worker_id);
+    // Its connection is opened after the generation was forgotten.
+    let res = client.send(&target, get()).await.unwrap();
     assert_eq!(read(res).await.0, StatusCode::OK);
     assert_eq!(kept(&client, target.worker_id), None);
     answered_once_and_closed(&mut seen).await;
@@ -85,6 +100,7 @@ async fn a_kept_connection_the_worker_closed_gives_the_request_back_unwritten() 
     let told = Arc::new(Notify::new());
     let (target, mut seen) = worker(Close::WhenTold(told.clone())).await;
     let client = WorkerClient::new();
+    client.admit(target.worker_id);
     for _ in 0..3 {
         let res = client.send(&target, get()).await.unwrap();
         assert_eq!(read(res).await.0, StatusCode::OK);
@@ -101,6 +117,7 @@ async fn the_look_every_half_minute_drops_the_idle_connections_the_worker_closed
     let told = Arc::new(Notify::new());
     let (target, mut seen) = worker(Close::WhenTold(told.clone())).await;
     let client = WorkerClient::new();
+    client.admit(target.worker_id);
     let res = client.send(&target, get()).await.unwrap();
     assert_eq!(read(res).await.0, StatusCode::OK);
     told.notify_one();
