@@ -369,7 +369,8 @@ impl Body for UpstreamBody {
         };
         match frame {
             Some(Ok(frame)) => {
-                this.ended = this.incoming.is_end_stream();
+                // Trailers are the last frame, and hyper's server polls no further.
+                this.ended = frame.is_trailers() || this.incoming.is_end_stream();
                 this.after_frame = true;
                 Poll::Ready(Some(Ok(frame)))
             }

@@ -275,6 +275,33 @@ async fn a_response_without_a_body_gives_its_connection_back() {
 }
 
 #[tokio::test]
+async fn a_body_ending_with_trailers_gives_its_connection_back() {
+    let (base, mut seen) = provider_answering(
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nx-checksum: 1\r\n\r\n",
+        Close::Never,
+    )
+    .await;
+    let client = client();
+    for _ in 0..3 {
+        let mut res = client
+            .send(get(&format!("{base}/v1/models")))
+            .await
+            .unwrap();
+        // Read as hyper's server reads: the trailers are the last frame, and the body is
+        // dropped without being polled again.
+        loop {
+            let frame = res.body_mut().frame().await.unwrap().unwrap();
+            if frame.is_trailers() {
+                break;
+            }
+        }
+        drop(res);
+    }
+    let (connections, heads) = counts(&mut seen);
+    assert_eq!((connections, heads.len()), (1, 3));
+}
+
+#[tokio::test]
 async fn a_body_dropped_before_its_end_closes_its_connection() {
     let (base, mut seen) = provider_answering(
         b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nonly the start",
