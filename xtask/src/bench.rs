@@ -2,13 +2,16 @@
 //!
 //! It builds relayd, the client binaries and the testkit binaries in release and runs two phases against a provider stand-in, pinning processes to cores with `taskset` where it can.
 //! The pass-through phase starts a second, paced stand-in, relayd in `--pass-through` in front of both and nginx (module `nginx`) in front of the fast one, and runs `relay-loadgen`, which measures every figure directly, through relayd and through nginx in interleaved blocks, with the CPU time per request of relayd and nginx.
+//! Then relayd, and nginx, each run alone under valgrind's callgrind, which counts the instructions of a request (module `instructions`).
 //! The worker phase (module `worker`) starts relayd in managed mode, times MCP sessions from `relay-mcp`'s start to a ready route, keeps one session live while `relay-loadgen` measures the path relayd → worker → stand-in and while `relay-hook` runs beside `/bin/true` (module `hook`).
 //! It prints every measure of the table in `relay_testkit::measures` beside its target, measured or not (module `report`), and writes the same as JSON to `target/bench/<timestamp>.json` and `target/bench/latest.json`.
 //! Every process it starts is killed when its handle drops, on success and on failure (module `procs`); the stand-ins also stop when this process's end of their standard input closes, and a worker left by a failed session is stopped by its pid.
 
 mod cpu;
+mod debian;
 mod hook;
 mod http;
+mod instructions;
 mod nginx;
 mod pinning;
 mod procs;
@@ -78,6 +81,8 @@ const WORKER_SCENARIOS: [&str; 7] = [
 ];
 /// The measures the xtask takes itself in the worker phase.
 const PROCESS_MEASURES: [&str; 2] = ["activation", "hook"];
+/// Instructions per request under callgrind, relayd beside nginx, after the other pass-through measures.
+const INSTRUCTIONS: &str = "instructions";
 /// The loadgen's `--scale` of a `--quick` run.
 const QUICK_SCALE: &str = "0.05";
 
@@ -105,7 +110,8 @@ impl Options {
                     let known = PASS_THROUGH_SCENARIOS
                         .iter()
                         .chain(&WORKER_SCENARIOS)
-                        .chain(&PROCESS_MEASURES);
+                        .chain(&PROCESS_MEASURES)
+                        .chain(&[INSTRUCTIONS]);
                     if !known.clone().any(|k| k == name) {
                         bail!(
                             "unknown scenario {name:?} for --only; known: {}",
@@ -199,6 +205,15 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         document["cpu_ticks"] = phase.cpu_ticks;
         document["nginx"] = phase.nginx;
         document["loadgen"] = phase.loadgen;
+    }
+    if options.selected(INSTRUCTIONS) {
+        match instructions::run(&bin_dir, &pinning, &fast, &scratch, &mut notes) {
+            Ok(phase) => {
+                measures.push(phase.measure);
+                document["instructions"] = phase.detail;
+            }
+            Err(error) => notes.push(format!("instructions per request not counted: {error:#}")),
+        }
     }
     let worker_scenarios = options.selected_of(&WORKER_SCENARIOS);
     if !worker_scenarios.is_empty() || PROCESS_MEASURES.iter().any(|m| options.selected(m)) {
@@ -297,9 +312,10 @@ fn start_peer(
         let nginx = Nginx::start(
             &binary,
             pinning.relayd.as_deref(),
-            workers,
+            nginx::Layout::Workers(workers),
             fast.addr,
             scratch,
+            &[],
         )?;
         Ok((binary, nginx, workers))
     });
@@ -346,6 +362,7 @@ fn pass_through_phase(
         fast.addr,
         paced.addr,
         scratch,
+        &[],
     )?;
     let mut notes = Vec::new();
     let (peer, nginx_detail) = if scenarios.iter().any(|s| PEER_SCENARIOS.contains(s)) {

@@ -4,6 +4,7 @@
 //! When nginx is missing and the bench runs as root, it is installed from the Debian package (`nginx-light`, else `nginx`); otherwise the run goes on without a peer and says why.
 
 use std::{
+    ffi::OsString,
     fs,
     net::{SocketAddr, TcpStream},
     path::{Path, PathBuf},
@@ -15,10 +16,13 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use relay_testkit::procfs;
 
-use super::procs::{PORT_ATTEMPTS, Process, Scratch, free_port, log_tail, pinned_command};
+use super::debian;
+use super::procs::{PORT_ATTEMPTS, Process, Scratch, free_port, log_tail, wrapped_command};
 
 /// How long nginx may take to accept connections and start its workers.
 const NGINX_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// The same under a wrapper such as valgrind, which starts it many times slower.
+const WRAPPED_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long nginx may take to stop after SIGTERM before it is killed.
 const NGINX_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where Debian puts the binary (not always on a non-root PATH).
@@ -26,64 +30,18 @@ const DEBIAN_BINARY: &str = "/usr/sbin/nginx";
 /// Packages tried in order: the smallest build first.
 const PACKAGES: [&str; 2] = ["nginx-light", "nginx"];
 
-/// The nginx binary, installing the package when it is missing and this process may.
+/// The nginx binary, installing the package when it is missing and this process may (the service is not started or enabled).
 pub(super) fn find_or_install() -> Result<PathBuf> {
-    if let Some(found) = find() {
-        return Ok(found);
-    }
-    if procfs::own_effective_uid() != Some(0) {
-        bail!(
-            "nginx is not installed and the bench does not run as root; install it with `apt-get install nginx-light`"
-        );
-    }
-    println!(
-        "\n==> nginx is missing: installing it with apt-get (the service is not started or enabled here)"
-    );
-    let mut last = String::new();
-    for update_first in [false, true] {
-        if update_first {
-            let _ = apt(&["update"]);
-        }
-        for package in PACKAGES {
-            match apt(&["install", "-y", "--no-install-recommends", package]) {
-                Ok(()) => {
-                    if let Some(found) = find() {
-                        return Ok(found);
-                    }
-                }
-                Err(error) => last = format!("{error:#}"),
-            }
-        }
-    }
-    bail!("could not install nginx: {last}")
+    debian::find_or_install("nginx", &PACKAGES, find)
 }
 
 fn find() -> Option<PathBuf> {
-    let on_path = Command::new("nginx")
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if on_path {
+    if debian::runs("nginx", "-v") {
         return Some(PathBuf::from("nginx"));
     }
     Path::new(DEBIAN_BINARY)
         .is_file()
         .then(|| PathBuf::from(DEBIAN_BINARY))
-}
-
-fn apt(args: &[&str]) -> Result<()> {
-    let status = Command::new("apt-get")
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .status()
-        .context("running apt-get")?;
-    if !status.success() {
-        bail!("apt-get {} failed ({status})", args.join(" "));
-    }
-    Ok(())
 }
 
 /// nginx's version line (`nginx version: nginx/1.22.1`), for the JSON.
@@ -94,21 +52,34 @@ pub(super) fn version(binary: &Path) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
-/// The config: `workers` worker processes, no access log, the stand-in as a keep-alive upstream, responses and request bodies streamed like relayd streams them.
+/// How nginx's processes are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// A master and this many worker processes, as nginx is deployed.
+    Workers(usize),
+    /// One process that serves itself (`master_process off`), so that a tool wrapping it (valgrind) sees all of its work.
+    Alone,
+}
+
+/// The config: worker processes as `layout` says, no access log, the stand-in as a keep-alive upstream, responses and request bodies streamed like relayd streams them.
 pub(super) fn config(
     dir: &Path,
     port: u16,
     upstream: SocketAddr,
-    workers: usize,
+    layout: Layout,
     as_root: bool,
 ) -> String {
     let dir = dir.display();
+    let (master, workers) = match layout {
+        Layout::Workers(workers) => ("on", workers),
+        Layout::Alone => ("off", 1),
+    };
     // As root, nginx would switch its workers to `nobody`, who may not read the scratch directory.
     let user = if as_root { "user root;\n" } else { "" };
     format!(
         "# Written by cargo xtask bench: nginx as relayd's peer, in front of the same stand-in.
 daemon off;
-master_process on;
+master_process {master};
 worker_processes {workers};
 {user}pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
@@ -156,14 +127,24 @@ pub(super) struct Nginx {
 }
 
 impl Nginx {
-    /// Starts nginx on a free port in front of `upstream` and waits until it accepts connections and its `workers` workers run.
+    /// Starts nginx (under `wrapper`, a command and its arguments, when not empty) on a free port in front of `upstream` and waits until it accepts connections and its workers run.
     pub(super) fn start(
         binary: &Path,
         cpus: Option<&str>,
-        workers: usize,
+        layout: Layout,
         upstream: SocketAddr,
         scratch: &Scratch,
+        wrapper: &[OsString],
     ) -> Result<Nginx> {
+        let workers = match layout {
+            Layout::Workers(workers) => workers,
+            Layout::Alone => 0,
+        };
+        let start_timeout = if wrapper.is_empty() {
+            NGINX_START_TIMEOUT
+        } else {
+            WRAPPED_START_TIMEOUT
+        };
         let dir = scratch.path("nginx");
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let as_root = procfs::own_effective_uid() == Some(0);
@@ -171,10 +152,10 @@ impl Nginx {
         for attempt in 1..=PORT_ATTEMPTS {
             let port = free_port()?;
             let conf = dir.join("nginx.conf");
-            fs::write(&conf, config(&dir, port, upstream, workers, as_root))
+            fs::write(&conf, config(&dir, port, upstream, layout, as_root))
                 .with_context(|| format!("writing {}", conf.display()))?;
             let (log, log_file) = scratch.log(&format!("nginx/stderr-{attempt}"))?;
-            let mut command = pinned_command(binary, cpus);
+            let mut command = wrapped_command(wrapper, binary, cpus);
             command
                 .arg("-p")
                 .arg(&dir)
@@ -188,7 +169,7 @@ impl Nginx {
                 .stderr(log_file);
             let mut process = Process::spawn("nginx", command)?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let deadline = Instant::now() + NGINX_START_TIMEOUT;
+            let deadline = Instant::now() + start_timeout;
             loop {
                 if let Some(status) = process.exited()? {
                     last_log = format!("{}\n{}", log_tail(&log), log_tail(&dir.join("error.log")));
@@ -211,7 +192,7 @@ impl Nginx {
                 }
                 if Instant::now() >= deadline {
                     bail!(
-                        "nginx did not accept connections on {addr} within {NGINX_START_TIMEOUT:?}:\n{}",
+                        "nginx did not accept connections on {addr} within {start_timeout:?}:\n{}",
                         log_tail(&dir.join("error.log"))
                     );
                 }

@@ -22,6 +22,8 @@ use crate::command::seconds;
 const STAND_IN_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long relayd may take to answer `/healthz`.
 const RELAYD_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// The same under a wrapper such as valgrind, which starts it many times slower.
+const WRAPPED_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Attempts at starting relayd, each on a fresh free port, when the port was taken in between.
 pub(super) const PORT_ATTEMPTS: usize = 5;
 /// Environment variables relayd reads that must not leak from the caller into a measurement.
@@ -44,6 +46,18 @@ pub(super) fn pinned_command(program: &Path, cpus: Option<&str>) -> Command {
             command
         }
         None => Command::new(program),
+    }
+}
+
+/// A command for `program` run by `wrapper` (a command and its arguments, such as valgrind's), pinned as [`pinned_command`] pins; `program` alone when `wrapper` is empty.
+pub(super) fn wrapped_command(wrapper: &[OsString], program: &Path, cpus: Option<&str>) -> Command {
+    match wrapper.split_first() {
+        None => pinned_command(program, cpus),
+        Some((first, rest)) => {
+            let mut command = pinned_command(Path::new(first), cpus);
+            command.args(rest).arg(program);
+            command
+        }
     }
 }
 
@@ -229,6 +243,7 @@ pub(super) struct Relayd {
 
 impl Relayd {
     /// relayd refuses `--port 0`, so a free port is found by binding and closing it; if another process takes it in between, relayd exits and the next attempt uses a fresh port.
+    /// It runs under `wrapper` (a command and its arguments) when that is not empty.
     /// Its files live in the scratch subdirectory named for `mode`: `relayd.toml`, `daemon/` (its `XDG_CONFIG_HOME`) and `system/` (`RELAY_SYSTEM_CONFIG_DIR`).
     /// In managed mode the same upstreams also go to `system/config.toml`, because a worker takes `[upstream]` only from the config files (SPEC §8).
     pub(super) fn start(
@@ -238,7 +253,13 @@ impl Relayd {
         openai_upstream: SocketAddr,
         anthropic_upstream: SocketAddr,
         scratch: &Scratch,
+        wrapper: &[OsString],
     ) -> Result<Relayd> {
+        let start_timeout = if wrapper.is_empty() {
+            RELAYD_START_TIMEOUT
+        } else {
+            WRAPPED_START_TIMEOUT
+        };
         let dir = scratch.path(mode.label());
         let xdg = dir.join("daemon");
         let system_dir = dir.join("system");
@@ -259,7 +280,7 @@ impl Relayd {
             let port = free_port()?;
             let (log, log_file) =
                 scratch.log(&format!("{}/relayd-{attempt}.stderr", mode.label()))?;
-            let mut command = pinned_command(&bin_dir.join("relayd"), cpus);
+            let mut command = wrapped_command(wrapper, &bin_dir.join("relayd"), cpus);
             command.args(["--port", &port.to_string()]);
             if mode == RelaydMode::PassThrough {
                 command.arg("--pass-through");
@@ -278,7 +299,7 @@ impl Relayd {
             }
             let mut process = Process::spawn(&format!("relayd ({})", mode.label()), command)?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let deadline = Instant::now() + RELAYD_START_TIMEOUT;
+            let deadline = Instant::now() + start_timeout;
             loop {
                 if let Some(status) = process.exited()? {
                     last_log = log_tail(&log);
@@ -297,7 +318,7 @@ impl Relayd {
                 }
                 if Instant::now() >= deadline {
                     bail!(
-                        "relayd did not answer /healthz on {addr} within {RELAYD_START_TIMEOUT:?}; its stderr:\n{}",
+                        "relayd did not answer /healthz on {addr} within {start_timeout:?}; its stderr:\n{}",
                         log_tail(&log)
                     );
                 }

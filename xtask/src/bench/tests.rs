@@ -358,10 +358,11 @@ fn the_nginx_config_stays_in_its_directory_and_keeps_upstream_connections() {
         Path::new("/tmp/relay-bench-1/nginx"),
         4100,
         SocketAddr::from(([127, 0, 0, 1], 4001)),
-        2,
+        nginx::Layout::Workers(2),
         true,
     );
     assert!(config.contains("daemon off;\n"));
+    assert!(config.contains("master_process on;\n"));
     assert!(config.contains("worker_processes 2;\n"));
     assert!(config.contains("user root;\n"));
     assert!(config.contains("listen 127.0.0.1:4100;"));
@@ -384,11 +385,20 @@ fn the_nginx_config_stays_in_its_directory_and_keeps_upstream_connections() {
             Path::new("/x"),
             1,
             SocketAddr::from(([127, 0, 0, 1], 2)),
-            1,
+            nginx::Layout::Workers(1),
             false
         )
         .contains("user ")
     );
+    // Alone, one process serves, so that valgrind counts all of nginx's work.
+    let alone = nginx::config(
+        Path::new("/x"),
+        1,
+        SocketAddr::from(([127, 0, 0, 1], 2)),
+        nginx::Layout::Alone,
+        false,
+    );
+    assert!(alone.contains("master_process off;\nworker_processes 1;\n"));
 }
 
 #[test]
@@ -503,4 +513,27 @@ fn a_get_reaches_a_local_server_with_the_credential() {
         request.contains("\r\nx-relay-client-token: tok\r\n"),
         "{request}"
     );
+}
+
+#[test]
+fn a_callgrind_dump_gives_its_instruction_total() {
+    let dump = "version: 1\ncreator: callgrind-3.19.0\npid: 14714\ncmd:  relayd --pass-through\npart: 1\n\npositions: line\nevents: Ir\nsummary: 102207402\n\nfn=(1) main\n16 3\n\ntotals: 102207402\n";
+    assert_eq!(instructions::totals(dump), Some(102_207_402));
+    assert_eq!(instructions::totals("summary: 7\n"), Some(7));
+    assert_eq!(instructions::totals("events: Ir\n"), None);
+}
+
+#[test]
+fn a_wrapper_runs_the_program_as_its_last_argument() {
+    let wrapper = ["valgrind".into(), "--tool=callgrind".into()];
+    let command = wrapped_command(&wrapper, Path::new("/bin/relayd"), Some("1"));
+    let args: Vec<_> = command.get_args().collect();
+    assert_eq!(command.get_program(), "taskset");
+    assert_eq!(
+        args,
+        ["-c", "1", "valgrind", "--tool=callgrind", "/bin/relayd"]
+    );
+    let bare = wrapped_command(&[], Path::new("/bin/relayd"), None);
+    assert_eq!(bare.get_program(), "/bin/relayd");
+    assert_eq!(bare.get_args().count(), 0);
 }

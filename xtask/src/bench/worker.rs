@@ -89,6 +89,7 @@ pub(super) fn run(
         fast.addr,
         paced.addr,
         scratch,
+        &[],
     )?;
     let home = scratch.path("managed/user");
     let xdg = home.join("xdg");
