@@ -196,8 +196,8 @@ impl Lease for Driven {
         }
     }
 
-    fn run_alone(self: Box<Self>) {
-        run_alone(self.conn);
+    fn run_alone(self: Box<Self>, until: Answered) {
+        run_alone(self.conn, until);
     }
 }
 
@@ -210,16 +210,21 @@ pub(crate) trait Lease: Send {
     /// Its response has been read whole: it goes back to its pool if it is idle.
     fn give_back(self: Box<Self>);
     /// Its request is still uploading while the response comes: the connection runs in a
-    /// task of its own until the response ends, and then closes. hyper's server stops
-    /// polling a response body while the client is not reading, and a client may read
-    /// nothing until its whole upload is written: driven only by the response body, the
-    /// upload would stall, and the client with it.
-    fn run_alone(self: Box<Self>);
+    /// task of its own, uploading and reading, until `until` says the response body has
+    /// ended or was dropped, and then closes. hyper's server stops polling a response body
+    /// while the client is not reading, and a client may read nothing until its whole
+    /// upload is written: driven only by the response body, the upload would stall, and the
+    /// client with it. Once the answer is over the rest of the upload is not needed, and a
+    /// provider that neither reads it nor closes must not hold the connection.
+    fn run_alone(self: Box<Self>, until: Answered);
 }
 
-/// Runs a connection whose sender has been dropped: it serves the request in flight and
-/// then closes.
-pub(crate) fn run_alone<T, B>(conn: http1::Connection<T, B>)
+/// Resolves when the response body it was made for has ended or was dropped.
+pub(crate) type Answered = tokio::sync::oneshot::Receiver<()>;
+
+/// Runs a connection whose sender has been dropped until `until` resolves or the
+/// connection ends.
+pub(crate) fn run_alone<T, B>(conn: http1::Connection<T, B>, until: Answered)
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     B: Body + Send + 'static,
@@ -227,8 +232,11 @@ where
     B::Error: Into<BoxError>,
 {
     tokio::spawn(async move {
-        if let Err(error) = conn.await {
-            tracing::debug!(error = %error, "connection ended with an error");
+        tokio::select! {
+            ended = conn => if let Err(error) = ended {
+                tracing::debug!(error = %error, "connection ended with an error");
+            },
+            _ = until => {}
         }
     });
 }
@@ -292,6 +300,8 @@ pub struct UpstreamBody {
     incoming: Incoming,
     /// The HTTP/1.1 connection it arrives on, while it is open.
     driven: Option<Box<dyn Lease>>,
+    /// Held while the body has not ended, when its connection runs alone.
+    alone: Option<tokio::sync::oneshot::Sender<()>>,
     /// The last frame has been read.
     ended: bool,
     /// The last poll handed out a frame.
@@ -315,14 +325,18 @@ impl UpstreamBody {
         mut driven: Option<Box<dyn Lease>>,
         upload: Option<Upload>,
     ) -> UpstreamBody {
+        let mut alone = None;
         if upload.is_some_and(|u| !u.is_over())
             && let Some(conn) = driven.take()
         {
-            conn.run_alone();
+            let (held, until) = tokio::sync::oneshot::channel();
+            conn.run_alone(until);
+            alone = Some(held);
         }
         UpstreamBody {
             incoming,
             driven,
+            alone,
             ended: false,
             after_frame: false,
             held: None,
@@ -371,6 +385,9 @@ impl Body for UpstreamBody {
             Some(Ok(frame)) => {
                 // Trailers are the last frame, and hyper's server polls no further.
                 this.ended = frame.is_trailers() || this.incoming.is_end_stream();
+                if this.ended {
+                    this.alone = None;
+                }
                 this.after_frame = true;
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -385,6 +402,7 @@ impl Body for UpstreamBody {
             }
             None => {
                 this.ended = true;
+                this.alone = None;
                 Poll::Ready(None)
             }
         }

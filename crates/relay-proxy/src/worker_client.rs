@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 use crate::body::RequestBody;
 use crate::headers::WORKER_SECRET;
 use crate::tls_io::{Gather, ReadAhead};
-use crate::upstream::{Lease, UpstreamBody, exchange, is_idle, poll_open, run_alone};
+use crate::upstream::{Answered, Lease, UpstreamBody, exchange, is_idle, poll_open, run_alone};
 use crate::worker::READY_PATH;
 
 /// Probes get this long (§5.1).
@@ -118,8 +118,8 @@ impl Lease for WorkerConn {
         }
     }
 
-    fn run_alone(self: Box<Self>) {
-        run_alone(self.conn);
+    fn run_alone(self: Box<Self>, until: Answered) {
+        run_alone(self.conn, until);
     }
 }
 
@@ -161,8 +161,9 @@ impl WorkerClient {
     }
 
     /// Opens the pool of a generation a request is routed to. Called with the broker
-    /// locked, as [`WorkerClient::forget`] is, so a generation forgotten is never opened
-    /// again by a request that was routed to it earlier: its connections are not kept.
+    /// locked, as [`WorkerClient::forget`] is on a retirement, so a retired generation is
+    /// never opened again by a request that was routed to it earlier: its connections are
+    /// not kept. A request sent without it keeps no connection.
     pub fn admit(&self, worker_id: Id) {
         if let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") {
             pools.entry(worker_id).or_insert_with(|| Generation {

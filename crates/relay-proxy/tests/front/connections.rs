@@ -99,6 +99,46 @@ async fn an_upload_goes_on_while_an_early_answer_waits_for_the_client() {
     assert_eq!(provider.await.unwrap().unwrap(), BODY);
 }
 
+/// A provider that answers in full at once and then neither reads the upload nor closes:
+/// once its answer has reached the client, relayd closes the provider connection and
+/// discards the rest of the upload, so neither the client nor the connection is held.
+#[tokio::test]
+async fn an_answer_complete_before_the_upload_lets_go_of_a_provider_that_stops_reading() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let provider = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(stream.read(&mut byte).await.unwrap(), 1);
+            head.push(byte[0]);
+        }
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        stream
+    });
+    let relay = Setup::new(&base).start().await;
+    let request = post(&relay.host(), &format!("Content-Length: {BODY}\r\n"), BODY);
+    let res = tokio::time::timeout(
+        Duration::from_secs(30),
+        write_all_then_read(&relay, &request),
+    )
+    .await
+    .expect("the client was held by a provider that stopped reading");
+    assert_eq!((res.status, res.body.as_slice()), (200, &b"ok"[..]));
+    // Whatever of the upload reached the provider's socket, then its end.
+    let mut stream = provider.await.unwrap();
+    let mut sink = vec![0u8; 64 * 1024];
+    tokio::time::timeout(WAIT, async {
+        while stream.read(&mut sink).await.unwrap_or(0) > 0 {}
+    })
+    .await
+    .expect("relayd kept the provider connection open");
+}
+
 #[tokio::test]
 async fn uploads_read_whole_before_their_answers_share_one_provider_connection() {
     let stand_in = StandIn::start().await.unwrap();
