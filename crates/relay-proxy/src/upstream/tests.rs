@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
 
 use super::*;
+use crate::body::{BodyEnd, BodyTap, ResponseBody};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -275,30 +276,48 @@ async fn a_response_without_a_body_gives_its_connection_back() {
 }
 
 #[tokio::test]
-async fn a_body_ending_with_trailers_gives_its_connection_back() {
+async fn a_body_ending_with_trailers_is_complete_and_gives_its_connection_back() {
     let (base, mut seen) = provider_answering(
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nx-checksum: 1\r\n\r\n",
         Close::Never,
     )
     .await;
+    /// Records how each tapped body ended.
+    struct Ends(Arc<std::sync::Mutex<Vec<BodyEnd>>>);
+    impl BodyTap for Ends {
+        fn data(&mut self, _chunk: &Bytes) {}
+        fn end(self: Box<Self>, end: BodyEnd) {
+            relay_logging::sync::lock(&self.0, "test")
+                .unwrap()
+                .push(end);
+        }
+    }
+    let ends = Arc::new(std::sync::Mutex::new(Vec::new()));
     let client = client();
     for _ in 0..3 {
-        let mut res = client
+        let res = client
             .send(get(&format!("{base}/v1/models")))
             .await
             .unwrap();
+        let mut body = ResponseBody::forward(res.into_body(), WAIT, None);
+        body.set_tap(Box::new(Ends(ends.clone())));
         // Read as hyper's server reads: the trailers are the last frame, and the body is
         // dropped without being polled again.
         loop {
-            let frame = res.body_mut().frame().await.unwrap().unwrap();
+            let frame = body.frame().await.unwrap().unwrap();
             if frame.is_trailers() {
                 break;
             }
         }
-        drop(res);
+        drop(body);
     }
     let (connections, heads) = counts(&mut seen);
     assert_eq!((connections, heads.len()), (1, 3));
+    // The tap saw whole bodies, not bodies dropped before their end.
+    assert_eq!(
+        *relay_logging::sync::lock(&ends, "test").unwrap(),
+        [BodyEnd::Complete; 3]
+    );
 }
 
 #[tokio::test]
