@@ -20,7 +20,7 @@ use http::header::{HOST, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::{TrySendError, http1, http2};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
@@ -187,6 +187,10 @@ impl Lease for Driven {
         poll_open(&mut self.conn, cx)
     }
 
+    fn sender(&mut self) -> &mut http1::SendRequest<RequestBody> {
+        &mut self.sender
+    }
+
     fn give_back(mut self: Box<Self>) {
         if self.is_idle()
             && let Some(pool) = self.pool.upgrade()
@@ -207,6 +211,8 @@ pub(crate) trait Lease: Send {
     /// Lets the connection make progress; false once it has ended, after which it must not
     /// be polled again.
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool;
+    /// Where a request is handed to it.
+    fn sender(&mut self) -> &mut http1::SendRequest<RequestBody>;
     /// Its response has been read whole: it goes back to its pool if it is idle.
     fn give_back(self: Box<Self>);
     /// Its request is still uploading while the response comes: the connection runs in a
@@ -275,22 +281,25 @@ where
     poll_open(conn, &mut Context::from_waker(Waker::noop())) && sender.is_ready()
 }
 
-/// Waits for the answer to a request handed to `conn`, polling the connection meanwhile:
-/// it writes the request and reads the answer only while it is polled. A connection that
-/// ends first is dropped, which settles the answer: given back if nothing of the request
-/// was written, failed otherwise.
-pub(crate) async fn exchange<L: Lease + ?Sized, R>(
-    conn: &mut Option<Box<L>>,
-    answer: impl Future<Output = R>,
-) -> R {
-    let mut answer = std::pin::pin!(answer);
-    std::future::poll_fn(|cx| {
+/// Hands `req` to `conn` and waits for its response head, polling the connection
+/// meanwhile: it writes the request and reads the answer only while it is polled. The
+/// response body drives it from then on. A connection that ends first is dropped, which
+/// settles the answer: given back if nothing of the request was written, failed otherwise.
+pub(crate) async fn send_on<L: Lease + 'static>(
+    mut conn: Box<L>,
+    req: Request<RequestBody>,
+) -> Result<Response<UpstreamBody>, TrySendError<Request<RequestBody>>> {
+    let upload = req.body().upload();
+    let mut answer = std::pin::pin!(conn.sender().try_send_request(req));
+    let mut conn = Some(conn);
+    let res = std::future::poll_fn(|cx| {
         if conn.as_mut().is_some_and(|c| !c.poll_open(cx)) {
-            *conn = None;
+            conn = None;
         }
         answer.as_mut().poll(cx)
     })
-    .await
+    .await?;
+    Ok(res.map(|incoming| UpstreamBody::new(incoming, conn.map(|c| c as Box<dyn Lease>), upload)))
 }
 
 /// A response body from a provider or a worker. Over HTTP/1.1 to a provider it holds the
@@ -538,29 +547,21 @@ impl Inner {
     /// HTTP/2.
     async fn attempt(&self, sender: Sender, mut req: Request<RequestBody>) -> Attempt {
         let sent = match sender {
-            Sender::Http1(mut driven) => {
+            Sender::Http1(driven) => {
                 let target = std::mem::take(req.uri_mut());
                 *req.uri_mut() = target
                     .path_and_query()
                     .cloned()
                     .map_or_else(|| Uri::from_static("/"), Uri::from);
                 req.headers_mut().insert(HOST, driven.host.clone());
-                let upload = req.body().upload();
-                let sending = driven.sender.try_send_request(req);
-                let mut open = Some(driven);
-                match exchange(&mut open, sending).await {
-                    Ok(res) => Ok(res.map(|incoming| {
-                        UpstreamBody::new(incoming, open.map(|d| d as Box<dyn Lease>), upload)
-                    })),
-                    Err(mut error) => Err((
-                        error.take_message().map(|mut back| {
-                            *back.uri_mut() = target;
-                            back.headers_mut().remove(HOST);
-                            back
-                        }),
-                        error.into_error(),
-                    )),
-                }
+                send_on(driven, req).await.map_err(|mut error| {
+                    let back = error.take_message().map(|mut back| {
+                        *back.uri_mut() = target;
+                        back.headers_mut().remove(HOST);
+                        back
+                    });
+                    (back, error.into_error())
+                })
             }
             Sender::Http2(mut sender) => sender
                 .try_send_request(req)

@@ -26,7 +26,7 @@ use tokio::net::TcpStream;
 use crate::body::RequestBody;
 use crate::headers::WORKER_SECRET;
 use crate::tls_io::{Gather, ReadAhead};
-use crate::upstream::{Answered, Lease, UpstreamBody, exchange, is_idle, poll_open, run_alone};
+use crate::upstream::{Answered, Lease, UpstreamBody, is_idle, poll_open, run_alone, send_on};
 use crate::worker::READY_PATH;
 
 /// Probes get this long (§5.1).
@@ -101,6 +101,10 @@ impl Lease for WorkerConn {
         poll_open(&mut self.conn, cx)
     }
 
+    fn sender(&mut self) -> &mut SendRequest<RequestBody> {
+        &mut self.sender
+    }
+
     /// Kept only while its generation's pool is: a generation forgotten meanwhile gets
     /// none back.
     fn give_back(mut self: Box<Self>) {
@@ -120,23 +124,6 @@ impl Lease for WorkerConn {
 
     fn run_alone(self: Box<Self>, until: Answered) {
         run_alone(self.conn, until);
-    }
-}
-
-impl WorkerConn {
-    /// Writes `req` and waits for its response head, driving the connection meanwhile; the
-    /// response body drives it from then on.
-    async fn send(
-        mut self: Box<Self>,
-        req: Request<RequestBody>,
-    ) -> Result<Response<UpstreamBody>, hyper::client::conn::TrySendError<Request<RequestBody>>>
-    {
-        let upload = req.body().upload();
-        let sending = self.sender.try_send_request(req);
-        let mut open = Some(self);
-        let res = exchange(&mut open, sending).await?;
-        Ok(res
-            .map(|incoming| UpstreamBody::new(incoming, open.map(|c| c as Box<dyn Lease>), upload)))
     }
 }
 
@@ -190,7 +177,7 @@ impl WorkerClient {
             .insert(WORKER_SECRET, secret_header(&target.secret));
         // Pooled connections first; a dead one gives the request back unsent.
         while let Some(conn) = self.take(target.worker_id) {
-            match conn.send(req).await {
+            match send_on(conn, req).await {
                 Ok(res) => return Ok(res),
                 Err(mut error) => match error.take_message() {
                     Some(back) => req = back,
@@ -211,7 +198,7 @@ impl WorkerClient {
                 });
             }
         };
-        match conn.send(req).await {
+        match send_on(conn, req).await {
             Ok(res) => Ok(res),
             Err(mut error) => match error.take_message() {
                 Some(back) => Err(WorkerSendError::NotSent {
@@ -248,7 +235,7 @@ impl WorkerClient {
                 .insert(http::header::HOST, HeaderValue::from_static("relay-worker"));
             req.headers_mut()
                 .insert(WORKER_SECRET, secret_header(&target.secret));
-            let res = conn.send(req).await.map_err(|_| ProbeOutcome::Failed)?;
+            let res = send_on(conn, req).await.map_err(|_| ProbeOutcome::Failed)?;
             if !res.status().is_success() {
                 return Err(ProbeOutcome::Failed);
             }
