@@ -1,21 +1,17 @@
-//! A provider that answers before it has read the request body, as a full-duplex server
+//! Providers that answer before they have read the request body, as a full-duplex server
 //! may: raw TCP, one connection, so the test controls exactly when each side reads.
 
 use std::io;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
-/// Accepts one connection and, as soon as it has a request head, answers `200` with
-/// `answer_len` bytes while it reads the request body (its `Content-Length`) to the end.
-/// Returns how many body bytes it read.
-pub async fn answer_while_reading(listener: TcpListener, answer_len: usize) -> io::Result<usize> {
-    let (stream, _) = listener.accept().await?;
-    let (mut read, mut write) = stream.into_split();
+/// Reads until the end of a request head; returns what it read and where the head ends.
+async fn read_head(read: &mut (impl AsyncRead + Unpin)) -> io::Result<(Vec<u8>, usize)> {
     let mut buf = Vec::new();
-    let head_len = loop {
+    loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
+            return Ok((buf, at + 4));
         }
         let mut chunk = [0u8; 8192];
         let n = read.read(&mut chunk).await?;
@@ -25,7 +21,28 @@ pub async fn answer_while_reading(listener: TcpListener, answer_len: usize) -> i
             ));
         }
         buf.extend_from_slice(&chunk[..n]);
-    };
+    }
+}
+
+/// Accepts one connection and, as soon as it has a request head, answers `200` with the
+/// body `ok`, then neither reads nor closes: the connection is handed back, for the test
+/// to see what the other side does.
+pub async fn answer_then_stop_reading(listener: TcpListener) -> io::Result<TcpStream> {
+    let (mut stream, _) = listener.accept().await?;
+    read_head(&mut stream).await?;
+    stream
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        .await?;
+    Ok(stream)
+}
+
+/// Accepts one connection and, as soon as it has a request head, answers `200` with
+/// `answer_len` bytes while it reads the request body (its `Content-Length`) to the end.
+/// Returns how many body bytes it read.
+pub async fn answer_while_reading(listener: TcpListener, answer_len: usize) -> io::Result<usize> {
+    let (stream, _) = listener.accept().await?;
+    let (mut read, mut write) = stream.into_split();
+    let (buf, head_len) = read_head(&mut read).await?;
     let head = String::from_utf8_lossy(&buf[..head_len]).to_ascii_lowercase();
     let expected: usize = head
         .lines()

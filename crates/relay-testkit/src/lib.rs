@@ -1,7 +1,7 @@
 //! `relay-testkit` is the model-provider stand-in that Relay's tests and benchmarks talk to instead of a paid provider.
 //! [`StandIn`] is a real hyper server (HTTP/1.1, and HTTP/2 with prior knowledge) on a loopback port that answers the Anthropic Messages, OpenAI Responses and OpenAI Chat Completions routes with the captured fixture streams, records every request it receives ([`Recorded`]), and misbehaves on demand ([`Behaviour`]: chunking, pacing, mid-body failures, canned statuses, hangs).
 //! It can also drive a coding agent through one tool call and back (`Behaviour::tool_round_trip`).
-//! [`duplex::answer_while_reading`] is a raw provider that answers before it has read the request body.
+//! [`duplex`] holds raw providers that answer before they have read the request body.
 //! [`fixture_request`] loads the requests the real harnesses sent, embedded in the crate.
 //! It is not a provider emulator: it does not look at prompts, count tokens or validate request schemas, and it never opens an outbound connection.
 //! The `relay-stand-in` binary serves the same thing from a separate process for benchmarks and end-to-end runs.

@@ -39,6 +39,14 @@ async fn worker(close: Close) -> (WorkerTarget, mpsc::UnboundedReceiver<Seen>) {
     (target, rx)
 }
 
+/// A client with the pool of `target`'s generation open, as routing a request to it opens
+/// it.
+fn routed_to(target: &WorkerTarget) -> WorkerClient {
+    let client = WorkerClient::new();
+    client.admit(target.worker_id);
+    client
+}
+
 fn get() -> Request<RequestBody> {
     let mut req = Request::new(RequestBody::empty());
     *req.uri_mut() = http::Uri::from_static("/v1/models");
@@ -58,8 +66,7 @@ async fn read(res: Response<UpstreamBody>) -> (StatusCode, Bytes) {
 #[tokio::test]
 async fn requests_one_after_another_share_one_pinned_connection() {
     let (target, mut seen) = worker(Close::Never).await;
-    let client = WorkerClient::new();
-    client.admit(target.worker_id);
+    let client = routed_to(&target);
     for _ in 0..3 {
         let res = client.send(&target, get()).await.unwrap();
         assert_eq!(read(res).await, (StatusCode::OK, "ok".into()));
@@ -73,8 +80,7 @@ async fn requests_one_after_another_share_one_pinned_connection() {
 #[tokio::test]
 async fn a_connection_busy_when_its_generation_is_forgotten_is_not_kept() {
     let (target, mut seen) = worker(Close::Never).await;
-    let client = WorkerClient::new();
-    client.admit(target.worker_id);
+    let client = routed_to(&target);
     let res = client.send(&target, get()).await.unwrap();
     client.forget(target.worker_id);
     assert_eq!(read(res).await.0, StatusCode::OK);
@@ -85,8 +91,7 @@ async fn a_connection_busy_when_its_generation_is_forgotten_is_not_kept() {
 #[tokio::test]
 async fn a_request_routed_before_its_generation_was_forgotten_keeps_nothing() {
     let (target, mut seen) = worker(Close::Never).await;
-    let client = WorkerClient::new();
-    client.admit(target.worker_id);
+    let client = routed_to(&target);
     client.forget(target.worker_id);
     // Its connection is opened after the generation was forgotten.
     let res = client.send(&target, get()).await.unwrap();
@@ -99,8 +104,7 @@ async fn a_request_routed_before_its_generation_was_forgotten_keeps_nothing() {
 async fn a_kept_connection_the_worker_closed_gives_the_request_back_unwritten() {
     let told = Arc::new(Notify::new());
     let (target, mut seen) = worker(Close::WhenTold(told.clone())).await;
-    let client = WorkerClient::new();
-    client.admit(target.worker_id);
+    let client = routed_to(&target);
     for _ in 0..3 {
         let res = client.send(&target, get()).await.unwrap();
         assert_eq!(read(res).await.0, StatusCode::OK);
@@ -116,8 +120,7 @@ async fn a_kept_connection_the_worker_closed_gives_the_request_back_unwritten() 
 async fn the_look_every_half_minute_drops_the_idle_connections_the_worker_closed() {
     let told = Arc::new(Notify::new());
     let (target, mut seen) = worker(Close::WhenTold(told.clone())).await;
-    let client = WorkerClient::new();
-    client.admit(target.worker_id);
+    let client = routed_to(&target);
     let res = client.send(&target, get()).await.unwrap();
     assert_eq!(read(res).await.0, StatusCode::OK);
     told.notify_one();

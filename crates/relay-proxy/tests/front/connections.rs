@@ -79,24 +79,39 @@ async fn a_400_reaches_a_client_that_sends_its_whole_body_first() {
     assert_eq!(stand_in.request_count(), 0);
 }
 
-#[tokio::test]
-async fn an_upload_goes_on_while_an_early_answer_waits_for_the_client() {
+/// relayd in front of the raw provider `serve` starts on its listener, and a client that
+/// writes a `BODY`-byte upload whole before it reads: its answer within 30 s (else the
+/// test fails with `stalled`), and what the provider returned.
+async fn write_first_through<T: Send + 'static>(
+    serve: impl FnOnce(TcpListener) -> tokio::task::JoinHandle<T>,
+    stalled: &str,
+) -> (crate::support::RawResponse, T) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let provider = tokio::spawn(duplex::answer_while_reading(listener, BODY));
+    let provider = serve(listener);
     let relay = Setup::new(&base).start().await;
     let request = post(&relay.host(), &format!("Content-Length: {BODY}\r\n"), BODY);
-    // Both ways carry more than the socket buffers hold: if relayd stopped reading the
-    // upload while the answer waits for the client, neither side would finish.
     let res = tokio::time::timeout(
         Duration::from_secs(30),
         write_all_then_read(&relay, &request),
     )
     .await
-    .expect("the upload stalled behind the answer");
+    .expect(stalled);
+    (res, provider.await.unwrap())
+}
+
+/// Both ways carry more than the socket buffers hold: if relayd stopped reading the upload
+/// while the answer waits for the client, neither side would finish.
+#[tokio::test]
+async fn an_upload_goes_on_while_an_early_answer_waits_for_the_client() {
+    let (res, read) = write_first_through(
+        |listener| tokio::spawn(duplex::answer_while_reading(listener, BODY)),
+        "the upload stalled behind the answer",
+    )
+    .await;
     assert_eq!(res.status, 200);
     assert_eq!(res.body.len(), BODY);
-    assert_eq!(provider.await.unwrap().unwrap(), BODY);
+    assert_eq!(read.unwrap(), BODY);
 }
 
 /// A provider that answers in full at once and then neither reads the upload nor closes:
@@ -104,33 +119,14 @@ async fn an_upload_goes_on_while_an_early_answer_waits_for_the_client() {
 /// discards the rest of the upload, so neither the client nor the connection is held.
 #[tokio::test]
 async fn an_answer_complete_before_the_upload_lets_go_of_a_provider_that_stops_reading() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let provider = tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.unwrap();
-        let mut head = Vec::new();
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let mut byte = [0u8; 1];
-            assert_eq!(stream.read(&mut byte).await.unwrap(), 1);
-            head.push(byte[0]);
-        }
-        stream
-            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            .await
-            .unwrap();
-        stream
-    });
-    let relay = Setup::new(&base).start().await;
-    let request = post(&relay.host(), &format!("Content-Length: {BODY}\r\n"), BODY);
-    let res = tokio::time::timeout(
-        Duration::from_secs(30),
-        write_all_then_read(&relay, &request),
+    let (res, stream) = write_first_through(
+        |listener| tokio::spawn(duplex::answer_then_stop_reading(listener)),
+        "the client was held by a provider that stopped reading",
     )
-    .await
-    .expect("the client was held by a provider that stopped reading");
+    .await;
     assert_eq!((res.status, res.body.as_slice()), (200, &b"ok"[..]));
     // Whatever of the upload reached the provider's socket, then its end.
-    let mut stream = provider.await.unwrap();
+    let mut stream = stream.unwrap();
     let mut sink = vec![0u8; 64 * 1024];
     tokio::time::timeout(WAIT, async {
         while stream.read(&mut sink).await.unwrap_or(0) > 0 {}
