@@ -207,9 +207,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         document["loadgen"] = phase.loadgen;
     }
     if options.selected(INSTRUCTIONS) {
-        match instructions::run(&bin_dir, &pinning, &fast, &scratch, &mut notes) {
+        match instructions::run(&bin_dir, &pinning, &fast, &scratch) {
             Ok(phase) => {
                 measures.push(phase.measure);
+                notes.extend(phase.notes);
                 document["instructions"] = phase.detail;
             }
             Err(error) => notes.push(format!("instructions per request not counted: {error:#}")),

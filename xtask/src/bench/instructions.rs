@@ -33,6 +33,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The instructions row, and what it was measured with.
 pub(super) struct InstructionsPhase {
     pub(super) measure: Measure,
+    pub(super) notes: Vec<String>,
+    /// Raw figures for the JSON.
     pub(super) detail: Value,
 }
 
@@ -42,8 +44,8 @@ pub(super) fn run(
     pinning: &Pinning,
     fast: &StandIn,
     scratch: &Scratch,
-    notes: &mut Vec<String>,
 ) -> Result<InstructionsPhase> {
+    let mut notes = Vec::new();
     debian::find_or_install("valgrind", &["valgrind"], || {
         debian::runs("valgrind", "--version").then(|| PathBuf::from("valgrind"))
     })?;
@@ -99,6 +101,7 @@ pub(super) fn run(
     Ok(InstructionsPhase {
         measure: Measure::relay_only(MeasureId::InstructionsPassThrough, relayd_per_request)
             .with_peer(nginx_per_request),
+        notes,
         detail: json!({
             "warm_up": WARM_UP,
             "counted": COUNTED,
