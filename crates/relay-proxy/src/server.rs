@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,10 +19,9 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::body::ResponseBody;
@@ -139,7 +138,9 @@ pub async fn serve<H: Handler>(
     let tls = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let permits = Arc::new(Semaphore::new(options.max_connections));
     let peers = Arc::new(PeerCounts::new(options.per_peer));
-    let graceful = GracefulShutdown::new();
+    // Each connection holds a receiver until its last answer is written: the stop is sent
+    // on it, and the drain ends when every one has been dropped.
+    let (stop, _) = watch::channel(());
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -178,7 +179,7 @@ pub async fn serve<H: Handler>(
         let local = tcp.local_addr().unwrap_or(peer);
         let handler = handler.clone();
         let builder = builder.clone();
-        let watcher = graceful.watcher();
+        let stopping = stop.subscribe();
         let tls = tls.clone();
         let options = options.clone();
         // The permit and the address slot live as long as the socket: through an upgrade,
@@ -192,7 +193,7 @@ pub async fn serve<H: Handler>(
                         ctx,
                         options: &options,
                         builder: &builder,
-                        watcher,
+                        stopping,
                     };
                     conn.serve(tcp, true, keep, handler).await;
                 }
@@ -210,7 +211,7 @@ pub async fn serve<H: Handler>(
                         ctx,
                         options: &options,
                         builder: &builder,
-                        watcher,
+                        stopping,
                     };
                     conn.serve(stream, http1, keep, handler).await;
                 }
@@ -218,7 +219,8 @@ pub async fn serve<H: Handler>(
         });
     }
     drop(listener);
-    let drained = tokio::time::timeout(options.drain_timeout, graceful.shutdown())
+    let _ = stop.send(());
+    let drained = tokio::time::timeout(options.drain_timeout, stop.closed())
         .await
         .is_ok();
     tasks.shutdown().await;
@@ -320,7 +322,9 @@ struct Conn<'a> {
     ctx: ConnContext,
     options: &'a ServeOptions,
     builder: &'a auto::Builder<TokioExecutor>,
-    watcher: Watcher,
+    /// Changes when the server stops: the connection then finishes its current answer and
+    /// closes (HTTP/2: GOAWAY).
+    stopping: watch::Receiver<()>,
 }
 
 impl Conn<'_> {
@@ -333,7 +337,7 @@ impl Conn<'_> {
             ctx,
             options,
             builder,
-            watcher,
+            mut stopping,
         } = self;
         let state = ctx.state.clone();
         let (give_back, mut given_back) = oneshot::channel();
@@ -354,21 +358,46 @@ impl Conn<'_> {
                 Ok::<_, Infallible>(res)
             }
         });
-        let connection = watcher.watch(
-            builder
+        // The connection, and with it the socket unless an upgrade took it, is dropped at
+        // the end of this block.
+        let ended = {
+            let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(io), service)
-                .into_owned(),
-        );
-        let watchdog = state.expired(options.header_read_timeout, options.keepalive_idle);
-        let ended = match Guarded::new(pin!(connection), pin!(watchdog)).await {
-            Ended::Work(result) => {
-                if let Err(error) = result {
-                    tracing::debug!(error = %error, "connection ended with an error");
+                .into_owned();
+            let mut connection = pin!(connection);
+            let mut watchdog =
+                pin!(state.expired(options.header_read_timeout, options.keepalive_idle));
+            let mut stop = Some(pin!(stopping.changed()));
+            // The watchdog and the server's stop, polled only when one of them woke the task.
+            let mut guard = poll_fn(|cx| {
+                if let Poll::Ready(expiry) = watchdog.as_mut().poll(cx) {
+                    return Poll::Ready(Some(expiry));
                 }
-                None
+                match stop.as_mut().map(|stop| stop.as_mut().poll(cx)) {
+                    // The sender is gone only when the server is, which is a stop too.
+                    Some(Poll::Ready(_)) => {
+                        stop = None;
+                        Poll::Ready(None)
+                    }
+                    _ => Poll::Pending,
+                }
+            });
+            loop {
+                match Guarded::new(connection.as_mut(), &mut guard).await {
+                    Ended::Work(result) => {
+                        if let Err(error) = result {
+                            tracing::debug!(error = %error, "connection ended with an error");
+                        }
+                        break None;
+                    }
+                    Ended::Guard(Some(expiry)) => break Some(expiry),
+                    // The server stops: no new request on this connection, the current one
+                    // runs to its end.
+                    Ended::Guard(None) => connection.as_mut().graceful_shutdown(),
+                }
             }
-            Ended::Guard(expiry) => Some(expiry),
         };
+        drop(stopping);
         match ended {
             // hyper closed the connection itself, after its last answer (or the client
             // did): linger unless it was upgraded, in which case the socket lives on in the
