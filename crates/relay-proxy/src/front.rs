@@ -37,7 +37,6 @@ use crate::routes::{Family, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler};
 use crate::shell::Shell;
 use crate::upstream::UpstreamClient;
-use to_worker::UpstreamWait;
 
 /// How the daemon treats requests without a ready worker (§2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,14 +181,10 @@ impl Front {
         self.options.bind.is_loopback()
     }
 
-    async fn dispatch(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-        conn: ConnContext,
-    ) -> (Response<ResponseBody>, RouteLabel, Destination) {
+    async fn dispatch(self: Arc<Self>, req: Request<Incoming>, conn: ConnContext) -> Answer {
         let route = PathClass::classify(req.method(), req.uri().path());
         let label = route_label(route);
-        let local = |res| (res, label, Destination::Local);
+        let local = |res| Answer::new(res, label, Destination::Local);
         if conn.state.take_verdict() == HeadVerdict::AmbiguousFraming {
             return local(ambiguous_framing());
         }
@@ -290,15 +285,40 @@ impl Handler for Front {
     ) -> Response<ResponseBody> {
         let started = Instant::now();
         let metrics = self.metrics.clone();
-        let (res, label, destination) = self.dispatch(req, conn).await;
-        metrics.record_request(label, destination, res.status().as_u16());
+        let answer = self.dispatch(req, conn).await;
+        metrics.record_request(
+            answer.label,
+            answer.destination,
+            answer.res.status().as_u16(),
+        );
         // Time inside relayd: all of it but the wait for the provider's or worker's head.
-        let waited = res
-            .extensions()
-            .get::<UpstreamWait>()
-            .map_or(Duration::ZERO, |w| w.0);
-        metrics.record_overhead(started.elapsed().saturating_sub(waited));
-        res
+        metrics.record_overhead(started.elapsed().saturating_sub(answer.waited));
+        answer.res
+    }
+}
+
+/// A request's answer, with what the request metrics record of it.
+struct Answer {
+    res: Response<ResponseBody>,
+    label: RouteLabel,
+    destination: Destination,
+    /// How long the request waited for its provider's or worker's response head, which the
+    /// overhead metric leaves out (§3.1).
+    waited: Duration,
+}
+
+impl Answer {
+    fn new(res: Response<ResponseBody>, label: RouteLabel, destination: Destination) -> Answer {
+        Answer {
+            res,
+            label,
+            destination,
+            waited: Duration::ZERO,
+        }
+    }
+
+    fn waited(self, waited: Duration) -> Answer {
+        Answer { waited, ..self }
     }
 }
 

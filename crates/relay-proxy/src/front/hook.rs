@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::credential::{Routed, parse_credential};
 use super::to_worker::WorkerResult;
-use super::{Front, Mode};
+use super::{Answer, Front, Mode};
 use crate::answers::{
     content_length, error, payload_too_large, relay_response, retry_later, unsupported_media_type,
     worker_unavailable,
@@ -26,12 +26,8 @@ use crate::metrics::{Destination, RouteLabel};
 use crate::routes::Agent;
 
 impl Front {
-    pub(super) async fn hook(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-        agent: Agent,
-    ) -> (Response<ResponseBody>, RouteLabel, Destination) {
-        let local = |res| (res, RouteLabel::Hook, Destination::Local);
+    pub(super) async fn hook(self: Arc<Self>, req: Request<Incoming>, agent: Agent) -> Answer {
+        let local = |res| Answer::new(res, RouteLabel::Hook, Destination::Local);
         if !headers::is_json_media_type(req.headers()) {
             return local(unsupported_media_type());
         }
@@ -92,7 +88,7 @@ impl Front {
                 *req.headers_mut() =
                     headers::forwardable_request_headers(&parts.headers, Toward::Worker);
                 match self.send_to_worker(&worker, fingerprint, "hook", req).await {
-                    WorkerResult::Answered(res) => {
+                    WorkerResult::Answered(res, waited) => {
                         let idle = self.config().daemon.stream_idle_secs.get();
                         let res = relay_response(
                             res,
@@ -100,10 +96,11 @@ impl Front {
                             idle,
                             Box::new((self.metrics.open_stream(), Some(ticket))),
                         );
-                        return (res, RouteLabel::Hook, Destination::Worker);
+                        return Answer::new(res, RouteLabel::Hook, Destination::Worker)
+                            .waited(waited);
                     }
                     WorkerResult::Failed(res) => {
-                        return (res, RouteLabel::Hook, Destination::Worker);
+                        return Answer::new(res, RouteLabel::Hook, Destination::Worker);
                     }
                     WorkerResult::NotSent(_, outcome) => {
                         ticket.unreachable(outcome);
@@ -134,7 +131,7 @@ impl Front {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        (res, RouteLabel::Hook, Destination::PassThrough)
+        Answer::new(res, RouteLabel::Hook, Destination::PassThrough)
     }
 }
 

@@ -11,8 +11,8 @@ use relay_broker::RequestKind;
 use relay_proto::PassThroughReason;
 
 use super::credential::{Routed, parse_credential};
-use super::to_worker::{UpstreamWait, WorkerResult};
-use super::{Front, Mode};
+use super::to_worker::WorkerResult;
+use super::{Answer, Front, Mode};
 use crate::answers::{relay_response, upstream_error, worker_unavailable};
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::DaemonKeys;
@@ -31,12 +31,12 @@ impl Front {
         conn: &ConnContext,
         family: ModelFamily,
         responses: bool,
-    ) -> (Response<ResponseBody>, RouteLabel, Destination) {
+    ) -> Answer {
         let label = match family {
             ModelFamily::Fixed(Family::Anthropic) => RouteLabel::Anthropic,
             _ => RouteLabel::Openai,
         };
-        let local = |res, label| (res, label, Destination::Local);
+        let local = |res, label| Answer::new(res, label, Destination::Local);
         let idle = self.config().daemon.stream_idle_secs.get();
         let prologue = Prologue {
             upstream: &self.config().upstream,
@@ -75,7 +75,7 @@ impl Front {
                     .send_to_worker(&worker, fingerprint, target.family.as_str(), req)
                     .await
                 {
-                    WorkerResult::Answered(res) => (
+                    WorkerResult::Answered(res, waited) => Answer::new(
                         relay_response(
                             res,
                             models,
@@ -84,8 +84,9 @@ impl Front {
                         ),
                         label,
                         Destination::Worker,
-                    ),
-                    WorkerResult::Failed(res) => (res, label, Destination::Worker),
+                    )
+                    .waited(waited),
+                    WorkerResult::Failed(res) => Answer::new(res, label, Destination::Worker),
                     WorkerResult::NotSent(req, outcome) => {
                         // Nothing reached the worker: pass through once (§3.7).
                         ticket.unreachable(outcome);
@@ -98,10 +99,10 @@ impl Front {
                             Some(fingerprint),
                         );
                         let (parts, body) = req.into_parts();
-                        let res = self
+                        let (res, waited) = self
                             .to_provider(&parts, body, &target, conn, true, models, idle, None)
                             .await;
-                        (res, label, Destination::PassThrough)
+                        Answer::new(res, label, Destination::PassThrough).waited(waited)
                     }
                 }
             }
@@ -115,15 +116,16 @@ impl Front {
                     self.log_pass_through(target.family.as_str(), reason, fingerprint);
                 }
                 let bound = fingerprint.is_some();
-                let res = self
+                let (res, waited) = self
                     .to_provider(&parts, body, &target, conn, bound, models, idle, ticket)
                     .await;
-                (res, label, Destination::PassThrough)
+                Answer::new(res, label, Destination::PassThrough).waited(waited)
             }
         }
     }
 
-    /// Forwards a request straight to its provider.
+    /// Forwards a request straight to its provider; also says how long the provider's
+    /// response head took (zero when there was none).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn to_provider(
         &self,
@@ -135,7 +137,7 @@ impl Front {
         models: bool,
         idle: Duration,
         ticket: Option<TicketGuard>,
-    ) -> Response<ResponseBody> {
+    ) -> (Response<ResponseBody>, Duration) {
         let mut headers = headers::forwardable_request_headers(&parts.headers, Toward::Provider);
         // Each key only to the base it was configured for: the OpenAI key to
         // `openai_base_url`, the Anthropic key to `anthropic_base_url`; never to the ChatGPT
@@ -161,23 +163,23 @@ impl Front {
         *upstream_req.headers_mut() = headers;
         let waiting = Instant::now();
         let result = self.upstream.send(upstream_req).await;
-        let waited = UpstreamWait(waiting.elapsed());
-        match result.map(|mut res| {
-            res.extensions_mut().insert(waited);
-            res
-        }) {
-            Ok(res) => relay_response(
-                res,
-                models,
-                idle,
-                Box::new((self.metrics.open_stream(), ticket)),
+        let waited = waiting.elapsed();
+        match result {
+            Ok(res) => (
+                relay_response(
+                    res,
+                    models,
+                    idle,
+                    Box::new((self.metrics.open_stream(), ticket)),
+                ),
+                waited,
             ),
             Err(failure) => {
                 // A body over the limit is the client's fault, not a provider failure.
                 if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
                     self.log_upstream_failure(target.family.as_str(), &failure);
                 }
-                upstream_error(&failure)
+                (upstream_error(&failure), Duration::ZERO)
             }
         }
     }

@@ -64,10 +64,7 @@ impl Front {
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "secret_refused");
                 WorkerResult::Failed(worker_failed())
             }
-            Ok(mut res) => {
-                res.extensions_mut().insert(UpstreamWait(waiting.elapsed()));
-                WorkerResult::Answered(res)
-            }
+            Ok(res) => WorkerResult::Answered(res, waiting.elapsed()),
             Err(WorkerSendError::NotSent { request, outcome }) => {
                 self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");
                 WorkerResult::NotSent(*request, outcome)
@@ -82,16 +79,12 @@ impl Front {
 
 /// How a call to a worker ended.
 pub(super) enum WorkerResult {
-    Answered(Response<UpstreamBody>),
+    /// The worker's answer, and how long its head took.
+    Answered(Response<UpstreamBody>, Duration),
     /// Nothing reached the worker; the request comes back unsent.
     NotSent(Request<RequestBody>, ProbeOutcome),
     Failed(Response<ResponseBody>),
 }
-
-/// How long a request waited for its provider's or worker's response head, carried in
-/// the response's extensions so the overhead metric can leave it out (§3.1).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct UpstreamWait(pub(super) Duration);
 
 /// The daemon's backstop toward a worker beyond the worker's own response timeout (§3.3).
 pub(super) const WORKER_BACKSTOP: Duration = Duration::from_secs(5);
