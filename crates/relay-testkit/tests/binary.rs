@@ -1,4 +1,5 @@
 //! The `relay-stand-in` binary: announces its address, serves, and exits when its stdin ends or on SIGTERM.
+//! The `relay-bare-proxy` binary: the same announcement, and the stand-in's answers passed on unchanged.
 
 // The set-up helpers sit outside `#[test]` functions, where clippy's allow-unwrap-in-tests does not reach.
 #![allow(
@@ -19,7 +20,11 @@ use tokio::process::{Child, Command};
 const WAIT: Duration = Duration::from_secs(10);
 
 async fn start(args: &[&str]) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_relay-stand-in"))
+    start_program(env!("CARGO_BIN_EXE_relay-stand-in"), args).await
+}
+
+async fn start_program(program: &str, args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -78,6 +83,27 @@ async fn stream_events_and_sigterm() {
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn the_bare_proxy_passes_answers_on_and_exits_when_stdin_ends() {
+    let (_stand_in, upstream) = start(&["--port", "0", "--chunk-size", "7"]).await;
+    let (mut proxy, addr) = start_program(
+        env!("CARGO_BIN_EXE_relay-bare-proxy"),
+        &["--port", "0", "--upstream", &upstream],
+    )
+    .await;
+    // Twice, so the second goes on the upstream connection the first opened.
+    for _ in 0..2 {
+        let body = post(&addr, "/v1/chat/completions", r#"{"stream":true}"#).await;
+        assert_eq!(body, relay_testkit::OPENAI_CHAT_SSE);
+    }
+    drop(proxy.stdin.take());
+    let status = tokio::time::timeout(WAIT, proxy.wait())
         .await
         .unwrap()
         .unwrap();

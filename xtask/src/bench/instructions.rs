@@ -70,6 +70,25 @@ pub(super) fn run(
     let relayd_count = count(relayd.addr, relayd.process.pid(), &out)?;
     drop(relayd);
 
+    // The yardstick: hyper's server and client with nothing of Relay's between them.
+    let out = dir.join("bare.out");
+    let upstream = fast.addr.to_string();
+    let bare = StandIn::start_program(
+        bin_dir,
+        "relay-bare-proxy",
+        &callgrind(&out),
+        cpus,
+        &["--upstream", &upstream],
+        scratch,
+        "callgrind",
+    )?;
+    println!(
+        "==> relay-bare-proxy under callgrind (pid {})",
+        bare.process.pid()
+    );
+    let bare_count = count(bare.addr, bare.process.pid(), &out)?;
+    drop(bare);
+
     let peer = nginx::find_or_install().and_then(|binary| {
         let out = dir.join("nginx.out");
         let nginx = Nginx::start(
@@ -91,12 +110,17 @@ pub(super) fn run(
         }
     };
     let relayd_per_request = relayd_count as f64 / f64::from(COUNTED);
+    let bare_per_request = bare_count as f64 / f64::from(COUNTED);
     let nginx_per_request = nginx_count.map(|n| n as f64 / f64::from(COUNTED));
     let against = nginx_per_request
         .map(|n| format!(", {:.2}× nginx's", relayd_per_request / n))
         .unwrap_or_default();
     notes.push(format!(
         "instructions: relayd and nginx each alone under valgrind's callgrind, {COUNTED} sequential keep-alive requests after {WARM_UP}; user-space instructions only; relayd {relayd_per_request:.0} per request{against}"
+    ));
+    notes.push(format!(
+        "instructions: relay-bare-proxy (hyper's server and client with nothing between them) {bare_per_request:.0} per request, the same way; relayd's own work is the {:.0} above it",
+        relayd_per_request - bare_per_request
     ));
     Ok(InstructionsPhase {
         measure: Measure::relay_only(MeasureId::InstructionsPassThrough, relayd_per_request)
@@ -106,6 +130,7 @@ pub(super) fn run(
             "warm_up": WARM_UP,
             "counted": COUNTED,
             "relayd_instructions": relayd_count,
+            "bare_proxy_instructions": bare_count,
             "nginx_instructions": nginx_count,
         }),
     })

@@ -149,7 +149,7 @@ pub(super) fn log_tail(path: &Path) -> String {
     }
 }
 
-/// A running `relay-stand-in`.
+/// A running `relay-stand-in`, or another of the testkit's servers that says where it listens the same way (`relay-bare-proxy`).
 #[derive(Debug)]
 pub(super) struct StandIn {
     pub(super) addr: SocketAddr,
@@ -165,9 +165,22 @@ impl StandIn {
         scratch: &Scratch,
         label: &str,
     ) -> Result<StandIn> {
-        let name = format!("relay-stand-in ({label})");
-        let (log, log_file) = scratch.log(&format!("stand-in-{label}.stderr"))?;
-        let mut command = pinned_command(&bin_dir.join("relay-stand-in"), cpus);
+        StandIn::start_program(bin_dir, "relay-stand-in", &[], cpus, extra, scratch, label)
+    }
+
+    /// Starts `program` from `bin_dir` with `--port 0` and `extra`, under `wrapper` when it is not empty, and waits for its `listening` line, as [`StandIn::start`] does.
+    pub(super) fn start_program(
+        bin_dir: &Path,
+        program: &str,
+        wrapper: &[OsString],
+        cpus: Option<&str>,
+        extra: &[&str],
+        scratch: &Scratch,
+        label: &str,
+    ) -> Result<StandIn> {
+        let name = format!("{program} ({label})");
+        let (log, log_file) = scratch.log(&format!("{program}-{label}.stderr"))?;
+        let mut command = wrapped_command(wrapper, &bin_dir.join(program), cpus);
         command
             .args(["--port", "0"])
             .args(extra)
@@ -188,13 +201,18 @@ impl StandIn {
             // Keep draining so the stand-in never blocks on a full pipe.
             let _ = std::io::copy(&mut reader, &mut std::io::sink());
         });
-        let line = match rx.recv_timeout(STAND_IN_START_TIMEOUT) {
+        let timeout = if wrapper.is_empty() {
+            STAND_IN_START_TIMEOUT
+        } else {
+            WRAPPED_START_TIMEOUT
+        };
+        let line = match rx.recv_timeout(timeout) {
             Ok(Ok(line)) => line,
             Ok(Err(error)) => {
                 return Err(error).with_context(|| format!("reading {name}'s stdout"));
             }
             Err(_) => bail!(
-                "{name} did not print its address within {STAND_IN_START_TIMEOUT:?}; its stderr:\n{}",
+                "{name} did not print its address within {timeout:?}; its stderr:\n{}",
                 log_tail(&log)
             ),
         };

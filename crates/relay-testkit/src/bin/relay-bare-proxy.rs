@@ -1,0 +1,108 @@
+//! `relay-bare-proxy`: the cheapest HTTP/1.1 reverse proxy hyper makes, as a yardstick for `cargo xtask bench`.
+//!
+//! It does what relayd's pass-through costs at the least: hyper's server reads each request, hyper's client sends it on one upstream connection kept per client connection, and the answer comes back as it arrives.
+//! It checks nothing, rewrites nothing but the request target (origin form) and records nothing, so what relayd costs above it is Relay's own work, and what it costs above nginx is hyper's and tokio's.
+//! It allocates with jemalloc and sizes its runtime to the CPUs it may use, as relayd does.
+//!
+//! Prints `listening 127.0.0.1:<port>` once bound and serves until the end of its standard input (or a signal).
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, Response, Uri};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The cheapest hyper reverse proxy, in front of one upstream.
+#[derive(Debug, Parser)]
+#[command(name = "relay-bare-proxy", version)]
+struct Args {
+    /// Port on 127.0.0.1 (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// The upstream's address (`127.0.0.1:PORT`), spoken to in plain HTTP/1.1.
+    #[arg(long)]
+    upstream: SocketAddr,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async move {
+        let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)))
+            .await
+            .context("binding the listener")?;
+        let addr = listener.local_addr()?;
+        let mut stdout = std::io::stdout();
+        writeln!(stdout, "listening {addr}")?;
+        stdout.flush()?;
+        // Stops when standard input ends, so it never outlives the bench that started it.
+        let stdin_closed = tokio::task::spawn_blocking(|| {
+            let mut sink = [0u8; 64];
+            while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+        });
+        tokio::select! {
+            _ = stdin_closed => Ok(()),
+            result = serve(listener, args.upstream) => result,
+        }
+    })
+}
+
+async fn serve(listener: TcpListener, upstream: SocketAddr) -> anyhow::Result<()> {
+    loop {
+        let (client, _) = listener.accept().await.context("accepting")?;
+        client.set_nodelay(true)?;
+        tokio::spawn(async move {
+            // One upstream connection per client connection, opened by its first request:
+            // the pool at its cheapest. HTTP/1.1 serves one request of a connection at a
+            // time, so the lock is never contended.
+            let kept: Arc<Mutex<Option<SendRequest<Incoming>>>> = Arc::default();
+            let service = hyper::service::service_fn(move |req| {
+                let kept = kept.clone();
+                async move { forward(&mut *kept.lock().await, upstream, req).await }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(client), service)
+                .await;
+        });
+    }
+}
+
+/// Sends `req` on the kept upstream connection, opening it first if there is none.
+async fn forward(
+    kept: &mut Option<SendRequest<Incoming>>,
+    upstream: SocketAddr,
+    mut req: Request<Incoming>,
+) -> anyhow::Result<Response<Incoming>> {
+    let sender = match kept {
+        Some(sender) => sender,
+        None => {
+            let stream = TcpStream::connect(upstream).await?;
+            stream.set_nodelay(true)?;
+            let (sender, conn) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+            tokio::spawn(conn);
+            kept.insert(sender)
+        }
+    };
+    sender.ready().await?;
+    *req.uri_mut() = req
+        .uri()
+        .path_and_query()
+        .cloned()
+        .map_or_else(|| Uri::from_static("/"), Uri::from);
+    Ok(sender.send_request(req).await?)
+}
