@@ -285,7 +285,10 @@ impl Handler for Front {
     ) -> Response<ResponseBody> {
         let started = Instant::now();
         let metrics = self.metrics.clone();
-        let answer = self.dispatch(req, conn).await;
+        // Boxed: hyper keeps a connection's service future in a box of that future's size for
+        // the connection's life, and inline this one made it 12.9 KB for every connection,
+        // streaming or idle. Boxed, the request's state is freed once its answer's head is out.
+        let answer = Box::pin(self.dispatch(req, conn)).await;
         metrics.record_request(
             answer.label,
             answer.destination,

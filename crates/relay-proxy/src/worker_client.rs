@@ -188,7 +188,10 @@ impl WorkerClient {
         // A stopped or unreachable worker must not hold the request: nothing is written until
         // the connection is up, so a timeout here still allows one pass-through (§3.7).
         let pools = Arc::downgrade(&self.pools);
-        let connecting = tokio::time::timeout(CONNECT_TIMEOUT, connect(target, pools)).await;
+        // Boxed: the handshake's state is large and needed only for a new connection; inline,
+        // it would grow the future of every request sent to a worker.
+        let connecting =
+            tokio::time::timeout(CONNECT_TIMEOUT, Box::pin(connect(target, pools))).await;
         let conn = match connecting.unwrap_or(Err(ProbeOutcome::Failed)) {
             Ok(conn) => conn,
             Err(outcome) => {
