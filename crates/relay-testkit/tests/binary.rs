@@ -46,6 +46,15 @@ async fn start_program(program: &str, args: &[&str]) -> (Child, String) {
     (child, addr)
 }
 
+async fn exits_when_stdin_ends(mut child: Child) {
+    drop(child.stdin.take());
+    let status = tokio::time::timeout(WAIT, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
 async fn post(addr: &str, path: &str, body: &'static str) -> Bytes {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let req = http::Request::post(format!("http://{addr}{path}"))
@@ -59,15 +68,10 @@ async fn post(addr: &str, path: &str, body: &'static str) -> Bytes {
 
 #[tokio::test]
 async fn serves_the_fixture_stream_and_exits_when_stdin_ends() {
-    let (mut child, addr) = start(&["--port", "0", "--chunk-size", "7"]).await;
+    let (child, addr) = start(&["--port", "0", "--chunk-size", "7"]).await;
     let body = post(&addr, "/v1/chat/completions", r#"{"stream":true}"#).await;
     assert_eq!(body, relay_testkit::OPENAI_CHAT_SSE);
-    drop(child.stdin.take());
-    let status = tokio::time::timeout(WAIT, child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(status.success(), "{status}");
+    exits_when_stdin_ends(child).await;
 }
 
 #[cfg(unix)]
@@ -92,7 +96,7 @@ async fn stream_events_and_sigterm() {
 #[tokio::test]
 async fn the_bare_proxy_passes_answers_on_and_exits_when_stdin_ends() {
     let (_stand_in, upstream) = start(&["--port", "0", "--chunk-size", "7"]).await;
-    let (mut proxy, addr) = start_program(
+    let (proxy, addr) = start_program(
         env!("CARGO_BIN_EXE_relay-bare-proxy"),
         &["--port", "0", "--upstream", &upstream],
     )
@@ -102,10 +106,5 @@ async fn the_bare_proxy_passes_answers_on_and_exits_when_stdin_ends() {
         let body = post(&addr, "/v1/chat/completions", r#"{"stream":true}"#).await;
         assert_eq!(body, relay_testkit::OPENAI_CHAT_SSE);
     }
-    drop(proxy.stdin.take());
-    let status = tokio::time::timeout(WAIT, proxy.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(status.success(), "{status}");
+    exits_when_stdin_ends(proxy).await;
 }
