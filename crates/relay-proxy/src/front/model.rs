@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header;
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, HeaderName, Request, Response};
 use hyper::body::Incoming;
 use relay_broker::RequestKind;
 use relay_proto::PassThroughReason;
@@ -142,20 +142,24 @@ impl Front {
         // Each key only to the base it was configured for: the OpenAI key to
         // `openai_base_url`, the Anthropic key to `anthropic_base_url`; never to the ChatGPT
         // base or a base the caller selected.
+        // Without a key for this family there is nothing to add, and nothing to check.
         let own_base = target.base == UpstreamBase::Configured;
-        if self.may_add_daemon_keys(&parts.headers, conn, own_base, bound) {
-            match target.family {
-                Family::OpenAi => {
-                    if let Some(key) = &self.keys.openai {
-                        headers.insert(header::AUTHORIZATION, key.clone());
-                    }
-                }
-                Family::Anthropic => {
-                    if let Some(key) = &self.keys.anthropic {
-                        headers.insert("x-api-key", key.clone());
-                    }
-                }
-            }
+        let key = match target.family {
+            Family::OpenAi => self
+                .keys
+                .openai
+                .as_ref()
+                .map(|k| (header::AUTHORIZATION, k)),
+            Family::Anthropic => self
+                .keys
+                .anthropic
+                .as_ref()
+                .map(|k| (HeaderName::from_static("x-api-key"), k)),
+        };
+        if let Some((name, key)) = key
+            && self.may_add_daemon_keys(&parts.headers, conn, own_base, bound)
+        {
+            headers.insert(name, key.clone());
         }
         let mut upstream_req = Request::new(body);
         *upstream_req.method_mut() = parts.method.clone();
