@@ -141,8 +141,8 @@ impl Front {
         let mut headers = headers::forwardable_request_headers(&parts.headers, Toward::Provider);
         // Each key only to the base it was configured for: the OpenAI key to
         // `openai_base_url`, the Anthropic key to `anthropic_base_url`; never to the ChatGPT
-        // base or a base the caller selected.
-        // Without a key for this family there is nothing to add, and nothing to check.
+        // base or a base the caller selected. Without a key for the request's family there is
+        // nothing to add, so the conditions are not even looked at.
         let own_base = target.base == UpstreamBase::Configured;
         let key = match target.family {
             Family::OpenAi => self
