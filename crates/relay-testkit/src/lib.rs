@@ -4,7 +4,7 @@
 //! [`duplex`] holds raw providers that answer before they have read the request body.
 //! [`fixture_request`] loads the requests the real harnesses sent, embedded in the crate.
 //! It is not a provider emulator: it does not look at prompts, count tokens or validate request schemas, and it never opens an outbound connection.
-//! The `relay-stand-in` binary serves the same thing from a separate process for benchmarks and end-to-end runs.
+//! The `relay-stand-in` binary serves the same thing from a separate process for benchmarks and end-to-end runs; it and `relay-bare-proxy`, the bench's yardstick, stop on [`shutdown_signal`].
 //! For `cargo xtask bench` and `relay-loadgen` it also holds the table of SPEC §12's measures ([`measures`]) and the one `/proc` reader both use ([`procfs`]).
 
 mod behaviour;
@@ -18,6 +18,7 @@ pub mod measures;
 pub mod procfs;
 mod record;
 mod routes;
+mod shutdown;
 mod stand_in;
 #[cfg(test)]
 mod test_support;
@@ -31,5 +32,6 @@ pub use fixtures::{
 };
 pub use formats::{Api, DEFAULT_TEXT, TOOL_COMMAND, TOOL_DONE_TEXT};
 pub use record::Recorded;
+pub use shutdown::shutdown_signal;
 pub use stand_in::{REQUEST_ID_HEADER, StandIn, StandInConfig};
 pub use wait::eventually;

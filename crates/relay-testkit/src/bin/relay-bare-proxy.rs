@@ -4,9 +4,9 @@
 //! It checks nothing, rewrites nothing but the request target (origin form) and records nothing, so what relayd costs above it is Relay's own work, and what it costs above nginx is hyper's and tokio's.
 //! It allocates with jemalloc and sizes its runtime to the CPUs it may use, as relayd does.
 //!
-//! Prints `listening 127.0.0.1:<port>` once bound and serves until the end of its standard input (or a signal).
+//! Prints `listening 127.0.0.1:<port>` once bound and serves until SIGTERM, SIGINT or the end of its standard input.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -49,13 +49,8 @@ fn main() -> anyhow::Result<()> {
         let mut stdout = std::io::stdout();
         writeln!(stdout, "listening {addr}")?;
         stdout.flush()?;
-        // Stops when standard input ends, so it never outlives the bench that started it.
-        let stdin_closed = tokio::task::spawn_blocking(|| {
-            let mut sink = [0u8; 64];
-            while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
-        });
         tokio::select! {
-            _ = stdin_closed => Ok(()),
+            result = relay_testkit::shutdown_signal(true) => result,
             result = serve(listener, args.upstream) => result,
         }
     })
