@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header;
-use http::{HeaderMap, HeaderName, Request, Response};
+use http::{HeaderMap, HeaderName, Request};
 use hyper::body::Incoming;
 use relay_broker::RequestKind;
 use relay_proto::PassThroughReason;
@@ -14,7 +14,7 @@ use super::credential::{Routed, parse_credential};
 use super::to_worker::WorkerResult;
 use super::{Answer, Front, Mode};
 use crate::answers::{relay_response, upstream_error, worker_unavailable};
-use crate::body::{RequestBody, ResponseBody};
+use crate::body::RequestBody;
 use crate::config::DaemonKeys;
 use crate::forward::{Checked, Prologue};
 use crate::headers::{self, Toward};
@@ -52,10 +52,7 @@ impl Front {
             Ok(checked) => checked,
             Err(refused) => return local(refused.answer(), label),
         };
-        let label = match target.family {
-            Family::Anthropic => RouteLabel::Anthropic,
-            Family::OpenAi => RouteLabel::Openai,
-        };
+        let label = family_label(target.family);
         let credential = parse_credential(&parts.headers);
         let routed = match self.decide(&credential, RequestKind::Model).await {
             Ok(routed) => routed,
@@ -99,10 +96,8 @@ impl Front {
                             Some(fingerprint),
                         );
                         let (parts, body) = req.into_parts();
-                        let (res, waited) = self
-                            .to_provider(&parts, body, &target, conn, true, models, idle, None)
-                            .await;
-                        Answer::new(res, label, Destination::PassThrough).waited(waited)
+                        self.to_provider(&parts, body, &target, conn, true, models, None)
+                            .await
                     }
                 }
             }
@@ -116,16 +111,13 @@ impl Front {
                     self.log_pass_through(target.family.as_str(), reason, fingerprint);
                 }
                 let bound = fingerprint.is_some();
-                let (res, waited) = self
-                    .to_provider(&parts, body, &target, conn, bound, models, idle, ticket)
-                    .await;
-                Answer::new(res, label, Destination::PassThrough).waited(waited)
+                self.to_provider(&parts, body, &target, conn, bound, models, ticket)
+                    .await
             }
         }
     }
 
-    /// Forwards a request straight to its provider; also says how long the provider's
-    /// response head took (zero when there was none).
+    /// Forwards a request straight to its provider.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn to_provider(
         &self,
@@ -135,9 +127,9 @@ impl Front {
         conn: &ConnContext,
         bound: bool,
         models: bool,
-        idle: Duration,
         ticket: Option<TicketGuard>,
-    ) -> (Response<ResponseBody>, Duration) {
+    ) -> Answer {
+        let label = family_label(target.family);
         let mut headers = headers::forwardable_request_headers(&parts.headers, Toward::Provider);
         // Each key only to the base it was configured for: the OpenAI key to
         // `openai_base_url`, the Anthropic key to `anthropic_base_url`; never to the ChatGPT
@@ -169,21 +161,23 @@ impl Front {
         let result = self.upstream.send(upstream_req).await;
         let waited = waiting.elapsed();
         match result {
-            Ok(res) => (
+            Ok(res) => Answer::new(
                 relay_response(
                     res,
                     models,
-                    idle,
+                    self.config().daemon.stream_idle_secs.get(),
                     Box::new((self.metrics.open_stream(), ticket)),
                 ),
-                waited,
-            ),
+                label,
+                Destination::PassThrough,
+            )
+            .waited(waited),
             Err(failure) => {
                 // A body over the limit is the client's fault, not a provider failure.
                 if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
                     self.log_upstream_failure(target.family.as_str(), &failure);
                 }
-                (upstream_error(&failure), Duration::ZERO)
+                Answer::new(upstream_error(&failure), label, Destination::PassThrough)
             }
         }
     }
@@ -203,5 +197,13 @@ impl Front {
             && !headers::has_provider_credential(headers)
             && configured_base
             && (bound || self.config().upstream.daemon_keys == DaemonKeys::AnyLocal)
+    }
+}
+
+/// The metrics label of the provider a request goes to.
+fn family_label(family: Family) -> RouteLabel {
+    match family {
+        Family::Anthropic => RouteLabel::Anthropic,
+        Family::OpenAi => RouteLabel::Openai,
     }
 }
