@@ -17,12 +17,12 @@ use anyhow::{Context as _, Result, bail};
 use relay_testkit::procfs;
 
 use super::debian;
-use super::procs::{PORT_ATTEMPTS, Process, Scratch, free_port, log_tail, wrapped_command};
+use super::procs::{
+    PORT_ATTEMPTS, Process, Scratch, free_port, log_tail, start_timeout, wrapped_command,
+};
 
 /// How long nginx may take to accept connections and start its workers.
 const NGINX_START_TIMEOUT: Duration = Duration::from_secs(10);
-/// The same under a wrapper such as valgrind, which starts it many times slower.
-const WRAPPED_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long nginx may take to stop after SIGTERM before it is killed.
 const NGINX_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where Debian puts the binary (not always on a non-root PATH).
@@ -140,11 +140,7 @@ impl Nginx {
             Layout::Workers(workers) => workers,
             Layout::Alone => 0,
         };
-        let start_timeout = if wrapper.is_empty() {
-            NGINX_START_TIMEOUT
-        } else {
-            WRAPPED_START_TIMEOUT
-        };
+        let start_timeout = start_timeout(wrapper, NGINX_START_TIMEOUT);
         let dir = scratch.path("nginx");
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let as_root = procfs::own_effective_uid() == Some(0);

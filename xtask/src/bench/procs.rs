@@ -49,6 +49,15 @@ pub(super) fn pinned_command(program: &Path, cpus: Option<&str>) -> Command {
     }
 }
 
+/// How long a program may take to start: `unwrapped`, or [`WRAPPED_START_TIMEOUT`] under a wrapper.
+pub(super) fn start_timeout(wrapper: &[OsString], unwrapped: Duration) -> Duration {
+    if wrapper.is_empty() {
+        unwrapped
+    } else {
+        WRAPPED_START_TIMEOUT
+    }
+}
+
 /// A command for `program` run by `wrapper` (a command and its arguments, such as valgrind's), pinned as [`pinned_command`] pins; `program` alone when `wrapper` is empty.
 pub(super) fn wrapped_command(wrapper: &[OsString], program: &Path, cpus: Option<&str>) -> Command {
     match wrapper.split_first() {
@@ -201,11 +210,7 @@ impl StandIn {
             // Keep draining so the stand-in never blocks on a full pipe.
             let _ = std::io::copy(&mut reader, &mut std::io::sink());
         });
-        let timeout = if wrapper.is_empty() {
-            STAND_IN_START_TIMEOUT
-        } else {
-            WRAPPED_START_TIMEOUT
-        };
+        let timeout = start_timeout(wrapper, STAND_IN_START_TIMEOUT);
         let line = match rx.recv_timeout(timeout) {
             Ok(Ok(line)) => line,
             Ok(Err(error)) => {
@@ -273,11 +278,7 @@ impl Relayd {
         scratch: &Scratch,
         wrapper: &[OsString],
     ) -> Result<Relayd> {
-        let start_timeout = if wrapper.is_empty() {
-            RELAYD_START_TIMEOUT
-        } else {
-            WRAPPED_START_TIMEOUT
-        };
+        let start_timeout = start_timeout(wrapper, RELAYD_START_TIMEOUT);
         let dir = scratch.path(mode.label());
         let xdg = dir.join("daemon");
         let system_dir = dir.join("system");
