@@ -59,7 +59,9 @@ impl Front {
             Err(refusal) => return local(refusal.answer(), label),
         };
         let models = family == ModelFamily::Models;
-        match routed {
+        // One call toward the provider for both ways of getting there: each call site would
+        // have its own room in this future.
+        let (parts, body, bound, ticket) = match routed {
             Routed::Worker {
                 target: worker,
                 fingerprint,
@@ -72,18 +74,22 @@ impl Front {
                     .send_to_worker(&worker, fingerprint, target.family.as_str(), req)
                     .await
                 {
-                    WorkerResult::Answered(res, waited) => Answer::new(
-                        relay_response(
-                            res,
-                            models,
-                            idle,
-                            Box::new((self.metrics.open_stream(), Some(ticket))),
-                        ),
-                        label,
-                        Destination::Worker,
-                    )
-                    .waited(waited),
-                    WorkerResult::Failed(res) => Answer::new(res, label, Destination::Worker),
+                    WorkerResult::Answered(res, waited) => {
+                        return Answer::new(
+                            relay_response(
+                                res,
+                                models,
+                                idle,
+                                Box::new((self.metrics.open_stream(), Some(ticket))),
+                            ),
+                            label,
+                            Destination::Worker,
+                        )
+                        .waited(waited);
+                    }
+                    WorkerResult::Failed(res) => {
+                        return Answer::new(res, label, Destination::Worker);
+                    }
                     WorkerResult::NotSent(req, outcome) => {
                         // Nothing reached the worker: pass through once (§3.7).
                         ticket.unreachable(outcome);
@@ -96,8 +102,7 @@ impl Front {
                             Some(fingerprint),
                         );
                         let (parts, body) = req.into_parts();
-                        self.to_provider(&parts, body, &target, conn, true, models, None)
-                            .await
+                        (parts, body, true, None)
                     }
                 }
             }
@@ -110,11 +115,11 @@ impl Front {
                 if credentialed {
                     self.log_pass_through(target.family.as_str(), reason, fingerprint);
                 }
-                let bound = fingerprint.is_some();
-                self.to_provider(&parts, body, &target, conn, bound, models, ticket)
-                    .await
+                (parts, body, fingerprint.is_some(), ticket)
             }
-        }
+        };
+        self.to_provider(&parts, body, &target, conn, bound, models, ticket)
+            .await
     }
 
     /// Forwards a request straight to its provider.

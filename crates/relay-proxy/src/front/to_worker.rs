@@ -35,7 +35,9 @@ impl Front {
         }
         let response_timeout = self.config().upstream.response_timeout_secs.get();
         let waiting = Instant::now();
-        let sending = shell.workers().send(worker, req);
+        // Boxed: inline, the worker client's future (pooled sends, a connect) would sit in
+        // every model and hook request's future, also those that never go to a worker.
+        let sending = Box::pin(shell.workers().send(worker, req));
         let result = if response_timeout.is_zero() {
             sending.await
         } else {
