@@ -26,7 +26,7 @@ use hyper::body::Incoming;
 use relay_proto::{ErrorKind, Role};
 use uuid::Uuid;
 
-use crate::answers::{ambiguous_framing, error, not_found};
+use crate::answers::{ambiguous_framing, error, not_found, relay_response};
 use crate::body::ResponseBody;
 use crate::config::Config;
 use crate::conn::HeadVerdict;
@@ -35,8 +35,8 @@ use crate::forward::method_not_allowed;
 use crate::metrics::{Destination, Metrics, RouteLabel};
 use crate::routes::{Family, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler};
-use crate::shell::Shell;
-use crate::upstream::UpstreamClient;
+use crate::shell::{Shell, TicketGuard};
+use crate::upstream::{UpstreamBody, UpstreamClient};
 
 /// How the daemon treats requests without a ready worker (§2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +262,22 @@ impl Front {
         conn.peer.ip().is_loopback()
             && (host == "127.0.0.1" || host.eq_ignore_ascii_case("localhost"))
             && port == Some(self.options.port)
+    }
+
+    /// A provider's or worker's answer on its way to the client: counted as an open stream,
+    /// and holding the broker's ticket, when the request has one, until its body ends.
+    fn relayed(
+        &self,
+        res: Response<UpstreamBody>,
+        waited: Duration,
+        label: RouteLabel,
+        destination: Destination,
+        models: bool,
+        ticket: Option<TicketGuard>,
+    ) -> Answer {
+        let idle = self.config().daemon.stream_idle_secs.get();
+        let guard = Box::new((self.metrics.open_stream(), ticket));
+        Answer::new(relay_response(res, models, idle, guard), label, destination).waited(waited)
     }
 
     fn is_origin_allowed(&self, origin: &HeaderValue) -> bool {

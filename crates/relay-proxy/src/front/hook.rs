@@ -17,7 +17,7 @@ use super::credential::{Routed, parse_credential};
 use super::to_worker::WorkerResult;
 use super::{Answer, Front, Mode};
 use crate::answers::{
-    content_length, error, payload_too_large, relay_response, retry_later, unsupported_media_type,
+    content_length, error, payload_too_large, retry_later, unsupported_media_type,
     worker_unavailable,
 };
 use crate::body::{RequestBody, ResponseBody};
@@ -89,15 +89,14 @@ impl Front {
                     headers::forwardable_request_headers(&parts.headers, Toward::Worker);
                 match self.send_to_worker(&worker, fingerprint, "hook", req).await {
                     WorkerResult::Answered(res, waited) => {
-                        let idle = self.config().daemon.stream_idle_secs.get();
-                        let res = relay_response(
+                        return self.relayed(
                             res,
+                            waited,
+                            RouteLabel::Hook,
+                            Destination::Worker,
                             false,
-                            idle,
-                            Box::new((self.metrics.open_stream(), Some(ticket))),
+                            Some(ticket),
                         );
-                        return Answer::new(res, RouteLabel::Hook, Destination::Worker)
-                            .waited(waited);
                     }
                     WorkerResult::Failed(res) => {
                         return Answer::new(res, RouteLabel::Hook, Destination::Worker);

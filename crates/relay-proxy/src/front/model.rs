@@ -13,7 +13,7 @@ use relay_proto::PassThroughReason;
 use super::credential::{Routed, parse_credential};
 use super::to_worker::WorkerResult;
 use super::{Answer, Front, Mode};
-use crate::answers::{relay_response, upstream_error, worker_unavailable};
+use crate::answers::{upstream_error, worker_unavailable};
 use crate::body::RequestBody;
 use crate::config::DaemonKeys;
 use crate::forward::{Checked, Prologue};
@@ -75,17 +75,14 @@ impl Front {
                     .await
                 {
                     WorkerResult::Answered(res, waited) => {
-                        return Answer::new(
-                            relay_response(
-                                res,
-                                models,
-                                idle,
-                                Box::new((self.metrics.open_stream(), Some(ticket))),
-                            ),
+                        return self.relayed(
+                            res,
+                            waited,
                             label,
                             Destination::Worker,
-                        )
-                        .waited(waited);
+                            models,
+                            Some(ticket),
+                        );
                     }
                     WorkerResult::Failed(res) => {
                         return Answer::new(res, label, Destination::Worker);
@@ -166,17 +163,7 @@ impl Front {
         let result = self.upstream.send(upstream_req).await;
         let waited = waiting.elapsed();
         match result {
-            Ok(res) => Answer::new(
-                relay_response(
-                    res,
-                    models,
-                    self.config().daemon.stream_idle_secs.get(),
-                    Box::new((self.metrics.open_stream(), ticket)),
-                ),
-                label,
-                Destination::PassThrough,
-            )
-            .waited(waited),
+            Ok(res) => self.relayed(res, waited, label, Destination::PassThrough, models, ticket),
             Err(failure) => {
                 // A body over the limit is the client's fault, not a provider failure.
                 if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
