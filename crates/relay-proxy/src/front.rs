@@ -266,6 +266,9 @@ impl Front {
 
     /// A provider's or worker's answer on its way to the client: counted as an open stream,
     /// and holding the broker's ticket, when the request has one, until its body ends.
+    /// Always inlined: out of line, the response moved in and the answer moved out cost each
+    /// request about 200 instructions of copying (callgrind), and LLVM does not inline it.
+    #[inline(always)]
     fn relayed(
         &self,
         res: Response<UpstreamBody>,
