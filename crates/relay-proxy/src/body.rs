@@ -61,12 +61,15 @@ impl BodyError {
     }
 }
 
-/// Aborts a stream after `idle` without a byte. The deadline is only moved when the timer
-/// fires, so a busy stream pays one clock read per chunk and no timer reset, and the timer
-/// is made the first time the stream waits, so a body that arrives whole needs none.
+/// Aborts a stream that has waited `idle` for its next byte. The wait is timed from the
+/// first poll that finds nothing after a chunk, so a stream reads the clock once per wait,
+/// not once per chunk, and a body that arrives whole reads it never. The timer is made the
+/// first time the stream waits, and its deadline is only moved when it fires, so a busy
+/// stream resets no timer.
 struct IdleTimer {
     idle: Duration,
-    last: Instant,
+    /// When the current wait began; `None` until the stream waits after a chunk.
+    waiting_since: Option<Instant>,
     sleep: Option<Pin<Box<Sleep>>>,
 }
 
@@ -74,24 +77,24 @@ impl IdleTimer {
     fn new(idle: Duration) -> IdleTimer {
         IdleTimer {
             idle,
-            last: Instant::now(),
+            waiting_since: None,
             sleep: None,
         }
     }
 
+    /// A chunk came: the next wait is timed from its own start.
     fn touch(&mut self) {
-        self.last = Instant::now();
+        self.waiting_since = None;
     }
 
-    /// Ready with an error once the stream has really been idle for the whole time.
+    /// Ready with an error once the stream has really been waiting for the whole time.
     fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<BodyError> {
-        let deadline = self.last + self.idle;
+        let deadline = *self.waiting_since.get_or_insert_with(Instant::now) + self.idle;
         let sleep = self
             .sleep
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
         loop {
             ready!(sleep.as_mut().poll(cx));
-            let deadline = self.last + self.idle;
             if Instant::now() >= deadline {
                 return Poll::Ready(BodyError::Idle { after: self.idle });
             }
