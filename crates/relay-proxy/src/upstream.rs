@@ -271,10 +271,10 @@ where
 ///
 /// The look is made even when hyper already asks for the next request, as it usually does
 /// by the end of a response body. Skipped in that case, it cut 850 instructions per request
-/// under callgrind, yet at concurrency 1 the load generator measured a longer p99 in each
-/// of 14 alternating runs, and about 1% more CPU per request in 12. One thing the look does: it
-/// leaves hyper's dispatcher holding the no-op waker, not the last request's task's, which
-/// handing over the next request would otherwise wake.
+/// under callgrind, yet at concurrency 1 the load generator measured a longer p99 in each of
+/// 14 alternating runs, and about 1% more CPU per request in 12. One thing the look does:
+/// it leaves hyper's dispatcher holding the no-op waker, not the last request's task's,
+/// which handing over the next request would otherwise wake.
 pub(crate) fn is_idle<T, B>(
     conn: &mut http1::Connection<T, B>,
     sender: &http1::SendRequest<B>,
