@@ -75,6 +75,21 @@ impl Refused {
     }
 }
 
+/// The request to send a provider: the client's method and headers, readied for a
+/// provider, and the provider's `uri`. Nothing else of the client's head (its version, the
+/// extensions its connection attached) goes along. The head is reused, not copied.
+pub(crate) fn provider_request(
+    mut parts: Parts,
+    body: RequestBody,
+    uri: http::Uri,
+) -> Request<RequestBody> {
+    headers::strip_request_headers(&mut parts.headers, headers::Toward::Provider);
+    parts.uri = uri;
+    parts.version = http::Version::default();
+    parts.extensions.clear();
+    Request::from_parts(parts, body)
+}
+
 /// 405 `relay_method_not_allowed`.
 pub(crate) fn method_not_allowed() -> Response<ResponseBody> {
     error(

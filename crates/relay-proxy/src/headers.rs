@@ -44,30 +44,21 @@ pub enum Toward {
     Provider,
 }
 
-/// Copies the headers of a request for forwarding: drops hop-by-hop headers, names listed
-/// in `Connection`, `host`, `content-length` (outgoing framing comes from the body),
-/// `expect` (Relay answers `100-continue` itself), and Relay's own headers as `toward`
-/// requires. Every other header passes unchanged, multi-values and all.
-pub fn forwardable_request_headers(headers: &HeaderMap, toward: Toward) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(headers.len());
-    let connection_listed = connection_tokens(headers);
-    for (name, value) in headers {
-        if is_hop_by_hop(name)
-            || name == header::HOST
-            || name == header::CONTENT_LENGTH
-            || name == header::EXPECT
-            || connection_listed
-                .iter()
-                .any(|t| name.as_str().eq_ignore_ascii_case(t))
-        {
-            continue;
-        }
-        if is_relay_header(name) && !(toward == Toward::Worker && passes_to_worker(name)) {
-            continue;
-        }
-        out.append(name.clone(), value.clone());
-    }
-    out
+/// Readies the headers of a request for forwarding, in place: drops hop-by-hop headers,
+/// names listed in `Connection`, `host`, `content-length` (outgoing framing comes from the
+/// body), `expect` (Relay answers `100-continue` itself), and Relay's own headers as
+/// `toward` requires. Every other header stays unchanged, multi-values and all.
+///
+/// Nothing is copied: a dropped header's place is taken by the last one, so headers of
+/// different names may change order (which means nothing in HTTP); the values of one name
+/// keep theirs.
+pub fn strip_request_headers(headers: &mut HeaderMap, toward: Toward) {
+    headers.remove(header::HOST);
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove(header::EXPECT);
+    remove_hop_by_hop(headers, |name| {
+        is_relay_header(name) && !(toward == Toward::Worker && passes_to_worker(name))
+    });
 }
 
 /// Readies the headers of a response for the client, in place: drops hop-by-hop headers
@@ -75,20 +66,25 @@ pub fn forwardable_request_headers(headers: &HeaderMap, toward: Toward) -> Heade
 /// byte, so the length is still true, and HEAD answers need it). Nothing is copied: a
 /// response that carries none of them costs no allocation.
 pub fn strip_response_headers(headers: &mut HeaderMap) {
-    // `Connection` is itself hop-by-hop, so a response without any has nothing to strip:
-    // the usual case costs one pass over its names.
-    let hop_by_hop: Vec<HeaderName> = headers
+    remove_hop_by_hop(headers, |_| false);
+}
+
+/// Removes the hop-by-hop headers, the names `Connection` lists, and the names `also`
+/// picks. The usual headers, which carry none of them, cost one pass over their names.
+fn remove_hop_by_hop(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
+    let dropped: Vec<HeaderName> = headers
         .keys()
-        .filter(|n| is_hop_by_hop(n))
+        .filter(|name| is_hop_by_hop(name) || also(name))
         .cloned()
         .collect();
-    if hop_by_hop.is_empty() {
+    if dropped.is_empty() {
         return;
     }
+    // `Connection` is itself hop-by-hop, so the names it lists can only be here with it.
     for name in connection_tokens(headers) {
         headers.remove(name.as_str());
     }
-    for name in hop_by_hop {
+    for name in dropped {
         headers.remove(name);
     }
 }

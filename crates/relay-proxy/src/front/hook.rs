@@ -84,9 +84,9 @@ impl Front {
             } => {
                 let mut req = Request::new(RequestBody::full(body));
                 *req.method_mut() = Method::POST;
-                *req.uri_mut() = parts.uri.clone();
-                *req.headers_mut() =
-                    headers::forwardable_request_headers(&parts.headers, Toward::Worker);
+                *req.uri_mut() = parts.uri;
+                *req.headers_mut() = parts.headers;
+                headers::strip_request_headers(req.headers_mut(), Toward::Worker);
                 match self.send_to_worker(&worker, fingerprint, "hook", req).await {
                     WorkerResult::Answered(res, waited) => {
                         return self.relayed(

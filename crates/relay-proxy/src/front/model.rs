@@ -16,7 +16,7 @@ use super::{Answer, Front, Mode};
 use crate::answers::{upstream_error, worker_unavailable};
 use crate::body::RequestBody;
 use crate::config::DaemonKeys;
-use crate::forward::{Checked, Prologue};
+use crate::forward::{Checked, Prologue, provider_request};
 use crate::headers::{self, Toward};
 use crate::metrics::{Destination, RouteLabel};
 use crate::routes::{Family, ModelFamily, UpstreamBase, UpstreamTarget};
@@ -68,8 +68,7 @@ impl Front {
                 ticket,
             } => {
                 let mut req = Request::from_parts(parts, body);
-                *req.headers_mut() =
-                    headers::forwardable_request_headers(req.headers(), Toward::Worker);
+                headers::strip_request_headers(req.headers_mut(), Toward::Worker);
                 match self
                     .send_to_worker(&worker, fingerprint, target.family.as_str(), req)
                     .await
@@ -115,7 +114,7 @@ impl Front {
                 (parts, body, fingerprint.is_some(), ticket)
             }
         };
-        self.to_provider(&parts, body, &target, conn, bound, models, ticket)
+        self.to_provider(parts, body, target, conn, bound, models, ticket)
             .await
     }
 
@@ -123,16 +122,15 @@ impl Front {
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn to_provider(
         &self,
-        parts: &http::request::Parts,
+        parts: http::request::Parts,
         body: RequestBody,
-        target: &UpstreamTarget,
+        target: UpstreamTarget,
         conn: &ConnContext,
         bound: bool,
         models: bool,
         ticket: Option<TicketGuard>,
     ) -> Answer {
         let label = family_label(target.family);
-        let mut headers = headers::forwardable_request_headers(&parts.headers, Toward::Provider);
         // Each key only to the base it was configured for: the OpenAI key to
         // `openai_base_url`, the Anthropic key to `anthropic_base_url`; never to the ChatGPT
         // base or a base the caller selected. Without a key for the request's family there is
@@ -150,15 +148,11 @@ impl Front {
                 .as_ref()
                 .map(|k| (HeaderName::from_static("x-api-key"), k)),
         };
-        if let Some((name, key)) = key
-            && self.may_add_daemon_keys(&parts.headers, conn, own_base, bound)
-        {
-            headers.insert(name, key.clone());
+        let key = key.filter(|_| self.may_add_daemon_keys(&parts.headers, conn, own_base, bound));
+        let mut upstream_req = provider_request(parts, body, target.uri);
+        if let Some((name, key)) = key {
+            upstream_req.headers_mut().insert(name, key.clone());
         }
-        let mut upstream_req = Request::new(body);
-        *upstream_req.method_mut() = parts.method.clone();
-        *upstream_req.uri_mut() = target.uri.clone();
-        *upstream_req.headers_mut() = headers;
         let waiting = Instant::now();
         let result = self.upstream.send(upstream_req).await;
         let waited = waiting.elapsed();

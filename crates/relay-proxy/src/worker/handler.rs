@@ -24,8 +24,8 @@ use crate::answers::{
 use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::conn::HeadVerdict;
-use crate::forward::{Checked, Prologue, method_not_allowed};
-use crate::headers::{self, Toward, WORKER_SECRET};
+use crate::forward::{Checked, Prologue, method_not_allowed, provider_request};
+use crate::headers::WORKER_SECRET;
 use crate::routes::{Agent, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler, Linger, PeerLimit, ServeOptions};
 use crate::upstream::UpstreamClient;
@@ -214,11 +214,7 @@ impl WorkerHandler {
             target,
         } = checked;
         let idle = self.limits.stream_idle;
-        let mut upstream_req = Request::new(body);
-        *upstream_req.method_mut() = parts.method;
-        *upstream_req.uri_mut() = target.uri;
-        *upstream_req.headers_mut() =
-            headers::forwardable_request_headers(&parts.headers, Toward::Provider);
+        let upstream_req = provider_request(parts, body, target.uri);
         match self.upstream.send(upstream_req).await {
             Ok(res) => {
                 let mut res = relay_response(
