@@ -13,8 +13,12 @@ use crate::upstream::{UpstreamBody, UpstreamError};
 
 /// The declared `Content-Length`, when it parses.
 pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)
+    length(headers.get(header::CONTENT_LENGTH))
+}
+
+/// A `Content-Length` value, when it parses.
+pub(crate) fn length(value: Option<&HeaderValue>) -> Option<u64> {
+    value
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse().ok())
 }

@@ -4,8 +4,8 @@
 //!
 //! It is written in two steps because the worker looks at its own state between them
 //! (503 while it does not accept model requests): [`Prologue::shape`] is what the path
-//! and method allow, [`Prologue::target`] is the body limit and the upstream. The front
-//! calls both at once with [`Prologue::check`]. Nothing here reads the body.
+//! and method allow, [`Prologue::target`] is the body limit and the upstream. Both read
+//! the request's headers from one [`ModelHeaders`] pass. Nothing here reads the body.
 
 use std::time::Duration;
 
@@ -15,11 +15,11 @@ use hyper::body::Incoming;
 use relay_proto::ErrorKind;
 
 use crate::answers::{
-    content_length, error, payload_too_large, unsupported_media_type, upstream_not_allowed,
+    error, length, payload_too_large, unsupported_media_type, upstream_not_allowed,
 };
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::UpstreamConfig;
-use crate::headers;
+use crate::headers::{self, ModelHeaders};
 use crate::routes::{ModelFamily, TargetError, UpstreamTarget, upstream_target};
 
 /// The rules one side applies to model requests.
@@ -109,57 +109,47 @@ pub(crate) struct Checked {
 }
 
 impl Prologue<'_> {
-    /// Every check, in order: [`Prologue::shape`] then [`Prologue::target`], and the
-    /// request ready to forward.
-    pub(crate) fn check(
+    /// What the path and method allow: 426 for a WebSocket upgrade (HTTP/1.1 `Upgrade:
+    /// websocket`, or an HTTP/2 extended CONNECT) and 405 for another method than POST on a
+    /// Responses path, then 415 when JSON is required. `found` is read from `req`'s headers.
+    pub(crate) fn shape<B>(
         &self,
-        req: Request<Incoming>,
-        family: ModelFamily,
+        req: &Request<B>,
+        found: &ModelHeaders<'_>,
         responses: bool,
-    ) -> Result<Checked, Refused> {
-        self.shape(&req, responses)?;
-        let target = self.target(&req, family)?;
-        Ok(self.checked(req, target))
-    }
-
-    /// What the path and method allow: 426 for a WebSocket upgrade and 405 for another
-    /// method than POST on a Responses path, then 415 when JSON is required.
-    pub(crate) fn shape<B>(&self, req: &Request<B>, responses: bool) -> Result<(), Refused> {
-        if responses && headers::is_websocket_upgrade(req.method(), req.headers()) {
+    ) -> Result<(), Refused> {
+        if responses && (req.method() == Method::CONNECT || found.websocket) {
             return Err(Refused::UpgradeRequired);
         }
         if responses && req.method() != Method::POST {
             return Err(Refused::MethodNotAllowed);
         }
-        if self.require_json
-            && req.method() == Method::POST
-            && !headers::is_json_media_type(req.headers())
-        {
+        if self.require_json && req.method() == Method::POST && !found.is_json() {
             return Err(Refused::UnsupportedMediaType);
         }
         Ok(())
     }
 
     /// The declared length against the limit (413), then the upstream of §3.2: a
-    /// caller-selected base only from `allowed_base_urls` (400).
+    /// caller-selected base only from `allowed_base_urls` (400). `found` is read from
+    /// `req`'s headers.
     pub(crate) fn target<B>(
         &self,
         req: &Request<B>,
+        found: &ModelHeaders<'_>,
         family: ModelFamily,
     ) -> Result<UpstreamTarget, Refused> {
         let limit = self.max_body_bytes;
-        if content_length(req.headers()).is_some_and(|len| len > limit) {
+        if length(found.content_length).is_some_and(|len| len > limit) {
             return Err(Refused::TooLarge { limit });
         }
-        let selected = match req.headers().get(headers::UPSTREAM_BASE_URL) {
+        let selected = match found.upstream_base_url {
             None => None,
             Some(value) => Some(value.to_str().map_err(|_| Refused::UpstreamNotAllowed)?),
         };
-        upstream_target(self.upstream, family, req.headers(), selected, req.uri()).map_err(|e| {
-            match e {
-                TargetError::NotAllowed(_) => Refused::UpstreamNotAllowed,
-                TargetError::BadUri => Refused::BadPath,
-            }
+        upstream_target(self.upstream, family, found, selected, req.uri()).map_err(|e| match e {
+            TargetError::NotAllowed(_) => Refused::UpstreamNotAllowed,
+            TargetError::BadUri => Refused::BadPath,
         })
     }
 

@@ -28,6 +28,9 @@ const PROVIDER_CREDENTIALS: [HeaderName; 4] = [
     HeaderName::from_static("anthropic-api-key"),
 ];
 
+const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+const CHATGPT_ACCOUNT_ID: HeaderName = HeaderName::from_static("chatgpt-account-id");
+
 /// Headers that say a request came through a proxy.
 const FORWARDING: [HeaderName; 3] = [
     header::FORWARDED,
@@ -159,21 +162,80 @@ pub fn credential_header(headers: &HeaderMap) -> CredentialHeader<'_> {
     }
 }
 
+/// The headers the checks of a model request read, found in one pass over the request's
+/// headers instead of a hashed look-up each: a model request's checks read eight of them.
+/// Each is the first value, as a look-up would give it.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelHeaders<'a> {
+    pub content_type: Option<&'a HeaderValue>,
+    pub content_length: Option<&'a HeaderValue>,
+    /// An `Upgrade` value that names `websocket`.
+    pub websocket: bool,
+    pub upstream_base_url: Option<&'a HeaderValue>,
+    pub client_token: CredentialHeader<'a>,
+    pub authorization: Option<&'a HeaderValue>,
+    pub anthropic_version: bool,
+    pub chatgpt_account_id: bool,
+}
+
+impl<'a> ModelHeaders<'a> {
+    pub fn read(headers: &'a HeaderMap) -> ModelHeaders<'a> {
+        let mut found = ModelHeaders {
+            content_type: None,
+            content_length: None,
+            websocket: false,
+            upstream_base_url: None,
+            client_token: CredentialHeader::Missing,
+            authorization: None,
+            anthropic_version: false,
+            chatgpt_account_id: false,
+        };
+        for (name, value) in headers {
+            if name == header::CONTENT_TYPE {
+                found.content_type.get_or_insert(value);
+            } else if name == header::CONTENT_LENGTH {
+                found.content_length.get_or_insert(value);
+            } else if name == header::AUTHORIZATION {
+                found.authorization.get_or_insert(value);
+            } else if name == header::UPGRADE {
+                found.websocket |= names_websocket(value);
+            } else if name == CLIENT_TOKEN {
+                found.client_token = match found.client_token {
+                    CredentialHeader::Missing => CredentialHeader::Present(value),
+                    _ => CredentialHeader::Duplicated,
+                };
+            } else if name == UPSTREAM_BASE_URL {
+                found.upstream_base_url.get_or_insert(value);
+            } else if name == ANTHROPIC_VERSION {
+                found.anthropic_version = true;
+            } else if name == CHATGPT_ACCOUNT_ID {
+                found.chatgpt_account_id = true;
+            }
+        }
+        found
+    }
+
+    /// True when the media type is `application/json`, parameters allowed (§3.6).
+    pub fn is_json(&self) -> bool {
+        media_type_is(self.content_type, b"application/json")
+    }
+}
+
 /// True when the media type is `application/json`, parameters allowed (§3.6).
 pub fn is_json_media_type(headers: &HeaderMap) -> bool {
-    media_type_is(headers, b"application/json")
+    media_type_is(headers.get(header::CONTENT_TYPE), b"application/json")
 }
 
 /// True for an SSE response, which gets `X-Accel-Buffering: no` if absent (§3.3).
 pub fn is_event_stream(headers: &HeaderMap) -> bool {
-    media_type_is(headers, b"text/event-stream")
+    media_type_is(headers.get(header::CONTENT_TYPE), b"text/event-stream")
 }
 
 /// True when the first `Content-Type` is visible ASCII and its type and subtype, without
 /// parameters and surrounding whitespace, are `essence` in any case. Compared as bytes:
 /// this runs on every request and every response.
-fn media_type_is(headers: &HeaderMap, essence: &[u8]) -> bool {
-    let Some(Ok(text)) = headers.get(header::CONTENT_TYPE).map(HeaderValue::to_str) else {
+fn media_type_is(content_type: Option<&HeaderValue>, essence: &[u8]) -> bool {
+    let Some(Ok(text)) = content_type.map(HeaderValue::to_str) else {
         return false;
     };
     let bytes = text.as_bytes();
@@ -181,16 +243,11 @@ fn media_type_is(headers: &HeaderMap, essence: &[u8]) -> bool {
     bytes[..end].trim_ascii().eq_ignore_ascii_case(essence)
 }
 
-/// True for a WebSocket upgrade attempt (HTTP/1.1 `Upgrade: websocket`, or an HTTP/2
-/// extended CONNECT).
-pub fn is_websocket_upgrade(method: &http::Method, headers: &HeaderMap) -> bool {
-    if method == http::Method::CONNECT {
-        return true;
-    }
-    headers.get_all(header::UPGRADE).iter().any(|v| {
-        v.to_str()
-            .is_ok_and(|t| t.to_ascii_lowercase().contains("websocket"))
-    })
+/// True when an `Upgrade` value asks for a WebSocket.
+fn names_websocket(upgrade: &HeaderValue) -> bool {
+    upgrade
+        .to_str()
+        .is_ok_and(|t| t.to_ascii_lowercase().contains("websocket"))
 }
 
 #[cfg(test)]

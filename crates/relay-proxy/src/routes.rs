@@ -3,9 +3,10 @@
 
 use std::borrow::Cow;
 
-use http::{HeaderMap, Method, Uri};
+use http::{Method, Uri};
 
 use crate::config::{BaseUrl, DEFAULT_OPENAI_BASE_URL, UpstreamConfig};
+use crate::headers::ModelHeaders;
 
 /// A provider API family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -206,7 +207,7 @@ pub enum TargetError {
 pub fn upstream_target(
     config: &UpstreamConfig,
     family: ModelFamily,
-    headers: &HeaderMap,
+    headers: &ModelHeaders<'_>,
     selected_base: Option<&str>,
     request: &Uri,
 ) -> Result<UpstreamTarget, TargetError> {
@@ -224,16 +225,16 @@ pub fn upstream_target(
     let family_kind = match family {
         ModelFamily::Fixed(f) => f,
         ModelFamily::ChatGptCodex => Family::OpenAi,
-        ModelFamily::Models if headers.contains_key("anthropic-version") => Family::Anthropic,
+        ModelFamily::Models if headers.anthropic_version => Family::Anthropic,
         ModelFamily::Models => Family::OpenAi,
     };
     let chatgpt = family == ModelFamily::ChatGptCodex
         || (family_kind == Family::OpenAi
             && selected.is_none()
             && config.openai_base_url.as_str() == DEFAULT_OPENAI_BASE_URL
-            && headers.contains_key("chatgpt-account-id")
+            && headers.chatgpt_account_id
             && headers
-                .get(http::header::AUTHORIZATION)
+                .authorization
                 .is_some_and(|v| v.as_bytes().starts_with(b"Bearer eyJ")));
     let (base, joined_path) = if chatgpt {
         let rest = path

@@ -28,6 +28,16 @@ fn request(method: Method, path: &str, headers: &[(&str, &str)]) -> Request<()> 
     builder.body(()).unwrap()
 }
 
+/// The shape check, with the headers read as the callers read them.
+fn shape(rules: &Prologue<'_>, req: &Request<()>, responses: bool) -> Result<(), Refused> {
+    rules.shape(req, &ModelHeaders::read(req.headers()), responses)
+}
+
+/// The target check of an OpenAI request, with the headers read as the callers read them.
+fn target(rules: &Prologue<'_>, req: &Request<()>) -> Result<UpstreamTarget, Refused> {
+    rules.target(req, &ModelHeaders::read(req.headers()), OPENAI)
+}
+
 const JSON: (&str, &str) = ("content-type", "application/json");
 const OPENAI: ModelFamily = ModelFamily::Fixed(Family::OpenAi);
 
@@ -36,23 +46,26 @@ fn the_shape_is_checked_websocket_first_then_method_then_media_type() {
     let upstream = upstream();
     let daemon = prologue(&upstream, true);
     let upgrade = request(Method::GET, "/v1/responses", &[("upgrade", "websocket")]);
-    assert_eq!(daemon.shape(&upgrade, true), Err(Refused::UpgradeRequired));
+    assert_eq!(
+        shape(&daemon, &upgrade, true),
+        Err(Refused::UpgradeRequired)
+    );
     // Only Responses paths answer 426 and 405 here; the others are classified by path.
-    assert_eq!(daemon.shape(&upgrade, false), Ok(()));
+    assert_eq!(shape(&daemon, &upgrade, false), Ok(()));
     let get = request(Method::GET, "/v1/responses", &[]);
-    assert_eq!(daemon.shape(&get, true), Err(Refused::MethodNotAllowed));
+    assert_eq!(shape(&daemon, &get, true), Err(Refused::MethodNotAllowed));
     let text = request(
         Method::POST,
         "/v1/responses",
         &[("content-type", "text/plain")],
     );
     assert_eq!(
-        daemon.shape(&text, true),
+        shape(&daemon, &text, true),
         Err(Refused::UnsupportedMediaType)
     );
-    assert_eq!(prologue(&upstream, false).shape(&text, true), Ok(()));
+    assert_eq!(shape(&prologue(&upstream, false), &text, true), Ok(()));
     let json = request(Method::POST, "/v1/responses", &[JSON]);
-    assert_eq!(daemon.shape(&json, true), Ok(()));
+    assert_eq!(shape(&daemon, &json, true), Ok(()));
 }
 
 #[test]
@@ -68,19 +81,13 @@ fn the_target_checks_the_declared_length_before_the_selected_base() {
             ("x-relay-upstream-base-url", "http://evil.example"),
         ],
     );
-    assert_eq!(
-        rules.target(&big, OPENAI),
-        Err(Refused::TooLarge { limit: 100 })
-    );
+    assert_eq!(target(&rules, &big), Err(Refused::TooLarge { limit: 100 }));
     let evil = request(
         Method::POST,
         "/v1/responses",
         &[JSON, ("x-relay-upstream-base-url", "http://evil.example")],
     );
-    assert_eq!(
-        rules.target(&evil, OPENAI),
-        Err(Refused::UpstreamNotAllowed)
-    );
+    assert_eq!(target(&rules, &evil), Err(Refused::UpstreamNotAllowed));
     let allowed = request(
         Method::POST,
         "/v1/responses",
@@ -93,7 +100,7 @@ fn the_target_checks_the_declared_length_before_the_selected_base() {
             ),
         ],
     );
-    let target = rules.target(&allowed, OPENAI).unwrap();
+    let target = target(&rules, &allowed).unwrap();
     assert_eq!(
         target.uri.to_string(),
         "http://127.0.0.1:9999/custom/v1/responses"
@@ -110,7 +117,7 @@ fn a_selected_base_that_is_not_text_is_not_allowed() {
         http::HeaderValue::from_bytes(b"http://\xff").unwrap(),
     );
     assert_eq!(
-        prologue(&upstream, true).target(&req, OPENAI),
+        target(&prologue(&upstream, true), &req),
         Err(Refused::UpstreamNotAllowed)
     );
 }

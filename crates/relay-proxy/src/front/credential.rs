@@ -70,13 +70,19 @@ pub(super) enum Credential {
 }
 
 pub(super) fn parse_credential(headers: &HeaderMap) -> Credential {
-    match headers::credential_header(headers) {
-        CredentialHeader::Missing => Credential::Missing,
-        CredentialHeader::Duplicated => Credential::Invalid,
-        CredentialHeader::Present(value) => match value.to_str().ok().map(RouteToken::parse) {
-            Some(Ok(token)) => Credential::Token(token),
-            _ => Credential::Invalid,
-        },
+    Credential::from_header(headers::credential_header(headers))
+}
+
+impl Credential {
+    pub(super) fn from_header(header: CredentialHeader<'_>) -> Credential {
+        match header {
+            CredentialHeader::Missing => Credential::Missing,
+            CredentialHeader::Duplicated => Credential::Invalid,
+            CredentialHeader::Present(value) => match value.to_str().ok().map(RouteToken::parse) {
+                Some(Ok(token)) => Credential::Token(token),
+                _ => Credential::Invalid,
+            },
+        }
     }
 }
 

@@ -10,14 +10,14 @@ use hyper::body::Incoming;
 use relay_broker::RequestKind;
 use relay_proto::PassThroughReason;
 
-use super::credential::{Routed, parse_credential};
+use super::credential::{Credential, Routed};
 use super::to_worker::WorkerResult;
 use super::{Answer, Front, Mode};
 use crate::answers::{upstream_error, worker_unavailable};
 use crate::body::RequestBody;
 use crate::config::DaemonKeys;
 use crate::forward::{Checked, Prologue, provider_request};
-use crate::headers::{self, Toward};
+use crate::headers::{self, ModelHeaders, Toward};
 use crate::metrics::{Destination, RouteLabel};
 use crate::routes::{Family, ModelFamily, UpstreamBase, UpstreamTarget};
 use crate::server::ConnContext;
@@ -44,16 +44,19 @@ impl Front {
             stream_idle: idle,
             require_json: true,
         };
+        let found = ModelHeaders::read(req.headers());
+        let checks = prologue.shape(&req, &found, responses);
+        let target = match checks.and_then(|()| prologue.target(&req, &found, family)) {
+            Ok(target) => target,
+            Err(refused) => return local(refused.answer(), label),
+        };
+        let credential = Credential::from_header(found.client_token);
         let Checked {
             parts,
             body,
             target,
-        } = match prologue.check(req, family, responses) {
-            Ok(checked) => checked,
-            Err(refused) => return local(refused.answer(), label),
-        };
+        } = prologue.checked(req, target);
         let label = family_label(target.family);
-        let credential = parse_credential(&parts.headers);
         let routed = match self.decide(&credential, RequestKind::Model).await {
             Ok(routed) => routed,
             Err(refusal) => return local(refusal.answer(), label),

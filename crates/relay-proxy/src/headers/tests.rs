@@ -128,3 +128,59 @@ fn provider_credentials_and_forwarding_marks() {
         assert!(has_forwarding_headers(&map(&[(name, "x")])), "{name}");
     }
 }
+
+/// The one pass over a model request's headers finds what a look-up of each would find,
+/// whatever names, values, repeats and order the request carries.
+mod model_headers {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const NAMES: [&str; 12] = [
+        "content-type",
+        "content-length",
+        "upgrade",
+        "authorization",
+        "x-relay-client-token",
+        "x-relay-upstream-base-url",
+        "anthropic-version",
+        "chatgpt-account-id",
+        "x-relay-session-id",
+        "accept",
+        "user-agent",
+        "x-api-key",
+    ];
+    const VALUES: [&str; 7] = [
+        "application/json",
+        "text/plain",
+        "WebSocket",
+        "h2c",
+        "12",
+        "Bearer eyJ",
+        "",
+    ];
+
+    proptest! {
+        #[test]
+        fn agree_with_look_ups(
+            pairs in proptest::collection::vec((0..NAMES.len(), 0..VALUES.len()), 0..16)
+        ) {
+            let pairs: Vec<(&str, &str)> =
+                pairs.into_iter().map(|(n, v)| (NAMES[n], VALUES[v])).collect();
+            let headers = map(&pairs);
+            let found = ModelHeaders::read(&headers);
+            prop_assert_eq!(found.content_type, headers.get(header::CONTENT_TYPE));
+            prop_assert_eq!(found.content_length, headers.get(header::CONTENT_LENGTH));
+            prop_assert_eq!(found.authorization, headers.get(header::AUTHORIZATION));
+            prop_assert_eq!(found.upstream_base_url, headers.get(UPSTREAM_BASE_URL));
+            prop_assert_eq!(found.client_token, credential_header(&headers));
+            prop_assert_eq!(found.is_json(), is_json_media_type(&headers));
+            prop_assert_eq!(
+                found.websocket,
+                headers.get_all(header::UPGRADE).iter().any(names_websocket)
+            );
+            prop_assert_eq!(found.anthropic_version, headers.contains_key("anthropic-version"));
+            prop_assert_eq!(found.chatgpt_account_id, headers.contains_key("chatgpt-account-id"));
+        }
+    }
+}

@@ -32,7 +32,13 @@ fn target(
         );
     }
     let request: Uri = path_and_query.parse().unwrap();
-    upstream_target(config, family, &map, selected, &request)
+    upstream_target(
+        config,
+        family,
+        &ModelHeaders::read(&map),
+        selected,
+        &request,
+    )
 }
 
 fn url(config: &UpstreamConfig, method: &Method, path: &str, headers: &[(&str, &str)]) -> String {

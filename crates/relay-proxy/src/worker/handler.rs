@@ -25,7 +25,7 @@ use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::conn::HeadVerdict;
 use crate::forward::{Checked, Prologue, method_not_allowed, provider_request};
-use crate::headers::WORKER_SECRET;
+use crate::headers::{ModelHeaders, WORKER_SECRET};
 use crate::routes::{Agent, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler, Linger, PeerLimit, ServeOptions};
 use crate::upstream::UpstreamClient;
@@ -185,7 +185,8 @@ impl WorkerHandler {
         responses: bool,
     ) -> Response<ResponseBody> {
         let prologue = self.prologue();
-        if let Err(refused) = prologue.shape(&req, responses) {
+        let found = ModelHeaders::read(req.headers());
+        if let Err(refused) = prologue.shape(&req, &found, responses) {
             return refused.answer();
         }
         // The worker's state is checked between the shape and the request (see the order
@@ -193,7 +194,7 @@ impl WorkerHandler {
         let Some(in_flight) = self.state.admit(RequestKind::Model) else {
             return unavailable();
         };
-        let checked = match prologue.target(&req, family) {
+        let checked = match prologue.target(&req, &found, family) {
             Ok(target) => prologue.checked(req, target),
             Err(refused) => return refused.answer(),
         };
