@@ -3,13 +3,15 @@
 
 use std::time::Duration;
 
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
 use relay_proto::{ErrorBody, ErrorKind};
 
 use crate::body::{ResponseBody, StreamGuard};
 use crate::headers;
 use crate::upstream::{UpstreamBody, UpstreamError};
+
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
 /// The declared `Content-Length`, when it parses.
 pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
@@ -47,11 +49,12 @@ pub(crate) fn relay_response(
 ) -> Response<ResponseBody> {
     let (mut parts, body) = res.into_parts();
     headers::strip_response_headers(&mut parts.headers);
-    if headers::is_event_stream(&parts.headers) && !parts.headers.contains_key("x-accel-buffering")
-    {
+    if headers::is_event_stream(&parts.headers) {
+        // A name, not text: text would be parsed and hashed twice for every stream.
         parts
             .headers
-            .insert("x-accel-buffering", HeaderValue::from_static("no"));
+            .entry(X_ACCEL_BUFFERING)
+            .or_insert(HeaderValue::from_static("no"));
     }
     if models {
         parts
