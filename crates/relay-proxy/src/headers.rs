@@ -56,11 +56,13 @@ pub enum Toward {
 /// different names may change order (which means nothing in HTTP); the values of one name
 /// keep theirs.
 pub fn strip_request_headers(headers: &mut HeaderMap, toward: Toward) {
+    // Nearly every request carries the first two; `expect` is rare, so it is looked for
+    // in the pass over the names rather than looked up.
     headers.remove(header::HOST);
     headers.remove(header::CONTENT_LENGTH);
-    headers.remove(header::EXPECT);
     remove_hop_by_hop(headers, |name| {
-        is_relay_header(name) && !(toward == Toward::Worker && passes_to_worker(name))
+        name == header::EXPECT
+            || (is_relay_header(name) && !(toward == Toward::Worker && passes_to_worker(name)))
     });
 }
 
@@ -235,10 +237,21 @@ pub fn is_event_stream(headers: &HeaderMap) -> bool {
 /// parameters and surrounding whitespace, are `essence` in any case. Compared as bytes:
 /// this runs on every request and every response.
 fn media_type_is(content_type: Option<&HeaderValue>, essence: &[u8]) -> bool {
-    let Some(Ok(text)) = content_type.map(HeaderValue::to_str) else {
+    let Some(value) = content_type else {
         return false;
     };
-    let bytes = text.as_bytes();
+    let bytes = value.as_bytes();
+    // Trimming only shortens, so a shorter value cannot name it; the usual value is the
+    // essence alone, which is visible ASCII by being equal to it.
+    if bytes.len() < essence.len() {
+        return false;
+    }
+    if bytes.eq_ignore_ascii_case(essence) {
+        return true;
+    }
+    if value.to_str().is_err() {
+        return false;
+    }
     let end = bytes.iter().position(|b| *b == b';').unwrap_or(bytes.len());
     bytes[..end].trim_ascii().eq_ignore_ascii_case(essence)
 }

@@ -184,3 +184,30 @@ mod model_headers {
         }
     }
 }
+
+proptest::proptest! {
+    /// The media-type check with its shortcuts answers as the rule it states: the first
+    /// `Content-Type` is visible ASCII, and without parameters and surrounding whitespace
+    /// its type and subtype are the essence in any case.
+    #[test]
+    fn media_type_shortcuts_keep_the_rule(
+        value in proptest::collection::vec(
+            proptest::sample::select(b"aAjJsSoOnN/;= \t\x7f\xe9pplicatio".to_vec()),
+            0..24,
+        ),
+        prefix in proptest::sample::select(vec!["", "application/json", " Application/JSON", "text/event-stream"]),
+    ) {
+        let mut bytes = prefix.as_bytes().to_vec();
+        bytes.extend(value);
+        let Ok(value) = HeaderValue::from_bytes(&bytes) else {
+            return Ok(());
+        };
+        for essence in [&b"application/json"[..], b"text/event-stream"] {
+            let rule = value.to_str().is_ok_and(|text| {
+                let text = text.split(';').next().unwrap_or("");
+                text.trim_matches([' ', '\t']).as_bytes().eq_ignore_ascii_case(essence)
+            });
+            proptest::prop_assert_eq!(media_type_is(Some(&value), essence), rule);
+        }
+    }
+}
