@@ -1,6 +1,7 @@
 //! `GET /metrics` (SPEC §3.1): Prometheus text from the `prometheus-client` crate.
 
 use std::fmt::Write as _;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
@@ -91,6 +92,10 @@ struct ReasonLabels {
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    /// The `requests` counters of 200 answers, by route and destination. Nearly every
+    /// request counts there, and the family's look-up hashes the labels (SipHash) under a
+    /// lock; a counter kept here is the same counter, shared.
+    ok_requests: [[OnceLock<Counter>; 3]; 6],
     overhead: Histogram,
     open_streams: Gauge,
     open_streams_now: AtomicI64,
@@ -144,6 +149,7 @@ impl Metrics {
         Metrics {
             registry,
             requests,
+            ok_requests: Default::default(),
             overhead,
             open_streams,
             open_streams_now: AtomicI64::new(0),
@@ -154,13 +160,24 @@ impl Metrics {
     }
 
     pub fn record_request(&self, route: RouteLabel, destination: Destination, status: u16) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                route,
-                destination,
-                status,
+        let labels = RequestLabels {
+            route,
+            destination,
+            status,
+        };
+        let kept = (status == 200)
+            .then(|| {
+                self.ok_requests
+                    .get(route as usize)?
+                    .get(destination as usize)
             })
-            .inc();
+            .flatten();
+        match kept {
+            Some(kept) => kept
+                .get_or_init(|| self.requests.get_or_create(&labels).clone())
+                .inc(),
+            None => self.requests.get_or_create(&labels).inc(),
+        };
     }
 
     pub fn record_overhead(&self, spent: Duration) {
@@ -215,5 +232,48 @@ impl Drop for OpenStream {
         self.metrics
             .open_streams_now
             .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_counters_count_in_the_family() {
+        let metrics = Metrics::new();
+        let routes = [
+            RouteLabel::Anthropic,
+            RouteLabel::Openai,
+            RouteLabel::Hook,
+            RouteLabel::Status,
+            RouteLabel::Control,
+            RouteLabel::Other,
+        ];
+        let destinations = [
+            Destination::Worker,
+            Destination::PassThrough,
+            Destination::Local,
+        ];
+        for route in routes {
+            for destination in destinations {
+                for status in [200, 200, 502, 200] {
+                    metrics.record_request(route, destination, status);
+                }
+            }
+        }
+        let text = metrics.encode();
+        for route in routes {
+            for destination in destinations {
+                for (status, count) in [(200, 3), (502, 1)] {
+                    let line = format!(
+                        "relay_requests_total{{route=\"{}\",destination=\"{}\",status=\"{status}\"}} {count}\n",
+                        route.as_str(),
+                        destination.as_str(),
+                    );
+                    assert!(text.contains(&line), "{line} missing from:\n{text}");
+                }
+            }
+        }
     }
 }
