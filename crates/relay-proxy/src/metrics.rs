@@ -94,7 +94,8 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     /// The `requests` counters of 200 answers, by route and destination. Nearly every
     /// request counts there, and the family's look-up hashes the labels (SipHash) under a
-    /// lock; a counter kept here is the same counter, shared.
+    /// lock; a counter kept here is the same counter, shared. Sized by the two label
+    /// enums; a variant added past them is still counted, through the family.
     ok_requests: [[OnceLock<Counter>; 3]; 6],
     overhead: Histogram,
     open_streams: Gauge,
@@ -165,13 +166,11 @@ impl Metrics {
             destination,
             status,
         };
-        let kept = (status == 200)
-            .then(|| {
-                self.ok_requests
-                    .get(route as usize)?
-                    .get(destination as usize)
-            })
-            .flatten();
+        let kept = match status {
+            200 => self.ok_requests.get(route as usize),
+            _ => None,
+        };
+        let kept = kept.and_then(|by_destination| by_destination.get(destination as usize));
         match kept {
             Some(kept) => kept
                 .get_or_init(|| self.requests.get_or_create(&labels).clone())
