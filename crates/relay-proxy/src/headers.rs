@@ -147,27 +147,36 @@ pub fn has_forwarding_headers(headers: &HeaderMap) -> bool {
 }
 
 /// The route credential as the request carries it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CredentialHeader<'a> {
+    #[default]
     Missing,
     /// Present more than once: always refused, whatever the values.
     Duplicated,
     Present(&'a HeaderValue),
 }
 
-pub fn credential_header(headers: &HeaderMap) -> CredentialHeader<'_> {
-    let mut values = headers.get_all(CLIENT_TOKEN).iter();
-    match (values.next(), values.next()) {
-        (None, _) => CredentialHeader::Missing,
-        (Some(value), None) => CredentialHeader::Present(value),
-        (Some(_), Some(_)) => CredentialHeader::Duplicated,
+impl<'a> CredentialHeader<'a> {
+    /// What the request carries once `value`, one more credential line, is counted too.
+    fn and(self, value: &'a HeaderValue) -> CredentialHeader<'a> {
+        match self {
+            CredentialHeader::Missing => CredentialHeader::Present(value),
+            _ => CredentialHeader::Duplicated,
+        }
     }
+}
+
+pub fn credential_header(headers: &HeaderMap) -> CredentialHeader<'_> {
+    headers
+        .get_all(CLIENT_TOKEN)
+        .iter()
+        .fold(CredentialHeader::Missing, CredentialHeader::and)
 }
 
 /// The headers the checks of a model request read, found in one pass over the request's
 /// headers instead of a hashed look-up each: a model request's checks read eight of them.
 /// Each is the first value, as a look-up would give it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ModelHeaders<'a> {
     pub content_type: Option<&'a HeaderValue>,
     pub content_length: Option<&'a HeaderValue>,
@@ -182,16 +191,7 @@ pub struct ModelHeaders<'a> {
 
 impl<'a> ModelHeaders<'a> {
     pub fn read(headers: &'a HeaderMap) -> ModelHeaders<'a> {
-        let mut found = ModelHeaders {
-            content_type: None,
-            content_length: None,
-            websocket: false,
-            upstream_base_url: None,
-            client_token: CredentialHeader::Missing,
-            authorization: None,
-            anthropic_version: false,
-            chatgpt_account_id: false,
-        };
+        let mut found = ModelHeaders::default();
         for (name, value) in headers {
             if name == header::CONTENT_TYPE {
                 found.content_type.get_or_insert(value);
@@ -202,10 +202,7 @@ impl<'a> ModelHeaders<'a> {
             } else if name == header::UPGRADE {
                 found.websocket |= names_websocket(value);
             } else if name == CLIENT_TOKEN {
-                found.client_token = match found.client_token {
-                    CredentialHeader::Missing => CredentialHeader::Present(value),
-                    _ => CredentialHeader::Duplicated,
-                };
+                found.client_token = found.client_token.and(value);
             } else if name == UPSTREAM_BASE_URL {
                 found.upstream_base_url.get_or_insert(value);
             } else if name == ANTHROPIC_VERSION {
