@@ -1,5 +1,5 @@
 //! A worker's life under failure (SPEC §3.3, §3.7, §5.4, §5.5): a worker killed mid-stream,
-//! a client that goes away mid-stream, the last session ending while a stream runs, a
+//! a stopped worker a request cannot reach, a client that goes away mid-stream, the last session ending while a stream runs, a
 //! worker binary that fails to start and is repaired, and a draining worker that never
 //! exits. Each test runs the real processes with shortened timers and checks the lifecycle
 //! events relayd, relay-mcp and the worker log (§10.3) beside what the client and the
@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use relay_e2e::http::send;
+use relay_e2e::http::{post_json, send};
 use relay_e2e::{BrokenWorker, Relayd, Tap, User, procfs};
 use relay_proto::Message;
 use relay_testkit::{ANTHROPIC_MESSAGES_SSE, Behaviour, REQUEST_ID_HEADER, StandIn};
@@ -18,7 +18,8 @@ use super::support::{
     EVENT_TIMEOUT, MCP_EXIT_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, anthropic_request,
     assert_passed_through, assert_through_worker, between, context, event_with, fault_config,
     field, fresh_token, marker, nth_event, paced, pass_throughs, ready_mcp, recorded_with,
-    route_status, spawn_mcp, streaming_request, user_for, wait_for_workers_status, workers_status,
+    route_status, spawn_mcp, streaming_request, upstream_config, user_for, wait_for_workers_status,
+    workers_status,
 };
 
 /// How soon a broken stream or a client's disconnect must be seen on the other side (§3.3:
@@ -298,6 +299,70 @@ async fn a_worker_death_relayd_sees_first_is_still_logged_and_reported_by_relay_
         anthropic_request(&token, &marker("next")?)?,
     )
     .await?;
+    Ok(())
+}
+
+/// A worker that is still ready in relayd's eyes but does not answer a new connection: the
+/// request passes through once, and the provider gets neither the caller's credential that
+/// its `Connection` header named (a hop-by-hop header, dropped on the way) nor the daemon's
+/// key, which is configured but never added while workers serve (§3.2, §3.7).
+#[tokio::test]
+async fn a_stopped_worker_passes_the_request_through_once_without_the_dropped_or_daemon_key()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let daemon_key = marker("anthropic-daemon-key")?;
+    let caller_key = marker("caller-key")?;
+    let builder = Relayd::builder()?;
+    let key_file = builder.write_private_file("anthropic.key", &format!("{daemon_key}\n"))?;
+    // The readiness probe runs every `ping_secs` (30 s by default), far from this test's
+    // few seconds.
+    let config = upstream_config(
+        &stand_in,
+        &format!(
+            "daemon_keys = \"any_local\"\nanthropic_api_key_file = \"{}\"\n\
+             [daemon.timers]\ndrain_secs = 1\nretry_base_ms = 200\n",
+            key_file.display()
+        ),
+    );
+    let relayd = builder.config(config).start().await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let (_, pid) = nth_worker(&relayd, &user, 1).await?;
+    // No request has gone to the worker, so relayd holds no connection to it: the next
+    // request opens one, whose TLS handshake the stopped worker never answers.
+    user.signal_worker(pid, Signal::STOP)?;
+    wait_for_state(pid, 'T').await?;
+
+    let body = marker("body")?;
+    let req = post_json(
+        "/v1/messages",
+        &[
+            ("x-relay-client-token", token.as_str()),
+            ("connection", "x-api-key"),
+            ("x-api-key", caller_key.as_str()),
+            ("anthropic-version", "2023-06-01"),
+        ],
+        format!(
+            r#"{{"model":"m","max_tokens":16,"messages":[{{"role":"user","content":"{body}"}}]}}"#
+        ),
+    )?;
+    let recorded = assert_passed_through(&relayd, &stand_in, req, "worker_connect_failed").await;
+    user.signal_worker(pid, Signal::CONT)?;
+    let recorded = recorded?;
+    assert_eq!(recorded.header("x-api-key"), None, "{:?}", recorded.headers);
+    for (name, value) in &recorded.headers {
+        let value = String::from_utf8_lossy(value);
+        assert!(
+            !value.contains(&daemon_key) && !value.contains(&caller_key),
+            "a key reached the provider in {name}"
+        );
+    }
+    assert_eq!(
+        recorded_with(&stand_in, &body).len(),
+        1,
+        "sent more than once"
+    );
     Ok(())
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header;
-use http::{HeaderMap, HeaderName, Request};
+use http::{HeaderMap, HeaderName, HeaderValue, Request};
 use hyper::body::Incoming;
 use relay_broker::RequestKind;
 use relay_proto::PassThroughReason;
@@ -64,12 +64,15 @@ impl Front {
         let models = family == ModelFamily::Models;
         // One call toward the provider for both ways of getting there: each call site would
         // have its own room in this future.
-        let (parts, body, bound, ticket) = match routed {
+        let (parts, body, keyed, ticket) = match routed {
             Routed::Worker {
                 target: worker,
                 fingerprint,
                 ticket,
             } => {
+                // Judged before the worker's copy is made: that copy has lost the names the
+                // caller's `Connection` header lists, a credential among them perhaps.
+                let keyed = self.adds_daemon_key(&parts.headers, conn, &target, true);
                 let mut req = Request::from_parts(parts, body);
                 headers::strip_request_headers(req.headers_mut(), Toward::Worker);
                 match self
@@ -101,7 +104,7 @@ impl Front {
                             Some(fingerprint),
                         );
                         let (parts, body) = req.into_parts();
-                        (parts, body, true, None)
+                        (parts, body, keyed, None)
                     }
                 }
             }
@@ -114,44 +117,32 @@ impl Front {
                 if credentialed {
                     self.log_pass_through(target.family.as_str(), reason, fingerprint);
                 }
-                (parts, body, fingerprint.is_some(), ticket)
+                let keyed =
+                    self.adds_daemon_key(&parts.headers, conn, &target, fingerprint.is_some());
+                (parts, body, keyed, ticket)
             }
         };
-        self.to_provider(parts, body, target, conn, bound, models, ticket)
+        self.to_provider(parts, body, target, keyed, models, ticket)
             .await
     }
 
-    /// Forwards a request straight to its provider.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn to_provider(
+    /// Forwards a request straight to its provider, with the daemon's key for its family
+    /// when `keyed`.
+    async fn to_provider(
         &self,
         parts: http::request::Parts,
         body: RequestBody,
         target: UpstreamTarget,
-        conn: &ConnContext,
-        bound: bool,
+        keyed: bool,
         models: bool,
         ticket: Option<TicketGuard>,
     ) -> Answer {
         let label = family_label(target.family);
-        // Each key only to the base it was configured for: the OpenAI key to
-        // `openai_base_url`, the Anthropic key to `anthropic_base_url`; never to the ChatGPT
-        // base or a base the caller selected. Without a key for the request's family there is
-        // nothing to add, so the conditions are not even looked at.
-        let own_base = target.base == UpstreamBase::Configured;
-        let key = match target.family {
-            Family::OpenAi => self
-                .keys
-                .openai
-                .as_ref()
-                .map(|k| (header::AUTHORIZATION, k)),
-            Family::Anthropic => self
-                .keys
-                .anthropic
-                .as_ref()
-                .map(|k| (HeaderName::from_static("x-api-key"), k)),
+        let key = if keyed {
+            self.daemon_key(target.family)
+        } else {
+            None
         };
-        let key = key.filter(|_| self.may_add_daemon_keys(&parts.headers, conn, own_base, bound));
         let mut upstream_req = provider_request(parts, body, target.uri);
         if let Some((name, key)) = key {
             upstream_req.headers_mut().insert(name, key.clone());
@@ -169,6 +160,43 @@ impl Front {
                 Answer::new(upstream_error(&failure), label, Destination::PassThrough)
             }
         }
+    }
+
+    /// The daemon's key for `family`, and the header that carries it.
+    fn daemon_key(&self, family: Family) -> Option<(HeaderName, &HeaderValue)> {
+        match family {
+            Family::OpenAi => self
+                .keys
+                .openai
+                .as_ref()
+                .map(|k| (header::AUTHORIZATION, k)),
+            Family::Anthropic => self
+                .keys
+                .anthropic
+                .as_ref()
+                .map(|k| (HeaderName::from_static("x-api-key"), k)),
+        }
+    }
+
+    /// Whether a request with the caller's `headers` gets the daemon's key for its family.
+    /// Each key goes only to the base it was configured for: the OpenAI key to
+    /// `openai_base_url`, the Anthropic key to `anthropic_base_url`; never to the ChatGPT
+    /// base or a base the caller selected. Without a key for the family there is nothing to
+    /// add, so the conditions are not even looked at.
+    fn adds_daemon_key(
+        &self,
+        headers: &HeaderMap,
+        conn: &ConnContext,
+        target: &UpstreamTarget,
+        bound: bool,
+    ) -> bool {
+        self.daemon_key(target.family).is_some()
+            && self.may_add_daemon_keys(
+                headers,
+                conn,
+                target.base == UpstreamBase::Configured,
+                bound,
+            )
     }
 
     /// Every condition of §3.2 under which the daemon adds its own provider keys.
