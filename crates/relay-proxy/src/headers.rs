@@ -87,27 +87,19 @@ fn remove_hop_by_hop(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool
     }
     // `Connection` is itself hop-by-hop, so the names it lists can only be here with it.
     for name in connection_tokens(headers) {
-        headers.remove(name.as_str());
+        headers.remove(name);
     }
     for name in dropped {
         headers.remove(name);
     }
 }
 
-/// Hop-by-hop headers (RFC 9110 §7.6.1) plus the proxy ones: never forwarded.
+/// Hop-by-hop headers (RFC 9110 §7.6.1) plus every `proxy-*` one: never forwarded.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
         name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
+        "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade"
+    ) || name.as_str().starts_with("proxy-")
 }
 
 fn is_relay_header(name: &HeaderName) -> bool {
@@ -118,19 +110,15 @@ fn passes_to_worker(name: &HeaderName) -> bool {
     name == UPSTREAM_BASE_URL || name == SESSION_ID
 }
 
-/// Header names listed in `Connection`, lowercased.
-fn connection_tokens(headers: &HeaderMap) -> Vec<String> {
-    let mut tokens = Vec::new();
-    for value in headers.get_all(header::CONNECTION) {
-        if let Ok(text) = value.to_str() {
-            tokens.extend(
-                text.split(',')
-                    .map(|t| t.trim().to_ascii_lowercase())
-                    .filter(|t| !t.is_empty()),
-            );
-        }
-    }
-    tokens
+/// Header names listed in `Connection`. Read as bytes, so a token that is not a header
+/// name (a byte outside ASCII, say) hides none of the others on its line.
+fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|b| *b == b','))
+        .filter_map(|token| HeaderName::from_bytes(token.trim_ascii()).ok())
+        .collect()
 }
 
 /// True when the request carries a provider credential of its own.
@@ -147,7 +135,7 @@ pub fn has_forwarding_headers(headers: &HeaderMap) -> bool {
 }
 
 /// The route credential as the request carries it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub enum CredentialHeader<'a> {
     #[default]
     Missing,
@@ -166,6 +154,17 @@ impl<'a> CredentialHeader<'a> {
     }
 }
 
+/// Says which case it is, never the credential.
+impl std::fmt::Debug for CredentialHeader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CredentialHeader::Missing => "Missing",
+            CredentialHeader::Duplicated => "Duplicated",
+            CredentialHeader::Present(_) => "Present(..)",
+        })
+    }
+}
+
 pub fn credential_header(headers: &HeaderMap) -> CredentialHeader<'_> {
     headers
         .get_all(CLIENT_TOKEN)
@@ -176,7 +175,7 @@ pub fn credential_header(headers: &HeaderMap) -> CredentialHeader<'_> {
 /// The headers the checks of a model request read, found in one pass over the request's
 /// headers instead of a hashed look-up each: a model request's checks read eight of them.
 /// Each is the first value, as a look-up would give it.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct ModelHeaders<'a> {
     pub content_type: Option<&'a HeaderValue>,
     pub content_length: Option<&'a HeaderValue>,
@@ -187,6 +186,22 @@ pub struct ModelHeaders<'a> {
     pub authorization: Option<&'a HeaderValue>,
     pub anthropic_version: bool,
     pub chatgpt_account_id: bool,
+}
+
+/// Shows whether each credential is there, never its value.
+impl std::fmt::Debug for ModelHeaders<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelHeaders")
+            .field("content_type", &self.content_type)
+            .field("content_length", &self.content_length)
+            .field("websocket", &self.websocket)
+            .field("upstream_base_url", &self.upstream_base_url)
+            .field("client_token", &self.client_token)
+            .field("authorization", &self.authorization.is_some())
+            .field("anthropic_version", &self.anthropic_version)
+            .field("chatgpt_account_id", &self.chatgpt_account_id)
+            .finish()
+    }
 }
 
 impl<'a> ModelHeaders<'a> {

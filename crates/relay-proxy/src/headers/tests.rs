@@ -67,6 +67,48 @@ fn request_headers_drop_hop_by_hop_framing_and_relay_headers() {
 }
 
 #[test]
+fn every_proxy_header_is_hop_by_hop_both_ways() {
+    let headers = map(&[
+        ("proxy-status", "x"),
+        ("proxy-anything", "1"),
+        ("proxyish", "kept"),
+        ("x-proxy-id", "kept"),
+    ]);
+    let mut request = headers.clone();
+    strip_request_headers(&mut request, Toward::Provider);
+    assert_eq!(names(&request), ["proxyish", "x-proxy-id"]);
+    let mut response = headers;
+    strip_response_headers(&mut response);
+    assert_eq!(names(&response), ["proxyish", "x-proxy-id"]);
+}
+
+#[test]
+fn a_connection_token_that_is_no_header_name_hides_none_of_the_others() {
+    let mut headers = map(&[("x-api-key", "sk-caller"), ("x-kept", "1")]);
+    headers.append(
+        header::CONNECTION,
+        HeaderValue::from_bytes(b"X-Api-Key, caf\xe9 ,, bad name").unwrap(),
+    );
+    let mut request = headers.clone();
+    strip_request_headers(&mut request, Toward::Worker);
+    assert_eq!(names(&request), ["x-kept"]);
+    let mut response = headers;
+    strip_response_headers(&mut response);
+    assert_eq!(names(&response), ["x-kept"]);
+}
+
+#[test]
+fn debug_output_never_shows_a_credential() {
+    let headers = map(&[
+        ("x-relay-client-token", "route-token-secret"),
+        ("authorization", "Bearer sk-secret"),
+    ]);
+    let shown = format!("{:?}", ModelHeaders::read(&headers));
+    assert!(!shown.contains("secret"), "{shown}");
+    assert!(shown.contains("Present"), "{shown}");
+}
+
+#[test]
 fn response_headers_keep_length_and_multi_values() {
     let headers = map(&[
         ("content-length", "5"),

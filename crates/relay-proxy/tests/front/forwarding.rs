@@ -353,3 +353,26 @@ async fn expect_continue_is_answered_here_and_not_forwarded() {
     assert_eq!(recorded[0].body, "{}");
     assert!(recorded[0].header("expect").is_none());
 }
+
+/// A caller hides a header behind a `Connection` token that is no header name, or names a
+/// `proxy-*` header outside the well-known three: neither reaches the provider.
+#[tokio::test]
+async fn connection_listed_and_proxy_headers_never_reach_the_provider() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    let mut stream = relay.connect().await;
+    let mut head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 2\r\nx-api-key: sk-caller-listed\r\nProxy-Status: relay-test\r\n\
+         Proxy-Anything: 1\r\nConnection: x-api-key, ",
+        relay.host()
+    )
+    .into_bytes();
+    head.extend_from_slice(b"caf\xe9\r\n\r\n{}");
+    let res = raw_exchange(&mut stream, &head).await;
+    assert_eq!(res.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    for name in ["x-api-key", "proxy-status", "proxy-anything", "connection"] {
+        assert!(recorded[0].header(name).is_none(), "{name} was forwarded");
+    }
+}
