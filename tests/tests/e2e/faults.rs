@@ -1,9 +1,9 @@
 //! A worker's life under failure (SPEC §3.3, §3.7, §5.4, §5.5): a worker killed mid-stream,
-//! a stopped worker a request cannot reach, a client that goes away mid-stream, the last session ending while a stream runs, a
-//! worker binary that fails to start and is repaired, and a draining worker that never
-//! exits. Each test runs the real processes with shortened timers and checks the lifecycle
-//! events relayd, relay-mcp and the worker log (§10.3) beside what the client and the
-//! provider stand-in saw.
+//! a stopped worker a request cannot reach, a client that goes away mid-stream, the last
+//! session ending while a stream runs, a worker binary that fails to start and is repaired,
+//! and a draining worker that never exits. Each test runs the real processes with shortened
+//! timers and checks the lifecycle events relayd, relay-mcp and the worker log (§10.3)
+//! beside what the client and the provider stand-in saw.
 
 use std::time::{Duration, Instant};
 
