@@ -130,7 +130,9 @@ pub(crate) enum BindingsCommand {
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum IdentityCommand {
-    /// Print the daemon public key in the trust pin file format clients are provisioned with.
+    /// Print the daemon public key in the trust pin file format clients are provisioned
+    /// with, for the origin they dial: give the daemon's --advertise-address (or --port)
+    /// before `identity show` when it runs with one.
     Show,
 }
 
@@ -181,7 +183,8 @@ impl Cli {
 
     /// Parses a command line. Daemon flags and subcommands exclude each other, except
     /// `--state-dir`, which §2.1 places before `bindings` and `identity` (clap's
-    /// `args_conflicts_with_subcommands` would refuse it there too).
+    /// `args_conflicts_with_subcommands` would refuse it there too), and the two flags that
+    /// name the origin clients dial, which `identity show` prints the pin for.
     pub(crate) fn from_args<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
@@ -192,9 +195,13 @@ impl Cli {
         let mut command = Cli::command();
         let matches = command.try_get_matches_from_mut(args)?;
         if let Some((subcommand, _)) = matches.subcommand() {
+            let allowed = |id: &str| {
+                matches!(id, "state_dir" | "help" | "version")
+                    || (subcommand == "identity" && matches!(id, "advertise_address" | "port"))
+            };
             let conflict = command
                 .get_arguments()
-                .filter(|arg| !matches!(arg.get_id().as_str(), "state_dir" | "help" | "version"))
+                .filter(|arg| !allowed(arg.get_id().as_str()))
                 .find(|arg| {
                     matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine)
                 });
@@ -207,6 +214,26 @@ impl Cli {
             }
         }
         Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+    }
+
+    /// The origin clients dial, as `identity show` prints it: `--advertise-address`, else
+    /// loopback on `--port`. Naming it needs no TLS files, so only the address is checked.
+    pub(crate) fn pinned_origin(&self) -> Result<String, FlagError> {
+        let Some(text) = &self.advertise_address else {
+            return Ok(format!("http://127.0.0.1:{}", self.port));
+        };
+        let address = DaemonAddress::parse(text)
+            .map_err(|e| FlagError::BadAdvertised(format!("{text:?}: {e}")))?;
+        let https = address.scheme() == Scheme::Https;
+        if !address.is_loopback() && !https {
+            return Err(FlagError::RemoteNeedsHttps);
+        }
+        let scheme = if https { "https" } else { "http" };
+        Ok(format!(
+            "{scheme}://{}:{}",
+            address.host().to_ascii_lowercase(),
+            address.port()
+        ))
     }
 
     pub(crate) fn daemon_settings(&self) -> Result<DaemonSettings, FlagError> {

@@ -460,20 +460,15 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 
 pub(crate) fn identity_show(cli: &Cli) -> ExitCode {
     let env = ProcessEnv;
+    let origin = match cli.pinned_origin() {
+        Ok(origin) => origin,
+        Err(error) => return relay_logging::usage_exit("relayd", &error.to_string()),
+    };
     let run = || -> anyhow::Result<String> {
-        let settings = cli.daemon_settings()?;
+        let origin = relay_identity::Origin::parse(&origin)?;
         let dir = state_dir(cli, &env).map_err(anyhow::Error::msg)?;
         relay_identity::store::ensure_private_dir(&dir)?;
         let (key, _) = SigningKey::load_or_create(&dir.join("daemon-identity.pk8"))?;
-        let scheme = if settings.advertised.https {
-            "https"
-        } else {
-            "http"
-        };
-        let origin = relay_identity::Origin::parse(&format!(
-            "{scheme}://{}:{}",
-            settings.advertised.host, settings.advertised.port
-        ))?;
         Ok(relay_identity::format_pin(&origin, &key.public_key()))
     };
     match run() {

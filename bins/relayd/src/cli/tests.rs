@@ -46,6 +46,37 @@ fn daemon_flags_do_not_go_with_a_subcommand() {
 }
 
 #[test]
+fn identity_show_takes_the_origin_its_pin_is_for() {
+    let remote = parse(&[
+        "--advertise-address",
+        "https://Relay.Example.com:8443",
+        "identity",
+        "show",
+    ])
+    .unwrap();
+    // No TLS files are needed to name the origin.
+    assert_eq!(
+        remote.pinned_origin().unwrap(),
+        "https://relay.example.com:8443"
+    );
+    let port = parse(&["--port", "5000", "identity", "show"]).unwrap();
+    assert_eq!(port.pinned_origin().unwrap(), "http://127.0.0.1:5000");
+    let default = parse(&["identity", "show"]).unwrap();
+    assert_eq!(default.pinned_origin().unwrap(), "http://127.0.0.1:47632");
+    // Only `identity` takes them.
+    let error = parse(&["--port", "5000", "bindings", "list"]).unwrap_err();
+    assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
+    let error = parse(&[
+        "--advertise-address",
+        "https://relay.example.com:8443",
+        "config",
+        "defaults",
+    ])
+    .unwrap_err();
+    assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
+}
+
+#[test]
 fn bindings_commands_need_their_fingerprint() {
     for args in [
         vec!["bindings", "revoke"],
