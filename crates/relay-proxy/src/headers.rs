@@ -18,6 +18,10 @@ pub const UPSTREAM_BASE_URL: HeaderName = HeaderName::from_static("x-relay-upstr
 pub const SESSION_ID: HeaderName = HeaderName::from_static("x-relay-session-id");
 /// The per-generation secret the daemon presents to its worker.
 pub const WORKER_SECRET: HeaderName = HeaderName::from_static("x-relay-worker-secret");
+/// On the worker's own 401 for a secret it refuses, so the daemon tells it from a
+/// provider's 401, which it relays as it is. Never reaches a client: the daemon answers
+/// that refusal itself.
+pub const WORKER_REFUSED: HeaderName = HeaderName::from_static("x-relay-worker-refused");
 
 /// Headers that carry a provider credential of the caller's own. Names, not text, so
 /// that looking them up parses nothing: these are checked on every model request.

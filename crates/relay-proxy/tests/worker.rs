@@ -34,7 +34,7 @@ use relay_proxy::worker::{
     generation_redactor, serve_options,
 };
 use relay_testkit::{
-    ANTHROPIC_MESSAGES_SSE, Behaviour, FIXTURE_REQUEST_NAMES, OPENAI_CHAT_SSE,
+    ANTHROPIC_MESSAGES_SSE, Behaviour, CannedResponse, FIXTURE_REQUEST_NAMES, OPENAI_CHAT_SSE,
     OPENAI_RESPONSES_SSE, StandIn, eventually, fixture_request,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
@@ -408,6 +408,37 @@ async fn every_request_needs_the_generation_secret() {
     let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].body, r#"{"marker":1}"#);
+}
+
+/// The daemon must tell the worker's refusal of its secret from a provider's 401 (a wrong
+/// key, an expired login), which goes back to the client as it is: only the former is
+/// marked.
+#[tokio::test]
+async fn only_the_workers_own_refusal_of_the_secret_is_marked() {
+    let stand_in = StandIn::start().await.unwrap();
+    let worker = Setup::new(&stand_in.base_url()).start().await;
+    let req = worker
+        .unauthenticated(Method::POST, "/v1/messages")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let refused = worker.send(req).await;
+    refused.assert_error(401, "relay_unauthorized");
+    assert_eq!(refused.header("x-relay-worker-refused"), Some("secret"));
+
+    let mut login = CannedResponse::new(StatusCode::UNAUTHORIZED);
+    login.body = Bytes::from_static(br#"{"type":"error","error":{"type":"authentication_error"}}"#);
+    stand_in.set_behaviour(Behaviour {
+        status: Some(login),
+        ..Behaviour::default()
+    });
+    let provider = worker.post("/v1/messages", b"{}").await;
+    assert_eq!(provider.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        provider.body,
+        r#"{"type":"error","error":{"type":"authentication_error"}}"#
+    );
+    assert_eq!(provider.header("x-relay-worker-refused"), None);
 }
 
 #[tokio::test]

@@ -366,6 +366,68 @@ async fn a_stopped_worker_passes_the_request_through_once_without_the_dropped_or
     Ok(())
 }
 
+/// A provider that refuses the caller's own credential (a wrong key, an expired login)
+/// answers 401; through the worker that answer reaches the client as it is, so the agent
+/// can ask its user to log in again. Only the worker's own refusal of the daemon's secret
+/// becomes 502.
+#[tokio::test]
+async fn a_providers_401_through_the_worker_reaches_the_client_as_it_is() -> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(fault_config(
+            &stand_in,
+            "",
+            "drain_secs = 1\nretry_base_ms = 200",
+        ))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let (_, pid) = nth_worker(&relayd, &user, 1).await?;
+    let refusal =
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+    let mut canned = relay_testkit::CannedResponse::new(StatusCode::UNAUTHORIZED);
+    canned.body = bytes::Bytes::from_static(refusal.as_bytes());
+    canned.headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    stand_in.set_behaviour(Behaviour {
+        status: Some(canned),
+        ..Behaviour::default()
+    });
+    let body = marker("login")?;
+    let (status, headers, answer) =
+        relay_e2e::http::fetch(relayd.addr(), anthropic_request(&token, &body)?).await?;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert_eq!(answer, refusal.as_bytes());
+    assert!(
+        headers.get("x-relay-worker-refused").is_none(),
+        "{headers:?}"
+    );
+    let recorded = recorded_with(&stand_in, &body);
+    assert_eq!(recorded.len(), 1, "sent more than once");
+    assert!(
+        procfs::owns_connection(pid, recorded[0].peer, stand_in.addr()),
+        "the request did not go through the worker"
+    );
+    assert!(
+        relayd
+            .logs()
+            .events_named("worker_request_failed")
+            .is_empty(),
+        "{}",
+        relayd.logs().text()
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_client_leaving_mid_stream_cancels_the_provider_request_through_the_worker()
 -> anyhow::Result<()> {

@@ -11,6 +11,7 @@ use relay_proto::ErrorKind;
 use super::Front;
 use crate::answers::{error, worker_failed};
 use crate::body::{RequestBody, ResponseBody};
+use crate::headers::WORKER_REFUSED;
 use crate::upstream::UpstreamBody;
 use crate::worker_client::{WorkerSendError, WorkerTarget};
 
@@ -61,8 +62,12 @@ impl Front {
         match result {
             // The worker refused the secret: a request decided just before the worker resumed
             // with a new one. The worker read no body, but ours may be partly written: 502,
-            // never the worker's 401, which a harness would take as a login problem.
-            Ok(res) if res.status() == StatusCode::UNAUTHORIZED => {
+            // never the worker's 401, which a harness would take as a login problem. A
+            // provider's 401 (a wrong key, an expired login) has no mark and is relayed.
+            Ok(res)
+                if res.status() == StatusCode::UNAUTHORIZED
+                    && res.headers().contains_key(WORKER_REFUSED) =>
+            {
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "secret_refused");
                 WorkerResult::Failed(worker_failed())
             }

@@ -25,7 +25,7 @@ use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::conn::HeadVerdict;
 use crate::forward::{Checked, Prologue, method_not_allowed, provider_request};
-use crate::headers::{ModelHeaders, WORKER_SECRET};
+use crate::headers::{ModelHeaders, WORKER_REFUSED, WORKER_SECRET};
 use crate::routes::{Agent, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler, Linger, PeerLimit, ServeOptions};
 use crate::upstream::UpstreamClient;
@@ -319,11 +319,14 @@ fn allow_answer(agent: Agent) -> &'static [u8] {
 }
 
 fn unauthorized() -> Response<ResponseBody> {
-    error(
+    let mut res = error(
         StatusCode::UNAUTHORIZED,
         ErrorKind::RelayUnauthorized,
         "a valid x-relay-worker-secret is required",
-    )
+    );
+    res.headers_mut()
+        .insert(WORKER_REFUSED, HeaderValue::from_static("secret"));
+    res
 }
 
 /// 503 with `Retry-After: 1` (§3.5: every 503 carries one).
