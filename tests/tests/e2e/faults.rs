@@ -428,6 +428,75 @@ async fn a_providers_401_through_the_worker_reaches_the_client_as_it_is() -> any
     Ok(())
 }
 
+/// A chunked body that crosses `max_request_body_bytes` on its way to the worker is the
+/// client's fault: 413, as on the way to a provider, never a worker failure, and the
+/// provider gets no complete request.
+#[tokio::test]
+async fn a_chunked_body_over_the_limit_through_the_worker_is_413() -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(fault_config(
+            &stand_in,
+            "max_request_body_bytes = 65536",
+            "drain_secs = 1\nretry_base_ms = 200",
+        ))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    nth_worker(&relayd, &user, 1).await?;
+
+    let body = marker("too-large")?;
+    let mut stream = tokio::net::TcpStream::connect(relayd.addr()).await?;
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         x-relay-client-token: {token}\r\nx-api-key: sk-ant-test\r\n\
+         anthropic-version: 2023-06-01\r\nTransfer-Encoding: chunked\r\n\r\n",
+        relayd.addr()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    let first =
+        format!(r#"{{"model":"m","max_tokens":16,"messages":[{{"role":"user","content":"{body}"#);
+    let filler = "x".repeat(16 * 1024);
+    // The daemon may answer and stop reading before all of it is written.
+    let written: std::io::Result<()> = async {
+        stream
+            .write_all(format!("{:x}\r\n{first}\r\n", first.len()).as_bytes())
+            .await?;
+        for _ in 0..8 {
+            stream
+                .write_all(format!("{:x}\r\n{filler}\r\n", filler.len()).as_bytes())
+                .await?;
+        }
+        stream.write_all(b"0\r\n\r\n").await
+    }
+    .await;
+    drop(written);
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(EVENT_TIMEOUT, stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(answer.contains("relay_payload_too_large"), "{answer}");
+    assert!(
+        relayd
+            .logs()
+            .events_named("worker_request_failed")
+            .is_empty(),
+        "{}",
+        relayd.logs().text()
+    );
+    for recorded in recorded_with(&stand_in, &body) {
+        assert!(
+            !recorded.body_complete,
+            "the provider got a complete request"
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_client_leaving_mid_stream_cancels_the_provider_request_through_the_worker()
 -> anyhow::Result<()> {

@@ -9,8 +9,8 @@ use relay_broker::{Fingerprint, ProbeOutcome};
 use relay_proto::ErrorKind;
 
 use super::Front;
-use crate::answers::{error, worker_failed};
-use crate::body::{RequestBody, ResponseBody};
+use crate::answers::{error, payload_too_large, worker_failed};
+use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::headers::WORKER_REFUSED;
 use crate::upstream::UpstreamBody;
 use crate::worker_client::{WorkerSendError, WorkerTarget};
@@ -76,7 +76,12 @@ impl Front {
                 self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");
                 WorkerResult::NotSent(*request, outcome)
             }
-            Err(WorkerSendError::Failed(_)) => {
+            Err(WorkerSendError::Failed(error)) => {
+                // The client's own body crossed the limit while it was being sent: the
+                // client's fault, answered as on the way to a provider, and no worker failure.
+                if let Some(BodyError::TooLarge { limit }) = BodyError::find(&error) {
+                    return WorkerResult::Failed(payload_too_large(*limit));
+                }
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "worker_failed");
                 WorkerResult::Failed(worker_failed())
             }
