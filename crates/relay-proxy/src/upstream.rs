@@ -123,6 +123,9 @@ pub struct UpstreamClient {
 
 struct Inner {
     connector: HttpsConnector<EgressConnector>,
+    /// The whole of opening a connection: name look-up, TCP, the egress proxy's `CONNECT`
+    /// and TLS.
+    connect_timeout: Duration,
     response_timeout: Option<Duration>,
     origins: Mutex<Vec<Origin>>,
     sweeping: AtomicBool,
@@ -496,6 +499,7 @@ impl UpstreamClient {
         UpstreamClient {
             inner: Arc::new(Inner {
                 connector,
+                connect_timeout: options.connect_timeout,
                 response_timeout: options.response_timeout,
                 origins: Mutex::new(Vec::new()),
                 sweeping: AtomicBool::new(false),
@@ -648,7 +652,12 @@ impl Inner {
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
             .map_err(connect_error)?;
-        let io = connector.call(uri.clone()).await.map_err(connect_error)?;
+        // The TCP connector's own timeout covers only its connect; a provider or proxy that
+        // accepts and then never speaks TLS or answers `CONNECT` must not hold the request.
+        let io = tokio::time::timeout(self.connect_timeout, connector.call(uri.clone()))
+            .await
+            .map_err(|_| UpstreamError::ConnectTimeout)?
+            .map_err(connect_error)?;
         if io.connected().is_negotiated_h2() {
             let (sender, connection) = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())

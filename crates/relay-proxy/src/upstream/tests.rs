@@ -388,6 +388,37 @@ async fn an_unreachable_provider_is_a_connect_failure() {
     assert_eq!(error.reason(), "connect_failed", "{error:?}");
 }
 
+/// A provider, or an egress proxy, that accepts the TCP connection and then says nothing:
+/// the TLS handshake or the `CONNECT` never ends, and the connect timeout ends the wait.
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_accepts_and_never_speaks_is_a_connect_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let proxied = UpstreamClient::with_tls(
+        &UpstreamOptions {
+            proxy_url: Some(format!("http://{addr}")),
+            ..options()
+        },
+        client_tls(rustls::RootCertStore::empty()),
+    );
+    for (client, uri) in [
+        (client(), format!("https://{addr}/v1/models")),
+        (proxied, "https://provider.invalid/v1/models".to_owned()),
+    ] {
+        let error = tokio::time::timeout(Duration::from_secs(60), client.send(get(&uri)))
+            .await
+            .unwrap_or_else(|_| panic!("{uri}: still connecting after a minute"))
+            .unwrap_err();
+        assert_eq!(error.reason(), "connect_timeout", "{uri}: {error:?}");
+    }
+}
+
 #[test]
 fn the_host_value_names_the_port_only_when_it_is_not_the_default() {
     let host = |scheme: &str, authority: &str| {
