@@ -27,7 +27,8 @@ const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 enum Msg {
     Observe(SystemTime, Box<Observation>),
-    Flush(Duration, oneshot::Sender<()>),
+    /// Write what is buffered in the local sinks by this instant, then answer.
+    Flush(tokio::time::Instant, oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -107,10 +108,12 @@ impl Observer for Recording {
     fn flush(&self, deadline: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
         let tx = self.tx.clone();
         Box::pin(async move {
+            // One deadline for the whole: a full queue delays the ask, not the answer.
+            let until = tokio::time::Instant::now() + deadline;
             let (ack, done) = oneshot::channel();
-            let asked = tokio::time::timeout(deadline, tx.send(Msg::Flush(deadline, ack)));
+            let asked = tokio::time::timeout_at(until, tx.send(Msg::Flush(until, ack)));
             if matches!(asked.await, Ok(Ok(()))) {
-                let _ = tokio::time::timeout(deadline, done).await;
+                let _ = tokio::time::timeout_at(until, done).await;
             }
         })
     }
@@ -124,8 +127,9 @@ async fn run(mut rx: mpsc::Receiver<Msg>, mut recorder: Recorder, sinks: SinkHan
                 recorder.handle(at, *observation);
                 drain(&mut recorder, &sinks, spans.as_mut());
             }
-            Msg::Flush(deadline, ack) => {
-                let _ = sinks.flush_local(deadline).await;
+            Msg::Flush(until, ack) => {
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                let _ = sinks.flush_local(left).await;
                 let _ = ack.send(());
             }
             Msg::Shutdown(ack) => {

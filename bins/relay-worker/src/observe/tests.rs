@@ -81,3 +81,33 @@ async fn a_down_collector_does_not_hold_a_terminal_flush() {
     assert!(written.contains("\"s-1\""), "{written}");
     recording.shutdown().await;
 }
+
+/// A terminal hook answers within its 2 s however long the recorder's queue kept the
+/// flush waiting: the wait to be queued and the wait for the answer share one deadline.
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_does_not_stretch_a_terminal_flush() {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let recording = Recording {
+        tx,
+        dropped: std::sync::atomic::AtomicU64::new(0),
+        started: std::time::Instant::now(),
+        last_drop_log_ms: std::sync::atomic::AtomicU64::new(0),
+    };
+    // The queue is full, and the recorder takes the next message only after 1.5 s, then
+    // never answers the flush.
+    recording
+        .tx
+        .send(super::Msg::Shutdown(tokio::sync::oneshot::channel().0))
+        .await
+        .unwrap();
+    let _recorder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut held = Vec::new();
+        while let Some(msg) = rx.recv().await {
+            held.push(msg);
+        }
+    });
+    let started = tokio::time::Instant::now();
+    recording.flush(Duration::from_secs(2)).await;
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+}
