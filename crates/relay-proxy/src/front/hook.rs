@@ -51,9 +51,13 @@ impl Front {
             None => return local(overloaded()),
         };
         let (parts, incoming) = req.into_parts();
-        let body = match read_limited(incoming, limit).await {
-            Ok(body) => body,
-            Err(res) => return local(res),
+        // The body holds its room in the budget while it arrives, so it must arrive in the
+        // time a request head may take: a caller who stalls does not keep the room.
+        let within = self.config().daemon.timers.header_read_timeout_secs.get();
+        let body = match tokio::time::timeout(within, read_limited(incoming, limit)).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(res)) => return local(res),
+            Err(_) => return local(body_too_slow(within)),
         };
         let Some(event) = hook_event(&body) else {
             return local(error(
@@ -183,6 +187,22 @@ fn overloaded() -> Response<ResponseBody> {
         "too many hook bodies are being received at once",
         1,
     )
+}
+
+/// 408 for a hook body that did not arrive within `within`; the rest of it is not read, so
+/// the connection closes.
+fn body_too_slow(within: Duration) -> Response<ResponseBody> {
+    let mut res = error(
+        StatusCode::REQUEST_TIMEOUT,
+        ErrorKind::RelayBadRequest,
+        &format!(
+            "the hook body did not arrive within {} s",
+            within.as_secs_f64()
+        ),
+    );
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
 }
 
 /// Reads a whole body of at most `limit` bytes, or answers 413.

@@ -115,3 +115,26 @@ async fn the_hook_bodies_buffered_at_once_stay_within_the_daemons_budget() {
     assert_eq!(answer.status, 200);
     assert!(!tripwire.was_touched().await);
 }
+
+/// A caller who starts a hook body and stalls gives its room in the budget back when the
+/// time for a request head has passed: 408, and the next body is taken.
+#[tokio::test]
+async fn a_stalled_hook_body_is_answered_408_and_gives_its_room_back() {
+    let tripwire = Tripwire::new().await;
+    let mut setup = Setup::new(&tripwire.base_url()).header_read_timeout(1.0);
+    // Room for one body at the limit.
+    setup.hook_buffer_bytes = Some(LIMIT as u64);
+    let relay = setup.start().await;
+    let started = tokio::time::Instant::now();
+    let mut stalled = start_slow_hook(&relay, "").await;
+    let answer = tokio::time::timeout(WAIT, read_response(&mut stalled))
+        .await
+        .expect("the stalled body was never answered");
+    answer.assert_error(408, "relay_bad_request");
+    assert_eq!(answer.header("connection"), Some("close"));
+    let took = started.elapsed();
+    assert!(took >= std::time::Duration::from_millis(900), "{took:?}");
+    let answer = small_hook(&relay).await;
+    assert_eq!(answer.status, 200);
+    assert!(!tripwire.was_touched().await);
+}
