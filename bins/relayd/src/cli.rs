@@ -292,18 +292,20 @@ pub(crate) fn max_tokens_per_identity(
     env: Option<&str>,
     file: u8,
 ) -> Result<u8, String> {
-    if let Some(value) = flag {
-        return Ok(value);
-    }
-    if let Some(text) = env.filter(|t| !t.trim().is_empty()) {
-        return match text.trim().parse::<u8>() {
-            Ok(value) if (1..=64).contains(&value) => Ok(value),
-            _ => Err(format!(
-                "RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY={text:?} must be between 1 and 64"
-            )),
-        };
-    }
-    Ok(file)
+    // Checked even when the flag wins: a wrong setting left in the environment would
+    // otherwise surface only once the flag is dropped.
+    let env = match env.filter(|t| !t.trim().is_empty()) {
+        None => None,
+        Some(text) => match text.trim().parse::<u8>() {
+            Ok(value) if (1..=64).contains(&value) => Some(value),
+            _ => {
+                return Err(format!(
+                    "RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY={text:?} must be between 1 and 64"
+                ));
+            }
+        },
+    };
+    Ok(flag.or(env).unwrap_or(file))
 }
 
 #[cfg(test)]

@@ -188,6 +188,18 @@ async fn usage_errors_exit_64_with_one_line_naming_the_culprit() -> anyhow::Resu
         &out,
         &["RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY"],
     );
+    // Also when the flag, which wins, is valid: an invalid value from any source stops
+    // start-up.
+    let out = Relayd::builder()?
+        .env("RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY", "abc")
+        .args(["--max-tokens-per-identity", "4"])
+        .output(CLI_TIMEOUT)
+        .await?;
+    assert_usage_error(
+        "RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY=abc with the flag",
+        &out,
+        &["RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY"],
+    );
     Ok(())
 }
 
