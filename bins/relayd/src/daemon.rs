@@ -29,6 +29,10 @@ const MAX_KEY_FILE_BYTES: u64 = 4096;
 struct Prepared {
     settings: DaemonSettings,
     config: Config,
+    /// The daemon's own provider keys, read from their files or the environment.
+    keys: ProviderKeys,
+    /// The HTTPS listener's configuration, from `--tls-cert` and `--tls-key`.
+    tls: Option<Arc<relay_proxy::tls::ServerConfig>>,
     state_dir: PathBuf,
     /// The socket passed by the service manager, taken before any thread starts (taking it
     /// edits the environment).
@@ -94,6 +98,20 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
     )
     .map_err(|e| e.to_string())?;
     relay_logging::init(&log, std::io::stderr).map_err(|e| e.to_string())?;
+    // Read before anything is created, so that a wrong file is a usage error like any other.
+    let keys = provider_keys(&config, env)?;
+    let tls = match &settings.tls {
+        Some((cert, key)) => Some(Arc::new(
+            relay_proxy::tls::server_config_from_files(cert, key).map_err(|e| {
+                format!(
+                    "--tls-cert {} and --tls-key {}: {e}",
+                    cert.display(),
+                    key.display()
+                )
+            })?,
+        )),
+        None => None,
+    };
     let state_dir = state_dir(cli, env)?;
     let activated = listenfd::ListenFd::from_env()
         .take_tcp_listener(0)
@@ -101,6 +119,8 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
     Ok(Prepared {
         settings,
         config,
+        keys,
+        tls,
         state_dir,
         activated,
     })
@@ -139,6 +159,8 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     let Prepared {
         settings,
         config,
+        keys,
+        tls,
         state_dir,
         activated,
     } = prepared;
@@ -153,20 +175,12 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         .context("opening the admin socket")?;
     let (daemon_key, _) = SigningKey::load_or_create(&state_dir.join("daemon-identity.pk8"))
         .context("loading the daemon identity")?;
-    let keys = provider_keys(&config, env)?;
     let open_file_limit = relay_proxy::server::raise_open_file_limit();
     let socket_activated = activated.is_some();
     let listener = listener(&settings, activated)?;
     let local = listener
         .local_addr()
         .context("reading the listening address")?;
-    let tls = match &settings.tls {
-        Some((cert, key)) => Some(Arc::new(
-            relay_proxy::tls::server_config_from_files(cert, key)
-                .context("loading the TLS certificate")?,
-        )),
-        None => None,
-    };
     let mut advertised = settings.advertised.clone();
     if settings.bind.is_loopback() && advertised.port == settings.port {
         // Port 0 and socket activation: the loopback origin is the real port.
@@ -413,21 +427,18 @@ fn listener(
 
 /// The daemon's own provider keys: a key file (checked like the token file) wins over the
 /// environment variable.
-fn provider_keys(config: &Config, env: &impl Env) -> anyhow::Result<ProviderKeys> {
-    let read = |file: &str, var: &str| -> anyhow::Result<Option<String>> {
+fn provider_keys(config: &Config, env: &impl Env) -> Result<ProviderKeys, String> {
+    let read = |key: &str, file: &str, var: &str| -> Result<Option<String>, String> {
         if !file.is_empty() {
             let path = Path::new(file);
             let euid = relay_identity::store::current_euid();
             let bytes = relay_identity::read_private_file(path, euid, MAX_KEY_FILE_BYTES)
-                .map_err(|reason| {
-                    anyhow::anyhow!("provider key file {}: {reason}", path.display())
-                })?
+                .map_err(|reason| format!("{key}: provider key file {}: {reason}", path.display()))?
                 .ok_or_else(|| {
-                    anyhow::anyhow!("provider key file {} does not exist", path.display())
+                    format!("{key}: provider key file {} does not exist", path.display())
                 })?;
-            let text = String::from_utf8(bytes).map_err(|_| {
-                anyhow::anyhow!("provider key file {} is not UTF-8", path.display())
-            })?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| format!("{key}: provider key file {} is not UTF-8", path.display()))?;
             return Ok(Some(text.trim().to_owned()).filter(|k| !k.is_empty()));
         }
         Ok(env
@@ -435,13 +446,18 @@ fn provider_keys(config: &Config, env: &impl Env) -> anyhow::Result<ProviderKeys
             .map(|v| v.to_string_lossy().trim().to_owned())
             .filter(|k| !k.is_empty()))
     };
-    let openai = read(&config.upstream.openai_api_key_file, names::OPENAI_API_KEY)?;
+    let openai = read(
+        "upstream.openai_api_key_file",
+        &config.upstream.openai_api_key_file,
+        names::OPENAI_API_KEY,
+    )?;
     let anthropic = read(
+        "upstream.anthropic_api_key_file",
         &config.upstream.anthropic_api_key_file,
         names::ANTHROPIC_API_KEY,
     )?;
     ProviderKeys::new(openai.as_deref(), anthropic.as_deref())
-        .map_err(|which| anyhow::anyhow!("{which} is not a valid header value"))
+        .map_err(|which| format!("{which} is not a valid header value"))
 }
 
 /// Installs the SIGTERM and SIGINT handlers now, so a signal that arrives right after
