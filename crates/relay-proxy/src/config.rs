@@ -540,6 +540,20 @@ impl Config {
                 );
             }
         }
+        // Checked here too, so the error names the key as every other one does.
+        if let Err(relay_logging::LogConfigError::InvalidLevel { reason, .. }) =
+            relay_logging::LogConfig::resolve(
+                Some(&d.logging.level),
+                None,
+                None,
+                None,
+                None,
+                None,
+                relay_logging::LogConfig::daemon_default(),
+            )
+        {
+            return invalid("daemon.logging.level", &reason);
+        }
         if !matches!(d.logging.stderr_format.as_str(), "human" | "jsonl") {
             return invalid(
                 "daemon.logging.stderr_format",

@@ -102,6 +102,10 @@ fn invalid_values_name_their_key() {
             "[daemon.logging]\nstderr_format = \"xml\"\n",
             "daemon.logging.stderr_format",
         ),
+        (
+            "[daemon.logging]\nlevel = \"verbose\"\n",
+            "daemon.logging.level",
+        ),
     ] {
         let system = file(&dir, "config.toml", text);
         let err = Config::load_daemon(&sources(None, Some(system))).unwrap_err();
