@@ -22,6 +22,11 @@ pub const WORKER_SECRET: HeaderName = HeaderName::from_static("x-relay-worker-se
 /// provider's 401, which it relays as it is. Never reaches a client: the daemon answers
 /// that refusal itself.
 pub const WORKER_REFUSED: HeaderName = HeaderName::from_static("x-relay-worker-refused");
+/// On a worker's answer to a provider failure (502, 504), the failure's reason, so the
+/// daemon logs it as `worker_request_failed`; the daemon removes it before the client sees
+/// the answer.
+pub const WORKER_UPSTREAM_FAILED: HeaderName =
+    HeaderName::from_static("x-relay-worker-upstream-failed");
 
 /// Headers that carry a provider credential of the caller's own. Names, not text, so
 /// that looking them up parses nothing: these are checked on every model request.

@@ -85,6 +85,24 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// Every [`UpstreamError::reason`] of a provider failure (the body over the limit is the
+    /// client's doing).
+    const FAILURE_REASONS: [&'static str; 4] = [
+        "connect_timeout",
+        "connect_failed",
+        "response_head_timeout",
+        "upstream_failed",
+    ];
+
+    /// The reason a worker named in [`crate::headers::WORKER_UPSTREAM_FAILED`], as the
+    /// same static code; `upstream_failed` for one this build does not know.
+    pub fn failure_reason(text: &[u8]) -> &'static str {
+        Self::FAILURE_REASONS
+            .into_iter()
+            .find(|reason| reason.as_bytes() == text)
+            .unwrap_or("upstream_failed")
+    }
+
     /// The `reason` field of request-failure log events.
     pub fn reason(&self) -> &'static str {
         match self {

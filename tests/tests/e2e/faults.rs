@@ -497,6 +497,58 @@ async fn a_chunked_body_over_the_limit_through_the_worker_is_413() -> anyhow::Re
     Ok(())
 }
 
+/// A provider that sends no response head in time, through the worker: the client gets the
+/// worker's 504 and relayd logs `worker_request_failed reason="response_head_timeout"`,
+/// as it would for its own timeout.
+#[tokio::test]
+async fn a_provider_timeout_through_the_worker_is_logged_by_relayd() -> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let timeout = "response_timeout_secs = 1\n";
+    let relayd = Relayd::builder()?
+        .config(upstream_config(
+            &stand_in,
+            &format!("{timeout}\n[daemon.timers]\ndrain_secs = 1\nretry_base_ms = 200\n"),
+        ))
+        .start()
+        .await?;
+    let user = relay_e2e::User::new()?;
+    user.write_system_config(&upstream_config(&stand_in, timeout))?;
+    let token = fresh_token()?;
+    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    nth_worker(&relayd, &user, 1).await?;
+    stand_in.set_behaviour(Behaviour {
+        hang_before_headers: true,
+        ..Behaviour::default()
+    });
+    let (status, headers, body) =
+        relay_e2e::http::fetch(relayd.addr(), anthropic_request(&token, &marker("late")?)?).await?;
+    assert_eq!(
+        status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert!(
+        String::from_utf8_lossy(&body).contains("relay_upstream_timeout"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert!(
+        headers.get("x-relay-worker-upstream-failed").is_none(),
+        "{headers:?}"
+    );
+    let failed = relayd
+        .wait_for_log_event("worker_request_failed", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(
+        field(&failed, "reason"),
+        "response_head_timeout",
+        "{failed}"
+    );
+    assert_eq!(field(&failed, "route"), "anthropic", "{failed}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_client_leaving_mid_stream_cancels_the_provider_request_through_the_worker()
 -> anyhow::Result<()> {

@@ -11,8 +11,8 @@ use relay_proto::ErrorKind;
 use super::Front;
 use crate::answers::{error, payload_too_large, worker_failed};
 use crate::body::{BodyError, RequestBody, ResponseBody};
-use crate::headers::WORKER_REFUSED;
-use crate::upstream::UpstreamBody;
+use crate::headers::{WORKER_REFUSED, WORKER_UPSTREAM_FAILED};
+use crate::upstream::{UpstreamBody, UpstreamError};
 use crate::worker_client::{WorkerSendError, WorkerTarget};
 
 impl Front {
@@ -71,7 +71,15 @@ impl Front {
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "secret_refused");
                 WorkerResult::Failed(worker_failed())
             }
-            Ok(res) => WorkerResult::Answered(res, waiting.elapsed()),
+            Ok(mut res) => {
+                // The worker answered a provider failure: logged here, with the daemon's
+                // other failure events, and its mark kept from the client.
+                if let Some(reason) = res.headers_mut().remove(WORKER_UPSTREAM_FAILED) {
+                    let reason = UpstreamError::failure_reason(reason.as_bytes());
+                    self.log_worker_failure(route, fingerprint, worker.worker_id, reason);
+                }
+                WorkerResult::Answered(res, waiting.elapsed())
+            }
             Err(WorkerSendError::NotSent { request, outcome }) => {
                 self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");
                 WorkerResult::NotSent(*request, outcome)

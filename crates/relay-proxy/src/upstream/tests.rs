@@ -494,3 +494,18 @@ async fn an_https_provider_that_chooses_http2_shares_one_connection() {
     }
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn a_failure_reason_read_back_is_the_same_static_code() {
+    let failures = [
+        UpstreamError::ConnectTimeout,
+        UpstreamError::Unreachable("x".into()),
+        UpstreamError::ResponseHeadTimeout,
+        UpstreamError::Failed("x".into()),
+    ];
+    for failure in failures {
+        let reason = failure.reason();
+        assert_eq!(UpstreamError::failure_reason(reason.as_bytes()), reason);
+    }
+    assert_eq!(UpstreamError::failure_reason(b"made-up"), "upstream_failed");
+}

@@ -25,10 +25,10 @@ use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::conn::HeadVerdict;
 use crate::forward::{Checked, Prologue, method_not_allowed, provider_request};
-use crate::headers::{ModelHeaders, WORKER_REFUSED, WORKER_SECRET};
+use crate::headers::{ModelHeaders, WORKER_REFUSED, WORKER_SECRET, WORKER_UPSTREAM_FAILED};
 use crate::routes::{Agent, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler, Linger, PeerLimit, ServeOptions};
-use crate::upstream::UpstreamClient;
+use crate::upstream::{UpstreamClient, UpstreamError};
 
 /// The readiness probe the daemon sends over the pinned connection (§5.5).
 pub const READY_PATH: &str = "/_relay/worker/v1/ready";
@@ -231,7 +231,14 @@ impl WorkerHandler {
             }
             Err(failure) => {
                 tracing::debug!(reason = failure.reason(), "worker upstream request failed");
-                let res = upstream_error(&failure);
+                let mut res = upstream_error(&failure);
+                // The daemon logs a provider failure; a body over the limit is the client's.
+                if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
+                    res.headers_mut().insert(
+                        WORKER_UPSTREAM_FAILED,
+                        HeaderValue::from_static(failure.reason()),
+                    );
+                }
                 if let Some(exchange) = exchange {
                     exchange.failed(res.status());
                 }
