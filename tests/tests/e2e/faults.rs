@@ -366,6 +366,45 @@ async fn a_stopped_worker_passes_the_request_through_once_without_the_dropped_or
     Ok(())
 }
 
+/// A request whose credential is bound falls back to pass-through and finds its provider
+/// unreachable: `upstream_request_failed` names the caller's fingerprint (its prefix).
+#[tokio::test]
+async fn a_failed_pass_through_of_a_bound_caller_is_logged_with_its_fingerprint()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.local_addr()?
+    };
+    let relayd = Relayd::builder()?
+        .config(format!(
+            "[upstream]\nanthropic_base_url = \"http://{closed}\"\n\
+             [daemon.timers]\ndrain_secs = 1\nretry_base_ms = 200\n"
+        ))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let (_, pid) = nth_worker(&relayd, &user, 1).await?;
+    user.signal_worker(pid, Signal::STOP)?;
+    wait_for_state(pid, 'T').await?;
+    let answer =
+        relay_e2e::http::fetch(relayd.addr(), anthropic_request(&token, &marker("x")?)?).await;
+    user.signal_worker(pid, Signal::CONT)?;
+    let (status, _, _) = answer?;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    let failed = relayd
+        .wait_for_log_event("upstream_request_failed", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(field(&failed, "reason"), "connect_failed", "{failed}");
+    let passed = pass_throughs(&relayd);
+    let fingerprint = field(&passed[0], "fingerprint");
+    assert_eq!(fingerprint.len(), 12, "{passed:?}");
+    assert_eq!(field(&failed, "fingerprint"), fingerprint, "{failed}");
+    Ok(())
+}
+
 /// A provider that refuses the caller's own credential (a wrong key, an expired login)
 /// answers 401; through the worker that answer reaches the client as it is, so the agent
 /// can ask its user to log in again. Only the worker's own refusal of the daemon's secret

@@ -63,10 +63,16 @@ impl Front {
         }
     }
 
-    pub(super) fn log_upstream_failure(&self, route: &'static str, failure: &UpstreamError) {
+    pub(super) fn log_upstream_failure(
+        &self,
+        route: &'static str,
+        failure: &UpstreamError,
+        fingerprint: Option<Fingerprint>,
+    ) {
+        let fingerprint = fingerprint.map(|f| f.to_hex());
         let event = relay_logging::ProviderFailure::UpstreamRequestFailed {
             route: public_route(route),
-            fingerprint: None,
+            fingerprint: fingerprint.as_deref(),
             reason: failure.reason(),
         };
         if let Some(mut limiter) = relay_logging::sync::lock(&self.failures, "failure log limiter")

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use http::header;
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 use hyper::body::Incoming;
-use relay_broker::RequestKind;
+use relay_broker::{Fingerprint, RequestKind};
 use relay_proto::PassThroughReason;
 
 use super::credential::{Credential, Routed};
@@ -64,7 +64,7 @@ impl Front {
         let models = family == ModelFamily::Models;
         // One call toward the provider for both ways of getting there: each call site would
         // have its own room in this future.
-        let (parts, body, keyed, ticket) = match routed {
+        let (parts, body, keyed, fingerprint, ticket) = match routed {
             Routed::Worker {
                 target: worker,
                 fingerprint,
@@ -104,7 +104,7 @@ impl Front {
                             Some(fingerprint),
                         );
                         let (parts, body) = req.into_parts();
-                        (parts, body, keyed, None)
+                        (parts, body, keyed, Some(fingerprint), None)
                     }
                 }
             }
@@ -119,21 +119,23 @@ impl Front {
                 }
                 let keyed =
                     self.adds_daemon_key(&parts.headers, conn, &target, fingerprint.is_some());
-                (parts, body, keyed, ticket)
+                (parts, body, keyed, fingerprint, ticket)
             }
         };
-        self.to_provider(parts, body, target, keyed, models, ticket)
+        self.to_provider(parts, body, target, keyed, fingerprint, models, ticket)
             .await
     }
 
     /// Forwards a request straight to its provider, with the daemon's key for its family
-    /// when `keyed`.
+    /// when `keyed`. `fingerprint` is the caller's, when its credential is bound.
+    #[allow(clippy::too_many_arguments)]
     async fn to_provider(
         &self,
         parts: http::request::Parts,
         body: RequestBody,
         target: UpstreamTarget,
         keyed: bool,
+        fingerprint: Option<Fingerprint>,
         models: bool,
         ticket: Option<TicketGuard>,
     ) -> Answer {
@@ -155,7 +157,7 @@ impl Front {
             Err(failure) => {
                 // A body over the limit is the client's fault, not a provider failure.
                 if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
-                    self.log_upstream_failure(target.family.as_str(), &failure);
+                    self.log_upstream_failure(target.family.as_str(), &failure, fingerprint);
                 }
                 Answer::new(upstream_error(&failure), label, Destination::PassThrough)
             }
