@@ -130,9 +130,10 @@ pub(crate) enum BindingsCommand {
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum IdentityCommand {
-    /// Print the daemon public key in the trust pin file format clients are provisioned
-    /// with, for the origin they dial: give the daemon's --advertise-address (or --port)
-    /// before `identity show` when it runs with one.
+    /// Print the daemon public key in the trust pin file format clients are provisioned with.
+    ///
+    /// The pin is for the origin clients dial: give the daemon's --advertise-address (or
+    /// --port) before `identity show` when it runs with one.
     Show,
 }
 
