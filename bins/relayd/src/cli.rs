@@ -132,8 +132,8 @@ pub(crate) enum BindingsCommand {
 pub(crate) enum IdentityCommand {
     /// Print the daemon public key in the trust pin file format clients are provisioned with.
     ///
-    /// The pin is for the origin clients dial: give the daemon's --advertise-address (or
-    /// --port) before `identity show` when it runs with one.
+    /// The pin is for the origin clients dial: give the daemon's --advertise-address, or its
+    /// --port and --tls-cert/--tls-key, before `identity show` when it runs with them.
     Show,
 }
 
@@ -185,7 +185,8 @@ impl Cli {
     /// Parses a command line. Daemon flags and subcommands exclude each other, except
     /// `--state-dir`, which §2.1 places before `bindings` and `identity` (clap's
     /// `args_conflicts_with_subcommands` would refuse it there too), and the two flags that
-    /// name the origin clients dial, which `identity show` prints the pin for.
+    /// name the origin clients dial (the address, the port, and whether it has TLS), which
+    /// `identity show` prints the pin for.
     pub(crate) fn from_args<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
@@ -198,7 +199,8 @@ impl Cli {
         if let Some((subcommand, _)) = matches.subcommand() {
             let allowed = |id: &str| {
                 matches!(id, "state_dir" | "help" | "version")
-                    || (subcommand == "identity" && matches!(id, "advertise_address" | "port"))
+                    || (subcommand == "identity"
+                        && matches!(id, "advertise_address" | "port" | "tls_cert" | "tls_key"))
             };
             let conflict = command
                 .get_arguments()
@@ -217,57 +219,44 @@ impl Cli {
         Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
     }
 
-    /// The origin clients dial, as `identity show` prints it: `--advertise-address`, else
-    /// loopback on `--port`. Naming it needs no TLS files, so only the address is checked.
-    pub(crate) fn pinned_origin(&self) -> Result<String, FlagError> {
+    /// The origin clients dial: `--advertise-address`, else the loopback bind and port,
+    /// https when the daemon has TLS files. `serving` also checks the address against the
+    /// TLS flags, which a daemon run needs and `identity show`, which only names the origin,
+    /// does not.
+    pub(crate) fn advertised(&self, serving: bool) -> Result<Advertised, FlagError> {
+        let tls = self.tls_cert.is_some() && self.tls_key.is_some();
         let Some(text) = &self.advertise_address else {
-            return Ok(format!("http://127.0.0.1:{}", self.port));
+            if !self.bind.is_loopback() {
+                return Err(FlagError::AdvertiseRequired(self.bind));
+            }
+            return Ok(Advertised {
+                https: tls,
+                host: self.bind.to_string(),
+                port: self.port,
+            });
         };
         let address = DaemonAddress::parse(text)
             .map_err(|e| FlagError::BadAdvertised(format!("{text:?}: {e}")))?;
         let https = address.scheme() == Scheme::Https;
+        if serving && tls && !https {
+            return Err(FlagError::TlsNeedsHttps);
+        }
+        if serving && https && !tls {
+            return Err(FlagError::HttpsNeedsTls);
+        }
         if !address.is_loopback() && !https {
             return Err(FlagError::RemoteNeedsHttps);
         }
-        let scheme = if https { "https" } else { "http" };
-        Ok(format!(
-            "{scheme}://{}:{}",
-            address.host().to_ascii_lowercase(),
-            address.port()
-        ))
+        Ok(Advertised {
+            https,
+            host: address.host().to_ascii_lowercase(),
+            port: address.port(),
+        })
     }
 
     pub(crate) fn daemon_settings(&self) -> Result<DaemonSettings, FlagError> {
         let tls = self.tls_cert.clone().zip(self.tls_key.clone());
-        let advertised = match &self.advertise_address {
-            Some(text) => {
-                let address = DaemonAddress::parse(text)
-                    .map_err(|e| FlagError::BadAdvertised(format!("{text:?}: {e}")))?;
-                let https = address.scheme() == Scheme::Https;
-                if tls.is_some() && !https {
-                    return Err(FlagError::TlsNeedsHttps);
-                }
-                if https && tls.is_none() {
-                    return Err(FlagError::HttpsNeedsTls);
-                }
-                if !address.is_loopback() && !https {
-                    return Err(FlagError::RemoteNeedsHttps);
-                }
-                Advertised {
-                    https,
-                    host: address.host().to_ascii_lowercase(),
-                    port: address.port(),
-                }
-            }
-            None if !self.bind.is_loopback() => {
-                return Err(FlagError::AdvertiseRequired(self.bind));
-            }
-            None => Advertised {
-                https: tls.is_some(),
-                host: self.bind.to_string(),
-                port: self.port,
-            },
-        };
+        let advertised = self.advertised(true)?;
         let mode = if self.pass_through {
             Mode::PassThrough
         } else if self.require_worker {

@@ -230,12 +230,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         )
         .with_control(shell.clone(), control.clone()),
     );
-    let origin = format!(
-        "{}://{}:{}",
-        if advertised.https { "https" } else { "http" },
-        advertised.host,
-        advertised.port
-    );
+    let origin = advertised.origin();
     Lifecycle::DaemonListening {
         address: local,
         advertised_origin: Some(&origin),
@@ -331,10 +326,7 @@ fn control_options(
     daemon_key: Arc<SigningKey>,
 ) -> anyhow::Result<ControlOptions> {
     let scheme = if advertised.https { "https" } else { "http" };
-    let mut origins = vec![format!(
-        "{scheme}://{}:{}",
-        advertised.host, advertised.port
-    )];
+    let mut origins = vec![advertised.origin()];
     if settings.bind.is_loopback() {
         for host in ["127.0.0.1", "localhost"] {
             origins.push(format!("{scheme}://{host}:{}", local.port()));
@@ -476,8 +468,8 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 
 pub(crate) fn identity_show(cli: &Cli) -> ExitCode {
     let env = ProcessEnv;
-    let origin = match cli.pinned_origin() {
-        Ok(origin) => origin,
+    let origin = match cli.advertised(false) {
+        Ok(advertised) => advertised.origin(),
         Err(error) => return relay_logging::usage_exit("relayd", &error.to_string()),
     };
     let run = || -> anyhow::Result<String> {

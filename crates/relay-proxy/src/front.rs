@@ -58,6 +58,14 @@ pub struct Advertised {
     pub port: u16,
 }
 
+impl Advertised {
+    /// `scheme://host:port`, the port always written.
+    pub fn origin(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
 /// Everything the front needs to decide, fixed at start-up.
 #[derive(Debug, Clone)]
 pub struct FrontOptions {

@@ -55,14 +55,25 @@ fn identity_show_takes_the_origin_its_pin_is_for() {
     ])
     .unwrap();
     // No TLS files are needed to name the origin.
-    assert_eq!(
-        remote.pinned_origin().unwrap(),
-        "https://relay.example.com:8443"
-    );
+    let origin = |cli: &Cli| cli.advertised(false).unwrap().origin();
+    assert_eq!(origin(&remote), "https://relay.example.com:8443");
     let port = parse(&["--port", "5000", "identity", "show"]).unwrap();
-    assert_eq!(port.pinned_origin().unwrap(), "http://127.0.0.1:5000");
+    assert_eq!(origin(&port), "http://127.0.0.1:5000");
+    // A loopback daemon with its own certificate is dialled over https.
+    let tls = parse(&[
+        "--port",
+        "8443",
+        "--tls-cert",
+        "/etc/relay/cert.pem",
+        "--tls-key",
+        "/etc/relay/key.pem",
+        "identity",
+        "show",
+    ])
+    .unwrap();
+    assert_eq!(origin(&tls), "https://127.0.0.1:8443");
     let default = parse(&["identity", "show"]).unwrap();
-    assert_eq!(default.pinned_origin().unwrap(), "http://127.0.0.1:47632");
+    assert_eq!(origin(&default), "http://127.0.0.1:47632");
     // Only `identity` takes them.
     let error = parse(&["--port", "5000", "bindings", "list"]).unwrap_err();
     assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
