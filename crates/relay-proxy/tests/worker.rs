@@ -428,6 +428,13 @@ async fn only_the_workers_own_refusal_of_the_secret_is_marked() {
 
     let mut login = CannedResponse::new(StatusCode::UNAUTHORIZED);
     login.body = Bytes::from_static(br#"{"type":"error","error":{"type":"authentication_error"}}"#);
+    // A provider that sends the worker's marks itself does not pass them on.
+    for name in ["x-relay-worker-refused", "x-relay-worker-upstream-failed"] {
+        login.headers.insert(
+            http::HeaderName::from_static(name),
+            http::HeaderValue::from_static("connect_timeout"),
+        );
+    }
     stand_in.set_behaviour(Behaviour {
         status: Some(login),
         ..Behaviour::default()
@@ -439,6 +446,7 @@ async fn only_the_workers_own_refusal_of_the_secret_is_marked() {
         r#"{"type":"error","error":{"type":"authentication_error"}}"#
     );
     assert_eq!(provider.header("x-relay-worker-refused"), None);
+    assert_eq!(provider.header("x-relay-worker-upstream-failed"), None);
 }
 
 #[tokio::test]
