@@ -947,10 +947,13 @@ async fn provider_failures_get_the_answers_of_section_3_7() {
     let closed_url = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
     let worker = Setup::new(&closed_url).start().await;
-    worker
-        .post("/v1/messages", b"{}")
-        .await
-        .assert_error(502, "relay_upstream_unreachable");
+    let answer = worker.post("/v1/messages", b"{}").await;
+    answer.assert_error(502, "relay_upstream_unreachable");
+    // Named for the daemon, which logs it (`worker_request_failed`) and removes the mark.
+    assert_eq!(
+        answer.header("x-relay-worker-upstream-failed"),
+        Some("connect_failed")
+    );
     assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
 
     // No response head within `response_timeout_secs`.
@@ -962,42 +965,13 @@ async fn provider_failures_get_the_answers_of_section_3_7() {
     let mut setup = Setup::new(&stand_in.base_url());
     setup.config.upstream.response_timeout_secs = Secs(Duration::from_millis(200));
     let worker = setup.start().await;
-    worker
-        .post("/v1/responses", b"{}")
-        .await
-        .assert_error(504, "relay_upstream_timeout");
-    assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
-}
-
-/// The worker's answer to a provider failure names the failure for the daemon, which logs
-/// it (`worker_request_failed`) and removes the mark.
-#[tokio::test]
-async fn provider_failures_name_their_reason_for_the_daemon() {
-    let closed = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
-    let closed_url = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let worker = Setup::new(&closed_url).start().await;
-    let answer = worker.post("/v1/messages", b"{}").await;
-    assert_eq!(answer.status, 502);
-    assert_eq!(
-        answer.header("x-relay-worker-upstream-failed"),
-        Some("connect_failed")
-    );
-
-    let stand_in = StandIn::start().await.unwrap();
-    stand_in.set_behaviour(Behaviour {
-        hang_before_headers: true,
-        ..Behaviour::default()
-    });
-    let mut setup = Setup::new(&stand_in.base_url());
-    setup.config.upstream.response_timeout_secs = Secs(Duration::from_millis(200));
-    let worker = setup.start().await;
     let answer = worker.post("/v1/responses", b"{}").await;
-    assert_eq!(answer.status, 504);
+    answer.assert_error(504, "relay_upstream_timeout");
     assert_eq!(
         answer.header("x-relay-worker-upstream-failed"),
         Some("response_head_timeout")
     );
+    assert!(eventually(WAIT, || worker.state.in_flight() == 0).await);
 
     // A provider's own error answer is no failure of the worker's.
     stand_in.set_behaviour(Behaviour {

@@ -454,36 +454,32 @@ async fn identity_show_prints_a_stable_pin_line_pair() -> anyhow::Result<()> {
 /// provisioned pin only for the origin they dial.
 #[tokio::test]
 async fn identity_show_prints_the_pin_for_the_advertised_origin() -> anyhow::Result<()> {
-    let builder = Relayd::builder()?.args([
-        "--advertise-address",
-        "https://relay.example.com:8443",
-        "identity",
-        "show",
-    ]);
-    let out = builder.output(CLI_TIMEOUT).await?;
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(
-        out.stdout
-            .starts_with("origin https://relay.example.com:8443\ned25519 "),
-        "{:?}",
-        out.stdout
-    );
-    let builder = Relayd::builder()?.args(["--port", "50000", "identity", "show"]);
-    let out = builder.output(CLI_TIMEOUT).await?;
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(
-        out.stdout.starts_with("origin http://127.0.0.1:50000\n"),
-        "{:?}",
-        out.stdout
-    );
+    let show = |flags: &[&str]| {
+        let args: Vec<String> = flags
+            .iter()
+            .chain(&["identity", "show"])
+            .map(|flag| (*flag).to_owned())
+            .collect();
+        async move { Relayd::builder()?.args(args).output(CLI_TIMEOUT).await }
+    };
+    for (flags, origin) in [
+        (
+            &["--advertise-address", "https://relay.example.com:8443"][..],
+            "https://relay.example.com:8443",
+        ),
+        (&["--port", "50000"][..], "http://127.0.0.1:50000"),
+    ] {
+        let out = show(flags).await?;
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert!(
+            out.stdout
+                .starts_with(&format!("origin {origin}\ned25519 ")),
+            "{flags:?}: {:?}",
+            out.stdout
+        );
+    }
     // An origin no client would be allowed to dial is a usage error.
-    let builder = Relayd::builder()?.args([
-        "--advertise-address",
-        "http://relay.example.com:8080",
-        "identity",
-        "show",
-    ]);
-    let out = builder.output(CLI_TIMEOUT).await?;
+    let out = show(&["--advertise-address", "http://relay.example.com:8080"]).await?;
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use relay_e2e::http::{post_json, send};
-use relay_e2e::{BrokenWorker, Relayd, Tap, User, procfs};
+use relay_e2e::{BrokenWorker, Mcp, Relayd, RelaydBuilder, Tap, User, procfs};
 use relay_proto::Message;
 use relay_testkit::{ANTHROPIC_MESSAGES_SSE, Behaviour, REQUEST_ID_HEADER, StandIn};
 use rustix::process::Signal;
@@ -32,6 +32,19 @@ async fn nth_worker(relayd: &Relayd, user: &User, n: usize) -> anyhow::Result<(S
     let id = field(&added, "worker_id").to_owned();
     let pids = user.wait_for_workers(1, WORKER_TIMEOUT).await?;
     Ok((id, pids[0]))
+}
+
+/// Starts `relayd`, then a relay-mcp of `user` with a fresh token, and waits for its worker:
+/// the daemon, the token, the session (alive while it is held) and the worker's pid.
+async fn with_a_ready_worker(
+    relayd: RelaydBuilder,
+    user: &User,
+) -> anyhow::Result<(Relayd, String, Mcp, u32)> {
+    let relayd = relayd.start().await?;
+    let token = fresh_token()?;
+    let mcp = ready_mcp(user, &relayd.origin(), &token).await?;
+    let (_, pid) = nth_worker(&relayd, user, 1).await?;
+    Ok((relayd, token, mcp, pid))
 }
 
 /// Which way a tapped control message went.
@@ -324,11 +337,8 @@ async fn a_stopped_worker_passes_the_request_through_once_without_the_dropped_or
             key_file.display()
         ),
     );
-    let relayd = builder.config(config).start().await?;
     let user = user_for(&stand_in)?;
-    let token = fresh_token()?;
-    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
-    let (_, pid) = nth_worker(&relayd, &user, 1).await?;
+    let (relayd, token, _mcp, pid) = with_a_ready_worker(builder.config(config), &user).await?;
     // No request has gone to the worker, so relayd holds no connection to it: the next
     // request opens one, whose TLS handshake the stopped worker never answers.
     user.signal_worker(pid, Signal::STOP)?;
@@ -376,17 +386,13 @@ async fn a_failed_pass_through_of_a_bound_caller_is_logged_with_its_fingerprint(
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.local_addr()?
     };
-    let relayd = Relayd::builder()?
-        .config(format!(
-            "[upstream]\nanthropic_base_url = \"http://{closed}\"\n\
-             [daemon.timers]\ndrain_secs = 1\nretry_base_ms = 200\n"
-        ))
-        .start()
-        .await?;
+    let config = format!(
+        "[upstream]\nanthropic_base_url = \"http://{closed}\"\n\
+         [daemon.timers]\ndrain_secs = 1\nretry_base_ms = 200\n"
+    );
     let user = user_for(&stand_in)?;
-    let token = fresh_token()?;
-    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
-    let (_, pid) = nth_worker(&relayd, &user, 1).await?;
+    let (relayd, token, _mcp, pid) =
+        with_a_ready_worker(Relayd::builder()?.config(config), &user).await?;
     user.signal_worker(pid, Signal::STOP)?;
     wait_for_state(pid, 'T').await?;
     let answer =
@@ -412,18 +418,10 @@ async fn a_failed_pass_through_of_a_bound_caller_is_logged_with_its_fingerprint(
 #[tokio::test]
 async fn a_providers_401_through_the_worker_reaches_the_client_as_it_is() -> anyhow::Result<()> {
     let stand_in = StandIn::start().await?;
-    let relayd = Relayd::builder()?
-        .config(fault_config(
-            &stand_in,
-            "",
-            "drain_secs = 1\nretry_base_ms = 200",
-        ))
-        .start()
-        .await?;
+    let config = fault_config(&stand_in, "", "drain_secs = 1\nretry_base_ms = 200");
     let user = user_for(&stand_in)?;
-    let token = fresh_token()?;
-    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
-    let (_, pid) = nth_worker(&relayd, &user, 1).await?;
+    let (relayd, token, _mcp, pid) =
+        with_a_ready_worker(Relayd::builder()?.config(config), &user).await?;
     let refusal =
         r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
     let mut canned = relay_testkit::CannedResponse::new(StatusCode::UNAUTHORIZED);
@@ -475,18 +473,14 @@ async fn a_chunked_body_over_the_limit_through_the_worker_is_413() -> anyhow::Re
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     let stand_in = StandIn::start().await?;
-    let relayd = Relayd::builder()?
-        .config(fault_config(
-            &stand_in,
-            "max_request_body_bytes = 65536",
-            "drain_secs = 1\nretry_base_ms = 200",
-        ))
-        .start()
-        .await?;
+    let config = fault_config(
+        &stand_in,
+        "max_request_body_bytes = 65536",
+        "drain_secs = 1\nretry_base_ms = 200",
+    );
     let user = user_for(&stand_in)?;
-    let token = fresh_token()?;
-    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
-    nth_worker(&relayd, &user, 1).await?;
+    let (relayd, token, _mcp, _) =
+        with_a_ready_worker(Relayd::builder()?.config(config), &user).await?;
 
     let body = marker("too-large")?;
     let mut stream = tokio::net::TcpStream::connect(relayd.addr()).await?;
@@ -543,18 +537,14 @@ async fn a_chunked_body_over_the_limit_through_the_worker_is_413() -> anyhow::Re
 async fn a_provider_timeout_through_the_worker_is_logged_by_relayd() -> anyhow::Result<()> {
     let stand_in = StandIn::start().await?;
     let timeout = "response_timeout_secs = 1\n";
-    let relayd = Relayd::builder()?
-        .config(upstream_config(
-            &stand_in,
-            &format!("{timeout}\n[daemon.timers]\ndrain_secs = 1\nretry_base_ms = 200\n"),
-        ))
-        .start()
-        .await?;
+    let config = upstream_config(
+        &stand_in,
+        &format!("{timeout}\n[daemon.timers]\ndrain_secs = 1\nretry_base_ms = 200\n"),
+    );
     let user = relay_e2e::User::new()?;
     user.write_system_config(&upstream_config(&stand_in, timeout))?;
-    let token = fresh_token()?;
-    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
-    nth_worker(&relayd, &user, 1).await?;
+    let (relayd, token, _mcp, _) =
+        with_a_ready_worker(Relayd::builder()?.config(config), &user).await?;
     stand_in.set_behaviour(Behaviour {
         hang_before_headers: true,
         ..Behaviour::default()
