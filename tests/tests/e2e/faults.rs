@@ -47,6 +47,20 @@ async fn with_a_ready_worker(
     Ok((relayd, token, mcp, pid))
 }
 
+/// Checks that relayd logged no `worker_request_failed`: what a client caused, or a
+/// provider answered, is no failure of the worker's.
+#[track_caller]
+fn assert_no_worker_failure(relayd: &Relayd) {
+    assert!(
+        relayd
+            .logs()
+            .events_named("worker_request_failed")
+            .is_empty(),
+        "{}",
+        relayd.logs().text()
+    );
+}
+
 /// Which way a tapped control message went.
 #[derive(Debug, Clone, Copy)]
 enum Sent {
@@ -454,14 +468,7 @@ async fn a_providers_401_through_the_worker_reaches_the_client_as_it_is() -> any
         procfs::owns_connection(pid, recorded[0].peer, stand_in.addr()),
         "the request did not go through the worker"
     );
-    assert!(
-        relayd
-            .logs()
-            .events_named("worker_request_failed")
-            .is_empty(),
-        "{}",
-        relayd.logs().text()
-    );
+    assert_no_worker_failure(&relayd);
     Ok(())
 }
 
@@ -513,14 +520,7 @@ async fn a_chunked_body_over_the_limit_through_the_worker_is_413() -> anyhow::Re
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
     assert!(answer.contains("relay_payload_too_large"), "{answer}");
-    assert!(
-        relayd
-            .logs()
-            .events_named("worker_request_failed")
-            .is_empty(),
-        "{}",
-        relayd.logs().text()
-    );
+    assert_no_worker_failure(&relayd);
     for recorded in recorded_with(&stand_in, &body) {
         assert!(
             !recorded.body_complete,
