@@ -25,7 +25,7 @@ use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::body::ResponseBody;
-use crate::conn::{ConnIo, ConnState, Keep};
+use crate::conn::{ConnIo, ConnState, Expiry, Keep};
 use crate::tls_io::{Gather, ReadAhead};
 
 /// Per-stream window and HTTP/1 buffer: at most this much body is buffered per stream
@@ -330,7 +330,7 @@ struct Conn<'a> {
 impl Conn<'_> {
     async fn serve<S, H>(self, stream: S, http1: bool, keep: Keep, handler: Arc<H>)
     where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: AsyncRead + AsyncWrite + Resettable + Unpin + Send + 'static,
         H: Handler,
     {
         let Conn {
@@ -360,7 +360,7 @@ impl Conn<'_> {
         });
         // The connection, and with it the socket unless an upgrade took it, is dropped at
         // the end of this block.
-        let ended = {
+        let closing = {
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(io), service)
                 .into_owned();
@@ -384,13 +384,21 @@ impl Conn<'_> {
             });
             loop {
                 match Guarded::new(connection.as_mut(), &mut guard).await {
-                    Ended::Work(result) => {
-                        if let Err(error) = result {
-                            tracing::debug!(error = %error, "connection ended with an error");
-                        }
-                        break None;
+                    Ended::Work(Ok(())) => break Closing::Done,
+                    Ended::Work(Err(error)) => {
+                        tracing::debug!(error = %error, "connection ended with an error");
+                        // An answer's body failed (a provider that broke off): the client
+                        // must not take the truncated answer for a whole one.
+                        let broken = error
+                            .downcast_ref::<hyper::Error>()
+                            .is_some_and(hyper::Error::is_user);
+                        break if broken {
+                            Closing::Broken
+                        } else {
+                            Closing::Done
+                        };
                     }
-                    Ended::Guard(Some(expiry)) => break Some(expiry),
+                    Ended::Guard(Some(expiry)) => break Closing::Expired(expiry),
                     // The server stops: no new request on this connection, the current one
                     // runs to its end.
                     Ended::Guard(None) => connection.as_mut().graceful_shutdown(),
@@ -398,11 +406,11 @@ impl Conn<'_> {
             }
         };
         drop(stopping);
-        match ended {
+        match closing {
             // hyper closed the connection itself, after its last answer (or the client
             // did): linger unless it was upgraded, in which case the socket lives on in the
             // upgraded session.
-            None => {
+            Closing::Done => {
                 // The connection future is gone by now, so a socket it did not hand to an
                 // upgrade has been given back already.
                 if let Ok((stream, keep)) = given_back.try_recv() {
@@ -410,12 +418,50 @@ impl Conn<'_> {
                     drop(keep);
                 }
             }
+            // Reset, not closed: an HTTP/1.0 answer ends with its connection, so a clean
+            // close would make a truncated one look whole.
+            Closing::Broken => {
+                if let Ok((stream, keep)) = given_back.try_recv() {
+                    stream.reset_on_close();
+                    drop(stream);
+                    drop(keep);
+                }
+            }
             // Dropping the connection closes the socket: a slow head gets no answer, an idle
             // keep-alive connection has nothing in flight.
-            Some(expiry) => {
+            Closing::Expired(expiry) => {
                 tracing::debug!(?expiry, "connection timed out");
             }
         }
+    }
+}
+
+/// How a served connection ends.
+enum Closing {
+    /// hyper ended it, or the client did.
+    Done,
+    /// An answer's body failed part-way.
+    Broken,
+    /// The watchdog ended it.
+    Expired(Expiry),
+}
+
+/// A served connection's socket, which can be made to end with a reset rather than a clean
+/// close.
+trait Resettable {
+    /// Makes closing the socket send a reset (`SO_LINGER` 0).
+    fn reset_on_close(&self);
+}
+
+impl Resettable for tokio::net::TcpStream {
+    fn reset_on_close(&self) {
+        let _ = socket2::SockRef::from(self).set_linger(Some(Duration::ZERO));
+    }
+}
+
+impl Resettable for Gather<tokio_rustls::server::TlsStream<ReadAhead<tokio::net::TcpStream>>> {
+    fn reset_on_close(&self) {
+        self.get_ref().get_ref().0.get_ref().reset_on_close();
     }
 }
 

@@ -77,6 +77,10 @@ impl<T> ReadAhead<T> {
     pub fn buffered(&self) -> usize {
         self.buf.len()
     }
+
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for ReadAhead<T> {
@@ -141,6 +145,10 @@ impl<S> Gather<S> {
             inner,
             failed: None,
         }
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
     }
 }
 

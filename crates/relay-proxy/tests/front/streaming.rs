@@ -336,6 +336,40 @@ async fn a_provider_breaking_mid_stream_fails_the_client_read() {
     }
 }
 
+/// An HTTP/1.0 answer has neither chunks nor a length to show it was cut: its end is the
+/// connection's end. A provider breaking mid-stream must then reset the connection, never
+/// close it cleanly, or the truncated stream would read as complete.
+#[tokio::test]
+async fn a_provider_breaking_mid_stream_resets_an_http_1_0_connection() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    stand_in.set_behaviour(Behaviour {
+        fail_after_bytes: Some(300),
+        ..Behaviour::default()
+    });
+    let body = r#"{"model":"m","max_tokens":16,"stream":true,"messages":[]}"#;
+    let request = format!(
+        "POST /v1/messages HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         anthropic-version: 2023-06-01\r\nContent-Length: {}\r\n\r\n{body}",
+        relay.host(),
+        body.len()
+    );
+    let mut stream = relay.connect().await;
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    let ended = tokio::time::timeout(WAIT, stream.read_to_end(&mut received))
+        .await
+        .expect("the connection stayed open");
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.0 200"), "{text}");
+    assert!(
+        !text.to_ascii_lowercase().contains("transfer-encoding"),
+        "{text}"
+    );
+    let error = ended.expect_err("the truncated HTTP/1.0 stream ended cleanly");
+    assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+}
+
 /// The raw HTTP/1.1 bytes of a truncated chunked stream: no terminating chunk, then the
 /// connection closes.
 #[tokio::test]
