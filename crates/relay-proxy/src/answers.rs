@@ -156,9 +156,28 @@ pub(crate) fn upstream_not_allowed() -> Response<ResponseBody> {
     )
 }
 
+/// The client's upload stopped arriving (408) or broke off (400): its fault, not the
+/// provider's or the worker's.
+fn request_body_failed(idle: bool) -> Response<ResponseBody> {
+    if idle {
+        error(
+            StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::RelayBadRequest,
+            "the request body stopped arriving",
+        )
+    } else {
+        error(
+            StatusCode::BAD_REQUEST,
+            ErrorKind::RelayBadRequest,
+            "the request body could not be read",
+        )
+    }
+}
+
 pub(crate) fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> {
     match failure {
         UpstreamError::BodyTooLarge { limit } => payload_too_large(*limit),
+        UpstreamError::RequestBody { idle } => request_body_failed(*idle),
         UpstreamError::ConnectTimeout | UpstreamError::ResponseHeadTimeout => error(
             StatusCode::GATEWAY_TIMEOUT,
             ErrorKind::RelayUpstreamTimeout,

@@ -74,6 +74,9 @@ impl UpstreamOptions {
 pub enum UpstreamError {
     #[error("the request body exceeds the limit of {limit} bytes")]
     BodyTooLarge { limit: u64 },
+    /// The client's upload stopped arriving (`idle`) or its connection failed mid-body.
+    #[error("the request body could not be read from the client")]
+    RequestBody { idle: bool },
     #[error("connecting to the upstream timed out")]
     ConnectTimeout,
     #[error("the upstream could not be reached")]
@@ -103,10 +106,29 @@ impl UpstreamError {
             .unwrap_or("upstream_failed")
     }
 
+    /// A request body's own failure, met while sending it: the client's doing.
+    pub fn of_request_body(found: &BodyError) -> UpstreamError {
+        match found {
+            BodyError::TooLarge { limit } => UpstreamError::BodyTooLarge { limit: *limit },
+            BodyError::Idle { .. } => UpstreamError::RequestBody { idle: true },
+            BodyError::Transport(_) => UpstreamError::RequestBody { idle: false },
+        }
+    }
+
+    /// False when the client caused it (a body over the limit, an upload that broke off):
+    /// no provider failure to log or to report.
+    pub fn is_provider_failure(&self) -> bool {
+        !matches!(
+            self,
+            UpstreamError::BodyTooLarge { .. } | UpstreamError::RequestBody { .. }
+        )
+    }
+
     /// The `reason` field of request-failure log events.
     pub fn reason(&self) -> &'static str {
         match self {
             UpstreamError::BodyTooLarge { .. } => "body_too_large",
+            UpstreamError::RequestBody { .. } => "request_body_failed",
             UpstreamError::ConnectTimeout => "connect_timeout",
             UpstreamError::Unreachable(_) => "connect_failed",
             UpstreamError::ResponseHeadTimeout => "response_head_timeout",
@@ -773,10 +795,10 @@ fn connect_error(error: BoxError) -> UpstreamError {
 }
 
 fn send_error(error: hyper::Error) -> UpstreamError {
-    if let Some(BodyError::TooLarge { limit }) = BodyError::find(&error) {
-        return UpstreamError::BodyTooLarge { limit: *limit };
+    match BodyError::find(&error) {
+        Some(found) => UpstreamError::of_request_body(found),
+        None => UpstreamError::Failed(Box::new(error)),
     }
-    UpstreamError::Failed(Box::new(error))
 }
 
 fn is_timeout(mut error: &(dyn std::error::Error + 'static)) -> bool {

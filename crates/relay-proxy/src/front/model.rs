@@ -22,7 +22,6 @@ use crate::metrics::{Destination, RouteLabel};
 use crate::routes::{Family, ModelFamily, UpstreamBase, UpstreamTarget};
 use crate::server::ConnContext;
 use crate::shell::TicketGuard;
-use crate::upstream::UpstreamError;
 
 impl Front {
     pub(super) async fn model(
@@ -155,8 +154,8 @@ impl Front {
         match result {
             Ok(res) => self.relayed(res, waited, label, Destination::PassThrough, models, ticket),
             Err(failure) => {
-                // A body over the limit is the client's fault, not a provider failure.
-                if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
+                // A body over the limit, or an upload that broke off, is the client's doing.
+                if failure.is_provider_failure() {
                     self.log_upstream_failure(target.family.as_str(), &failure, fingerprint);
                 }
                 Answer::new(upstream_error(&failure), label, Destination::PassThrough)

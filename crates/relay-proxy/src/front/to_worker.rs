@@ -9,7 +9,7 @@ use relay_broker::{Fingerprint, ProbeOutcome};
 use relay_proto::ErrorKind;
 
 use super::Front;
-use crate::answers::{error, payload_too_large, worker_failed};
+use crate::answers::{error, upstream_error, worker_failed};
 use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::headers::{WORKER_REFUSED, WORKER_UPSTREAM_FAILED};
 use crate::upstream::{UpstreamBody, UpstreamError};
@@ -85,10 +85,12 @@ impl Front {
                 WorkerResult::NotSent(*request, outcome)
             }
             Err(WorkerSendError::Failed(error)) => {
-                // The client's own body crossed the limit while it was being sent: the
-                // client's fault, answered as on the way to a provider, and no worker failure.
-                if let Some(BodyError::TooLarge { limit }) = BodyError::find(&error) {
-                    return WorkerResult::Failed(payload_too_large(*limit));
+                // The client's own body crossed the limit, stopped arriving or broke off
+                // while it was being sent: answered as on the way to a provider, and no
+                // worker failure.
+                if let Some(found) = BodyError::find(&error) {
+                    let failure = UpstreamError::of_request_body(found);
+                    return WorkerResult::Failed(upstream_error(&failure));
                 }
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "worker_failed");
                 WorkerResult::Failed(worker_failed())

@@ -28,7 +28,7 @@ use crate::forward::{Checked, Prologue, method_not_allowed, provider_request};
 use crate::headers::{ModelHeaders, WORKER_REFUSED, WORKER_SECRET, WORKER_UPSTREAM_FAILED};
 use crate::routes::{Agent, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler, Linger, PeerLimit, ServeOptions};
-use crate::upstream::{UpstreamClient, UpstreamError};
+use crate::upstream::UpstreamClient;
 
 /// The readiness probe the daemon sends over the pinned connection (§5.5).
 pub const READY_PATH: &str = "/_relay/worker/v1/ready";
@@ -237,8 +237,8 @@ impl WorkerHandler {
             Err(failure) => {
                 tracing::debug!(reason = failure.reason(), "worker upstream request failed");
                 let mut res = upstream_error(&failure);
-                // The daemon logs a provider failure; a body over the limit is the client's.
-                if !matches!(failure, UpstreamError::BodyTooLarge { .. }) {
+                // The daemon logs a provider failure; the client's own are not marked.
+                if failure.is_provider_failure() {
                     res.headers_mut().insert(
                         WORKER_UPSTREAM_FAILED,
                         HeaderValue::from_static(failure.reason()),

@@ -112,3 +112,30 @@ async fn an_unresolvable_host_is_502() {
     let answer = relay.post("/v1/chat/completions", &[], "{}").await;
     answer.assert_error(502, "relay_upstream_unreachable");
 }
+
+/// A client whose upload stops arriving is answered 408, its own doing: not a 502 that
+/// blames the provider.
+#[tokio::test]
+async fn an_upload_that_stops_arriving_is_408_not_a_provider_failure() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let stand_in = StandIn::start().await.unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.config.daemon.stream_idle_secs = secs_f64(0.3);
+    let relay = setup.start().await;
+    let mut stream = relay.connect().await;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\n\r\n5\r\n{{\"a\":\r\n",
+        relay.host()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(WAIT, stream.read(&mut answer))
+        .await
+        .expect("no answer to a stalled upload")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
+    assert!(text.contains("relay_bad_request"), "{text}");
+}
