@@ -88,8 +88,8 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
-    /// Every [`UpstreamError::reason`] of a provider failure (the body over the limit is the
-    /// client's doing).
+    /// Every [`UpstreamError::reason`] of a provider failure, those for which
+    /// [`UpstreamError::is_provider_failure`] holds.
     const FAILURE_REASONS: [&'static str; 4] = [
         "connect_timeout",
         "connect_failed",
