@@ -75,12 +75,13 @@ pub fn strip_request_headers(headers: &mut HeaderMap, toward: Toward) {
     });
 }
 
-/// Readies the headers of a response for the client, in place: drops hop-by-hop headers
-/// and names listed in `Connection`; `content-length` stays (the body is relayed byte for
-/// byte, so the length is still true, and HEAD answers need it). Nothing is copied: a
-/// response that carries none of them costs no allocation.
+/// Readies the headers of a response for the client, in place: drops hop-by-hop headers,
+/// names listed in `Connection`, and Relay's own headers, which only Relay may set (so a
+/// provider cannot forge the marks a worker puts on its own answers); `content-length`
+/// stays (the body is relayed byte for byte, so the length is still true, and HEAD answers
+/// need it). Nothing is copied: a response that carries none of them costs no allocation.
 pub fn strip_response_headers(headers: &mut HeaderMap) {
-    remove_hop_by_hop(headers, |_| false);
+    remove_hop_by_hop(headers, is_relay_header);
 }
 
 /// Removes the hop-by-hop headers, the names `Connection` lists, and the names `also`

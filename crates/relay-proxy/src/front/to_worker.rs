@@ -71,10 +71,11 @@ impl Front {
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "secret_refused");
                 WorkerResult::Failed(worker_failed())
             }
-            Ok(mut res) => {
+            Ok(res) => {
                 // The worker answered a provider failure: logged here, with the daemon's
-                // other failure events, and its mark kept from the client.
-                if let Some(reason) = res.headers_mut().remove(WORKER_UPSTREAM_FAILED) {
+                // other failure events. The relay of the answer drops the mark, as it drops
+                // every `x-relay-*` header.
+                if let Some(reason) = res.headers().get(WORKER_UPSTREAM_FAILED) {
                     let reason = UpstreamError::failure_reason(reason.as_bytes());
                     self.log_worker_failure(route, fingerprint, worker.worker_id, reason);
                 }

@@ -224,11 +224,6 @@ impl WorkerHandler {
                     idle,
                     Box::new(in_flight),
                 );
-                // The marks relayd reads are the worker's alone: a provider cannot make its
-                // answer look like the worker refusing the secret, or like a failure.
-                let headers = res.headers_mut();
-                headers.remove(WORKER_REFUSED);
-                headers.remove(WORKER_UPSTREAM_FAILED);
                 if let Some(exchange) = exchange {
                     exchange.watch(&mut res);
                 }
