@@ -33,9 +33,14 @@ pub(crate) fn ambiguous_framing() -> Response<ResponseBody> {
         ErrorKind::RelayBadRequest,
         "a request may not carry both Content-Length and Transfer-Encoding, or differing Content-Lengths",
     );
+    close_after(&mut res);
+    res
+}
+
+/// Marks an answer as the connection's last (`Connection: close`).
+pub(crate) fn close_after<B>(res: &mut Response<B>) {
     res.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    res
 }
 
 /// A response on its way back to the client: hop-by-hop headers dropped,

@@ -13,7 +13,6 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
-use http::header::{self, HeaderValue};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -24,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 
+use crate::answers::close_after;
 use crate::body::ResponseBody;
 use crate::conn::{ConnIo, ConnState, Expiry, Keep};
 use crate::tls_io::{Gather, ReadAhead};
@@ -351,8 +351,7 @@ impl Conn<'_> {
                 if state.is_untracked() {
                     // The framing watcher lost this byte stream: no further request may
                     // come on it unchecked and untimed.
-                    res.headers_mut()
-                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    close_after(&mut res);
                 }
                 res.body_mut().attach(active);
                 Ok::<_, Infallible>(res)

@@ -17,7 +17,7 @@ use super::credential::{Routed, parse_credential};
 use super::to_worker::WorkerResult;
 use super::{Answer, Front, Mode};
 use crate::answers::{
-    content_length, error, payload_too_large, retry_later, unsupported_media_type,
+    close_after, content_length, error, payload_too_large, retry_later, unsupported_media_type,
     worker_unavailable,
 };
 use crate::body::{RequestBody, ResponseBody};
@@ -200,8 +200,7 @@ fn body_too_slow(within: Duration) -> Response<ResponseBody> {
             within.as_secs_f64()
         ),
     );
-    res.headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    close_after(&mut res);
     res
 }
 
