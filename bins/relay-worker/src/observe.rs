@@ -107,9 +107,10 @@ impl Observer for Recording {
 
     fn flush(&self, deadline: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
         let tx = self.tx.clone();
+        // One deadline for the whole, from the call: a full queue delays the ask, not the
+        // answer.
+        let until = tokio::time::Instant::now() + deadline;
         Box::pin(async move {
-            // One deadline for the whole: a full queue delays the ask, not the answer.
-            let until = tokio::time::Instant::now() + deadline;
             let (ack, done) = oneshot::channel();
             let asked = tokio::time::timeout_at(until, tx.send(Msg::Flush(until, ack)));
             if matches!(asked.await, Ok(Ok(()))) {

@@ -93,21 +93,19 @@ async fn a_full_queue_does_not_stretch_a_terminal_flush() {
         started: std::time::Instant::now(),
         last_drop_log_ms: std::sync::atomic::AtomicU64::new(0),
     };
-    // The queue is full, and the recorder takes the next message only after 1.5 s, then
-    // never answers the flush.
+    // The queue is full.
     recording
         .tx
         .send(super::Msg::Shutdown(tokio::sync::oneshot::channel().0))
         .await
         .unwrap();
-    let _recorder = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        let mut held = Vec::new();
-        while let Some(msg) = rx.recv().await {
-            held.push(msg);
-        }
-    });
     let started = tokio::time::Instant::now();
-    recording.flush(Duration::from_secs(2)).await;
+    let flush = tokio::spawn(recording.flush(Duration::from_secs(2)));
+    // 1.5 s later the recorder takes the message ahead of the flush, then the flush, which
+    // it never answers.
+    tokio::time::advance(Duration::from_millis(1500)).await;
+    let _ahead = rx.recv().await.unwrap();
+    let _unanswered = rx.recv().await.unwrap();
+    flush.await.unwrap();
     assert_eq!(started.elapsed(), Duration::from_secs(2));
 }
