@@ -242,54 +242,35 @@ async fn config_errors_exit_64_naming_the_file_and_key() -> anyhow::Result<()> {
 /// or a key file others may read, is a usage error naming it, and no state is written.
 #[tokio::test]
 async fn unreadable_key_and_certificate_files_exit_64_naming_them() -> anyhow::Result<()> {
-    let builder = Relayd::builder()?;
-    let missing = builder.dir().join("no-such.key");
-    let config = builder.write_private_file(
-        "keys.toml",
-        &format!(
-            "[upstream]\nanthropic_api_key_file = \"{}\"\n",
-            missing.display()
-        ),
-    )?;
-    let state = builder.xdg_config_home().join("relay/daemon");
-    let out = builder
-        .arg("--config")
-        .arg(&config)
-        .output(CLI_TIMEOUT)
-        .await?;
-    assert_usage_error(
-        "missing key file",
-        &out,
-        &[
-            "upstream.anthropic_api_key_file",
-            &missing.display().to_string(),
-        ],
-    );
-    assert!(!state.exists(), "state was created before the usage error");
-
-    let builder = Relayd::builder()?;
-    let open = builder.dir().join("open.key");
-    std::fs::write(&open, "sk-ant-readable-by-all\n")?;
-    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644))?;
-    let config = builder.write_private_file(
-        "keys.toml",
-        &format!("[upstream]\nopenai_api_key_file = \"{}\"\n", open.display()),
-    )?;
-    let out = builder
-        .arg("--config")
-        .arg(&config)
-        .output(CLI_TIMEOUT)
-        .await?;
-    assert_usage_error(
-        "key file others may read",
-        &out,
-        &["upstream.openai_api_key_file"],
-    );
-    assert!(
-        !out.stderr.contains("sk-ant-readable-by-all"),
-        "{}",
-        out.stderr
-    );
+    // A key file that is missing, and one others may read.
+    for (key, readable) in [
+        ("anthropic_api_key_file", false),
+        ("openai_api_key_file", true),
+    ] {
+        let builder = Relayd::builder()?;
+        let file = builder.dir().join("provider.key");
+        if readable {
+            std::fs::write(&file, "sk-readable-by-all\n")?;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
+        }
+        let config = builder.write_private_file(
+            "keys.toml",
+            &format!("[upstream]\n{key} = \"{}\"\n", file.display()),
+        )?;
+        let state = builder.xdg_config_home().join("relay/daemon");
+        let out = builder
+            .arg("--config")
+            .arg(&config)
+            .output(CLI_TIMEOUT)
+            .await?;
+        let file_text = file.display().to_string();
+        assert_usage_error(key, &out, &[&format!("upstream.{key}"), &file_text]);
+        assert!(!out.stderr.contains("sk-readable-by-all"), "{}", out.stderr);
+        assert!(
+            !state.exists(),
+            "{key}: state was made before the usage error"
+        );
+    }
 
     let builder = Relayd::builder()?;
     let cert = builder.dir().join("no-such-cert.pem");
