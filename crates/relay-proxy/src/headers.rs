@@ -69,9 +69,9 @@ pub fn strip_request_headers(headers: &mut HeaderMap, toward: Toward) {
     // in the pass over the names rather than looked up.
     headers.remove(header::HOST);
     headers.remove(header::CONTENT_LENGTH);
-    remove_hop_by_hop(headers, |name| {
+    remove_hop_by_hop(headers, |name, text| {
         name == header::EXPECT
-            || (is_relay_header(name) && !(toward == Toward::Worker && passes_to_worker(name)))
+            || (is_relay_header(text) && !(toward == Toward::Worker && passes_to_worker(name)))
     });
 }
 
@@ -81,15 +81,19 @@ pub fn strip_request_headers(headers: &mut HeaderMap, toward: Toward) {
 /// stays (the body is relayed byte for byte, so the length is still true, and HEAD answers
 /// need it). Nothing is copied: a response that carries none of them costs no allocation.
 pub fn strip_response_headers(headers: &mut HeaderMap) {
-    remove_hop_by_hop(headers, is_relay_header);
+    remove_hop_by_hop(headers, |_, text| is_relay_header(text));
 }
 
 /// Removes the hop-by-hop headers, the names `Connection` lists, and the names `also`
-/// picks. The usual headers, which carry none of them, cost one pass over their names.
-fn remove_hop_by_hop(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
+/// picks (given each name and its text). The usual headers, which carry none of them, cost
+/// one pass over their names, each read as text once.
+fn remove_hop_by_hop(headers: &mut HeaderMap, also: impl Fn(&HeaderName, &str) -> bool) {
     let dropped: Vec<HeaderName> = headers
         .keys()
-        .filter(|name| is_hop_by_hop(name) || also(name))
+        .filter(|name| {
+            let text = name.as_str();
+            is_hop_by_hop(text) || also(name, text)
+        })
         .cloned()
         .collect();
     if dropped.is_empty() {
@@ -105,15 +109,15 @@ fn remove_hop_by_hop(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool
 }
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) plus every `proxy-*` one: never forwarded.
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+fn is_hop_by_hop(name: &str) -> bool {
     matches!(
-        name.as_str(),
+        name,
         "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade"
-    ) || name.as_str().starts_with("proxy-")
+    ) || name.starts_with("proxy-")
 }
 
-fn is_relay_header(name: &HeaderName) -> bool {
-    name.as_str().starts_with("x-relay-")
+fn is_relay_header(name: &str) -> bool {
+    name.starts_with("x-relay-")
 }
 
 fn passes_to_worker(name: &HeaderName) -> bool {
