@@ -234,7 +234,7 @@ impl Front {
             PathClass::Model { family, responses } => {
                 self.model(req, &conn, family, responses).await
             }
-            PathClass::Hook(agent) => self.hook(req, agent).await,
+            PathClass::Hook(agent) => self.hook(req, agent, conn.peer.ip()).await,
             PathClass::MethodNotAllowed => local(method_not_allowed()),
             PathClass::NotFound => local(not_found()),
         }

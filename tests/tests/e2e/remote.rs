@@ -9,7 +9,7 @@
 //! non-loopback daemon are each refused with a message that names the cause; cutting the
 //! veth for less than the reconnect grace recovers the same worker, for longer a new
 //! worker takes over; a daemon restart on the same address with the same state is
-//! survived.
+//! survived; one remote address cannot fill the daemon's hook-body budget.
 //!
 //! The namespaces need root (CI runs `cargo xtask e2e` as root): when they cannot be
 //! created the test fails, naming what is missing; it never skips. Nothing but the two
@@ -31,6 +31,7 @@ use relay_e2e::http::{post_json, request};
 use relay_e2e::{AGENT_TIMEOUT, AgentCommand, Logs, Mcp, Process, START_TIMEOUT, User};
 use relay_testkit::DEFAULT_TEXT;
 use tempfile::TempDir;
+use tokio::io::AsyncWriteExt as _;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
@@ -212,12 +213,7 @@ async fn https(
     ca: &CertificateDer<'static>,
     mut req: http::Request<Full<Bytes>>,
 ) -> anyhow::Result<(StatusCode, Bytes)> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone())?;
-    let config = rustls::ClientConfig::builder_with_provider(relay_proxy::tls::provider())
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = trusting(ca)?;
     let tcp = connect_in(ns, addr)?;
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::IpAddress(addr.ip().into()), tcp)
@@ -310,6 +306,17 @@ struct Daemon {
 
 impl Daemon {
     async fn start(net: &Net, pki: &Pki, cert: &str, port: u16) -> anyhow::Result<Daemon> {
+        Daemon::start_with(net, pki, cert, port, &[]).await
+    }
+
+    /// [`Daemon::start`] with `extra` arguments after the usual ones.
+    async fn start_with(
+        net: &Net,
+        pki: &Pki,
+        cert: &str,
+        port: u16,
+        extra: &[&str],
+    ) -> anyhow::Result<Daemon> {
         let dir = tempfile::Builder::new()
             .prefix("relay-e2e-remote-relayd-")
             .tempdir()?;
@@ -319,7 +326,7 @@ impl Daemon {
         let config = dir.path().join("config.toml");
         write_private(&config, &daemon_config())?;
         let origin = net.daemon_origin(port);
-        let command: Vec<std::ffi::OsString> = vec![
+        let command: Vec<std::ffi::OsString> = [
             "--bind".into(),
             "0.0.0.0".into(),
             "--port".into(),
@@ -332,7 +339,10 @@ impl Daemon {
             pki.path(&format!("{cert}-key.pem")).into(),
             "--config".into(),
             config.into(),
-        ];
+        ]
+        .into_iter()
+        .chain(extra.iter().map(Into::into))
+        .collect();
         let envs = vec![
             ("HOME", dir.path().join("home")),
             ("XDG_CONFIG_HOME", dir.path().join("xdg")),
@@ -1006,4 +1016,84 @@ async fn remote_a_daemon_restart_is_survived() -> anyhow::Result<()> {
     assert_eq!(resumed, first, "{}", remote.context());
     remote.assert_served_by_worker().await?;
     Ok(())
+}
+
+/// One remote address that keeps starting slow hook bodies holds at most its share of the
+/// daemon's hook-body budget (a quarter): its next body is refused at once with 429, while
+/// a caller on another address (here the daemon's own loopback) is still served.
+#[tokio::test]
+async fn remote_one_address_cannot_fill_the_hook_body_budget() -> anyhow::Result<()> {
+    const LIMIT: usize = 1024 * 1024;
+    let net = Net::create()?;
+    let pki = Pki::generate(&net)?;
+    let daemon = Daemon::start_with(
+        &net,
+        &pki,
+        "daemon",
+        DAEMON_PORT,
+        &["--allow-anonymous-pass-through"],
+    )
+    .await?;
+    let remote = SocketAddr::new(net.srv_ip.into(), DAEMON_PORT);
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(trusting(&pki.ca_der)?));
+    // Four bodies just under the 1 MiB limit, each stalled after its first KiB: together
+    // they reserve the address's whole share of the default 16 MiB budget.
+    let mut stalled = Vec::new();
+    for _ in 0..4 {
+        let tcp = connect_in(&net.cli, remote)?;
+        let mut stream = tls
+            .connect(ServerName::IpAddress(remote.ip().into()), tcp)
+            .await?;
+        let head = format!(
+            "POST /hooks/claude-code HTTP/1.1\r\nHost: {remote}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{{\"pad\":\"{}",
+            LIMIT - 1,
+            "p".repeat(1024)
+        );
+        stream.write_all(head.as_bytes()).await?;
+        stream.flush().await?;
+        stalled.push(stream);
+    }
+    let hook = || {
+        post_json(
+            "/hooks/claude-code",
+            &[],
+            r#"{"hook_event_name":"Stop"}"#.to_owned(),
+        )
+    };
+    // A small body from the same address finds no room, once the four hold theirs.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let (status, body) = loop {
+        let answer = https(&net.cli, remote, &pki.ca_der, hook()?).await?;
+        if answer.0 == StatusCode::TOO_MANY_REQUESTS || tokio::time::Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{body}\n{}",
+        daemon.logs().text()
+    );
+    assert!(body.contains("relay_too_many_requests"), "{body}");
+    // The daemon's budget itself still has room: a caller on another address is served.
+    let local = SocketAddr::from((Ipv4Addr::LOCALHOST, DAEMON_PORT));
+    let (status, body) = https(&net.srv, local, &pki.ca_der, hook()?).await?;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    drop(stalled);
+    Ok(())
+}
+
+/// A TLS client configuration that trusts `ca` only.
+fn trusting(ca: &CertificateDer<'static>) -> anyhow::Result<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone())?;
+    Ok(
+        rustls::ClientConfig::builder_with_provider(relay_proxy::tls::provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
 }

@@ -1,7 +1,9 @@
 //! The hook routes (SPEC §3.4): the media type, the body and its event name, the
 //! credential decision, then the worker or the agent's pass-through answer.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,7 +28,12 @@ use crate::metrics::{Destination, RouteLabel};
 use crate::routes::Agent;
 
 impl Front {
-    pub(super) async fn hook(self: Arc<Self>, req: Request<Incoming>, agent: Agent) -> Answer {
+    pub(super) async fn hook(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        agent: Agent,
+        peer: IpAddr,
+    ) -> Answer {
         let local = |res| Answer::new(res, RouteLabel::Hook, Destination::Local);
         if !headers::is_json_media_type(req.headers()) {
             return local(unsupported_media_type());
@@ -46,9 +53,9 @@ impl Front {
         if content_length(req.headers()).is_some_and(|len| len > limit) {
             return local(payload_too_large(limit));
         }
-        let _buffered = match self.hook_buffer.reserve(req.headers(), limit).await {
-            Some(permit) => permit,
-            None => return local(overloaded()),
+        let _buffered = match self.hook_buffer.reserve(req.headers(), limit, peer).await {
+            Ok(room) => room,
+            Err(full) => return local(full.answer()),
         };
         let (parts, incoming) = req.into_parts();
         // The body holds its room in the budget while it arrives, so it must arrive in the
@@ -142,10 +149,17 @@ impl Front {
 /// body; this bounds them all, so that many slow bodies cannot grow the daemon without
 /// limit). A body reserves its declared length, or the whole per-body limit when it has
 /// none, before its first byte is read, and keeps the reservation until its answer.
+///
+/// One remote peer address may hold at most a quarter of the budget (and always room for
+/// one body at the limit), so that a caller who keeps starting slow bodies from one address
+/// leaves room for everyone else. Loopback callers are not counted per address: every local
+/// user shares 127.0.0.1, so a share would let one of them lock out the others.
 #[derive(Debug)]
 pub(super) struct HookBuffer {
     bytes: Semaphore,
     capacity: u64,
+    /// The bytes each remote peer address holds now; an address holding none has no entry.
+    held: Mutex<HashMap<IpAddr, u64>>,
 }
 
 /// The default budget: sixteen bodies of the default 1 MiB limit at once.
@@ -154,6 +168,65 @@ pub(super) const DEFAULT_HOOK_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
 /// How long a hook body waits for room in the budget before it is answered 503.
 const HOOK_BUFFER_WAIT: Duration = Duration::from_secs(1);
 
+/// Why a hook body found no room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NoRoom {
+    /// The caller's address holds its whole share: 429.
+    PeerShare,
+    /// The daemon's budget stayed full for [`HOOK_BUFFER_WAIT`]: 503.
+    Budget,
+}
+
+impl NoRoom {
+    fn answer(self) -> Response<ResponseBody> {
+        match self {
+            NoRoom::PeerShare => retry_later(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorKind::RelayTooManyRequests,
+                "too many hook bodies are being received from this address at once",
+                1,
+            ),
+            NoRoom::Budget => retry_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorKind::RelayTooManyRequests,
+                "too many hook bodies are being received at once",
+                1,
+            ),
+        }
+    }
+}
+
+/// One body's room in a [`HookBuffer`], given back when dropped.
+#[derive(Debug)]
+pub(super) struct HookRoom<'a> {
+    _permit: SemaphorePermit<'a>,
+    _share: Option<PeerShare<'a>>,
+}
+
+/// The bytes of one body counted against its remote peer address.
+#[derive(Debug)]
+struct PeerShare<'a> {
+    buffer: &'a HookBuffer,
+    peer: IpAddr,
+    bytes: u64,
+}
+
+impl Drop for PeerShare<'_> {
+    fn drop(&mut self) {
+        let Some(mut held) =
+            relay_logging::sync::lock(&self.buffer.held, "hook bodies per address")
+        else {
+            return;
+        };
+        if let Some(bytes) = held.get_mut(&self.peer) {
+            *bytes = bytes.saturating_sub(self.bytes);
+            if *bytes == 0 {
+                held.remove(&self.peer);
+            }
+        }
+    }
+}
+
 impl HookBuffer {
     pub(super) fn new(capacity: u64) -> HookBuffer {
         // A semaphore holds at most `usize::MAX >> 3` permits.
@@ -161,32 +234,60 @@ impl HookBuffer {
         HookBuffer {
             bytes: Semaphore::new(usize::try_from(capacity).unwrap_or(usize::MAX >> 3)),
             capacity,
+            held: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Room for one body of at most `limit` bytes, waiting at most [`HOOK_BUFFER_WAIT`];
-    /// `None` when the budget stays full.
-    async fn reserve(&self, headers: &HeaderMap, limit: u64) -> Option<SemaphorePermit<'_>> {
+    /// Room for one body of at most `limit` bytes from `peer`, waiting at most
+    /// [`HOOK_BUFFER_WAIT`] for the daemon's budget; a remote address over its share is
+    /// refused at once.
+    pub(super) async fn reserve(
+        &self,
+        headers: &HeaderMap,
+        limit: u64,
+        peer: IpAddr,
+    ) -> Result<HookRoom<'_>, NoRoom> {
         let want = content_length(headers)
             .unwrap_or(limit)
             .min(limit)
             .min(self.capacity);
+        let share = if peer.is_loopback() {
+            None
+        } else {
+            Some(self.take_share(peer, want, limit)?)
+        };
         let want = u32::try_from(want).unwrap_or(u32::MAX);
         match tokio::time::timeout(HOOK_BUFFER_WAIT, self.bytes.acquire_many(want)).await {
-            Ok(Ok(permit)) => Some(permit),
-            Ok(Err(_)) | Err(_) => None,
+            Ok(Ok(permit)) => Ok(HookRoom {
+                _permit: permit,
+                _share: share,
+            }),
+            // Dropping `share` gives the address its bytes back.
+            Ok(Err(_)) | Err(_) => Err(NoRoom::Budget),
         }
     }
-}
 
-/// 503 when the daemon already buffers as many hook bodies as it allows.
-fn overloaded() -> Response<ResponseBody> {
-    retry_later(
-        StatusCode::SERVICE_UNAVAILABLE,
-        ErrorKind::RelayTooManyRequests,
-        "too many hook bodies are being received at once",
-        1,
-    )
+    /// Counts `want` bytes against `peer`, whose share is a quarter of the budget, or one
+    /// body at the `limit` when that is more.
+    fn take_share(&self, peer: IpAddr, want: u64, limit: u64) -> Result<PeerShare<'_>, NoRoom> {
+        let share = (self.capacity / 4).max(limit).min(self.capacity);
+        // A poisoned map fails closed: refusing is safe, counting wrong is not.
+        let mut held = relay_logging::sync::lock(&self.held, "hook bodies per address")
+            .ok_or(NoRoom::PeerShare)?;
+        let bytes = held.entry(peer).or_insert(0);
+        if bytes.saturating_add(want) > share {
+            if *bytes == 0 {
+                held.remove(&peer);
+            }
+            return Err(NoRoom::PeerShare);
+        }
+        *bytes += want;
+        Ok(PeerShare {
+            buffer: self,
+            peer,
+            bytes: want,
+        })
+    }
 }
 
 /// 408 for a hook body that did not arrive within `within`; the rest of it is not read, so
@@ -251,3 +352,6 @@ pub(super) fn hook_event(body: &[u8]) -> Option<Option<&str>> {
         Err(_) => None,
     }
 }
+
+#[cfg(test)]
+mod tests;
