@@ -1289,6 +1289,12 @@ impl Observer for Collected {
 /// A worker running `plugins_toml` (a system `plugins.toml`), recording into the returned
 /// observer.
 async fn worker_with_plugins(stand_in: &StandIn, plugins_toml: &str) -> (Worker, Arc<Collected>) {
+    let (setup, collected) = plugin_setup(stand_in, plugins_toml);
+    (setup.start().await, collected)
+}
+
+/// [`worker_with_plugins`] before it starts, for a test to change its limits.
+fn plugin_setup(stand_in: &StandIn, plugins_toml: &str) -> (Setup, Arc<Collected>) {
     let plugins = relay_plugins::Plugins::parse(
         Some((
             std::path::Path::new("/etc/relay/plugins.toml"),
@@ -1307,7 +1313,7 @@ async fn worker_with_plugins(stand_in: &StandIn, plugins_toml: &str) -> (Worker,
         Some(observer),
         &relay_proxy::config::WorkerConfig::default(),
     ));
-    (setup.start().await, collected)
+    (setup, collected)
 }
 
 const OBSERVE: &str = "version = 1\n[[components]]\nkind = \"observability\"\n[components.config]\ncapture_content = true\n";
@@ -1544,6 +1550,46 @@ async fn terminal_hooks_wait_for_the_records_and_others_do_not() {
             "{agent} {event}"
         );
     }
+}
+
+/// A compressed body within the limit that decodes past it: records alone cannot read it
+/// whole but forward it as it came; a model rule cannot decide on it.
+#[tokio::test]
+async fn a_body_that_decodes_past_the_limit_is_refused_only_when_a_rule_needs_it() {
+    use std::io::Write as _;
+    const LIMIT: u64 = 1000;
+    let stand_in = StandIn::start().await.unwrap();
+    let decoded = format!(r#"{{"model":"claude-x","pad":"{}"}}"#, "p".repeat(2000));
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(decoded.as_bytes()).unwrap();
+    let body = Bytes::from(gzip.finish().unwrap());
+    assert!((body.len() as u64) < LIMIT);
+    let send = |worker: &Worker| {
+        worker
+            .request(Method::POST, "/v1/messages")
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(Full::new(body.clone()))
+            .unwrap()
+    };
+    // Records alone forward it untouched.
+    let (mut setup, _) = plugin_setup(&stand_in, OBSERVE);
+    setup.limits.max_request_body_bytes = LIMIT;
+    let worker = setup.start().await;
+    assert_eq!(worker.send(send(&worker)).await.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(recorded[0].body, body);
+    assert_eq!(recorded[0].header_str("content-encoding"), Some("gzip"));
+    // A model rule would decide on a cut body: 413, nothing sent.
+    stand_in.clear_requests();
+    let (mut setup, _) = plugin_setup(&stand_in, &format!("{OBSERVE}{ALLOW_LIST}"));
+    setup.limits.max_request_body_bytes = LIMIT;
+    let worker = setup.start().await;
+    worker
+        .send(send(&worker))
+        .await
+        .assert_error(413, "relay_payload_too_large");
+    assert_eq!(stand_in.request_count(), 0);
 }
 
 #[tokio::test]
