@@ -25,7 +25,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use relay_broker::BrokerConfig;
 use relay_identity::{DaemonAddress, PinStore, RouteToken, SigningKey};
-use relay_proto::{Bytes32, Id, RegisterMcpFields};
+use relay_proto::{Bytes32, Id, RegisterMcpFields, Timers};
 use relay_proxy::config::{BaseUrl, Config};
 use relay_proxy::control::MCP_PATH;
 use relay_proxy::control::client::{ClientIdentity, Registration, connect};
@@ -59,6 +59,13 @@ struct Daemon {
 
 impl Daemon {
     async fn start(challenge_ttl: Duration) -> Daemon {
+        Daemon::start_on(challenge_ttl, Ipv4Addr::LOCALHOST, Timers::default()).await
+    }
+
+    /// A daemon whose front takes `bind` as its bind address (the listener stays on
+    /// loopback so the test can reach it: a non-loopback `bind` makes it refuse unknown
+    /// callers, as a remote daemon does), with the broker's `timers`.
+    async fn start_on(challenge_ttl: Duration, bind: Ipv4Addr, timers: Timers) -> Daemon {
         let stand_in = StandIn::start().await.unwrap();
         let upstream = stand_in.base_url();
         let base = |text: &str| BaseUrl::parse(text).unwrap();
@@ -72,6 +79,7 @@ impl Daemon {
         let shell = Shell::new(
             BrokerConfig {
                 activation_wait: ACTIVATION_WAIT,
+                timers,
                 ..BrokerConfig::default()
             },
             StateStore::new(state.path()),
@@ -105,7 +113,7 @@ impl Daemon {
         .unwrap();
         let front = Front::new(
             FrontOptions {
-                bind: Ipv4Addr::LOCALHOST,
+                bind,
                 port: addr.port(),
                 advertised: Advertised {
                     https: false,
@@ -152,21 +160,91 @@ impl Daemon {
 
     /// A `SessionStart` hook with `token`, over a fresh connection; the status.
     async fn session_start(&self, token: &str) -> u16 {
+        self.hook(token, "SessionStart").await
+    }
+
+    /// A Claude Code hook of `event` with `token`, over a fresh connection; the status.
+    async fn hook(&self, token: &str, event: &str) -> u16 {
         let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
         let req = Request::builder()
             .method(Method::POST)
             .uri(format!("http://{}/hooks/claude-code", self.addr))
             .header("content-type", "application/json")
             .header("x-relay-client-token", token)
-            .body(Full::new(Bytes::from_static(
-                br#"{"hook_event_name":"SessionStart"}"#,
-            )))
+            .body(Full::new(Bytes::from(format!(
+                r#"{{"hook_event_name":"{event}"}}"#
+            ))))
             .unwrap();
         let res = client.request(req).await.unwrap();
         let status = res.status().as_u16();
         let _ = res.into_body().collect().await;
         status
     }
+
+    /// The pass-through reason `/_relay/v1/route` gives for `token`, if any.
+    async fn route_reason(&self, token: &str) -> Option<String> {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+        let req = Request::builder()
+            .uri(format!("http://{}/_relay/v1/route", self.addr))
+            .header("x-relay-client-token", token)
+            .body(Full::default())
+            .unwrap();
+        let body = client.request(req).await.unwrap().into_body();
+        let body = body.collect().await.unwrap().to_bytes();
+        let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        status["reason"].as_str().map(str::to_owned)
+    }
+}
+
+/// A remote daemon (a bind that refuses unknown callers) decides a hook from its head, so
+/// that unknown callers are refused before their body is read. A known user's
+/// `SessionStart` that arrives before its MCP session, as Claude Code's does, must still
+/// wait for that session as on loopback, not pass through at once and escape the records
+/// and the policy; an unknown caller still gets 401 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_remote_bind_a_known_users_session_start_waits_for_its_session() {
+    let timers = Timers {
+        reconnect_grace_ms: 100,
+        ..Timers::default()
+    };
+    let daemon = Daemon::start_on(Duration::from_secs(30), Ipv4Addr::UNSPECIFIED, timers).await;
+    let pins = tempfile::tempdir().unwrap();
+    let user = RouteToken::generate().unwrap();
+    // An earlier session bound the credential and ended.
+    let (session, _registered) = connect(
+        &daemon.identity(&pins),
+        Registration::Mcp(RegisterMcpFields {
+            credential: Bytes32(*user.expose_bytes()),
+            worker_hint: None,
+        }),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    drop(session);
+    let token = user.encode();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while daemon.route_reason(&token).await.as_deref() != Some("no_live_session") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ended session stayed live"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let started = tokio::time::Instant::now();
+    assert_eq!(daemon.session_start(&token).await, 200);
+    let waited = started.elapsed();
+    assert!(
+        waited >= ACTIVATION_WAIT.mul_f64(0.9),
+        "the SessionStart waited {waited:?}, not the activation wait"
+    );
+    // Other events do not wait, and an unknown caller is refused at once.
+    let started = tokio::time::Instant::now();
+    assert_eq!(daemon.hook(&token, "Stop").await, 200);
+    let stranger = RouteToken::generate().unwrap().encode();
+    assert_eq!(daemon.session_start(&stranger).await, 401);
+    assert!(started.elapsed() < ACTIVATION_WAIT / 2);
 }
 
 /// The attack of issue 9: 300 opening hooks, each with a random, unbound, well-formed

@@ -93,11 +93,12 @@ impl Front {
         !self.is_loopback_bind() && !self.options.allow_anonymous_pass_through
     }
 
-    /// True when [`Front::decide`] for a hook depends on whether it opens a session: only
-    /// for a token the broker may know, where an unknown caller is not refused anyway. For
-    /// every other credential the hook's body is not needed to decide, so refusals are
-    /// answered before it is read (a missing, malformed or refused credential costs the
-    /// daemon no body).
+    /// True when [`Front::decide`] for a hook depends on whether it opens a session before
+    /// anything else is known: for a token the broker may know, where an unknown caller is
+    /// not refused anyway. For every other credential the hook is decided from its head
+    /// first, so refusals are answered before its body is read (a missing, malformed or
+    /// refused credential costs the daemon no body); where unknown callers are refused, a
+    /// bound token not at a ready worker is decided again with its event (`Front::hook`).
     pub(super) fn decision_needs_event(&self, credential: &Credential) -> bool {
         matches!(credential, Credential::Token(_))
             && self.shell.is_some()
@@ -112,12 +113,6 @@ impl Front {
         kind: RequestKind,
     ) -> Result<Routed, Refusal> {
         let anonymous_refused = self.is_anonymous_refused();
-        // A caller whose credential turns out unbound gets 401 here: it may not park a
-        // request waiting for a session.
-        let kind = match kind {
-            RequestKind::OpeningHook if anonymous_refused => RequestKind::Hook,
-            kind => kind,
-        };
         if let (Credential::Token(token), Some(shell)) = (credential, &self.shell) {
             let digest = Digest(*token.digest().as_bytes());
             match shell.route(digest, kind).await {

@@ -15,7 +15,7 @@ use relay_broker::RequestKind;
 use relay_proto::{ErrorKind, PassThroughReason};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use super::credential::{Routed, parse_credential};
+use super::credential::{Refusal, Routed, parse_credential};
 use super::to_worker::WorkerResult;
 use super::{Answer, Front, Mode};
 use crate::answers::{
@@ -45,6 +45,14 @@ impl Front {
             None
         } else {
             match self.decide(&credential, RequestKind::Hook).await {
+                // A bound credential whose session has no ready worker yet: an opening event
+                // may wait for it, so this is decided again once the body names the event.
+                // Only a caller the broker knows gets this far before its body is read.
+                Ok(Routed::PassThrough {
+                    fingerprint: Some(_),
+                    ..
+                })
+                | Err(Refusal::Unavailable { .. }) => None,
                 Ok(routed) => Some(routed),
                 Err(refusal) => return local(refusal.answer()),
             }
