@@ -45,9 +45,11 @@ pub enum WireFormat {
 
 impl WireFormat {
     /// The format a request path speaks (the query is ignored), if it is one of the three.
+    /// Anthropic's token counting (`/v1/messages/count_tokens`) takes a Messages request, so
+    /// policy and redaction see it as one.
     pub fn from_path(path: &str) -> Option<Self> {
         let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
-        if path.ends_with("/messages") {
+        if path.ends_with("/messages") || path.ends_with("/messages/count_tokens") {
             Some(Self::AnthropicMessages)
         } else if path.ends_with("/responses") {
             Some(Self::OpenAiResponses)

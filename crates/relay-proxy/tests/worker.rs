@@ -1485,6 +1485,35 @@ async fn secrets_reach_the_provider_untouched_unless_request_redaction_is_on() {
     assert_eq!(redactions, Some(2));
 }
 
+/// Token counting takes a whole Messages request: request redaction rewrites it and model
+/// rules judge it like any other model request.
+#[tokio::test]
+async fn token_counting_is_redacted_and_judged_like_a_messages_request() {
+    let stand_in = StandIn::start().await.unwrap();
+    let body = br#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"mail jane.doe@example.com"}]}"#;
+    let redaction = "\n[[components]]\nkind = \"pii_redaction\"\n[components.config]\ndetectors = [\"email\"]\naction = \"redact\"\nredact_requests = true\n";
+    let (worker, _) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{redaction}")).await;
+    assert_eq!(
+        worker.post("/v1/messages/count_tokens", body).await.status,
+        200
+    );
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    let sent = String::from_utf8(recorded[0].body.to_vec()).unwrap();
+    assert!(!sent.contains("jane.doe@example.com"), "{sent}");
+    assert!(sent.contains("mail "), "{sent}");
+
+    stand_in.clear_requests();
+    let (worker, _) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{ALLOW_LIST}")).await;
+    worker
+        .post(
+            "/v1/messages/count_tokens",
+            br#"{"model":"gpt-5","messages":[]}"#,
+        )
+        .await
+        .assert_error(403, "relay_policy_rejected");
+    assert_eq!(stand_in.request_count(), 0);
+}
+
 #[tokio::test]
 async fn the_response_tap_reports_usage_status_and_time_to_first_byte() {
     let stand_in = StandIn::start().await.unwrap();

@@ -363,6 +363,10 @@ fn formats_and_body_kinds_from_the_request() {
         WireFormat::from_path("/openai/v1/chat/completions"),
         Some(OpenAiChatCompletions)
     );
+    assert_eq!(
+        WireFormat::from_path("/v1/messages/count_tokens?beta=true"),
+        Some(AnthropicMessages)
+    );
     assert_eq!(WireFormat::from_path("/v1/models"), None);
     assert_eq!(
         BodyKind::from_content_type(Some("text/event-stream; charset=utf-8")),
