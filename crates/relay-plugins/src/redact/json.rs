@@ -3,6 +3,9 @@
 //! so keys, numbers, whitespace and order are copied byte for byte.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
+
+use serde_json::Value;
 
 use super::{BodyRedaction, Redactor, Replacements, Triggered};
 
@@ -23,6 +26,8 @@ pub(super) fn redact_strings<'a>(
     let mut copied = 0;
     let mut replaced = Replacements::default();
     let mut at = 0;
+    // Found the first time a string would change.
+    let mut signed: Option<HashSet<String>> = None;
     while let Some(open) = memchr::memchr(b'"', &body[at..]).map(|i| at + i) {
         let Some((close, escaped)) = string_end(body, open + 1) else {
             // A string that never closes: the rest is redacted as text.
@@ -40,6 +45,10 @@ pub(super) fn redact_strings<'a>(
         let Some(rewritten) = redact_literal(redactor, raw, escaped, triggered) else {
             continue;
         };
+        let signed = signed.get_or_insert_with(|| provider_signed(body));
+        if !signed.is_empty() && is_one_of(signed, raw, escaped) {
+            continue;
+        }
         let (literal, more) = rewritten;
         let out = out.get_or_insert_with(|| Vec::with_capacity(body.len() + 64));
         out.extend_from_slice(&body[copied..open + 1]);
@@ -59,6 +68,57 @@ pub(super) fn redact_strings<'a>(
                 replaced,
             }
         }
+    }
+}
+
+/// The string values of `body` that the provider generated and checks when they come back
+/// in a later request: the text and signature of Anthropic's thinking blocks, the data of
+/// its redacted thinking, and OpenAI's encrypted reasoning. A changed one is refused (400),
+/// which would end the agent's turn; and what they hold came from the provider, so sending
+/// it back as it was discloses nothing the provider has not seen.
+fn provider_signed(body: &[u8]) -> HashSet<String> {
+    let mut found = HashSet::new();
+    let mentions = |word: &[u8]| memchr::memmem::find(body, word).is_some();
+    if !mentions(b"thinking") && !mentions(b"reasoning") {
+        return found;
+    }
+    if let Ok(document) = serde_json::from_slice::<Value>(body) {
+        collect_signed(&document, &mut found);
+    }
+    found
+}
+
+fn collect_signed(value: &Value, found: &mut HashSet<String>) {
+    match value {
+        Value::Object(fields) => {
+            let signed: &[&str] = match fields.get("type").and_then(Value::as_str) {
+                Some("thinking") => &["thinking", "signature"],
+                Some("redacted_thinking") => &["data"],
+                Some("reasoning") => &["encrypted_content"],
+                _ => &[],
+            };
+            for name in signed {
+                if let Some(Value::String(text)) = fields.get(*name) {
+                    found.insert(text.clone());
+                }
+            }
+            fields.values().for_each(|v| collect_signed(v, found));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_signed(v, found)),
+        _ => {}
+    }
+}
+
+/// Whether the string literal `raw` (its content, `escaped` when it holds a backslash) has
+/// one of the values in `set`.
+fn is_one_of(set: &HashSet<String>, raw: &[u8], escaped: bool) -> bool {
+    let Ok(raw) = std::str::from_utf8(raw) else {
+        return false;
+    };
+    if escaped {
+        unescape(raw).is_some_and(|value| set.contains(&value))
+    } else {
+        set.contains(raw)
     }
 }
 

@@ -437,3 +437,44 @@ proptest! {
         prop_assert_eq!(&parsed, &redact_value(redactor, &value));
     }
 }
+
+/// Anthropic refuses a thinking block that does not come back as it was sent, and OpenAI
+/// its encrypted reasoning: those values are left alone, every other string is redacted.
+#[test]
+fn what_the_provider_signed_comes_back_unchanged() {
+    let redactor = redactor(RedactAction::Redact);
+    let body = serde_json::json!({
+        "model": "claude-sonnet-4-5",
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [
+            {"role": "user", "content": "write to jane.doe@example.com"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "The user wants mail sent to jane@example.org.", "signature": "sig-jane@example.org"},
+                {"type": "redacted_thinking", "data": "opaque bob@example.net"},
+                {"type": "text", "text": "Mailing jane@example.org now."}
+            ]},
+        ],
+        "input": [{"type": "reasoning", "encrypted_content": "gAAA carol@example.com", "summary": []}]
+    });
+    let body = serde_json::to_vec(&body).unwrap();
+    let result = redactor.redact_json_body(&body);
+    let sent: serde_json::Value = serde_json::from_slice(&result.body).unwrap();
+    let text = sent.to_string();
+    assert!(!text.contains("jane.doe@example.com"), "{text}");
+    assert_eq!(
+        sent["messages"][1]["content"][0],
+        serde_json::json!({"type": "thinking", "thinking": "The user wants mail sent to jane@example.org.", "signature": "sig-jane@example.org"})
+    );
+    assert_eq!(
+        sent["messages"][1]["content"][1]["data"],
+        "opaque bob@example.net"
+    );
+    assert_eq!(
+        sent["input"][0]["encrypted_content"],
+        "gAAA carol@example.com"
+    );
+    // The same address in the assistant's visible text is redacted.
+    let visible = sent["messages"][1]["content"][2]["text"].as_str().unwrap();
+    assert!(!visible.contains("jane@example.org"), "{visible}");
+    assert_eq!(result.replaced.total(), 2);
+}
