@@ -236,14 +236,23 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
     {
         attributes.push(Attribute::str("relay.cost_usd", cost));
     }
-    let status = match end.data.get("status").and_then(Value::as_u64) {
-        Some(code) if code >= 400 => SpanStatus::Error(format!("HTTP {code}")),
-        Some(_) => SpanStatus::Ok,
-        None if end.data.get("outcome").and_then(Value::as_str) == Some("failure") => {
-            SpanStatus::Error("the tool failed".to_owned())
-        }
-        None => SpanStatus::Unset,
+    // A failure names its type in `error.type`, as the conventions require: the HTTP
+    // status, or `_OTHER` (their fallback) for a failed tool. A success leaves the status
+    // unset, as OpenTelemetry asks of instrumentation.
+    let (status, error_type) = match end.data.get("status").and_then(Value::as_u64) {
+        Some(code) if code >= 400 => (
+            SpanStatus::Error(format!("HTTP {code}")),
+            Some(code.to_string()),
+        ),
+        None if end.data.get("outcome").and_then(Value::as_str) == Some("failure") => (
+            SpanStatus::Error("the tool failed".to_owned()),
+            Some("_OTHER".to_owned()),
+        ),
+        Some(_) | None => (SpanStatus::Unset, None),
     };
+    if let Some(error_type) = error_type {
+        attributes.push(Attribute::str("error.type", error_type));
+    }
     SpanData {
         name,
         trace_id: open.trace_id,

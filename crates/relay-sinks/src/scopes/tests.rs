@@ -226,4 +226,12 @@ fn a_failed_request_is_an_error_span() {
     let (_, spans) = spans_of(steps);
     assert_eq!(spans[0].status, SpanStatus::Error("HTTP 502".to_owned()));
     assert_eq!(spans[0].parent_span_id, None);
+    assert_eq!(
+        attr(&spans[0], "error.type"),
+        Some(&AttrValue::Str("502".to_owned()))
+    );
+    // A success has no error type and leaves the status unset.
+    let (_, spans) = spans_of(request(None));
+    assert_eq!(spans[0].status, SpanStatus::Unset);
+    assert_eq!(attr(&spans[0], "error.type"), None);
 }
