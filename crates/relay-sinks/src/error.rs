@@ -57,9 +57,10 @@ pub enum SinkError {
     /// The file writer's thread could not be started.
     #[error("cannot start the record file writer: {source}")]
     SpawnWriter { source: io::Error },
-    /// The URL does not parse or is not `http`/`https`.
-    #[error("invalid sink URL {url:?}: {reason}")]
-    InvalidUrl { url: String, reason: &'static str },
+    /// The URL does not parse or is not `http`/`https`. The URL is never shown: its query
+    /// or user part may hold a credential.
+    #[error("invalid sink URL: {reason}")]
+    InvalidUrl { reason: &'static str },
     /// A header name or value is not valid HTTP (the value is never shown).
     #[error("invalid header {name:?}")]
     InvalidHeader { name: String },

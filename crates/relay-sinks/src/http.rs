@@ -38,23 +38,18 @@ pub fn backoff(retry: u32, initial: Duration, cap: Duration) -> Duration {
 /// Parses a collector URL: `http` or `https` with a host.
 pub(crate) fn parse_url(url: &str) -> Result<Uri, SinkError> {
     let uri: Uri = url.parse().map_err(|_| SinkError::InvalidUrl {
-        url: url.to_owned(),
         reason: "not a URL",
     })?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
         _ => {
             return Err(SinkError::InvalidUrl {
-                url: url.to_owned(),
                 reason: "the scheme must be http or https",
             });
         }
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(SinkError::InvalidUrl {
-            url: url.to_owned(),
-            reason: "no host",
-        });
+        return Err(SinkError::InvalidUrl { reason: "no host" });
     }
     Ok(uri)
 }

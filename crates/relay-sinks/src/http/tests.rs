@@ -55,6 +55,14 @@ fn only_http_and_https_urls_with_a_host() {
     for bad in ["ftp://x/", "collector:80", "not a url", "file:///tmp/x"] {
         assert!(parse_url(bad).is_err(), "{bad}");
     }
+    // The diagnostic never repeats the URL, whose query may hold a key.
+    for bad in [
+        "ftp://collector/ingest?api_key=s3cret-key",
+        "https://collector/in gest?api_key=s3cret-key",
+    ] {
+        let error = parse_url(bad).unwrap_err().to_string();
+        assert!(!error.contains("s3cret"), "{error}");
+    }
 }
 
 #[test]
