@@ -354,9 +354,13 @@ impl Control {
             match outcome {
                 // The broker owns the worker: it drains and exits on its own.
                 Some(LaunchOutcome::Published) => return,
-                // No answer: the broker and the worker's own grace clean up (§5.5).
-                None => return,
-                Some(_) => {}
+                // The broker does not know this launch: a daemon restarted since then, and
+                // the worker may have resumed and serve other sessions of the route. Like
+                // no answer, the broker and the worker's own grace clean up.
+                Some(LaunchOutcome::Unknown) | None => return,
+                Some(
+                    LaunchOutcome::Cancelled | LaunchOutcome::Superseded | LaunchOutcome::Pending,
+                ) => {}
             }
             // Killed, reaped and logged as `worker_stopped` like any other end of a child.
             let _ = tokio::time::timeout(Duration::from_millis(200), launched.stop()).await;

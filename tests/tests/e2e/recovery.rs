@@ -403,3 +403,63 @@ async fn sigterm_leaves_the_clients_running_and_they_resume_when_relayd_returns(
     super::support::assert_serves_mcp(&mut mcp, 3).await?;
     Ok(())
 }
+
+/// Two sessions of one user share the worker that the first launched. After relayd
+/// restarts, the worker resumes and the restarted daemon owns it; it has no record of the
+/// launch, so when the launching session ends, its relay-mcp must leave the worker to the
+/// daemon rather than kill it under the other session.
+#[tokio::test]
+async fn after_a_relayd_restart_the_launching_session_ending_leaves_the_shared_worker_serving()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let mut relayd = Relayd::builder()?
+        .config(fault_config(
+            &stand_in,
+            "",
+            "reconnect_grace_secs = 15\ndrain_secs = 1\nretry_base_ms = 200",
+        ))
+        .keep_socket()
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let mut launcher = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let (worker_id, worker_pid) = first_worker(&relayd, &user).await?;
+    let other = ready_mcp(&user, &relayd.origin(), &token).await?;
+
+    let status = relayd.stop().await?;
+    assert_eq!(status.code(), Some(0), "{}", relayd.logs().text());
+    relayd.start_again().await?;
+    event_with(
+        relayd.logs(),
+        "worker_control_reconnected",
+        "worker_id",
+        &worker_id,
+        WORKER_TIMEOUT,
+    )
+    .await?;
+    for mcp in [&launcher, &other] {
+        mcp.logs()
+            .wait_for_events("daemon_mcp_ready", 2, EVENT_TIMEOUT)
+            .await?;
+    }
+    wait_for_route_state(&relayd, &token, "ready", EVENT_TIMEOUT).await?;
+
+    launcher.close_stdin();
+    let status = launcher.wait(STOP_TIMEOUT).await?;
+    assert!(status.success(), "{status:?}\n{}", launcher.logs().text());
+    assert!(
+        procfs::is_alive(worker_pid),
+        "the launching relay-mcp killed the shared worker\n{}",
+        launcher.logs().text()
+    );
+    assert_through_worker(
+        &relayd,
+        &stand_in,
+        worker_pid,
+        anthropic_request(&token, &marker("after-the-launcher")?)?,
+    )
+    .await?;
+    assert_eq!(user.worker_pids(), [worker_pid]);
+    Ok(())
+}
