@@ -418,13 +418,24 @@ fn listener(
 }
 
 /// The daemon's own provider keys: a key file (checked like the token file) wins over the
-/// environment variable.
+/// environment variable. A key file directly in the credentials directory systemd gives
+/// the service (`$CREDENTIALS_DIRECTORY`, filled by `LoadCredential=`) is owned by root and
+/// read through an ACL, so it is checked as systemd writes it.
 fn provider_keys(config: &Config, env: &impl Env) -> Result<ProviderKeys, String> {
+    let credentials = env.non_empty("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let read = |key: &str, file: &str, var: &str| -> Result<Option<String>, String> {
         if !file.is_empty() {
             let path = Path::new(file);
             let euid = relay_identity::store::current_euid();
-            let bytes = relay_identity::read_private_file(path, euid, MAX_KEY_FILE_BYTES)
+            let from_systemd = credentials
+                .as_deref()
+                .is_some_and(|dir| path.parent() == Some(dir));
+            let read_file = if from_systemd {
+                relay_identity::read_service_credential
+            } else {
+                relay_identity::read_private_file
+            };
+            let bytes = read_file(path, euid, MAX_KEY_FILE_BYTES)
                 .map_err(|reason| format!("{key}: provider key file {}: {reason}", path.display()))?
                 .ok_or_else(|| {
                     format!("{key}: provider key file {} does not exist", path.display())

@@ -36,8 +36,8 @@ pub use secret::{RandomError, Secret32, constant_time_eq, random_id_bytes};
 pub use store::{FileFacts, StoreError};
 pub use token::{
     CredentialSource, EnsureError, EnsureOutcome, MAX_TOKEN_FILE_BYTES, ResolvedCredential,
-    RouteToken, TokenDigest, TokenError, TokenFileReason, check_private_file, check_token_file,
-    ensure_token_file, parse_token_contents, read_private_file, read_token_file,
-    resolve_credential,
+    RouteToken, TokenDigest, TokenError, TokenFileReason, check_private_file,
+    check_service_credential, check_token_file, ensure_token_file, parse_token_contents,
+    read_private_file, read_service_credential, read_token_file, resolve_credential,
 };
 pub use transcript::{HANDSHAKE_DOMAIN, HandshakeFields, Transcript};

@@ -268,6 +268,56 @@ pub fn read_private_file(
     euid: u32,
     max_len: u64,
 ) -> Result<Option<Vec<u8>>, TokenFileReason> {
+    read_checked(path, max_len, |facts| {
+        check_private_file(facts, euid, max_len)
+    })
+}
+
+/// The checks for a credential that systemd hands a service (`LoadCredential=`) in its
+/// private credentials directory: systemd writes the file owned by root, mode 0400, and
+/// gives the service's user read access with an ACL, whose mask then shows as the group's
+/// bits. Not a symlink, a regular file, owned by root or `euid`, no access for others, at
+/// most `max_len` bytes.
+pub fn check_service_credential(
+    facts: &FileFacts,
+    euid: u32,
+    max_len: u64,
+) -> Result<(), TokenFileReason> {
+    if facts.is_symlink {
+        return Err(TokenFileReason::Symlink);
+    }
+    if !facts.is_regular_file {
+        return Err(TokenFileReason::NotRegularFile);
+    }
+    if facts.uid != euid && facts.uid != 0 {
+        return Err(TokenFileReason::NotOwnedByCurrentUser);
+    }
+    if facts.mode & 0o007 != 0 {
+        return Err(TokenFileReason::InsecurePermissions);
+    }
+    if facts.len > max_len {
+        return Err(TokenFileReason::TooLarge);
+    }
+    Ok(())
+}
+
+/// [`read_private_file`] for a file in a service's credentials directory, checked by
+/// [`check_service_credential`].
+pub fn read_service_credential(
+    path: &Path,
+    euid: u32,
+    max_len: u64,
+) -> Result<Option<Vec<u8>>, TokenFileReason> {
+    read_checked(path, max_len, |facts| {
+        check_service_credential(facts, euid, max_len)
+    })
+}
+
+fn read_checked(
+    path: &Path,
+    max_len: u64,
+    check: impl Fn(&FileFacts) -> Result<(), TokenFileReason>,
+) -> Result<Option<Vec<u8>>, TokenFileReason> {
     let mut file = match store::open_nofollow(path) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -275,7 +325,7 @@ pub fn read_private_file(
         Err(_) => return Err(TokenFileReason::Unreadable),
     };
     let metadata = file.metadata().map_err(|_| TokenFileReason::Unreadable)?;
-    check_private_file(&FileFacts::from_metadata(&metadata), euid, max_len)?;
+    check(&FileFacts::from_metadata(&metadata))?;
     let bytes = store::read_bounded(&mut file, max_len).map_err(|_| TokenFileReason::Unreadable)?;
     if bytes.len() as u64 > max_len {
         return Err(TokenFileReason::TooLarge);

@@ -1,8 +1,10 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use relay_identity::MapEnv;
+use relay_proxy::config::Config;
 use relay_proxy::control::daemon::endpoint_allowed;
 
-use super::own_addresses;
+use super::{own_addresses, provider_keys};
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
@@ -73,4 +75,38 @@ fn a_remote_worker_cannot_name_an_interface_address_of_the_daemon_host() {
         &networks,
         &own
     ));
+}
+
+/// A key that systemd's `LoadCredential=` placed in the service's credentials directory is
+/// group-readable through an ACL: read from there, refused anywhere else, and refused in a
+/// directory below the credentials directory.
+#[test]
+fn a_key_file_in_the_services_credentials_directory_is_checked_as_systemd_writes_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let credentials = tempfile::tempdir().unwrap();
+    let write = |path: &std::path::Path| {
+        std::fs::write(path, "sk-from-systemd\n").unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o440)).unwrap();
+    };
+    let key = credentials.path().join("openai-api-key");
+    write(&key);
+    let nested = credentials.path().join("sub");
+    std::fs::create_dir(&nested).unwrap();
+    write(&nested.join("openai-api-key"));
+    let with_file = |file: &std::path::Path| {
+        let mut config = Config::default();
+        config.upstream.openai_api_key_file = file.display().to_string();
+        config
+    };
+    let systemd = MapEnv::new().with("CREDENTIALS_DIRECTORY", credentials.path());
+
+    let keys = provider_keys(&with_file(&key), &systemd).unwrap();
+    assert_eq!(keys.openai.unwrap(), "Bearer sk-from-systemd");
+    for (file, env) in [
+        (key.clone(), MapEnv::new()),
+        (nested.join("openai-api-key"), systemd.clone()),
+    ] {
+        let refused = provider_keys(&with_file(&file), &env).unwrap_err();
+        assert!(refused.contains("insecure_permissions"), "{refused}");
+    }
 }

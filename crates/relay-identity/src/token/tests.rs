@@ -100,6 +100,62 @@ fn every_reason_code_has_its_spec_name() {
     );
 }
 
+/// systemd writes a service credential owned by root, mode 0400, readable by the service
+/// through an ACL whose mask shows as the group's bits: accepted there, and nothing looser.
+#[test]
+fn a_service_credential_may_be_roots_and_group_read_but_never_other_read() {
+    let systemd = FileFacts {
+        uid: 0,
+        mode: 0o440,
+        ..facts()
+    };
+    assert_eq!(check_service_credential(&systemd, 1000, 128), Ok(()));
+    assert_eq!(check_service_credential(&facts(), 1000, 128), Ok(()));
+    let cases = [
+        (
+            FileFacts {
+                mode: 0o444,
+                ..systemd
+            },
+            TokenFileReason::InsecurePermissions,
+        ),
+        (
+            FileFacts {
+                uid: 1001,
+                ..systemd
+            },
+            TokenFileReason::NotOwnedByCurrentUser,
+        ),
+        (
+            FileFacts {
+                is_symlink: true,
+                is_regular_file: false,
+                ..systemd
+            },
+            TokenFileReason::Symlink,
+        ),
+        (
+            FileFacts {
+                len: 129,
+                ..systemd
+            },
+            TokenFileReason::TooLarge,
+        ),
+    ];
+    for (facts, reason) in cases {
+        assert_eq!(
+            check_service_credential(&facts, 1000, 128),
+            Err(reason),
+            "{facts:?}"
+        );
+    }
+    // The same root-owned, group-readable file anywhere else is refused.
+    assert_eq!(
+        check_private_file(&systemd, 1000, 128),
+        Err(TokenFileReason::NotOwnedByCurrentUser)
+    );
+}
+
 #[test]
 fn pure_checks_produce_every_metadata_reason() {
     assert_eq!(check_token_file(&facts(), 1000), Ok(()));
