@@ -294,24 +294,44 @@ pub struct BaseUrl {
     uri: Uri,
 }
 
+/// `text` as an error may quote it: user information and a query or fragment are left out,
+/// since they may hold a password or a key (an egress proxy's `user:password@`).
+fn shown(text: &str) -> String {
+    let (scheme, rest) = match text.split_once("://") {
+        Some((scheme, rest)) => (&text[..scheme.len() + 3], rest),
+        None => ("", text),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (user, rest) = match rest[..authority_end].rfind('@') {
+        Some(at) => ("…@", &rest[at + 1..]),
+        None => ("", rest),
+    };
+    let (rest, hidden) = match rest.find(['?', '#']) {
+        Some(at) => (&rest[..at], "?…"),
+        None => (rest, ""),
+    };
+    format!("{:?}", format!("{scheme}{user}{rest}{hidden}"))
+}
+
 impl BaseUrl {
     pub fn parse(text: &str) -> Result<BaseUrl, String> {
         let trimmed = text.trim_end_matches('/');
+        let shown = shown(text);
         let uri: Uri = trimmed
             .parse()
-            .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+            .map_err(|e| format!("{shown} is not a URL: {e}"))?;
         let scheme = uri.scheme_str().map(str::to_ascii_lowercase);
         if !matches!(scheme.as_deref(), Some("http" | "https")) {
-            return Err(format!("{text:?} must be an absolute http or https URL"));
+            return Err(format!("{shown} must be an absolute http or https URL"));
         }
         let Some(authority) = uri.authority() else {
-            return Err(format!("{text:?} has no host"));
+            return Err(format!("{shown} has no host"));
         };
         if authority.as_str().contains('@') {
-            return Err(format!("{text:?} must not carry user information"));
+            return Err(format!("{shown} must not carry user information"));
         }
         if uri.query().is_some() || text.contains('#') {
-            return Err(format!("{text:?} must not have a query or fragment"));
+            return Err(format!("{shown} must not have a query or fragment"));
         }
         // Normalize scheme and host case; keep the path as written.
         let path = uri.path().trim_end_matches('/');
@@ -323,7 +343,7 @@ impl BaseUrl {
         );
         let uri = normalized
             .parse()
-            .map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+            .map_err(|e| format!("{shown} is not a URL: {e}"))?;
         Ok(BaseUrl {
             text: normalized,
             uri,

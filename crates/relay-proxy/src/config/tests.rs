@@ -150,6 +150,25 @@ fn defaults_print_and_parse_back() {
 }
 
 #[test]
+fn url_errors_never_quote_a_password_or_a_query() {
+    for (text, kept) in [
+        (
+            "http://relay:s3cret-pass@proxy.internal:3128",
+            "\"http://…@proxy.internal:3128\"",
+        ),
+        (
+            "https://collector/in?key=s3cret-pass",
+            "\"https://collector/in?…\"",
+        ),
+        ("ftp://user:s3cret-pass@host/", "\"ftp://…@host/\""),
+    ] {
+        let error = BaseUrl::parse(text).unwrap_err();
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(error.contains(kept), "{error}");
+    }
+}
+
+#[test]
 fn base_urls_are_normalized() {
     let url = BaseUrl::parse("HTTPS://API.Example.COM:8443/v1/").unwrap();
     assert_eq!(url.as_str(), "https://api.example.com:8443/v1");
