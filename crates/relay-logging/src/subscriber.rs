@@ -2,7 +2,9 @@
 
 use tracing::Dispatch;
 use tracing_subscriber::{
+    filter::{FilterFn, filter_fn},
     fmt::{MakeWriter, time::SystemTime},
+    layer::SubscriberExt as _,
     util::SubscriberInitExt,
 };
 
@@ -39,10 +41,32 @@ where
         .with_timer(SystemTime)
         .with_ansi(false);
     let dispatch = match config.format {
-        LogFormat::Human => Dispatch::new(builder.finish()),
-        LogFormat::Jsonl => Dispatch::new(builder.event_format(JsonLines).finish()),
+        LogFormat::Human => Dispatch::new(builder.finish().with(no_frame_logs())),
+        LogFormat::Jsonl => Dispatch::new(
+            builder
+                .event_format(JsonLines)
+                .finish()
+                .with(no_frame_logs()),
+        ),
     };
     Ok(dispatch)
+}
+
+/// The WebSocket crates log each control frame whole at `trace`, and control frames carry
+/// route credentials, grants and generation secrets. The level filter already holds those
+/// crates at `debug`, but a more specific directive (`tungstenite::protocol=trace`) or a
+/// span directive would outrank that; this refuses their `trace` events whatever the
+/// directives say.
+fn no_frame_logs() -> FilterFn {
+    filter_fn(|metadata| {
+        let target = metadata.target();
+        let websocket = ["tungstenite", "tokio_tungstenite"].iter().any(|krate| {
+            target
+                .strip_prefix(krate)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        });
+        !(websocket && *metadata.level() == tracing::Level::TRACE)
+    })
 }
 
 /// Installs the process-wide subscriber for `config` writing to `writer` (`std::io::stderr` for

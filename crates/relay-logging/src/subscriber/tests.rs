@@ -61,6 +61,33 @@ fn a_target_filter_applies_per_target() {
     assert!(output.contains("hyper warn"), "{output}");
 }
 
+/// Control frames carry secrets; no directive, however specific, lets the WebSocket
+/// crates' frame logs (`trace`) through.
+#[test]
+fn no_directive_lets_the_websocket_frame_logs_through() {
+    for level in [
+        "trace",
+        "warn,tungstenite::protocol=trace",
+        "warn,tokio_tungstenite::compat=trace,tungstenite=trace",
+        "warn,[frames]=trace",
+    ] {
+        let output = capture(level, LogFormat::Jsonl, || {
+            let _span = tracing::info_span!("frames").entered();
+            tracing::trace!(target: "tungstenite::protocol", "frame with a secret");
+            tracing::trace!(target: "tokio_tungstenite::compat", "frame with a secret");
+            tracing::debug!(target: "tungstenite::protocol", "connection closed");
+            tracing::trace!(target: "relay_proxy::control", "relay trace");
+        });
+        assert!(!output.contains("secret"), "{level}: {output}");
+        if level != "warn,[frames]=trace" {
+            assert!(output.contains("connection closed"), "{level}: {output}");
+        }
+        if level == "trace" {
+            assert!(output.contains("relay trace"), "{level}: {output}");
+        }
+    }
+}
+
 #[test]
 fn lifecycle_events_pass_a_warn_filter_for_their_target() {
     let output = capture("warn,relay::lifecycle=info", LogFormat::Jsonl, || {
