@@ -40,16 +40,21 @@ fn main() -> ExitCode {
         Ok(started) => started,
         Err(exit) => return exit,
     };
-    runtime.block_on(run(cli, env));
+    let hint = match worker_hint(&env) {
+        Ok(hint) => hint,
+        Err(error) => return relay_logging::usage_exit("relay-mcp", &error),
+    };
+    runtime.block_on(run(cli, env, hint));
     // The worker is in its own process group and outlives this runtime.
     runtime.shutdown_timeout(Duration::from_millis(100));
     ExitCode::SUCCESS
 }
 
-async fn run(cli: Cli, env: ProcessEnv) {
+async fn run(cli: Cli, env: ProcessEnv, hint: Option<WorkerHint>) {
     let (settled_tx, settled_rx) = watch::channel(false);
     let (stop_tx, stop_rx) = oneshot::channel();
-    let control = prepare(&cli, &env, settled_tx).map(|control| tokio::spawn(control.run(stop_rx)));
+    let control =
+        prepare(&cli, &env, hint, settled_tx).map(|control| tokio::spawn(control.run(stop_rx)));
     let settled = {
         let mut settled = settled_rx;
         async move {
@@ -93,7 +98,12 @@ async fn signal() {
 }
 
 /// Resolves the credential and identity; `None` serves MCP without a route.
-fn prepare(cli: &Cli, env: &ProcessEnv, settled: watch::Sender<bool>) -> Option<control::Control> {
+fn prepare(
+    cli: &Cli,
+    env: &ProcessEnv,
+    hint: Option<WorkerHint>,
+    settled: watch::Sender<bool>,
+) -> Option<control::Control> {
     let daemon_address = cli.daemon_address.origin().to_string();
     let give_up = |reason: relay_logging::McpPassThroughReason| {
         Lifecycle::DaemonMcpPassThrough {
@@ -164,7 +174,6 @@ fn prepare(cli: &Cli, env: &ProcessEnv, settled: watch::Sender<bool>) -> Option<
     } else {
         None
     };
-    let hint = worker_hint(env);
     let launcher = launch::Launcher::new(env, daemon_address.clone(), paths.logs_dir());
     Some(control::Control {
         identity: ClientIdentity {
@@ -182,20 +191,32 @@ fn prepare(cli: &Cli, env: &ProcessEnv, settled: watch::Sender<bool>) -> Option<
 }
 
 /// The remote worker's network hint (§9), from `RELAY_WORKER_ADVERTISE_ADDRESS` and
-/// `RELAY_WORKER_PORT`.
-fn worker_hint(env: &ProcessEnv) -> Option<WorkerHint> {
+/// `RELAY_WORKER_PORT`. A port that is not a number is a configuration error: ignored, it
+/// would put the worker on a random port that a firewall opened for the intended one blocks.
+fn worker_hint(env: &impl Env) -> Result<Option<WorkerHint>, String> {
     let address = env
-        .var_os(names::RELAY_WORKER_ADVERTISE_ADDRESS)
-        .map(|v| v.to_string_lossy().into_owned())
-        .filter(|v| !v.is_empty());
-    let port = env
-        .var_os(names::RELAY_WORKER_PORT)
-        .and_then(|v| v.to_string_lossy().parse::<u16>().ok());
+        .non_empty(names::RELAY_WORKER_ADVERTISE_ADDRESS)
+        .map(|v| v.to_string_lossy().into_owned());
+    let port = match env.non_empty(names::RELAY_WORKER_PORT) {
+        None => None,
+        Some(text) => {
+            let text = text.to_string_lossy();
+            Some(text.trim().parse::<u16>().map_err(|_| {
+                format!(
+                    "{}: {text:?} is not a port number (0 to 65535)",
+                    names::RELAY_WORKER_PORT
+                )
+            })?)
+        }
+    };
     if address.is_none() && port.is_none() {
-        return None;
+        return Ok(None);
     }
-    Some(WorkerHint {
+    Ok(Some(WorkerHint {
         advertise_address: address.map(|a| Text::truncated(&a)),
         port,
-    })
+    }))
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,22 @@
+use relay_identity::{MapEnv, names};
+
+use super::worker_hint;
+
+#[test]
+fn a_worker_port_that_is_not_a_number_is_a_configuration_error_naming_it() {
+    for port in ["8443x", "70000", "-1"] {
+        let env = MapEnv::new().with(names::RELAY_WORKER_PORT, port);
+        let error = worker_hint(&env).unwrap_err();
+        assert!(error.starts_with("RELAY_WORKER_PORT: "), "{error}");
+        assert!(error.contains(port), "{error}");
+    }
+    let env = MapEnv::new()
+        .with(names::RELAY_WORKER_PORT, "9443")
+        .with(names::RELAY_WORKER_ADVERTISE_ADDRESS, "10.0.0.2");
+    let hint = worker_hint(&env).unwrap().unwrap();
+    assert_eq!(hint.port, Some(9443));
+    assert_eq!(worker_hint(&MapEnv::new()).unwrap(), None);
+    // Empty is unset.
+    let env = MapEnv::new().with(names::RELAY_WORKER_PORT, "");
+    assert_eq!(worker_hint(&env).unwrap(), None);
+}
