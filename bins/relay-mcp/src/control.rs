@@ -156,6 +156,17 @@ impl Control {
                         warned_unreachable = true;
                         tracing::warn!(error = %error, "daemon not reachable; retrying");
                     }
+                    // The harness need not wait for a daemon that is down or silent:
+                    // `initialize` is answered now, and the route settles again when a
+                    // retry gets through.
+                    let down = matches!(
+                        error,
+                        ConnectError::Unreachable { .. } | ConnectError::Timeout(_)
+                    );
+                    if down && !*self.settled.borrow() {
+                        self.pass_through(McpPassThroughReason::DaemonUnreachable);
+                        self.settle();
+                    }
                     let delay = backoff.next_delay();
                     tokio::select! {
                         _ = &mut shutdown => return,

@@ -179,3 +179,40 @@ async fn relay_mcp_answers_the_captured_sessions_and_releases_on_every_way_out()
     assert!(workers_status(&relayd).await?.is_empty());
     Ok(())
 }
+
+/// With the daemon down, relay-mcp answers `initialize` at once, without holding the
+/// harness for the registration wait, and says why it serves without a route.
+#[tokio::test]
+async fn with_the_daemon_down_initialize_is_answered_at_once_and_the_reason_logged()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let user = user_for(&stand_in)?;
+    // A loopback port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut mcp = user
+        .mcp(&format!("http://127.0.0.1:{port}"))?
+        .token(&fresh_token()?)
+        .log("info", "jsonl")
+        .spawn()?;
+    let started = Instant::now();
+    let answer = mcp.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
+    let took = started.elapsed();
+    assert_eq!(
+        answer["result"]["protocolVersion"], "2025-11-25",
+        "{answer}"
+    );
+    // The registration wait is 5 s; a refused connection ends it.
+    assert!(
+        took < std::time::Duration::from_secs(4),
+        "initialize took {took:?}\n{}",
+        mcp.logs().text()
+    );
+    let event = mcp
+        .logs()
+        .wait_for_event("daemon_mcp_pass_through", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(field(&event, "reason"), "daemon_unreachable", "{event}");
+    Ok(())
+}
