@@ -210,9 +210,10 @@ async fn on_a_remote_bind_a_known_users_session_start_waits_for_its_session() {
     let daemon = Daemon::start_on(Duration::from_secs(30), Ipv4Addr::UNSPECIFIED, timers).await;
     let pins = tempfile::tempdir().unwrap();
     let user = RouteToken::generate().unwrap();
+    let identity = daemon.identity(&pins);
     // An earlier session bound the credential and ended.
     let (session, _registered) = connect(
-        &daemon.identity(&pins),
+        &identity,
         Registration::Mcp(RegisterMcpFields {
             credential: Bytes32(*user.expose_bytes()),
             worker_hint: None,
@@ -245,6 +246,26 @@ async fn on_a_remote_bind_a_known_users_session_start_waits_for_its_session() {
     let stranger = RouteToken::generate().unwrap().encode();
     assert_eq!(daemon.session_start(&stranger).await, 401);
     assert!(started.elapsed() < ACTIVATION_WAIT / 2);
+
+    // With its session back and its worker still starting, a hook waits the activation
+    // wait once, not once before its body and again after.
+    let (_session, _registered) = connect(
+        &identity,
+        Registration::Mcp(RegisterMcpFields {
+            credential: Bytes32(*user.expose_bytes()),
+            worker_hint: None,
+        }),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    let started = tokio::time::Instant::now();
+    assert_eq!(daemon.session_start(&token).await, 200);
+    let waited = started.elapsed();
+    assert!(
+        waited >= ACTIVATION_WAIT.mul_f64(0.9) && waited < ACTIVATION_WAIT.mul_f64(1.5),
+        "the SessionStart waited {waited:?}, not the activation wait once"
+    );
 }
 
 /// The attack of issue 9: 300 opening hooks, each with a random, unbound, well-formed

@@ -41,6 +41,8 @@ pub(super) enum Refusal {
     /// Strict mode without a ready worker: 503 with this `Retry-After`.
     Unavailable {
         retry_after: Duration,
+        /// The credential is bound but its route has no live session yet.
+        no_live_session: bool,
     },
     TooMany,
 }
@@ -49,7 +51,7 @@ impl Refusal {
     pub(super) fn answer(self) -> Response<ResponseBody> {
         match self {
             Refusal::Unauthorized => unauthorized(),
-            Refusal::Unavailable { retry_after } => worker_unavailable(retry_after),
+            Refusal::Unavailable { retry_after, .. } => worker_unavailable(retry_after),
             Refusal::TooMany => retry_later(
                 StatusCode::TOO_MANY_REQUESTS,
                 ErrorKind::RelayTooManyRequests,
@@ -98,7 +100,8 @@ impl Front {
     /// not refused anyway. For every other credential the hook is decided from its head
     /// first, so refusals are answered before its body is read (a missing, malformed or
     /// refused credential costs the daemon no body); where unknown callers are refused, a
-    /// bound token not at a ready worker is decided again with its event (`Front::hook`).
+    /// bound token whose route has no live session is decided again with its event
+    /// (`Front::hook`).
     pub(super) fn decision_needs_event(&self, credential: &Credential) -> bool {
         matches!(credential, Credential::Token(_))
             && self.shell.is_some()
@@ -112,7 +115,23 @@ impl Front {
         credential: &Credential,
         kind: RequestKind,
     ) -> Result<Routed, Refusal> {
+        self.decide_known(credential, kind, false).await
+    }
+
+    /// [`Front::decide`], told whether the broker has just called this credential bound.
+    pub(super) async fn decide_known(
+        &self,
+        credential: &Credential,
+        kind: RequestKind,
+        known_bound: bool,
+    ) -> Result<Routed, Refusal> {
         let anonymous_refused = self.is_anonymous_refused();
+        // Where unknown callers are refused, a credential not known to be bound may not park
+        // a request waiting for a session: it may turn out unbound, and gets 401 at once.
+        let kind = match kind {
+            RequestKind::OpeningHook if anonymous_refused && !known_bound => RequestKind::Hook,
+            kind => kind,
+        };
         if let (Credential::Token(token), Some(shell)) = (credential, &self.shell) {
             let digest = Digest(*token.digest().as_bytes());
             match shell.route(digest, kind).await {
@@ -144,7 +163,10 @@ impl Front {
                 } => {
                     let ticket = TicketGuard::new(shell.clone(), ticket);
                     return match self.options.mode {
-                        Mode::RequireWorker => Err(Refusal::Unavailable { retry_after }),
+                        Mode::RequireWorker => Err(Refusal::Unavailable {
+                            retry_after,
+                            no_live_session: reason == PassThroughReason::NoLiveSession,
+                        }),
                         Mode::Managed | Mode::PassThrough => Ok(Routed::PassThrough {
                             reason,
                             credentialed: true,
@@ -159,6 +181,7 @@ impl Front {
                 BrokerDecision::Wait => {
                     return Err(Refusal::Unavailable {
                         retry_after: Duration::from_secs(1),
+                        no_live_session: false,
                     });
                 }
             }

@@ -41,19 +41,26 @@ impl Front {
         // The credential first (SPEC §3.5): every refusal that does not depend on the
         // event is answered before a byte of the body is read.
         let credential = parse_credential(req.headers());
-        let decided = if self.decision_needs_event(&credential) {
-            None
+        // `None` with `known_bound`: decided again once the body names the event.
+        let (decided, known_bound) = if self.decision_needs_event(&credential) {
+            (None, false)
         } else {
             match self.decide(&credential, RequestKind::Hook).await {
-                // A bound credential whose session has no ready worker yet: an opening event
-                // may wait for it, so this is decided again once the body names the event.
-                // Only a caller the broker knows gets this far before its body is read.
+                // A bound credential whose route has no live session yet (Claude Code sends
+                // SessionStart before its MCP server connects): an opening event waits for
+                // that session. Only a caller the broker knows gets this far before its body
+                // is read, and one that already waited for an activating route does not
+                // wait again.
                 Ok(Routed::PassThrough {
+                    reason: PassThroughReason::NoLiveSession,
                     fingerprint: Some(_),
                     ..
                 })
-                | Err(Refusal::Unavailable { .. }) => None,
-                Ok(routed) => Some(routed),
+                | Err(Refusal::Unavailable {
+                    no_live_session: true,
+                    ..
+                }) => (None, true),
+                Ok(routed) => (Some(routed), false),
                 Err(refusal) => return local(refusal.answer()),
             }
         };
@@ -89,7 +96,7 @@ impl Front {
                 } else {
                     RequestKind::Hook
                 };
-                match self.decide(&credential, kind).await {
+                match self.decide_known(&credential, kind, known_bound).await {
                     Ok(routed) => routed,
                     Err(refusal) => return local(refusal.answer()),
                 }
