@@ -295,14 +295,15 @@ pub struct BaseUrl {
 }
 
 /// `text` as an error may quote it: user information and a query or fragment are left out,
-/// since they may hold a password or a key (an egress proxy's `user:password@`).
+/// since they may hold a password or a key (an egress proxy's `user:password@`). A password
+/// may itself hold `/`, `?` or `#`, so everything up to the last `@` goes, even where the
+/// `@` is in a path.
 fn shown(text: &str) -> String {
     let (scheme, rest) = match text.split_once("://") {
         Some((scheme, rest)) => (&text[..scheme.len() + 3], rest),
         None => ("", text),
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (user, rest) = match rest[..authority_end].rfind('@') {
+    let (user, rest) = match rest.rfind('@') {
         Some(at) => ("…@", &rest[at + 1..]),
         None => ("", rest),
     };

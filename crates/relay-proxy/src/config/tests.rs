@@ -161,6 +161,12 @@ fn url_errors_never_quote_a_password_or_a_query() {
             "\"https://collector/in?…\"",
         ),
         ("ftp://user:s3cret-pass@host/", "\"ftp://…@host/\""),
+        // A password may hold the characters that end an authority.
+        (
+            "http://relay:s3cret/pa?ss#@proxy:3128",
+            "\"http://…@proxy:3128\"",
+        ),
+        ("http:/relay:s3cret-pass@proxy", "\"…@proxy\""),
     ] {
         let error = BaseUrl::parse(text).unwrap_err();
         assert!(!error.contains("s3cret"), "{error}");
