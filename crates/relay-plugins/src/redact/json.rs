@@ -72,41 +72,46 @@ pub(super) fn redact_strings<'a>(
 }
 
 /// The string values of `body` that the provider generated and checks when they come back
-/// in a later request: the text and signature of Anthropic's thinking blocks, the data of
-/// its redacted thinking, and OpenAI's encrypted reasoning. A changed one is refused (400),
-/// which would end the agent's turn; and what they hold came from the provider, so sending
-/// it back as it was discloses nothing the provider has not seen.
+/// in a later request: the text and signature of the thinking blocks in Anthropic assistant
+/// turns (`messages[].content[]`), the data of their redacted thinking, and the encrypted
+/// content of OpenAI reasoning items (`input[]`). A changed one is refused (400), which
+/// would end the agent's turn; and what they hold came from the provider, so sending it
+/// back as it was discloses nothing the provider has not seen. Only those places count: a
+/// block of the same shape in a user turn is redacted like any other string.
 fn provider_signed(body: &[u8]) -> HashSet<String> {
     let mut found = HashSet::new();
     let mentions = |word: &[u8]| memchr::memmem::find(body, word).is_some();
     if !mentions(b"thinking") && !mentions(b"reasoning") {
         return found;
     }
-    if let Ok(document) = serde_json::from_slice::<Value>(body) {
-        collect_signed(&document, &mut found);
+    let Ok(document) = serde_json::from_slice::<Value>(body) else {
+        return found;
+    };
+    let items = |key: &str| {
+        document
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+    };
+    let assistant_blocks = items("messages")
+        .filter(|message| message.get("role").and_then(Value::as_str) == Some("assistant"))
+        .filter_map(|message| message.get("content").and_then(Value::as_array))
+        .flatten();
+    for item in assistant_blocks.chain(items("input")) {
+        let signed: &[&str] = match item.get("type").and_then(Value::as_str) {
+            Some("thinking") => &["thinking", "signature"],
+            Some("redacted_thinking") => &["data"],
+            Some("reasoning") => &["encrypted_content"],
+            _ => &[],
+        };
+        for name in signed {
+            if let Some(Value::String(text)) = item.get(*name) {
+                found.insert(text.clone());
+            }
+        }
     }
     found
-}
-
-fn collect_signed(value: &Value, found: &mut HashSet<String>) {
-    match value {
-        Value::Object(fields) => {
-            let signed: &[&str] = match fields.get("type").and_then(Value::as_str) {
-                Some("thinking") => &["thinking", "signature"],
-                Some("redacted_thinking") => &["data"],
-                Some("reasoning") => &["encrypted_content"],
-                _ => &[],
-            };
-            for name in signed {
-                if let Some(Value::String(text)) = fields.get(*name) {
-                    found.insert(text.clone());
-                }
-            }
-            fields.values().for_each(|v| collect_signed(v, found));
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect_signed(v, found)),
-        _ => {}
-    }
 }
 
 /// Whether the string literal `raw` (its content, `escaped` when it holds a backslash) has

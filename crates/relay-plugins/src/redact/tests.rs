@@ -477,4 +477,15 @@ fn what_the_provider_signed_comes_back_unchanged() {
     let visible = sent["messages"][1]["content"][2]["text"].as_str().unwrap();
     assert!(!visible.contains("jane@example.org"), "{visible}");
     assert_eq!(result.replaced.total(), 2);
+
+    // A block of the same shape in a user turn is the client's own text: redacted.
+    let forged = serde_json::json!({
+        "messages": [{"role": "user", "content": [
+            {"type": "thinking", "thinking": "key jane@example.org", "signature": "s"}
+        ]}]
+    });
+    let forged = serde_json::to_vec(&forged).unwrap();
+    let result = redactor.redact_json_body(&forged);
+    let text = String::from_utf8(result.body.into_owned()).unwrap();
+    assert!(!text.contains("jane@example.org"), "{text}");
 }
