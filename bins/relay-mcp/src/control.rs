@@ -2,6 +2,7 @@
 //! broker's directives, launch and watch the worker, resume after drops, and release the
 //! reference when the harness session ends.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use relay_identity::RouteToken;
@@ -33,6 +34,9 @@ pub(crate) struct Control {
     pub(crate) launcher: Launcher,
     /// Set once the route is settled (`RouteReady` or `UsePassThrough`), or given up on.
     pub(crate) settled: watch::Sender<bool>,
+    /// Set once the daemon decided the route (`RouteReady` or `UsePassThrough`); unlike
+    /// `settled`, not by an unreachable daemon, so the decision that follows is logged.
+    pub(crate) decided: AtomicBool,
 }
 
 /// The worker this MCP launched.
@@ -62,6 +66,24 @@ impl Control {
 
     fn settle(&self) {
         self.settled.send_replace(true);
+    }
+
+    /// The daemon is down or silent: before the route is settled, that is why this session
+    /// serves without a worker, and `initialize` need not wait any longer.
+    fn daemon_down(&self) {
+        if !*self.settled.borrow() {
+            self.pass_through(McpPassThroughReason::DaemonUnreachable);
+            self.settle();
+        }
+    }
+
+    /// The daemon decided the route passes through; the first such decision is logged,
+    /// also after an unreachable daemon settled the session.
+    fn use_pass_through(&self) {
+        if !self.decided.swap(true, Ordering::Relaxed) {
+            self.pass_through(McpPassThroughReason::ActivationFailed);
+        }
+        self.settle();
     }
 
     fn pass_through(&self, reason: McpPassThroughReason) {
@@ -163,9 +185,8 @@ impl Control {
                         error,
                         ConnectError::Unreachable { .. } | ConnectError::Timeout(_)
                     );
-                    if down && !*self.settled.borrow() {
-                        self.pass_through(McpPassThroughReason::DaemonUnreachable);
-                        self.settle();
+                    if down {
+                        self.daemon_down();
                     }
                     let delay = backoff.next_delay();
                     tokio::select! {
@@ -292,14 +313,10 @@ impl Control {
                     elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 }
                 .emit();
+                self.decided.store(true, Ordering::Relaxed);
                 self.settle();
             }
-            Directive::UsePassThrough => {
-                if !*self.settled.borrow() {
-                    self.pass_through(McpPassThroughReason::ActivationFailed);
-                }
-                self.settle();
-            }
+            Directive::UsePassThrough => self.use_pass_through(),
         }
     }
 

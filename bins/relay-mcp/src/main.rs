@@ -187,6 +187,7 @@ fn prepare(
         hint,
         launcher,
         settled,
+        decided: std::sync::atomic::AtomicBool::new(false),
     })
 }
 

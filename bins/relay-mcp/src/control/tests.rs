@@ -1,5 +1,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use relay_identity::{DaemonAddress, PinStore, RouteToken, SigningKey};
@@ -36,7 +37,29 @@ fn control(worker_binary: PathBuf, logs_dir: PathBuf) -> Control {
             env: Vec::new(),
         },
         settled: watch::channel(false).0,
+        decided: AtomicBool::new(false),
     }
+}
+
+/// A session that started while the daemon was down is settled at once; when the daemon
+/// later decides its route passes through, that decision is still logged, once.
+#[tokio::test]
+async fn a_pass_through_decided_after_an_unreachable_daemon_is_still_logged() {
+    let dir = Scratch::new();
+    let control = control(dir.0.join("no-such-worker"), dir.0.join("logs"));
+    let (capture, _guard) = capture_log();
+    control.daemon_down();
+    assert!(*control.settled.borrow());
+    control.use_pass_through();
+    control.use_pass_through();
+    let reasons: Vec<String> = capture
+        .contents()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["event"] == "daemon_mcp_pass_through")
+        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(reasons, ["daemon_unreachable", "activation_failed"]);
 }
 
 fn fresh_id() -> Id {
