@@ -124,8 +124,9 @@ impl Front {
                             Some(ticket),
                         );
                     }
-                    WorkerResult::Failed(res) => {
-                        return Answer::new(res, RouteLabel::Hook, Destination::Worker);
+                    WorkerResult::Failed(res, waited) => {
+                        return Answer::new(res, RouteLabel::Hook, Destination::Worker)
+                            .waited(waited);
                     }
                     WorkerResult::NotSent(_, outcome) => {
                         ticket.unreachable(outcome);

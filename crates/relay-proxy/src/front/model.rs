@@ -88,8 +88,8 @@ impl Front {
                             Some(ticket),
                         );
                     }
-                    WorkerResult::Failed(res) => {
-                        return Answer::new(res, label, Destination::Worker);
+                    WorkerResult::Failed(res, waited) => {
+                        return Answer::new(res, label, Destination::Worker).waited(waited);
                     }
                     WorkerResult::NotSent(req, outcome) => {
                         // Nothing reached the worker: pass through once (§3.7).
@@ -159,6 +159,7 @@ impl Front {
                     self.log_upstream_failure(target.family.as_str(), &failure, fingerprint);
                 }
                 Answer::new(upstream_error(&failure), label, Destination::PassThrough)
+                    .waited(waited)
             }
         }
     }

@@ -26,7 +26,7 @@ impl Front {
         mut req: Request<RequestBody>,
     ) -> WorkerResult {
         let Some(shell) = &self.shell else {
-            return WorkerResult::Failed(worker_failed());
+            return WorkerResult::Failed(worker_failed(), Duration::ZERO);
         };
         if let Some(path) = req.uri().path_and_query() {
             *req.uri_mut() = http::Uri::from(path.clone());
@@ -51,11 +51,14 @@ impl Front {
                         worker.worker_id,
                         "response_head_timeout",
                     );
-                    return WorkerResult::Failed(error(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        ErrorKind::RelayUpstreamTimeout,
-                        "the worker did not answer in time",
-                    ));
+                    return WorkerResult::Failed(
+                        error(
+                            StatusCode::GATEWAY_TIMEOUT,
+                            ErrorKind::RelayUpstreamTimeout,
+                            "the worker did not answer in time",
+                        ),
+                        waiting.elapsed(),
+                    );
                 }
             }
         };
@@ -69,7 +72,7 @@ impl Front {
                     && res.headers().contains_key(WORKER_REFUSED) =>
             {
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "secret_refused");
-                WorkerResult::Failed(worker_failed())
+                WorkerResult::Failed(worker_failed(), waiting.elapsed())
             }
             Ok(res) => {
                 // The worker answered a provider failure: logged here, with the daemon's
@@ -91,10 +94,10 @@ impl Front {
                 // worker failure.
                 if let Some(found) = BodyError::find(&error) {
                     let failure = UpstreamError::of_request_body(found);
-                    return WorkerResult::Failed(upstream_error(&failure));
+                    return WorkerResult::Failed(upstream_error(&failure), waiting.elapsed());
                 }
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "worker_failed");
-                WorkerResult::Failed(worker_failed())
+                WorkerResult::Failed(worker_failed(), waiting.elapsed())
             }
         }
     }
@@ -106,7 +109,8 @@ pub(super) enum WorkerResult {
     Answered(Response<UpstreamBody>, Duration),
     /// Nothing reached the worker; the request comes back unsent.
     NotSent(Request<RequestBody>, ProbeOutcome),
-    Failed(Response<ResponseBody>),
+    /// The daemon's answer for a failed exchange, and how long it waited on the worker.
+    Failed(Response<ResponseBody>, Duration),
 }
 
 /// The daemon's backstop toward a worker beyond the worker's own response timeout (§3.3).

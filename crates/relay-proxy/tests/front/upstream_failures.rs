@@ -92,6 +92,22 @@ async fn a_response_head_timeout_is_504_and_cancels_the_provider_request() {
         .wait_for_client_gone(recorded[0].id, Duration::from_secs(1))
         .await
         .unwrap();
+    // The 0.3 s spent waiting for the provider is not relayd's own time: the overhead
+    // histogram has every request below its largest bucket (82 ms).
+    let metrics = relay.get("/metrics", &[]).await;
+    let text = String::from_utf8(metrics.body.to_vec()).unwrap();
+    let sample = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+    };
+    let count = sample("relay_overhead_seconds_count");
+    assert!(count.is_some_and(|n| n >= 1), "{text}");
+    assert_eq!(
+        sample(r#"relay_overhead_seconds_bucket{le="0.08192"}"#),
+        count,
+        "{text}"
+    );
 
     // The deadline covers the head only: a slow stream after a prompt head is not cut.
     stand_in.set_behaviour(Behaviour {
