@@ -152,25 +152,8 @@ impl ControlPlane {
             return res;
         };
         let ip = peer.ip();
-        if !ip.is_loopback()
-            && let Some(retry_after) = self.rate_limited(ip)
-        {
-            {
-                relay_logging::Lifecycle::ControlRateLimited {
-                    role,
-                    peer: ip,
-                    retry_after_secs: retry_after,
-                }
-                .emit();
-                let mut res = crate::answers::error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    relay_proto::ErrorKind::RelayTooManyRequests,
-                    "too many control handshakes from this address",
-                );
-                res.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
-                return res;
-            }
+        if let Some(refused) = self.refuse_over_rate(ip, role) {
+            return refused;
         }
         // The place is taken before the upgrade is answered, so a peer holding handshakes
         // open cannot make the daemon keep more than MAX_HANDSHAKES of them.
@@ -226,6 +209,30 @@ impl ControlPlane {
 
     /// Counts a handshake of a non-loopback address; `Some(retry_after_secs)` when over the
     /// limit of §5.2.
+    /// 429 with `Retry-After` for a non-loopback peer past its handshakes in the window,
+    /// logged and counted as a refused registration; `None` lets the handshake on.
+    fn refuse_over_rate(&self, ip: IpAddr, role: Role) -> Option<Response<ResponseBody>> {
+        if ip.is_loopback() {
+            return None;
+        }
+        let retry_after = self.rate_limited(ip)?;
+        relay_logging::Lifecycle::ControlRateLimited {
+            role,
+            peer: ip,
+            retry_after_secs: retry_after,
+        }
+        .emit();
+        self.shell.record_refusal(RefusedCode::RateLimited);
+        let mut res = crate::answers::error(
+            StatusCode::TOO_MANY_REQUESTS,
+            relay_proto::ErrorKind::RelayTooManyRequests,
+            "too many control handshakes from this address",
+        );
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        Some(res)
+    }
+
     fn rate_limited(&self, ip: IpAddr) -> Option<u64> {
         let now = Instant::now();
         // A poisoned limiter fails closed: every handshake is limited.

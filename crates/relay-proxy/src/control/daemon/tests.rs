@@ -48,3 +48,77 @@ fn a_remote_worker_names_its_own_address_or_an_allowed_network() {
     let networks = ["10.0.0.0/8".parse().unwrap()];
     assert!(!endpoint_allowed("10.0.0.1:47700", peer, &networks, &own));
 }
+
+/// A control plane with `challenge_limit` handshakes per 15 s window, and its metrics.
+fn limited_control(
+    challenge_limit: u32,
+) -> (
+    Arc<ControlPlane>,
+    Arc<crate::metrics::Metrics>,
+    tempfile::TempDir,
+) {
+    let state = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let shell = Shell::new(
+        relay_broker::BrokerConfig::default(),
+        crate::state::StateStore::new(state.path()),
+        metrics.clone(),
+    )
+    .unwrap();
+    let control = ControlPlane::new(
+        ControlOptions {
+            daemon_key: Arc::new(SigningKey::generate().unwrap()),
+            origins: vec!["https://relay.example:8443".to_owned()],
+            challenge_ttl: Duration::from_secs(30),
+            challenge_window: Duration::from_secs(15),
+            challenge_limit,
+            max_sessions_per_ip: 256,
+            ping: Duration::from_secs(30),
+            pong_timeout: Duration::from_secs(10),
+            worker_networks: Vec::new(),
+            own_addresses: Vec::new(),
+        },
+        shell,
+    );
+    (control, metrics, state)
+}
+
+/// The attack of a peer opening handshake after handshake: past `challenge_limit` in the
+/// window, its upgrades get 429 with `Retry-After` and count as refused registrations,
+/// while another address and loopback peers go on.
+#[tokio::test]
+async fn a_remote_address_past_its_handshakes_per_window_gets_429_and_is_counted() {
+    let (control, metrics, _state) = limited_control(3);
+    let attacker = ip(192, 0, 2, 7);
+    for _ in 0..3 {
+        assert!(control.refuse_over_rate(attacker, Role::Mcp).is_none());
+    }
+    let refused = control
+        .refuse_over_rate(attacker, Role::Worker)
+        .expect("the fourth handshake in the window was let on");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = refused.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=15).contains(&retry_after), "{retry_after}");
+    assert!(
+        control
+            .refuse_over_rate(ip(192, 0, 2, 8), Role::Mcp)
+            .is_none()
+    );
+    for _ in 0..10 {
+        assert!(
+            control
+                .refuse_over_rate(ip(127, 0, 0, 1), Role::Mcp)
+                .is_none()
+        );
+    }
+    let text = metrics.encode();
+    assert!(
+        text.lines()
+            .any(|l| l == r#"relay_refused_registrations_total{reason="rate_limited"} 1"#),
+        "{text}"
+    );
+}
