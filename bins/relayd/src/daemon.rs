@@ -37,6 +37,8 @@ struct Prepared {
     /// The socket passed by the service manager, taken before any thread starts (taking it
     /// edits the environment).
     activated: Option<std::net::TcpListener>,
+    /// Logs are JSON lines: stderr then carries nothing else.
+    json_logs: bool,
 }
 
 pub(crate) fn run(cli: &Cli) -> ExitCode {
@@ -55,6 +57,7 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let json_logs = prepared.json_logs;
     match runtime.block_on(serve_daemon(prepared, &env)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -62,7 +65,11 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
                 error: error.as_ref(),
             }
             .emit();
-            eprintln!("relayd: {error:#}");
+            // A last plain line for a person reading a terminal; a log shipper reading JSON
+            // lines has the whole error in `daemon_failed`.
+            if !json_logs {
+                eprintln!("relayd: {error:#}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -123,6 +130,7 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
         tls,
         state_dir,
         activated,
+        json_logs: log.format == relay_logging::LogFormat::Jsonl,
     })
 }
 
@@ -163,6 +171,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         tls,
         state_dir,
         activated,
+        json_logs: _,
     } = prepared;
     let started = Instant::now();
     let shutdown = shutdown_signal()?;

@@ -464,3 +464,39 @@ async fn identity_show_prints_the_pin_for_the_advertised_origin() -> anyhow::Res
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     Ok(())
 }
+
+/// A daemon that fails after start-up (here its port is taken) says why in
+/// `daemon_failed`; with JSON logs, every line on stderr is one JSON object, as log
+/// shippers expect, and with the human format a last plain line says it too.
+#[tokio::test]
+async fn a_failed_start_with_json_logs_writes_only_json_lines() -> anyhow::Result<()> {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port().to_string();
+    for format in ["jsonl", "human"] {
+        let out = Relayd::builder()?
+            .args(["--port", &port, "--log-format", format])
+            .output(CLI_TIMEOUT)
+            .await?;
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        if format == "jsonl" {
+            let mut failed = false;
+            for line in out.stderr.lines() {
+                let event: serde_json::Value = serde_json::from_str(line)
+                    .map_err(|e| anyhow::anyhow!("{e}: a line that is not JSON: {line:?}"))?;
+                failed |= event["event"] == "daemon_failed";
+            }
+            assert!(failed, "no daemon_failed in {:?}", out.stderr);
+        } else {
+            assert!(
+                out.stderr
+                    .lines()
+                    .last()
+                    .is_some_and(|l| l.starts_with("relayd: ")),
+                "{:?}",
+                out.stderr
+            );
+        }
+    }
+    drop(taken);
+    Ok(())
+}
