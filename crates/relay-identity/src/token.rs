@@ -219,16 +219,27 @@ pub fn check_private_file(
     euid: u32,
     max_len: u64,
 ) -> Result<(), TokenFileReason> {
+    check_file(facts, facts.uid == euid, 0o077, max_len)
+}
+
+/// The checks in order: symlink, file type, owner (`owned`), no permission bit of
+/// `forbidden`, size.
+fn check_file(
+    facts: &FileFacts,
+    owned: bool,
+    forbidden: u32,
+    max_len: u64,
+) -> Result<(), TokenFileReason> {
     if facts.is_symlink {
         return Err(TokenFileReason::Symlink);
     }
     if !facts.is_regular_file {
         return Err(TokenFileReason::NotRegularFile);
     }
-    if facts.uid != euid {
+    if !owned {
         return Err(TokenFileReason::NotOwnedByCurrentUser);
     }
-    if facts.mode & 0o077 != 0 {
+    if facts.mode & forbidden != 0 {
         return Err(TokenFileReason::InsecurePermissions);
     }
     if facts.len > max_len {
@@ -283,22 +294,7 @@ pub fn check_service_credential(
     euid: u32,
     max_len: u64,
 ) -> Result<(), TokenFileReason> {
-    if facts.is_symlink {
-        return Err(TokenFileReason::Symlink);
-    }
-    if !facts.is_regular_file {
-        return Err(TokenFileReason::NotRegularFile);
-    }
-    if facts.uid != euid && facts.uid != 0 {
-        return Err(TokenFileReason::NotOwnedByCurrentUser);
-    }
-    if facts.mode & 0o007 != 0 {
-        return Err(TokenFileReason::InsecurePermissions);
-    }
-    if facts.len > max_len {
-        return Err(TokenFileReason::TooLarge);
-    }
-    Ok(())
+    check_file(facts, facts.uid == euid || facts.uid == 0, 0o007, max_len)
 }
 
 /// [`read_private_file`] for a file in a service's credentials directory, checked by

@@ -28,7 +28,7 @@ use relay_identity::{DaemonAddress, PinStore, RouteToken, SigningKey};
 use relay_proto::{Bytes32, Id, RegisterMcpFields, Timers};
 use relay_proxy::config::{BaseUrl, Config};
 use relay_proxy::control::MCP_PATH;
-use relay_proxy::control::client::{ClientIdentity, Registration, connect};
+use relay_proxy::control::client::{ClientIdentity, Registration, Session, connect};
 use relay_proxy::control::daemon::{ControlOptions, ControlPlane, MAX_HANDSHAKES};
 use relay_proxy::front::{Advertised, Front, FrontOptions, Mode, ProviderKeys};
 use relay_proxy::metrics::Metrics;
@@ -212,16 +212,7 @@ async fn on_a_remote_bind_a_known_users_session_start_waits_for_its_session() {
     let user = RouteToken::generate().unwrap();
     let identity = daemon.identity(&pins);
     // An earlier session bound the credential and ended.
-    let (session, _registered) = connect(
-        &identity,
-        Registration::Mcp(RegisterMcpFields {
-            credential: Bytes32(*user.expose_bytes()),
-            worker_hint: None,
-        }),
-        WAIT,
-    )
-    .await
-    .unwrap();
+    let session = register(&identity, &user).await;
     drop(session);
     let token = user.encode();
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -249,16 +240,7 @@ async fn on_a_remote_bind_a_known_users_session_start_waits_for_its_session() {
 
     // With its session back and its worker still starting, a hook waits the activation
     // wait once, not once before its body and again after.
-    let (_session, _registered) = connect(
-        &identity,
-        Registration::Mcp(RegisterMcpFields {
-            credential: Bytes32(*user.expose_bytes()),
-            worker_hint: None,
-        }),
-        WAIT,
-    )
-    .await
-    .unwrap();
+    let _session = register(&identity, &user).await;
     let started = tokio::time::Instant::now();
     assert_eq!(daemon.session_start(&token).await, 200);
     let waited = started.elapsed();
@@ -266,6 +248,21 @@ async fn on_a_remote_bind_a_known_users_session_start_waits_for_its_session() {
         waited >= ACTIVATION_WAIT.mul_f64(0.9) && waited < ACTIVATION_WAIT.mul_f64(1.5),
         "the SessionStart waited {waited:?}, not the activation wait once"
     );
+}
+
+/// An MCP session of `identity` registering `credential`; dropped, it ends.
+async fn register(identity: &ClientIdentity, credential: &RouteToken) -> Session {
+    let (session, _registered) = connect(
+        identity,
+        Registration::Mcp(RegisterMcpFields {
+            credential: Bytes32(*credential.expose_bytes()),
+            worker_hint: None,
+        }),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    session
 }
 
 /// The attack of issue 9: 300 opening hooks, each with a random, unbound, well-formed
@@ -279,16 +276,7 @@ async fn a_flood_of_unbound_opening_hooks_does_not_stop_a_known_users_session_st
     let victim = RouteToken::generate().unwrap();
     // The victim's MCP registers: its route activates and waits for a worker that the
     // test never starts, so the victim's hooks must wait the whole activation wait.
-    let (_session, _registered) = connect(
-        &daemon.identity(&pins),
-        Registration::Mcp(RegisterMcpFields {
-            credential: Bytes32(*victim.expose_bytes()),
-            worker_hint: None,
-        }),
-        WAIT,
-    )
-    .await
-    .unwrap();
+    let _session = register(&daemon.identity(&pins), &victim).await;
 
     let flood = OLD_SHARED_POOL + 44;
     let answered = Arc::new(AtomicUsize::new(0));
