@@ -66,8 +66,11 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
             }
             .emit();
             // A last plain line for a person reading a terminal; a log shipper reading JSON
-            // lines has the whole error in `daemon_failed`.
-            if !json_logs {
+            // lines has the whole error in `daemon_failed`, unless the level filtered it out,
+            // and a failure is never silent.
+            let logged =
+                tracing::enabled!(target: relay_logging::LIFECYCLE_TARGET, tracing::Level::ERROR);
+            if !(json_logs && logged) {
                 eprintln!("relayd: {error:#}");
             }
             ExitCode::FAILURE

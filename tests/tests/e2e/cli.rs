@@ -472,6 +472,18 @@ async fn identity_show_prints_the_pin_for_the_advertised_origin() -> anyhow::Res
 async fn a_failed_start_with_json_logs_writes_only_json_lines() -> anyhow::Result<()> {
     let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = taken.local_addr()?.port().to_string();
+    // With every log line filtered out, the failure still gets its plain line.
+    let out = Relayd::builder()?
+        .env("RELAY_LOG", "off")
+        .args(["--port", &port, "--log-format", "jsonl"])
+        .output(CLI_TIMEOUT)
+        .await?;
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        out.stderr.starts_with("relayd: binding"),
+        "{:?}",
+        out.stderr
+    );
     for format in ["jsonl", "human"] {
         let out = Relayd::builder()?
             .args(["--port", &port, "--log-format", format])

@@ -207,8 +207,6 @@ impl ControlPlane {
         }
     }
 
-    /// Counts a handshake of a non-loopback address; `Some(retry_after_secs)` when over the
-    /// limit of §5.2.
     /// 429 with `Retry-After` for a non-loopback peer past its handshakes in the window,
     /// logged and counted as a refused registration; `None` lets the handshake on.
     fn refuse_over_rate(&self, ip: IpAddr, role: Role) -> Option<Response<ResponseBody>> {
@@ -233,6 +231,8 @@ impl ControlPlane {
         Some(res)
     }
 
+    /// Counts a handshake of a non-loopback address; `Some(retry_after_secs)` when over the
+    /// limit of §5.2.
     fn rate_limited(&self, ip: IpAddr) -> Option<u64> {
         let now = Instant::now();
         // A poisoned limiter fails closed: every handshake is limited.

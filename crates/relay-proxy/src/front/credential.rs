@@ -110,28 +110,17 @@ impl Front {
 
     /// The table of §3.5: a bound credential goes to the broker, which may wait for an
     /// activating route; everything else follows the rules for unbound callers.
+    ///
+    /// Where unknown callers are refused, only a credential the broker has just called bound
+    /// is decided as an opening hook (`Front::hook`): should its binding go while the body
+    /// arrives, the broker treats it as unknown, which may wait in the small pool of
+    /// unknown credentials for the activation wait before its 401.
     pub(super) async fn decide(
         &self,
         credential: &Credential,
         kind: RequestKind,
     ) -> Result<Routed, Refusal> {
-        self.decide_known(credential, kind, false).await
-    }
-
-    /// [`Front::decide`], told whether the broker has just called this credential bound.
-    pub(super) async fn decide_known(
-        &self,
-        credential: &Credential,
-        kind: RequestKind,
-        known_bound: bool,
-    ) -> Result<Routed, Refusal> {
         let anonymous_refused = self.is_anonymous_refused();
-        // Where unknown callers are refused, a credential not known to be bound may not park
-        // a request waiting for a session: it may turn out unbound, and gets 401 at once.
-        let kind = match kind {
-            RequestKind::OpeningHook if anonymous_refused && !known_bound => RequestKind::Hook,
-            kind => kind,
-        };
         if let (Credential::Token(token), Some(shell)) = (credential, &self.shell) {
             let digest = Digest(*token.digest().as_bytes());
             match shell.route(digest, kind).await {

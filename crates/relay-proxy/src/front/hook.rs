@@ -41,9 +41,9 @@ impl Front {
         // The credential first (SPEC §3.5): every refusal that does not depend on the
         // event is answered before a byte of the body is read.
         let credential = parse_credential(req.headers());
-        // `None` with `known_bound`: decided again once the body names the event.
-        let (decided, known_bound) = if self.decision_needs_event(&credential) {
-            (None, false)
+        // `None`: decided once the body names the event.
+        let decided = if self.decision_needs_event(&credential) {
+            None
         } else {
             match self.decide(&credential, RequestKind::Hook).await {
                 // A bound credential whose route has no live session yet (Claude Code sends
@@ -59,8 +59,8 @@ impl Front {
                 | Err(Refusal::Unavailable {
                     no_live_session: true,
                     ..
-                }) => (None, true),
-                Ok(routed) => (Some(routed), false),
+                }) => None,
+                Ok(routed) => Some(routed),
                 Err(refusal) => return local(refusal.answer()),
             }
         };
@@ -96,7 +96,7 @@ impl Front {
                 } else {
                     RequestKind::Hook
                 };
-                match self.decide_known(&credential, kind, known_bound).await {
+                match self.decide(&credential, kind).await {
                     Ok(routed) => routed,
                     Err(refusal) => return local(refusal.answer()),
                 }
