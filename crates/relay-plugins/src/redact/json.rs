@@ -84,7 +84,13 @@ fn provider_signed(body: &[u8]) -> HashSet<String> {
     if !mentions(b"thinking") && !mentions(b"reasoning") {
         return found;
     }
-    let Ok(document) = serde_json::from_slice::<Value>(body) else {
+    // serde_json refuses a lone UTF-16 surrogate escape (`\ud83d`, from a tool output cut in
+    // the middle of an emoji), which the lexer above decodes as U+FFFD: a copy with every
+    // escaped string written out again as that decoding reads it parses.
+    let document = serde_json::from_slice::<Value>(body)
+        .ok()
+        .or_else(|| serde_json::from_slice::<Value>(&strings_reescaped(body)?).ok());
+    let Some(document) = document else {
         return found;
     };
     let items = |key: &str| {
@@ -112,6 +118,25 @@ fn provider_signed(body: &[u8]) -> HashSet<String> {
         }
     }
     found
+}
+
+/// `body` with every string literal that holds an escape decoded by [`unescape`] (a lone
+/// surrogate becomes U+FFFD) and escaped again; `None` when a literal never closes.
+fn strings_reescaped(body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(body.len());
+    let (mut copied, mut at) = (0, 0);
+    while let Some(open) = memchr::memchr(b'"', &body[at..]).map(|i| at + i) {
+        let (close, escaped) = string_end(body, open + 1)?;
+        if escaped {
+            let value = unescape(std::str::from_utf8(&body[open + 1..close]).ok()?)?;
+            out.extend_from_slice(&body[copied..=open]);
+            out.extend_from_slice(escape(&value).as_bytes());
+            copied = close;
+        }
+        at = close + 1;
+    }
+    out.extend_from_slice(&body[copied..]);
+    Some(out)
 }
 
 /// Whether the string literal `raw` (its content, `escaped` when it holds a backslash) has

@@ -478,6 +478,17 @@ fn what_the_provider_signed_comes_back_unchanged() {
     assert!(!visible.contains("jane@example.org"), "{visible}");
     assert_eq!(result.replaced.total(), 2);
 
+    // A lone surrogate elsewhere (a tool output cut in the middle of an emoji) leaves the
+    // thinking block alone all the same, though serde_json refuses the document as sent.
+    let cut = br#"{"messages":[{"role":"user","content":"ran \ud83d ok, mail jane.doe@example.com"},{"role":"assistant","content":[{"type":"thinking","thinking":"mail jane@example.org","signature":"s"}]}]}"#;
+    let result = redactor.redact_json_body(cut);
+    let text = String::from_utf8(result.body.into_owned()).unwrap();
+    assert!(
+        text.contains(r#""thinking":"mail jane@example.org""#),
+        "{text}"
+    );
+    assert!(!text.contains("jane.doe@example.com"), "{text}");
+
     // A block of the same shape in a user turn is the client's own text: redacted.
     let forged = serde_json::json!({
         "messages": [{"role": "user", "content": [
