@@ -218,7 +218,11 @@ impl Front {
             PathClass::Workers
             | PathClass::WorkersStatus
             | PathClass::WorkerStatus(_)
-            | PathClass::Metrics => local(self.workers_or_metrics(route, conn.peer.ip())),
+            | PathClass::Metrics => local(self.workers_or_metrics(
+                route,
+                conn.peer.ip(),
+                req.headers().get(header::ACCEPT),
+            )),
             PathClass::RouteStatus => local(self.route_status(req.headers())),
             PathClass::ControlMcp | PathClass::ControlWorker => match &self.control {
                 Some(control) => {

@@ -25,6 +25,7 @@ impl Front {
         &self,
         class: PathClass,
         peer: IpAddr,
+        accept: Option<&HeaderValue>,
     ) -> Response<ResponseBody> {
         if !self.is_status_visible(peer) {
             return not_found();
@@ -66,10 +67,8 @@ impl Front {
             }
             _ => {
                 let mut res = Response::new(ResponseBody::full(self.metrics.encode()));
-                res.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-                );
+                res.headers_mut()
+                    .insert(header::CONTENT_TYPE, metrics_content_type(accept));
                 no_store(res)
             }
         }
@@ -138,4 +137,31 @@ impl Front {
             control_available: view.control_available,
         })
     }
+}
+
+/// The content type of `/metrics`. The text is OpenMetrics (counters named once without
+/// `_total` in their `# TYPE` line, a closing `# EOF`); a scraper that accepts OpenMetrics
+/// (Prometheus asks for it first) is told so, and keeps every family's type. Any other
+/// client gets the classic Prometheus text type, which the same lines also parse as.
+fn metrics_content_type(accept: Option<&HeaderValue>) -> HeaderValue {
+    let accepts_openmetrics = accept
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value.split(',').any(|range| {
+                let mut parts = range.split(';').map(str::trim);
+                let media = parts.next().unwrap_or_default();
+                media.eq_ignore_ascii_case("application/openmetrics-text")
+                    && !parts.any(|p| {
+                        p.split_once('=').is_some_and(|(k, v)| {
+                            k.trim().eq_ignore_ascii_case("q")
+                                && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
+                        })
+                    })
+            })
+        });
+    HeaderValue::from_static(if accepts_openmetrics {
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    } else {
+        "text/plain; version=0.0.4; charset=utf-8"
+    })
 }

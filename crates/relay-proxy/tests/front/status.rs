@@ -132,6 +132,23 @@ async fn metrics_are_prometheus_text_and_count_requests() {
         assert!(text.contains(family), "missing {family:?} in\n{text}");
     }
     assert!(text.ends_with("# EOF\n"));
+
+    // Prometheus asks for OpenMetrics first, and is told that is what it gets.
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let answer = relay.get("/metrics", &[("accept", prometheus)]).await;
+    assert_eq!(
+        answer.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    let refused = "application/openmetrics-text;q=0, text/plain";
+    let answer = relay.get("/metrics", &[("accept", refused)]).await;
+    assert!(
+        answer
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
+        "{:?}",
+        answer.header("content-type")
+    );
 }
 
 async fn get_from(addr: SocketAddr, host: &str, path: &str) -> RawResponse {
