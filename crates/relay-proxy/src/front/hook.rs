@@ -186,7 +186,7 @@ const HOOK_BUFFER_WAIT: Duration = Duration::from_secs(1);
 
 /// Why a hook body found no room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum NoRoom {
+enum NoRoom {
     /// The caller's address holds its whole share: 429.
     PeerShare,
     /// The daemon's budget stayed full for [`HOOK_BUFFER_WAIT`]: 503.
@@ -214,7 +214,7 @@ impl NoRoom {
 
 /// One body's room in a [`HookBuffer`], given back when dropped.
 #[derive(Debug)]
-pub(super) struct HookRoom<'a> {
+struct HookRoom<'a> {
     _permit: SemaphorePermit<'a>,
     _share: Option<PeerShare<'a>>,
 }
@@ -257,7 +257,7 @@ impl HookBuffer {
     /// Room for one body of at most `limit` bytes from `peer`, waiting at most
     /// [`HOOK_BUFFER_WAIT`] for the daemon's budget; a remote address over its share is
     /// refused at once.
-    pub(super) async fn reserve(
+    async fn reserve(
         &self,
         headers: &HeaderMap,
         limit: u64,
