@@ -36,7 +36,7 @@ use relay_proxy::server::{ServeOptions, serve};
 use relay_proxy::shell::Shell;
 use relay_proxy::state::StateStore;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
-use relay_testkit::{StandIn, eventually};
+use relay_testkit::{StandIn, eventually, eventually_some};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -215,14 +215,10 @@ async fn on_a_remote_bind_a_known_users_session_start_waits_for_its_session() {
     let session = register(&identity, &user).await;
     drop(session);
     let token = user.encode();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while daemon.route_reason(&token).await.as_deref() != Some("no_live_session") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the ended session stayed live"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let ended = eventually_some(WAIT, || async {
+        (daemon.route_reason(&token).await.as_deref() == Some("no_live_session")).then_some(())
+    });
+    assert!(ended.await.is_some(), "the ended session stayed live");
 
     let started = tokio::time::Instant::now();
     assert_eq!(daemon.session_start(&token).await, 200);
