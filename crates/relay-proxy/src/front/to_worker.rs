@@ -40,27 +40,27 @@ impl Front {
         // every model and hook request's future, also those that never go to a worker.
         let sending = Box::pin(shell.workers().send(worker, req));
         let result = if response_timeout.is_zero() {
-            sending.await
+            Ok(sending.await)
         } else {
-            match tokio::time::timeout(response_timeout + WORKER_BACKSTOP, sending).await {
-                Ok(result) => result,
-                Err(_) => {
-                    self.log_worker_failure(
-                        route,
-                        fingerprint,
-                        worker.worker_id,
-                        "response_head_timeout",
-                    );
-                    return WorkerResult::Failed(
-                        error(
-                            StatusCode::GATEWAY_TIMEOUT,
-                            ErrorKind::RelayUpstreamTimeout,
-                            "the worker did not answer in time",
-                        ),
-                        waiting.elapsed(),
-                    );
-                }
-            }
+            tokio::time::timeout(response_timeout + WORKER_BACKSTOP, sending).await
+        };
+        // The wait for the worker's head, which the overhead metric leaves out, failed or not.
+        let waited = waiting.elapsed();
+        let Ok(result) = result else {
+            self.log_worker_failure(
+                route,
+                fingerprint,
+                worker.worker_id,
+                "response_head_timeout",
+            );
+            return WorkerResult::Failed(
+                error(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    ErrorKind::RelayUpstreamTimeout,
+                    "the worker did not answer in time",
+                ),
+                waited,
+            );
         };
         match result {
             // The worker refused the secret: a request decided just before the worker resumed
@@ -72,7 +72,7 @@ impl Front {
                     && res.headers().contains_key(WORKER_REFUSED) =>
             {
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "secret_refused");
-                WorkerResult::Failed(worker_failed(), waiting.elapsed())
+                WorkerResult::Failed(worker_failed(), waited)
             }
             Ok(res) => {
                 // The worker answered a provider failure: logged here, with the daemon's
@@ -82,7 +82,7 @@ impl Front {
                     let reason = UpstreamError::failure_reason(reason.as_bytes());
                     self.log_worker_failure(route, fingerprint, worker.worker_id, reason);
                 }
-                WorkerResult::Answered(res, waiting.elapsed())
+                WorkerResult::Answered(res, waited)
             }
             Err(WorkerSendError::NotSent { request, outcome }) => {
                 self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");
@@ -94,10 +94,10 @@ impl Front {
                 // worker failure.
                 if let Some(found) = BodyError::find(&error) {
                     let failure = UpstreamError::of_request_body(found);
-                    return WorkerResult::Failed(upstream_error(&failure), waiting.elapsed());
+                    return WorkerResult::Failed(upstream_error(&failure), waited);
                 }
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "worker_failed");
-                WorkerResult::Failed(worker_failed(), waiting.elapsed())
+                WorkerResult::Failed(worker_failed(), waited)
             }
         }
     }
