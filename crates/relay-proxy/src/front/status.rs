@@ -146,22 +146,22 @@ impl Front {
 fn metrics_content_type(accept: Option<&HeaderValue>) -> HeaderValue {
     let accepts_openmetrics = accept
         .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| {
-            value.split(',').any(|range| {
-                let mut parts = range.split(';').map(str::trim);
-                let media = parts.next().unwrap_or_default();
-                media.eq_ignore_ascii_case("application/openmetrics-text")
-                    && !parts.any(|p| {
-                        p.split_once('=').is_some_and(|(k, v)| {
-                            k.trim().eq_ignore_ascii_case("q")
-                                && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
-                        })
-                    })
-            })
-        });
+        .is_some_and(|value| value.split(',').any(is_openmetrics_range));
     HeaderValue::from_static(if accepts_openmetrics {
         "application/openmetrics-text; version=1.0.0; charset=utf-8"
     } else {
         "text/plain; version=0.0.4; charset=utf-8"
     })
+}
+
+/// True for an `Accept` range of OpenMetrics that is not refused with `q=0`.
+fn is_openmetrics_range(range: &str) -> bool {
+    let mut parts = range.split(';').map(str::trim);
+    let media = parts.next().unwrap_or_default();
+    let refused = |param: &str| {
+        param.split_once('=').is_some_and(|(name, q)| {
+            name.trim().eq_ignore_ascii_case("q") && q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
+        })
+    };
+    media.eq_ignore_ascii_case("application/openmetrics-text") && !parts.any(refused)
 }

@@ -7,7 +7,7 @@ use relay_testkit::StandIn;
 use serde_json::json;
 use tokio::net::TcpStream;
 
-use crate::support::{RawResponse, Setup, Tripwire, non_loopback_ip, raw_exchange};
+use crate::support::{Answer, RawResponse, Setup, Tripwire, non_loopback_ip, raw_exchange};
 
 #[tokio::test]
 async fn healthz_has_its_exact_shape_and_follows_degraded_state() {
@@ -102,13 +102,16 @@ async fn metrics_are_prometheus_text_and_count_requests() {
     let answer = relay.get("/metrics", &[]).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.header("cache-control"), Some("no-store"));
-    assert!(
-        answer
-            .header("content-type")
-            .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
-        "{:?}",
-        answer.header("content-type")
-    );
+    let assert_classic = |answer: &Answer| {
+        assert!(
+            answer
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
+            "{:?}",
+            answer.header("content-type")
+        );
+    };
+    assert_classic(&answer);
     let text = String::from_utf8(answer.body.to_vec()).unwrap();
     for line in [
         r#"relay_requests_total{route="openai",destination="pass_through",status="200"} 3"#,
@@ -141,14 +144,7 @@ async fn metrics_are_prometheus_text_and_count_requests() {
         Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
     );
     let refused = "application/openmetrics-text;q=0, text/plain";
-    let answer = relay.get("/metrics", &[("accept", refused)]).await;
-    assert!(
-        answer
-            .header("content-type")
-            .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
-        "{:?}",
-        answer.header("content-type")
-    );
+    assert_classic(&relay.get("/metrics", &[("accept", refused)]).await);
 }
 
 async fn get_from(addr: SocketAddr, host: &str, path: &str) -> RawResponse {
