@@ -24,6 +24,22 @@ use super::support::{
     route_status, user_for, wait_for_route_state, workers_status,
 };
 
+/// relayd's `worker_control_reconnected` for `worker_id`, within `timeout`.
+async fn reconnected(
+    relayd: &Relayd,
+    worker_id: &str,
+    timeout: Duration,
+) -> anyhow::Result<serde_json::Value> {
+    event_with(
+        relayd.logs(),
+        "worker_control_reconnected",
+        "worker_id",
+        worker_id,
+        timeout,
+    )
+    .await
+}
+
 /// The one worker of `user` that relayd added first: its id and pid.
 async fn first_worker(relayd: &Relayd, user: &User) -> anyhow::Result<(String, u32)> {
     let added = relayd
@@ -95,14 +111,7 @@ async fn a_control_cut_shorter_than_the_grace_resumes_the_same_worker() -> anyho
     assert_eq!(route["state"], "recovering", "{route}");
 
     cut.restore(WORKER_PATH);
-    let reconnected = event_with(
-        relayd.logs(),
-        "worker_control_reconnected",
-        "worker_id",
-        &worker_id,
-        EVENT_TIMEOUT,
-    )
-    .await?;
+    let reconnected = reconnected(&relayd, &worker_id, EVENT_TIMEOUT).await?;
     let outage = cut_at.elapsed();
     assert!(
         outage < Duration::from_secs(10),
@@ -281,14 +290,7 @@ async fn after_a_relayd_restart_requests_pass_through_until_the_session_returns_
     assert_eq!(route["reason"], "no_live_session", "{route}");
 
     cut.restore(MCP_PATH);
-    let reconnected = event_with(
-        relayd.logs(),
-        "worker_control_reconnected",
-        "worker_id",
-        &worker_id,
-        WORKER_TIMEOUT,
-    )
-    .await?;
+    let reconnected = reconnected(&relayd, &worker_id, WORKER_TIMEOUT).await?;
     assert_eq!(field(&reconnected, "worker_id"), worker_id);
     let route = wait_for_route_state(&relayd, &token, "ready", EVENT_TIMEOUT).await?;
     assert_eq!(route["worker_id"], worker_id.as_str(), "{route}");
@@ -368,14 +370,7 @@ async fn sigterm_leaves_the_clients_running_and_they_resume_when_relayd_returns(
     );
 
     relayd.start_again().await?;
-    let reconnected = event_with(
-        relayd.logs(),
-        "worker_control_reconnected",
-        "worker_id",
-        &worker_id,
-        WORKER_TIMEOUT,
-    )
-    .await?;
+    let reconnected = reconnected(&relayd, &worker_id, WORKER_TIMEOUT).await?;
     assert_eq!(field(&reconnected, "worker_id"), worker_id);
     let route = wait_for_route_state(&relayd, &token, "ready", EVENT_TIMEOUT).await?;
     assert_eq!(route["worker_id"], worker_id.as_str(), "{route}");
@@ -430,14 +425,7 @@ async fn after_a_relayd_restart_the_launching_session_ending_leaves_the_shared_w
     let status = relayd.stop().await?;
     assert_eq!(status.code(), Some(0), "{}", relayd.logs().text());
     relayd.start_again().await?;
-    event_with(
-        relayd.logs(),
-        "worker_control_reconnected",
-        "worker_id",
-        &worker_id,
-        WORKER_TIMEOUT,
-    )
-    .await?;
+    reconnected(&relayd, &worker_id, WORKER_TIMEOUT).await?;
     for mcp in [&launcher, &other] {
         mcp.logs()
             .wait_for_events("daemon_mcp_ready", 2, EVENT_TIMEOUT)
