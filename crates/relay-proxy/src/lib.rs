@@ -22,6 +22,7 @@ mod forward;
 pub mod front;
 pub mod headers;
 pub mod metrics;
+mod per_address;
 pub mod plugins;
 pub mod routes;
 pub mod server;

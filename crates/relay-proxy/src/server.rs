@@ -2,13 +2,12 @@
 //! listener (by ALPN under TLS, by preface on plain TCP), the connection and protocol
 //! limits of SPEC §3.6, `TCP_NODELAY`, and graceful shutdown.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::{Pin, pin};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
@@ -26,6 +25,7 @@ use tokio::task::JoinSet;
 use crate::answers::close_after;
 use crate::body::ResponseBody;
 use crate::conn::{ConnIo, ConnState, Expiry, Keep};
+use crate::per_address::{Hold, PerAddress};
 use crate::tls_io::{Gather, ReadAhead};
 
 /// Per-stream window and HTTP/1 buffer: at most this much body is buffered per stream
@@ -137,7 +137,7 @@ pub async fn serve<H: Handler>(
     let builder = Arc::new(http_builder());
     let tls = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let permits = Arc::new(Semaphore::new(options.max_connections));
-    let peers = Arc::new(PeerCounts::new(options.per_peer));
+    let peers = PeerCounts::new(options.per_peer);
     // Each connection holds a receiver until its last answer is written: the stop is sent
     // on it, and the drain ends when every one has been dropped.
     let (stop, _) = watch::channel(());
@@ -231,57 +231,25 @@ pub async fn serve<H: Handler>(
 #[derive(Debug)]
 struct PeerCounts {
     limit: PeerLimit,
-    counts: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One connection's place in [`PeerCounts`], given back on drop.
-#[derive(Debug)]
-struct PeerSlot {
-    peers: Arc<PeerCounts>,
-    ip: IpAddr,
+    counts: Arc<PerAddress>,
 }
 
 impl PeerCounts {
     fn new(limit: PeerLimit) -> PeerCounts {
         PeerCounts {
             limit,
-            counts: Mutex::new(HashMap::new()),
+            counts: PerAddress::new("connections per address"),
         }
     }
 
-    /// A slot for one more connection from `ip`; `None` when the address is at its cap.
+    /// A place for one more connection from `ip`; `None` when the address is at its cap.
     /// Uncounted (loopback, when exempt) connections get `Some(None)`.
-    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Option<PeerSlot>> {
+    fn admit(&self, ip: IpAddr) -> Option<Option<Hold>> {
         if ip.is_loopback() && !self.limit.loopback {
             return Some(None);
         }
-        // A poisoned map fails closed: refusing is safe, counting wrong is not.
-        let mut counts = relay_logging::sync::lock(&self.counts, "connections per address")?;
-        let count = counts.entry(ip).or_insert(0);
-        if *count >= self.limit.max {
-            return None;
-        }
-        *count += 1;
-        Some(Some(PeerSlot {
-            peers: self.clone(),
-            ip,
-        }))
-    }
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let Some(mut counts) =
-            relay_logging::sync::lock(&self.peers.counts, "connections per address")
-        else {
-            return;
-        };
-        if let Some(count) = counts.get_mut(&self.ip) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.ip);
-            }
-        }
+        let cap = u64::try_from(self.limit.max).unwrap_or(u64::MAX);
+        self.counts.hold(ip, 1, cap).map(Some)
     }
 }
 

@@ -1,9 +1,8 @@
 //! The hook routes (SPEC §3.4): the media type, the body and its event name, the
 //! credential decision, then the worker or the agent's pass-through answer.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,6 +24,7 @@ use crate::answers::{
 use crate::body::{RequestBody, ResponseBody};
 use crate::headers::{self, Toward};
 use crate::metrics::{Destination, RouteLabel};
+use crate::per_address::{Hold, PerAddress};
 use crate::routes::Agent;
 
 impl Front {
@@ -174,8 +174,8 @@ impl Front {
 pub(super) struct HookBuffer {
     bytes: Semaphore,
     capacity: u64,
-    /// The bytes each remote peer address holds now; an address holding none has no entry.
-    held: Mutex<HashMap<IpAddr, u64>>,
+    /// The bytes each remote peer address holds now.
+    held: Arc<PerAddress>,
 }
 
 /// The default budget: sixteen bodies of the default 1 MiB limit at once.
@@ -216,31 +216,8 @@ impl NoRoom {
 #[derive(Debug)]
 struct HookRoom<'a> {
     _permit: SemaphorePermit<'a>,
-    _share: Option<PeerShare<'a>>,
-}
-
-/// The bytes of one body counted against its remote peer address.
-#[derive(Debug)]
-struct PeerShare<'a> {
-    buffer: &'a HookBuffer,
-    peer: IpAddr,
-    bytes: u64,
-}
-
-impl Drop for PeerShare<'_> {
-    fn drop(&mut self) {
-        let Some(mut held) =
-            relay_logging::sync::lock(&self.buffer.held, "hook bodies per address")
-        else {
-            return;
-        };
-        if let Some(bytes) = held.get_mut(&self.peer) {
-            *bytes = bytes.saturating_sub(self.bytes);
-            if *bytes == 0 {
-                held.remove(&self.peer);
-            }
-        }
-    }
+    /// Its bytes counted against a remote peer address.
+    _share: Option<Hold>,
 }
 
 impl HookBuffer {
@@ -250,7 +227,7 @@ impl HookBuffer {
         HookBuffer {
             bytes: Semaphore::new(usize::try_from(capacity).unwrap_or(usize::MAX >> 3)),
             capacity,
-            held: Mutex::new(HashMap::new()),
+            held: PerAddress::new("hook bodies per address"),
         }
     }
 
@@ -270,7 +247,9 @@ impl HookBuffer {
         let share = if peer.is_loopback() {
             None
         } else {
-            Some(self.take_share(peer, want, limit)?)
+            // A quarter of the budget, or one body at the limit when that is more.
+            let share = (self.capacity / 4).max(limit).min(self.capacity);
+            Some(self.held.hold(peer, want, share).ok_or(NoRoom::PeerShare)?)
         };
         let want = u32::try_from(want).unwrap_or(u32::MAX);
         match tokio::time::timeout(HOOK_BUFFER_WAIT, self.bytes.acquire_many(want)).await {
@@ -281,28 +260,6 @@ impl HookBuffer {
             // Dropping `share` gives the address its bytes back.
             Ok(Err(_)) | Err(_) => Err(NoRoom::Budget),
         }
-    }
-
-    /// Counts `want` bytes against `peer`, whose share is a quarter of the budget, or one
-    /// body at the `limit` when that is more.
-    fn take_share(&self, peer: IpAddr, want: u64, limit: u64) -> Result<PeerShare<'_>, NoRoom> {
-        let share = (self.capacity / 4).max(limit).min(self.capacity);
-        // A poisoned map fails closed: refusing is safe, counting wrong is not.
-        let mut held = relay_logging::sync::lock(&self.held, "hook bodies per address")
-            .ok_or(NoRoom::PeerShare)?;
-        let bytes = held.entry(peer).or_insert(0);
-        if bytes.saturating_add(want) > share {
-            if *bytes == 0 {
-                held.remove(&peer);
-            }
-            return Err(NoRoom::PeerShare);
-        }
-        *bytes += want;
-        Ok(PeerShare {
-            buffer: self,
-            peer,
-            bytes: want,
-        })
     }
 }
 
