@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hyper::StatusCode;
 use relay_identity::{
-    DaemonAddress, Env, Origin, PinStore, PublicKey, names, provisioned_daemon_key_file,
+    DaemonAddress, Env, Origin, PinStore, PublicKey, RouteToken, names, provisioned_daemon_key_file,
 };
 use relay_proto::{
     Health, HealthStatus, PassThroughReason, RouteMode, RouteStatus, WorkerState, WorkerStatus,
@@ -16,11 +16,22 @@ use relay_proto::{
 use serde_json::json;
 
 use crate::environment::{Inputs, resolve_token};
-use crate::http::{self, Answer};
 use crate::report::{Check, Mode, Report, Status};
+use relay_proxy::daemon_http::{self, Answer};
 
 /// How long each exchange with the daemon may take.
 const LIMIT: Duration = Duration::from_secs(10);
+
+/// One GET to the daemon as the doctor, within [`LIMIT`].
+async fn get(
+    daemon: &DaemonAddress,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    path: &str,
+    token: Option<&RouteToken>,
+) -> Result<Answer, String> {
+    let agent = concat!("relay-doctor/", env!("CARGO_PKG_VERSION"));
+    daemon_http::get(daemon, tls, path, token, LIMIT, agent).await
+}
 
 /// The pin the daemon's key is held against.
 #[derive(Debug, Clone)]
@@ -88,7 +99,7 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
             };
         }
     };
-    let health = http::get(daemon, tls.as_ref(), "/healthz", None, LIMIT).await;
+    let health = get(daemon, tls.as_ref(), "/healthz", None).await;
     let health_check = judge_health(daemon, &health);
     let reachable = health_check.status != Status::Fail;
     checks.push(health_check);
@@ -141,8 +152,7 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
             checks,
         };
     };
-    let route_answer =
-        http::get(daemon, tls.as_ref(), "/_relay/v1/route", Some(token), LIMIT).await;
+    let route_answer = get(daemon, tls.as_ref(), "/_relay/v1/route", Some(token)).await;
     let (route_check, route) = judge_route(&route_answer);
     checks.push(route_check);
 
@@ -150,7 +160,7 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
     let worker = match worker_id {
         Some(id) => {
             let path = format!("/_relay/v1/workers/{id}/status");
-            let answer = http::get(daemon, tls.as_ref(), &path, None, LIMIT).await;
+            let answer = get(daemon, tls.as_ref(), &path, None).await;
             judge_worker(daemon, id, route.as_ref(), &answer)
         }
         None => Check::skip("live.worker", "not checked: the route names no worker"),

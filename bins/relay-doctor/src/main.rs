@@ -12,7 +12,6 @@ use clap::Parser as _;
 mod bundle;
 mod cli;
 mod environment;
-mod http;
 mod live;
 mod report;
 mod token;

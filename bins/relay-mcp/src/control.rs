@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 use relay_identity::RouteToken;
 use relay_logging::{Lifecycle, McpPassThroughReason, ProcessExit};
 use relay_proto::{
-    Bytes32, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message, RefusedCode,
-    RegisterMcpFields, Registered, ResumeMcpFields, RouteMode, Text, Timers, WorkerExited,
-    WorkerHint,
+    Bytes32, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message, PassThroughReason,
+    RefusedCode, RegisterMcpFields, Registered, ResumeMcpFields, RouteMode, RouteStatus, Text,
+    Timers, WorkerExited, WorkerHint,
 };
 use relay_proxy::control::client::{
     Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
 };
+use relay_proxy::daemon_http;
 use tokio::process::Child;
 use tokio::sync::{oneshot, watch};
 
@@ -25,6 +26,9 @@ mod tests;
 
 /// How long the release sequence may take before the MCP exits anyway (§5.5).
 const RELEASE_BUDGET: Duration = Duration::from_millis(1800);
+
+/// How long the question of why a route passes through may hold up the control loop.
+const ROUTE_QUERY_LIMIT: Duration = Duration::from_secs(1);
 
 /// Everything the control loop needs.
 pub(crate) struct Control {
@@ -78,12 +82,41 @@ impl Control {
     }
 
     /// The daemon decided the route passes through; the first such decision is logged,
-    /// also after an unreachable daemon settled the session.
-    fn use_pass_through(&self) {
-        if !self.decided.swap(true, Ordering::Relaxed) {
-            self.pass_through(McpPassThroughReason::ActivationFailed);
-        }
+    /// also after an unreachable daemon settled the session. `initialize` need not wait
+    /// for the log's reason.
+    async fn use_pass_through(&self) {
         self.settle();
+        if !self.decided.swap(true, Ordering::Relaxed) {
+            let reason = self.pass_through_reason().await;
+            self.pass_through(reason);
+        }
+    }
+
+    /// Why the daemon passes this route through: `UsePassThrough` says the same for a
+    /// daemon started with `--pass-through` and for a route whose worker failed to start,
+    /// so the route status the daemon shows this credential tells the two apart. Anything
+    /// but a clear `configured_pass_through` there is taken for a failed activation.
+    async fn pass_through_reason(&self) -> McpPassThroughReason {
+        let answer = daemon_http::get(
+            &self.identity.daemon,
+            self.identity.tls.as_ref(),
+            "/_relay/v1/route",
+            Some(&self.credential),
+            ROUTE_QUERY_LIMIT,
+            concat!("relay-mcp/", env!("CARGO_PKG_VERSION")),
+        )
+        .await;
+        let configured = answer.is_ok_and(|answer| {
+            answer.status.is_success()
+                && serde_json::from_slice::<RouteStatus>(&answer.body).is_ok_and(|route| {
+                    route.reason == Some(PassThroughReason::ConfiguredPassThrough)
+                })
+        });
+        if configured {
+            McpPassThroughReason::ConfiguredPassThrough
+        } else {
+            McpPassThroughReason::ActivationFailed
+        }
     }
 
     fn pass_through(&self, reason: McpPassThroughReason) {
@@ -316,7 +349,7 @@ impl Control {
                 self.decided.store(true, Ordering::Relaxed);
                 self.settle();
             }
-            Directive::UsePassThrough => self.use_pass_through(),
+            Directive::UsePassThrough => self.use_pass_through().await,
         }
     }
 

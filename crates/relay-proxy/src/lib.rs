@@ -17,6 +17,7 @@ pub mod client_process;
 pub mod config;
 pub mod conn;
 pub mod control;
+pub mod daemon_http;
 mod error_chain;
 mod forward;
 pub mod front;

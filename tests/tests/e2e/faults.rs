@@ -816,6 +816,12 @@ async fn failed_worker_starts_back_off_and_a_repaired_binary_resets_the_delay() 
         mcp_failed.iter().all(|e| e["exit_code"] == 1),
         "{mcp_failed:?}"
     );
+    // The session serves without a worker meanwhile, and says it is for a failed start.
+    let settled = mcp
+        .logs()
+        .wait_for_event("daemon_mcp_pass_through", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(field(&settled, "reason"), "activation_failed", "{settled}");
 
     // The repaired binary starts: the route is ready and the session works.
     let (worker_id, worker_pid) = nth_worker(&relayd, &user, 1).await?;

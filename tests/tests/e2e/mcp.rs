@@ -12,7 +12,7 @@ use rustix::process::Signal;
 
 use super::support::{
     EVENT_TIMEOUT, INITIALIZE_TIMEOUT, MCP_EXIT_TIMEOUT, WORKER_TIMEOUT, context, field,
-    fresh_token, user_for, worker_config, workers_status,
+    fresh_token, upstream_config, user_for, worker_config, workers_status,
 };
 
 /// The MCP stdio sessions captured from the real CLIs.
@@ -177,6 +177,42 @@ async fn relay_mcp_answers_the_captured_sessions_and_releases_on_every_way_out()
     );
     user.wait_for_workers(0, WORKER_TIMEOUT).await?;
     assert!(workers_status(&relayd).await?.is_empty());
+    Ok(())
+}
+
+/// Against a daemon started with `--pass-through`, relay-mcp says the route passes through
+/// because the daemon is configured so (an `info`), not that a worker failed to start (a
+/// warning every session of such a deployment would print).
+#[tokio::test]
+async fn against_a_pass_through_daemon_the_reason_logged_is_the_configuration() -> anyhow::Result<()>
+{
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(upstream_config(&stand_in, ""))
+        .arg("--pass-through")
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let mut mcp = user
+        .mcp(&relayd.origin())?
+        .token(&fresh_token()?)
+        .log("info", "jsonl")
+        .spawn()?;
+    let answer = mcp.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
+    assert_eq!(
+        answer["result"]["protocolVersion"], "2025-11-25",
+        "{answer}"
+    );
+    let event = mcp
+        .logs()
+        .wait_for_event("daemon_mcp_pass_through", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(
+        field(&event, "reason"),
+        "configured_pass_through",
+        "{event}"
+    );
+    assert_eq!(event["level"], "info", "{event}");
     Ok(())
 }
 

@@ -50,8 +50,8 @@ async fn a_pass_through_decided_after_an_unreachable_daemon_is_still_logged() {
     let (capture, _guard) = capture_log();
     control.daemon_down();
     assert!(*control.settled.borrow());
-    control.use_pass_through();
-    control.use_pass_through();
+    control.use_pass_through().await;
+    control.use_pass_through().await;
     let reasons: Vec<String> = capture
         .contents()
         .lines()

@@ -1,5 +1,6 @@
 //! One GET to the daemon on one connection, with hyper's low-level HTTP/1 client: no pool,
-//! no proxy discovery and no redirects, so the doctor sees the daemon itself.
+//! no proxy discovery and no redirects, so the caller (relay-doctor, relay-mcp) sees the
+//! daemon itself.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,21 +20,22 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// An answer: its status and body.
 #[derive(Debug)]
-pub(crate) struct Answer {
-    pub(crate) status: StatusCode,
-    pub(crate) body: Bytes,
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Bytes,
 }
 
-/// GETs `path` from the daemon, with the route token when given, within `limit`. The
-/// error is one line that names the address and never the token.
-pub(crate) async fn get(
+/// GETs `path` from the daemon as `user_agent`, with the route token when given, within
+/// `limit`. The error is one line that names the address and never the token.
+pub async fn get(
     daemon: &DaemonAddress,
     tls: Option<&Arc<rustls::ClientConfig>>,
     path: &str,
     token: Option<&RouteToken>,
     limit: Duration,
+    user_agent: &'static str,
 ) -> Result<Answer, String> {
-    match tokio::time::timeout(limit, exchange(daemon, tls, path, token)).await {
+    match tokio::time::timeout(limit, exchange(daemon, tls, path, token, user_agent)).await {
         Ok(result) => result,
         Err(_) => Err(format!(
             "no answer from {} within {limit:?}",
@@ -47,6 +49,7 @@ async fn exchange(
     tls: Option<&Arc<rustls::ClientConfig>>,
     path: &str,
     token: Option<&RouteToken>,
+    user_agent: &'static str,
 ) -> Result<Answer, String> {
     let tcp = connect(daemon).await?;
     let _ = tcp.set_nodelay(true);
@@ -56,15 +59,12 @@ async fn exchange(
             HOST,
             HeaderValue::try_from(host).map_err(|_| "bad host name".to_owned())?,
         )
-        .header(
-            USER_AGENT,
-            concat!("relay-doctor/", env!("CARGO_PKG_VERSION")),
-        );
+        .header(USER_AGENT, HeaderValue::from_static(user_agent));
     if let Some(token) = token {
         let mut value = HeaderValue::try_from(token.encode())
             .map_err(|_| "the route token is not a header value".to_owned())?;
         value.set_sensitive(true);
-        request = request.header(relay_proxy::headers::CLIENT_TOKEN_NAME, value);
+        request = request.header(crate::headers::CLIENT_TOKEN_NAME, value);
     }
     let request = request
         .body(Empty::<Bytes>::new())
