@@ -12,6 +12,9 @@ pub const ENV_BIN_DIR: &str = "RELAY_BIN_DIR";
 /// The directory holding `claude`, `codex` and `pi`; `cargo xtask e2e` installs them with
 /// npm into `target/agent-clis` and sets it.
 pub const ENV_AGENT_BIN_DIR: &str = "RELAY_AGENT_BIN_DIR";
+/// The `node_modules` directory holding the official provider SDKs for Node
+/// (`@anthropic-ai/sdk`, `openai`); `cargo xtask e2e` installs them into `target/sdks`.
+pub const ENV_SDK_DIR: &str = "RELAY_SDK_DIR";
 /// Set to `1` by `cargo xtask e2e`; informational, the tests run without it.
 pub const ENV_E2E: &str = "RELAY_E2E";
 
@@ -59,6 +62,20 @@ pub fn agent_binary(name: &str) -> Result<PathBuf, Error> {
             agent: name.to_owned(),
             dir,
         })
+    }
+}
+
+/// The `node_modules` directory of the pinned provider SDKs, `RELAY_SDK_DIR`; as for the
+/// agent CLIs, there is no fallback.
+pub fn sdk_dir() -> Result<PathBuf, Error> {
+    let dir = std::env::var_os(ENV_SDK_DIR)
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .ok_or(Error::SdkDirUnset)?;
+    if dir.join("openai").is_dir() && dir.join("@anthropic-ai").join("sdk").is_dir() {
+        Ok(dir)
+    } else {
+        Err(Error::SdkMissing { dir })
     }
 }
 

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::bins::{ENV_AGENT_BIN_DIR, ENV_BIN_DIR};
+use crate::bins::{ENV_AGENT_BIN_DIR, ENV_BIN_DIR, ENV_SDK_DIR};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -34,6 +34,15 @@ pub enum Error {
         dir.display()
     )]
     AgentMissing { agent: String, dir: PathBuf },
+    #[error(
+        "{ENV_SDK_DIR} is not set: the SDK tests need the official provider SDKs; run `cargo xtask e2e`, which installs them into target/sdks and sets {ENV_SDK_DIR}"
+    )]
+    SdkDirUnset,
+    #[error(
+        "the provider SDKs are missing from {}: run `cargo xtask e2e`, which installs the pinned SDKs",
+        dir.display()
+    )]
+    SdkMissing { dir: PathBuf },
     #[error("creating the temporary directory for a test process")]
     TempDir {
         #[source]

@@ -44,7 +44,10 @@ pub mod ws;
 
 pub use crate::{
     agent::{AGENT_TIMEOUT, AgentCommand, AgentOutput},
-    bins::{ENV_AGENT_BIN_DIR, ENV_BIN_DIR, ENV_E2E, agent_binary, bin_dir, binary},
+    bins::{
+        ENV_AGENT_BIN_DIR, ENV_BIN_DIR, ENV_E2E, ENV_SDK_DIR, agent_binary, bin_dir, binary,
+        sdk_dir,
+    },
     broken::BrokenWorker,
     control::{CONNECT_TIMEOUT, ControlClient, RawHandshake, worker_fields},
     cut::{ControlCut, ControlCutListener, PathCounts},

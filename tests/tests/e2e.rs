@@ -23,6 +23,7 @@ mod e2e {
     pub(crate) mod plugins;
     pub(crate) mod recovery;
     pub(crate) mod remote;
+    pub(crate) mod sdks;
     pub(crate) mod service;
     pub(crate) mod sessions;
     pub(crate) mod support;

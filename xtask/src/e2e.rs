@@ -20,6 +20,11 @@ const AGENT_PACKAGES: [(&str, &str); 3] = [
 ];
 /// The executables those packages install into `node_modules/.bin`.
 const AGENT_BINARIES: [&str; 3] = ["claude", "codex", "pi"];
+/// The official provider SDKs for Node the e2e tests drive as an application would,
+/// installed under a directory of their own so they cannot change how the agent CLIs
+/// resolve theirs. `openai` stays on 6.x, the last line that supports Node 20 (7.x asks
+/// for Node 22).
+const SDK_PACKAGES: [(&str, &str); 2] = [("@anthropic-ai/sdk", "1.17.0"), ("openai", "6.30.1")];
 
 /// Tells the e2e tests that the binaries are built and the agent CLIs installed.
 const ENV_E2E: &str = "RELAY_E2E";
@@ -27,6 +32,8 @@ const ENV_E2E: &str = "RELAY_E2E";
 const ENV_BIN_DIR: &str = "RELAY_BIN_DIR";
 /// Tells the e2e tests where `claude`, `codex` and `pi` are.
 const ENV_AGENT_BIN_DIR: &str = "RELAY_AGENT_BIN_DIR";
+/// Tells the e2e tests which `node_modules` holds the provider SDKs.
+const ENV_SDK_DIR: &str = "RELAY_SDK_DIR";
 
 /// Installs the agent CLIs, builds every binary, then runs the `relay-e2e` package with
 /// `RELAY_E2E=1`, `RELAY_BIN_DIR` and `RELAY_AGENT_BIN_DIR`; `test_args` go to the test
@@ -35,6 +42,7 @@ pub(crate) fn run(test_args: &[String]) -> Result<()> {
     let root = project_root()?;
     let cache_dir = root.join("target").join("agent-clis");
     let agent_bin_dir = ensure_agent_clis(&cache_dir)?;
+    let sdk_dir = ensure_npm_packages(&root.join("target").join("sdks"), &SDK_PACKAGES, &[])?;
     ensure_iproute2()?;
 
     step(
@@ -50,12 +58,14 @@ pub(crate) fn run(test_args: &[String]) -> Result<()> {
     tests
         .env(ENV_E2E, "1")
         .env(ENV_BIN_DIR, &bin_dir)
-        .env(ENV_AGENT_BIN_DIR, &agent_bin_dir);
+        .env(ENV_AGENT_BIN_DIR, &agent_bin_dir)
+        .env(ENV_SDK_DIR, &sdk_dir);
     step(
         &format!(
-            "{ENV_E2E}=1 {ENV_BIN_DIR}={} {ENV_AGENT_BIN_DIR}={} cargo test --package relay-e2e",
+            "{ENV_E2E}=1 {ENV_BIN_DIR}={} {ENV_AGENT_BIN_DIR}={} {ENV_SDK_DIR}={} cargo test --package relay-e2e",
             bin_dir.display(),
-            agent_bin_dir.display()
+            agent_bin_dir.display(),
+            sdk_dir.display()
         ),
         tests,
     )
@@ -118,28 +128,44 @@ pub(crate) fn target_dir(root: &Path) -> PathBuf {
 /// Fails loudly when npm is missing or the install fails: the e2e tests are about the real
 /// CLIs, so there is no fallback.
 pub(crate) fn ensure_agent_clis(cache_dir: &Path) -> Result<PathBuf> {
-    let bin_dir = cache_dir.join("node_modules").join(".bin");
-    let stale = stale_packages(cache_dir);
-    if missing_binaries(&bin_dir).is_empty() && stale.is_empty() {
-        println!(
-            "\n==> agent CLIs already installed in {}",
-            bin_dir.display()
-        );
-        return Ok(bin_dir);
-    }
+    let modules = ensure_npm_packages(cache_dir, &AGENT_PACKAGES, &AGENT_BINARIES)?;
+    Ok(modules.join(".bin"))
+}
 
-    let specs: Vec<String> = AGENT_PACKAGES
+/// Installs `packages` (name and pinned version) under `cache_dir` with npm unless they
+/// are all there at their pins with every one of `binaries`, and returns the
+/// `node_modules` directory holding them.
+pub(crate) fn ensure_npm_packages(
+    cache_dir: &Path,
+    packages: &[(&str, &str)],
+    binaries: &[&'static str],
+) -> Result<PathBuf> {
+    let modules = cache_dir.join("node_modules");
+    let bin_dir = modules.join(".bin");
+    let specs: Vec<String> = packages
         .iter()
         .map(|(package, version)| format!("{package}@{version}"))
         .collect();
+    if missing_binaries(binaries, &bin_dir).is_empty()
+        && stale_packages(packages, cache_dir).is_empty()
+    {
+        println!(
+            "\n==> {} already installed in {}",
+            specs.join(", "),
+            modules.display()
+        );
+        return Ok(modules);
+    }
+
     match Command::new("npm").arg("--version").output() {
         Ok(output) if output.status.success() => {}
         Ok(output) => bail!(
-            "`npm --version` failed ({}): the e2e tests install the agent CLIs with npm; fix the Node.js installation",
-            output.status
+            "`npm --version` failed ({}): the e2e tests install {} with npm; fix the Node.js installation",
+            output.status,
+            specs.join(", ")
         ),
         Err(error) if error.kind() == io::ErrorKind::NotFound => bail!(
-            "npm is not installed: the e2e tests install the agent CLIs ({}) with npm; install Node.js 20 or newer with npm",
+            "npm is not installed: the e2e tests install {} with npm; install Node.js 20 or newer with npm",
             specs.join(", ")
         ),
         Err(error) => return Err(error).context("running `npm --version`"),
@@ -166,9 +192,9 @@ pub(crate) fn ensure_agent_clis(cache_dir: &Path) -> Result<PathBuf> {
         ),
         install,
     )
-    .context("installing the agent CLIs for the e2e tests")?;
+    .with_context(|| format!("installing {} for the e2e tests", specs.join(", ")))?;
 
-    let missing = missing_binaries(&bin_dir);
+    let missing = missing_binaries(binaries, &bin_dir);
     if !missing.is_empty() {
         bail!(
             "npm install finished but {} missing from {}",
@@ -176,27 +202,28 @@ pub(crate) fn ensure_agent_clis(cache_dir: &Path) -> Result<PathBuf> {
             bin_dir.display()
         );
     }
-    let stale = stale_packages(cache_dir);
+    let stale = stale_packages(packages, cache_dir);
     if !stale.is_empty() {
         bail!(
             "npm install finished but these packages are not at their pinned versions: {}",
             stale.join(", ")
         );
     }
-    Ok(bin_dir)
+    Ok(modules)
 }
 
-fn missing_binaries(bin_dir: &Path) -> Vec<&'static str> {
-    AGENT_BINARIES
-        .into_iter()
+fn missing_binaries(binaries: &[&'static str], bin_dir: &Path) -> Vec<&'static str> {
+    binaries
+        .iter()
+        .copied()
         .filter(|name| !bin_dir.join(name).is_file())
         .collect()
 }
 
 /// The pinned packages that are not installed at their pinned version, as
 /// `package (installed X, pinned Y)`.
-fn stale_packages(cache_dir: &Path) -> Vec<String> {
-    AGENT_PACKAGES
+fn stale_packages(packages: &[(&str, &str)], cache_dir: &Path) -> Vec<String> {
+    packages
         .iter()
         .filter_map(|(package, pinned)| {
             let installed = installed_version(cache_dir, package);

@@ -47,11 +47,14 @@ fn missing_binaries_are_named() {
     let cache_dir = scratch_dir("agent-clis-partial");
     let bin_dir = cache_dir.join("node_modules").join(".bin");
     fs::create_dir_all(&bin_dir).unwrap();
-    assert_eq!(missing_binaries(&bin_dir), ["claude", "codex", "pi"]);
+    assert_eq!(
+        missing_binaries(&AGENT_BINARIES, &bin_dir),
+        ["claude", "codex", "pi"]
+    );
     fs::write(bin_dir.join("codex"), "").unwrap();
     fs::create_dir(bin_dir.join("pi")).unwrap();
     assert_eq!(
-        missing_binaries(&bin_dir),
+        missing_binaries(&AGENT_BINARIES, &bin_dir),
         ["claude", "pi"],
         "a directory is not an executable"
     );
@@ -64,7 +67,7 @@ fn packages_off_their_pin_are_stale() {
     let [claude, codex, pi] = AGENT_PACKAGES;
     write_manifest(&cache_dir, claude.0, claude.1);
     write_manifest(&cache_dir, codex.0, "0.0.1");
-    let stale = stale_packages(&cache_dir);
+    let stale = stale_packages(&AGENT_PACKAGES, &cache_dir);
     assert_eq!(
         stale,
         [
@@ -74,13 +77,13 @@ fn packages_off_their_pin_are_stale() {
     );
     write_manifest(&cache_dir, codex.0, codex.1);
     write_manifest(&cache_dir, pi.0, pi.1);
-    assert!(stale_packages(&cache_dir).is_empty());
+    assert!(stale_packages(&AGENT_PACKAGES, &cache_dir).is_empty());
     fs::remove_dir_all(&cache_dir).unwrap();
 }
 
 #[test]
 fn pins_are_exact_versions() {
-    for (package, version) in AGENT_PACKAGES {
+    for (package, version) in AGENT_PACKAGES.into_iter().chain(SDK_PACKAGES) {
         assert!(
             version.split('.').count() == 3
                 && version.split('.').all(|part| part.parse::<u32>().is_ok()),

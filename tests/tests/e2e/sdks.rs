@@ -1,0 +1,297 @@
+//! The official Anthropic and OpenAI SDKs for Node, pinned by `cargo xtask e2e`, as an
+//! application drives them through relayd (`tests/sdk/calls.js`): a message, a message
+//! stream, token counting and the model list; Chat Completions and Responses, plain and
+//! streamed. Every call answers as it would from the provider, in pass-through and through
+//! a worker that runs the redaction and observability plugins, and each request reaches
+//! the provider from the process the route says.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use relay_e2e::Relayd;
+use relay_testkit::{Recorded, StandIn};
+use serde_json::Value;
+
+use super::support::{
+    WORKER_TIMEOUT, contains, fresh_token, marker, ready_mcp, upstream_config, user_for,
+    worker_config,
+};
+
+/// Long enough for nine calls on a loaded machine; they take well under a second.
+const SDK_TIMEOUT: Duration = Duration::from_secs(60);
+/// The stand-in's answer text, which every SDK must hand back whole.
+const ANSWER: &str = "hi from mock";
+/// A key in the conversation, which the redaction plugin keeps from the provider.
+const API_KEY: &str = "sk-relaye2e0123456789abcdefXYZ";
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sdk/calls.js")
+}
+
+/// Runs the SDK calls against `origin` (with `token` as the route credential) and returns
+/// each call's line, by name. `text` goes into every conversation.
+async fn run_sdks(
+    origin: &str,
+    token: Option<&str>,
+    text: &str,
+) -> anyhow::Result<Vec<(String, Value)>> {
+    let home = tempfile::Builder::new()
+        .prefix("relay-e2e-sdk-home-")
+        .tempdir()?;
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(script())
+        .arg(origin)
+        .args(token)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("NODE_PATH", relay_e2e::sdk_dir()?)
+        .env("RELAY_E2E_MARKER", text)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(SDK_TIMEOUT, command.output())
+        .await
+        .map_err(|_| anyhow::anyhow!("the SDK calls took over {SDK_TIMEOUT:?}"))??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    anyhow::ensure!(
+        output.status.success(),
+        "node exited with {}\n{stdout}\n{stderr}",
+        output.status
+    );
+    let mut calls = Vec::new();
+    for line in stdout.lines() {
+        let call: Value = serde_json::from_str(line)
+            .map_err(|e| anyhow::anyhow!("not a JSON line ({e}): {line}\n{stderr}"))?;
+        let name = call["name"].as_str().unwrap_or_default().to_owned();
+        calls.push((name, call));
+    }
+    Ok(calls)
+}
+
+/// Every call succeeded and handed back what the stand-in answered.
+fn assert_answered(calls: &[(String, Value)], context: &str) {
+    let names: Vec<&str> = calls.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "anthropic.messages.create",
+            "anthropic.messages.stream",
+            "anthropic.messages.countTokens",
+            "anthropic.models.list",
+            "openai.chat.completions.create",
+            "openai.chat.completions.stream",
+            "openai.responses.create",
+            "openai.responses.stream",
+            "openai.models.list",
+        ],
+        "{context}"
+    );
+    for (name, call) in calls {
+        assert_eq!(call["ok"], true, "{name}: {call}\n{context}");
+        let result = &call["result"];
+        match name.as_str() {
+            "anthropic.messages.create" | "anthropic.messages.stream" => {
+                assert_eq!(result["stop_reason"], "end_turn", "{name}: {call}");
+                assert_eq!(result["text"], ANSWER, "{name}: {call}");
+            }
+            "anthropic.messages.countTokens" => {
+                assert!(result["input_tokens"].as_u64() > Some(0), "{name}: {call}");
+            }
+            "anthropic.models.list" | "openai.models.list" => {
+                assert!(
+                    result["ids"].as_array().is_some_and(|ids| !ids.is_empty()),
+                    "{name}: {call}"
+                );
+            }
+            "openai.chat.completions.create" => {
+                assert_eq!(result["finish_reason"], "stop", "{name}: {call}");
+                assert_eq!(result["text"], ANSWER, "{name}: {call}");
+            }
+            "openai.chat.completions.stream" => {
+                assert!(result["chunks"].as_u64() > Some(1), "{name}: {call}");
+                assert_eq!(result["text"], ANSWER, "{name}: {call}");
+            }
+            "openai.responses.create" => {
+                assert_eq!(result["status"], "completed", "{name}: {call}");
+                assert_eq!(result["text"], ANSWER, "{name}: {call}");
+            }
+            "openai.responses.stream" => {
+                assert_eq!(result["last"], "response.completed", "{name}: {call}");
+            }
+            other => panic!("an unexpected call {other}"),
+        }
+    }
+}
+
+/// The stand-in's requests: the seven with a conversation carry `text`, the two model
+/// lists none; every one came on a connection `pid` holds.
+fn assert_requests_from(stand_in: &StandIn, pid: u32, text: &str) -> Vec<Recorded> {
+    let requests = stand_in.requests();
+    // Query strings left out: they are the SDKs' to choose (a page size, a beta flag).
+    let paths: Vec<&str> = requests
+        .iter()
+        .map(|r| r.path_and_query.split('?').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/v1/messages",
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+            "/v1/models",
+            "/v1/chat/completions",
+            "/v1/chat/completions",
+            "/v1/responses",
+            "/v1/responses",
+            "/v1/models",
+        ],
+        "every call reached the provider once, in order"
+    );
+    for request in &requests {
+        assert!(
+            relay_e2e::procfs::owns_connection(pid, request.peer, stand_in.addr()),
+            "{} {} came from {}, not a socket of pid {pid}",
+            request.method,
+            request.path_and_query,
+            request.peer
+        );
+    }
+    let with_text = requests
+        .iter()
+        .filter(|r| contains(&r.body, text.as_bytes()))
+        .count();
+    assert_eq!(with_text, 7, "the seven conversations reached the provider");
+    requests
+}
+
+#[tokio::test]
+async fn the_official_sdks_answer_through_relayd_in_pass_through() -> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(upstream_config(&stand_in, ""))
+        .start()
+        .await?;
+    let text = marker("sdk-pass-through")?;
+    let calls = run_sdks(&relayd.origin(), None, &text).await?;
+    assert_answered(&calls, &relayd.logs().text());
+    assert_requests_from(&stand_in, relayd.pid()?, &text);
+    Ok(())
+}
+
+/// The plugins the worker runs: records to a file, and keys redacted from the requests too.
+fn plugins_toml(records: &Path) -> String {
+    format!(
+        r#"version = 1
+
+[[components]]
+kind = "observability"
+enabled = true
+[components.config]
+[[components.config.sinks]]
+type = "file"
+directory = {dir}
+filename = "events-{{user}}.jsonl"
+
+[[components]]
+kind = "pii_redaction"
+enabled = true
+[components.config]
+detectors = ["api_key"]
+action = "redact"
+redact_requests = true
+"#,
+        dir = toml::Value::from(records.display().to_string()),
+    )
+}
+
+#[tokio::test]
+async fn the_official_sdks_answer_through_a_worker_with_the_plugins_on() -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(worker_config(&stand_in, ""))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let records = tempfile::Builder::new()
+        .prefix("relay-e2e-sdk-records-")
+        .tempdir()?;
+    std::fs::set_permissions(records.path(), std::fs::Permissions::from_mode(0o700))?;
+    user.write_file(
+        &user.system_config_dir().join("plugins.toml"),
+        &plugins_toml(records.path()),
+        0o644,
+    )?;
+    let token = fresh_token()?;
+    let _mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let workers = user.wait_for_workers(1, WORKER_TIMEOUT).await?;
+
+    let text = marker("sdk-worker")?;
+    let calls = run_sdks(
+        &relayd.origin(),
+        Some(&token),
+        &format!("{text} with the key {API_KEY}"),
+    )
+    .await?;
+    let context = format!("{}\n{}", relayd.logs().text(), user.worker_log_text());
+    assert_answered(&calls, &context);
+    let requests = assert_requests_from(&stand_in, workers[0], &text);
+    for request in &requests {
+        assert!(
+            !contains(&request.body, API_KEY.as_bytes()),
+            "the key reached the provider in {}",
+            request.path_and_query
+        );
+    }
+    // Each conversation was recorded, start and end, with its key counted and not kept.
+    // The file sink writes in the background: wait for all fourteen.
+    let read = || -> String {
+        std::fs::read_dir(records.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+            .collect()
+    };
+    relay_testkit::eventually(WORKER_TIMEOUT, || read().lines().count() >= 14).await;
+    let written = read();
+    assert!(!written.contains(API_KEY), "the key reached the records");
+    let scopes: Vec<Value> = written
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let started: Vec<(&str, &Value)> = scopes
+        .iter()
+        .filter(|r| r["category"] == "llm" && r["scope_category"] == "start")
+        .map(|r| {
+            (
+                r["data"]["route"].as_str().unwrap_or_default(),
+                &r["data"]["request_redactions"],
+            )
+        })
+        .collect();
+    let one = Value::from(1);
+    assert_eq!(
+        started,
+        [
+            ("/v1/messages", &one),
+            ("/v1/messages", &one),
+            ("/v1/messages/count_tokens", &one),
+            ("/v1/chat/completions", &one),
+            ("/v1/chat/completions", &one),
+            ("/v1/responses", &one),
+            ("/v1/responses", &one),
+        ],
+        "{written}"
+    );
+    let ended: Vec<&Value> = scopes
+        .iter()
+        .filter(|r| r["category"] == "llm" && r["scope_category"] == "end")
+        .map(|r| &r["data"]["status"])
+        .collect();
+    assert_eq!(ended, [&Value::from(200); 7], "{written}");
+    Ok(())
+}
