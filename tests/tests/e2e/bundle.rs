@@ -12,7 +12,7 @@
 
 use relay_testkit::TOOL_DONE_TEXT;
 
-use super::deployment::Deployment;
+use super::deployment::{CodexInstall, Deployment};
 use super::support::HOOK_EVENTS;
 
 #[tokio::test]
@@ -26,10 +26,14 @@ async fn claude_code_runs_from_the_bundle() -> anyhow::Result<()> {
         .await
 }
 
+/// As an administrator installs it: the bundle's files in `/etc/codex`, where Codex runs
+/// the hooks without asking the user to trust them first.
 #[tokio::test]
 async fn codex_runs_from_the_bundle() -> anyhow::Result<()> {
     let deployment = Deployment::start().await?;
-    let out = deployment.run_codex("run echo").await?;
+    let out = deployment
+        .run_codex("run echo", CodexInstall::System)
+        .await?;
     deployment
         .check(&out, "openai", "/hooks/codex", &HOOK_EVENTS)
         .await?;
@@ -45,6 +49,17 @@ async fn codex_runs_from_the_bundle() -> anyhow::Result<()> {
         "the user's own key reaches the provider"
     );
     Ok(())
+}
+
+/// As one user installs it without root: the bundle merged into their own `config.toml`,
+/// its hooks beside it and trusted by that user.
+#[tokio::test]
+async fn codex_runs_from_a_users_own_install() -> anyhow::Result<()> {
+    let deployment = Deployment::start().await?;
+    let out = deployment.run_codex("run echo", CodexInstall::User).await?;
+    deployment
+        .check(&out, "openai", "/hooks/codex", &HOOK_EVENTS)
+        .await
 }
 
 #[tokio::test]

@@ -32,6 +32,31 @@ tables() { awk '/^[[:space:]]*\[/ { t = 1 } t { print }' "$1"; }
 mv "$user.relay-new" "$user"
 "#;
 
+/// How Codex gets the bundle (docs/harnesses.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CodexInstall {
+    /// An administrator's install: the bundle's `config.toml` as `/etc/codex/managed_config.toml`
+    /// and its `hooks.json` as `/etc/codex/hooks.json`, which Codex treats as managed: the
+    /// hooks run without a user's review, and a user's own `model_provider` cannot override
+    /// Relay's.
+    System,
+    /// One user's install without root: the bundle merged into their `config.toml` and the
+    /// hooks beside it, which Codex runs only once that user has trusted them.
+    User,
+}
+
+/// Run by `unshare --mount` before Codex, with the directory of the files Codex should find
+/// in `/etc/codex` as `$1` and Codex's command line after it: lays a copy-on-write layer
+/// over `/etc` (its writes stay in `$1/.upper`), copies the files in, and starts Codex.
+const PRIVATE_ETC_CODEX: &str = r#"set -eu
+files="$1"; shift
+mkdir -p "$files/.upper" "$files/.work"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$files/.upper,workdir=$files/.work" /etc
+mkdir -p /etc/codex
+cp "$files"/managed_config.toml "$files"/hooks.json /etc/codex/
+exec "$@"
+"#;
+
 /// A stand-in that asks for a shell tool once, relayd behind a tap, a machine-user, and a
 /// bundle generated for the tap's origin.
 pub(crate) struct Deployment {
@@ -357,11 +382,36 @@ impl Deployment {
         Ok(claude.run(AGENT_TIMEOUT).await?)
     }
 
-    /// Codex launched from the bundle with `prompt`: the bundle's config merged into the
-    /// user's own, its hooks installed, and the user's own key stored by `codex login`.
-    pub(crate) async fn run_codex(&self, prompt: &str) -> anyhow::Result<AgentOutput> {
+    /// Codex launched from the bundle with `prompt`, installed as `install` says, and the
+    /// user's own key stored by `codex login`.
+    pub(crate) async fn run_codex(
+        &self,
+        prompt: &str,
+        install: CodexInstall,
+    ) -> anyhow::Result<AgentOutput> {
         let bundle = self.bundle();
-        let codex = AgentCommand::new("codex")?;
+        let system = tempfile::Builder::new()
+            .prefix("relay-e2e-etc-codex-")
+            .tempdir()?;
+        let codex = match install {
+            // Only this Codex (and the processes it starts) sees the files in /etc/codex:
+            // it runs in a mount namespace of its own over a copy-on-write /etc.
+            CodexInstall::System => AgentCommand::launched_by(
+                "codex",
+                Path::new("unshare"),
+                &[
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "/bin/sh",
+                    "-c",
+                    PRIVATE_ETC_CODEX,
+                    "sh",
+                    &path(system.path()),
+                ],
+            )?,
+            CodexInstall::User => AgentCommand::new("codex")?,
+        };
         let codex_home = codex.make_dir("codex-home")?;
         // The user's own config.toml: model and approval lines, and their trusted project.
         codex.write_file(
@@ -371,32 +421,47 @@ impl Deployment {
                 toml::Value::from(path(&codex.work_dir()))
             ),
         )?;
-        let script = codex.write_file("merge-codex-config.sh", CODEX_MERGE)?;
-        let merged = tokio::process::Command::new("/bin/sh")
-            .arg(&script)
-            .arg(bundle.join("codex/settings-v1/config.toml"))
-            .arg(codex_home.join("config.toml"))
-            .stdin(Stdio::null())
-            .output()
-            .await?;
-        assert!(merged.status.success(), "{merged:?}");
-        let config = std::fs::read_to_string(codex_home.join("config.toml"))?;
-        let parsed: toml::Value = toml::from_str(&config)?;
-        assert_eq!(parsed["model_provider"].as_str(), Some("relay"), "{config}");
-        assert_eq!(parsed["model"].as_str(), Some("mock-model"), "{config}");
+        let (config_file, hooks_file) = match install {
+            CodexInstall::System => (
+                system.path().join("managed_config.toml"),
+                system.path().join("hooks.json"),
+            ),
+            CodexInstall::User => (
+                codex_home.join("config.toml"),
+                codex_home.join("hooks.json"),
+            ),
+        };
+        match install {
+            CodexInstall::System => {
+                std::fs::copy(bundle.join("codex/settings-v1/config.toml"), &config_file)?;
+            }
+            CodexInstall::User => {
+                let script = codex.write_file("merge-codex-config.sh", CODEX_MERGE)?;
+                let merged = tokio::process::Command::new("/bin/sh")
+                    .arg(&script)
+                    .arg(bundle.join("codex/settings-v1/config.toml"))
+                    .arg(&config_file)
+                    .stdin(Stdio::null())
+                    .output()
+                    .await?;
+                assert!(merged.status.success(), "{merged:?}");
+                let config = std::fs::read_to_string(&config_file)?;
+                let parsed: toml::Value = toml::from_str(&config)?;
+                assert_eq!(parsed["model_provider"].as_str(), Some("relay"), "{config}");
+                assert_eq!(parsed["model"].as_str(), Some("mock-model"), "{config}");
+            }
+        }
         if self.plugins {
             // Codex hands its MCP server only the variables the bundle lists, so the worker
             // would look for plugins.toml in /etc/relay, where a deployment has it; point it
             // at the test's system directory instead.
+            let config = std::fs::read_to_string(&config_file)?;
             let listed = "env_vars = [";
             assert!(config.contains(listed), "{config}");
             let config = config.replacen(listed, "env_vars = [\"RELAY_SYSTEM_CONFIG_DIR\", ", 1);
-            std::fs::write(codex_home.join("config.toml"), config)?;
+            std::fs::write(&config_file, config)?;
         }
-        std::fs::copy(
-            bundle.join("codex/settings-v1/hooks.json"),
-            codex_home.join("hooks.json"),
-        )?;
+        std::fs::copy(bundle.join("codex/settings-v1/hooks.json"), &hooks_file)?;
 
         // The user's own OpenAI key, as `codex login --with-api-key` stores it.
         let mut login = tokio::process::Command::new(relay_e2e::agent_binary("codex")?)
@@ -416,12 +481,15 @@ impl Deployment {
         let login = tokio::time::timeout(AGENT_TIMEOUT, login.wait_with_output()).await??;
         assert!(login.status.success(), "codex login failed: {login:?}");
 
-        let mut codex = codex.env("CODEX_HOME", &codex_home).args([
-            "exec",
-            "--skip-git-repo-check",
-            "--dangerously-bypass-hook-trust",
-            prompt,
-        ]);
+        let mut codex = codex
+            .env("CODEX_HOME", &codex_home)
+            .args(["exec", "--skip-git-repo-check"]);
+        if install == CodexInstall::User {
+            // A user's own hooks run once the user has trusted them (`/hooks` in Codex);
+            // the flag stands for that review.
+            codex = codex.arg("--dangerously-bypass-hook-trust");
+        }
+        codex = codex.arg(prompt);
         for (key, value) in self.relay_env() {
             codex = codex.env(key, value);
         }

@@ -17,7 +17,7 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 use super::collector::Collector;
-use super::deployment::{Deployment, Extras};
+use super::deployment::{CodexInstall, Deployment, Extras};
 use super::support::{HOOK_EVENTS, WORKER_TIMEOUT, contains, field, requests_to};
 
 /// Written into every prompt: what the redactor must keep out of records and spans.
@@ -513,7 +513,10 @@ async fn claude_code_runs_with_the_plugins() -> anyhow::Result<()> {
 #[tokio::test]
 async fn codex_runs_with_the_plugins() -> anyhow::Result<()> {
     let run = PluginRun::start("", "", "echo {canary} | xargs rm -rf").await?;
-    let out = run.deployment.run_codex(&prompt()).await?;
+    let out = run
+        .deployment
+        .run_codex(&prompt(), CodexInstall::System)
+        .await?;
     run.check(&out, "openai").await
 }
 

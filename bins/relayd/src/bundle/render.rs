@@ -212,8 +212,9 @@ fn toml_array(items: &[String]) -> String {
 fn codex(options: &BundleOptions, files: &mut Vec<BundleFile>) {
     let origin = origin(options);
     let env_vars: Vec<String> = CODEX_MCP_ENV_VARS.iter().map(|v| (*v).to_owned()).collect();
-    // Top-level keys first, then tables: an administrator merges the top-level lines beside
-    // the user's own and appends the tables after them (docs/harnesses.md).
+    // Installed as Codex's managed layer (`/etc/codex/managed_config.toml`), or merged into
+    // one user's own: top-level keys first, then tables, so the merge can put the top-level
+    // lines beside the user's and append the tables after them (docs/harnesses.md).
     let config = format!(
         "model_provider = \"relay\"\n\
          \n\
