@@ -2,14 +2,16 @@
 // kind an application makes, and prints one JSON line per call: its name, whether it
 // succeeded, and what it returned or the error. The e2e tests read those lines.
 //
-// Usage: node calls.js <relayd origin> [route token]
+// Usage: RELAY_E2E_TOKEN=<route token, or empty> node calls.js <relayd origin>
 // NODE_PATH must name the node_modules holding `@anthropic-ai/sdk` and `openai`.
 'use strict';
 
 const Anthropic = require('@anthropic-ai/sdk');
 const OpenAI = require('openai');
 
-const [origin, token] = process.argv.slice(2);
+const [origin] = process.argv.slice(2);
+// From the environment, not the command line, where other users' `ps` would show it.
+const token = process.env.RELAY_E2E_TOKEN;
 const defaultHeaders = token ? { 'x-relay-client-token': token } : {};
 // Each request body carries this, so the test finds it among the provider's requests.
 const marker = process.env.RELAY_E2E_MARKER || 'relay-e2e-sdk';

@@ -1,4 +1,5 @@
-//! `cargo xtask e2e`: the end-to-end tests with the real binaries and the real agent CLIs.
+//! `cargo xtask e2e`: the end-to-end tests with the real binaries, the real agent CLIs and
+//! the official provider SDKs.
 
 use std::{
     io,
@@ -26,7 +27,7 @@ const AGENT_BINARIES: [&str; 3] = ["claude", "codex", "pi"];
 /// for Node 22).
 const SDK_PACKAGES: [(&str, &str); 2] = [("@anthropic-ai/sdk", "1.17.0"), ("openai", "6.30.1")];
 
-/// Tells the e2e tests that the binaries are built and the agent CLIs installed.
+/// Tells the e2e tests that the binaries are built and the agent CLIs and SDKs installed.
 const ENV_E2E: &str = "RELAY_E2E";
 /// Tells the e2e tests where `relayd` and the other Relay binaries are.
 const ENV_BIN_DIR: &str = "RELAY_BIN_DIR";
@@ -35,9 +36,9 @@ const ENV_AGENT_BIN_DIR: &str = "RELAY_AGENT_BIN_DIR";
 /// Tells the e2e tests which `node_modules` holds the provider SDKs.
 const ENV_SDK_DIR: &str = "RELAY_SDK_DIR";
 
-/// Installs the agent CLIs, builds every binary, then runs the `relay-e2e` package with
-/// `RELAY_E2E=1`, `RELAY_BIN_DIR` and `RELAY_AGENT_BIN_DIR`; `test_args` go to the test
-/// harness (a name filter, `--nocapture`, …).
+/// Installs the agent CLIs and the SDKs, builds every binary, then runs the `relay-e2e`
+/// package with `RELAY_E2E=1`, `RELAY_BIN_DIR`, `RELAY_AGENT_BIN_DIR` and `RELAY_SDK_DIR`;
+/// `test_args` go to the test harness (a name filter, `--nocapture`, …).
 pub(crate) fn run(test_args: &[String]) -> Result<()> {
     let root = project_root()?;
     let cache_dir = root.join("target").join("agent-clis");

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use relay_identity::RouteToken;
 use relay_logging::{Lifecycle, McpPassThroughReason, ProcessExit};
 use relay_proto::{
-    Bytes32, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message, PassThroughReason,
-    RefusedCode, RegisterMcpFields, Registered, ResumeMcpFields, RouteMode, RouteStatus, Text,
-    Timers, WorkerExited, WorkerHint,
+    Bytes32, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message, RefusedCode,
+    RegisterMcpFields, Registered, ResumeMcpFields, RouteMode, Text, Timers, WorkerExited,
+    WorkerHint,
 };
 use relay_proxy::control::client::{
     Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
@@ -18,6 +18,7 @@ use relay_proxy::control::client::{
 use relay_proxy::daemon_http;
 use tokio::process::Child;
 use tokio::sync::{oneshot, watch};
+use tokio::task::JoinSet;
 
 use crate::launch::Launcher;
 
@@ -27,8 +28,8 @@ mod tests;
 /// How long the release sequence may take before the MCP exits anyway (§5.5).
 const RELEASE_BUDGET: Duration = Duration::from_millis(1800);
 
-/// How long the question of why a route passes through may hold up the control loop.
-const ROUTE_QUERY_LIMIT: Duration = Duration::from_secs(1);
+/// How long the daemon may take to say whether it runs `--pass-through`.
+const HEALTH_QUERY_LIMIT: Duration = Duration::from_secs(5);
 
 /// Everything the control loop needs.
 pub(crate) struct Control {
@@ -41,6 +42,26 @@ pub(crate) struct Control {
     /// Set once the daemon decided the route (`RouteReady` or `UsePassThrough`); unlike
     /// `settled`, not by an unreachable daemon, so the decision that follows is logged.
     pub(crate) decided: AtomicBool,
+    /// Questions to the daemon asked beside the control loop; dropping the set with the
+    /// loop aborts any still unanswered.
+    pub(crate) queries: std::sync::Mutex<JoinSet<()>>,
+}
+
+/// Why the daemon passes a route through, from its `/healthz` answer (`None` when it could
+/// not be asked): `UsePassThrough` says the same for a daemon started with `--pass-through`
+/// and for a route whose worker failed to start, and the daemon's mode tells them apart.
+/// Only that field is read, so a newer daemon's other fields change nothing.
+fn pass_through_reason(health: Option<&daemon_http::Answer>) -> McpPassThroughReason {
+    let configured = health.is_some_and(|answer| {
+        answer.status.is_success()
+            && serde_json::from_slice::<serde_json::Value>(&answer.body)
+                .is_ok_and(|health| health["deployment_mode"] == "pass_through")
+    });
+    if configured {
+        McpPassThroughReason::ConfiguredPassThrough
+    } else {
+        McpPassThroughReason::ActivationFailed
+    }
 }
 
 /// The worker this MCP launched.
@@ -82,40 +103,37 @@ impl Control {
     }
 
     /// The daemon decided the route passes through; the first such decision is logged,
-    /// also after an unreachable daemon settled the session. `initialize` need not wait
-    /// for the log's reason.
-    async fn use_pass_through(&self) {
+    /// also after an unreachable daemon settled the session. Its reason takes a question to
+    /// the daemon, asked beside the control loop so that a slow answer holds up neither
+    /// `initialize` nor the loop.
+    fn use_pass_through(&self) {
         self.settle();
-        if !self.decided.swap(true, Ordering::Relaxed) {
-            let reason = self.pass_through_reason().await;
-            self.pass_through(reason);
+        if self.decided.swap(true, Ordering::Relaxed) {
+            return;
         }
-    }
-
-    /// Why the daemon passes this route through: `UsePassThrough` says the same for a
-    /// daemon started with `--pass-through` and for a route whose worker failed to start,
-    /// so the route status the daemon shows this credential tells the two apart. Anything
-    /// but a clear `configured_pass_through` there is taken for a failed activation.
-    async fn pass_through_reason(&self) -> McpPassThroughReason {
-        let answer = daemon_http::get(
-            &self.identity.daemon,
-            self.identity.tls.as_ref(),
-            "/_relay/v1/route",
-            Some(&self.credential),
-            ROUTE_QUERY_LIMIT,
-            concat!("relay-mcp/", env!("CARGO_PKG_VERSION")),
-        )
-        .await;
-        let configured = answer.is_ok_and(|answer| {
-            answer.status.is_success()
-                && serde_json::from_slice::<RouteStatus>(&answer.body).is_ok_and(|route| {
-                    route.reason == Some(PassThroughReason::ConfiguredPassThrough)
-                })
-        });
-        if configured {
-            McpPassThroughReason::ConfiguredPassThrough
-        } else {
-            McpPassThroughReason::ActivationFailed
+        let daemon = self.identity.daemon.clone();
+        let tls = self.identity.tls.clone();
+        let daemon_address = self.daemon_address();
+        let fingerprint = self.fingerprint();
+        let query = async move {
+            let health = daemon_http::get(
+                &daemon,
+                tls.as_ref(),
+                "/healthz",
+                None,
+                HEALTH_QUERY_LIMIT,
+                concat!("relay-mcp/", env!("CARGO_PKG_VERSION")),
+            )
+            .await;
+            Lifecycle::DaemonMcpPassThrough {
+                daemon_address: &daemon_address,
+                fingerprint: Some(&fingerprint),
+                reason: pass_through_reason(health.ok().as_ref()),
+            }
+            .emit();
+        };
+        if let Some(mut queries) = relay_logging::sync::lock(&self.queries, "daemon queries") {
+            queries.spawn(query);
         }
     }
 
@@ -349,7 +367,7 @@ impl Control {
                 self.decided.store(true, Ordering::Relaxed);
                 self.settle();
             }
-            Directive::UsePassThrough => self.use_pass_through().await,
+            Directive::UsePassThrough => self.use_pass_through(),
         }
     }
 

@@ -188,6 +188,7 @@ fn prepare(
         launcher,
         settled,
         decided: std::sync::atomic::AtomicBool::new(false),
+        queries: std::sync::Mutex::new(tokio::task::JoinSet::new()),
     })
 }
 

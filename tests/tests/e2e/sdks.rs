@@ -43,12 +43,12 @@ async fn run_sdks(
     command
         .arg(script())
         .arg(origin)
-        .args(token)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home.path())
         .env("NODE_PATH", relay_e2e::sdk_dir()?)
         .env("RELAY_E2E_MARKER", text)
+        .env("RELAY_E2E_TOKEN", token.unwrap_or_default())
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let output = tokio::time::timeout(SDK_TIMEOUT, command.output())
@@ -181,7 +181,8 @@ async fn the_official_sdks_answer_through_relayd_in_pass_through() -> anyhow::Re
     Ok(())
 }
 
-/// The plugins the worker runs: records to a file, and keys redacted from the requests too.
+/// The plugins the worker runs: records with their content to a file, and keys redacted
+/// from the requests too.
 fn plugins_toml(records: &Path) -> String {
     format!(
         r#"version = 1
@@ -190,6 +191,7 @@ fn plugins_toml(records: &Path) -> String {
 kind = "observability"
 enabled = true
 [components.config]
+capture_content = true
 [[components.config.sinks]]
 type = "file"
 directory = {dir}
@@ -256,9 +258,18 @@ async fn the_official_sdks_answer_through_a_worker_with_the_plugins_on() -> anyh
             .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
             .collect()
     };
-    relay_testkit::eventually(WORKER_TIMEOUT, || read().lines().count() >= 14).await;
+    let whole_lines = |text: &str| text.matches('\n').count();
+    assert!(
+        relay_testkit::eventually(WORKER_TIMEOUT, || whole_lines(&read()) >= 14).await,
+        "fewer than fourteen records: {}",
+        read()
+    );
     let written = read();
     assert!(!written.contains(API_KEY), "the key reached the records");
+    assert!(
+        written.contains(&text),
+        "the records hold no content: {written}"
+    );
     let scopes: Vec<Value> = written
         .lines()
         .map(serde_json::from_str)

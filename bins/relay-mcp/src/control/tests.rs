@@ -10,7 +10,7 @@ use relay_proxy::control::client::ClientIdentity;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-use super::{Control, Launched, wait_child};
+use super::{Control, Launched, pass_through_reason, wait_child};
 use crate::launch::Launcher;
 
 /// How long a test waits for something that should happen at once.
@@ -38,6 +38,7 @@ fn control(worker_binary: PathBuf, logs_dir: PathBuf) -> Control {
         },
         settled: watch::channel(false).0,
         decided: AtomicBool::new(false),
+        queries: std::sync::Mutex::new(tokio::task::JoinSet::new()),
     }
 }
 
@@ -50,8 +51,13 @@ async fn a_pass_through_decided_after_an_unreachable_daemon_is_still_logged() {
     let (capture, _guard) = capture_log();
     control.daemon_down();
     assert!(*control.settled.borrow());
-    control.use_pass_through().await;
-    control.use_pass_through().await;
+    control.use_pass_through();
+    control.use_pass_through();
+    // The reason is logged once the daemon (here: nobody at the address) has answered.
+    let mut queries = std::mem::take(
+        &mut *relay_logging::sync::lock(&control.queries, "daemon queries").unwrap(),
+    );
+    while queries.join_next().await.is_some() {}
     let reasons: Vec<String> = capture
         .contents()
         .lines()
@@ -60,6 +66,45 @@ async fn a_pass_through_decided_after_an_unreachable_daemon_is_still_logged() {
         .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
         .collect();
     assert_eq!(reasons, ["daemon_unreachable", "activation_failed"]);
+}
+
+/// Only a daemon that says it runs `--pass-through` makes the reason the configuration;
+/// no answer, another mode, an error status or a body that is not JSON is a failed start.
+#[test]
+fn the_pass_through_reason_is_the_configuration_only_when_the_daemon_says_so() {
+    use relay_logging::McpPassThroughReason::{ActivationFailed, ConfiguredPassThrough};
+    use relay_proxy::daemon_http::Answer;
+    let answer = |status: u16, body: &str| Answer {
+        status: hyper::StatusCode::from_u16(status).unwrap(),
+        body: bytes::Bytes::from(body.to_owned()),
+    };
+    let pass_through = r#"{"service":"relayd","deployment_mode":"pass_through","status":"ok"}"#;
+    let managed = r#"{"service":"relayd","deployment_mode":"managed","status":"ok"}"#;
+    assert_eq!(pass_through_reason(None), ActivationFailed);
+    assert_eq!(
+        pass_through_reason(Some(&answer(200, pass_through))),
+        ConfiguredPassThrough
+    );
+    // A field a newer daemon adds does not matter.
+    assert_eq!(
+        pass_through_reason(Some(&answer(
+            200,
+            r#"{"deployment_mode":"pass_through","new_field":[1]}"#
+        ))),
+        ConfiguredPassThrough
+    );
+    assert_eq!(
+        pass_through_reason(Some(&answer(200, managed))),
+        ActivationFailed
+    );
+    assert_eq!(
+        pass_through_reason(Some(&answer(503, pass_through))),
+        ActivationFailed
+    );
+    assert_eq!(
+        pass_through_reason(Some(&answer(200, "not json"))),
+        ActivationFailed
+    );
 }
 
 fn fresh_id() -> Id {
