@@ -30,7 +30,9 @@ async fn get(
     token: Option<&RouteToken>,
 ) -> Result<Answer, String> {
     let agent = concat!("relay-doctor/", env!("CARGO_PKG_VERSION"));
-    daemon_http::get(daemon, tls, path, token, LIMIT, agent).await
+    daemon_http::get(daemon, tls, path, token, LIMIT, agent)
+        .await
+        .map_err(|error| error.to_string())
 }
 
 /// The pin the daemon's key is held against.

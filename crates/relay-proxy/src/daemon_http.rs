@@ -18,6 +18,54 @@ use tokio::net::TcpStream;
 /// The largest answer read; status answers are a few hundred bytes.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
+/// Why a GET to the daemon got no answer. Each message is one line that names the daemon
+/// and never the token.
+#[derive(Debug, thiserror::Error)]
+pub enum GetError {
+    #[error("no answer from {origin} within {limit:?}")]
+    Timeout { origin: String, limit: Duration },
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{host} has no address")]
+    NoAddress { host: String },
+    #[error("cannot connect to {origin}: {source}")]
+    Connect {
+        origin: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{host} is not a valid host name")]
+    HostName { host: String },
+    #[error("the route token is not a header value")]
+    TokenHeader,
+    #[error("cannot build a request for {path}: {source}")]
+    Request {
+        path: String,
+        #[source]
+        source: hyper::http::Error,
+    },
+    #[error("an https daemon needs a TLS configuration")]
+    NoTlsConfig,
+    #[error("TLS to {origin} failed: {source}")]
+    Tls {
+        origin: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the HTTP exchange with {origin} failed: {source}")]
+    Http {
+        origin: String,
+        #[source]
+        source: hyper::Error,
+    },
+    #[error("the answer is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+}
+
 /// An answer: its status and body.
 #[derive(Debug)]
 pub struct Answer {
@@ -26,7 +74,7 @@ pub struct Answer {
 }
 
 /// GETs `path` from the daemon as `user_agent`, with the route token when given, within
-/// `limit`. The error is one line that names the address and never the token.
+/// `limit`.
 pub async fn get(
     daemon: &DaemonAddress,
     tls: Option<&Arc<rustls::ClientConfig>>,
@@ -34,13 +82,13 @@ pub async fn get(
     token: Option<&RouteToken>,
     limit: Duration,
     user_agent: &'static str,
-) -> Result<Answer, String> {
+) -> Result<Answer, GetError> {
     match tokio::time::timeout(limit, exchange(daemon, tls, path, token, user_agent)).await {
         Ok(result) => result,
-        Err(_) => Err(format!(
-            "no answer from {} within {limit:?}",
-            daemon.origin()
-        )),
+        Err(_) => Err(GetError::Timeout {
+            origin: daemon.origin().to_string(),
+            limit,
+        }),
     }
 }
 
@@ -50,48 +98,62 @@ async fn exchange(
     path: &str,
     token: Option<&RouteToken>,
     user_agent: &'static str,
-) -> Result<Answer, String> {
+) -> Result<Answer, GetError> {
     let tcp = connect(daemon).await?;
     let _ = tcp.set_nodelay(true);
     let host = format!("{}:{}", daemon.host(), daemon.port());
     let mut request = Request::get(path)
         .header(
             HOST,
-            HeaderValue::try_from(host).map_err(|_| "bad host name".to_owned())?,
+            HeaderValue::try_from(host).map_err(|_| GetError::HostName {
+                host: daemon.host().to_owned(),
+            })?,
         )
         .header(USER_AGENT, HeaderValue::from_static(user_agent));
     if let Some(token) = token {
-        let mut value = HeaderValue::try_from(token.encode())
-            .map_err(|_| "the route token is not a header value".to_owned())?;
+        let mut value = HeaderValue::try_from(token.encode()).map_err(|_| GetError::TokenHeader)?;
         value.set_sensitive(true);
         request = request.header(crate::headers::CLIENT_TOKEN_NAME, value);
     }
     let request = request
         .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("cannot build the request: {e}"))?;
+        .map_err(|source| GetError::Request {
+            path: path.to_owned(),
+            source,
+        })?;
     let response = match (tls, daemon.is_tls()) {
         (Some(config), true) => {
-            let name = ServerName::try_from(daemon.host().to_owned())
-                .map_err(|e| format!("{} is not a valid TLS server name: {e}", daemon.host()))?;
+            let name =
+                ServerName::try_from(daemon.host().to_owned()).map_err(|_| GetError::HostName {
+                    host: daemon.host().to_owned(),
+                })?;
             let stream = tokio_rustls::TlsConnector::from(config.clone())
                 .connect(name, tcp)
                 .await
-                .map_err(|e| format!("TLS to {} failed: {e}", daemon.origin()))?;
-            send(stream, request).await?
+                .map_err(|source| GetError::Tls {
+                    origin: daemon.origin().to_string(),
+                    source,
+                })?;
+            send(stream, request).await
         }
-        (None, true) => return Err("an https daemon needs a TLS configuration".to_owned()),
-        _ => send(tcp, request).await?,
+        (None, true) => return Err(GetError::NoTlsConfig),
+        _ => send(tcp, request).await,
     };
+    let http = |source| GetError::Http {
+        origin: daemon.origin().to_string(),
+        source,
+    };
+    let response = response.map_err(http)?;
     let status = response.status();
     let mut body = response.into_body();
     let mut answer = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| format!("reading the answer failed: {e}"))?;
+        let frame = frame.map_err(http)?;
         if let Ok(data) = frame.into_data() {
             if answer.len() + data.len() > MAX_ANSWER_BYTES {
-                return Err(format!(
-                    "the answer is larger than {MAX_ANSWER_BYTES} bytes"
-                ));
+                return Err(GetError::TooLarge {
+                    limit: MAX_ANSWER_BYTES,
+                });
             }
             answer.extend_from_slice(&data);
         }
@@ -105,32 +167,31 @@ async fn exchange(
 async fn send<IO>(
     io: IO,
     request: Request<Empty<Bytes>>,
-) -> Result<hyper::Response<hyper::body::Incoming>, String>
+) -> Result<hyper::Response<hyper::body::Incoming>, hyper::Error>
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| format!("HTTP handshake failed: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    // Ends when the answer has been read and the sender dropped, or the daemon closes.
     tokio::spawn(async move {
         let _ = connection.await;
     });
-    sender
-        .send_request(request)
-        .await
-        .map_err(|e| format!("the request failed: {e}"))
+    sender.send_request(request).await
 }
 
 /// `127.0.0.1` for `localhost`, the address for an IP literal, else the name's IPv4
 /// addresses first (relayd binds IPv4 only).
-async fn connect(daemon: &DaemonAddress) -> Result<TcpStream, String> {
+async fn connect(daemon: &DaemonAddress) -> Result<TcpStream, GetError> {
     let candidates: Vec<SocketAddr> = match daemon.connect_addr() {
         Some(addr) => vec![addr],
         None => {
             let host = daemon.connect_host();
             let mut addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, daemon.port()))
                 .await
-                .map_err(|e| format!("cannot resolve {host}: {e}"))?
+                .map_err(|source| GetError::Resolve {
+                    host: host.to_owned(),
+                    source,
+                })?
                 .collect();
             addrs.sort_by_key(SocketAddr::is_ipv6);
             addrs
@@ -144,7 +205,12 @@ async fn connect(daemon: &DaemonAddress) -> Result<TcpStream, String> {
         }
     }
     Err(match last {
-        Some(err) => format!("cannot connect to {}: {err}", daemon.origin()),
-        None => format!("{} has no address", daemon.host()),
+        Some(source) => GetError::Connect {
+            origin: daemon.origin().to_string(),
+            source,
+        },
+        None => GetError::NoAddress {
+            host: daemon.host().to_owned(),
+        },
     })
 }
