@@ -47,11 +47,14 @@ pub(crate) enum CodexInstall {
 
 /// Run by `unshare --mount` before Codex, with the directory of the files Codex should find
 /// in `/etc/codex` as `$1` and Codex's command line after it: lays a copy-on-write layer
-/// over `/etc` (its writes stay in `$1/.upper`), copies the files in, and starts Codex.
+/// over `/etc` whose writes go to a tmpfs (an overlay's upper layer may not itself be an
+/// overlay, which a container's `/tmp` can be), copies the files in, and starts Codex.
 const PRIVATE_ETC_CODEX: &str = r#"set -eu
 files="$1"; shift
-mkdir -p "$files/.upper" "$files/.work"
-mount -t overlay overlay -o "lowerdir=/etc,upperdir=$files/.upper,workdir=$files/.work" /etc
+mkdir -p "$files/.layer"
+mount -t tmpfs tmpfs "$files/.layer"
+mkdir "$files/.layer/upper" "$files/.layer/work"
+mount -t overlay overlay -o "lowerdir=/etc,upperdir=$files/.layer/upper,workdir=$files/.layer/work" /etc
 mkdir -p /etc/codex
 cp "$files"/managed_config.toml "$files"/hooks.json /etc/codex/
 exec "$@"
