@@ -45,17 +45,28 @@ pub(crate) enum CodexInstall {
     User,
 }
 
+/// What docs/harnesses.md has an administrator append to the bundle's `config.toml` when it
+/// becomes `/etc/codex/managed_config.toml`. The bundle's file ends with the
+/// `[mcp_servers.relay]` table, so the first line belongs to it.
+const CODEX_MANAGED_PINS: &str = "enabled = true\n\n[features]\nhooks = true\n";
+
+/// A user's own settings that would take Codex around Relay if the managed layer did not
+/// win: a provider of their own, hooks off, and Relay's MCP server replaced and disabled.
+const USER_OPTING_OUT: &str = "\n[model_providers.elsewhere]\nname = \"Elsewhere\"\nbase_url = \"http://127.0.0.1:9/v1\"\nwire_api = \"responses\"\n\n[features]\nhooks = false\n\n[mcp_servers.relay]\ncommand = \"/bin/false\"\nenabled = false\n";
+
 /// Run by `unshare --mount` before Codex, with the directory of the files Codex should find
 /// in `/etc/codex` as `$1` and Codex's command line after it: lays a copy-on-write layer
 /// over `/etc` whose writes go to a tmpfs (an overlay's upper layer may not itself be an
-/// overlay, which a container's `/tmp` can be), copies the files in, and starts Codex.
+/// overlay, which a container's `/tmp` can be), replaces whatever the host has in
+/// `/etc/codex` with the files, and starts Codex.
 const PRIVATE_ETC_CODEX: &str = r#"set -eu
 files="$1"; shift
 mkdir -p "$files/.layer"
 mount -t tmpfs tmpfs "$files/.layer"
 mkdir "$files/.layer/upper" "$files/.layer/work"
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$files/.layer/upper,workdir=$files/.layer/work" /etc
-mkdir -p /etc/codex
+rm -rf /etc/codex
+mkdir /etc/codex
 cp "$files"/managed_config.toml "$files"/hooks.json /etc/codex/
 exec "$@"
 "#;
@@ -417,13 +428,18 @@ impl Deployment {
         };
         let codex_home = codex.make_dir("codex-home")?;
         // The user's own config.toml: model and approval lines, and their trusted project.
-        codex.write_file(
-            "codex-home/config.toml",
-            &format!(
-                "model = \"mock-model\"\napproval_policy = \"never\"\nsandbox_mode = \"workspace-write\"\n\n[projects.{}]\ntrust_level = \"trusted\"\n",
-                toml::Value::from(path(&codex.work_dir()))
-            ),
-        )?;
+        let mut user_config = format!(
+            "model = \"mock-model\"\napproval_policy = \"never\"\nsandbox_mode = \"workspace-write\"\n\n[projects.{}]\ntrust_level = \"trusted\"\n",
+            toml::Value::from(path(&codex.work_dir()))
+        );
+        if install == CodexInstall::System {
+            // A user who tries to go around Relay: their own provider (at a port nobody
+            // listens on), hooks switched off, and Relay's MCP server disabled. The managed
+            // layer must win on every one.
+            user_config.insert_str(0, "model_provider = \"elsewhere\"\n");
+            user_config.push_str(USER_OPTING_OUT);
+        }
+        codex.write_file("codex-home/config.toml", &user_config)?;
         let (config_file, hooks_file) = match install {
             CodexInstall::System => (
                 system.path().join("managed_config.toml"),
@@ -436,7 +452,10 @@ impl Deployment {
         };
         match install {
             CodexInstall::System => {
-                std::fs::copy(bundle.join("codex/settings-v1/config.toml"), &config_file)?;
+                let mut managed =
+                    std::fs::read_to_string(bundle.join("codex/settings-v1/config.toml"))?;
+                managed.push_str(CODEX_MANAGED_PINS);
+                std::fs::write(&config_file, managed)?;
             }
             CodexInstall::User => {
                 let script = codex.write_file("merge-codex-config.sh", CODEX_MERGE)?;
