@@ -9,14 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use relay_e2e::Relayd;
+use relay_e2e::{Relayd, User};
 use relay_testkit::{Recorded, StandIn};
 use serde_json::Value;
 
-use super::support::{
-    WORKER_TIMEOUT, contains, fresh_token, marker, ready_mcp, upstream_config, user_for,
-    worker_config,
-};
+use super::support::{WORKER_TIMEOUT, WORKER_TIMERS, contains, fresh_token, marker, ready_mcp};
 
 /// Long enough for nine calls on a loaded machine; they take well under a second.
 const SDK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -126,58 +123,102 @@ fn assert_answered(calls: &[(String, Value)], context: &str) {
     }
 }
 
-/// The stand-in's requests: the seven with a conversation carry `text`, the two model
-/// lists none; every one came on a connection `pid` holds.
-fn assert_requests_from(stand_in: &StandIn, pid: u32, text: &str) -> Vec<Recorded> {
-    let requests = stand_in.requests();
-    // Query strings left out: they are the SDKs' to choose (a page size, a beta flag).
-    let paths: Vec<&str> = requests
-        .iter()
-        .map(|r| r.path_and_query.split('?').next().unwrap_or_default())
-        .collect();
-    assert_eq!(
-        paths,
-        [
-            "/v1/messages",
-            "/v1/messages",
-            "/v1/messages/count_tokens",
-            "/v1/models",
-            "/v1/chat/completions",
-            "/v1/chat/completions",
-            "/v1/responses",
-            "/v1/responses",
-            "/v1/models",
-        ],
-        "every call reached the provider once, in order"
-    );
-    for request in &requests {
-        assert!(
-            relay_e2e::procfs::owns_connection(pid, request.peer, stand_in.addr()),
-            "{} {} came from {}, not a socket of pid {pid}",
-            request.method,
-            request.path_and_query,
-            request.peer
-        );
+/// One stand-in per provider family, so each request shows which family it was routed to
+/// (a model list goes to Anthropic only when it carries `anthropic-version`).
+struct Providers {
+    anthropic: StandIn,
+    openai: StandIn,
+}
+
+impl Providers {
+    async fn start() -> anyhow::Result<Providers> {
+        Ok(Providers {
+            anthropic: StandIn::start().await?,
+            openai: StandIn::start().await?,
+        })
     }
-    let with_text = requests
-        .iter()
-        .filter(|r| contains(&r.body, text.as_bytes()))
-        .count();
-    assert_eq!(with_text, 7, "the seven conversations reached the provider");
-    requests
+
+    /// The `[upstream]` table that sends each family to its stand-in, then `extra`.
+    fn config(&self, extra: &str) -> String {
+        format!(
+            "[upstream]\nanthropic_base_url = \"{}\"\nopenai_base_url = \"{}/v1\"\n{extra}",
+            self.anthropic.base_url(),
+            self.openai.base_url()
+        )
+    }
+
+    /// Each family's requests reached its own stand-in once and in order, on a connection
+    /// `pid` holds, the conversations carrying `text` (three Anthropic, four OpenAI; the
+    /// model lists carry none). Query strings are left out: they are the SDKs' to choose.
+    fn assert_requests_from(&self, pid: u32, text: &str) -> Vec<Recorded> {
+        let families = [
+            (
+                &self.anthropic,
+                &[
+                    "/v1/messages",
+                    "/v1/messages",
+                    "/v1/messages/count_tokens",
+                    "/v1/models",
+                ][..],
+                3,
+            ),
+            (
+                &self.openai,
+                &[
+                    "/v1/chat/completions",
+                    "/v1/chat/completions",
+                    "/v1/responses",
+                    "/v1/responses",
+                    "/v1/models",
+                ][..],
+                4,
+            ),
+        ];
+        let mut all = Vec::new();
+        for (stand_in, expected, conversations) in families {
+            let requests = stand_in.requests();
+            let paths: Vec<&str> = requests
+                .iter()
+                .map(|r| r.path_and_query.split('?').next().unwrap_or_default())
+                .collect();
+            assert_eq!(
+                paths, expected,
+                "each call reached its provider once, in order"
+            );
+            for request in &requests {
+                assert!(
+                    relay_e2e::procfs::owns_connection(pid, request.peer, stand_in.addr()),
+                    "{} {} came from {}, not a socket of pid {pid}",
+                    request.method,
+                    request.path_and_query,
+                    request.peer
+                );
+            }
+            let with_text = requests
+                .iter()
+                .filter(|r| contains(&r.body, text.as_bytes()))
+                .count();
+            assert_eq!(
+                with_text, conversations,
+                "the conversations reached the provider"
+            );
+            all.extend(requests);
+        }
+        all
+    }
 }
 
 #[tokio::test]
 async fn the_official_sdks_answer_through_relayd_in_pass_through() -> anyhow::Result<()> {
-    let stand_in = StandIn::start().await?;
+    let providers = Providers::start().await?;
     let relayd = Relayd::builder()?
-        .config(upstream_config(&stand_in, ""))
+        .config(providers.config(""))
         .start()
         .await?;
     let text = marker("sdk-pass-through")?;
     let calls = run_sdks(&relayd.origin(), None, &text).await?;
     assert_answered(&calls, &relayd.logs().text());
-    assert_requests_from(&stand_in, relayd.pid()?, &text);
+    providers.assert_requests_from(relayd.pid()?, &text);
     Ok(())
 }
 
@@ -212,12 +253,14 @@ redact_requests = true
 #[tokio::test]
 async fn the_official_sdks_answer_through_a_worker_with_the_plugins_on() -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    let stand_in = StandIn::start().await?;
+    let providers = Providers::start().await?;
     let relayd = Relayd::builder()?
-        .config(worker_config(&stand_in, ""))
+        .config(providers.config(&format!("\n{WORKER_TIMERS}")))
         .start()
         .await?;
-    let user = user_for(&stand_in)?;
+    // The worker reads its upstreams from the system config too.
+    let user = User::new()?;
+    user.write_system_config(&providers.config(""))?;
     let records = tempfile::Builder::new()
         .prefix("relay-e2e-sdk-records-")
         .tempdir()?;
@@ -240,7 +283,7 @@ async fn the_official_sdks_answer_through_a_worker_with_the_plugins_on() -> anyh
     .await?;
     let context = format!("{}\n{}", relayd.logs().text(), user.worker_log_text());
     assert_answered(&calls, &context);
-    let requests = assert_requests_from(&stand_in, workers[0], &text);
+    let requests = providers.assert_requests_from(workers[0], &text);
     for request in &requests {
         assert!(
             !contains(&request.body, API_KEY.as_bytes()),

@@ -104,13 +104,12 @@ pub(crate) const STATUS_POLL: Duration = Duration::from_millis(20);
 /// (§5.4: every timer is configurable so tests can shorten it), plus `extra` lines, which
 /// may add `[daemon]` keys but no second `[daemon.timers]` table.
 pub(crate) fn worker_config(stand_in: &StandIn, daemon: &str) -> String {
-    upstream_config(
-        stand_in,
-        &format!(
-            "\n[daemon]\n{daemon}\n[daemon.timers]\ndrain_secs = 1\nreconnect_grace_secs = 2\nretry_base_ms = 200\n"
-        ),
-    )
+    upstream_config(stand_in, &format!("\n[daemon]\n{daemon}\n{WORKER_TIMERS}"))
 }
+
+/// The short `[daemon.timers]` of the worker tests.
+pub(crate) const WORKER_TIMERS: &str =
+    "[daemon.timers]\ndrain_secs = 1\nreconnect_grace_secs = 2\nretry_base_ms = 200\n";
 
 /// A machine-user whose workers send both provider families to `stand_in` (the worker
 /// reads `[upstream]` only from config files, §8).
