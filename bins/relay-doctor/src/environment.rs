@@ -21,6 +21,18 @@ use crate::report::{Check, Mode, Report};
 const TOKEN_HEADER: &str = "x-relay-client-token";
 /// A pin file is two short lines; anything larger is not one.
 const MAX_PIN_BYTES: u64 = 4096;
+/// Where Codex reads its system and managed configuration on Unix.
+const CODEX_SYSTEM_DIR: &str = "/etc/codex";
+/// The Codex files, in its system directory and in `CODEX_HOME`, that can hold hooks.
+const CODEX_SYSTEM_HOOK_FILES: [&str; 4] = [
+    "hooks.json",
+    "managed_config.toml",
+    "config.toml",
+    "requirements.toml",
+];
+const CODEX_USER_HOOK_FILES: [&str; 2] = ["hooks.json", "config.toml"];
+/// Larger files are not read for hooks.
+const MAX_CODEX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// What the checks read: the environment, the state paths it resolves to, and who runs.
 pub(crate) struct Inputs<'a, E: Env> {
@@ -28,6 +40,8 @@ pub(crate) struct Inputs<'a, E: Env> {
     /// `None` when no base directory can be found (no XDG_CONFIG_HOME, HOME or USERPROFILE).
     pub(crate) paths: Option<StatePaths>,
     pub(crate) euid: u32,
+    /// Codex's system configuration directory, whose hooks Codex runs without a review.
+    pub(crate) codex_system_dir: PathBuf,
 }
 
 impl<'a, E: Env> Inputs<'a, E> {
@@ -36,6 +50,7 @@ impl<'a, E: Env> Inputs<'a, E> {
             env,
             paths: StatePaths::resolve(env).ok(),
             euid,
+            codex_system_dir: PathBuf::from(CODEX_SYSTEM_DIR),
         }
     }
 
@@ -56,6 +71,7 @@ pub(crate) fn report<E: Env>(inputs: &Inputs<'_, E>) -> Report {
     checks.push(plugins(inputs));
     checks.extend(ca_variables(inputs.env));
     checks.push(no_proxy(inputs.env));
+    checks.push(codex_hooks(inputs));
     Report {
         mode: Mode::Environment,
         checks,
@@ -695,6 +711,69 @@ pub(crate) fn no_proxy(env: &impl Env) -> Check {
             .next("add 127.0.0.1,localhost to NO_PROXY (and no_proxy) in the harness launch environment")
             .with(details)
     }
+}
+
+/// Where Relay's Codex hooks are installed. Codex runs hooks from its system and managed
+/// layers at once, and hooks from the user's `CODEX_HOME` only after that user has trusted
+/// them (`codex exec` never asks, and skips them without a word).
+pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
+    const ID: &str = "codex_hooks";
+    let codex_home = inputs
+        .env
+        .non_empty("CODEX_HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            inputs
+                .env
+                .non_empty("HOME")
+                .map(|home| Path::new(&home).join(".codex"))
+        });
+    let with_relay_hooks = |dir: &Path, names: &[&str]| -> Vec<String> {
+        names
+            .iter()
+            .map(|name| dir.join(name))
+            .filter(|file| names_relay_hook(file))
+            .map(|file| display(&file))
+            .collect()
+    };
+    let system = with_relay_hooks(&inputs.codex_system_dir, &CODEX_SYSTEM_HOOK_FILES);
+    let user = codex_home
+        .as_deref()
+        .map(|dir| with_relay_hooks(dir, &CODEX_USER_HOOK_FILES))
+        .unwrap_or_default();
+    let details = json!({ "system_files": system, "user_files": user });
+    match (system.is_empty(), user.is_empty()) {
+        (false, true) => Check::ok(
+            ID,
+            format!("Relay's Codex hooks are installed system-wide ({}), where Codex runs them without asking", system.join(", ")),
+        )
+        .with(details),
+        (false, false) => Check::warn(
+            ID,
+            format!("Relay's Codex hooks are installed system-wide and also in {}: once this user trusts the second copy, every hook runs twice", user.join(", ")),
+        )
+        .next("remove Relay's hooks from the user's CODEX_HOME (and restore their own config.toml)")
+        .with(details),
+        (true, false) => Check::warn(
+            ID,
+            format!("Relay's Codex hooks are only in {}: Codex runs them only after this user has trusted them, and codex exec skips them until then without a word", user.join(", ")),
+        )
+        .next("install them system-wide in /etc/codex as the administrator's install in docs/harnesses.md says, or start codex once and trust them when it asks")
+        .with(details),
+        (true, true) => Check::skip(ID, "no Relay hooks for Codex found (Codex is not set up for Relay here)")
+            .with(details),
+    }
+}
+
+/// Whether `file` is a readable regular file of reasonable size that names `relay-hook`.
+fn names_relay_hook(file: &Path) -> bool {
+    let Ok(meta) = fs::metadata(file) else {
+        return false;
+    };
+    if !meta.is_file() || meta.len() > MAX_CODEX_FILE_BYTES {
+        return false;
+    }
+    fs::read(file).is_ok_and(|bytes| bytes.windows(10).any(|w| w == b"relay-hook"))
 }
 
 #[cfg(test)]

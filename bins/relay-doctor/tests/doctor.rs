@@ -534,7 +534,8 @@ fn report_of_a_machine_in_order_passes_with_exit_0() {
             "config",
             "plugins",
             "ca_files",
-            "no_proxy"
+            "no_proxy",
+            "codex_hooks"
         ]
     );
     assert_eq!(check(&json, "token")["details"]["source"], "file");

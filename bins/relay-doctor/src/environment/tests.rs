@@ -398,3 +398,54 @@ fn a_proxy_needs_no_proxy_for_loopback() {
     let fixed = proxy.with("NO_PROXY", "example.com, 127.0.0.1,LOCALHOST");
     assert_eq!(no_proxy(&fixed).status, Status::Ok);
 }
+
+/// Relay's Codex hooks count where Codex runs them unasked: its system directory. In the
+/// user's `CODEX_HOME` alone they wait for the user's review, which is a warning.
+#[test]
+fn codex_hooks_are_judged_by_the_layer_they_are_in() {
+    let fixture = Fixture::new();
+    let codex_home = fixture.dir.path().join("codex-home");
+    let system = fixture.dir.path().join("etc-codex");
+    let env = fixture.env().with("CODEX_HOME", &codex_home);
+    let mut inputs = Inputs::new(&env, euid());
+    inputs.codex_system_dir = system.clone();
+    let hooks = r#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"/opt/relay/bin/relay-hook codex --daemon-address http://127.0.0.1:47632 --fail-closed"}]}]}}"#;
+
+    let none = codex_hooks(&inputs);
+    assert_eq!(none.status, Status::Skip, "{none:?}");
+
+    // Another tool's hooks are not Relay's.
+    fixture.write(&codex_home.join("hooks.json"), r#"{"hooks":{}}"#, 0o600);
+    assert_eq!(codex_hooks(&inputs).status, Status::Skip);
+
+    fixture.write(&codex_home.join("hooks.json"), hooks, 0o600);
+    let user_only = codex_hooks(&inputs);
+    assert_eq!(user_only.status, Status::Warn, "{user_only:?}");
+    assert!(user_only.next_step.is_some());
+    assert_eq!(
+        user_only.details["user_files"],
+        json!([codex_home.join("hooks.json").display().to_string()])
+    );
+
+    fixture.write(&system.join("hooks.json"), hooks, 0o644);
+    let both = codex_hooks(&inputs);
+    assert_eq!(both.status, Status::Warn, "{both:?}");
+    assert!(both.summary.contains("twice"), "{both:?}");
+
+    fs::remove_file(codex_home.join("hooks.json")).unwrap();
+    let system_only = codex_hooks(&inputs);
+    assert_eq!(system_only.status, Status::Ok, "{system_only:?}");
+    assert_eq!(
+        system_only.details["system_files"],
+        json!([system.join("hooks.json").display().to_string()])
+    );
+
+    // Inline [hooks] in the managed layer count too.
+    fs::remove_file(system.join("hooks.json")).unwrap();
+    fixture.write(
+        &system.join("managed_config.toml"),
+        "[[hooks.PreToolUse]]\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = \"/opt/relay/bin/relay-hook codex --daemon-address http://127.0.0.1:47632\"\n",
+        0o644,
+    );
+    assert_eq!(codex_hooks(&inputs).status, Status::Ok);
+}
