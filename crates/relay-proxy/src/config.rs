@@ -317,22 +317,23 @@ fn shown(text: &str) -> String {
 impl BaseUrl {
     pub fn parse(text: &str) -> Result<BaseUrl, String> {
         let trimmed = text.trim_end_matches('/');
-        let shown = shown(text);
+        // Built only for an error: a caller-selected base is parsed on every request.
+        let refused = |why: &str| format!("{} {why}", shown(text));
         let uri: Uri = trimmed
             .parse()
-            .map_err(|e| format!("{shown} is not a URL: {e}"))?;
+            .map_err(|e| refused(&format!("is not a URL: {e}")))?;
         let scheme = uri.scheme_str().map(str::to_ascii_lowercase);
         if !matches!(scheme.as_deref(), Some("http" | "https")) {
-            return Err(format!("{shown} must be an absolute http or https URL"));
+            return Err(refused("must be an absolute http or https URL"));
         }
         let Some(authority) = uri.authority() else {
-            return Err(format!("{shown} has no host"));
+            return Err(refused("has no host"));
         };
         if authority.as_str().contains('@') {
-            return Err(format!("{shown} must not carry user information"));
+            return Err(refused("must not carry user information"));
         }
         if uri.query().is_some() || text.contains('#') {
-            return Err(format!("{shown} must not have a query or fragment"));
+            return Err(refused("must not have a query or fragment"));
         }
         // Normalize scheme and host case; keep the path as written.
         let path = uri.path().trim_end_matches('/');
@@ -344,7 +345,7 @@ impl BaseUrl {
         );
         let uri = normalized
             .parse()
-            .map_err(|e| format!("{shown} is not a URL: {e}"))?;
+            .map_err(|e| refused(&format!("is not a URL: {e}")))?;
         Ok(BaseUrl {
             text: normalized,
             uri,
