@@ -12,7 +12,7 @@ use rustix::process::Signal;
 
 use super::support::{
     EVENT_TIMEOUT, INITIALIZE_TIMEOUT, MCP_EXIT_TIMEOUT, WORKER_TIMEOUT, context, field,
-    fresh_token, upstream_config, user_for, worker_config, workers_status,
+    fresh_token, spawn_mcp, upstream_config, user_for, worker_config, workers_status,
 };
 
 /// The MCP stdio sessions captured from the real CLIs.
@@ -193,11 +193,7 @@ async fn against_a_pass_through_daemon_the_reason_logged_is_the_configuration() 
         .start()
         .await?;
     let user = user_for(&stand_in)?;
-    let mut mcp = user
-        .mcp(&relayd.origin())?
-        .token(&fresh_token()?)
-        .log("info", "jsonl")
-        .spawn()?;
+    let mut mcp = spawn_mcp(&user, &relayd.origin(), &fresh_token()?, None)?;
     let answer = mcp.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
     assert_eq!(
         answer["result"]["protocolVersion"], "2025-11-25",
@@ -227,11 +223,12 @@ async fn with_the_daemon_down_initialize_is_answered_at_once_and_the_reason_logg
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let mut mcp = user
-        .mcp(&format!("http://127.0.0.1:{port}"))?
-        .token(&fresh_token()?)
-        .log("info", "jsonl")
-        .spawn()?;
+    let mut mcp = spawn_mcp(
+        &user,
+        &format!("http://127.0.0.1:{port}"),
+        &fresh_token()?,
+        None,
+    )?;
     let started = Instant::now();
     let answer = mcp.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
     let took = started.elapsed();
