@@ -2,15 +2,14 @@
 //! broker's directives, launch and watch the worker, resume after drops, and release the
 //! reference when the harness session ends.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use relay_identity::RouteToken;
 use relay_logging::{Lifecycle, McpPassThroughReason, ProcessExit};
 use relay_proto::{
-    Bytes32, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message, RefusedCode,
-    RegisterMcpFields, Registered, ResumeMcpFields, RouteMode, Text, Timers, WorkerExited,
-    WorkerHint,
+    Bytes32, DeploymentMode, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message,
+    RefusedCode, RegisterMcpFields, Registered, ResumeMcpFields, RouteMode, Text, Timers,
+    WorkerExited, WorkerHint,
 };
 use relay_proxy::control::client::{
     Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
@@ -37,14 +36,24 @@ pub(crate) struct Control {
     pub(crate) credential: RouteToken,
     pub(crate) hint: Option<WorkerHint>,
     pub(crate) launcher: Launcher,
-    /// Set once the route is settled (`RouteReady` or `UsePassThrough`), or given up on.
-    pub(crate) settled: watch::Sender<bool>,
-    /// Set once the daemon decided the route (`RouteReady` or `UsePassThrough`); unlike
-    /// `settled`, not by an unreachable daemon, so the decision that follows is logged.
-    pub(crate) decided: AtomicBool,
+    /// How far the route is settled; `initialize` waits while it is `Pending`.
+    pub(crate) settled: watch::Sender<Settled>,
     /// Questions to the daemon asked beside the control loop; dropping the set with the
     /// loop aborts any still unanswered.
     pub(crate) queries: std::sync::Mutex<JoinSet<()>>,
+}
+
+/// How far this session's route is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// No answer yet: `initialize` waits (up to its limit).
+    Pending,
+    /// The daemon is down or silent; the decision that follows when it is back is still
+    /// logged.
+    DaemonDown,
+    /// The daemon decided the route (`RouteReady` or `UsePassThrough`), or the session gave
+    /// up on it.
+    Decided,
 }
 
 /// Why the daemon passes a route through, from its `/healthz` answer (`None` when it could
@@ -52,10 +61,14 @@ pub(crate) struct Control {
 /// and for a route whose worker failed to start, and the daemon's mode tells them apart.
 /// Only that field is read, so a newer daemon's other fields change nothing.
 fn pass_through_reason(health: Option<&daemon_http::Answer>) -> McpPassThroughReason {
+    #[derive(serde::Deserialize)]
+    struct Mode {
+        deployment_mode: DeploymentMode,
+    }
     let configured = health.is_some_and(|answer| {
         answer.status.is_success()
-            && serde_json::from_slice::<serde_json::Value>(&answer.body)
-                .is_ok_and(|health| health["deployment_mode"] == "pass_through")
+            && serde_json::from_slice::<Mode>(&answer.body)
+                .is_ok_and(|health| health.deployment_mode == DeploymentMode::PassThrough)
     });
     if configured {
         McpPassThroughReason::ConfiguredPassThrough
@@ -89,16 +102,27 @@ impl Control {
         self.identity.daemon.origin().to_string()
     }
 
-    fn settle(&self) {
-        self.settled.send_replace(true);
+    /// The route is decided; whether this is the first decision.
+    fn decide(&self) -> bool {
+        self.settled.send_if_modified(|settled| {
+            let first = *settled != Settled::Decided;
+            *settled = Settled::Decided;
+            first
+        })
     }
 
     /// The daemon is down or silent: before the route is settled, that is why this session
     /// serves without a worker, and `initialize` need not wait any longer.
     fn daemon_down(&self) {
-        if !*self.settled.borrow() {
+        let first = self.settled.send_if_modified(|settled| {
+            let pending = *settled == Settled::Pending;
+            if pending {
+                *settled = Settled::DaemonDown;
+            }
+            pending
+        });
+        if first {
             self.pass_through(McpPassThroughReason::DaemonUnreachable);
-            self.settle();
         }
     }
 
@@ -107,8 +131,7 @@ impl Control {
     /// the daemon, asked beside the control loop so that a slow answer holds up neither
     /// `initialize` nor the loop.
     fn use_pass_through(&self) {
-        self.settle();
-        if self.decided.swap(true, Ordering::Relaxed) {
+        if !self.decide() {
             return;
         }
         let daemon = self.identity.daemon.clone();
@@ -364,8 +387,7 @@ impl Control {
                     elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 }
                 .emit();
-                self.decided.store(true, Ordering::Relaxed);
-                self.settle();
+                self.decide();
             }
             Directive::UsePassThrough => self.use_pass_through(),
         }
@@ -448,7 +470,7 @@ impl Control {
 
     /// Without a route: serve MCP only, and forget the worker if there is one.
     async fn idle(&self, launched: Option<Launched>, shutdown: oneshot::Receiver<()>) {
-        self.settle();
+        self.decide();
         drop(launched);
         let _ = shutdown.await;
     }

@@ -51,14 +51,16 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli, env: ProcessEnv, hint: Option<WorkerHint>) {
-    let (settled_tx, settled_rx) = watch::channel(false);
+    let (settled_tx, settled_rx) = watch::channel(control::Settled::Pending);
     let (stop_tx, stop_rx) = oneshot::channel();
     let control =
         prepare(&cli, &env, hint, settled_tx).map(|control| tokio::spawn(control.run(stop_rx)));
     let settled = {
         let mut settled = settled_rx;
         async move {
-            let _ = settled.wait_for(|settled| *settled).await;
+            let _ = settled
+                .wait_for(|settled| *settled != control::Settled::Pending)
+                .await;
         }
     };
     let serving = jsonrpc::serve(
@@ -102,7 +104,7 @@ fn prepare(
     cli: &Cli,
     env: &ProcessEnv,
     hint: Option<WorkerHint>,
-    settled: watch::Sender<bool>,
+    settled: watch::Sender<control::Settled>,
 ) -> Option<control::Control> {
     let daemon_address = cli.daemon_address.origin().to_string();
     let give_up = |reason: relay_logging::McpPassThroughReason| {
@@ -112,7 +114,7 @@ fn prepare(
             reason,
         }
         .emit();
-        settled.send_replace(true);
+        settled.send_replace(control::Settled::Decided);
     };
     let paths = match StatePaths::resolve(env) {
         Ok(paths) => paths,
@@ -140,7 +142,7 @@ fn prepare(
     }
     let Some((credential, _)) = resolved.token else {
         // Without a credential relay-mcp serves MCP and registers nothing (§6).
-        settled.send_replace(true);
+        settled.send_replace(control::Settled::Decided);
         return None;
     };
     let key = match relay_identity::store::ensure_private_dir(&paths.daemon_dir())
@@ -187,7 +189,6 @@ fn prepare(
         hint,
         launcher,
         settled,
-        decided: std::sync::atomic::AtomicBool::new(false),
         queries: std::sync::Mutex::new(tokio::task::JoinSet::new()),
     })
 }

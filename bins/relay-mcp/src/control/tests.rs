@@ -1,6 +1,5 @@
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use relay_identity::{DaemonAddress, PinStore, RouteToken, SigningKey};
@@ -10,7 +9,7 @@ use relay_proxy::control::client::ClientIdentity;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-use super::{Control, Launched, pass_through_reason, wait_child};
+use super::{Control, Launched, Settled, pass_through_reason, wait_child};
 use crate::launch::Launcher;
 
 /// How long a test waits for something that should happen at once.
@@ -36,8 +35,7 @@ fn control(worker_binary: PathBuf, logs_dir: PathBuf) -> Control {
             logs_dir,
             env: Vec::new(),
         },
-        settled: watch::channel(false).0,
-        decided: AtomicBool::new(false),
+        settled: watch::channel(Settled::Pending).0,
         queries: std::sync::Mutex::new(tokio::task::JoinSet::new()),
     }
 }
@@ -50,7 +48,7 @@ async fn a_pass_through_decided_after_an_unreachable_daemon_is_still_logged() {
     let control = control(dir.0.join("no-such-worker"), dir.0.join("logs"));
     let (capture, _guard) = capture_log();
     control.daemon_down();
-    assert!(*control.settled.borrow());
+    assert_eq!(*control.settled.borrow(), Settled::DaemonDown);
     control.use_pass_through();
     control.use_pass_through();
     // The reason is logged once the daemon (here: nobody at the address) has answered.
