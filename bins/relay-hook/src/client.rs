@@ -6,7 +6,6 @@
 //! and where is exactly what this module says.
 
 use std::io;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use hyper::header::{CONTENT_TYPE, HOST, HeaderValue, USER_AGENT};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use relay_identity::{DaemonAddress, RouteToken};
+use relay_proxy::daemon_http::{self, ConnectError};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -170,8 +170,6 @@ impl HookPost<'_> {
         tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Result<SendRequest<Full<Bytes>>, Failure> {
         let tcp = self.connect_tcp().await?;
-        // Nagle would hold the body behind the headers for a delayed ACK.
-        let _ = tcp.set_nodelay(true);
         let Some(config) = tls else {
             return self.handshake(tcp).await;
         };
@@ -188,37 +186,22 @@ impl HookPost<'_> {
         self.handshake(stream).await
     }
 
-    /// `127.0.0.1` for `localhost` and the address itself for an IP literal (SPEC §2.6);
-    /// a DNS name is resolved and its IPv4 addresses are tried first (relayd binds IPv4).
+    /// The TCP connection, as every client opens one to the daemon
+    /// ([`relay_proxy::daemon_http::connect`]).
     async fn connect_tcp(&self) -> Result<TcpStream, Failure> {
-        let candidates: Vec<SocketAddr> = match self.address.connect_addr() {
-            Some(addr) => vec![addr],
-            None => {
-                let host = self.address.connect_host();
-                let resolved = tokio::net::lookup_host((host, self.address.port()))
-                    .await
-                    .map_err(|source| Failure::Resolve {
-                        host: host.to_owned(),
-                        source,
-                    })?;
-                let mut addrs: Vec<SocketAddr> = resolved.collect();
-                addrs.sort_by_key(|addr| addr.is_ipv6());
-                addrs
-            }
-        };
-        let mut last_error = None;
-        for addr in candidates {
-            match TcpStream::connect(addr).await {
-                Ok(stream) => return Ok(stream),
-                Err(err) => last_error = Some(err),
-            }
-        }
-        Err(Failure::Connect {
-            address: self.address.clone(),
-            source: last_error.unwrap_or_else(|| {
-                io::Error::new(io::ErrorKind::NotFound, "the host name has no address")
-            }),
-        })
+        daemon_http::connect(self.address)
+            .await
+            .map_err(|error| match error {
+                ConnectError::Resolve { host, source } => Failure::Resolve { host, source },
+                ConnectError::Connect { source, .. } => Failure::Connect {
+                    address: self.address.clone(),
+                    source,
+                },
+                ConnectError::NoAddress { .. } => Failure::Connect {
+                    address: self.address.clone(),
+                    source: io::Error::new(io::ErrorKind::NotFound, "the host name has no address"),
+                },
+            })
     }
 
     async fn handshake<IO>(&self, io: IO) -> Result<SendRequest<Full<Bytes>>, Failure>

@@ -24,20 +24,8 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024;
 pub enum GetError {
     #[error("no answer from {origin} within {limit:?}")]
     Timeout { origin: String, limit: Duration },
-    #[error("cannot resolve {host}: {source}")]
-    Resolve {
-        host: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{host} has no address")]
-    NoAddress { host: String },
-    #[error("cannot connect to {origin}: {source}")]
-    Connect {
-        origin: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
     #[error("{host} is not a valid host name")]
     HostName { host: String },
     #[error("the route token is not a header value")]
@@ -73,6 +61,25 @@ pub struct Answer {
     pub body: Bytes,
 }
 
+/// Why no TCP connection to the daemon could be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{host} has no address")]
+    NoAddress { host: String },
+    #[error("cannot connect to {origin}: {source}")]
+    Connect {
+        origin: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// GETs `path` from the daemon as `user_agent`, with the route token when given, within
 /// `limit`.
 pub async fn get(
@@ -100,7 +107,6 @@ async fn exchange(
     user_agent: &'static str,
 ) -> Result<Answer, GetError> {
     let tcp = connect(daemon).await?;
-    let _ = tcp.set_nodelay(true);
     let host = format!("{}:{}", daemon.host(), daemon.port());
     let mut request = Request::get(path)
         .header(
@@ -179,16 +185,17 @@ where
     sender.send_request(request).await
 }
 
-/// `127.0.0.1` for `localhost`, the address for an IP literal, else the name's IPv4
+/// A TCP connection to the daemon, with the options of every connection on the request
+/// path: `127.0.0.1` for `localhost`, the address for an IP literal, else the name's IPv4
 /// addresses first (relayd binds IPv4 only).
-async fn connect(daemon: &DaemonAddress) -> Result<TcpStream, GetError> {
+pub async fn connect(daemon: &DaemonAddress) -> Result<TcpStream, ConnectError> {
     let candidates: Vec<SocketAddr> = match daemon.connect_addr() {
         Some(addr) => vec![addr],
         None => {
             let host = daemon.connect_host();
             let mut addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, daemon.port()))
                 .await
-                .map_err(|source| GetError::Resolve {
+                .map_err(|source| ConnectError::Resolve {
                     host: host.to_owned(),
                     source,
                 })?
@@ -200,16 +207,19 @@ async fn connect(daemon: &DaemonAddress) -> Result<TcpStream, GetError> {
     let mut last = None;
     for addr in candidates {
         match TcpStream::connect(addr).await {
-            Ok(stream) => return Ok(stream),
+            Ok(stream) => {
+                crate::sockets::prepare(&stream);
+                return Ok(stream);
+            }
             Err(err) => last = Some(err),
         }
     }
     Err(match last {
-        Some(source) => GetError::Connect {
+        Some(source) => ConnectError::Connect {
             origin: daemon.origin().to_string(),
             source,
         },
-        None => GetError::NoAddress {
+        None => ConnectError::NoAddress {
             host: daemon.host().to_owned(),
         },
     })
