@@ -766,14 +766,19 @@ pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
 }
 
 /// Whether `file` is a readable regular file of reasonable size that names `relay-hook`.
+/// Symbolic links are followed, as Codex follows them.
 fn names_relay_hook(file: &Path) -> bool {
-    let Ok(meta) = fs::metadata(file) else {
+    const NEEDLE: &[u8] = b"relay-hook";
+    let Ok(mut opened) = fs::File::open(file) else {
         return false;
     };
-    if !meta.is_file() || meta.len() > MAX_CODEX_FILE_BYTES {
+    if !opened.metadata().is_ok_and(|meta| meta.is_file()) {
         return false;
     }
-    fs::read(file).is_ok_and(|bytes| bytes.windows(10).any(|w| w == b"relay-hook"))
+    store::read_bounded(&mut opened, MAX_CODEX_FILE_BYTES).is_ok_and(|bytes| {
+        bytes.len() as u64 <= MAX_CODEX_FILE_BYTES
+            && bytes.windows(NEEDLE.len()).any(|window| window == NEEDLE)
+    })
 }
 
 #[cfg(test)]
