@@ -720,12 +720,12 @@ pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     const ID: &str = "codex_hooks";
     let codex_home = inputs
         .env
-        .non_empty("CODEX_HOME")
+        .non_empty(names::CODEX_HOME)
         .map(PathBuf::from)
         .or_else(|| {
             inputs
                 .env
-                .non_empty("HOME")
+                .non_empty(names::HOME)
                 .map(|home| Path::new(&home).join(".codex"))
         });
     let with_relay_hooks = |dir: &Path, names: &[&str]| -> Vec<String> {

@@ -434,7 +434,9 @@ fn listener(
 /// the service (`$CREDENTIALS_DIRECTORY`, filled by `LoadCredential=`) is owned by root and
 /// read through an ACL, so it is checked as systemd writes it.
 fn provider_keys(config: &Config, env: &impl Env) -> Result<ProviderKeys, String> {
-    let credentials = env.non_empty("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+    let credentials = env
+        .non_empty(names::CREDENTIALS_DIRECTORY)
+        .map(PathBuf::from);
     let read = |key: &str, file: &str, var: &str| -> Result<Option<String>, String> {
         if !file.is_empty() {
             let path = Path::new(file);

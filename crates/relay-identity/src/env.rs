@@ -98,6 +98,11 @@ pub mod names {
     pub const RELAY_WORKER_ADVERTISE_ADDRESS: &str = "RELAY_WORKER_ADVERTISE_ADDRESS";
     /// Port of a remote worker (§9).
     pub const RELAY_WORKER_PORT: &str = "RELAY_WORKER_PORT";
+    /// Where systemd hands a service its `LoadCredential=` files (relayd's provider keys).
+    pub const CREDENTIALS_DIRECTORY: &str = "CREDENTIALS_DIRECTORY";
+    /// Codex's own configuration directory (default `$HOME/.codex`), which relay-doctor
+    /// looks in for Relay's hooks.
+    pub const CODEX_HOME: &str = "CODEX_HOME";
     /// Extra CA certificates that clients trust for a remote daemon (§9).
     pub const RELAY_EXTRA_CA_FILE: &str = "RELAY_EXTRA_CA_FILE";
     /// CA bundle used by Codex, checked by `relay-doctor` (§9).

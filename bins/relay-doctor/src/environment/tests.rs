@@ -406,7 +406,7 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
     let fixture = Fixture::new();
     let codex_home = fixture.dir.path().join("codex-home");
     let system = fixture.dir.path().join("etc-codex");
-    let env = fixture.env().with("CODEX_HOME", &codex_home);
+    let env = fixture.env().with(names::CODEX_HOME, &codex_home);
     let mut inputs = Inputs::new(&env, euid());
     inputs.codex_system_dir = system.clone();
     let hooks = r#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"/opt/relay/bin/relay-hook codex --daemon-address http://127.0.0.1:47632 --fail-closed"}]}]}}"#;

@@ -1,6 +1,6 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use relay_identity::MapEnv;
+use relay_identity::{MapEnv, names};
 use relay_proxy::config::Config;
 use relay_proxy::control::daemon::endpoint_allowed;
 
@@ -98,7 +98,7 @@ fn a_key_file_in_the_services_credentials_directory_is_checked_as_systemd_writes
         config.upstream.openai_api_key_file = file.display().to_string();
         config
     };
-    let systemd = MapEnv::new().with("CREDENTIALS_DIRECTORY", credentials.path());
+    let systemd = MapEnv::new().with(names::CREDENTIALS_DIRECTORY, credentials.path());
 
     let keys = provider_keys(&with_file(&key), &systemd).unwrap();
     assert_eq!(keys.openai.unwrap(), "Bearer sk-from-systemd");
