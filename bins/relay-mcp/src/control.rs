@@ -255,11 +255,7 @@ impl Control {
                     // The harness need not wait for a daemon that is down or silent:
                     // `initialize` is answered now, and the route settles again when a
                     // retry gets through.
-                    let down = matches!(
-                        error,
-                        ConnectError::Unreachable { .. } | ConnectError::Timeout(_)
-                    );
-                    if down {
+                    if error.is_unreachable() {
                         self.daemon_down();
                     }
                     let delay = backoff.next_delay();
