@@ -41,9 +41,10 @@ const ENV_SDK_DIR: &str = "RELAY_SDK_DIR";
 /// `test_args` go to the test harness (a name filter, `--nocapture`, …).
 pub(crate) fn run(test_args: &[String]) -> Result<()> {
     let root = project_root()?;
-    let cache_dir = root.join("target").join("agent-clis");
-    let agent_bin_dir = ensure_agent_clis(&cache_dir)?;
-    let sdk_dir = ensure_npm_packages(&root.join("target").join("sdks"), &SDK_PACKAGES, &[])?;
+    // The npm installs stay in `target/` whatever CARGO_TARGET_DIR says, as they always have.
+    let npm_dir = root.join("target");
+    let agent_bin_dir = ensure_agent_clis(&npm_dir.join("agent-clis"))?;
+    let sdk_dir = ensure_npm_packages(&npm_dir.join("sdks"), &SDK_PACKAGES, &[])?;
     ensure_iproute2()?;
 
     step(
