@@ -56,6 +56,11 @@ impl AgentCommand {
         AgentCommand::with_command(agent, Command::new(program))
     }
 
+    /// A program found on `PATH` (`node`, say), run the same way as an agent CLI.
+    pub fn on_path(program: &str) -> Result<AgentCommand, Error> {
+        AgentCommand::with_command(program, Command::new(program))
+    }
+
     /// The CLI named `agent` run through `launcher launcher_args… <the CLI>` (such as
     /// `ip netns exec <namespace>`), otherwise as [`AgentCommand::new`].
     pub fn launched_by(

@@ -6,14 +6,16 @@
 //! the provider from the process the route says.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use relay_e2e::{Relayd, User};
+use relay_e2e::{AgentCommand, Relayd, User};
 use relay_testkit::{Recorded, StandIn};
 use serde_json::Value;
 
-use super::support::{WORKER_TIMEOUT, WORKER_TIMERS, contains, fresh_token, marker, ready_mcp};
+use super::support::{
+    WORKER_TIMEOUT, WORKER_TIMERS, contains, families_config, fresh_token, marker, ready_mcp,
+    recorded_with,
+};
 
 /// Long enough for nine calls on a loaded machine; they take well under a second.
 const SDK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -33,31 +35,16 @@ async fn run_sdks(
     token: Option<&str>,
     text: &str,
 ) -> anyhow::Result<Vec<(String, Value)>> {
-    let home = tempfile::Builder::new()
-        .prefix("relay-e2e-sdk-home-")
-        .tempdir()?;
-    let mut command = tokio::process::Command::new("node");
-    command
+    let output = AgentCommand::on_path("node")?
         .arg(script())
         .arg(origin)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home.path())
         .env("NODE_PATH", relay_e2e::sdk_dir()?)
         .env("RELAY_E2E_MARKER", text)
         .env("RELAY_E2E_TOKEN", token.unwrap_or_default())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(SDK_TIMEOUT, command.output())
-        .await
-        .map_err(|_| anyhow::anyhow!("the SDK calls took over {SDK_TIMEOUT:?}"))??;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    anyhow::ensure!(
-        output.status.success(),
-        "node exited with {}\n{stdout}\n{stderr}",
-        output.status
-    );
+        .run(SDK_TIMEOUT)
+        .await?;
+    anyhow::ensure!(output.status.success(), "{output}");
+    let (stdout, stderr) = (&output.stdout, &output.stderr);
     let mut calls = Vec::new();
     for line in stdout.lines() {
         let call: Value = serde_json::from_str(line)
@@ -140,11 +127,7 @@ impl Providers {
 
     /// The `[upstream]` table that sends each family to its stand-in, then `extra`.
     fn config(&self, extra: &str) -> String {
-        format!(
-            "[upstream]\nanthropic_base_url = \"{}\"\nopenai_base_url = \"{}/v1\"\n{extra}",
-            self.anthropic.base_url(),
-            self.openai.base_url()
-        )
+        families_config(&self.anthropic, &self.openai, extra)
     }
 
     /// Each family's requests reached its own stand-in once and in order, on a connection
@@ -194,12 +177,9 @@ impl Providers {
                     request.peer
                 );
             }
-            let with_text = requests
-                .iter()
-                .filter(|r| contains(&r.body, text.as_bytes()))
-                .count();
             assert_eq!(
-                with_text, conversations,
+                recorded_with(stand_in, text).len(),
+                conversations,
                 "the conversations reached the provider"
             );
             all.extend(requests);

@@ -27,8 +27,17 @@ pub(crate) const CLI_TIMEOUT: Duration = Duration::from_secs(20);
 /// The `[upstream]` table that sends both provider families to `stand_in`, plus `extra`
 /// lines appended to it.
 pub(crate) fn upstream_config(stand_in: &StandIn, extra: &str) -> String {
-    let base = stand_in.base_url();
-    format!("[upstream]\nanthropic_base_url = \"{base}\"\nopenai_base_url = \"{base}/v1\"\n{extra}")
+    families_config(stand_in, stand_in, extra)
+}
+
+/// The `[upstream]` table that sends each provider family to a stand-in of its own, plus
+/// `extra` lines appended to it.
+pub(crate) fn families_config(anthropic: &StandIn, openai: &StandIn, extra: &str) -> String {
+    format!(
+        "[upstream]\nanthropic_base_url = \"{}\"\nopenai_base_url = \"{}/v1\"\n{extra}",
+        anthropic.base_url(),
+        openai.base_url()
+    )
 }
 
 /// A fresh route token in its wire form (43 characters of base64url).

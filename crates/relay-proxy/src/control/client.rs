@@ -154,7 +154,10 @@ impl ConnectError {
     /// The daemon is down or silent (no connection, or no answer in time), as opposed to
     /// one that answered and refused.
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, ConnectError::Unreachable { .. } | ConnectError::Timeout(_))
+        matches!(
+            self,
+            ConnectError::Unreachable { .. } | ConnectError::Timeout(_)
+        )
     }
 
     /// Failures that a retry cannot fix: the MCP stops on these (§5.4).
