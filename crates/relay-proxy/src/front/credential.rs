@@ -41,8 +41,8 @@ pub(super) enum Refusal {
     /// Strict mode without a ready worker: 503 with this `Retry-After`.
     Unavailable {
         retry_after: Duration,
-        /// The credential is bound but its route has no live session yet.
-        no_live_session: bool,
+        /// Why the broker would have passed the request through, when it decided.
+        reason: Option<PassThroughReason>,
     },
     TooMany,
 }
@@ -154,7 +154,7 @@ impl Front {
                     return match self.options.mode {
                         Mode::RequireWorker => Err(Refusal::Unavailable {
                             retry_after,
-                            no_live_session: reason == PassThroughReason::NoLiveSession,
+                            reason: Some(reason),
                         }),
                         Mode::Managed | Mode::PassThrough => Ok(Routed::PassThrough {
                             reason,
@@ -170,7 +170,7 @@ impl Front {
                 BrokerDecision::Wait => {
                     return Err(Refusal::Unavailable {
                         retry_after: Duration::from_secs(1),
-                        no_live_session: false,
+                        reason: None,
                     });
                 }
             }

@@ -41,27 +41,24 @@ impl Front {
         // The credential first (SPEC §3.5): every refusal that does not depend on the
         // event is answered before a byte of the body is read.
         let credential = parse_credential(req.headers());
-        // `None`: decided once the body names the event.
+        // `None`: decided once the body names the event. A bound credential whose route has
+        // no live session yet (Claude Code sends SessionStart before its MCP server
+        // connects) keeps its decision provisionally: an opening event decides again and
+        // waits for that session; any other event keeps it. Only a caller the broker knows
+        // gets this far before its body is read.
+        let mut provisional = None;
         let decided = if self.decision_needs_event(&credential) {
             None
         } else {
-            match self.decide(&credential, RequestKind::Hook).await {
-                // A bound credential whose route has no live session yet (Claude Code sends
-                // SessionStart before its MCP server connects): an opening event waits for
-                // that session. Only a caller the broker knows gets this far before its body
-                // is read, and one that already waited for an activating route does not
-                // wait again.
-                Ok(Routed::PassThrough {
-                    reason: PassThroughReason::NoLiveSession,
-                    fingerprint: Some(_),
-                    ..
-                })
-                | Err(Refusal::Unavailable {
-                    no_live_session: true,
-                    ..
-                }) => None,
-                Ok(routed) => Some(routed),
-                Err(refusal) => return local(refusal.answer()),
+            let decision = self.decide(&credential, RequestKind::Hook).await;
+            if awaits_session(&decision) {
+                provisional = Some(decision);
+                None
+            } else {
+                match decision {
+                    Ok(routed) => Some(routed),
+                    Err(refusal) => return local(refusal.answer()),
+                }
             }
         };
         let limit = self.config().daemon.max_hook_body_bytes;
@@ -91,12 +88,15 @@ impl Front {
         let routed = match decided {
             Some(routed) => routed,
             None => {
-                let kind = if event.is_some_and(|name| agent.is_opening_event(name)) {
-                    RequestKind::OpeningHook
-                } else {
-                    RequestKind::Hook
+                let opening = event.is_some_and(|name| agent.is_opening_event(name));
+                // An opening event gives its provisional decision back before deciding again;
+                // one that already waited for an activating route does not wait again.
+                let decision = match provisional.filter(|_| !opening) {
+                    Some(decision) => decision,
+                    None if opening => self.decide(&credential, RequestKind::OpeningHook).await,
+                    None => self.decide(&credential, RequestKind::Hook).await,
                 };
-                match self.decide(&credential, kind).await {
+                match decision {
                     Ok(routed) => routed,
                     Err(refusal) => return local(refusal.answer()),
                 }
@@ -159,6 +159,21 @@ impl Front {
         );
         Answer::new(res, RouteLabel::Hook, Destination::PassThrough)
     }
+}
+
+/// Whether a decision taken before the body was read is the one an opening event must take
+/// again: the credential is bound, but its route has no live session yet.
+fn awaits_session(decision: &Result<Routed, Refusal>) -> bool {
+    matches!(
+        decision,
+        Ok(Routed::PassThrough {
+            reason: PassThroughReason::NoLiveSession,
+            ..
+        }) | Err(Refusal::Unavailable {
+            reason: Some(PassThroughReason::NoLiveSession),
+            ..
+        })
+    )
 }
 
 /// The hook bodies buffered at once across the daemon, in bytes (SPEC §3.6 bounds one
