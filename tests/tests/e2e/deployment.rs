@@ -32,6 +32,18 @@ tables() { awk '/^[[:space:]]*\[/ { t = 1 } t { print }' "$1"; }
 mv "$user.relay-new" "$user"
 "#;
 
+/// A Codex ready to launch, with the files of its install.
+struct InstalledCodex {
+    codex: AgentCommand,
+    codex_home: PathBuf,
+    /// The bundle's config as installed: the managed layer, or the user's merged file.
+    config_file: PathBuf,
+    /// Where the bundle's hooks go.
+    hooks_file: PathBuf,
+    /// The files a system install puts in `/etc/codex`, kept until Codex has run.
+    _system: Option<TempDir>,
+}
+
 /// How Codex gets the bundle (docs/harnesses.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CodexInstall {
@@ -396,72 +408,70 @@ impl Deployment {
         Ok(claude.run(AGENT_TIMEOUT).await?)
     }
 
-    /// Codex launched from the bundle with `prompt`, installed as `install` says, and the
-    /// user's own key stored by `codex login`.
-    pub(crate) async fn run_codex(
-        &self,
-        prompt: &str,
-        install: CodexInstall,
-    ) -> anyhow::Result<AgentOutput> {
-        let bundle = self.bundle();
-        let system = tempfile::Builder::new()
-            .prefix("relay-e2e-etc-codex-")
-            .tempdir()?;
-        let codex = match install {
-            // Only this Codex (and the processes it starts) sees the files in /etc/codex:
-            // it runs in a mount namespace of its own over a copy-on-write /etc.
-            CodexInstall::System => AgentCommand::launched_by(
-                "codex",
-                Path::new("unshare"),
-                &[
-                    "--mount",
-                    "--propagation",
-                    "private",
-                    "/bin/sh",
-                    "-c",
-                    PRIVATE_ETC_CODEX,
-                    "sh",
-                    &path(system.path()),
-                ],
-            )?,
-            CodexInstall::User => AgentCommand::new("codex")?,
-        };
-        let codex_home = codex.make_dir("codex-home")?;
+    /// Codex, its `CODEX_HOME` with the user's own `config.toml`, and the bundle's config
+    /// placed as `install` says; the bundle's hooks go to `hooks_file`.
+    async fn install_codex(&self, install: CodexInstall) -> anyhow::Result<InstalledCodex> {
+        let bundle_config = self.bundle().join("codex/settings-v1/config.toml");
         // The user's own config.toml: model and approval lines, and their trusted project.
-        let mut user_config = format!(
-            "model = \"mock-model\"\napproval_policy = \"never\"\nsandbox_mode = \"workspace-write\"\n\n[projects.{}]\ntrust_level = \"trusted\"\n",
-            toml::Value::from(path(&codex.work_dir()))
-        );
-        if install == CodexInstall::System {
-            // A user who tries to go around Relay: their own provider (at a port nobody
-            // listens on), hooks switched off, and Relay's MCP server disabled. The managed
-            // layer must win on every one.
-            user_config.insert_str(0, "model_provider = \"elsewhere\"\n");
-            user_config.push_str(USER_OPTING_OUT);
-        }
-        codex.write_file("codex-home/config.toml", &user_config)?;
-        let (config_file, hooks_file) = match install {
-            CodexInstall::System => (
-                system.path().join("managed_config.toml"),
-                system.path().join("hooks.json"),
-            ),
-            CodexInstall::User => (
-                codex_home.join("config.toml"),
-                codex_home.join("hooks.json"),
-            ),
+        let own_config = |codex: &AgentCommand| {
+            format!(
+                "model = \"mock-model\"\napproval_policy = \"never\"\nsandbox_mode = \"workspace-write\"\n\n[projects.{}]\ntrust_level = \"trusted\"\n",
+                toml::Value::from(path(&codex.work_dir()))
+            )
         };
         match install {
             CodexInstall::System => {
-                let mut managed =
-                    std::fs::read_to_string(bundle.join("codex/settings-v1/config.toml"))?;
+                let system = tempfile::Builder::new()
+                    .prefix("relay-e2e-etc-codex-")
+                    .tempdir()?;
+                // Only this Codex (and the processes it starts) sees the files in /etc/codex:
+                // it runs in a mount namespace of its own over a copy-on-write /etc.
+                let codex = AgentCommand::launched_by(
+                    "codex",
+                    Path::new("unshare"),
+                    &[
+                        "--mount",
+                        "--propagation",
+                        "private",
+                        "/bin/sh",
+                        "-c",
+                        PRIVATE_ETC_CODEX,
+                        "sh",
+                        &path(system.path()),
+                    ],
+                )?;
+                let codex_home = codex.make_dir("codex-home")?;
+                // A user who tries to go around Relay: their own provider (at a port nobody
+                // listens on), hooks switched off, and Relay's MCP server disabled. The
+                // managed layer must win on every one.
+                codex.write_file(
+                    "codex-home/config.toml",
+                    &format!(
+                        "model_provider = \"elsewhere\"\n{}{USER_OPTING_OUT}",
+                        own_config(&codex)
+                    ),
+                )?;
+                let config_file = system.path().join("managed_config.toml");
+                let mut managed = std::fs::read_to_string(&bundle_config)?;
                 managed.push_str(CODEX_MANAGED_PINS);
                 std::fs::write(&config_file, managed)?;
+                Ok(InstalledCodex {
+                    codex,
+                    codex_home,
+                    config_file,
+                    hooks_file: system.path().join("hooks.json"),
+                    _system: Some(system),
+                })
             }
             CodexInstall::User => {
+                let codex = AgentCommand::new("codex")?;
+                let codex_home = codex.make_dir("codex-home")?;
+                let config_file =
+                    codex.write_file("codex-home/config.toml", &own_config(&codex))?;
                 let script = codex.write_file("merge-codex-config.sh", CODEX_MERGE)?;
                 let merged = tokio::process::Command::new("/bin/sh")
                     .arg(&script)
-                    .arg(bundle.join("codex/settings-v1/config.toml"))
+                    .arg(&bundle_config)
                     .arg(&config_file)
                     .stdin(Stdio::null())
                     .output()
@@ -471,8 +481,32 @@ impl Deployment {
                 let parsed: toml::Value = toml::from_str(&config)?;
                 assert_eq!(parsed["model_provider"].as_str(), Some("relay"), "{config}");
                 assert_eq!(parsed["model"].as_str(), Some("mock-model"), "{config}");
+                Ok(InstalledCodex {
+                    hooks_file: codex_home.join("hooks.json"),
+                    codex,
+                    codex_home,
+                    config_file,
+                    _system: None,
+                })
             }
         }
+    }
+
+    /// Codex launched from the bundle with `prompt`, installed as `install` says, and the
+    /// user's own key stored by `codex login`.
+    pub(crate) async fn run_codex(
+        &self,
+        prompt: &str,
+        install: CodexInstall,
+    ) -> anyhow::Result<AgentOutput> {
+        let bundle = self.bundle();
+        let InstalledCodex {
+            codex,
+            codex_home,
+            config_file,
+            hooks_file,
+            _system,
+        } = self.install_codex(install).await?;
         if self.plugins {
             // Codex hands its MCP server only the variables the bundle lists, so the worker
             // would look for plugins.toml in /etc/relay, where a deployment has it; point it
