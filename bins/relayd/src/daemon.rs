@@ -37,13 +37,12 @@ struct Prepared {
     /// The socket passed by the service manager, taken before any thread starts (taking it
     /// edits the environment).
     activated: Option<std::net::TcpListener>,
-    /// Logs are JSON lines: stderr then carries nothing else.
-    json_logs: bool,
 }
 
 pub(crate) fn run(cli: &Cli) -> ExitCode {
     let env = ProcessEnv;
-    let prepared = match prepare(cli, &env) {
+    // `json_logs`: stderr carries JSON lines and nothing else.
+    let (prepared, json_logs) = match prepare(cli, &env) {
         Ok(prepared) => prepared,
         Err(message) => return relay_logging::usage_exit("relayd", &message),
     };
@@ -57,7 +56,6 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let json_logs = prepared.json_logs;
     match runtime.block_on(serve_daemon(prepared, &env)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -78,7 +76,8 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
     }
 }
 
-fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
+/// What the daemon needs to run, and whether its logs are JSON lines.
+fn prepare(cli: &Cli, env: &impl Env) -> Result<(Prepared, bool), String> {
     let settings = cli.daemon_settings().map_err(|e| e.to_string())?;
     let sources = match &cli.config {
         Some(file) => {
@@ -126,15 +125,15 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<Prepared, String> {
     let activated = listenfd::ListenFd::from_env()
         .take_tcp_listener(0)
         .map_err(|e| format!("LISTEN_FDS: the passed socket is not a TCP listener: {e}"))?;
-    Ok(Prepared {
+    let prepared = Prepared {
         settings,
         config,
         keys,
         tls,
         state_dir,
         activated,
-        json_logs: log.format == relay_logging::LogFormat::Jsonl,
-    })
+    };
+    Ok((prepared, log.format == relay_logging::LogFormat::Jsonl))
 }
 
 /// The daemon's configuration: the files of `sources`, then `max_tokens_per_identity` from
@@ -174,7 +173,6 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         tls,
         state_dir,
         activated,
-        json_logs: _,
     } = prepared;
     let started = Instant::now();
     let shutdown = shutdown_signal()?;
