@@ -35,7 +35,7 @@ const LIFECYCLE_SOURCE: &str = "crates/relay-logging/src/lifecycle.rs";
 const PROVIDER_FAILURE_SOURCE: &str = "crates/relay-logging/src/rate_limit.rs";
 
 /// Every environment variable a Relay binary reads: name, who reads it, what it does.
-pub(crate) const ENVIRONMENT: [(&str, &str, &str); 20] = [
+pub(crate) const ENVIRONMENT: [(&str, &str, &str); 22] = [
     (
         "RELAY_CLIENT_TOKEN",
         "relay-mcp, relay-hook, relay-doctor",
@@ -95,6 +95,16 @@ pub(crate) const ENVIRONMENT: [(&str, &str, &str); 20] = [
         "HOME",
         "all binaries",
         "Second choice for the state directory base: `$HOME/.config`.",
+    ),
+    (
+        "CREDENTIALS_DIRECTORY",
+        "relayd",
+        "Set by systemd for `LoadCredential=`: a provider key file directly in it may be root's, readable by the service through an ACL.",
+    ),
+    (
+        "CODEX_HOME",
+        "relay-doctor",
+        "Codex's own configuration directory (default `$HOME/.codex`), where `relay-doctor` looks for Relay's hooks installed for this user only.",
     ),
     (
         "USERPROFILE",
