@@ -132,7 +132,7 @@ fn prepare(
                 relay_identity::CredentialSource::Env => relay_logging::CredentialSource::Env,
                 relay_identity::CredentialSource::File => relay_logging::CredentialSource::File,
             },
-            reason: relay_logging::CredentialSkipReason::from_code(reason.as_str())
+            reason: relay_logging::CredentialSkipReason::parse(reason.as_str())
                 .unwrap_or(relay_logging::CredentialSkipReason::Unreadable),
             path: matches!(source, relay_identity::CredentialSource::File)
                 .then(|| paths.token_file())

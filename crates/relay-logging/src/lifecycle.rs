@@ -37,45 +37,7 @@ pub(crate) fn digest_prefix(full: &str) -> &str {
     }
 }
 
-/// Declares a small enum of log values with `as_str`, `Display` and `ALL`.
-macro_rules! log_values {
-    (
-        $(#[$meta:meta])*
-        $name:ident { $($(#[$variant_meta:meta])* $variant:ident => $text:literal,)+ }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($(#[$variant_meta])* $variant,)+
-        }
-
-        impl $name {
-            /// Every value, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
-
-            /// The value as written in logs.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text,)+
-                }
-            }
-
-            /// The value written as `code`, so other crates' codes map without a
-            /// dependency between them.
-            pub fn from_code(code: &str) -> Option<$name> {
-                Self::ALL.iter().copied().find(|value| value.as_str() == code)
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-
-log_values! {
+relay_proto::vocabulary! {
     /// How the daemon serves requests (`relayd` flags, SPEC §2.1).
     DaemonMode {
         /// Default: a worker when one is ready, else pass-through.
@@ -87,7 +49,7 @@ log_values! {
     }
 }
 
-log_values! {
+relay_proto::vocabulary! {
     /// `[upstream] daemon_keys` (SPEC §3.2).
     DaemonKeys {
         /// Daemon keys only for requests with a bound route credential.
@@ -97,7 +59,7 @@ log_values! {
     }
 }
 
-log_values! {
+relay_proto::vocabulary! {
     /// The family of a public request (SPEC §3.5).
     PublicRoute {
         Hook => "hook",
@@ -106,7 +68,7 @@ log_values! {
     }
 }
 
-log_values! {
+relay_proto::vocabulary! {
     /// Why `relay-mcp` serves its session without a worker route (SPEC §10.3).
     McpPassThroughReason {
         CredentialRejected => "credential_rejected",
@@ -117,7 +79,7 @@ log_values! {
     }
 }
 
-log_values! {
+relay_proto::vocabulary! {
     /// Where a route credential was looked for (SPEC §4.1).
     CredentialSource {
         /// `RELAY_CLIENT_TOKEN`.
@@ -127,7 +89,7 @@ log_values! {
     }
 }
 
-log_values! {
+relay_proto::vocabulary! {
     /// Why a route credential source was skipped (SPEC §4.1); `invalid_contents` also covers
     /// an environment value that is not a token.
     CredentialSkipReason {

@@ -3,12 +3,11 @@
 //! spelling. `relay-broker` puts these values into its events and `relay-logging` writes
 //! them as they are; nothing translates between two mirrored enums.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
 /// Declares a closed enum of values with `as_str` (its spelling in logs and JSON), `parse`,
-/// `Display` and `ALL`.
+/// `Display` and `ALL`. Exported for `relay-logging`'s own log values.
+#[macro_export]
 macro_rules! vocabulary {
     (
         $(#[$meta:meta])*
@@ -37,8 +36,8 @@ macro_rules! vocabulary {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
