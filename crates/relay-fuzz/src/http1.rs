@@ -192,10 +192,10 @@ pub(crate) fn reference_heads(stream: &[u8]) -> Vec<(Reference, usize)> {
         }
         rest = &rest[len..];
         let body = match (transfer_encoding, lengths.as_slice()) {
-            (Some(te), _) if trim(te).eq_ignore_ascii_case(b"chunked") => chunked_len(rest),
+            (Some(te), _) if te.trim_ascii().eq_ignore_ascii_case(b"chunked") => chunked_len(rest),
             (Some(_), _) => None,
             (None, []) => Some(0),
-            (None, [one]) => std::str::from_utf8(trim(one))
+            (None, [one]) => std::str::from_utf8(one.trim_ascii())
                 .ok()
                 .filter(|t| !t.is_empty() && t.len() < 10 && t.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|t| t.parse::<usize>().ok()),
@@ -248,18 +248,6 @@ fn chunked_len(rest: &[u8]) -> Option<usize> {
         }
         at += size + 2;
     }
-}
-
-fn trim(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &bytes[start..end]
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

@@ -222,7 +222,7 @@ impl ConnState {
             if h.name.eq_ignore_ascii_case("transfer-encoding") {
                 transfer_encoding = Some(h.value);
             } else if h.name.eq_ignore_ascii_case("content-length") {
-                for value in h.value.split(|b| *b == b',').map(trim) {
+                for value in h.value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
                     match length {
                         None => length = Some(value),
                         Some(first) => differing |= first != value,
@@ -248,7 +248,7 @@ impl ConnState {
             let chunked = te
                 .rsplit(|b| *b == b',')
                 .next()
-                .is_some_and(|last| trim(last).eq_ignore_ascii_case(b"chunked"));
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
             return if chunked {
                 Framing::ChunkSize(ChunkLine::default())
             } else {
@@ -602,18 +602,6 @@ impl<T> ConnIo<T> {
             self.framing = Framing::Off;
         }
     }
-}
-
-fn trim(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &bytes[start..end]
 }
 
 /// Where a head (or a trailer section) that `buf` starts with ends, searching from `from`:
