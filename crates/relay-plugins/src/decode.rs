@@ -105,6 +105,9 @@ pub struct Decoded<'a> {
     /// The decoded body was longer than the bound (it was cut there), or the encoded body
     /// ended before its coding did.
     pub truncated: bool,
+    /// The encoded body ended before its coding did. A side copy cut at its own bound does;
+    /// a whole request body that does is corrupt.
+    pub ended_early: bool,
 }
 
 /// Decodes `body` as the `content-encoding` header value says (`None`: no header), producing
@@ -129,15 +132,17 @@ pub fn decode<'a>(
     let mut current = Decoded {
         body: Cow::Borrowed(body),
         truncated: false,
+        ended_early: false,
     };
     for coding in codings[..count].iter().rev() {
         if *coding == ContentEncoding::Identity {
             continue;
         }
-        let (bytes, truncated) = decode_one(*coding, &current.body, limit)?;
+        let (bytes, cut) = decode_one(*coding, &current.body, limit)?;
         current = Decoded {
             body: Cow::Owned(bytes),
-            truncated: current.truncated || truncated,
+            truncated: current.truncated || cut.over || cut.ended_early,
+            ended_early: current.ended_early || cut.ended_early,
         };
     }
     // Identity (alone or in a chain) still honours the bound.
@@ -154,17 +159,30 @@ pub fn decode<'a>(
     Ok(current)
 }
 
-/// Undoes one (non-identity) coding; returns the bytes and whether they were cut.
+/// How one decoding step was cut short, if it was.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    /// The decoded bytes went past the bound.
+    over: bool,
+    /// The input ended before the coding did.
+    ended_early: bool,
+}
+
+/// Undoes one (non-identity) coding; returns the bytes and how they were cut.
 fn decode_one(
     coding: ContentEncoding,
     body: &[u8],
     limit: usize,
-) -> Result<(Vec<u8>, bool), DecodeError> {
+) -> Result<(Vec<u8>, Cut), DecodeError> {
     let eof = |e: &io::Error| e.kind() == io::ErrorKind::UnexpectedEof;
     match coding {
-        ContentEncoding::Identity => {
-            Ok((body[..body.len().min(limit)].to_vec(), body.len() > limit))
-        }
+        ContentEncoding::Identity => Ok((
+            body[..body.len().min(limit)].to_vec(),
+            Cut {
+                over: body.len() > limit,
+                ended_early: false,
+            },
+        )),
         ContentEncoding::Gzip => {
             read_bounded(coding, flate2::read::MultiGzDecoder::new(body), limit, eof)
         }
@@ -213,7 +231,7 @@ fn read_bounded(
     decoder: impl Read,
     limit: usize,
     is_early_end: impl Fn(&io::Error) -> bool,
-) -> Result<(Vec<u8>, bool), DecodeError> {
+) -> Result<(Vec<u8>, Cut), DecodeError> {
     let mut out = Vec::new();
     // One byte past the bound tells a body of exactly `limit` bytes from a longer one.
     let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
@@ -226,7 +244,7 @@ fn read_bounded(
     };
     let over = out.len() > limit;
     out.truncate(limit);
-    Ok((out, over || ended_early))
+    Ok((out, Cut { over, ended_early }))
 }
 
 /// The encoded body as a reader that remembers whether a read found it exhausted.

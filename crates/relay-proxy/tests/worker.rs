@@ -1651,3 +1651,40 @@ async fn an_undecodable_body_is_refused_only_when_a_rule_needs_it() {
         .assert_error(415, "relay_unsupported_encoding");
     assert_eq!(stand_in.request_count(), 0);
 }
+
+/// A gzip body that stops before its coding does (cut in half, or empty) is corrupt, not
+/// too large: records alone forward it as it came; a model rule answers 415, not 413.
+#[tokio::test]
+async fn a_gzip_body_that_ends_early_is_undecodable_not_too_large() {
+    use std::io::Write as _;
+    let stand_in = StandIn::start().await.unwrap();
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(br#"{"model":"claude-x","messages":[]}"#)
+        .unwrap();
+    let whole = gzip.finish().unwrap();
+    for body in [
+        Bytes::copy_from_slice(&whole[..whole.len() / 2]),
+        Bytes::new(),
+    ] {
+        let send = |worker: &Worker| {
+            worker
+                .request(Method::POST, "/v1/messages")
+                .header("content-type", "application/json")
+                .header("content-encoding", "gzip")
+                .body(Full::new(body.clone()))
+                .unwrap()
+        };
+        stand_in.clear_requests();
+        let (worker, _) = worker_with_plugins(&stand_in, OBSERVE).await;
+        assert_eq!(worker.send(send(&worker)).await.status, 200);
+        let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+        assert_eq!(recorded[0].body, body);
+        stand_in.clear_requests();
+        let (worker, _) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{ALLOW_LIST}")).await;
+        worker
+            .send(send(&worker))
+            .await
+            .assert_error(415, "relay_unsupported_encoding");
+        assert_eq!(stand_in.request_count(), 0);
+    }
+}

@@ -113,7 +113,7 @@ fn identity_is_borrowed_and_bounded() {
     for header in [None, Some(""), Some("identity")] {
         let decoded = decode(header, TEXT, 1 << 20).ok();
         assert!(
-            matches!(decoded, Some(Decoded { body: Cow::Borrowed(b), truncated: false }) if b == TEXT),
+            matches!(decoded, Some(Decoded { body: Cow::Borrowed(b), truncated: false, ended_early: false }) if b == TEXT),
             "{header:?}"
         );
     }
@@ -122,7 +122,8 @@ fn identity_is_borrowed_and_bounded() {
         cut,
         Some(Decoded {
             body: Cow::Borrowed(b"event"),
-            truncated: true
+            truncated: true,
+            ended_early: false,
         })
     ));
 }
@@ -209,10 +210,30 @@ fn a_body_cut_early_yields_its_decoded_prefix() {
         let cut = &body[..body.len() / 2];
         match decode(Some(header), cut, 1 << 20) {
             Ok(d) => {
-                assert!(d.truncated, "{header}");
+                assert!(d.truncated && d.ended_early, "{header}");
                 assert!(long.starts_with(&d.body), "{header}: not a prefix");
             }
             Err(e) => panic!("{header}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn a_bomb_cut_at_the_bound_did_not_end_early() {
+    let body = bomb(1 << 20, ContentEncoding::Gzip);
+    match decode(Some("gzip"), &body, 1024) {
+        Ok(d) => assert!(d.truncated && !d.ended_early),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn an_empty_or_short_gzip_body_ended_early() {
+    for body in [&b""[..], b"not gzip"] {
+        match decode(Some("gzip"), body, 1024) {
+            Ok(d) => assert!(d.ended_early, "{body:?}"),
+            Err(DecodeError::Corrupt { .. }) => {}
+            Err(e) => panic!("{body:?}: {e}"),
         }
     }
 }

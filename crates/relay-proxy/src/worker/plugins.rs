@@ -177,15 +177,17 @@ impl PluginHost {
         let rule_needs_body = self.request_redactor.is_some()
             || self.policy.as_ref().is_some_and(Policy::has_model_rules);
         // Borrowed from `raw` unless it had to be decoded: an identity body is not copied.
-        // `None`: it cannot be decoded whole (an unknown coding, or more than the limit once
-        // decoded), and no rule needs it, so it goes on as it came.
+        // `None`: it cannot be decoded whole (an unknown coding, a corrupt body, or more than
+        // the limit once decoded), and no rule needs it, so it goes on as it came. The body
+        // is whole here, so one that ends before its coding does is corrupt, not too large.
         let decoded: Option<Cow<'_, [u8]>> =
             match relay_plugins::decode(encoding.as_deref(), &raw, limit) {
                 Ok(decoded) if !decoded.truncated => Some(decoded.body),
-                Ok(_) if !rule_needs_body => None,
-                Ok(_) => return ModelStage::Answer(payload_too_large(limit as u64)),
-                Err(_) if !rule_needs_body => None,
-                Err(_) => {
+                _ if !rule_needs_body => None,
+                Ok(decoded) if !decoded.ended_early => {
+                    return ModelStage::Answer(payload_too_large(limit as u64));
+                }
+                Ok(_) | Err(_) => {
                     return ModelStage::Answer(error(
                         StatusCode::UNSUPPORTED_MEDIA_TYPE,
                         ErrorKind::RelayUnsupportedEncoding,
