@@ -442,6 +442,7 @@ impl Life {
             );
         }
         let _ = session.send(&Message::Stopping).await;
+        session.finish("drained").await;
         Ok(())
     }
 }

@@ -218,6 +218,9 @@ pub struct Broker {
     last_use_dirty: bool,
     timers: TimerQueue<Timer>,
     outputs: VecDeque<Output>,
+    /// The daemon is stopping: what it persisted then stands, and the sessions it closes
+    /// are not losses to recover from.
+    stopping: bool,
 }
 
 impl std::fmt::Debug for Broker {
@@ -250,6 +253,7 @@ impl Broker {
             last_use_dirty: false,
             timers: TimerQueue::new(),
             outputs: VecDeque::new(),
+            stopping: false,
         }
     }
 
@@ -452,6 +456,7 @@ impl Broker {
                 }
             }
             Input::DaemonStopping => {
+                self.stopping = true;
                 let mut conns: Vec<ConnId> = self.conns.keys().copied().collect();
                 conns.sort();
                 for conn in conns {

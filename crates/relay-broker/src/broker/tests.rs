@@ -521,9 +521,11 @@ fn describe_event(event: &Event) -> String {
         Event::McpReconnected { fingerprint, .. } => {
             format!("mcp_control_reconnected {}", fp_name(fingerprint))
         }
-        Event::McpDisconnected { fingerprint, .. } => {
-            format!("mcp_control_disconnected {}", fp_name(fingerprint))
-        }
+        Event::McpDisconnected {
+            fingerprint,
+            reason,
+            ..
+        } => format!("mcp_control_disconnected {} {reason}", fp_name(fingerprint)),
         Event::WorkerStaged {
             fingerprint,
             activation_id,
@@ -952,7 +954,7 @@ fn a_grant_owner_leaving_hands_a_fresh_grant_to_another_mcp_and_late_messages_ar
           event mcp_added A refs=2
           c2 <- Registered(session #5, WaitForWorker(1000ms))
         > c1 drops
-          event mcp_control_disconnected A
+          event mcp_control_disconnected A peer_closed
           event worker_activation_cancelled A #3
           event worker_staged A #7
           c2 <- LaunchWorker(grant #7 bind [127, 0, 0, 1]:0)
@@ -1001,7 +1003,7 @@ fn a_grant_owner_leaving_hands_a_fresh_grant_to_another_mcp_and_late_messages_ar
           event worker_staged A #7
           c2 <- Registered(session #5, LaunchWorker(grant #7 bind [127, 0, 0, 1]:0))
         > c2 drops
-          event mcp_control_disconnected A
+          event mcp_control_disconnected A peer_closed
           event worker_activation_cancelled A #7
         > mcp c3 resumes the session of c2
           event mcp_control_reconnected A
@@ -1457,7 +1459,6 @@ fn the_last_release_drains_and_a_new_session_waits_for_a_fresh_worker() {
           event worker_staged A #9
           c3 <- LaunchWorker(grant #9 bind [127, 0, 0, 1]:0)
         > c2 drops
-          event worker_control_disconnected A #5
         > worker c4 registers A with grant #9
           c4 <- Registered(worker #11, $12)
           event worker_control_connected A #11
@@ -1549,7 +1550,7 @@ fn an_mcp_in_its_grace_keeps_its_reference_then_loses_it() {
           c1 <- RouteReady
           persist
         > c1 drops
-          event mcp_control_disconnected A
+          event mcp_control_disconnected A peer_closed
         > Model request with a1
           = worker #5 with $6
         > status
@@ -1999,7 +2000,7 @@ fn a_resume_with_a_wrong_token_or_certificate_is_refused() {
           c1 <- RouteReady
           persist
         > c1 drops
-          event mcp_control_disconnected A
+          event mcp_control_disconnected A peer_closed
         > c2 drops
           event worker_control_disconnected A #5
           event worker_control_lost A #5
@@ -2255,8 +2256,12 @@ fn a_worker_unreachable_before_the_request_was_written_is_told_to_the_broker() {
 #[test]
 fn daemon_stopping_is_sent_to_every_session() {
     let mut s = Scenario::new();
+    // The sessions it then closes are not losses: no recovery, nothing persisted again, and
+    // the MCP's says why it ended.
     s.ready_route(1, 'A', "a1", 2)
-        .step("relayd stops", Input::DaemonStopping);
+        .step("relayd stops", Input::DaemonStopping)
+        .drop_conn(1)
+        .drop_conn(2);
     s.check(expect![[r#"
         > mcp c1 registers A with a1
           persist
@@ -2278,6 +2283,9 @@ fn daemon_stopping_is_sent_to_every_session() {
           c1 <- DaemonStopping(restart true)
           c2 <- DaemonStopping(restart true)
           persist
+        > c1 drops
+          event mcp_control_disconnected A daemon_stopping
+        > c2 drops
     "#]]);
 }
 
@@ -3148,7 +3156,6 @@ fn expired_tombstones_ended_grants_and_retired_generations_are_forgotten() {
           persist
           persist
         > c2 drops
-          event worker_control_disconnected A #5
         > clock +300000ms (t=300000ms)
           persist
     "#]]);

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use relay_proto::{
-    ActivationCancelReason, Bytes32, DisconnectReason, FailureReason, Id, Message, RefusedCode,
-    Registered, Role, WorkerRemovedReason,
+    ActivationCancelReason, Bytes32, DisconnectReason, FailureReason, Id, McpDisconnectReason,
+    Message, RefusedCode, Registered, Role, WorkerRemovedReason,
 };
 use subtle::ConstantTimeEq;
 
@@ -207,7 +207,24 @@ impl Broker {
     }
 
     pub(super) fn on_disconnected(&mut self, now: Instant, conn: ConnId, reason: DisconnectReason) {
-        match self.conns.remove(&conn) {
+        let party = self.conns.remove(&conn);
+        if self.stopping {
+            // The daemon closed these sessions itself; its clients resume after the restart
+            // from the state persisted when it began to stop.
+            if let Some(Party::Mcp(session_id)) = party
+                && let Some(session) = self.sessions.get(&session_id)
+                && session.conn == Some(conn)
+                && session.pending_persist.is_none()
+            {
+                self.event(Event::McpDisconnected {
+                    fingerprint: session.fingerprint,
+                    instance: session.instance,
+                    reason: McpDisconnectReason::DaemonStopping,
+                });
+            }
+            return;
+        }
+        match party {
             Some(Party::Mcp(session_id)) => {
                 let Some(session) = self.sessions.get_mut(&session_id) else {
                     return;
@@ -247,6 +264,11 @@ impl Broker {
                     return;
                 }
                 generation.conn = None;
+                if generation.status.is_revoked() {
+                    // A retired generation leaving (after `Stopping`, say) is its expected
+                    // end; `worker_removed` has said so.
+                    return;
+                }
                 let fp = generation.fingerprint;
                 self.event(Event::WorkerControlDisconnected {
                     fingerprint: fp,

@@ -97,6 +97,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Transport<S> {
         Ok(())
     }
 
+    /// Ends the session as a client that is done with it: a normal close, so the daemon
+    /// reads a closed session rather than a broken one.
+    pub async fn finish(&mut self, reason: &'static str) {
+        self.close(CloseCode::Normal, reason).await;
+    }
+
     /// Closes with a code and a short reason; errors are irrelevant at this point.
     pub async fn close(&mut self, code: CloseCode, reason: &'static str) {
         let frame = CloseFrame {
