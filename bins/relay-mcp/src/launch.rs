@@ -1,5 +1,6 @@
 //! Starting `relay-worker` for a launch grant (SPEC §5.5): the binary beside this one, a
-//! cleared environment with an allow-list, its own process group, the grant written to
+//! cleared environment with an allow-list (and the variables `plugins.toml`'s `header_env`
+//! names, which hold its collectors' secrets), its own process group, the grant written to
 //! its stdin and nowhere else, and a private log file as its stderr.
 
 use std::ffi::OsString;
@@ -8,8 +9,9 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use relay_identity::{Env, names};
+use relay_identity::{Env, StatePaths, names};
 use relay_proto::{FailureReason, Grant, Message};
+use relay_proxy::plugins::Plugins;
 use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, Command};
 
@@ -39,14 +41,20 @@ pub(crate) struct Launcher {
     /// The allow-listed variables of this process, copied into the child's cleared
     /// environment.
     pub(crate) env: Vec<(String, OsString)>,
+    /// The system and user `plugins.toml`, as the worker will read them.
+    pub(crate) plugin_files: (PathBuf, PathBuf),
 }
 
 impl Launcher {
-    pub(crate) fn new(env: &impl Env, daemon_address: String, logs_dir: PathBuf) -> Launcher {
+    pub(crate) fn new(env: &impl Env, daemon_address: String, paths: &StatePaths) -> Launcher {
         let worker_binary = std::env::current_exe()
             .ok()
             .and_then(|exe| exe.parent().map(|dir| dir.join("relay-worker")))
             .unwrap_or_else(|| PathBuf::from("relay-worker"));
+        let plugin_files = (
+            relay_identity::system_config_dir(env).join("plugins.toml"),
+            paths.user_plugins_file(),
+        );
         let env = names::WORKER_ENV_ALLOW_LIST
             .iter()
             .filter_map(|name| env.var_os(name).map(|value| ((*name).to_owned(), value)))
@@ -54,9 +62,27 @@ impl Launcher {
         Launcher {
             worker_binary,
             daemon_address,
-            logs_dir,
+            logs_dir: paths.logs_dir(),
             env,
+            plugin_files,
         }
+    }
+
+    /// The variables the plugin configuration's `header_env` tables name, from this
+    /// process's environment: the worker reads its collectors' secrets there. They are read
+    /// at each launch, because the worker reads the configuration then too. A configuration
+    /// that does not load adds nothing: the worker reports what is wrong with it.
+    fn plugin_secrets(&self) -> Vec<(String, OsString)> {
+        let (system, user) = &self.plugin_files;
+        let Ok(plugins) = Plugins::load(system, Some(user)) else {
+            return Vec::new();
+        };
+        plugins
+            .config()
+            .header_env_variables()
+            .into_iter()
+            .filter_map(|name| std::env::var_os(name).map(|value| (name.to_owned(), value)))
+            .collect()
     }
 
     /// Starts the worker for `grant`.
@@ -79,6 +105,7 @@ impl Launcher {
             .arg(&self.daemon_address)
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(self.plugin_secrets())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))

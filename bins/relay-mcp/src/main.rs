@@ -176,7 +176,7 @@ fn prepare(
     } else {
         None
     };
-    let launcher = launch::Launcher::new(env, daemon_address.clone(), paths.logs_dir());
+    let launcher = launch::Launcher::new(env, daemon_address.clone(), &paths);
     Some(control::Control {
         identity: ClientIdentity {
             daemon: cli.daemon_address.clone(),

@@ -12,7 +12,7 @@
 //! enabled component of each kind is effective. A disabled component's configuration is
 //! kept as written and not validated, so a draft can be parked.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -373,6 +373,15 @@ impl Plugins {
             Some(ComponentConfig::Observability(config)) => Some(config),
             _ => None,
         })
+    }
+
+    /// The environment variables the enabled observability component's `header_env` tables
+    /// name, each once: `relay-mcp` passes these, beside its allow-list, to the worker it
+    /// starts, which reads the collectors' secrets from them.
+    pub fn header_env_variables(&self) -> BTreeSet<&str> {
+        self.observability()
+            .map(|o| o.header_env_variables().collect())
+            .unwrap_or_default()
     }
 
     /// The enabled policy component's configuration.

@@ -21,11 +21,17 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 use tokio::net::TcpListener;
 
+/// The header the e2e plugin configuration fills from `header_env`; every POST's value is
+/// kept.
+pub(crate) const KEY_HEADER: &str = "x-collector-key";
+
 #[derive(Default)]
 struct Received {
     records: Vec<serde_json::Value>,
     spans: Vec<Span>,
     undecodable: Vec<String>,
+    /// The [`KEY_HEADER`] of every POST, in arrival order.
+    keys: Vec<Option<String>>,
 }
 
 /// What the server task and the test share: what arrived, and a wake-up after each POST.
@@ -61,8 +67,12 @@ impl Collector {
                         let shared = Arc::clone(&shared);
                         async move {
                             let path = req.uri().path().to_owned();
+                            let key = req
+                                .headers()
+                                .get(KEY_HEADER)
+                                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
                             let body = req.into_body().collect().await?.to_bytes();
-                            keep(&shared, &path, &body);
+                            keep(&shared, &path, key, &body);
                             Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::new())))
                         }
                     });
@@ -89,6 +99,11 @@ impl Collector {
 
     pub(crate) fn spans(&self) -> Vec<Span> {
         self.lock().spans.clone()
+    }
+
+    /// The [`KEY_HEADER`] of every POST so far.
+    pub(crate) fn keys(&self) -> Vec<Option<String>> {
+        self.lock().keys.clone()
     }
 
     /// Bodies that were neither JSON Lines nor an OTLP trace export.
@@ -134,16 +149,17 @@ impl Collector {
     }
 }
 
-fn keep(shared: &Shared, path: &str, body: &[u8]) {
-    store(shared, path, body);
+fn keep(shared: &Shared, path: &str, key: Option<String>, body: &[u8]) {
+    store(shared, path, key, body);
     shared.arrived.notify_waiters();
 }
 
-fn store(shared: &Shared, path: &str, body: &[u8]) {
+fn store(shared: &Shared, path: &str, key: Option<String>, body: &[u8]) {
     let mut received = shared
         .received
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    received.keys.push(key);
     if path == "/v1/traces" {
         match ExportTraceServiceRequest::decode(body) {
             Ok(export) => received.spans.extend(

@@ -97,6 +97,11 @@ pub(crate) struct Deployment {
     bundle_dir: TempDir,
 }
 
+/// The collectors' secret, in the variable the e2e `plugins.toml` names in `header_env`: set
+/// in the agent's environment whenever a `plugins.toml` is installed.
+pub(crate) const COLLECTOR_KEY_VAR: &str = "RELAY_E2E_COLLECTOR_KEY";
+pub(crate) const COLLECTOR_KEY: &str = "collector-key-e2e";
+
 /// What a deployment adds to the plain one: a `relay-hook` stand-in, a system `plugins.toml`
 /// next to `config.toml`, and the shell command the stand-in's tool call runs.
 #[derive(Default)]
@@ -245,7 +250,7 @@ impl Deployment {
     /// What the harness environment gets: the token, and where this machine-user's Relay
     /// state and config live (a real user has them in the default places).
     pub(crate) fn relay_env(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut env = vec![
             ("RELAY_CLIENT_TOKEN", self.token.clone()),
             (
                 "XDG_CONFIG_HOME",
@@ -255,7 +260,11 @@ impl Deployment {
                 "RELAY_SYSTEM_CONFIG_DIR",
                 self.user.system_config_dir().display().to_string(),
             ),
-        ]
+        ];
+        if self.plugins {
+            env.push((COLLECTOR_KEY_VAR, COLLECTOR_KEY.to_owned()));
+        }
+        env
     }
 
     pub(crate) fn fail(&self, out: &AgentOutput, why: &str) -> ! {

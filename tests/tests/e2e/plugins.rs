@@ -16,8 +16,8 @@ use relay_testkit::{Recorded, TOOL_DONE_TEXT};
 use serde_json::Value;
 use tempfile::TempDir;
 
-use super::collector::Collector;
-use super::deployment::{CodexInstall, Deployment, Extras};
+use super::collector::{Collector, KEY_HEADER};
+use super::deployment::{COLLECTOR_KEY, COLLECTOR_KEY_VAR, CodexInstall, Deployment, Extras};
 use super::support::{HOOK_EVENTS, WORKER_TIMEOUT, contains, field, requests_to};
 
 /// Written into every prompt: what the redactor must keep out of records and spans.
@@ -60,8 +60,10 @@ url = {atof_url}
 batch_max = 20
 flush_ms = 50
 timeout_ms = 1000
+header_env = {{ "{KEY_HEADER}" = "{COLLECTOR_KEY_VAR}" }}
 [components.config.otlp]
 endpoint = {otlp_url}
+header_env = {{ "{KEY_HEADER}" = "{COLLECTOR_KEY_VAR}" }}
 
 [[components]]
 kind = "policy"
@@ -353,6 +355,13 @@ impl PluginRun {
             self.collector.undecodable().is_empty(),
             "{:?}",
             self.collector.undecodable()
+        );
+        // Both exporters sent the secret that `header_env` names, which the worker could only
+        // have from relay-mcp: the harness set it, and the worker's environment is cleared.
+        let keys = self.collector.keys();
+        assert!(
+            keys.iter().all(|k| k.as_deref() == Some(COLLECTOR_KEY)),
+            "{keys:?}"
         );
         let spans = self.collector.spans();
         let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();

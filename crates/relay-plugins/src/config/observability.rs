@@ -74,6 +74,24 @@ impl OtlpConfig {
     pub const DEFAULT_SERVICE_NAME: &'static str = "relay-worker";
 }
 
+/// Variables a `header_env` may not name: `relay-mcp` keeps them from every worker, because
+/// a worker is shared by the user's sessions (the route credential, and Claude Code's
+/// headers that carry it).
+pub(super) const KEPT_FROM_WORKERS: [&str; 2] = ["RELAY_CLIENT_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"];
+
+impl ObservabilityConfig {
+    /// The environment variables the http sinks' and the OTLP exporter's `header_env` name.
+    pub fn header_env_variables(&self) -> impl Iterator<Item = &str> {
+        let sinks = self.sinks.iter().filter_map(|sink| match sink {
+            Sink::Http(http) => Some(&http.header_env),
+            Sink::File(_) => None,
+        });
+        sinks
+            .chain(self.otlp.as_ref().map(|otlp| &otlp.header_env))
+            .flat_map(|map| map.values().map(String::as_str))
+    }
+}
+
 /// What the file sink learnt about its directory (from `metadata`, following links).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirectoryFacts {
@@ -245,6 +263,12 @@ fn parse_headers(table: &Table<'_>) -> Result<(Headers, Headers), PluginConfigEr
             return Err(table.place.wrong(
                 &field,
                 "an environment variable name (letters, digits and _, not starting with a digit)",
+            ));
+        }
+        if KEPT_FROM_WORKERS.contains(&variable.as_str()) {
+            return Err(table.place.wrong(
+                &field,
+                "a variable other than RELAY_CLIENT_TOKEN and ANTHROPIC_CUSTOM_HEADERS, which never reach a worker",
             ));
         }
         if headers.keys().any(|h| h.eq_ignore_ascii_case(name)) {

@@ -135,8 +135,13 @@ url = "https://collector.example.com/atof"
 headers = { "x-team" = "platform" }
 header_env = { authorization = "RELAY_COLLECTOR_AUTH" }
 batch_max = 50
+[[components.config.sinks]]
+type = "http"
+url = "https://second.example.com/atof"
+header_env = { authorization = "RELAY_COLLECTOR_AUTH", "x-key" = "RELAY_SECOND_KEY" }
 [components.config.otlp]
 endpoint = "http://127.0.0.1:4318/v1/traces"
+header_env = { "x-honeycomb-team" = "RELAY_OTLP_KEY" }
 [components.config.prices."claude-sonnet-4-5"]
 input = 3
 output = 15.0
@@ -144,8 +149,15 @@ cache_read = 0.3
 "#,
     )
     .unwrap();
+    assert_eq!(
+        plugins
+            .header_env_variables()
+            .into_iter()
+            .collect::<Vec<_>>(),
+        ["RELAY_COLLECTOR_AUTH", "RELAY_OTLP_KEY", "RELAY_SECOND_KEY"]
+    );
     let config = plugins.observability().unwrap();
-    let [Sink::Http(http)] = &config.sinks[..] else {
+    let [Sink::Http(http), Sink::Http(_)] = &config.sinks[..] else {
         panic!("{config:?}");
     };
     assert_eq!(http.batch_max, 50);
@@ -245,6 +257,8 @@ fn observability_refusals_name_component_field_and_file() {
         "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheaders = { \"bad header\" = \"x\" }\n",
         "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheader_env = { authorization = \"1NOT_A_NAME\" }\n",
         "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheaders = { authorization = \"x\" }\nheader_env = { Authorization = \"TOKEN\" }\n",
+        "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheader_env = { authorization = \"RELAY_CLIENT_TOKEN\" }\n",
+        "[components.config.otlp]\nendpoint = \"https://c\"\nheader_env = { \"x-headers\" = \"ANTHROPIC_CUSTOM_HEADERS\" }\n",
         "[components.config.otlp]\nendpoint = \"https://c\"\nprotocol = \"grpc\"\n",
         "[components.config.otlp]\nservice_name = \"relay\"\n",
         "[components.config.prices.\"gpt-5.1\"]\ninput = 1.25\n",
@@ -271,6 +285,8 @@ fn observability_refusals_name_component_field_and_file() {
             /etc/relay/plugins.toml: component 1, `config.sinks[1].headers.bad header`: must be keyed by a valid header name
             /etc/relay/plugins.toml: component 1, `config.sinks[1].header_env.authorization`: must be an environment variable name (letters, digits and _, not starting with a digit)
             /etc/relay/plugins.toml: component 1, `config.sinks[1].header_env.Authorization`: cannot be used together with the same header in `headers`
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].header_env.authorization`: must be a variable other than RELAY_CLIENT_TOKEN and ANTHROPIC_CUSTOM_HEADERS, which never reach a worker
+            /etc/relay/plugins.toml: component 1, `config.otlp.header_env.x-headers`: must be a variable other than RELAY_CLIENT_TOKEN and ANTHROPIC_CUSTOM_HEADERS, which never reach a worker
             /etc/relay/plugins.toml: component 1, `config.otlp.protocol`: unknown key
             /etc/relay/plugins.toml: component 1, `config.otlp.endpoint`: required
             /etc/relay/plugins.toml: component 1, `config.prices."gpt-5.1".output`: required
