@@ -1232,6 +1232,16 @@ async fn usage_errors_exit_64_with_one_line() {
     assert_eq!(run.stderr_lines().len(), 1, "{run:?}");
     assert!(run.stderr.contains("RELAY_HOOK_TIMEOUT_MS"), "{run:?}");
 
+    // An address with a password in it is refused without repeating the password.
+    let run = Hook::new("claude", "https://alice:s3cr3t@relay.example.com:8443")
+        .token(&new_token())
+        .run()
+        .await;
+    assert_eq!(run.code, Some(64), "{run:?}");
+    assert_eq!(run.stderr_lines().len(), 1, "{run:?}");
+    assert!(run.stderr.contains("--daemon-address"), "{run:?}");
+    assert!(!run.stderr.contains("s3cr3t"), "{run:?}");
+
     let run = Hook::bare(&["--help"]).run().await;
     assert_eq!(run.code, Some(0));
     // Help says what it means: no specification section numbers.

@@ -164,7 +164,8 @@ pub(crate) struct DaemonSettings {
 pub(crate) enum FlagError {
     #[error("--bind {0} is not loopback, so --advertise-address is required")]
     AdvertiseRequired(Ipv4Addr),
-    #[error("--advertise-address {0}")]
+    /// The reason only: the address could carry a password in its user info.
+    #[error("invalid value for '--advertise-address': {0}")]
     BadAdvertised(String),
     #[error("--advertise-address must be https when --tls-cert and --tls-key are given")]
     TlsNeedsHttps,
@@ -235,8 +236,8 @@ impl Cli {
                 port: self.port,
             });
         };
-        let address = DaemonAddress::parse(text)
-            .map_err(|e| FlagError::BadAdvertised(format!("{text:?}: {e}")))?;
+        let address =
+            DaemonAddress::parse(text).map_err(|e| FlagError::BadAdvertised(e.to_string()))?;
         let https = address.scheme() == Scheme::Https;
         if serving && tls && !https {
             return Err(FlagError::TlsNeedsHttps);

@@ -10,13 +10,24 @@ pub const EXIT_USAGE: u8 = 64;
 
 /// Turns a clap error into the process's exit: help and version print and succeed; any
 /// other error prints clap's first paragraph (which names the flag at fault) as one line.
+/// A value the flag's parser refused is not repeated: clap would quote it, and an address
+/// can carry a password in its user info.
 pub fn clap_exit(binary: &str, error: &clap::Error) -> ExitCode {
-    use clap::error::ErrorKind;
+    use clap::error::{ContextKind, ErrorKind};
     match error.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             // Nothing sensible is left to do if stdout is closed.
             let _ = error.print();
             ExitCode::SUCCESS
+        }
+        ErrorKind::ValueValidation => {
+            let flag = error
+                .get(ContextKind::InvalidArg)
+                .map_or_else(|| "a flag".to_owned(), |arg| format!("'{arg}'"));
+            match std::error::Error::source(error) {
+                Some(why) => usage_exit(binary, &format!("invalid value for {flag}: {why}")),
+                None => usage_exit(binary, &format!("invalid value for {flag}")),
+            }
         }
         _ => usage_exit(binary, &first_paragraph(&error.render().to_string())),
     }

@@ -179,6 +179,17 @@ async fn usage_errors_exit_64_with_one_line_naming_the_culprit() -> anyhow::Resu
         assert_usage_error(&args.join(" "), &out, names);
     }
 
+    // An address with a password in it is refused without repeating the password.
+    let args = [
+        "--bind",
+        "0.0.0.0",
+        "--advertise-address",
+        "https://alice:s3cr3t@relay.example.com:8443",
+    ];
+    let out = relayd_cli(&args).await?;
+    assert_usage_error("an address with a password", &out, &["--advertise-address"]);
+    assert!(!out.stderr.contains("s3cr3t"), "{out:?}");
+
     let out = Relayd::builder()?
         .env("RELAY_DAEMON_MAX_TOKENS_PER_IDENTITY", "0")
         .output(CLI_TIMEOUT)
