@@ -262,7 +262,8 @@ impl Broker {
     }
 
     /// Loads persisted state at start-up (§5.7): bindings are valid at once; each persisted
-    /// generation waits in `Recovering` for its worker to resume within the grace.
+    /// generation waits in `Recovering` for its worker to resume within the grace, and is
+    /// probed at once, so a worker that is gone is revoked without waiting.
     pub fn restore(&mut self, now: Instant, state: PersistedState) {
         for b in state.bindings {
             if b.tombstone_until.is_some_and(|until| until <= now) {
@@ -315,12 +316,16 @@ impl Broker {
                     deadline,
                 }
             };
-            let timer = if g.draining {
-                Timer::Drain(g.fingerprint)
+            if g.draining {
+                self.timers.set(Timer::Drain(g.fingerprint), deadline);
             } else {
-                Timer::Recovery(g.fingerprint)
-            };
-            self.timers.set(timer, deadline);
+                self.timers.set(Timer::Recovery(g.fingerprint), deadline);
+                // A worker that died with the daemon refuses the probe (or another process
+                // answers on its port): that is evidence of death, and its route need not
+                // wait out the grace. The probe carries no valid secret yet, so a live
+                // worker fails it and is published only after it resumes.
+                self.start_probe(g.worker_id);
+            }
         }
         self.timers
             .set(Timer::Flush, now + self.config.bindings_flush);

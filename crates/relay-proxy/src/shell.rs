@@ -140,6 +140,9 @@ impl Shell {
     /// Runs the timer and the state writer until `shutdown`, then lets a write in progress
     /// finish and writes the state a last time (§5.7).
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        // What the broker decided while restoring the state file (the probes of the workers
+        // it waits for) is carried out now.
+        self.drive(|_| ());
         let (stop, stopped) = watch::channel(false);
         let writer = {
             let shell = self.clone();

@@ -1888,6 +1888,7 @@ fn a_restart_restores_bindings_and_the_generation_resumes_once_a_reference_retur
     s.check(expect![[r#"
         > Model request with a1
           = pass through (no_live_session, retry after 1000ms)
+          probe #5 with $0
         > every request ends
         > status
           = #5 Recovering control=false refs=0 in_flight=0
@@ -1937,6 +1938,7 @@ fn a_restored_generation_not_resumed_in_the_grace_is_revoked() {
     );
     s.check(expect![[r#"
         > clock +30000ms (t=30000ms)
+          probe #5 with $0
           event worker_recovery_failed A #5
           forget #5
           event worker_removed A #5 Revoked
@@ -2870,6 +2872,7 @@ fn after_a_restart_the_mcp_may_come_back_before_its_worker() {
         .status();
     s.check(expect![[r#"
         > mcp c10 registers A with a1
+          probe #5 with $0
           event mcp_control_connected A
           event mcp_added A refs=1
           c10 <- Registered(session #1, WaitForWorker(1000ms))
@@ -2899,6 +2902,7 @@ fn after_a_restart_the_mcp_may_come_back_before_its_worker() {
     s.mcp(10, 'A', "a1").advance(30_000);
     s.check(expect![[r#"
         > mcp c10 registers A with a1
+          probe #5 with $0
           event mcp_control_connected A
           event mcp_added A refs=1
           c10 <- Registered(session #1, WaitForWorker(1000ms))
@@ -2906,6 +2910,29 @@ fn after_a_restart_the_mcp_may_come_back_before_its_worker() {
           event worker_recovery_failed A #5
           forget #5
           event worker_removed A #5 Revoked
+          persist
+          event worker_staged A #3
+          c10 <- LaunchWorker(grant #3 bind [127, 0, 0, 1]:0)
+    "#]]);
+    // The worker died with the daemon: the probe made at the restore finds its port refused
+    // (or someone else's certificate), and the MCP launches a new one without waiting.
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2);
+    let snapshot = s.broker.snapshot();
+    let worker = s.workers[&2];
+    let mut s = Scenario::new();
+    s.broker.restore(s.now, snapshot);
+    s.workers.insert(2, worker);
+    s.mcp(10, 'A', "a1").probe(2, ProbeOutcome::Gone);
+    s.check(expect![[r#"
+        > mcp c10 registers A with a1
+          probe #5 with $0
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          c10 <- Registered(session #1, WaitForWorker(1000ms))
+        > probe of #5 says Gone
+          forget #5
+          event worker_removed A #5 Crashed
           persist
           event worker_staged A #3
           c10 <- LaunchWorker(grant #3 bind [127, 0, 0, 1]:0)
