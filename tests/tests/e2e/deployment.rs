@@ -102,6 +102,19 @@ pub(crate) struct Deployment {
 pub(crate) const COLLECTOR_KEY_VAR: &str = "RELAY_E2E_COLLECTOR_KEY";
 pub(crate) const COLLECTOR_KEY: &str = "collector-key-e2e";
 
+/// Codex gives an MCP server only the variables its `env_vars` lists: an administrator whose
+/// `plugins.toml` names a `header_env` variable adds it there, as `docs/harnesses.md` says.
+fn pass_to_relay_mcp(config: &str, variable: &str) -> anyhow::Result<String> {
+    // Edited in place: the appended pins land in the file's last table, so its tables keep
+    // their order.
+    let line = "env_vars = [";
+    anyhow::ensure!(
+        config.matches(line).count() == 1,
+        "the bundle's Codex config should have one env_vars list:\n{config}"
+    );
+    Ok(config.replacen(line, &format!("{line}\"{variable}\", "), 1))
+}
+
 /// What a deployment adds to the plain one: a `relay-hook` stand-in, a system `plugins.toml`
 /// next to `config.toml`, and the shell command the stand-in's tool call runs.
 #[derive(Default)]
@@ -462,6 +475,9 @@ impl Deployment {
                 )?;
                 let config_file = system.path().join("managed_config.toml");
                 let mut managed = std::fs::read_to_string(&bundle_config)?;
+                if self.plugins {
+                    managed = pass_to_relay_mcp(&managed, COLLECTOR_KEY_VAR)?;
+                }
                 managed.push_str(CODEX_MANAGED_PINS);
                 std::fs::write(&config_file, managed)?;
                 Ok(InstalledCodex {
