@@ -80,6 +80,9 @@ struct Route {
     attempt: u32,
     /// Requests in flight with this route's credentials (worker or pass-through).
     in_flight: u32,
+    /// An opening hook waited for a session that did not come. Later ones pass at once until
+    /// an MCP registers, so a user whose MCP cannot register does not wait on every prompt.
+    opening_waited_in_vain: bool,
 }
 
 #[derive(Debug)]
@@ -221,6 +224,10 @@ pub struct Broker {
     /// The daemon is stopping: what it persisted then stands, and the sessions it closes
     /// are not losses to recover from.
     stopping: bool,
+    /// Unbound credentials whose opening hook waited in vain for their MCP to register (the
+    /// unbound counterpart of `Route::opening_waited_in_vain`), at most
+    /// [`MAX_UNBOUND_WAITED_IN_VAIN`]; emptied when full.
+    unbound_waited_in_vain: HashSet<Digest>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -254,6 +261,7 @@ impl Broker {
             timers: TimerQueue::new(),
             outputs: VecDeque::new(),
             stopping: false,
+            unbound_waited_in_vain: HashSet::new(),
         }
     }
 
@@ -570,6 +578,7 @@ impl Broker {
             backoff: Duration::ZERO,
             attempt: 0,
             in_flight: 0,
+            opening_waited_in_vain: false,
         })
     }
 

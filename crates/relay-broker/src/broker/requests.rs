@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 use relay_proto::{FailureReason, PassThroughReason};
 
 use super::{Broker, DEFAULT_RETRY_AFTER, RouteState, TicketEntry};
+
+/// At most this many unbound credentials are remembered as having waited in vain.
+const MAX_UNBOUND_WAITED_IN_VAIN: usize = 1024;
 use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket};
 use crate::types::Digest;
 
@@ -28,11 +31,16 @@ impl Broker {
             .filter(|b| b.tombstone_until.is_none())
         else {
             // Its MCP may be registering this very credential for the first time.
-            return if opening && may_wait {
-                Decision::Wait
-            } else {
-                Decision::Unbound
-            };
+            if opening && may_wait && !self.unbound_waited_in_vain.contains(&digest) {
+                return Decision::Wait;
+            }
+            if opening && waited {
+                if self.unbound_waited_in_vain.len() >= MAX_UNBOUND_WAITED_IN_VAIN {
+                    self.unbound_waited_in_vain.clear();
+                }
+                self.unbound_waited_in_vain.insert(digest);
+            }
+            return Decision::Unbound;
         };
         binding.last_use = now;
         self.last_use_dirty = true;
@@ -57,7 +65,8 @@ impl Broker {
                 .map(|g| (w, g.endpoint.clone(), g.certificate, g.secret))
         });
         let starting = matches!(route.state, RouteState::Activating { .. }) && live;
-        if worker.is_none() && may_wait && (starting || (opening && !live)) {
+        let awaits_session = opening && !live && !route.opening_waited_in_vain;
+        if worker.is_none() && may_wait && (starting || awaits_session) {
             return Decision::Wait;
         }
         let (reason, retry_after) = if self.config.pass_through {
@@ -77,7 +86,11 @@ impl Broker {
         };
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
-        self.route_mut(fp).in_flight += 1;
+        let route = self.route_mut(fp);
+        route.in_flight += 1;
+        if opening && waited && !live {
+            route.opening_waited_in_vain = true;
+        }
         match worker {
             Some((worker_id, endpoint, certificate_sha256, secret)) => {
                 if let Some(g) = self.generations.get_mut(&worker_id) {

@@ -111,6 +111,7 @@ impl Broker {
         }
         let mut replaced = None;
         if new_binding {
+            self.unbound_waited_in_vain.remove(&digest);
             replaced = self.bindings.insert(
                 digest,
                 Binding {
@@ -160,6 +161,7 @@ impl Broker {
         let (fp, instance) = (session.fingerprint, session.instance);
         let route = self.route_mut_or_create(fp);
         route.sessions.insert(session_id);
+        route.opening_waited_in_vain = false;
         let references = route.sessions.len() as u32;
         self.event(Event::McpAdded {
             fingerprint: fp,

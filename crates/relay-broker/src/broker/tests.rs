@@ -2313,7 +2313,17 @@ fn an_opening_hook_waits_for_its_session_instead_of_bypassing_the_worker() {
     // A later session: bound, but no live reference yet.
     s.request("a1", RequestKind::OpeningHook, false)
         .request("a1", RequestKind::Model, false)
-        .request("a1", RequestKind::OpeningHook, true);
+        .request("a1", RequestKind::OpeningHook, true)
+        // That wait was in vain: later prompts do not wait until an MCP registers again.
+        .request("a1", RequestKind::OpeningHook, false)
+        .end_all()
+        .mcp(3, 'A', "a1")
+        .release(3)
+        .request("a1", RequestKind::OpeningHook, false);
+    // The same for a credential that is not bound: a second opening hook does not wait.
+    s.request("b1", RequestKind::OpeningHook, false)
+        .request("b1", RequestKind::OpeningHook, true)
+        .request("b1", RequestKind::OpeningHook, false);
     s.check(expect![[r#"
         > OpeningHook request with a1
           = wait
@@ -2357,6 +2367,25 @@ fn an_opening_hook_waits_for_its_session_instead_of_bypassing_the_worker() {
           = pass through (no_live_session, retry after 1000ms)
         > OpeningHook request with a1 (waited)
           = pass through (no_live_session, retry after 1000ms)
+        > OpeningHook request with a1
+          = pass through (no_live_session, retry after 1000ms)
+        > every request ends
+        > mcp c3 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #9
+          c3 <- Registered(session #7, LaunchWorker(grant #9 bind [127, 0, 0, 1]:0))
+        > mcp c3 releases
+          event mcp_removed A refs=0 Released
+          event worker_activation_cancelled A #9
+        > OpeningHook request with a1
+          = wait
+        > OpeningHook request with b1
+          = wait
+        > OpeningHook request with b1 (waited)
+          = unbound
+        > OpeningHook request with b1
+          = unbound
     "#]]);
 }
 
