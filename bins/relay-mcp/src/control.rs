@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use relay_identity::RouteToken;
 use relay_logging::{Lifecycle, McpPassThroughReason, ProcessExit};
 use relay_proto::{
-    Bytes32, DeploymentMode, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message,
-    RefusedCode, RegisterMcpFields, Registered, ResumeMcpFields, RouteMode, Text, Timers,
-    WorkerExited, WorkerHint,
+    Bytes32, DeploymentMode, Directive, FailureReason, Grant, Id, LaunchOutcome,
+    McpActivationFailed, Message, RefusedCode, RegisterMcpFields, Registered, ResumeMcpFields,
+    RouteMode, Text, Timers, WORKER_EXIT_PLUGIN_CONFIG_INVALID, WorkerExited, WorkerHint,
 };
 use relay_proxy::control::client::{
     Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
@@ -81,6 +81,8 @@ fn pass_through_reason(health: Option<&daemon_http::Answer>) -> McpPassThroughRe
 struct Launched {
     activation_id: Id,
     child: Child,
+    /// The route became ready while this child ran: its end is no failed launch.
+    ready: bool,
 }
 
 /// How a connected session ended.
@@ -262,7 +264,7 @@ impl Control {
                     tokio::select! {
                         _ = &mut shutdown => return,
                         () = tokio::time::sleep(delay) => {}
-                        exit = wait_child(&mut launched) => pending_exit = Some(exit),
+                        exit = self.wait_child(&mut launched) => pending_exit = Some(exit),
                     }
                     continue;
                 }
@@ -330,7 +332,7 @@ impl Control {
                     self.release(transport, launched).await;
                     return Ended::Released;
                 }
-                exit = wait_child(launched) => {
+                exit = self.wait_child(launched) => {
                     if transport.send(&Message::WorkerExited(exit)).await.is_err() {
                         return Ended::Dropped;
                     }
@@ -375,6 +377,9 @@ impl Control {
             }
             Directive::ReuseWorker => {}
             Directive::RouteReady => {
+                if let Some(launched) = launched.as_mut() {
+                    launched.ready = true;
+                }
                 let fingerprint = self.fingerprint();
                 Lifecycle::DaemonMcpReady {
                     daemon_address: &self.daemon_address(),
@@ -405,6 +410,7 @@ impl Control {
                 *launched = Some(Launched {
                     activation_id: grant.activation_id,
                     child,
+                    ready: false,
                 });
             }
             Err(failure) => {
@@ -464,6 +470,39 @@ impl Control {
         }
     }
 
+    /// Resolves when the launched child exits; never when there is none. A child that
+    /// exits before its route was ready is a failed launch, and says why when its exit
+    /// status tells (an invalid plugin configuration).
+    async fn wait_child(&self, launched: &mut Option<Launched>) -> WorkerExited {
+        let Some(current) = launched.as_mut() else {
+            return std::future::pending().await;
+        };
+        let status = current.child.wait().await;
+        let (activation_id, ready) = (current.activation_id, current.ready);
+        *launched = None;
+        let exit = exited(activation_id, status);
+        if !ready {
+            let failure_reason = match exit.exit_code {
+                Some(code) if code == i32::from(WORKER_EXIT_PLUGIN_CONFIG_INVALID) => {
+                    FailureReason::PluginConfigInvalid
+                }
+                _ => FailureReason::WorkerExitedBeforeReady,
+            };
+            let detail = format!(
+                "the worker exited before it was ready; its log is {}",
+                self.launcher.log_file(activation_id).display()
+            );
+            Lifecycle::WorkerLaunchFailed {
+                fingerprint: &self.fingerprint(),
+                activation_id: activation_id.as_uuid(),
+                failure_reason,
+                detail: Some(&detail),
+            }
+            .emit();
+        }
+        exit
+    }
+
     /// Without a route: serve MCP only, and forget the worker if there is one.
     async fn idle(&self, launched: Option<Launched>, shutdown: oneshot::Receiver<()>) {
         self.decide();
@@ -480,17 +519,6 @@ impl Launched {
         let status = self.child.wait().await;
         exited(self.activation_id, status)
     }
-}
-
-/// Resolves when the launched child exits; never when there is none.
-async fn wait_child(launched: &mut Option<Launched>) -> WorkerExited {
-    let Some(current) = launched.as_mut() else {
-        return std::future::pending().await;
-    };
-    let status = current.child.wait().await;
-    let activation_id = current.activation_id;
-    *launched = None;
-    exited(activation_id, status)
 }
 
 /// Logs `worker_stopped` for the reaped child of `activation_id` and builds its report.

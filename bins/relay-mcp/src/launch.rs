@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use relay_identity::{Env, StatePaths, names};
-use relay_proto::{FailureReason, Grant, Message};
+use relay_proto::{FailureReason, Grant, Id, Message};
 use relay_proxy::plugins::Plugins;
 use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, Command};
@@ -138,12 +138,17 @@ impl Launcher {
         Ok(child)
     }
 
-    /// `<logs>/worker-<activation id prefix>.log`, mode 0600, keeping the five newest.
+    /// `<logs>/worker-<activation id prefix>.log`: the worker of that launch writes there.
+    pub(crate) fn log_file(&self, activation_id: Id) -> PathBuf {
+        // Sixteen hex digits: the UUIDv7 timestamp and some of its random bits.
+        let simple = activation_id.as_uuid().simple().to_string();
+        self.logs_dir.join(format!("worker-{}.log", &simple[..16]))
+    }
+
+    /// The launch's [`Launcher::log_file`], mode 0600, keeping the five newest.
     fn open_log(&self, grant: &Grant) -> std::io::Result<File> {
         relay_identity::store::ensure_private_dir(&self.logs_dir).map_err(std::io::Error::other)?;
-        // Sixteen hex digits: the UUIDv7 timestamp and some of its random bits.
-        let simple = grant.activation_id.as_uuid().simple().to_string();
-        let path = self.logs_dir.join(format!("worker-{}.log", &simple[..16]));
+        let path = self.log_file(grant.activation_id);
         let file = OpenOptions::new()
             .create(true)
             .append(true)

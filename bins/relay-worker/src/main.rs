@@ -76,7 +76,11 @@ fn main() -> ExitCode {
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "worker stopped");
             eprintln!("relay-worker: {error:#}");
-            ExitCode::FAILURE
+            if error.downcast_ref::<PluginFailure>().is_some() {
+                ExitCode::from(relay_proto::WORKER_EXIT_PLUGIN_CONFIG_INVALID)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -213,7 +217,7 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
             let _ = session
                 .send(&Message::WorkerActivationFailed(failure.message()))
                 .await;
-            anyhow::bail!("plugin configuration: {failure}");
+            return Err(anyhow::Error::new(failure).context("plugin configuration"));
         }
     };
     state.set_ready();

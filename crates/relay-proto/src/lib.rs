@@ -38,5 +38,6 @@ pub use types::{
 };
 pub use vocabulary::{
     ActivationCancelReason, DisconnectReason, FailureReason, McpDisconnectReason, McpRemovedReason,
-    PassThroughReason, RouteMode, WorkerDisconnectReason, WorkerRemovedReason, WorkerState,
+    PassThroughReason, RouteMode, WORKER_EXIT_PLUGIN_CONFIG_INVALID, WorkerDisconnectReason,
+    WorkerRemovedReason, WorkerState,
 };

@@ -209,6 +209,10 @@ vocabulary! {
     }
 }
 
+/// The exit status of a worker that stopped because its plugin configuration is invalid
+/// (`EX_CONFIG`), so the `relay-mcp` that started it can name the reason.
+pub const WORKER_EXIT_PLUGIN_CONFIG_INVALID: u8 = 78;
+
 impl FailureReason {
     /// The reasons a peer may report in `ActivationFailed` (the `worker_launch_failed`
     /// values of SPEC §10.3).

@@ -816,6 +816,17 @@ async fn failed_worker_starts_back_off_and_a_repaired_binary_resets_the_delay() 
         mcp_failed.iter().all(|e| e["exit_code"] == 1),
         "{mcp_failed:?}"
     );
+    // The MCP that started each of them names the failed launch too.
+    let launch_failed = mcp
+        .logs()
+        .wait_for_events("worker_launch_failed", 3, EVENT_TIMEOUT)
+        .await?;
+    assert!(
+        launch_failed
+            .iter()
+            .all(|e| e["failure_reason"] == "worker_exited_before_ready"),
+        "{launch_failed:?}"
+    );
     // The session serves without a worker meanwhile, and says it is for a failed start.
     let settled = mcp
         .logs()
@@ -955,5 +966,55 @@ async fn a_draining_worker_that_never_exits_is_revoked_after_drain_plus_grace() 
     user.signal_worker(old_pid, Signal::CONT)?;
     user.wait_for_exit(old_pid, WORKER_TIMEOUT).await?;
     assert_eq!(user.worker_pids(), [new_pid]);
+    Ok(())
+}
+
+/// A worker stopped by an invalid `plugins.toml`: the daemon and the MCP that started it
+/// both name the reason, and the session serves without a worker.
+#[tokio::test]
+async fn an_invalid_plugin_configuration_is_named_by_the_daemon_and_the_mcp() -> anyhow::Result<()>
+{
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(fault_config(&stand_in, "activation_wait_ms = 0", ""))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    user.write_file(
+        &user.system_config_dir().join("plugins.toml"),
+        "version = 1\n[[components]]\nkind = \"policy\"\n[[components.config.rules]]\nevent = \"PreToolUse\"\nregex = \"rm((\"\ninput_field = \"command\"\naction = \"deny\"\nreason = \"no\"\n",
+        0o644,
+    )?;
+    let token = fresh_token()?;
+    let mut mcp = spawn_mcp(&user, &relayd.origin(), &token, None)?;
+    let failed = relayd
+        .logs()
+        .wait_for_event("worker_activation_failed", WORKER_TIMEOUT)
+        .await?;
+    assert_eq!(
+        field(&failed, "failure_reason"),
+        "plugin_config_invalid",
+        "{failed}"
+    );
+    let launch_failed = mcp
+        .logs()
+        .wait_for_event("worker_launch_failed", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(
+        field(&launch_failed, "failure_reason"),
+        "plugin_config_invalid",
+        "{launch_failed}"
+    );
+    let stopped = mcp
+        .logs()
+        .wait_for_event("worker_stopped", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(
+        stopped["exit_code"],
+        u64::from(relay_proto::WORKER_EXIT_PLUGIN_CONFIG_INVALID),
+        "{stopped}"
+    );
+    let answer = mcp.initialize("2025-11-25", EVENT_TIMEOUT).await?;
+    assert_eq!(answer["result"]["protocolVersion"], "2025-11-25");
     Ok(())
 }
