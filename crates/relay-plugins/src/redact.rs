@@ -23,6 +23,8 @@ use regex::Regex;
 
 mod json;
 
+pub use json::parse_value;
+
 /// A built-in detector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Detector {

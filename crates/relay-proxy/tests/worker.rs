@@ -1410,6 +1410,20 @@ async fn a_denied_tool_call_is_403_with_the_reason_and_dry_run_blocks_nothing() 
         .await;
     assert_eq!(allowed.status, 200);
     assert_eq!(allowed.body, r#"{"continue":true}"#);
+    // A lone surrogate escape (an emoji cut in two, as JavaScript writes it) is still JSON:
+    // the payload is read and judged, not refused.
+    let lone = |command: &str| payload(command).replace("SURROGATE", r"\ud83d");
+    let denied = worker
+        .post(
+            "/hooks/claude-code",
+            lone("rm -rf /tmp/canary SURROGATE").as_bytes(),
+        )
+        .await;
+    assert_eq!(rejection_reason(&denied), "destructive command");
+    let allowed = worker
+        .post("/hooks/claude-code", lone("ls SURROGATE").as_bytes())
+        .await;
+    assert_eq!(allowed.status, 200);
     // pi names the same tool `bash` and the event `tool_call`.
     let pi = serde_json::json!({
         "hook_event_name": "tool_call",
@@ -1423,7 +1437,7 @@ async fn a_denied_tool_call_is_403_with_the_reason_and_dry_run_blocks_nothing() 
         .into_iter()
         .filter(|o| matches!(o, relay_plugins::atof::Observation::PolicyDecision(_)))
         .count();
-    assert_eq!(marks, 2, "only matching rules make guardrail marks");
+    assert_eq!(marks, 3, "only matching rules make guardrail marks");
 
     let (dry, seen) = worker_with_plugins(
         &stand_in,

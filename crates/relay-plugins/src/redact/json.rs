@@ -84,13 +84,7 @@ fn provider_signed(body: &[u8]) -> HashSet<String> {
     if !mentions(b"thinking") && !mentions(b"reasoning") {
         return found;
     }
-    // serde_json refuses a lone UTF-16 surrogate escape (`\ud83d`, from a tool output cut in
-    // the middle of an emoji), which the lexer above decodes as U+FFFD: a copy with every
-    // escaped string written out again as that decoding reads it parses.
-    let document = serde_json::from_slice::<Value>(body)
-        .ok()
-        .or_else(|| serde_json::from_slice::<Value>(&strings_reescaped(body)?).ok());
-    let Some(document) = document else {
+    let Some(document) = parse_value(body) else {
         return found;
     };
     let items = |key: &str| {
@@ -118,6 +112,17 @@ fn provider_signed(body: &[u8]) -> HashSet<String> {
         }
     }
     found
+}
+
+/// A JSON document as agents write it. serde_json refuses a lone UTF-16 surrogate escape
+/// (`\ud83d`, from a tool output cut in the middle of an emoji, which JavaScript's
+/// `JSON.stringify` writes as it is), and with it the whole document; here such a string
+/// reads with U+FFFD in its place, as the lexer above decodes it. `None` for anything else
+/// that is not JSON, invalid UTF-8 included.
+pub fn parse_value(body: &[u8]) -> Option<Value> {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .or_else(|| serde_json::from_slice::<Value>(&strings_reescaped(body)?).ok())
 }
 
 /// `body` with every string literal that holds an escape decoded by [`unescape`] (a lone

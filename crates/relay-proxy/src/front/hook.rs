@@ -328,13 +328,13 @@ pub(super) fn hook_event(body: &[u8]) -> Option<Option<&str>> {
         .iter()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|b| *b == b'{');
-    if !object {
-        return None;
-    }
+    // JSON is UTF-8; serde_json checks only the strings it keeps, so the rest is checked
+    // here, as the worker's whole parse does.
+    let text = std::str::from_utf8(body).ok().filter(|_| object)?;
     // A name with escapes cannot be borrowed; it is then no event Relay waits for.
-    match serde_json::from_slice::<Head<'_>>(body) {
+    match serde_json::from_str::<Head<'_>>(text) {
         Ok(head) => Some(head.hook_event_name),
-        Err(e) if e.is_data() => serde_json::from_slice::<serde::de::IgnoredAny>(body)
+        Err(e) if e.is_data() => serde_json::from_str::<serde::de::IgnoredAny>(text)
             .is_ok()
             .then_some(None),
         Err(_) => None,

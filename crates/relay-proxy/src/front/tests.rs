@@ -357,7 +357,14 @@ fn credentials_are_parsed_strictly() {
 
 #[test]
 fn hook_bodies_must_be_json_objects() {
-    for ok in [&b"{}"[..], b" \r\n{\"a\":[1]}\n", b"{\"a\":{\"b\":null}}"] {
+    // A lone surrogate escape is valid JSON (JavaScript writes one for an emoji cut in two),
+    // and the worker reads it too.
+    for ok in [
+        &b"{}"[..],
+        b" \r\n{\"a\":[1]}\n",
+        b"{\"a\":{\"b\":null}}",
+        br#"{"a":"\ud83d"}"#,
+    ] {
         assert!(hook_event(ok).is_some(), "{ok:?}");
     }
     for bad in [
@@ -370,6 +377,9 @@ fn hook_bodies_must_be_json_objects() {
         b"{",
         b"{\"a\":1,}",
         b"\xef\xbb\xbf{}",
+        // Not UTF-8, so not JSON, wherever the byte is.
+        b"{\"a\":\"\xff\"}",
+        b"{\"hook_event_name\":\"SessionStart\",\"a\":\"\xc3\"}",
     ] {
         assert!(hook_event(bad).is_none(), "{bad:?}");
     }

@@ -278,8 +278,8 @@ impl WorkerHandler {
                 );
             }
         };
-        let payload = match serde_json::from_slice::<serde_json::Value>(&bytes) {
-            Ok(payload @ serde_json::Value::Object(_)) => payload,
+        let payload = match relay_plugins::parse_value(&bytes) {
+            Some(payload @ serde_json::Value::Object(_)) => payload,
             _ => {
                 return error(
                     StatusCode::BAD_REQUEST,
