@@ -98,6 +98,7 @@ pub enum ErrorKind {
     RelayUnsupportedEncoding,
     RelayMisdirectedRequest,
     RelayUpgradeRequired,
+    RelayNotImplemented,
     RelayTooManyRequests,
     RelayPolicyRejected,
     RelayUpstreamNotAllowed,

@@ -8,6 +8,7 @@ use http::{Response, StatusCode};
 use relay_proto::{ErrorBody, ErrorKind};
 
 use crate::body::{ResponseBody, StreamGuard};
+use crate::conn::HeadVerdict;
 use crate::headers;
 use crate::upstream::{UpstreamBody, UpstreamError};
 
@@ -35,6 +36,24 @@ pub(crate) fn ambiguous_framing() -> Response<ResponseBody> {
     );
     close_after(&mut res);
     res
+}
+
+/// The answer to a head the framing watcher refused, `None` for a clean one. Either way
+/// the connection closes after it.
+pub(crate) fn framing_refusal(verdict: HeadVerdict) -> Option<Response<ResponseBody>> {
+    match verdict {
+        HeadVerdict::Clean => None,
+        HeadVerdict::AmbiguousFraming => Some(ambiguous_framing()),
+        HeadVerdict::UnsupportedTransferCoding => {
+            let mut res = error(
+                StatusCode::NOT_IMPLEMENTED,
+                ErrorKind::RelayNotImplemented,
+                "the only transfer coding accepted is chunked (use Content-Encoding for compression)",
+            );
+            close_after(&mut res);
+            Some(res)
+        }
+    }
 }
 
 /// Marks an answer as the connection's last (`Connection: close`).

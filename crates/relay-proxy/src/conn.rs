@@ -44,6 +44,10 @@ pub enum HeadVerdict {
     Clean,
     /// `Content-Length` with `Transfer-Encoding`, or differing `Content-Length`s.
     AmbiguousFraming,
+    /// A transfer coding besides a single `chunked` (`gzip, chunked`, or two
+    /// `Transfer-Encoding` lines): hyper undoes the chunking and leaves the rest undone, so
+    /// the body would go on still coded, with nothing saying so.
+    UnsupportedTransferCoding,
 }
 
 /// State shared between a connection's IO, its requests and its watchdog.
@@ -215,11 +219,14 @@ impl ConnState {
     /// Judges the framing headers of a parsed head and returns the framing of what follows.
     fn judge(&self, req: &httparse::Request<'_, '_>, now: u64) -> Framing {
         let mut transfer_encoding: Option<&[u8]> = None;
+        let mut other_coding = false;
         // The first `Content-Length` value, and whether any other differs from it.
         let mut length: Option<&[u8]> = None;
         let mut differing = false;
         for h in req.headers.iter() {
             if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                other_coding |= transfer_encoding.is_some()
+                    || !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked");
                 transfer_encoding = Some(h.value);
             } else if h.name.eq_ignore_ascii_case("content-length") {
                 for value in h.value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
@@ -232,6 +239,8 @@ impl ConnState {
         }
         let verdict = if (transfer_encoding.is_some() && length.is_some()) || differing {
             HeadVerdict::AmbiguousFraming
+        } else if other_coding {
+            HeadVerdict::UnsupportedTransferCoding
         } else {
             HeadVerdict::Clean
         };
@@ -240,7 +249,7 @@ impl ConnState {
         }
         // An upgrade request is followed like any other until hyper writes its `101`
         // (`on_write`): a refused upgrade leaves an HTTP/1 connection that stays checked.
-        if verdict == HeadVerdict::AmbiguousFraming {
+        if verdict != HeadVerdict::Clean {
             // The request is refused and the connection closed.
             return self.lost(now);
         }

@@ -26,15 +26,14 @@ use hyper::body::Incoming;
 use relay_proto::{ErrorKind, Role};
 use uuid::Uuid;
 
-use crate::answers::{ambiguous_framing, error, not_found, relay_response};
+use crate::answers::{error, framing_refusal, not_found, relay_response};
 use crate::body::ResponseBody;
 use crate::config::Config;
-use crate::conn::HeadVerdict;
 use crate::control::daemon::ControlPlane;
 use crate::forward::method_not_allowed;
 use crate::metrics::{Destination, Metrics, RouteLabel};
 use crate::routes::{Family, ModelFamily, PathClass};
-use crate::server::{ConnContext, Handler};
+use crate::server::{ConnContext, Handler, MAX_REQUEST_HEADERS};
 use crate::shell::{Shell, TicketGuard};
 use crate::upstream::{UpstreamBody, UpstreamClient};
 
@@ -193,15 +192,19 @@ impl Front {
         let route = PathClass::classify(req.method(), req.uri().path());
         let label = route_label(route);
         let local = |res| Answer::new(res, label, Destination::Local);
-        if conn.state.take_verdict() == HeadVerdict::AmbiguousFraming {
-            return local(ambiguous_framing());
+        if let Some(refused) = framing_refusal(conn.state.take_verdict()) {
+            return local(refused);
         }
-        if !self.is_host_allowed(&req, &conn) {
+        // hyper counts header lines only in HTTP/1.
+        if req.headers().len() > MAX_REQUEST_HEADERS {
             return local(error(
-                StatusCode::MISDIRECTED_REQUEST,
-                ErrorKind::RelayMisdirectedRequest,
-                "this host name is not served here",
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                ErrorKind::RelayBadRequest,
+                "a request may carry at most 100 header lines",
             ));
+        }
+        if let Some(refused) = self.host_refusal(&req, &conn) {
+            return local(refused);
         }
         if let Some(origin) = req.headers().get(header::ORIGIN)
             && !self.is_origin_allowed(origin)
@@ -245,14 +248,43 @@ impl Front {
     }
 
     /// §3.6: the advertised host from anyone, loopback names with the listening port from
-    /// loopback peers only.
-    fn is_host_allowed<B>(&self, req: &Request<B>, conn: &ConnContext) -> bool {
+    /// loopback peers only (421 otherwise); and one `Host` at most (400), since another
+    /// reader could take the other one.
+    fn host_refusal<B>(
+        &self,
+        req: &Request<B>,
+        conn: &ConnContext,
+    ) -> Option<Response<ResponseBody>> {
+        let mut hosts = req.headers().get_all(header::HOST).iter();
+        let host = hosts.next();
+        if hosts.next().is_some() {
+            return Some(error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::RelayBadRequest,
+                "a request may carry one Host header",
+            ));
+        }
+        (!self.is_host_allowed(req, host, conn)).then(|| {
+            error(
+                StatusCode::MISDIRECTED_REQUEST,
+                ErrorKind::RelayMisdirectedRequest,
+                "this host name is not served here",
+            )
+        })
+    }
+
+    fn is_host_allowed<B>(
+        &self,
+        req: &Request<B>,
+        host: Option<&HeaderValue>,
+        conn: &ConnContext,
+    ) -> bool {
         // Compared without case and without copying: this runs for every request.
-        let authority = req.uri().authority().map(|a| a.as_str()).or_else(|| {
-            req.headers()
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-        });
+        let authority = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str())
+            .or_else(|| host.and_then(|h| h.to_str().ok()));
         let Some(authority) = authority else {
             return false;
         };

@@ -262,6 +262,10 @@ fn context(peer: SocketAddr, local: SocketAddr, tls: bool) -> ConnContext {
     }
 }
 
+/// The most header lines a request may carry (§3.6): hyper refuses more in HTTP/1 (431), and
+/// the front counts them for HTTP/2, where hyper bounds only the header list's size.
+pub(crate) const MAX_REQUEST_HEADERS: usize = 100;
+
 fn http_builder() -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -269,7 +273,7 @@ fn http_builder() -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         // Relay's own watchdog times header reads and idle keep-alive separately.
         .header_read_timeout(None)
-        .max_headers(100)
+        .max_headers(MAX_REQUEST_HEADERS)
         .max_buf_size(STREAM_BUFFER_BYTES)
         .keep_alive(true);
     builder

@@ -119,19 +119,19 @@ fn loopback_names_need_a_loopback_peer_and_the_listening_port() {
     ] {
         let req = with_host(&host);
         assert_eq!(
-            front.is_host_allowed(&req, &conn(LOOPBACK)),
+            front.host_refusal(&req, &conn(LOOPBACK)).is_none(),
             from_loopback,
             "{host:?} from loopback"
         );
         assert_eq!(
-            front.is_host_allowed(&req, &conn(REMOTE)),
+            front.host_refusal(&req, &conn(REMOTE)).is_none(),
             from_remote,
             "{host:?} from a remote peer"
         );
     }
     // No Host at all.
     let req = Request::builder().uri("/").body(()).unwrap();
-    assert!(!front.is_host_allowed(&req, &conn(LOOPBACK)));
+    assert!(front.host_refusal(&req, &conn(LOOPBACK)).is_some());
 }
 
 #[test]
@@ -146,9 +146,21 @@ fn the_default_port_of_an_http_origin_is_80() {
         },
         Config::default(),
     );
-    assert!(front.is_host_allowed(&with_host("relay.lan"), &conn(REMOTE)));
-    assert!(front.is_host_allowed(&with_host("relay.lan:80"), &conn(REMOTE)));
-    assert!(!front.is_host_allowed(&with_host("relay.lan:443"), &conn(REMOTE)));
+    assert!(
+        front
+            .host_refusal(&with_host("relay.lan"), &conn(REMOTE))
+            .is_none()
+    );
+    assert!(
+        front
+            .host_refusal(&with_host("relay.lan:80"), &conn(REMOTE))
+            .is_none()
+    );
+    assert!(
+        front
+            .host_refusal(&with_host("relay.lan:443"), &conn(REMOTE))
+            .is_some()
+    );
 }
 
 /// An absolute-form target (HTTP/1.1) or `:authority` (HTTP/2) is what the request is for:
@@ -161,13 +173,13 @@ fn the_uri_authority_wins_over_the_host_header() {
         .header(header::HOST, format!("127.0.0.1:{PORT}"))
         .body(())
         .unwrap();
-    assert!(!front.is_host_allowed(&req, &conn(LOOPBACK)));
+    assert!(front.host_refusal(&req, &conn(LOOPBACK)).is_some());
     let req = Request::builder()
         .uri(format!("http://localhost:{PORT}/v1/messages"))
         .header(header::HOST, "evil.example")
         .body(())
         .unwrap();
-    assert!(front.is_host_allowed(&req, &conn(LOOPBACK)));
+    assert!(front.host_refusal(&req, &conn(LOOPBACK)).is_none());
 }
 
 #[test]

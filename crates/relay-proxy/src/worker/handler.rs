@@ -18,12 +18,11 @@ use super::identity::WorkerIdentity;
 use super::plugins::{HookOutcome, ModelStage, PluginHost};
 use super::state::{RequestKind, WorkerState};
 use crate::answers::{
-    ambiguous_framing, content_length, error, json, payload_too_large, relay_response, retry_later,
+    content_length, error, framing_refusal, json, payload_too_large, relay_response, retry_later,
     upstream_error,
 };
 use crate::body::{BodyError, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
-use crate::conn::HeadVerdict;
 use crate::forward::{Checked, Prologue, method_not_allowed, provider_request};
 use crate::headers::{ModelHeaders, WORKER_REFUSED, WORKER_SECRET, WORKER_UPSTREAM_FAILED};
 use crate::routes::{Agent, ModelFamily, PathClass};
@@ -142,8 +141,8 @@ impl WorkerHandler {
             tracing::debug!(peer = %conn.peer, "worker request without the generation secret");
             return unauthorized();
         }
-        if verdict == HeadVerdict::AmbiguousFraming {
-            return ambiguous_framing();
+        if let Some(refused) = framing_refusal(verdict) {
+            return refused;
         }
         if req.uri().path() == READY_PATH {
             return if req.method() == Method::GET {

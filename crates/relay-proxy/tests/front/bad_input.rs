@@ -197,7 +197,59 @@ async fn too_many_or_too_large_headers_are_431() {
     if let Ok(res) = answer {
         assert_eq!(res.status(), 431);
     }
+    // HTTP/2: more than 100 header fields, each small, are refused as in HTTP/1.
+    let mut many = relay
+        .request(Method::POST, "/v1/chat/completions")
+        .header("content-type", "application/json");
+    for i in 0..101 {
+        many = many.header(format!("x-h{i}"), "v");
+    }
+    let res = h2c_client()
+        .request(many.body(Full::new(Bytes::from_static(b"{}"))).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 431);
     assert_eq!(stand_in.request_count(), 0);
+}
+
+/// A transfer coding besides `chunked` (hyper undoes the chunking and would leave the rest
+/// undone) is 501, the connection closed, nothing forwarded.
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_501() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    for framing in [
+        "Transfer-Encoding: gzip, chunked\r\n",
+        "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: chunked, chunked\r\n",
+    ] {
+        let mut stream = relay.connect().await;
+        let mut request = post_head(&relay.host(), "/v1/chat/completions", framing);
+        request.push_str("2\r\n{}\r\n0\r\n\r\n");
+        let res = raw_exchange(&mut stream, request.as_bytes()).await;
+        res.assert_error(501, "relay_not_implemented");
+        assert_eq!(res.header("connection"), Some("close"), "{framing:?}");
+        assert!(is_closed_within(&mut stream, WAIT).await, "{framing:?}");
+    }
+    assert_eq!(stand_in.request_count(), 0, "something was forwarded");
+}
+
+/// Two `Host` lines are 400 in either order: another reader could take the other one.
+#[tokio::test]
+async fn two_host_lines_are_400() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    let host = relay.host();
+    for hosts in [
+        format!("Host: {host}\r\nHost: evil.example\r\n"),
+        format!("Host: evil.example\r\nHost: {host}\r\n"),
+        format!("Host: {host}\r\nHost: {host}\r\n"),
+    ] {
+        let mut stream = relay.connect().await;
+        let request = format!("GET /healthz HTTP/1.1\r\n{hosts}\r\n");
+        let res = raw_exchange(&mut stream, request.as_bytes()).await;
+        res.assert_error(400, "relay_bad_request");
+    }
 }
 
 /// Content-Length with Transfer-Encoding (both orders) and differing Content-Lengths: 400,
