@@ -27,8 +27,8 @@ use relay_proxy::control::client::{
 use relay_proxy::plugins::{PluginConfigError, Plugins};
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
 use relay_proxy::worker::{
-    PluginHost, WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState, generation_redactor,
-    serve_options,
+    Phase, PluginHost, WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState,
+    generation_redactor, serve_options,
 };
 use relay_sinks::{SinkContext, SinkError};
 
@@ -146,7 +146,7 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
         WorkerLimits::default(),
     ));
     let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(relay_proxy::server::serve(
+    let mut server = tokio::spawn(relay_proxy::server::serve(
         listener,
         serve_options(&identity, Duration::from_secs(5)),
         handler.clone(),
@@ -248,7 +248,25 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
         None => life.follow(session).await,
     };
     let _ = stop_serving.send(());
-    let _ = server.await;
+    // A drain has had its time: accepted requests get up to the drain deadline, then the
+    // worker exits, and what is still in flight then is cut off rather than given the
+    // server's own few seconds more. Other ends (control lost for good, revoked) give
+    // those seconds.
+    match state.snapshot().phase {
+        Phase::Draining { deadline, .. } => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, &mut server).await.is_err() {
+                tracing::warn!(
+                    in_flight = state.in_flight(),
+                    "the drain deadline passed: cutting off what is still in flight"
+                );
+                server.abort();
+            }
+        }
+        Phase::Starting | Phase::Ready => {
+            let _ = server.await;
+        }
+    }
     if let Some(recording) = recording {
         recording.shutdown().await;
     }
