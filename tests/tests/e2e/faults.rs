@@ -1018,3 +1018,47 @@ async fn an_invalid_plugin_configuration_is_named_by_the_daemon_and_the_mcp() ->
     assert_eq!(answer["result"]["protocolVersion"], "2025-11-25");
     Ok(())
 }
+
+/// A drain ends at `drain_secs`: a stream through the worker that outlasts it is cut then,
+/// and the worker exits, rather than streaming on through a worker the daemon removed.
+#[tokio::test]
+async fn a_stream_through_a_draining_worker_is_cut_at_the_drain_deadline() -> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let config = fault_config(&stand_in, "", "drain_secs = 1\nretry_base_ms = 200");
+    let user = user_for(&stand_in)?;
+    let (relayd, token, mut mcp, pid) =
+        with_a_ready_worker(Relayd::builder()?.config(config), &user).await?;
+    // 8 bytes every 100 ms: about ten seconds of stream.
+    stand_in.set_behaviour(paced(8, Duration::from_millis(100)));
+    let mut res = send(
+        relayd.addr(),
+        streaming_request(&token, &marker("drained")?)?,
+    )
+    .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let first = res.next_data().await?.unwrap_or_default();
+
+    // The session ends: the route drains with the stream in flight.
+    mcp.close_stdin();
+    let released = Instant::now();
+    match res.read_rest(&first).await {
+        Ok(body) => panic!(
+            "the stream ended cleanly after {} of {} bytes; a cut stream must end with an error",
+            body.len(),
+            ANTHROPIC_MESSAGES_SSE.len()
+        ),
+        Err(cut) => assert!(cut.received.len() < ANTHROPIC_MESSAGES_SSE.len()),
+    }
+    let cut_after = released.elapsed();
+    assert!(
+        cut_after < Duration::from_secs(3),
+        "the stream ran {cut_after:?} past the release with a 1 s drain"
+    );
+    // The worker exited (it may stay a zombie until its new parent reaps it).
+    user.wait_for_workers(0, EVENT_TIMEOUT).await?;
+    assert!(
+        procfs::state(pid).is_none_or(|state| state == 'Z'),
+        "the worker is still running"
+    );
+    Ok(())
+}
