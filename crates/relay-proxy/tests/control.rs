@@ -307,3 +307,51 @@ async fn a_handshake_refusal_is_sent_logged_and_closes_the_session() {
     assert_eq!(event["reason"], "endpoint_not_allowed", "{line}");
     assert_eq!(event["role"], "worker", "{line}");
 }
+
+/// A first frame that is not a `Hello` (text, garbage, or far too large) closes the session
+/// with a protocol close code and a logged reason.
+#[tokio::test]
+async fn a_malformed_first_frame_closes_the_session_with_a_logged_reason() {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+    let (capture, dispatch) = capture_log();
+    let _default = tracing::dispatcher::set_default(&dispatch);
+    let daemon = start_daemon().await;
+    let origin = daemon.address.origin().to_string();
+    let authority = origin.trim_start_matches("http://").to_owned();
+    let url = format!("ws://{authority}{MCP_PATH}");
+    for first in [
+        Ws::text("hello"),
+        Ws::binary(b"XX\0\x01\0\0".to_vec()),
+        Ws::binary(vec![0u8; 300 * 1024]),
+    ] {
+        let tcp = tokio::net::TcpStream::connect(&authority).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
+            .await
+            .unwrap();
+        let _ = ws.send(first).await;
+        let closed = tokio::time::timeout(WAIT, async {
+            while let Some(frame) = ws.next().await {
+                match frame {
+                    Ok(Ws::Close(close)) => return close,
+                    Ok(_) => {}
+                    Err(_) => return None,
+                }
+            }
+            None
+        })
+        .await
+        .unwrap();
+        if let Some(close) = closed {
+            assert_eq!(close.code, CloseCode::Protocol, "{close:?}");
+        }
+    }
+    let log = capture.contents();
+    let closed = log
+        .lines()
+        .filter(|line| line.contains("control session closed before it registered"))
+        .count();
+    assert_eq!(closed, 3, "{log}");
+}

@@ -294,7 +294,16 @@ impl ControlPlane {
             Err(HandshakeError::Refused { code, fingerprint }) => {
                 refuse(&self.shell, &mut transport, role, code, ip, fingerprint).await;
             }
-            Err(HandshakeError::Close { code, reason }) => transport.close(code, reason).await,
+            Err(HandshakeError::Close { code, reason }) => {
+                // Malformed or out of order: closed with its reason, and the reason logged.
+                tracing::warn!(
+                    role = role.as_str(),
+                    peer = %ip,
+                    reason,
+                    "control session closed before it registered"
+                );
+                transport.close(code, reason).await;
+            }
             Err(HandshakeError::Gone) => {}
         }
         if remote && slot {
