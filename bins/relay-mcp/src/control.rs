@@ -43,6 +43,9 @@ pub(crate) struct Control {
     pub(crate) queries: std::sync::Mutex<JoinSet<()>>,
 }
 
+/// How long `initialize` may wait for the route to settle (§6).
+pub(crate) const SETTLE_WITHIN: Duration = Duration::from_secs(5);
+
 /// How far this session's route is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Settled {
@@ -113,8 +116,9 @@ impl Control {
         })
     }
 
-    /// The daemon is down or silent: before the route is settled, that is why this session
-    /// serves without a worker, and `initialize` need not wait any longer.
+    /// The daemon is down or silent, or still refuses the registration when `initialize`
+    /// stops waiting: before the route is settled, that is why this session serves without
+    /// a worker, and `initialize` need not wait any longer.
     fn daemon_down(&self) {
         let first = self.settled.send_if_modified(|settled| {
             let pending = *settled == Settled::Pending;
@@ -261,9 +265,15 @@ impl Control {
                         self.daemon_down();
                     }
                     let delay = backoff.next_delay();
+                    let settle_by = tokio::time::Instant::from_std(started + SETTLE_WITHIN);
+                    let pending = *self.settled.borrow() == Settled::Pending;
                     tokio::select! {
                         _ = &mut shutdown => return,
                         () = tokio::time::sleep(delay) => {}
+                        // Still not registered when `initialize` stops waiting (a daemon
+                        // that keeps refusing, say state_unavailable): the session serves
+                        // without a worker, and says so then.
+                        () = tokio::time::sleep_until(settle_by), if pending => self.daemon_down(),
                         exit = self.wait_child(&mut launched) => pending_exit = Some(exit),
                     }
                     continue;

@@ -18,9 +18,6 @@ mod control;
 mod jsonrpc;
 mod launch;
 
-/// How long `initialize` may wait for the route to settle (§6).
-const INITIALIZE_WAIT: Duration = Duration::from_secs(5);
-
 /// MCP server that connects a harness session to Relay.
 #[derive(Debug, clap::Parser)]
 #[command(name = "relay-mcp", version)]
@@ -67,7 +64,7 @@ async fn run(cli: Cli, env: ProcessEnv, hint: Option<WorkerHint>) {
         tokio::io::BufReader::new(tokio::io::stdin()),
         tokio::io::stdout(),
         settled,
-        INITIALIZE_WAIT,
+        control::SETTLE_WITHIN,
     );
     // Claude Code stops its MCP servers with SIGINT, Codex with SIGTERM; neither closes
     // stdin first.

@@ -12,7 +12,7 @@ use rustix::process::Signal;
 
 use super::support::{
     EVENT_TIMEOUT, INITIALIZE_TIMEOUT, MCP_EXIT_TIMEOUT, WORKER_TIMEOUT, context, field,
-    fresh_token, spawn_mcp, upstream_config, user_for, worker_config, workers_status,
+    fresh_token, ready_mcp, spawn_mcp, upstream_config, user_for, worker_config, workers_status,
 };
 
 /// The MCP stdio sessions captured from the real CLIs.
@@ -243,6 +243,37 @@ async fn with_the_daemon_down_initialize_is_answered_at_once_and_the_reason_logg
         mcp.logs().text()
     );
     let event = mcp
+        .logs()
+        .wait_for_event("daemon_mcp_pass_through", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(field(&event, "reason"), "daemon_unreachable", "{event}");
+    Ok(())
+}
+
+/// A daemon that keeps refusing the registration (here: the route's sessions are all
+/// taken): when `initialize` stops waiting for it, relay-mcp answers and says why it serves
+/// without a route, as for a daemon that is down.
+#[tokio::test]
+async fn a_registration_still_refused_when_initialize_stops_waiting_is_logged() -> anyhow::Result<()>
+{
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(upstream_config(
+            &stand_in,
+            "\n[daemon]\nmax_sessions_per_route = 1\n",
+        ))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let _first = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let mut second = spawn_mcp(&user, &relayd.origin(), &token, None)?;
+    let answer = second.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
+    assert_eq!(
+        answer["result"]["protocolVersion"], "2025-11-25",
+        "{answer}"
+    );
+    let event = second
         .logs()
         .wait_for_event("daemon_mcp_pass_through", EVENT_TIMEOUT)
         .await?;
