@@ -235,6 +235,44 @@ impl Metrics {
     }
 }
 
+/// The OpenMetrics text `prometheus-client` writes, as the classic Prometheus text (format
+/// 0.0.4): a counter's `# HELP` and `# TYPE` lines name its samples (`…_total`), where
+/// OpenMetrics names the family without the suffix and a classic parser would then read
+/// the counter as untyped; `# UNIT` lines and the closing `# EOF` are OpenMetrics' own.
+pub fn classic_text(openmetrics: &str) -> String {
+    let counters: Vec<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let comment = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|prefix| Some((prefix, line.strip_prefix(prefix)?)));
+        match comment {
+            Some((prefix, rest))
+                if counters.iter().any(|name| {
+                    rest.strip_prefix(name)
+                        .is_some_and(|after| after.starts_with(' '))
+                }) =>
+            {
+                let (name, after) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(prefix);
+                out.push_str(name);
+                out.push_str("_total ");
+                out.push_str(after);
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Held by a response body while it streams.
 #[derive(Debug)]
 pub struct OpenStream {

@@ -66,9 +66,16 @@ impl Front {
                 }
             }
             _ => {
-                let mut res = Response::new(ResponseBody::full(self.metrics.encode()));
+                let openmetrics = accepts_openmetrics(accept);
+                let text = self.metrics.encode();
+                let (text, content_type) = if openmetrics {
+                    (text, OPENMETRICS)
+                } else {
+                    (crate::metrics::classic_text(&text), CLASSIC_TEXT)
+                };
+                let mut res = Response::new(ResponseBody::full(text));
                 res.headers_mut()
-                    .insert(header::CONTENT_TYPE, metrics_content_type(accept));
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
                 no_store(res)
             }
         }
@@ -139,19 +146,15 @@ impl Front {
     }
 }
 
-/// The content type of `/metrics`. The text is OpenMetrics (counters named once without
-/// `_total` in their `# TYPE` line, a closing `# EOF`); a scraper that accepts OpenMetrics
-/// (Prometheus asks for it first) is told so, and keeps every family's type. Any other
-/// client gets the classic Prometheus text type, which the same lines also parse as.
-fn metrics_content_type(accept: Option<&HeaderValue>) -> HeaderValue {
-    let accepts_openmetrics = accept
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const CLASSIC_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether `/metrics` answers in OpenMetrics: when the scraper accepts it (Prometheus asks
+/// for it first); any other client gets the classic Prometheus text.
+fn accepts_openmetrics(accept: Option<&HeaderValue>) -> bool {
+    accept
         .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.split(',').any(is_openmetrics_range));
-    HeaderValue::from_static(if accepts_openmetrics {
-        "application/openmetrics-text; version=1.0.0; charset=utf-8"
-    } else {
-        "text/plain; version=0.0.4; charset=utf-8"
-    })
+        .is_some_and(|value| value.split(',').any(is_openmetrics_range))
 }
 
 /// True for an `Accept` range of OpenMetrics that is not refused with `q=0`.

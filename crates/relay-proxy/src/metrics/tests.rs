@@ -49,3 +49,21 @@ fn all_lists_every_variant_in_order() {
         }
     }
 }
+
+#[test]
+fn classic_text_names_counter_families_as_their_samples() {
+    let openmetrics = "# HELP relay_requests Requests.\n# TYPE relay_requests counter\nrelay_requests_total{route=\"hook\"} 1\n# HELP relay_requests_open Open ones.\n# TYPE relay_requests_open gauge\nrelay_requests_open 0\n# HELP relay_wait_seconds Wait.\n# TYPE relay_wait_seconds histogram\n# UNIT relay_wait_seconds seconds\nrelay_wait_seconds_count 0\n# EOF\n";
+    assert_eq!(
+        classic_text(openmetrics),
+        "# HELP relay_requests_total Requests.\n# TYPE relay_requests_total counter\nrelay_requests_total{route=\"hook\"} 1\n# HELP relay_requests_open Open ones.\n# TYPE relay_requests_open gauge\nrelay_requests_open 0\n# HELP relay_wait_seconds Wait.\n# TYPE relay_wait_seconds histogram\nrelay_wait_seconds_count 0\n"
+    );
+    // The daemon's own families come out typed.
+    let metrics = Metrics::new();
+    metrics.record_refusal("token_limit");
+    let text = classic_text(&metrics.encode());
+    assert!(
+        text.lines()
+            .any(|l| l == "# TYPE relay_refused_registrations_total counter"),
+        "{text}"
+    );
+}
