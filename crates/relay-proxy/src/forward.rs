@@ -62,7 +62,7 @@ impl Refused {
                 ErrorKind::RelayUpgradeRequired,
                 "WebSocket is not supported here; use HTTP streaming",
             ),
-            Refused::MethodNotAllowed => method_not_allowed(),
+            Refused::MethodNotAllowed => method_not_allowed("POST"),
             Refused::UnsupportedMediaType => unsupported_media_type(),
             Refused::TooLarge { limit } => payload_too_large(*limit),
             Refused::UpstreamNotAllowed => upstream_not_allowed(),
@@ -90,13 +90,16 @@ pub(crate) fn provider_request(
     Request::from_parts(parts, body)
 }
 
-/// 405 `relay_method_not_allowed`.
-pub(crate) fn method_not_allowed() -> Response<ResponseBody> {
-    error(
+/// 405 `relay_method_not_allowed`, with the `Allow` header HTTP asks for.
+pub(crate) fn method_not_allowed(allow: &'static str) -> Response<ResponseBody> {
+    let mut res = error(
         StatusCode::METHOD_NOT_ALLOWED,
         ErrorKind::RelayMethodNotAllowed,
         "method not allowed on this path",
-    )
+    );
+    res.headers_mut()
+        .insert(http::header::ALLOW, http::HeaderValue::from_static(allow));
+    res
 }
 
 /// A model request that passed the prologue: its head, its body (empty for GET and

@@ -242,7 +242,7 @@ impl Front {
                 self.model(req, &conn, family, responses).await
             }
             PathClass::Hook(agent) => self.hook(req, agent, conn.peer.ip()).await,
-            PathClass::MethodNotAllowed => local(method_not_allowed()),
+            PathClass::MethodNotAllowed { allow } => local(method_not_allowed(allow)),
             PathClass::NotFound => local(not_found()),
         }
     }
@@ -404,7 +404,7 @@ fn route_label(route: PathClass) -> RouteLabel {
         | PathClass::WorkerStatus(_)
         | PathClass::RouteStatus
         | PathClass::Metrics => RouteLabel::Status,
-        PathClass::MethodNotAllowed | PathClass::NotFound => RouteLabel::Other,
+        PathClass::MethodNotAllowed { .. } | PathClass::NotFound => RouteLabel::Other,
     }
 }
 

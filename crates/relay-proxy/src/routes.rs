@@ -93,7 +93,10 @@ pub enum PathClass {
         responses: bool,
     },
     Hook(Agent),
-    MethodNotAllowed,
+    /// The path exists, but not for this method; `allow` is the `Allow` header's value.
+    MethodNotAllowed {
+        allow: &'static str,
+    },
     NotFound,
 }
 
@@ -109,22 +112,25 @@ pub enum ModelFamily {
 
 impl PathClass {
     pub fn classify(method: &Method, path: &str) -> PathClass {
-        let get = method == Method::GET;
-        let post = method == Method::POST;
-        let only = |ok: bool, route: PathClass| {
+        // The status routes answer HEAD as GET, without the body (hyper leaves it out), as
+        // monitors expect of any GET resource.
+        let read = (method == Method::GET || method == Method::HEAD, "GET, HEAD");
+        let get = (method == Method::GET, "GET");
+        let post = (method == Method::POST, "POST");
+        let only = |(ok, allow): (bool, &'static str), route: PathClass| {
             if ok {
                 route
             } else {
-                PathClass::MethodNotAllowed
+                PathClass::MethodNotAllowed { allow }
             }
         };
         match path {
             "/" if method == Method::HEAD => PathClass::HeadRoot,
-            "/healthz" => only(get, PathClass::Healthz),
-            "/metrics" => only(get, PathClass::Metrics),
-            "/_relay/v1/workers" => only(get, PathClass::Workers),
-            "/_relay/v1/workers/status" => only(get, PathClass::WorkersStatus),
-            "/_relay/v1/route" => only(get, PathClass::RouteStatus),
+            "/healthz" => only(read, PathClass::Healthz),
+            "/metrics" => only(read, PathClass::Metrics),
+            "/_relay/v1/workers" => only(read, PathClass::Workers),
+            "/_relay/v1/workers/status" => only(read, PathClass::WorkersStatus),
+            "/_relay/v1/route" => only(read, PathClass::RouteStatus),
             "/_relay/control/v1/mcp" => only(get, PathClass::ControlMcp),
             "/_relay/control/v1/worker" => only(get, PathClass::ControlWorker),
             "/v1/messages" | "/v1/messages/count_tokens" => only(
@@ -163,7 +169,10 @@ impl PathClass {
                 .strip_prefix("/_relay/v1/workers/")
                 .and_then(|rest| rest.strip_suffix("/status"))
             {
-                Some(id) => only(get, PathClass::WorkerStatus(uuid::Uuid::try_parse(id).ok())),
+                Some(id) => only(
+                    read,
+                    PathClass::WorkerStatus(uuid::Uuid::try_parse(id).ok()),
+                ),
                 None => PathClass::NotFound,
             },
         }

@@ -213,11 +213,15 @@ fn classification() {
     assert_eq!(PathClass::classify(&Method::GET, "/"), PathClass::NotFound);
     assert_eq!(
         PathClass::classify(&Method::GET, "/v1/messages"),
-        PathClass::MethodNotAllowed
+        PathClass::MethodNotAllowed { allow: "POST" }
     );
     assert_eq!(
         PathClass::classify(&Method::POST, "/healthz"),
-        PathClass::MethodNotAllowed
+        PathClass::MethodNotAllowed { allow: "GET, HEAD" }
+    );
+    assert_eq!(
+        PathClass::classify(&Method::HEAD, "/healthz"),
+        PathClass::Healthz
     );
     assert_eq!(
         PathClass::classify(&Method::POST, "/hooks/pi"),

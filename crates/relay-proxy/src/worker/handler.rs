@@ -148,13 +148,13 @@ impl WorkerHandler {
             return if req.method() == Method::GET {
                 self.ready()
             } else {
-                method_not_allowed()
+                method_not_allowed("GET")
             };
         }
         match PathClass::classify(req.method(), req.uri().path()) {
             PathClass::Model { family, responses } => self.model(req, family, responses).await,
             PathClass::Hook(agent) => self.hook(req, agent).await,
-            PathClass::MethodNotAllowed => method_not_allowed(),
+            PathClass::MethodNotAllowed { allow } => method_not_allowed(allow),
             // The daemon's own status, control and probe routes do not exist here.
             _ => error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found"),
         }

@@ -556,6 +556,38 @@ async fn websocket_wrong_methods_and_unknown_paths_are_refused_with_json() {
         res.assert_error(426, "relay_upgrade_required");
         let answer = relay.get(path, &[]).await;
         answer.assert_error(405, "relay_method_not_allowed");
+        assert_eq!(answer.header("allow"), Some("POST"));
+    }
+    // A 405 says what the path takes.
+    for (method, path, allow) in [
+        (Method::GET, "/v1/messages", "POST"),
+        (Method::POST, "/v1/models", "GET"),
+        (Method::GET, "/hooks/codex", "POST"),
+        (Method::POST, "/healthz", "GET, HEAD"),
+        (Method::DELETE, "/metrics", "GET, HEAD"),
+    ] {
+        let answer = relay
+            .send(
+                relay
+                    .request(method.clone(), path)
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(answer.header("allow"), Some(allow), "{method} {path}");
+    }
+    // The status routes answer HEAD as GET, without a body.
+    for path in ["/healthz", "/metrics", "/_relay/v1/workers"] {
+        let answer = relay
+            .send(
+                relay
+                    .request(Method::HEAD, path)
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(answer.status, 200, "HEAD {path}");
+        assert!(answer.body.is_empty(), "HEAD {path}");
     }
     for (method, path, status, kind) in [
         (Method::GET, "/v1/messages", 405, "relay_method_not_allowed"),
