@@ -12,7 +12,7 @@ use relay_identity::{
     provisioned_daemon_key_file, resolve_credential, store, system_config_dir,
 };
 use relay_proxy::config::{Config, ConfigError, ConfigSources};
-use relay_proxy::plugins::{PluginFile, Plugins};
+use relay_proxy::plugins::{PluginConfigError, PluginFile, Plugins};
 use serde_json::json;
 
 use crate::report::{Check, Mode, Report};
@@ -571,20 +571,37 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
                 "enabled": enabled,
             });
             let summary = if listed.is_empty() {
-                format!("valid; no enabled component ({} present)", if system.exists() { display(&system) } else { "no system plugins.toml".to_owned() })
+                format!(
+                    "valid; no enabled component ({} present)",
+                    if system.exists() {
+                        display(&system)
+                    } else {
+                        "no system plugins.toml".to_owned()
+                    }
+                )
             } else {
                 format!("valid; enabled components: {}", listed.join(", "))
             };
             Check::ok(ID, summary).with(details)
         }
-        Err(err) => Check::fail(ID, format!("invalid: {}", elide_quoted(&err.to_string())))
+        Err(err) => {
+            // Only a TOML syntax error and an unknown kind quote the file's own text; the
+            // other messages quote only the values a field would take, which must show.
+            let message = match err {
+                PluginConfigError::Syntax { .. } | PluginConfigError::UnknownKind { .. } => {
+                    elide_quoted(&err.to_string())
+                }
+                _ => err.to_string(),
+            };
+            Check::fail(ID, format!("invalid: {message}"))
             .next("correct the component and field named here; until then every worker activation fails with plugin_config_invalid")
             .with(json!({
                 "system_file": display(&system),
                 "user_file": user.as_deref().map(display),
                 "error_file": display(err.path()),
                 "enabled": [],
-            })),
+            }))
+        }
     }
 }
 

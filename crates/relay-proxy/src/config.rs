@@ -271,18 +271,34 @@ impl Serialize for Secs {
 
 impl<'de> Deserialize<'de> for Secs {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Float(f64),
+        /// Whole or fractional seconds; its `expecting` is what a wrong value's error says.
+        struct Seconds;
+
+        impl serde::de::Visitor<'_> for Seconds {
+            type Value = Secs;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a non-negative number of seconds")
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, secs: u64) -> Result<Secs, E> {
+                Ok(Secs::from_secs(secs))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, secs: i64) -> Result<Secs, E> {
+                u64::try_from(secs)
+                    .map(Secs::from_secs)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(secs), &self))
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, secs: f64) -> Result<Secs, E> {
+                Duration::try_from_secs_f64(secs)
+                    .map(Secs)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Float(secs), &self))
+            }
         }
-        match Raw::deserialize(deserializer)? {
-            Raw::Int(secs) => Ok(Secs::from_secs(secs)),
-            Raw::Float(secs) => Duration::try_from_secs_f64(secs)
-                .map(Secs)
-                .map_err(|_| serde::de::Error::custom("expected a non-negative number of seconds")),
-        }
+
+        deserializer.deserialize_any(Seconds)
     }
 }
 

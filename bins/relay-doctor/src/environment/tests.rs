@@ -315,6 +315,29 @@ fn plugins_are_validated_and_the_effective_components_listed() {
         invalid.summary
     );
     assert!(invalid.summary.contains("surprise"), "{}", invalid.summary);
+    // The values a field would take are shown; only the file's own text is elided.
+    f.write(
+        &f.system().join("plugins.toml"),
+        "version = 1\n[[components]]\nkind = \"policy\"\n[[components.config.rules]]\nevent = \"PreToolUse\"\naction = \"block\"\n",
+        0o644,
+    );
+    let wrong = plugins(&inputs);
+    assert!(
+        wrong.summary.contains(r#"must be "deny" or "allow""#),
+        "{}",
+        wrong.summary
+    );
+    f.write(
+        &f.system().join("plugins.toml"),
+        "version = 1\n[[components]]\nkind = \"sk-secret-kind\"\n",
+        0o644,
+    );
+    let unknown = plugins(&inputs);
+    assert!(
+        !unknown.summary.contains("sk-secret-kind"),
+        "{}",
+        unknown.summary
+    );
 
     // The issue's configuration is valid, and every component listed, once its sink
     // directory is safe; a directory anyone may write to without the sticky bit is named.

@@ -118,6 +118,21 @@ fn invalid_values_name_their_key() {
     );
     let err = Config::load_daemon(&sources(None, Some(system))).unwrap_err();
     assert!(err.to_string().contains("http or https"), "{err}");
+    // A duration of the wrong type says what it should be.
+    for value in ["\"ten\"", "-3", "true"] {
+        let system = file(
+            &dir,
+            "config.toml",
+            &format!("[upstream]\nconnect_timeout_secs = {value}\n"),
+        );
+        let err = Config::load_daemon(&sources(None, Some(system))).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("a non-negative number of seconds")
+                && text.contains("upstream.connect_timeout_secs"),
+            "{value}: {text}"
+        );
+    }
 }
 
 #[test]
