@@ -66,22 +66,43 @@ const CODEX_MANAGED_PINS: &str = "enabled = true\n\n[features]\nhooks = true\n";
 /// win: a provider of their own, hooks off, and Relay's MCP server replaced and disabled.
 const USER_OPTING_OUT: &str = "\n[model_providers.elsewhere]\nname = \"Elsewhere\"\nbase_url = \"http://127.0.0.1:9/v1\"\nwire_api = \"responses\"\n\n[features]\nhooks = false\n\n[mcp_servers.relay]\ncommand = \"/bin/false\"\nenabled = false\n";
 
-/// Run by `unshare --mount` before Codex, with the directory of the files Codex should find
-/// in `/etc/codex` as `$1` and Codex's command line after it: lays a copy-on-write layer
-/// over `/etc` whose writes go to a tmpfs (an overlay's upper layer may not itself be an
-/// overlay, which a container's `/tmp` can be), replaces whatever the host has in
-/// `/etc/codex` with the files, and starts Codex.
-const PRIVATE_ETC_CODEX: &str = r#"set -eu
-files="$1"; shift
+/// Run by `unshare --mount` before an agent, with the directory of the files the agent
+/// should find in `/etc/<dir>` as `$1`, `<dir>` as `$2`, and the agent's command line after
+/// them: lays a copy-on-write layer over `/etc` whose writes go to a tmpfs (an overlay's
+/// upper layer may not itself be an overlay, which a container's `/tmp` can be), replaces
+/// whatever the host has in `/etc/<dir>` with the files, and starts the agent. Nothing the
+/// host or another test sees changes.
+const PRIVATE_ETC: &str = r#"set -eu
+files="$1"; dir="/etc/$2"; shift 2
 mkdir -p "$files/.layer"
 mount -t tmpfs tmpfs "$files/.layer"
 mkdir "$files/.layer/upper" "$files/.layer/work"
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$files/.layer/upper,workdir=$files/.layer/work" /etc
-rm -rf /etc/codex
-mkdir /etc/codex
-cp "$files"/managed_config.toml "$files"/hooks.json /etc/codex/
+rm -rf "$dir"
+mkdir "$dir"
+find "$files" -maxdepth 1 -type f -exec cp {} "$dir/" \;
 exec "$@"
 "#;
+
+/// `agent` launched over a private `/etc` (see [`PRIVATE_ETC`]) whose `etc_dir` holds the
+/// files in `files`.
+fn with_private_etc(agent: &str, files: &Path, etc_dir: &str) -> anyhow::Result<AgentCommand> {
+    Ok(AgentCommand::launched_by(
+        agent,
+        Path::new("unshare"),
+        &[
+            "--mount",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            PRIVATE_ETC,
+            "sh",
+            &path(files),
+            etc_dir,
+        ],
+    )?)
+}
 
 /// A stand-in that asks for a shell tool once, relayd behind a tap, a machine-user, and a
 /// bundle generated for the tap's origin.
@@ -401,7 +422,18 @@ impl Deployment {
         permissions: serde_json::Value,
     ) -> anyhow::Result<AgentOutput> {
         let bundle = self.bundle();
-        let claude = AgentCommand::new("claude")?;
+        // Installed as docs/harnesses.md says: the bundle's two managed files in
+        // /etc/claude-code, seen only by this Claude Code, which runs without any flag.
+        let system = tempfile::Builder::new()
+            .prefix("relay-e2e-etc-claude-")
+            .tempdir()?;
+        for file in ["managed-settings.json", "managed-mcp.json"] {
+            std::fs::copy(
+                bundle.join("claude-code/settings-v1").join(file),
+                system.path().join(file),
+            )?;
+        }
+        let claude = with_private_etc("claude", system.path(), "claude-code")?;
         // The user's own Claude Code settings: the allowed tools run in -p mode.
         let config_dir = claude.make_dir("claude-config")?;
         claude.write_file(
@@ -417,17 +449,13 @@ impl Deployment {
                 format!("x-relay-client-token: {}", self.token),
             )
             .arg("-p")
-            .arg(prompt)
-            .arg("--plugin-dir")
-            .arg(path(&bundle.join("claude-code/plugin-v1")))
-            .arg("--settings")
-            .arg(path(
-                &bundle.join("claude-code/settings-v1/managed-settings.json"),
-            ));
+            .arg(prompt);
         for (key, value) in self.relay_env() {
             claude = claude.env(key, value);
         }
-        Ok(claude.run(AGENT_TIMEOUT).await?)
+        let out = claude.run(AGENT_TIMEOUT).await?;
+        drop(system);
+        Ok(out)
     }
 
     /// Codex, its `CODEX_HOME` with the user's own `config.toml`, and the bundle's config
@@ -448,20 +476,7 @@ impl Deployment {
                     .tempdir()?;
                 // Only this Codex (and the processes it starts) sees the files in /etc/codex:
                 // it runs in a mount namespace of its own over a copy-on-write /etc.
-                let codex = AgentCommand::launched_by(
-                    "codex",
-                    Path::new("unshare"),
-                    &[
-                        "--mount",
-                        "--propagation",
-                        "private",
-                        "/bin/sh",
-                        "-c",
-                        PRIVATE_ETC_CODEX,
-                        "sh",
-                        &path(system.path()),
-                    ],
-                )?;
+                let codex = with_private_etc("codex", system.path(), "codex")?;
                 let codex_home = codex.make_dir("codex-home")?;
                 // A user who tries to go around Relay: their own provider (at a port nobody
                 // listens on), hooks switched off, and Relay's MCP server disabled. The

@@ -164,26 +164,34 @@ fn claude(options: &BundleOptions, files: &mut Vec<BundleFile>) {
             "description": "Routes model requests and hook events through the Relay daemon",
         }),
     ));
-    files.push(json_file(
-        "claude-code/plugin-v1/.mcp.json",
-        &json!({
-            "mcpServers": {
-                "relay": {
-                    "type": "stdio",
-                    "command": binary(options, "relay-mcp"),
-                    "args": mcp_args(options),
-                },
+    let mcp_servers = json!({
+        "mcpServers": {
+            "relay": {
+                "type": "stdio",
+                "command": binary(options, "relay-mcp"),
+                "args": mcp_args(options),
             },
-        }),
-    ));
+        },
+    });
+    let hooks = hooks_object(options, "claude", &CLAUDE_EVENTS);
+    files.push(json_file("claude-code/plugin-v1/.mcp.json", &mcp_servers));
     files.push(json_file(
         "claude-code/plugin-v1/hooks/hooks.json",
-        &json!({ "hooks": hooks_object(options, "claude", &CLAUDE_EVENTS) }),
+        &json!({ "hooks": hooks }),
+    ));
+    // The pinned Claude Code does not install a plugin that managed settings register
+    // through a marketplace, so the managed files carry the hooks and the MCP server
+    // themselves; the plugin stays for a launch with `--plugin-dir` where nothing is
+    // installed system-wide.
+    files.push(json_file(
+        "claude-code/settings-v1/managed-mcp.json",
+        &mcp_servers,
     ));
     files.push(json_file(
         "claude-code/settings-v1/managed-settings.json",
         &json!({
             "env": { "ANTHROPIC_BASE_URL": origin(options) },
+            "hooks": hooks,
         }),
     ));
 }

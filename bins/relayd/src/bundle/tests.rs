@@ -36,6 +36,7 @@ fn golden_linux_bundle_and_its_digest() {
             "claude-code/plugin-v1/.claude-plugin/plugin.json",
             "claude-code/plugin-v1/.mcp.json",
             "claude-code/plugin-v1/hooks/hooks.json",
+            "claude-code/settings-v1/managed-mcp.json",
             "claude-code/settings-v1/managed-settings.json",
             "codex/settings-v1/config.toml",
             "codex/settings-v1/hooks.json",
@@ -68,6 +69,155 @@ fn golden_linux_bundle_and_its_digest() {
             {
               "env": {
                 "ANTHROPIC_BASE_URL": "http://127.0.0.1:47632"
+              },
+              "hooks": {
+                "Notification": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ]
+                  }
+                ],
+                "PermissionRequest": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-closed",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ],
+                    "matcher": "*"
+                  }
+                ],
+                "PostCompact": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ]
+                  }
+                ],
+                "PostToolUse": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ],
+                    "matcher": "*"
+                  }
+                ],
+                "PostToolUseFailure": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ],
+                    "matcher": "*"
+                  }
+                ],
+                "PreCompact": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ]
+                  }
+                ],
+                "PreToolUse": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-closed",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ],
+                    "matcher": "*"
+                  }
+                ],
+                "SessionEnd": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ]
+                  }
+                ],
+                "SessionStart": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ]
+                  }
+                ],
+                "Stop": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ]
+                  }
+                ],
+                "SubagentStart": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ]
+                  }
+                ],
+                "SubagentStop": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ]
+                  }
+                ],
+                "UserPromptSubmit": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-closed",
+                        "timeout": 30,
+                        "type": "command"
+                      }
+                    ]
+                  }
+                ]
               }
             }
         "#]],
@@ -258,13 +408,14 @@ fn golden_linux_bundle_and_its_digest() {
             7c3b29f4726d911c0999c3e09921572d471bd00d217e098a0d0bb7af4e6ed189  claude-code/plugin-v1/.claude-plugin/plugin.json
             5c4e4456778f2551165007324c630c948c09a87500febb0c3785e56a9979363c  claude-code/plugin-v1/.mcp.json
             cd142104c4cb18c2be9b844b552b0a014c0dc292103c41b7c51e8f540eee8fe0  claude-code/plugin-v1/hooks/hooks.json
-            f2356eff131cfb5f683f4b7fcced8a218f0bfe1d9892ff852df5808a9f75a010  claude-code/settings-v1/managed-settings.json
+            5c4e4456778f2551165007324c630c948c09a87500febb0c3785e56a9979363c  claude-code/settings-v1/managed-mcp.json
+            83f931c78e0f5ff5467e2d00eef39e7de49ba897d98d92f61a1d62bbb7303397  claude-code/settings-v1/managed-settings.json
             95ded6f30c363c20d87a890edca107ef58eef58294f0aff5391d98e193c32679  codex/settings-v1/config.toml
             5a7485980483a88a1597746ac70f476b47119aac22ccc17ceebfe7c306b94356  codex/settings-v1/hooks.json
             7eb01aa3032b0968fcd9de93b3c2b4ffe9ee3ad76f9ab414c7d146d35614265f  pi/extension-v1/index.ts
         "#]],
     );
-    expect!["eb3dd04a7d0300124be16b57939eaca58cd2533ff888347f7f0c4c882e1d9bfe"]
+    expect!["e13ad78d1e7b0980903be00fd5933f6bff99fc46348b193552f3142883c46778"]
         .assert_eq(&digest(&files));
 }
 
