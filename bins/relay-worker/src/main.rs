@@ -28,7 +28,7 @@ use relay_proxy::plugins::{PluginConfigError, Plugins};
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
 use relay_proxy::worker::{
     Phase, PluginHost, WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState,
-    generation_redactor, serve_options,
+    generation_redactors, serve_options,
 };
 use relay_sinks::{SinkContext, SinkError};
 
@@ -317,7 +317,7 @@ fn host_plugins(
     let mut key = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
         .map_err(|_| PluginFailure::Random)?;
-    let redactor = generation_redactor(config_of, &key);
+    let redactors = generation_redactors(config_of, &key);
     let recording = match config_of.observability() {
         None => None,
         Some(observability) => {
@@ -332,7 +332,7 @@ fn host_plugins(
                 .map(|c| c.file.display().to_string())
                 .unwrap_or_default();
             Some(
-                observe::Recording::start(observability, redactor.clone(), &ctx)
+                observe::Recording::start(observability, redactors.records, &ctx)
                     .map_err(|error| PluginFailure::Sinks { file, error })?,
             )
         }
@@ -340,7 +340,7 @@ fn host_plugins(
     let observer = recording
         .clone()
         .map(|r| r as Arc<dyn relay_proxy::worker::Observer>);
-    let host = PluginHost::new(config_of, redactor, observer, &config.worker);
+    let host = PluginHost::new(config_of, redactors.requests, observer, &config.worker);
     Ok((host, recording))
 }
 

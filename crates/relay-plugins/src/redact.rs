@@ -58,6 +58,16 @@ impl Detector {
         Detector::IpAddress,
     ];
 
+    /// The detectors of credentials, which records never hold (SPEC §8.2): they redact
+    /// records whatever a component's `detectors` lists.
+    pub const CREDENTIALS: [Detector; 5] = [
+        Detector::ApiKey,
+        Detector::BearerToken,
+        Detector::Jwt,
+        Detector::AwsAccessKeyId,
+        Detector::PrivateKey,
+    ];
+
     /// The name in the configuration and in replacements.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -212,6 +222,20 @@ impl Default for RedactionConfig {
             action: RedactAction::Redact,
             redact_requests: false,
         }
+    }
+}
+
+impl RedactionConfig {
+    /// The configuration records are redacted with: this one, plus any credential detector
+    /// its `detectors` leaves out, since records never hold a credential.
+    pub fn for_records(&self) -> RedactionConfig {
+        let mut records = self.clone();
+        for detector in Detector::CREDENTIALS {
+            if !records.detectors.contains(&detector) {
+                records.detectors.push(detector);
+            }
+        }
+        records
     }
 }
 

@@ -18,5 +18,5 @@ mod state;
 
 pub use handler::{READY_PATH, WorkerHandler, WorkerLimits, serve_options};
 pub use identity::{IdentityError, WorkerIdentity};
-pub use plugins::{Observer, PluginHost, TERMINAL_FLUSH, generation_redactor};
+pub use plugins::{Observer, PluginHost, Redactors, TERMINAL_FLUSH, generation_redactors};
 pub use state::{Phase, WorkerSnapshot, WorkerState};

@@ -31,7 +31,7 @@ use relay_proxy::tls;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
 use relay_proxy::worker::{
     Observer, PluginHost, READY_PATH, WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState,
-    generation_redactor, serve_options,
+    generation_redactors, serve_options,
 };
 use relay_testkit::{
     ANTHROPIC_MESSAGES_SSE, Behaviour, CannedResponse, FIXTURE_REQUEST_NAMES, OPENAI_CHAT_SSE,
@@ -1304,7 +1304,7 @@ fn plugin_setup(stand_in: &StandIn, plugins_toml: &str) -> (Setup, Arc<Collected
     )
     .unwrap();
     let collected = Arc::new(Collected::default());
-    let redactor = generation_redactor(&plugins, b"test key");
+    let redactor = generation_redactors(&plugins, b"test key").requests;
     let observer = collected.clone() as Arc<dyn Observer>;
     let mut setup = Setup::new(&stand_in.base_url());
     setup.plugins = Some(PluginHost::new(

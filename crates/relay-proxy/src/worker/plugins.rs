@@ -94,34 +94,58 @@ impl CaptureBudget {
     }
 }
 
-/// The redactor a generation uses for records and (when asked) request bodies: the
-/// `pii_redaction` component's; with none but `capture_content` on, every built-in detector
-/// with `redact`, since content never enters a record unredacted. `key` is this generation's
-/// hashing key.
-pub fn generation_redactor(plugins: &relay_plugins::Plugins, key: &[u8]) -> Option<Arc<Redactor>> {
-    let captures = plugins.observability().is_some_and(|o| o.capture_content);
-    match plugins.redaction() {
-        Some(config) => Some(Arc::new(Redactor::new(config, key))),
-        None if captures => Some(Arc::new(Redactor::new(&Default::default(), key))),
-        None => None,
+/// The redactors of one generation. Both use the generation's hashing key, so a value hashes
+/// alike in records and in request bodies.
+#[derive(Debug, Clone, Default)]
+pub struct Redactors {
+    /// For records: the `pii_redaction` component's detectors and, whatever it lists, the
+    /// credential ones ([`relay_plugins::Detector::CREDENTIALS`]), since records never hold
+    /// a credential; with no component but `capture_content` on, every built-in detector
+    /// with `redact`.
+    pub records: Option<Arc<Redactor>>,
+    /// For request bodies, when the component asks (`redact_requests`): its detectors as
+    /// it lists them.
+    pub requests: Option<Arc<Redactor>>,
+}
+
+/// The redactors a generation uses; `key` is its hashing key.
+pub fn generation_redactors(plugins: &relay_plugins::Plugins, key: &[u8]) -> Redactors {
+    let Some(config) = plugins.redaction() else {
+        let captures = plugins.observability().is_some_and(|o| o.capture_content);
+        return Redactors {
+            records: captures.then(|| Arc::new(Redactor::new(&Default::default(), key))),
+            requests: None,
+        };
+    };
+    let for_records = config.for_records();
+    let requests = config
+        .redact_requests
+        .then(|| Arc::new(Redactor::new(config, key)));
+    let records = match &requests {
+        // One redactor when both lists are the same.
+        Some(shared) if for_records.detectors == config.detectors => shared.clone(),
+        _ => Arc::new(Redactor::new(&for_records, key)),
+    };
+    Redactors {
+        records: Some(records),
+        requests,
     }
 }
 
 impl PluginHost {
-    /// The host of `plugins`. `redactor` is [`generation_redactor`]'s; `observer` is where
-    /// records go when an observability component is enabled.
+    /// The host of `plugins`. `request_redactor` is [`generation_redactors`]'s `requests`;
+    /// `observer` is where records go when an observability component is enabled.
     pub fn new(
         plugins: &relay_plugins::Plugins,
-        redactor: Option<Arc<Redactor>>,
+        request_redactor: Option<Arc<Redactor>>,
         observer: Option<Arc<dyn Observer>>,
         worker: &WorkerConfig,
     ) -> PluginHost {
         let observability = plugins.observability();
-        let redacts_requests = plugins.redaction().is_some_and(|r| r.redact_requests);
         let to_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         PluginHost {
             policy: plugins.policy().cloned().map(Policy::new),
-            request_redactor: redactor.filter(|_| redacts_requests),
+            request_redactor,
             observer: observability.and(observer),
             capture_content: observability.is_some_and(|o| o.capture_content),
             prices: Arc::new(observability.map(|o| o.prices.clone()).unwrap_or_default()),

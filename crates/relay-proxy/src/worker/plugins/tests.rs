@@ -64,3 +64,43 @@ fn an_inactive_host_is_free() {
     );
     assert!(!host.is_active());
 }
+
+/// Records never hold a credential, whatever `detectors` lists; request bodies are
+/// redacted with the list as written.
+#[test]
+fn records_are_redacted_of_credentials_even_when_the_list_leaves_them_out() {
+    let plugins = |detectors: &str| {
+        let text = format!(
+            "version = 1\n[[components]]\nkind = \"pii_redaction\"\n[components.config]\ndetectors = {detectors}\nredact_requests = true\n"
+        );
+        relay_plugins::Plugins::parse(
+            Some((std::path::Path::new("/etc/relay/plugins.toml"), &text)),
+            None,
+        )
+        .unwrap()
+    };
+    let text = "mail alice@example.com the key sk-ant-api03-abcdefghijklmnop";
+    for detectors in ["[]", "[\"email\"]"] {
+        let redactors = generation_redactors(&plugins(detectors), b"key");
+        let records = redactors.records.unwrap().redact_str(text).into_owned();
+        assert!(!records.contains("sk-ant-api03"), "{detectors}: {records}");
+        let requests = redactors.requests.unwrap().redact_str(text).into_owned();
+        assert!(requests.contains("sk-ant-api03"), "{detectors}: {requests}");
+        assert_eq!(
+            records.contains("alice@example.com"),
+            detectors == "[]",
+            "{detectors}: {records}"
+        );
+    }
+    // With every detector listed, one redactor serves both.
+    let redactors = generation_redactors(
+        &plugins(
+            "[\"email\", \"api_key\", \"bearer_token\", \"jwt\", \"aws_access_key_id\", \"private_key\"]",
+        ),
+        b"key",
+    );
+    assert!(Arc::ptr_eq(
+        redactors.records.as_ref().unwrap(),
+        redactors.requests.as_ref().unwrap()
+    ));
+}
