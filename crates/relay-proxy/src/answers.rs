@@ -207,10 +207,17 @@ pub(crate) fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> 
             ErrorKind::RelayUpstreamTimeout,
             "the provider did not answer in time",
         ),
-        UpstreamError::Unreachable(_) | UpstreamError::Failed(_) => error(
+        UpstreamError::Unreachable(_) => error(
             StatusCode::BAD_GATEWAY,
             ErrorKind::RelayUpstreamUnreachable,
             "the provider could not be reached",
+        ),
+        // The request may have reached the provider: it is not sent again, and the words
+        // say it may have arrived.
+        UpstreamError::Failed(_) => error(
+            StatusCode::BAD_GATEWAY,
+            ErrorKind::RelayUpstreamUnreachable,
+            "the connection to the provider failed before it answered; the request may have reached it and was not sent again",
         ),
     }
 }
