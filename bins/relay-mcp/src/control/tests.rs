@@ -9,7 +9,7 @@ use relay_proxy::control::client::ClientIdentity;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-use super::{Control, Launched, Settled, pass_through_reason, wait_child};
+use super::{Control, Launched, Settled, pass_through_reason};
 use crate::launch::Launcher;
 
 /// How long a test waits for something that should happen at once.
@@ -32,6 +32,10 @@ fn control(worker_binary: PathBuf, logs_dir: PathBuf) -> Control {
         launcher: Launcher {
             worker_binary,
             daemon_address: daemon.origin().to_string(),
+            plugin_files: (
+                logs_dir.join("no-system-plugins.toml"),
+                logs_dir.join("no-user-plugins.toml"),
+            ),
             logs_dir,
             env: Vec::new(),
         },
@@ -223,6 +227,7 @@ async fn a_launch_reports_the_exit_of_a_previous_child_that_died_unnoticed() {
     let mut launched = Some(Launched {
         activation_id: old,
         child: child_dead_unnoticed().await,
+        ready: false,
     });
     let (capture, _guard) = capture_log();
 
@@ -253,6 +258,7 @@ async fn a_launch_stops_and_reports_a_previous_child_that_still_runs() {
     let mut launched = Some(Launched {
         activation_id: old,
         child: Command::new("/bin/sleep").arg("60").spawn().unwrap(),
+        ready: false,
     });
     let old_pid = launched.as_ref().and_then(|l| l.child.id()).unwrap();
     let (capture, _guard) = capture_log();
@@ -263,7 +269,7 @@ async fn a_launch_stops_and_reports_a_previous_child_that_still_runs() {
     assert_eq!(reports, [killed(old)]);
     assert_eq!(process_state(old_pid), None, "the old child was not reaped");
     assert_eq!(launched.as_ref().map(|l| l.activation_id), Some(new));
-    let exit = tokio::time::timeout(WAIT, wait_child(&mut launched))
+    let exit = tokio::time::timeout(WAIT, control.wait_child(&mut launched))
         .await
         .unwrap();
     assert_eq!(
@@ -280,4 +286,44 @@ async fn a_launch_stops_and_reports_a_previous_child_that_still_runs() {
     assert_eq!(stopped[0]["exit_signal"], 9, "{}", stopped[0]);
     assert_eq!(stopped[1]["activation_id"], new.as_uuid().to_string());
     assert_eq!(stopped[1]["exit_code"], 0, "{}", stopped[1]);
+}
+
+/// A child that exits before its route is ready is a failed launch, named by its exit
+/// status; one that exits after the route was ready is not.
+#[tokio::test]
+async fn a_child_that_exits_before_it_is_ready_is_a_failed_launch() {
+    let dir = Scratch::new();
+    let control = control(dir.worker(), dir.0.join("logs"));
+    let (capture, _guard) = capture_log();
+    for (code, ready) in [(78, false), (1, false), (1, true)] {
+        let mut launched = Some(Launched {
+            activation_id: fresh_id(),
+            child: Command::new("/bin/sh")
+                .args(["-c", &format!("exit {code}")])
+                .spawn()
+                .unwrap(),
+            ready,
+        });
+        tokio::time::timeout(WAIT, control.wait_child(&mut launched))
+            .await
+            .unwrap();
+    }
+    let reasons: Vec<String> = capture
+        .contents()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["event"] == "worker_launch_failed")
+        .map(|event| {
+            event["failure_reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        ["plugin_config_invalid", "worker_exited_before_ready"],
+        "{}",
+        capture.contents()
+    );
 }
