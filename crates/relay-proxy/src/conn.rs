@@ -118,8 +118,13 @@ impl ConnState {
         self.untracked_since.load(Ordering::Relaxed) != 0
     }
 
-    /// Marks a request as in progress until the returned guard is dropped.
+    /// Marks a request as in progress until the returned guard is dropped. On HTTP/2 the
+    /// first one ends the first-request timer (`ConnIo::new`); HTTP/1's watcher times
+    /// heads itself.
     pub fn begin_request(self: &std::sync::Arc<Self>) -> ActiveRequest {
+        if !self.watched.load(Ordering::Relaxed) {
+            self.head_started.store(0, Ordering::Relaxed);
+        }
         self.active.fetch_add(1, Ordering::Relaxed);
         ActiveRequest { conn: self.clone() }
     }
@@ -166,11 +171,21 @@ impl ConnState {
         let now = self.at(self.now_ms());
         let head_started = self.head_started.load(Ordering::Relaxed);
         if head_started != 0 {
-            let deadline = self.at(head_started - 1) + header_timeout;
-            return if now >= deadline {
-                Err(Expiry::HeaderTimeout)
+            let mut deadline = (
+                self.at(head_started - 1) + header_timeout,
+                Expiry::HeaderTimeout,
+            );
+            if !self.watched.load(Ordering::Relaxed) {
+                // HTTP/2 before its first stream is idle too, whichever ends first.
+                let idle = self.at(self.last_activity.load(Ordering::Relaxed)) + keepalive_idle;
+                if idle < deadline.0 {
+                    deadline = (idle, Expiry::Idle);
+                }
+            }
+            return if now >= deadline.0 {
+                Err(deadline.1)
             } else {
-                Ok(deadline)
+                Ok(deadline.0)
             };
         }
         if self.active.load(Ordering::Relaxed) != 0 {
@@ -405,12 +420,14 @@ impl<T> ConnIo<T> {
     }
 
     pub fn new(inner: T, state: std::sync::Arc<ConnState>, http1: bool) -> ConnIo<T> {
+        // The first request is timed from the start of the connection, so a client that
+        // connects and sends nothing, or trickles its first HTTP/2 header block, is cut at
+        // the header timeout like a slow head (hyper's own header timeout did the same for
+        // HTTP/1), not kept for the idle time. On HTTP/2 the first stream ends the timer
+        // (`begin_request`); on HTTP/1 the end of the first head does.
+        let now = state.now_ms();
+        state.head_started.store(now + 1, Ordering::Relaxed);
         if http1 {
-            // The first head is timed from the start of the connection, so a client that
-            // connects and sends nothing is cut at the header timeout like a slow head
-            // (hyper's own header timeout did the same), not kept for the idle time.
-            let now = state.now_ms();
-            state.head_started.store(now + 1, Ordering::Relaxed);
             state.watched.store(true, Ordering::Relaxed);
         }
         ConnIo {
@@ -474,8 +491,8 @@ impl<T> ConnIo<T> {
                     let searched = buf.len().saturating_sub(2);
                     buf.extend_from_slice(bytes);
                     if buf.starts_with(H2_PREFACE) {
-                        // Prior-knowledge HTTP/2 on plain TCP: no HTTP/1 watcher from here.
-                        self.state.head_started.store(0, Ordering::Relaxed);
+                        // Prior-knowledge HTTP/2 on plain TCP: no HTTP/1 watcher from here;
+                        // the connection's first-request timer runs on until a stream.
                         self.state.watched.store(false, Ordering::Relaxed);
                         self.framing = Framing::Off;
                         return;

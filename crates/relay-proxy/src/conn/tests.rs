@@ -338,11 +338,46 @@ async fn an_untracked_connection_is_cut_by_the_header_timer_once_its_request_end
     );
 }
 
+/// An HTTP/2 connection that has not begun a stream (it trickles its first header block,
+/// or sends only PINGs) is cut at the header timeout, as a slow HTTP/1 head is.
+#[tokio::test(start_paused = true)]
+async fn an_http2_connection_without_a_stream_ends_at_the_header_timeout() {
+    for http1 in [true, false] {
+        let state = Arc::new(ConnState::new());
+        let mut io = ConnIo::new((), state.clone(), http1);
+        if http1 {
+            io.observe(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        }
+        let watch = tokio::spawn({
+            let state = state.clone();
+            async move {
+                state
+                    .expired(Duration::from_secs(10), Duration::from_secs(90))
+                    .await
+            }
+        });
+        let started = Instant::now();
+        while !watch.is_finished() {
+            io.observe(&[0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+            tokio::time::advance(Duration::from_secs(1)).await;
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(watch.await.unwrap(), Expiry::HeaderTimeout);
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(10) && waited <= Duration::from_secs(11),
+            "{waited:?}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn http2_bytes_are_no_activity() {
     let state = Arc::new(ConnState::new());
     let mut io = ConnIo::new((), state.clone(), true);
     io.observe(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    // A first stream, so the connection is past its first-request timer.
+    drop(state.begin_request());
     let idle = Duration::from_secs(90);
     let watch = tokio::spawn({
         let state = state.clone();
