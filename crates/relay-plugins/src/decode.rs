@@ -142,7 +142,9 @@ pub fn decode<'a>(
         current = Decoded {
             body: Cow::Owned(bytes),
             truncated: current.truncated || cut.over || cut.ended_early,
-            ended_early: current.ended_early || cut.ended_early,
+            // An input that an earlier step cut at the bound ends early here because of
+            // that cut, not because the body is short.
+            ended_early: current.ended_early || (cut.ended_early && !current.truncated),
         };
     }
     // Identity (alone or in a chain) still honours the bound.

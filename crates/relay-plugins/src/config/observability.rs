@@ -265,7 +265,11 @@ fn parse_headers(table: &Table<'_>) -> Result<(Headers, Headers), PluginConfigEr
                 "an environment variable name (letters, digits and _, not starting with a digit)",
             ));
         }
-        if KEPT_FROM_WORKERS.contains(&variable.as_str()) {
+        // Without case: Windows looks variables up that way.
+        if KEPT_FROM_WORKERS
+            .iter()
+            .any(|kept| kept.eq_ignore_ascii_case(variable))
+        {
             return Err(table.place.wrong(
                 &field,
                 "a variable other than RELAY_CLIENT_TOKEN and ANTHROPIC_CUSTOM_HEADERS, which never reach a worker",

@@ -259,6 +259,7 @@ fn observability_refusals_name_component_field_and_file() {
         "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheaders = { authorization = \"x\" }\nheader_env = { Authorization = \"TOKEN\" }\n",
         "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheader_env = { authorization = \"RELAY_CLIENT_TOKEN\" }\n",
         "[components.config.otlp]\nendpoint = \"https://c\"\nheader_env = { \"x-headers\" = \"ANTHROPIC_CUSTOM_HEADERS\" }\n",
+        "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheader_env = { x = \"relay_client_token\" }\n",
         "[components.config.otlp]\nendpoint = \"https://c\"\nprotocol = \"grpc\"\n",
         "[components.config.otlp]\nservice_name = \"relay\"\n",
         "[components.config.prices.\"gpt-5.1\"]\ninput = 1.25\n",
@@ -287,6 +288,7 @@ fn observability_refusals_name_component_field_and_file() {
             /etc/relay/plugins.toml: component 1, `config.sinks[1].header_env.Authorization`: cannot be used together with the same header in `headers`
             /etc/relay/plugins.toml: component 1, `config.sinks[1].header_env.authorization`: must be a variable other than RELAY_CLIENT_TOKEN and ANTHROPIC_CUSTOM_HEADERS, which never reach a worker
             /etc/relay/plugins.toml: component 1, `config.otlp.header_env.x-headers`: must be a variable other than RELAY_CLIENT_TOKEN and ANTHROPIC_CUSTOM_HEADERS, which never reach a worker
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].header_env.x`: must be a variable other than RELAY_CLIENT_TOKEN and ANTHROPIC_CUSTOM_HEADERS, which never reach a worker
             /etc/relay/plugins.toml: component 1, `config.otlp.protocol`: unknown key
             /etc/relay/plugins.toml: component 1, `config.otlp.endpoint`: required
             /etc/relay/plugins.toml: component 1, `config.prices."gpt-5.1".output`: required

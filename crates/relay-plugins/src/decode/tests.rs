@@ -228,6 +228,16 @@ fn a_bomb_cut_at_the_bound_did_not_end_early() {
 }
 
 #[test]
+fn stacked_codings_cut_at_the_bound_did_not_end_early() {
+    // The inner step's input was cut at the bound by the outer one: too large, not short.
+    let body = brotli(&bomb(1 << 20, ContentEncoding::Gzip));
+    match decode(Some("gzip, br"), &body, 1024) {
+        Ok(d) => assert!(d.truncated && !d.ended_early),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
 fn an_empty_or_short_gzip_body_ended_early() {
     for body in [&b""[..], b"not gzip"] {
         match decode(Some("gzip"), body, 1024) {
