@@ -353,7 +353,9 @@ fn parse_parts(text: &str) -> Result<Parts, AddressError> {
 
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
-    if authority.contains('@') {
+    // An `@` after a `/`, `?` or `#` is most likely a password holding one of them: the
+    // error must not quote what follows.
+    if authority.contains('@') || tail.contains('@') {
         return Err(AddressError::UserInfo);
     }
     if tail.contains('?') {

@@ -45,6 +45,10 @@ fn origin_refuses_what_is_not_an_origin() {
             },
         ),
         ("http://user:secret@host:1", AddressError::UserInfo),
+        // A password holding `/`, `?` or `#`: refused as user info, the tail never quoted.
+        ("https://u:pa/ss@host:1", AddressError::UserInfo),
+        ("https://u:pa?ss@host:1", AddressError::UserInfo),
+        ("https://u:pa#ss@host:1", AddressError::UserInfo),
         (
             "http://host:1/v1",
             AddressError::Path { path: "/v1".into() },
