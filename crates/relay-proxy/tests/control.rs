@@ -322,6 +322,13 @@ async fn a_malformed_first_frame_closes_the_session_with_a_logged_reason() {
     let origin = daemon.address.origin().to_string();
     let authority = origin.trim_start_matches("http://").to_owned();
     let url = format!("ws://{authority}{MCP_PATH}");
+    // A peer that goes away before saying anything is no malformed session (it goes first,
+    // so the daemon has long seen it leave when the log is read below).
+    let tcp = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let (ws, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
+        .await
+        .unwrap();
+    drop(ws);
     for first in [
         Ws::text("hello"),
         Ws::binary(b"XX\0\x01\0\0".to_vec()),
@@ -344,9 +351,8 @@ async fn a_malformed_first_frame_closes_the_session_with_a_logged_reason() {
         })
         .await
         .unwrap();
-        if let Some(close) = closed {
-            assert_eq!(close.code, CloseCode::Protocol, "{close:?}");
-        }
+        let close = closed.expect("no close frame");
+        assert_eq!(close.code, CloseCode::Protocol, "{close:?}");
     }
     let log = capture.contents();
     let closed = log

@@ -80,6 +80,19 @@ impl std::fmt::Debug for ControlPlane {
     }
 }
 
+/// The peer went away (its socket closed or reset), as against sending something wrong.
+fn is_peer_gone(error: &tokio_tungstenite::tungstenite::Error) -> bool {
+    use tokio_tungstenite::tungstenite::Error as Ws;
+    use tokio_tungstenite::tungstenite::error::ProtocolError;
+    matches!(
+        error,
+        Ws::ConnectionClosed
+            | Ws::AlreadyClosed
+            | Ws::Io(_)
+            | Ws::Protocol(ProtocolError::ResetWithoutClosingHandshake)
+    )
+}
+
 /// Why a session ended, for the broker and the logs.
 fn disconnect_reason(error: &TransportError) -> DisconnectReason {
     match error {
@@ -295,13 +308,16 @@ impl ControlPlane {
                 refuse(&self.shell, &mut transport, role, code, ip, fingerprint).await;
             }
             Err(HandshakeError::Close { code, reason }) => {
-                // Malformed or out of order: closed with its reason, and the reason logged.
-                tracing::warn!(
-                    role = role.as_str(),
-                    peer = %ip,
-                    reason,
-                    "control session closed before it registered"
-                );
+                // A malformed or out-of-order frame is closed with its reason, logged; a
+                // silent one is only closed.
+                if code == CloseCode::Protocol {
+                    tracing::warn!(
+                        role = role.as_str(),
+                        peer = %ip,
+                        reason,
+                        "control session closed before it registered"
+                    );
+                }
                 transport.close(code, reason).await;
             }
             Err(HandshakeError::Gone) => {}
@@ -361,6 +377,14 @@ impl ControlPlane {
                     RefusedCode::ProtocolUnsupported,
                     None,
                 ));
+            }
+            // Gone before it said anything: nothing to close, nothing wrong to log.
+            Err(TransportError::Closed) => return Err(HandshakeError::Gone),
+            Err(TransportError::WebSocket(e)) if is_peer_gone(&e) => {
+                return Err(HandshakeError::Gone);
+            }
+            Err(TransportError::Timeout) => {
+                return Err(HandshakeError::close(CloseCode::Away, "no Hello in time"));
             }
             Err(_) => return Err(HandshakeError::close(CloseCode::Protocol, "expected Hello")),
         };
