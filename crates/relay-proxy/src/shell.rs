@@ -416,7 +416,8 @@ impl Shell {
                 match self.waiting.try_take(pool) {
                     Some(held) => permit = Some(held),
                     None => {
-                        return self.begin_request(digest, kind, true);
+                        return self
+                            .decide(|b| b.begin_request_at_once(Instant::now(), digest, kind));
                     }
                 }
             }
@@ -427,11 +428,16 @@ impl Shell {
         }
     }
 
-    /// The broker's decision for one request. A worker's pool is opened under the broker's
-    /// lock, which its retirement also holds: see [`WorkerClient::admit`].
+    /// The broker's decision for one request.
     fn begin_request(&self, digest: Digest, kind: RequestKind, waited: bool) -> Decision {
+        self.decide(|b| b.begin_request(Instant::now(), digest, kind, waited))
+    }
+
+    /// Runs one of the broker's request decisions. A worker's pool is opened under the
+    /// broker's lock, which its retirement also holds: see [`WorkerClient::admit`].
+    fn decide(&self, decide: impl FnOnce(&mut Broker) -> Decision) -> Decision {
         self.with_broker(|b| {
-            let decision = b.begin_request(Instant::now(), digest, kind, waited);
+            let decision = decide(b);
             if let Decision::Worker { worker_id, .. } = &decision {
                 self.workers.admit(*worker_id);
             }

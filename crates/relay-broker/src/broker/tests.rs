@@ -2389,6 +2389,34 @@ fn an_opening_hook_waits_for_its_session_instead_of_bypassing_the_worker() {
     "#]]);
 }
 
+/// An opening hook decided at once because there was no room to wait did not wait in vain:
+/// the next one still waits for its MCP.
+#[test]
+fn an_opening_hook_that_could_not_wait_does_not_count_as_waiting_in_vain() {
+    let mut s = Scenario::new();
+    let now = s.now;
+    for token in ["c1", "a1"] {
+        if token == "a1" {
+            // Bound, with no live session.
+            s.mcp(1, 'A', "a1").release(1);
+        }
+        let at_once = s
+            .broker
+            .begin_request_at_once(now, digest(token), RequestKind::OpeningHook);
+        assert!(
+            matches!(at_once, Decision::Unbound | Decision::PassThrough { .. }),
+            "{token}: {at_once:?}"
+        );
+        if let Decision::PassThrough { ticket, .. } = at_once {
+            s.broker.end_request(ticket);
+        }
+        let next = s
+            .broker
+            .begin_request(now, digest(token), RequestKind::OpeningHook, false);
+        assert_eq!(next, Decision::Wait, "{token}");
+    }
+}
+
 // ----- the fault rules of issue 5, as scripts (the e2e tests run them with processes) -----
 
 /// A worker's own control session resuming as the same generation.
