@@ -138,6 +138,10 @@ enum GenStatus {
     },
 }
 
+/// The secret of a generation restored from the state file until it resumes: secrets are
+/// not persisted, and a drawn one is never all zeros but with a chance of 2^-256.
+pub(crate) const UNKNOWN_SECRET: Bytes32 = Bytes32([0; 32]);
+
 impl GenStatus {
     fn is_revoked(self) -> bool {
         matches!(self, GenStatus::Revoked { .. })
@@ -301,7 +305,7 @@ impl Broker {
                     activation_id: None,
                     endpoint: g.endpoint,
                     certificate: g.certificate_sha256,
-                    secret: Bytes32([0; 32]),
+                    secret: UNKNOWN_SECRET,
                     conn: None,
                     status: GenStatus::Live { resumed: false },
                     probe: None,

@@ -2994,6 +2994,27 @@ fn after_a_restart_the_mcp_may_come_back_before_its_worker() {
           event worker_staged A #3
           c10 <- LaunchWorker(grant #3 bind [127, 0, 0, 1]:0)
     "#]]);
+    // A live worker fails that probe (it has no valid secret yet): nothing is probed again
+    // until it resumes, which probes anyway.
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2);
+    let snapshot = s.broker.snapshot();
+    let worker = s.workers[&2];
+    let mut s = Scenario::new();
+    s.broker.restore(s.now, snapshot);
+    s.workers.insert(2, worker);
+    s.mcp(10, 'A', "a1")
+        .probe(2, ProbeOutcome::Failed)
+        .advance(1_000);
+    s.check(expect![[r#"
+        > mcp c10 registers A with a1
+          probe #5 with $0
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          c10 <- Registered(session #1, WaitForWorker(1000ms))
+        > probe of #5 says Failed
+        > clock +1000ms (t=1000ms)
+    "#]]);
 }
 
 #[test]

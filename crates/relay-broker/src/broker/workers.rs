@@ -9,7 +9,10 @@ use relay_proto::{
 };
 use subtle::ConstantTimeEq;
 
-use super::{Broker, GenStatus, Generation, GrantState, PROBE_STRIKES, Party, RouteState, Timer};
+use super::{
+    Broker, GenStatus, Generation, GrantState, PROBE_STRIKES, Party, RouteState, Timer,
+    UNKNOWN_SECRET,
+};
 use crate::io::{Event, Output, ProbeOutcome};
 use crate::types::{ConnId, Fingerprint};
 
@@ -322,6 +325,7 @@ impl Broker {
         generation.probe = None;
         let fp = generation.fingerprint;
         let connected = generation.conn.is_some();
+        let secret_unknown = generation.secret == UNKNOWN_SECRET;
         match (self.state(fp).cloned(), outcome) {
             (
                 Some(RouteState::Activating {
@@ -425,6 +429,10 @@ impl Broker {
                         }
                         // Not connected or no reference yet: a resume or a registration probes again.
                     }
+                    // A restored generation that has not resumed fails every probe (it is
+                    // asked with no valid secret): only `Gone` says anything, and its
+                    // resume probes again.
+                    ProbeOutcome::Failed if !connected && secret_unknown => {}
                     ProbeOutcome::Failed => {
                         self.timers.set(
                             Timer::Probe(worker),
