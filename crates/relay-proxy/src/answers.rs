@@ -212,12 +212,12 @@ pub(crate) fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> 
             ErrorKind::RelayUpstreamUnreachable,
             "the provider could not be reached",
         ),
-        // The request may have reached the provider: it is not sent again, and the words
-        // say it may have arrived.
+        // Before or after the request reached the provider (which is why it is never sent
+        // again): the words claim neither.
         UpstreamError::Failed(_) => error(
             StatusCode::BAD_GATEWAY,
             ErrorKind::RelayUpstreamUnreachable,
-            "the connection to the provider failed before it answered; the request may have reached it and was not sent again",
+            "the connection to the provider failed before it answered",
         ),
     }
 }
