@@ -363,6 +363,17 @@ impl PluginRun {
             keys.iter().all(|k| k.as_deref() == Some(COLLECTOR_KEY)),
             "{keys:?}"
         );
+        // A secret the worker holds reaches no log.
+        let d = &self.deployment;
+        for (whose, text) in [
+            ("relayd", d.relayd.logs().text()),
+            ("the workers", d.user.worker_log_text()),
+        ] {
+            assert!(
+                !text.contains(COLLECTOR_KEY),
+                "the collector key is in the log of {whose}"
+            );
+        }
         let spans = self.collector.spans();
         let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
         for start in scope_starts {

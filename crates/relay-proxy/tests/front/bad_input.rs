@@ -576,18 +576,42 @@ async fn websocket_wrong_methods_and_unknown_paths_are_refused_with_json() {
             .await;
         assert_eq!(answer.header("allow"), Some(allow), "{method} {path}");
     }
-    // The status routes answer HEAD as GET, without a body.
+    // The status routes answer HEAD as GET, without a body: on the same connection the
+    // next answer starts right where the HEAD answer's head ends.
     for path in ["/healthz", "/metrics", "/_relay/v1/workers"] {
-        let answer = relay
-            .send(
-                relay
-                    .request(Method::HEAD, path)
-                    .body(Full::new(Bytes::new()))
-                    .unwrap(),
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = relay.connect().await;
+        let host = relay.host();
+        stream
+            .write_all(
+                format!(
+                    "HEAD {path} HTTP/1.1\r\nHost: {host}\r\n\r\nGET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n"
+                )
+                .as_bytes(),
             )
-            .await;
-        assert_eq!(answer.status, 200, "HEAD {path}");
-        assert!(answer.body.is_empty(), "HEAD {path}");
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        let head_end = loop {
+            if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n")
+                && seen.len() >= end + 4 + 12
+            {
+                break end + 4;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout(WAIT, stream.read(&mut chunk))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "HEAD {path}: closed after {seen:?}");
+            seen.extend_from_slice(&chunk[..n]);
+        };
+        assert!(seen.starts_with(b"HTTP/1.1 200"), "HEAD {path}: {seen:?}");
+        assert!(
+            seen[head_end..].starts_with(b"HTTP/1.1 200"),
+            "HEAD {path}: a body followed the head: {:?}",
+            String::from_utf8_lossy(&seen)
+        );
     }
     for (method, path, status, kind) in [
         (Method::GET, "/v1/messages", 405, "relay_method_not_allowed"),
