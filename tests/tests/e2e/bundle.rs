@@ -12,14 +12,33 @@
 
 use relay_testkit::TOOL_DONE_TEXT;
 
-use super::deployment::{CodexInstall, Deployment};
+use super::deployment::{ClaudeInstall, CodexInstall, Deployment};
 use super::support::HOOK_EVENTS;
 
+/// As an administrator installs it: the bundle's two managed files in `/etc/claude-code`,
+/// and Claude Code started with no flag.
 #[tokio::test]
 async fn claude_code_runs_from_the_bundle() -> anyhow::Result<()> {
     let deployment = Deployment::start().await?;
     let out = deployment
         .run_claude("run echo", serde_json::json!({"allow": ["Bash(echo:*)"]}))
+        .await?;
+    deployment
+        .check(&out, "anthropic", "/hooks/claude-code", &HOOK_EVENTS)
+        .await
+}
+
+/// As one user without root launches it: the same two files as `--settings` and
+/// `--mcp-config`.
+#[tokio::test]
+async fn claude_code_runs_from_a_users_own_launch() -> anyhow::Result<()> {
+    let deployment = Deployment::start().await?;
+    let out = deployment
+        .run_claude_as(
+            ClaudeInstall::User,
+            "run echo",
+            serde_json::json!({"allow": ["Bash(echo:*)"]}),
+        )
         .await?;
     deployment
         .check(&out, "anthropic", "/hooks/claude-code", &HOOK_EVENTS)

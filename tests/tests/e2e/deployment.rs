@@ -32,6 +32,15 @@ tables() { awk '/^[[:space:]]*\[/ { t = 1 } t { print }' "$1"; }
 mv "$user.relay-new" "$user"
 "#;
 
+/// How Claude Code gets the bundle's managed files (docs/harnesses.md).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ClaudeInstall {
+    /// In `/etc/claude-code`, for every user, with no flag.
+    System,
+    /// As one user's `--settings` and `--mcp-config`.
+    User,
+}
+
 /// A Codex ready to launch, with the files of its install.
 struct InstalledCodex {
     codex: AgentCommand,
@@ -413,27 +422,49 @@ impl Deployment {
         Ok(())
     }
 
-    /// Claude Code launched from the bundle with `prompt` in -p mode; `permissions` is the
-    /// `permissions` object of the user's own settings (`{"allow": ["Bash(echo:*)"]}` lets
-    /// the stand-in's tool run without a prompt).
+    /// Claude Code installed from the bundle for every user (see [`Deployment::run_claude_as`]).
     pub(crate) async fn run_claude(
         &self,
         prompt: &str,
         permissions: serde_json::Value,
     ) -> anyhow::Result<AgentOutput> {
-        let bundle = self.bundle();
-        // Installed as docs/harnesses.md says: the bundle's two managed files in
-        // /etc/claude-code, seen only by this Claude Code, which runs without any flag.
-        let system = tempfile::Builder::new()
-            .prefix("relay-e2e-etc-claude-")
-            .tempdir()?;
-        for file in ["managed-settings.json", "managed-mcp.json"] {
-            std::fs::copy(
-                bundle.join("claude-code/settings-v1").join(file),
-                system.path().join(file),
-            )?;
-        }
-        let claude = with_private_etc("claude", system.path(), "claude-code")?;
+        self.run_claude_as(ClaudeInstall::System, prompt, permissions)
+            .await
+    }
+
+    /// Claude Code launched from the bundle with `prompt` in -p mode, installed as
+    /// docs/harnesses.md says; `permissions` is the `permissions` object of the user's own
+    /// settings (`{"allow": ["Bash(echo:*)"]}` lets the stand-in's tool run without a
+    /// prompt).
+    pub(crate) async fn run_claude_as(
+        &self,
+        install: ClaudeInstall,
+        prompt: &str,
+        permissions: serde_json::Value,
+    ) -> anyhow::Result<AgentOutput> {
+        let settings = self.bundle().join("claude-code/settings-v1");
+        // The bundle's two managed files in /etc/claude-code, seen only by this Claude Code,
+        // which runs without any flag; or the same files as one user's launch flags.
+        let (claude, system) = match install {
+            ClaudeInstall::System => {
+                let system = tempfile::Builder::new()
+                    .prefix("relay-e2e-etc-claude-")
+                    .tempdir()?;
+                for file in ["managed-settings.json", "managed-mcp.json"] {
+                    std::fs::copy(settings.join(file), system.path().join(file))?;
+                }
+                let claude = with_private_etc("claude", system.path(), "claude-code")?;
+                (claude, Some(system))
+            }
+            ClaudeInstall::User => {
+                let claude = AgentCommand::new("claude")?
+                    .arg("--settings")
+                    .arg(path(&settings.join("managed-settings.json")))
+                    .arg("--mcp-config")
+                    .arg(path(&settings.join("managed-mcp.json")));
+                (claude, None)
+            }
+        };
         // The user's own Claude Code settings: the allowed tools run in -p mode.
         let config_dir = claude.make_dir("claude-config")?;
         claude.write_file(
