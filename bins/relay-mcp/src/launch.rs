@@ -81,6 +81,8 @@ impl Launcher {
             .config()
             .header_env_variables()
             .into_iter()
+            // This process's own environment, which the `ProcessEnv` given to `new` reads too;
+            // the names are only known once the file is read, at launch.
             .filter_map(|name| std::env::var_os(name).map(|value| (name.to_owned(), value)))
             .collect()
     }
