@@ -35,7 +35,7 @@ const LIFECYCLE_SOURCE: &str = "crates/relay-logging/src/lifecycle.rs";
 const PROVIDER_FAILURE_SOURCE: &str = "crates/relay-logging/src/rate_limit.rs";
 
 /// Every environment variable a Relay binary reads: name, who reads it, what it does.
-pub(crate) const ENVIRONMENT: [(&str, &str, &str); 22] = [
+pub(crate) const ENVIRONMENT: [(&str, &str, &str); 23] = [
     (
         "RELAY_CLIENT_TOKEN",
         "relay-mcp, relay-hook, relay-doctor",
@@ -105,6 +105,11 @@ pub(crate) const ENVIRONMENT: [(&str, &str, &str); 22] = [
         "CODEX_HOME",
         "relay-doctor",
         "Codex's own configuration directory (default `$HOME/.codex`), where `relay-doctor` looks for Relay's hooks installed for this user only.",
+    ),
+    (
+        "CLAUDE_CONFIG_DIR",
+        "relay-doctor",
+        "Claude Code's own configuration directory (default `$HOME/.claude`), where `relay-doctor` looks for Relay's plugin installed for this user.",
     ),
     (
         "USERPROFILE",

@@ -31,8 +31,13 @@ const CODEX_SYSTEM_HOOK_FILES: [&str; 4] = [
     "requirements.toml",
 ];
 const CODEX_USER_HOOK_FILES: [&str; 2] = ["hooks.json", "config.toml"];
-/// Larger files are not read for hooks.
-const MAX_CODEX_FILE_BYTES: u64 = 1024 * 1024;
+/// Larger files are not read for Relay's entries.
+const MAX_AGENT_FILE_BYTES: u64 = 1024 * 1024;
+/// Where Claude Code reads its managed settings and managed MCP servers.
+#[cfg(target_os = "macos")]
+const CLAUDE_SYSTEM_DIR: &str = "/Library/Application Support/ClaudeCode";
+#[cfg(not(target_os = "macos"))]
+const CLAUDE_SYSTEM_DIR: &str = "/etc/claude-code";
 
 /// What the checks read: the environment, the state paths it resolves to, and who runs.
 pub(crate) struct Inputs<'a, E: Env> {
@@ -42,6 +47,8 @@ pub(crate) struct Inputs<'a, E: Env> {
     pub(crate) euid: u32,
     /// Codex's system configuration directory, whose hooks Codex runs without a review.
     pub(crate) codex_system_dir: PathBuf,
+    /// Claude Code's managed-settings directory.
+    pub(crate) claude_system_dir: PathBuf,
 }
 
 impl<'a, E: Env> Inputs<'a, E> {
@@ -51,6 +58,7 @@ impl<'a, E: Env> Inputs<'a, E> {
             paths: StatePaths::resolve(env).ok(),
             euid,
             codex_system_dir: PathBuf::from(CODEX_SYSTEM_DIR),
+            claude_system_dir: PathBuf::from(CLAUDE_SYSTEM_DIR),
         }
     }
 
@@ -72,6 +80,7 @@ pub(crate) fn report<E: Env>(inputs: &Inputs<'_, E>) -> Report {
     checks.extend(ca_variables(inputs.env));
     checks.push(no_proxy(inputs.env));
     checks.push(codex_hooks(inputs));
+    checks.push(claude_code(inputs));
     Report {
         mode: Mode::Environment,
         checks,
@@ -749,7 +758,7 @@ pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         names
             .iter()
             .map(|name| dir.join(name))
-            .filter(|file| names_relay_hook(file))
+            .filter(|file| file_names(file, "relay-hook"))
             .map(|file| display(&file))
             .collect()
     };
@@ -782,19 +791,86 @@ pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     }
 }
 
-/// Whether `file` is a readable regular file of reasonable size that names `relay-hook`.
-/// Symbolic links are followed, as Codex follows them.
-fn names_relay_hook(file: &Path) -> bool {
-    const NEEDLE: &[u8] = b"relay-hook";
+/// How Claude Code is set up for Relay here: system-wide through its managed files (the
+/// hooks in `managed-settings.json`, the server in `managed-mcp.json`), and whether this
+/// user also installed Relay's plugin, whose hooks would then run a second time.
+pub(crate) fn claude_code<E: Env>(inputs: &Inputs<'_, E>) -> Check {
+    const ID: &str = "claude_code";
+    let settings = inputs.claude_system_dir.join("managed-settings.json");
+    let servers = inputs.claude_system_dir.join("managed-mcp.json");
+    let plugins = inputs
+        .env
+        .non_empty(names::CLAUDE_CONFIG_DIR)
+        .map(PathBuf::from)
+        .or_else(|| {
+            inputs
+                .env
+                .non_empty(names::HOME)
+                .map(|home| Path::new(&home).join(".claude"))
+        })
+        .map(|dir| dir.join("plugins").join("installed_plugins.json"));
+    let hooks = file_names(&settings, "relay-hook");
+    let server = file_names(&servers, "relay-mcp");
+    let plugin = plugins
+        .as_deref()
+        .is_some_and(|file| file_names(file, "relay@relay"));
+    let details = json!({
+        "managed_settings": display(&settings),
+        "hooks": hooks,
+        "managed_mcp": display(&servers),
+        "mcp_server": server,
+        "user_plugin": plugin,
+    });
+    match (hooks, server, plugin) {
+        (true, true, false) => Check::ok(
+            ID,
+            format!("Relay's hooks and MCP server are installed for every user ({})", display(&inputs.claude_system_dir)),
+        )
+        .with(details),
+        (true, true, true) => Check::warn(
+            ID,
+            "Relay's hooks are installed for every user and this user also installed Relay's plugin: every hook runs twice",
+        )
+        .next("uninstall the plugin (claude plugin uninstall relay@relay)")
+        .with(details),
+        (true, false, _) => Check::warn(
+            ID,
+            format!("{} has Relay's hooks but {} has no relay server: no worker starts, so model requests pass through", display(&settings), display(&servers)),
+        )
+        .next("install the bundle's managed-mcp.json beside managed-settings.json, as docs/harnesses.md says")
+        .with(details),
+        (false, true, _) => Check::warn(
+            ID,
+            format!("{} has Relay's server but {} has no Relay hooks: no hook event reaches Relay", display(&servers), display(&settings)),
+        )
+        .next("install the bundle's managed-settings.json, as docs/harnesses.md says")
+        .with(details),
+        (false, false, true) => Check::ok(
+            ID,
+            "Relay's plugin is installed for this user; sessions get Relay's hooks and server, and the daemon's address only where the launch sets ANTHROPIC_BASE_URL",
+        )
+        .with(details),
+        (false, false, false) => Check::skip(
+            ID,
+            "Claude Code is not set up for Relay in its managed files or as this user's plugin (a launch with --settings and --mcp-config leaves nothing to check)",
+        )
+        .with(details),
+    }
+}
+
+/// Whether `file` is a readable regular file of reasonable size that names `needle`.
+/// Symbolic links are followed, as the agents follow them.
+fn file_names(file: &Path, needle: &str) -> bool {
+    let needle = needle.as_bytes();
     let Ok(mut opened) = fs::File::open(file) else {
         return false;
     };
     if !opened.metadata().is_ok_and(|meta| meta.is_file()) {
         return false;
     }
-    store::read_bounded(&mut opened, MAX_CODEX_FILE_BYTES).is_ok_and(|bytes| {
-        bytes.len() as u64 <= MAX_CODEX_FILE_BYTES
-            && bytes.windows(NEEDLE.len()).any(|window| window == NEEDLE)
+    store::read_bounded(&mut opened, MAX_AGENT_FILE_BYTES).is_ok_and(|bytes| {
+        bytes.len() as u64 <= MAX_AGENT_FILE_BYTES
+            && bytes.windows(needle.len()).any(|window| window == needle)
     })
 }
 

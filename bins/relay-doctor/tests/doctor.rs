@@ -535,7 +535,8 @@ fn report_of_a_machine_in_order_passes_with_exit_0() {
             "plugins",
             "ca_files",
             "no_proxy",
-            "codex_hooks"
+            "codex_hooks",
+            "claude_code"
         ]
     );
     assert_eq!(check(&json, "token")["details"]["source"], "file");

@@ -103,6 +103,9 @@ pub mod names {
     /// Codex's own configuration directory (default `$HOME/.codex`), which relay-doctor
     /// looks in for Relay's hooks.
     pub const CODEX_HOME: &str = "CODEX_HOME";
+    /// Claude Code's own configuration directory (default `$HOME/.claude`), where
+    /// relay-doctor looks for Relay's plugin.
+    pub const CLAUDE_CONFIG_DIR: &str = "CLAUDE_CONFIG_DIR";
     /// Extra CA certificates that clients trust for a remote daemon (§9).
     pub const RELAY_EXTRA_CA_FILE: &str = "RELAY_EXTRA_CA_FILE";
     /// CA bundle used by Codex, checked by `relay-doctor` (§9).

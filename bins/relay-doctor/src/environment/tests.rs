@@ -472,3 +472,45 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
     );
     assert_eq!(codex_hooks(&inputs).status, Status::Ok);
 }
+
+/// Claude Code is Relay's for every user when its managed files carry both the hooks and
+/// the server; half an install, or the plugin beside it, is a warning.
+#[test]
+fn claude_code_is_judged_by_its_managed_files_and_the_users_plugin() {
+    let fixture = Fixture::new();
+    let config_dir = fixture.dir.path().join("claude-config");
+    let system = fixture.dir.path().join("etc-claude-code");
+    let env = fixture.env().with(names::CLAUDE_CONFIG_DIR, &config_dir);
+    let mut inputs = Inputs::new(&env, euid());
+    inputs.claude_system_dir = system.clone();
+    let settings = r#"{"env":{"ANTHROPIC_BASE_URL":"http://127.0.0.1:47632"},"hooks":{"PreToolUse":[{"matcher":"*","hooks":[{"type":"command","command":"/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-closed"}]}]}}"#;
+    let servers = r#"{"mcpServers":{"relay":{"type":"stdio","command":"/opt/relay/bin/relay-mcp","args":["--daemon-address","http://127.0.0.1:47632"]}}}"#;
+
+    let none = claude_code(&inputs);
+    assert_eq!(none.status, Status::Skip, "{none:?}");
+
+    fixture.write(&system.join("managed-settings.json"), settings, 0o644);
+    let hooks_only = claude_code(&inputs);
+    assert_eq!(hooks_only.status, Status::Warn, "{hooks_only:?}");
+    assert!(hooks_only.summary.contains("no worker"), "{hooks_only:?}");
+
+    fixture.write(&system.join("managed-mcp.json"), servers, 0o644);
+    let both = claude_code(&inputs);
+    assert_eq!(both.status, Status::Ok, "{both:?}");
+    assert_eq!(both.details["hooks"], true);
+    assert_eq!(both.details["mcp_server"], true);
+
+    fixture.write(
+        &config_dir.join("plugins").join("installed_plugins.json"),
+        r#"{"version":2,"plugins":{"relay@relay":[{"scope":"user"}]}}"#,
+        0o600,
+    );
+    let twice = claude_code(&inputs);
+    assert_eq!(twice.status, Status::Warn, "{twice:?}");
+    assert!(twice.summary.contains("twice"), "{twice:?}");
+
+    fs::remove_file(system.join("managed-settings.json")).unwrap();
+    let server_only = claude_code(&inputs);
+    assert_eq!(server_only.status, Status::Warn, "{server_only:?}");
+    assert!(server_only.next_step.is_some());
+}
