@@ -25,7 +25,11 @@ async fn claude_code_runs_from_the_bundle() -> anyhow::Result<()> {
         .await?;
     deployment
         .check(&out, "anthropic", "/hooks/claude-code", &HOOK_EVENTS)
-        .await
+        .await?;
+    // relay-doctor sees that install as complete.
+    let check = deployment.doctor_claude_code().await?;
+    assert_eq!(check["status"], "ok", "{check}");
+    Ok(())
 }
 
 /// As one user without root launches it: the same two files as `--settings` and

@@ -290,6 +290,40 @@ impl Deployment {
         Ok(())
     }
 
+    /// relay-doctor's `claude_code` check over a private `/etc/claude-code` that holds the
+    /// bundle's two managed files, as the system install puts them.
+    pub(crate) async fn doctor_claude_code(&self) -> anyhow::Result<serde_json::Value> {
+        let files = tempfile::Builder::new()
+            .prefix("relay-e2e-etc-claude-")
+            .tempdir()?;
+        let settings = self.bundle().join("claude-code/settings-v1");
+        for file in ["managed-settings.json", "managed-mcp.json"] {
+            std::fs::copy(settings.join(file), files.path().join(file))?;
+        }
+        let doctor = tokio::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
+            .args([PRIVATE_ETC, "sh"])
+            .arg(files.path())
+            .arg("claude-code")
+            .arg(relay_e2e::binary("relay-doctor")?)
+            .arg("--json")
+            .env_clear()
+            .env("HOME", self.user.home())
+            .env("XDG_CONFIG_HOME", self.user.xdg_config_home())
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(CLI_TIMEOUT, doctor).await??;
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| anyhow::anyhow!("relay-doctor's stdout is not JSON ({e}): {out:?}"))?;
+        report["checks"]
+            .as_array()
+            .and_then(|checks| checks.iter().find(|c| c["id"] == "claude_code"))
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no claude_code check: {report}"))
+    }
+
     /// What the harness environment gets: the token, and where this machine-user's Relay
     /// state and config live (a real user has them in the default places).
     pub(crate) fn relay_env(&self) -> Vec<(&'static str, String)> {
