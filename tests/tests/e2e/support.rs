@@ -539,3 +539,18 @@ pub(crate) async fn wait_for_workers_status(
         }
     }
 }
+
+/// The end of a streamed Messages answer (`read_rest`'s result) that must have been cut:
+/// ending cleanly would make a truncated answer look whole, so it fails, as does a body
+/// that holds the whole stream.
+#[track_caller]
+pub(crate) fn assert_cut(read: Result<bytes::Bytes, relay_e2e::http::BodyError>) {
+    match read {
+        Ok(body) => panic!(
+            "the stream ended cleanly after {} of {} bytes; a cut stream must end with an error",
+            body.len(),
+            relay_testkit::ANTHROPIC_MESSAGES_SSE.len()
+        ),
+        Err(cut) => assert!(cut.received.len() < relay_testkit::ANTHROPIC_MESSAGES_SSE.len()),
+    }
+}
