@@ -1398,32 +1398,23 @@ async fn a_denied_tool_call_is_403_with_the_reason_and_dry_run_blocks_nothing() 
         &format!("{OBSERVE}{}", DENY_RM.replace("MODE", "enforce")),
     )
     .await;
-    let denied = worker
-        .post(
-            "/hooks/claude-code",
-            payload("rm -rf /tmp/canary").as_bytes(),
-        )
-        .await;
-    assert_eq!(rejection_reason(&denied), "destructive command");
-    let allowed = worker
-        .post("/hooks/claude-code", payload("ls").as_bytes())
-        .await;
-    assert_eq!(allowed.status, 200);
-    assert_eq!(allowed.body, r#"{"continue":true}"#);
-    // A lone surrogate escape (an emoji cut in two, as JavaScript writes it) is still JSON:
-    // the payload is read and judged, not refused.
-    let lone = |command: &str| payload(command).replace("SURROGATE", r"\ud83d");
-    let denied = worker
-        .post(
-            "/hooks/claude-code",
-            lone("rm -rf /tmp/canary SURROGATE").as_bytes(),
-        )
-        .await;
-    assert_eq!(rejection_reason(&denied), "destructive command");
-    let allowed = worker
-        .post("/hooks/claude-code", lone("ls SURROGATE").as_bytes())
-        .await;
-    assert_eq!(allowed.status, 200);
+    // The second time with a lone surrogate escape at the end of the command (an emoji cut
+    // in two, as JavaScript writes it): still JSON, read and judged, not refused.
+    for tail in ["", r" \ud83d"] {
+        let command = |text: &str| payload(&format!("{text}TAIL")).replace("TAIL", tail);
+        let denied = worker
+            .post(
+                "/hooks/claude-code",
+                command("rm -rf /tmp/canary").as_bytes(),
+            )
+            .await;
+        assert_eq!(rejection_reason(&denied), "destructive command", "{tail}");
+        let allowed = worker
+            .post("/hooks/claude-code", command("ls").as_bytes())
+            .await;
+        assert_eq!(allowed.status, 200, "{tail}");
+        assert_eq!(allowed.body, r#"{"continue":true}"#, "{tail}");
+    }
     // pi names the same tool `bash` and the event `tool_call`.
     let pi = serde_json::json!({
         "hook_event_name": "tool_call",

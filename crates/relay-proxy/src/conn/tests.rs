@@ -348,14 +348,7 @@ async fn an_http2_connection_without_a_stream_ends_at_the_header_timeout() {
         if http1 {
             io.observe(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
         }
-        let watch = tokio::spawn({
-            let state = state.clone();
-            async move {
-                state
-                    .expired(Duration::from_secs(10), Duration::from_secs(90))
-                    .await
-            }
-        });
+        let watch = watchdog(&state);
         let started = Instant::now();
         while !watch.is_finished() {
             io.observe(&[0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
@@ -379,10 +372,7 @@ async fn http2_bytes_are_no_activity() {
     // A first stream, so the connection is past its first-request timer.
     drop(state.begin_request());
     let idle = Duration::from_secs(90);
-    let watch = tokio::spawn({
-        let state = state.clone();
-        async move { state.expired(Duration::from_secs(10), idle).await }
-    });
+    let watch = watchdog(&state);
     let started = Instant::now();
     // PINGs every second do not keep it open.
     while !watch.is_finished() {
