@@ -744,16 +744,7 @@ pub(crate) fn no_proxy(env: &impl Env) -> Check {
 /// them (`codex exec` never asks, and skips them without a word).
 pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     const ID: &str = "codex_hooks";
-    let codex_home = inputs
-        .env
-        .non_empty(names::CODEX_HOME)
-        .map(PathBuf::from)
-        .or_else(|| {
-            inputs
-                .env
-                .non_empty(names::HOME)
-                .map(|home| Path::new(&home).join(".codex"))
-        });
+    let codex_home = agent_dir(inputs.env, names::CODEX_HOME, ".codex");
     let with_relay_hooks = |dir: &Path, names: &[&str]| -> Vec<String> {
         names
             .iter()
@@ -798,16 +789,7 @@ pub(crate) fn claude_code<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     const ID: &str = "claude_code";
     let settings = inputs.claude_system_dir.join("managed-settings.json");
     let servers = inputs.claude_system_dir.join("managed-mcp.json");
-    let plugins = inputs
-        .env
-        .non_empty(names::CLAUDE_CONFIG_DIR)
-        .map(PathBuf::from)
-        .or_else(|| {
-            inputs
-                .env
-                .non_empty(names::HOME)
-                .map(|home| Path::new(&home).join(".claude"))
-        })
+    let plugins = agent_dir(inputs.env, names::CLAUDE_CONFIG_DIR, ".claude")
         .map(|dir| dir.join("plugins").join("installed_plugins.json"));
     let hooks = file_names(&settings, "relay-hook");
     let server = file_names(&servers, "relay-mcp");
@@ -856,6 +838,14 @@ pub(crate) fn claude_code<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         )
         .with(details),
     }
+}
+
+/// An agent's own configuration directory: `variable` when set, else `default` in `HOME`.
+fn agent_dir(env: &impl Env, variable: &str, default: &str) -> Option<PathBuf> {
+    env.non_empty(variable).map(PathBuf::from).or_else(|| {
+        env.non_empty(names::HOME)
+            .map(|home| Path::new(&home).join(default))
+    })
 }
 
 /// Whether `file` is a readable regular file of reasonable size that names `needle`.
