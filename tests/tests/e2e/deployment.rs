@@ -93,23 +93,28 @@ find "$files" -maxdepth 1 -type f -exec cp {} "$dir/" \;
 exec "$@"
 "#;
 
-/// `agent` launched over a private `/etc` (see [`PRIVATE_ETC`]) whose `etc_dir` holds the
-/// files in `files`.
+/// The arguments of `unshare` that run a command over a private `/etc` (see
+/// [`PRIVATE_ETC`]) whose `etc_dir` holds the files in `files`; the command follows them.
+fn private_etc_args<'a>(files: &'a str, etc_dir: &'a str) -> [&'a str; 9] {
+    [
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        PRIVATE_ETC,
+        "sh",
+        files,
+        etc_dir,
+    ]
+}
+
+/// `agent` launched over a private `/etc` whose `etc_dir` holds the files in `files`.
 fn with_private_etc(agent: &str, files: &Path, etc_dir: &str) -> anyhow::Result<AgentCommand> {
     Ok(AgentCommand::launched_by(
         agent,
         Path::new("unshare"),
-        &[
-            "--mount",
-            "--propagation",
-            "private",
-            "/bin/sh",
-            "-c",
-            PRIVATE_ETC,
-            "sh",
-            &path(files),
-            etc_dir,
-        ],
+        &private_etc_args(&path(files), etc_dir),
     )?)
 }
 
@@ -301,10 +306,7 @@ impl Deployment {
             std::fs::copy(settings.join(file), files.path().join(file))?;
         }
         let doctor = tokio::process::Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
-            .args([PRIVATE_ETC, "sh"])
-            .arg(files.path())
-            .arg("claude-code")
+            .args(private_etc_args(&path(files.path()), "claude-code"))
             .arg(relay_e2e::binary("relay-doctor")?)
             .arg("--json")
             .env_clear()
