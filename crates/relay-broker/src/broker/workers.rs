@@ -210,24 +210,9 @@ impl Broker {
     }
 
     pub(super) fn on_disconnected(&mut self, now: Instant, conn: ConnId, reason: DisconnectReason) {
-        let party = self.conns.remove(&conn);
-        if self.stopping {
-            // The daemon closed these sessions itself; its clients resume after the restart
-            // from the state persisted when it began to stop.
-            if let Some(Party::Mcp(session_id)) = party
-                && let Some(session) = self.sessions.get(&session_id)
-                && session.conn == Some(conn)
-                && session.pending_persist.is_none()
-            {
-                self.event(Event::McpDisconnected {
-                    fingerprint: session.fingerprint,
-                    instance: session.instance,
-                    reason: McpDisconnectReason::DaemonStopping,
-                });
-            }
-            return;
-        }
-        match party {
+        // A stopping daemon closed the session itself: its client resumes after the restart
+        // from the state persisted when the daemon began to stop, so nothing else follows.
+        match self.conns.remove(&conn) {
             Some(Party::Mcp(session_id)) => {
                 let Some(session) = self.sessions.get_mut(&session_id) else {
                     return;
@@ -246,8 +231,15 @@ impl Broker {
                 self.event(Event::McpDisconnected {
                     fingerprint: fp,
                     instance,
-                    reason: reason.for_mcp(),
+                    reason: if self.stopping {
+                        McpDisconnectReason::DaemonStopping
+                    } else {
+                        reason.for_mcp()
+                    },
                 });
+                if self.stopping {
+                    return;
+                }
                 self.timers.set(
                     Timer::Grace(session_id),
                     now + self.config.reconnect_grace(),
@@ -267,7 +259,7 @@ impl Broker {
                     return;
                 }
                 generation.conn = None;
-                if generation.status.is_revoked() {
+                if self.stopping || generation.status.is_revoked() {
                     // A retired generation leaving (after `Stopping`, say) is its expected
                     // end; `worker_removed` has said so.
                     return;
