@@ -11,7 +11,8 @@ use relay_testkit::{StandIn, TOOL_DONE_TEXT};
 use tempfile::TempDir;
 
 use super::support::{
-    CLI_TIMEOUT, WORKER_TIMEOUT, field, fresh_token, pass_throughs, requests_to, upstream_config,
+    CLI_TIMEOUT, WORKER_TIMEOUT, WORKER_TIMERS, field, fresh_token, pass_throughs, report_check,
+    requests_to, upstream_config,
 };
 
 /// The test-only switch of `relayd managed-bundle` (bins/relayd/src/bundle.rs).
@@ -137,11 +138,11 @@ pub(crate) struct Deployment {
 pub(crate) const COLLECTOR_KEY_VAR: &str = "RELAY_E2E_COLLECTOR_KEY";
 pub(crate) const COLLECTOR_KEY: &str = "collector-key-e2e";
 
-/// Codex gives an MCP server only the variables its `env_vars` lists: an administrator whose
-/// `plugins.toml` names a `header_env` variable adds it there, as `docs/harnesses.md` says.
+/// `config` with `variable` added to the `env_vars` of `[mcp_servers.relay]`: Codex gives an
+/// MCP server only the variables listed there.
 fn pass_to_relay_mcp(config: &str, variable: &str) -> anyhow::Result<String> {
-    // Edited in place: the appended pins land in the file's last table, so its tables keep
-    // their order.
+    // Edited in place: the pins appended to a managed file land in its last table, so its
+    // tables keep their order.
     let line = "env_vars = [";
     anyhow::ensure!(
         config.matches(line).count() == 1,
@@ -195,9 +196,7 @@ impl Deployment {
         let relayd = Relayd::builder()?
             .config(upstream_config(
                 &stand_in,
-                &format!(
-                    "{allowed}\n[daemon]\n[daemon.timers]\ndrain_secs = 1\nreconnect_grace_secs = 2\nretry_base_ms = 200\n"
-                ),
+                &format!("{allowed}\n[daemon]\n{WORKER_TIMERS}"),
             ))
             .args(["--advertise-address", &tap.origin()])
             .start()
@@ -298,6 +297,23 @@ impl Deployment {
     /// relay-doctor's `claude_code` check over a private `/etc/claude-code` that holds the
     /// bundle's two managed files, as the system install puts them.
     pub(crate) async fn doctor_claude_code(&self) -> anyhow::Result<serde_json::Value> {
+        let files = self.claude_system_files()?;
+        let out = AgentCommand::on_path("unshare")?
+            .args(private_etc_args(&path(files.path()), "claude-code"))
+            .arg(relay_e2e::binary("relay-doctor")?)
+            .arg("--json")
+            .env("HOME", self.user.home())
+            .env("XDG_CONFIG_HOME", self.user.xdg_config_home())
+            .run(CLI_TIMEOUT)
+            .await?;
+        let report: serde_json::Value = serde_json::from_str(&out.stdout)
+            .map_err(|e| anyhow::anyhow!("relay-doctor's stdout is not JSON ({e}): {out}"))?;
+        Ok(report_check(&report, "claude_code").clone())
+    }
+
+    /// The bundle's two managed Claude Code files, in a directory of their own, for a
+    /// private `/etc/claude-code`.
+    fn claude_system_files(&self) -> anyhow::Result<TempDir> {
         let files = tempfile::Builder::new()
             .prefix("relay-e2e-etc-claude-")
             .tempdir()?;
@@ -305,25 +321,7 @@ impl Deployment {
         for file in ["managed-settings.json", "managed-mcp.json"] {
             std::fs::copy(settings.join(file), files.path().join(file))?;
         }
-        let doctor = tokio::process::Command::new("unshare")
-            .args(private_etc_args(&path(files.path()), "claude-code"))
-            .arg(relay_e2e::binary("relay-doctor")?)
-            .arg("--json")
-            .env_clear()
-            .env("HOME", self.user.home())
-            .env("XDG_CONFIG_HOME", self.user.xdg_config_home())
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(CLI_TIMEOUT, doctor).await??;
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|e| anyhow::anyhow!("relay-doctor's stdout is not JSON ({e}): {out:?}"))?;
-        report["checks"]
-            .as_array()
-            .and_then(|checks| checks.iter().find(|c| c["id"] == "claude_code"))
-            .cloned()
-            .ok_or_else(|| anyhow::anyhow!("no claude_code check: {report}"))
+        Ok(files)
     }
 
     /// What the harness environment gets: the token, and where this machine-user's Relay
@@ -483,12 +481,7 @@ impl Deployment {
         // which runs without any flag; or the same files as one user's launch flags.
         let (claude, system) = match install {
             ClaudeInstall::System => {
-                let system = tempfile::Builder::new()
-                    .prefix("relay-e2e-etc-claude-")
-                    .tempdir()?;
-                for file in ["managed-settings.json", "managed-mcp.json"] {
-                    std::fs::copy(settings.join(file), system.path().join(file))?;
-                }
+                let system = self.claude_system_files()?;
                 let claude = with_private_etc("claude", system.path(), "claude-code")?;
                 (claude, Some(system))
             }
@@ -557,9 +550,6 @@ impl Deployment {
                 )?;
                 let config_file = system.path().join("managed_config.toml");
                 let mut managed = std::fs::read_to_string(&bundle_config)?;
-                if self.plugins {
-                    managed = pass_to_relay_mcp(&managed, COLLECTOR_KEY_VAR)?;
-                }
                 managed.push_str(CODEX_MANAGED_PINS);
                 std::fs::write(&config_file, managed)?;
                 Ok(InstalledCodex {
@@ -615,13 +605,14 @@ impl Deployment {
             _system,
         } = self.install_codex(install).await?;
         if self.plugins {
-            // Codex hands its MCP server only the variables the bundle lists, so the worker
-            // would look for plugins.toml in /etc/relay, where a deployment has it; point it
-            // at the test's system directory instead.
-            let config = std::fs::read_to_string(&config_file)?;
-            let listed = "env_vars = [";
-            assert!(config.contains(listed), "{config}");
-            let config = config.replacen(listed, "env_vars = [\"RELAY_SYSTEM_CONFIG_DIR\", ", 1);
+            // Codex hands its MCP server only the variables the bundle lists: the worker
+            // would look for plugins.toml in /etc/relay, where a deployment has it, so it is
+            // pointed at the test's system directory; and the collectors' secret is added as
+            // docs/harnesses.md tells administrators.
+            let mut config = std::fs::read_to_string(&config_file)?;
+            for variable in ["RELAY_SYSTEM_CONFIG_DIR", COLLECTOR_KEY_VAR] {
+                config = pass_to_relay_mcp(&config, variable)?;
+            }
             std::fs::write(&config_file, config)?;
         }
         std::fs::copy(bundle.join("codex/settings-v1/hooks.json"), &hooks_file)?;

@@ -10,8 +10,8 @@ use relay_identity::{Origin, SigningKey, format_pin};
 use rustix::process::Signal;
 
 use super::support::{
-    CLI_TIMEOUT, INITIALIZE_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, fresh_token, route_status,
-    user_for, wait_for_route_state, worker_config,
+    CLI_TIMEOUT, INITIALIZE_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, fresh_token, report_check,
+    route_status, user_for, wait_for_route_state, worker_config,
 };
 
 /// What one doctor run printed and how it exited.
@@ -23,10 +23,7 @@ struct Doctor {
 
 impl Doctor {
     fn check(&self, id: &str) -> &serde_json::Value {
-        self.json["checks"]
-            .as_array()
-            .and_then(|checks| checks.iter().find(|c| c["id"] == id))
-            .unwrap_or(&serde_json::Value::Null)
+        report_check(&self.json, id)
     }
 }
 

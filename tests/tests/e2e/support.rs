@@ -554,3 +554,11 @@ pub(crate) fn assert_cut(read: Result<bytes::Bytes, relay_e2e::http::BodyError>)
         Err(cut) => assert!(cut.received.len() < relay_testkit::ANTHROPIC_MESSAGES_SSE.len()),
     }
 }
+
+/// The check `id` of a `relay-doctor --json` report, or `null`.
+pub(crate) fn report_check<'a>(report: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    report["checks"]
+        .as_array()
+        .and_then(|checks| checks.iter().find(|c| c["id"] == id))
+        .unwrap_or(&serde_json::Value::Null)
+}
