@@ -12,7 +12,7 @@ use relay_identity::{
     provisioned_daemon_key_file, resolve_credential, store, system_config_dir,
 };
 use relay_proxy::config::{Config, ConfigError, ConfigSources};
-use relay_proxy::plugins::{PluginConfigError, PluginFile, Plugins};
+use relay_proxy::plugins::{PluginFile, Plugins};
 use serde_json::json;
 
 use crate::report::{Check, Mode, Report};
@@ -594,13 +594,11 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
             Check::ok(ID, summary).with(details)
         }
         Err(err) => {
-            // Only a TOML syntax error and an unknown kind quote the file's own text; the
-            // other messages quote only the values a field would take, which must show.
-            let message = match err {
-                PluginConfigError::Syntax { .. } | PluginConfigError::UnknownKind { .. } => {
-                    elide_quoted(&err.to_string())
-                }
-                _ => err.to_string(),
+            // The other messages quote only the values a field would take, which must show.
+            let message = if err.quotes_file_text() {
+                elide_quoted(&err.to_string())
+            } else {
+                err.to_string()
             };
             Check::fail(ID, format!("invalid: {message}"))
             .next("correct the component and field named here; until then every worker activation fails with plugin_config_invalid")

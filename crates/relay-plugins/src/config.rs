@@ -140,8 +140,9 @@ impl fmt::Display for FieldPath {
 }
 
 /// Why a worker's plugin configuration was refused. Every message names the file, and
-/// where it applies the component (counted from 1) and the field. Messages never quote
-/// values from the file, which may hold credentials.
+/// where it applies the component (counted from 1) and the field. Only the messages
+/// [`PluginConfigError::quotes_file_text`] names quote text from the file, which may hold
+/// credentials.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginConfigError {
     #[error("cannot read {path}: {source}")]
@@ -247,6 +248,30 @@ impl PluginConfigError {
             | PluginConfigError::SinkDirectory { path, .. }
             | PluginConfigError::SinkDirectoryUnreadable { path, .. }
             | PluginConfigError::Conflict { path, .. } => path,
+        }
+    }
+
+    /// Whether the message quotes text from the file: a TOML syntax error's own words, and
+    /// an unknown component kind. A reader that shows messages to others elides those.
+    pub fn quotes_file_text(&self) -> bool {
+        match self {
+            PluginConfigError::Syntax { .. } | PluginConfigError::UnknownKind { .. } => true,
+            PluginConfigError::Read { .. }
+            | PluginConfigError::TooLarge { .. }
+            | PluginConfigError::UnknownKey { .. }
+            | PluginConfigError::Missing { .. }
+            | PluginConfigError::WrongType { .. }
+            | PluginConfigError::UnsupportedVersion { .. }
+            | PluginConfigError::SettingsInUserFile { .. }
+            | PluginConfigError::DuplicateKind { .. }
+            | PluginConfigError::BadRegex { .. }
+            | PluginConfigError::BadGlob { .. }
+            | PluginConfigError::DenyOnNonBlockingEvent { .. }
+            | PluginConfigError::DenyWithoutReason { .. }
+            | PluginConfigError::FilenameWithoutIdentity { .. }
+            | PluginConfigError::SinkDirectory { .. }
+            | PluginConfigError::SinkDirectoryUnreadable { .. }
+            | PluginConfigError::Conflict { .. } => false,
         }
     }
 
