@@ -233,16 +233,17 @@ impl ConnState {
 
     /// Judges the framing headers of a parsed head and returns the framing of what follows.
     fn judge(&self, req: &httparse::Request<'_, '_>, now: u64) -> Framing {
-        let mut transfer_encoding: Option<&[u8]> = None;
+        // A `Transfer-Encoding` line, and whether any says more than a single `chunked`.
+        let mut transfer_encoding = false;
         let mut other_coding = false;
         // The first `Content-Length` value, and whether any other differs from it.
         let mut length: Option<&[u8]> = None;
         let mut differing = false;
         for h in req.headers.iter() {
             if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                other_coding |= transfer_encoding.is_some()
-                    || !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked");
-                transfer_encoding = Some(h.value);
+                other_coding |=
+                    transfer_encoding || !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+                transfer_encoding = true;
             } else if h.name.eq_ignore_ascii_case("content-length") {
                 for value in h.value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
                     match length {
@@ -252,7 +253,7 @@ impl ConnState {
                 }
             }
         }
-        let verdict = if (transfer_encoding.is_some() && length.is_some()) || differing {
+        let verdict = if (transfer_encoding && length.is_some()) || differing {
             HeadVerdict::AmbiguousFraming
         } else if other_coding {
             HeadVerdict::UnsupportedTransferCoding
@@ -268,17 +269,9 @@ impl ConnState {
             // The request is refused and the connection closed.
             return self.lost(now);
         }
-        if let Some(te) = transfer_encoding {
-            let chunked = te
-                .rsplit(|b| *b == b',')
-                .next()
-                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-            return if chunked {
-                Framing::ChunkSize(ChunkLine::default())
-            } else {
-                // hyper refuses a request body that is not chunked last.
-                self.lost(now)
-            };
+        // A clean head's `Transfer-Encoding` is exactly one `chunked`.
+        if transfer_encoding {
+            return Framing::ChunkSize(ChunkLine::default());
         }
         match length {
             None => Framing::Head(Vec::new()),
