@@ -250,23 +250,20 @@ pub fn classic_text(openmetrics: &str) -> String {
         if line == "# EOF" || line.starts_with("# UNIT ") {
             continue;
         }
-        let comment = ["# HELP ", "# TYPE "]
-            .into_iter()
-            .find_map(|prefix| Some((prefix, line.strip_prefix(prefix)?)));
-        match comment {
-            Some((prefix, rest))
-                if counters.iter().any(|name| {
-                    rest.strip_prefix(name)
-                        .is_some_and(|after| after.starts_with(' '))
-                }) =>
-            {
-                let (name, after) = rest.split_once(' ').unwrap_or((rest, ""));
-                out.push_str(prefix);
+        // `# HELP name …` or `# TYPE name …` of a counter: the name gets its suffix.
+        let counter = line
+            .strip_prefix("# HELP ")
+            .or_else(|| line.strip_prefix("# TYPE "))
+            .and_then(|rest| rest.split_once(' '))
+            .filter(|(name, _)| counters.contains(name));
+        match counter {
+            Some((name, after)) => {
+                out.push_str(&line[..7]);
                 out.push_str(name);
                 out.push_str("_total ");
                 out.push_str(after);
             }
-            _ => out.push_str(line),
+            None => out.push_str(line),
         }
         out.push('\n');
     }
