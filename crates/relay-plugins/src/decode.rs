@@ -178,13 +178,8 @@ fn decode_one(
 ) -> Result<(Vec<u8>, Cut), DecodeError> {
     let eof = |e: &io::Error| e.kind() == io::ErrorKind::UnexpectedEof;
     match coding {
-        ContentEncoding::Identity => Ok((
-            body[..body.len().min(limit)].to_vec(),
-            Cut {
-                over: body.len() > limit,
-                ended_early: false,
-            },
-        )),
+        // `decode` never asks for it; the bound still holds if something does.
+        ContentEncoding::Identity => read_bounded(coding, body, limit, |_| false),
         ContentEncoding::Gzip => {
             read_bounded(coding, flate2::read::MultiGzDecoder::new(body), limit, eof)
         }
