@@ -424,7 +424,7 @@ impl Broker {
                     // A restored generation that has not resumed fails every probe (it is
                     // asked with no valid secret): only `Gone` says anything, and its
                     // resume probes again.
-                    ProbeOutcome::Failed if !connected && secret_unknown => {}
+                    ProbeOutcome::Failed if secret_unknown => {}
                     ProbeOutcome::Failed => {
                         self.timers.set(
                             Timer::Probe(worker),
