@@ -211,12 +211,7 @@ pub async fn probe_daemon_key(
         let throwaway = SigningKey::generate().map_err(|_| ConnectError::Random)?;
         let mut session = dial(daemon, tls, super::MCP_PATH).await?;
         let result = challenge(&mut session, daemon, Role::Mcp, &throwaway, Id([0; 16])).await;
-        session
-            .close(
-                tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
-                "probe done",
-            )
-            .await;
+        session.finish("probe done").await;
         result.map(|(_, daemon_key)| daemon_key)
     };
     match tokio::time::timeout(limit, probe).await {
