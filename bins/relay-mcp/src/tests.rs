@@ -20,3 +20,13 @@ fn a_worker_port_that_is_not_a_number_is_a_configuration_error_naming_it() {
     let env = MapEnv::new().with(names::RELAY_WORKER_PORT, "");
     assert_eq!(worker_hint(&env).unwrap(), None);
 }
+
+/// The variables `header_env` may not name are the route credential and Claude Code's
+/// header list, as relay-identity spells them: relay-plugins keeps its own copy.
+#[test]
+fn the_variables_kept_from_workers_are_relay_identitys() {
+    assert_eq!(
+        relay_proxy::plugins::KEPT_FROM_WORKERS,
+        [names::RELAY_CLIENT_TOKEN, names::ANTHROPIC_CUSTOM_HEADERS]
+    );
+}

@@ -27,7 +27,7 @@ mod policy;
 mod redaction;
 
 pub use observability::{
-    DirectoryFacts, FileSink, HttpSink, ObservabilityConfig, OtlpConfig, Sink,
+    DirectoryFacts, FileSink, HttpSink, KEPT_FROM_WORKERS, ObservabilityConfig, OtlpConfig, Sink,
     SinkDirectoryProblem, check_sink_directory,
 };
 

@@ -8,8 +8,8 @@ use std::io::Read as _;
 use std::path::Path;
 
 pub use relay_plugins::config::{
-    Component, ComponentConfig, ComponentKind, FAILURE_REASON, FieldPath, PluginConfigError,
-    PluginFile,
+    Component, ComponentConfig, ComponentKind, FAILURE_REASON, FieldPath, KEPT_FROM_WORKERS,
+    PluginConfigError, PluginFile,
 };
 
 /// The largest `plugins.toml` read; a larger file is refused rather than read whole.

@@ -76,8 +76,9 @@ impl OtlpConfig {
 
 /// Variables a `header_env` may not name: `relay-mcp` keeps them from every worker, because
 /// a worker is shared by the user's sessions (the route credential, and Claude Code's
-/// headers that carry it).
-pub(super) const KEPT_FROM_WORKERS: [&str; 2] = ["RELAY_CLIENT_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"];
+/// headers that carry it). relay-plugins does not depend on `relay_identity::names`, where
+/// they are defined, so relay-mcp's tests check the two agree.
+pub const KEPT_FROM_WORKERS: [&str; 2] = ["RELAY_CLIENT_TOKEN", "ANTHROPIC_CUSTOM_HEADERS"];
 
 impl ObservabilityConfig {
     /// The environment variables the http sinks' and the OTLP exporter's `header_env` name.
