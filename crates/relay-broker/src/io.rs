@@ -259,6 +259,19 @@ pub enum Event {
     },
 }
 
+/// Whether a request may still be told to wait for its route's worker (§3.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Its first decision: it may be told [`Decision::Wait`].
+    Allowed,
+    /// It waited the whole activation wait: decided now, and an opening hook that waited
+    /// for an MCP in vain is remembered, so the next ones of its route do not wait.
+    Waited,
+    /// It may not wait (the shell's room for waiting requests is full) but did not wait
+    /// either: decided now, with no sign that its MCP will not come.
+    NotAllowed,
+}
+
 /// What a request is, for the routing rules (§3.5: draining workers still take hooks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {

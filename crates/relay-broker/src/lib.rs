@@ -21,7 +21,7 @@ mod timers;
 mod types;
 
 pub use broker::Broker;
-pub use io::{Decision, Event, Input, Output, ProbeOutcome, RequestKind, Ticket};
+pub use io::{Decision, Event, Input, Output, ProbeOutcome, RequestKind, Ticket, Wait};
 pub use persist::{PersistedBinding, PersistedGeneration, PersistedState};
 pub use types::{
     BindingView, BrokerConfig, ConnId, Digest, Entropy, Fingerprint, RouteView, WorkerView,

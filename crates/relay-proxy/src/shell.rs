@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use relay_broker::{
     Broker, BrokerConfig, ConnId, Decision, Digest, Entropy, Event, Fingerprint, Input, Output,
-    ProbeOutcome, RequestKind, Ticket,
+    ProbeOutcome, RequestKind, Ticket, Wait,
 };
 use relay_proto::{
     ActivationCancelReason, Bytes32, DisconnectReason, Id, McpRemovedReason, Message, WorkerState,
@@ -403,8 +403,12 @@ impl Shell {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let waited = tokio::time::Instant::now() >= deadline;
-            let decision = self.begin_request(digest, kind, waited);
+            let wait = if tokio::time::Instant::now() >= deadline {
+                Wait::Waited
+            } else {
+                Wait::Allowed
+            };
+            let decision = self.begin_request(digest, kind, wait);
             if decision != Decision::Wait {
                 return decision;
             }
@@ -415,10 +419,7 @@ impl Shell {
                 };
                 match self.waiting.try_take(pool) {
                     Some(held) => permit = Some(held),
-                    None => {
-                        return self
-                            .decide(|b| b.begin_request_at_once(Instant::now(), digest, kind));
-                    }
+                    None => return self.begin_request(digest, kind, Wait::NotAllowed),
                 }
             }
             tokio::select! {
@@ -428,16 +429,11 @@ impl Shell {
         }
     }
 
-    /// The broker's decision for one request.
-    fn begin_request(&self, digest: Digest, kind: RequestKind, waited: bool) -> Decision {
-        self.decide(|b| b.begin_request(Instant::now(), digest, kind, waited))
-    }
-
-    /// Runs one of the broker's request decisions. A worker's pool is opened under the
-    /// broker's lock, which its retirement also holds: see [`WorkerClient::admit`].
-    fn decide(&self, decide: impl FnOnce(&mut Broker) -> Decision) -> Decision {
+    /// The broker's decision for one request. A worker's pool is opened under the broker's
+    /// lock, which its retirement also holds: see [`WorkerClient::admit`].
+    fn begin_request(&self, digest: Digest, kind: RequestKind, wait: Wait) -> Decision {
         self.with_broker(|b| {
-            let decision = decide(b);
+            let decision = b.begin_request(Instant::now(), digest, kind, wait);
             if let Decision::Worker { worker_id, .. } = &decision {
                 self.workers.admit(*worker_id);
             }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use relay_proto::{FailureReason, PassThroughReason};
 
 use super::{Broker, DEFAULT_RETRY_AFTER, RouteState, TicketEntry};
-use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket};
+use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket, Wait};
 use crate::types::Digest;
 
 /// At most this many unbound credentials are remembered as having waited in vain.
@@ -14,40 +14,18 @@ const MAX_UNBOUND_WAITED_IN_VAIN: usize = 1024;
 
 impl Broker {
     /// Chooses where a request with a well-formed credential goes (§3.5). A request that
-    /// gets a ticket keeps its destination; end it with [`Broker::end_request`]. `waited`:
-    /// it already waited the whole activation wait, so it is decided now.
+    /// gets a ticket keeps its destination; end it with [`Broker::end_request`].
     pub fn begin_request(
         &mut self,
         now: Instant,
         digest: Digest,
         kind: RequestKind,
-        waited: bool,
+        wait: Wait,
     ) -> Decision {
-        self.decide_request(now, digest, kind, !waited, waited)
-    }
-
-    /// [`Broker::begin_request`] for a request that may not wait (the shell's room for
-    /// waiting requests is full) but did not wait either: decided now, and no sign that
-    /// its MCP will not come.
-    pub fn begin_request_at_once(
-        &mut self,
-        now: Instant,
-        digest: Digest,
-        kind: RequestKind,
-    ) -> Decision {
-        self.decide_request(now, digest, kind, false, false)
-    }
-
-    fn decide_request(
-        &mut self,
-        now: Instant,
-        digest: Digest,
-        kind: RequestKind,
-        wait_allowed: bool,
-        waited: bool,
-    ) -> Decision {
-        let may_wait =
-            wait_allowed && !self.config.activation_wait.is_zero() && !self.config.pass_through;
+        // With no activation wait configured nothing waits, so nothing waits in vain.
+        let waits = !self.config.activation_wait.is_zero() && !self.config.pass_through;
+        let waited = waits && wait == Wait::Waited;
+        let may_wait = waits && wait == Wait::Allowed;
         let opening = kind == RequestKind::OpeningHook;
         let Some(binding) = self
             .bindings

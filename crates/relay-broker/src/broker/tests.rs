@@ -11,7 +11,7 @@ use expect_test::{Expect, expect};
 use relay_proto::{Bytes32, Directive, FailureReason, Id, Message, Registered, Timers};
 
 use super::*;
-use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket};
+use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket, Wait};
 
 mod properties;
 
@@ -386,9 +386,10 @@ impl Scenario {
     }
 
     fn request(&mut self, token: &str, kind: RequestKind, waited: bool) -> &mut Self {
+        let wait = if waited { Wait::Waited } else { Wait::Allowed };
         let decision = self
             .broker
-            .begin_request(self.now, digest(token), kind, waited);
+            .begin_request(self.now, digest(token), kind, wait);
         let text = match &decision {
             Decision::Unbound => "unbound".to_owned(),
             Decision::Wait => "wait".to_owned(),
@@ -2400,9 +2401,12 @@ fn an_opening_hook_that_could_not_wait_does_not_count_as_waiting_in_vain() {
             // Bound, with no live session.
             s.mcp(1, 'A', "a1").release(1);
         }
-        let at_once = s
-            .broker
-            .begin_request_at_once(now, digest(token), RequestKind::OpeningHook);
+        let at_once = s.broker.begin_request(
+            now,
+            digest(token),
+            RequestKind::OpeningHook,
+            Wait::NotAllowed,
+        );
         assert!(
             matches!(at_once, Decision::Unbound | Decision::PassThrough { .. }),
             "{token}: {at_once:?}"
@@ -2410,9 +2414,9 @@ fn an_opening_hook_that_could_not_wait_does_not_count_as_waiting_in_vain() {
         if let Decision::PassThrough { ticket, .. } = at_once {
             s.broker.end_request(ticket);
         }
-        let next = s
-            .broker
-            .begin_request(now, digest(token), RequestKind::OpeningHook, false);
+        let next =
+            s.broker
+                .begin_request(now, digest(token), RequestKind::OpeningHook, Wait::Allowed);
         assert_eq!(next, Decision::Wait, "{token}");
     }
 }

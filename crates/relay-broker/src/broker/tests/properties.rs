@@ -9,7 +9,7 @@ use relay_proto::{Bytes32, Directive, FailureReason, Id, Message, Registered, Wo
 
 use super::super::*;
 use super::{Counter, digest, fp, test_config};
-use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket};
+use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket, Wait};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -314,9 +314,10 @@ impl Model {
                 } else {
                     RequestKind::Model
                 };
+                let wait = if waited { Wait::Waited } else { Wait::Allowed };
                 let decision =
                     self.broker
-                        .begin_request(now, digest(TOKENS[token as usize]), kind, waited);
+                        .begin_request(now, digest(TOKENS[token as usize]), kind, wait);
                 match decision {
                     Decision::Worker {
                         ticket,
