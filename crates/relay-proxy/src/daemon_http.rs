@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty};
+use http_body_util::{BodyExt as _, Empty, Limited};
 use hyper::header::{HOST, HeaderValue, USER_AGENT};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -151,23 +151,18 @@ async fn exchange(
     };
     let response = response.map_err(http)?;
     let status = response.status();
-    let mut body = response.into_body();
-    let mut answer = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(http)?;
-        if let Ok(data) = frame.into_data() {
-            if answer.len() + data.len() > MAX_ANSWER_BYTES {
-                return Err(GetError::TooLarge {
-                    limit: MAX_ANSWER_BYTES,
-                });
-            }
-            answer.extend_from_slice(&data);
-        }
-    }
-    Ok(Answer {
-        status,
-        body: Bytes::from(answer),
-    })
+    // `Limited` fails with the body's own error, or with its length error past the bound.
+    let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+        .collect()
+        .await
+        .map_err(|error| match error.downcast::<hyper::Error>() {
+            Ok(source) => http(*source),
+            Err(_) => GetError::TooLarge {
+                limit: MAX_ANSWER_BYTES,
+            },
+        })?
+        .to_bytes();
+    Ok(Answer { status, body })
 }
 
 async fn send<IO>(
@@ -224,3 +219,6 @@ pub async fn connect(daemon: &DaemonAddress) -> Result<TcpStream, ConnectError> 
         },
     })
 }
+
+#[cfg(test)]
+mod tests;
