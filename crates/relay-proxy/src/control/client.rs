@@ -121,12 +121,9 @@ impl Registration {
 /// Why a control session could not be established.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("cannot reach the daemon at {address}")]
-    Unreachable {
-        address: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// It names the daemon and the cause.
+    #[error(transparent)]
+    Unreachable(#[from] crate::daemon_http::ConnectError),
     #[error("TLS to the daemon failed: {}", crate::tls::describe_handshake_error(.0))]
     Tls(#[source] std::io::Error),
     #[error("the WebSocket handshake failed")]
@@ -156,7 +153,7 @@ impl ConnectError {
     pub fn is_unreachable(&self) -> bool {
         matches!(
             self,
-            ConnectError::Unreachable { .. } | ConnectError::Timeout(_)
+            ConnectError::Unreachable(_) | ConnectError::Timeout(_)
         )
     }
 
@@ -225,16 +222,8 @@ async fn dial(
     tls: Option<&Arc<rustls::ClientConfig>>,
     path: &str,
 ) -> Result<Session, ConnectError> {
-    let address = format!("{}:{}", daemon.connect_host(), daemon.port());
-    let tcp = match daemon.connect_addr() {
-        Some(addr) => TcpStream::connect(addr).await,
-        None => TcpStream::connect(&address).await,
-    }
-    .map_err(|source| ConnectError::Unreachable {
-        address: address.clone(),
-        source,
-    })?;
-    crate::sockets::prepare(&tcp);
+    // IPv4 first, with the request path's socket options, as every client dials the daemon.
+    let tcp = crate::daemon_http::connect(daemon).await?;
     let stream = match (tls, daemon.is_tls()) {
         (Some(tls), true) => {
             let name =
