@@ -43,23 +43,19 @@ impl Front {
         let credential = parse_credential(req.headers());
         // `None`: decided once the body names the event. A bound credential whose route has
         // no live session yet (Claude Code sends SessionStart before its MCP server
-        // connects) keeps its decision provisionally: an opening event decides again and
-        // waits for that session; any other event keeps it. Only a caller the broker knows
-        // gets this far before its body is read.
-        let mut provisional = None;
-        let decided = if self.decision_needs_event(&credential) {
+        // connects) keeps its decision provisionally, refusal or not: an opening event
+        // decides again and waits for that session; any other event keeps it. Only a caller
+        // the broker knows gets this far before its body is read.
+        let early = if self.decision_needs_event(&credential) {
             None
         } else {
             let decision = self.decide(&credential, RequestKind::Hook).await;
-            if awaits_session(&decision) {
-                provisional = Some(decision);
-                None
-            } else {
-                match decision {
-                    Ok(routed) => Some(routed),
-                    Err(refusal) => return local(refusal.answer()),
-                }
+            if let Err(refusal) = &decision
+                && !awaits_session(&decision)
+            {
+                return local(refusal.answer());
             }
+            Some(decision)
         };
         let limit = self.config().daemon.max_hook_body_bytes;
         if content_length(req.headers()).is_some_and(|len| len > limit) {
@@ -85,22 +81,18 @@ impl Front {
                 "a hook body must be a JSON object",
             ));
         };
-        let routed = match decided {
-            Some(routed) => routed,
-            None => {
-                let opening = event.is_some_and(|name| agent.is_opening_event(name));
-                // An opening event gives its provisional decision back before deciding again;
-                // one that already waited for an activating route does not wait again.
-                let decision = match provisional.filter(|_| !opening) {
-                    Some(decision) => decision,
-                    None if opening => self.decide(&credential, RequestKind::OpeningHook).await,
-                    None => self.decide(&credential, RequestKind::Hook).await,
-                };
-                match decision {
-                    Ok(routed) => routed,
-                    Err(refusal) => return local(refusal.answer()),
-                }
-            }
+        let opening = event.is_some_and(|name| agent.is_opening_event(name));
+        // An opening event whose route awaits its session gives its early decision back
+        // (`filter` drops it, and its ticket, before the wait) and decides again; one that
+        // already waited for an activating route does not wait again.
+        let decision = match early.filter(|early| !(opening && awaits_session(early))) {
+            Some(decision) => decision,
+            None if opening => self.decide(&credential, RequestKind::OpeningHook).await,
+            None => self.decide(&credential, RequestKind::Hook).await,
+        };
+        let routed = match decision {
+            Ok(routed) => routed,
+            Err(refusal) => return local(refusal.answer()),
         };
         let (reason, fingerprint) = match routed {
             Routed::Worker {
