@@ -558,7 +558,7 @@ pub(crate) fn elide_quoted(text: &str) -> String {
 /// `plugins.toml`, system and (when allowed) user, read as the worker reads it.
 pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     const ID: &str = "plugins";
-    let system = inputs.system_dir().join("plugins.toml");
+    let system = relay_identity::system_plugins_file(inputs.env);
     let user = inputs.paths.as_ref().map(StatePaths::user_plugins_file);
     let loaded = Plugins::load(&system, user.as_deref())
         .and_then(|plugins| plugins.check_sink_directories().map(|()| plugins));

@@ -52,7 +52,7 @@ impl Launcher {
             .and_then(|exe| exe.parent().map(|dir| dir.join("relay-worker")))
             .unwrap_or_else(|| PathBuf::from("relay-worker"));
         let plugin_files = (
-            relay_identity::system_config_dir(env).join("plugins.toml"),
+            relay_identity::system_plugins_file(env),
             paths.user_plugins_file(),
         );
         let env = names::WORKER_ENV_ALLOW_LIST

@@ -115,7 +115,6 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
     let open_file_limit = relay_proxy::server::raise_open_file_limit();
     tracing::debug!(open_file_limit, "open-file limit raised");
     let paths = StatePaths::resolve(&env).context("finding the state directory")?;
-    let system_dir = relay_identity::system_config_dir(&env);
     let config = Arc::new(config);
 
     // Bind, and make this generation's certificate.
@@ -201,7 +200,7 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
 
     // Load the plugins; an invalid configuration stops the activation.
     let plugins = Plugins::load(
-        &system_dir.join("plugins.toml"),
+        &relay_identity::system_plugins_file(&env),
         Some(&paths.user_plugins_file()),
     );
     let hosted = plugins.map_err(PluginFailure::from).and_then(|plugins| {

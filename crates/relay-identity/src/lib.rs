@@ -30,7 +30,9 @@ pub use keys::{
     BadSignature, Fingerprint, HexError, KeyError, KeyFileOutcome, PublicKey, SigningKey,
 };
 pub use origin::{AddressError, DaemonAddress, Origin, Scheme};
-pub use paths::{PathsError, StatePaths, provisioned_daemon_key_file, system_config_dir};
+pub use paths::{
+    PathsError, StatePaths, provisioned_daemon_key_file, system_config_dir, system_plugins_file,
+};
 pub use pins::{Pin, PinError, PinFormatError, PinOutcome, PinStore, format_pin, parse_pin};
 pub use secret::{RandomError, Secret32, constant_time_eq, random_id_bytes};
 pub use store::{FileFacts, StoreError};

@@ -103,6 +103,11 @@ pub fn system_config_dir(env: &impl Env) -> PathBuf {
     default_system_config_dir(env)
 }
 
+/// `<system config dir>/plugins.toml`, the organisation's plugins (§8.1).
+pub fn system_plugins_file(env: &impl Env) -> PathBuf {
+    system_config_dir(env).join("plugins.toml")
+}
+
 /// `<system config dir>/daemon-identity.pub`, the administrator-provisioned daemon pin (§4.3).
 pub fn provisioned_daemon_key_file(env: &impl Env) -> PathBuf {
     system_config_dir(env).join("daemon-identity.pub")
