@@ -7,7 +7,7 @@
 //! without the prompt's e-mail address or key.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -18,7 +18,9 @@ use tempfile::TempDir;
 
 use super::collector::{Collector, KEY_HEADER};
 use super::deployment::{COLLECTOR_KEY, COLLECTOR_KEY_VAR, CodexInstall, Deployment, Extras};
-use super::support::{HOOK_EVENTS, WORKER_TIMEOUT, contains, field, requests_to};
+use super::support::{
+    HOOK_EVENTS, WORKER_TIMEOUT, atof_dir, atof_records, contains, field, requests_to,
+};
 
 /// Written into every prompt: what the redactor must keep out of records and spans.
 const EMAIL: &str = "alice.relay@example.com";
@@ -107,12 +109,8 @@ impl PluginRun {
         extra_redaction: &str,
         command: &str,
     ) -> anyhow::Result<PluginRun> {
-        use std::os::unix::fs::PermissionsExt as _;
         let collector = Collector::start().await?;
-        let atof_dir = tempfile::Builder::new()
-            .prefix("relay-e2e-atof-")
-            .tempdir()?;
-        std::fs::set_permissions(atof_dir.path(), std::fs::Permissions::from_mode(0o700))?;
+        let atof_dir = atof_dir()?;
         let canary = tempfile::Builder::new()
             .prefix("relay-e2e-canary-")
             .tempdir()?;
@@ -196,16 +194,7 @@ impl PluginRun {
 
     /// The ATOF file's records, in file order.
     fn file_records(&self) -> anyhow::Result<(String, Vec<Value>)> {
-        let files: Vec<PathBuf> = std::fs::read_dir(self.atof_dir.path())?
-            .map(|entry| entry.map(|e| e.path()))
-            .collect::<Result<_, _>>()?;
-        assert_eq!(files.len(), 1, "one ATOF file per user: {files:?}");
-        let text = std::fs::read_to_string(&files[0])?;
-        let records = text
-            .lines()
-            .map(serde_json::from_str)
-            .collect::<Result<Vec<Value>, _>>()?;
-        Ok((text, records))
+        atof_records(self.atof_dir.path())
     }
 
     /// Everything the issue asks of one agent's session.
@@ -625,11 +614,7 @@ async fn closed_port() -> anyhow::Result<String> {
 /// anything reaches the provider, and the refusal is a guardrail mark.
 #[tokio::test]
 async fn a_down_collector_slows_nothing_and_the_model_allow_list_holds() -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let atof_dir = tempfile::Builder::new()
-        .prefix("relay-e2e-atof-")
-        .tempdir()?;
-    std::fs::set_permissions(atof_dir.path(), std::fs::Permissions::from_mode(0o700))?;
+    let atof_dir = atof_dir()?;
     let plugins = format!(
         r#"version = 1
 
@@ -706,15 +691,7 @@ reason = "only the approved models"
     mcp.close_stdin();
     deployment.user.wait_for_workers(0, WORKER_TIMEOUT).await?;
 
-    let files: Vec<PathBuf> = std::fs::read_dir(atof_dir.path())?
-        .map(|entry| entry.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    assert_eq!(files.len(), 1, "{files:?}");
-    let text = std::fs::read_to_string(&files[0])?;
-    let records = text
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<Vec<Value>, _>>()?;
+    let (text, records) = atof_records(atof_dir.path())?;
     let model_turns = deployment
         .stand_in
         .requests()

@@ -13,8 +13,8 @@ use relay_testkit::{Recorded, StandIn};
 use serde_json::Value;
 
 use super::support::{
-    WORKER_TIMEOUT, WORKER_TIMERS, contains, families_config, fresh_token, marker, ready_mcp,
-    recorded_with,
+    WORKER_TIMEOUT, WORKER_TIMERS, atof_dir, atof_records, contains, families_config, fresh_token,
+    marker, ready_mcp, recorded_with,
 };
 
 /// Long enough for nine calls on a loaded machine; they take well under a second.
@@ -232,7 +232,6 @@ redact_requests = true
 
 #[tokio::test]
 async fn the_official_sdks_answer_through_a_worker_with_the_plugins_on() -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
     let providers = Providers::start().await?;
     let relayd = Relayd::builder()?
         .config(providers.config(&format!("\n{WORKER_TIMERS}")))
@@ -241,10 +240,7 @@ async fn the_official_sdks_answer_through_a_worker_with_the_plugins_on() -> anyh
     // The worker reads its upstreams from the system config too.
     let user = User::new()?;
     user.write_system_config(&providers.config(""))?;
-    let records = tempfile::Builder::new()
-        .prefix("relay-e2e-sdk-records-")
-        .tempdir()?;
-    std::fs::set_permissions(records.path(), std::fs::Permissions::from_mode(0o700))?;
+    let records = atof_dir()?;
     user.write_file(
         &user.system_config_dir().join("plugins.toml"),
         &plugins_toml(records.path()),
@@ -273,30 +269,18 @@ async fn the_official_sdks_answer_through_a_worker_with_the_plugins_on() -> anyh
     }
     // Each conversation was recorded, start and end, with its key counted and not kept.
     // The file sink writes in the background: wait for all fourteen.
-    let read = || -> String {
-        std::fs::read_dir(records.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
-            .collect()
-    };
-    let whole_lines = |text: &str| text.matches('\n').count();
+    let fourteen = || atof_records(records.path()).is_ok_and(|(_, scopes)| scopes.len() >= 14);
     assert!(
-        relay_testkit::eventually(WORKER_TIMEOUT, || whole_lines(&read()) >= 14).await,
-        "fewer than fourteen records: {}",
-        read()
+        relay_testkit::eventually(WORKER_TIMEOUT, fourteen).await,
+        "fewer than fourteen records: {:?}",
+        atof_records(records.path())
     );
-    let written = read();
+    let (written, scopes) = atof_records(records.path())?;
     assert!(!written.contains(API_KEY), "the key reached the records");
     assert!(
         written.contains(&text),
         "the records hold no content: {written}"
     );
-    let scopes: Vec<Value> = written
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
     let started: Vec<(&str, &Value)> = scopes
         .iter()
         .filter(|r| r["category"] == "llm" && r["scope_category"] == "start")

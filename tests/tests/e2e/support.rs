@@ -562,3 +562,30 @@ pub(crate) fn report_check<'a>(report: &'a serde_json::Value, id: &str) -> &'a s
         .and_then(|checks| checks.iter().find(|c| c["id"] == id))
         .unwrap_or(&serde_json::Value::Null)
 }
+
+/// A directory for an ATOF file sink: private (0700), as the sink requires of a directory
+/// only its user writes.
+pub(crate) fn atof_dir() -> anyhow::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::Builder::new()
+        .prefix("relay-e2e-atof-")
+        .tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+/// The one ATOF file in `dir` (one per user), as text and as its records in file order.
+pub(crate) fn atof_records(
+    dir: &std::path::Path,
+) -> anyhow::Result<(String, Vec<serde_json::Value>)> {
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    anyhow::ensure!(files.len() == 1, "one ATOF file per user: {files:?}");
+    let text = std::fs::read_to_string(&files[0])?;
+    let records = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<Vec<serde_json::Value>, _>>()?;
+    Ok((text, records))
+}
