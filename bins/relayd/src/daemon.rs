@@ -46,10 +46,7 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
         Ok(prepared) => prepared,
         Err(message) => return relay_logging::usage_exit("relayd", &message),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match relay_proxy::runtime::build(std::num::NonZeroUsize::MAX) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("relayd: cannot start the async runtime: {error}");

@@ -10,8 +10,8 @@ use crate::config::Config;
 
 /// Loads the client configuration, installs logging (`[logging] level`, then `RELAY_LOG`
 /// and `RELAY_LOG_FORMAT`), warns about unknown keys, and builds a runtime of at most two
-/// threads, one per CPU the process may use. A configuration error is a usage error (64)
-/// named after `binary`.
+/// threads, one per CPU the process may use ([`crate::runtime::build`]). A configuration
+/// error is a usage error (64) named after `binary`.
 pub fn start(binary: &str, env: &impl Env) -> Result<(Config, tokio::runtime::Runtime), ExitCode> {
     let (config, ignored) =
         Config::load_client_from(env).map_err(|error| relay_logging::usage_exit(binary, &error))?;
@@ -27,23 +27,12 @@ pub fn start(binary: &str, env: &impl Env) -> Result<(Config, tokio::runtime::Ru
     for key in ignored {
         tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(runtime_threads(std::thread::available_parallelism().ok()))
-        .enable_all()
-        .build()
-        .map_err(|error| {
-            eprintln!("{binary}: cannot start the async runtime: {error}");
-            ExitCode::FAILURE
-        })?;
+    let runtime = crate::runtime::build(MAX_THREADS).map_err(|error| {
+        eprintln!("{binary}: cannot start the async runtime: {error}");
+        ExitCode::FAILURE
+    })?;
     Ok((config, runtime))
 }
 
-/// Two runtime threads, or one when the process may use only one CPU (its affinity mask or
-/// its cgroup's quota): a second thread on the same CPU only adds wake-ups between the two.
-/// Two when the count is unknown.
-fn runtime_threads(cpus: Option<std::num::NonZeroUsize>) -> usize {
-    cpus.map_or(2, |n| n.get()).min(2)
-}
-
-#[cfg(test)]
-mod tests;
+/// A client process's work is one user's requests: two threads are plenty.
+const MAX_THREADS: std::num::NonZeroUsize = std::num::NonZeroUsize::new(2).unwrap();

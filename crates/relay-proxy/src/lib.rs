@@ -26,6 +26,7 @@ pub mod metrics;
 mod per_address;
 pub mod plugins;
 pub mod routes;
+pub mod runtime;
 pub mod server;
 pub mod shell;
 pub mod sockets;
