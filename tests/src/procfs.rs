@@ -157,6 +157,15 @@ pub fn state(pid: u32) -> Option<char> {
         .next()
 }
 
+/// The CPUs process `pid` may run on, as `/proc/<pid>/status` lists them (`0-1`, `1`).
+pub fn cpus_allowed_list(pid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        .map(|list| list.trim().to_owned())
+}
+
 /// Whether process `pid` still runs (it exists and is not a zombie waiting to be reaped).
 pub fn is_alive(pid: u32) -> bool {
     state(pid).is_some_and(|state| !matches!(state, 'Z' | 'X'))

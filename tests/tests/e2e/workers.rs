@@ -79,6 +79,73 @@ fn hook_request(token: &str) -> anyhow::Result<Request> {
     )?)
 }
 
+/// relayd, relay-mcp and the worker build a current-thread runtime when they may use one CPU
+/// (docs/operations.md). Limited to one, the whole chain still activates a worker and serves
+/// a request and a stream through it.
+#[tokio::test]
+async fn on_one_cpu_the_worker_path_serves_as_on_many() -> anyhow::Result<()> {
+    // A child inherits the CPU mask of the thread that spawns it, and this test's runtime
+    // runs on the test's one thread. The mask goes back when the test ends, in case the
+    // harness runs the next test on this thread.
+    struct Restore(rustix::thread::CpuSet);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = rustix::thread::sched_setaffinity(None, &self.0);
+        }
+    }
+    let allowed = Restore(rustix::thread::sched_getaffinity(None)?);
+    let cpu = (0..rustix::thread::CpuSet::MAX_CPU)
+        .find(|&cpu| allowed.0.is_set(cpu))
+        .ok_or_else(|| anyhow::anyhow!("this thread may run on no CPU"))?;
+    let mut one = rustix::thread::CpuSet::new();
+    one.set(cpu);
+    rustix::thread::sched_setaffinity(None, &one)?;
+
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(worker_config(&stand_in, ""))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let mcp = start_mcp(&user, &relayd.origin(), &token, "2025-06-18").await?;
+    let worker = user.wait_for_workers(1, WORKER_TIMEOUT).await?[0];
+    for (name, pid) in [
+        ("relayd", relayd.pid()?),
+        ("relay-mcp", mcp.pid()?),
+        ("the worker", worker),
+    ] {
+        assert_eq!(
+            procfs::cpus_allowed_list(pid),
+            Some(cpu.to_string()),
+            "{name} may use more than one CPU"
+        );
+    }
+
+    let model_marker = marker("one-cpu")?;
+    let recorded = assert_through_worker(
+        &relayd,
+        &stand_in,
+        worker,
+        anthropic_request(&token, &model_marker)?,
+    )
+    .await?;
+    assert!(contains(&recorded.body, model_marker.as_bytes()));
+    let (status, _, body) = fetch(relayd.addr(), streaming_request(&token)?).await?;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body == ANTHROPIC_MESSAGES_SSE,
+        "the stream changed on its way through the worker"
+    );
+    assert_eq!(requests_to(&relayd, "anthropic", "worker").await?, 2);
+    assert!(
+        pass_throughs(&relayd).is_empty(),
+        "{}",
+        context(&relayd, &user, &[&mcp])
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_credentialed_mcp_session_gets_one_worker_that_serves_its_requests() -> anyhow::Result<()>
 {
