@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use relay_identity::RouteToken;
 use relay_logging::{Lifecycle, McpPassThroughReason, ProcessExit};
 use relay_proto::{
-    Bytes32, DeploymentMode, Directive, FailureReason, Grant, Id, LaunchOutcome,
-    McpActivationFailed, Message, RefusedCode, RegisterMcpFields, Registered, ResumeMcpFields,
-    RouteMode, Text, Timers, WORKER_EXIT_PLUGIN_CONFIG_INVALID, WorkerExited, WorkerHint,
+    Bytes32, DeploymentMode, Directive, Grant, Id, LaunchOutcome, McpActivationFailed, Message,
+    RefusedCode, RegisterMcpFields, Registered, ResumeMcpFields, RouteMode, Text, Timers,
+    WorkerExited, WorkerHint,
 };
 use relay_proxy::control::client::{
     Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
@@ -492,12 +492,7 @@ impl Control {
         *launched = None;
         let exit = exited(activation_id, status);
         if !ready {
-            let failure_reason = match exit.exit_code {
-                Some(code) if code == i32::from(WORKER_EXIT_PLUGIN_CONFIG_INVALID) => {
-                    FailureReason::PluginConfigInvalid
-                }
-                _ => FailureReason::WorkerExitedBeforeReady,
-            };
+            let failure_reason = exit.failure_reason();
             let detail = format!(
                 "the worker exited before it was ready; its log is {}",
                 self.launcher.log_file(activation_id).display()

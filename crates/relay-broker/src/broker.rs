@@ -415,7 +415,8 @@ impl Broker {
             Input::McpWorkerExited {
                 conn,
                 activation_id,
-            } => self.on_mcp_worker_exited(now, conn, activation_id),
+                reason,
+            } => self.on_mcp_worker_exited(now, conn, activation_id, reason),
             Input::McpLaunchStatus {
                 conn,
                 activation_id,

@@ -42,8 +42,14 @@ pub enum Input {
         activation_id: Id,
         reason: FailureReason,
     },
-    /// The MCP's child exited (`WorkerExited`).
-    McpWorkerExited { conn: ConnId, activation_id: Id },
+    /// The MCP's child exited (`WorkerExited`). `reason` is what its exit status tells,
+    /// should the child not have been ready: the worker's own `ActivationFailed`, sent just
+    /// before it exits, travels on another connection and may be read after this.
+    McpWorkerExited {
+        conn: ConnId,
+        activation_id: Id,
+        reason: FailureReason,
+    },
     /// The MCP asks what became of its launch (`LaunchStatus`).
     McpLaunchStatus { conn: ConnId, activation_id: Id },
     /// A worker registers with its grant (`RegisterWorker`). The shell has checked the

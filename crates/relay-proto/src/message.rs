@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::types::{Bytes32, Id, ProtocolRange, PublicKey, Role, Signature, Text};
+use crate::vocabulary::{FailureReason, WORKER_EXIT_PLUGIN_CONFIG_INVALID};
 
 /// The message kind carried in a frame header. The numbers are part of the wire format:
 /// never renumber one, only add.
@@ -440,6 +441,18 @@ pub struct WorkerExited {
     /// The exit code, or `None` when a signal ended the process.
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
+}
+
+impl WorkerExited {
+    /// Why the launch failed, if the child exited before its route was ready: its exit
+    /// status names an invalid plugin configuration; anything else is an early exit.
+    pub fn failure_reason(&self) -> FailureReason {
+        if self.exit_code == Some(i32::from(WORKER_EXIT_PLUGIN_CONFIG_INVALID)) {
+            FailureReason::PluginConfigInvalid
+        } else {
+            FailureReason::WorkerExitedBeforeReady
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

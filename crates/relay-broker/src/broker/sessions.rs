@@ -439,7 +439,13 @@ impl Broker {
         }
     }
 
-    pub(super) fn on_mcp_worker_exited(&mut self, now: Instant, conn: ConnId, activation_id: Id) {
+    pub(super) fn on_mcp_worker_exited(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        activation_id: Id,
+        reason: FailureReason,
+    ) {
         let fp = match self.conns.get(&conn) {
             Some(Party::Mcp(s)) => self.sessions.get(s).map(|s| s.fingerprint),
             Some(Party::Released(fp)) => Some(*fp),
@@ -452,13 +458,11 @@ impl Broker {
             return;
         }
         match grant.state {
-            GrantState::Consumed { worker } => {
-                self.on_worker_gone(now, worker, FailureReason::WorkerExitedBeforeReady)
-            }
+            GrantState::Consumed { worker } => self.on_worker_gone(now, worker, reason),
             GrantState::Issued => {
                 let fp = grant.fingerprint;
                 if self.current_activation(fp) == Some(activation_id) {
-                    self.activation_failed(now, fp, FailureReason::WorkerExitedBeforeReady);
+                    self.activation_failed(now, fp, reason);
                 }
             }
             GrantState::Cancelled => {}

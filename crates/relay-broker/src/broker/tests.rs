@@ -824,6 +824,50 @@ fn mcps_joining_an_activating_a_ready_and_a_pass_through_route() {
     "#]]);
 }
 
+/// A worker with an invalid plugin configuration sends `ActivationFailed` and exits 78 at
+/// once; its MCP's `WorkerExited` travels on another connection and may be read first. The
+/// reason its exit status gives is the one logged, and the worker's own report, read after,
+/// changes nothing.
+#[test]
+fn an_exit_reported_before_the_workers_own_failure_still_names_the_plugins() {
+    let mut s = Scenario::new();
+    s.mcp(1, 'A', "a1").worker(2, 'A');
+    let grant = s.last_grant().0;
+    s.step(
+        "its MCP saw the child exit 78",
+        Input::McpWorkerExited {
+            conn: ConnId(1),
+            activation_id: grant,
+            reason: FailureReason::PluginConfigInvalid,
+        },
+    )
+    .step(
+        "the worker's own report arrives",
+        Input::WorkerActivationFailed {
+            conn: ConnId(2),
+            reason: FailureReason::PluginConfigInvalid,
+        },
+    );
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > its MCP saw the child exit 78
+          forget #5
+          c2 <- Refused(generation_revoked)
+          close c2
+          event worker_activation_failed A plugin_config_invalid retry_after=1000ms
+          c1 <- UsePassThrough
+        > the worker's own report arrives
+    "#]]);
+}
+
 #[test]
 fn activation_failures_back_off_1_2_4_seconds_and_success_resets_the_delay() {
     let mut s = Scenario::new();
@@ -842,6 +886,7 @@ fn activation_failures_back_off_1_2_4_seconds_and_success_resets_the_delay() {
             Input::McpWorkerExited {
                 conn: ConnId(1),
                 activation_id: grant.0,
+                reason: FailureReason::WorkerExitedBeforeReady,
             },
         )
         .advance(2000);
@@ -866,6 +911,7 @@ fn activation_failures_back_off_1_2_4_seconds_and_success_resets_the_delay() {
         Input::McpWorkerExited {
             conn: ConnId(1),
             activation_id: grant,
+            reason: FailureReason::WorkerExitedBeforeReady,
         },
     );
     s.check(expect![[r#"
@@ -1221,6 +1267,7 @@ fn evidence_of_death_relaunches_at_once_when_the_worker_had_served() {
         Input::McpWorkerExited {
             conn: ConnId(1),
             activation_id: grant,
+            reason: FailureReason::WorkerExitedBeforeReady,
         },
     )
     .worker(3, 'A')
@@ -1310,6 +1357,7 @@ fn evidence_of_death_relaunches_at_once_when_the_worker_had_served() {
         Input::McpWorkerExited {
             conn: ConnId(1),
             activation_id: grant,
+            reason: FailureReason::WorkerExitedBeforeReady,
         },
     );
     s.check(expect![[r#"
@@ -2516,6 +2564,7 @@ fn a_worker_control_cut_longer_than_the_grace_revokes_the_generation_and_relaunc
         Input::McpWorkerExited {
             conn: ConnId(1),
             activation_id: first,
+            reason: FailureReason::WorkerExitedBeforeReady,
         },
     )
     .worker(4, 'A')
@@ -2589,6 +2638,7 @@ fn a_worker_killed_mid_request_is_relaunched_once_whichever_evidence_comes_first
         Input::McpWorkerExited {
             conn: ConnId(1),
             activation_id: first,
+            reason: FailureReason::WorkerExitedBeforeReady,
         },
     )
     .probe(2, ProbeOutcome::Gone)
@@ -2832,6 +2882,7 @@ fn backoff_doubles_up_to_the_cap_and_starts_again_after_a_published_worker() {
         Input::McpWorkerExited {
             conn: ConnId(1),
             activation_id: grant,
+            reason: FailureReason::WorkerExitedBeforeReady,
         },
     )
     .advance(1000);

@@ -83,3 +83,28 @@ fn a_disconnect_is_spelled_in_each_role_s_words() {
         assert_eq!(reason.for_mcp().as_str(), reason.for_worker().as_str());
     }
 }
+
+#[test]
+fn only_the_plugin_exit_status_names_the_plugins() {
+    let exited = |exit_code, signal| crate::WorkerExited {
+        activation_id: crate::Id([7; 16]),
+        exit_code,
+        signal,
+    };
+    assert_eq!(
+        exited(Some(i32::from(WORKER_EXIT_PLUGIN_CONFIG_INVALID)), None).failure_reason(),
+        FailureReason::PluginConfigInvalid
+    );
+    for (code, signal) in [
+        (Some(1), None),
+        (Some(0), None),
+        (None, Some(9)),
+        (None, None),
+    ] {
+        assert_eq!(
+            exited(code, signal).failure_reason(),
+            FailureReason::WorkerExitedBeforeReady,
+            "{code:?} {signal:?}"
+        );
+    }
+}

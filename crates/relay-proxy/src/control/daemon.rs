@@ -663,6 +663,7 @@ fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
         (Role::Mcp, Message::WorkerExited(m)) => Input::McpWorkerExited {
             conn,
             activation_id: m.activation_id,
+            reason: m.failure_reason(),
         },
         (Role::Mcp, Message::LaunchStatus { activation_id }) => Input::McpLaunchStatus {
             conn,

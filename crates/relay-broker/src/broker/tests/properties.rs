@@ -268,6 +268,7 @@ impl Model {
                         Input::McpWorkerExited {
                             conn: ConnId(u64::from(conn)),
                             activation_id,
+                            reason: FailureReason::WorkerExitedBeforeReady,
                         },
                     );
                 }
