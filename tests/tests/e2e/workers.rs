@@ -79,6 +79,41 @@ fn hook_request(token: &str) -> anyhow::Result<Request> {
     )?)
 }
 
+/// A request and a stream with `token`: both reach the provider from `worker`'s own
+/// sockets, unchanged.
+async fn serves_a_request_and_a_stream(
+    relayd: &Relayd,
+    stand_in: &StandIn,
+    worker: u32,
+    token: &str,
+) -> anyhow::Result<()> {
+    let model_marker = marker("model")?;
+    let recorded = assert_through_worker(
+        relayd,
+        stand_in,
+        worker,
+        anthropic_request(token, &model_marker)?,
+    )
+    .await?;
+    assert!(contains(&recorded.body, model_marker.as_bytes()));
+    assert_eq!(recorded.header_str("x-api-key"), Some("sk-ant-test"));
+    let (status, headers, body) = fetch(relayd.addr(), streaming_request(token)?).await?;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        body == ANTHROPIC_MESSAGES_SSE,
+        "the stream changed on its way through the worker"
+    );
+    let streamed = stand_in
+        .request(stand_in_id(&headers)?)
+        .ok_or_else(|| anyhow::anyhow!("the stand-in did not record the stream request"))?;
+    assert!(procfs::owns_connection(
+        worker,
+        streamed.peer,
+        stand_in.addr()
+    ));
+    Ok(())
+}
+
 /// relayd, relay-mcp and the worker build a current-thread runtime when they may use one CPU
 /// (docs/operations.md). Limited to one, the whole chain still activates a worker and serves
 /// a request and a stream through it.
@@ -122,21 +157,7 @@ async fn on_one_cpu_the_worker_path_serves_as_on_many() -> anyhow::Result<()> {
         );
     }
 
-    let model_marker = marker("one-cpu")?;
-    let recorded = assert_through_worker(
-        &relayd,
-        &stand_in,
-        worker,
-        anthropic_request(&token, &model_marker)?,
-    )
-    .await?;
-    assert!(contains(&recorded.body, model_marker.as_bytes()));
-    let (status, _, body) = fetch(relayd.addr(), streaming_request(&token)?).await?;
-    assert_eq!(status, StatusCode::OK);
-    assert!(
-        body == ANTHROPIC_MESSAGES_SSE,
-        "the stream changed on its way through the worker"
-    );
+    serves_a_request_and_a_stream(&relayd, &stand_in, worker, &token).await?;
     assert_eq!(requests_to(&relayd, "anthropic", "worker").await?, 2);
     assert!(
         pass_throughs(&relayd).is_empty(),
@@ -204,30 +225,7 @@ async fn a_credentialed_mcp_session_gets_one_worker_that_serves_its_requests() -
     assert_eq!(route["state"], "ready", "{route}");
     assert_eq!(route["control_available"], true, "{route}");
 
-    let model_marker = marker("model")?;
-    let recorded = assert_through_worker(
-        &relayd,
-        &stand_in,
-        worker,
-        anthropic_request(&token, &model_marker)?,
-    )
-    .await?;
-    assert!(contains(&recorded.body, model_marker.as_bytes()));
-    assert_eq!(recorded.header_str("x-api-key"), Some("sk-ant-test"));
-    let (status, headers, body) = fetch(relayd.addr(), streaming_request(&token)?).await?;
-    assert_eq!(status, StatusCode::OK);
-    assert!(
-        body == ANTHROPIC_MESSAGES_SSE,
-        "the stream changed on its way through the worker"
-    );
-    let streamed = stand_in
-        .request(stand_in_id(&headers)?)
-        .ok_or_else(|| anyhow::anyhow!("the stand-in did not record the stream request"))?;
-    assert!(procfs::owns_connection(
-        worker,
-        streamed.peer,
-        stand_in.addr()
-    ));
+    serves_a_request_and_a_stream(&relayd, &stand_in, worker, &token).await?;
     assert_eq!(requests_to(&relayd, "anthropic", "worker").await?, 2);
     assert!(
         pass_throughs(&relayd).is_empty(),
