@@ -62,166 +62,25 @@ fn golden_linux_bundle_and_its_digest() {
         }
     "#]],
     );
-    check_file(
-        &files,
-        "claude-code/settings-v1/managed-settings.json",
-        expect![[r#"
-            {
-              "env": {
-                "ANTHROPIC_BASE_URL": "http://127.0.0.1:47632"
-              },
-              "hooks": {
-                "Notification": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ]
-                  }
-                ],
-                "PermissionRequest": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-closed",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ],
-                    "matcher": "*"
-                  }
-                ],
-                "PostCompact": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ]
-                  }
-                ],
-                "PostToolUse": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ],
-                    "matcher": "*"
-                  }
-                ],
-                "PostToolUseFailure": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ],
-                    "matcher": "*"
-                  }
-                ],
-                "PreCompact": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ]
-                  }
-                ],
-                "PreToolUse": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-closed",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ],
-                    "matcher": "*"
-                  }
-                ],
-                "SessionEnd": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ]
-                  }
-                ],
-                "SessionStart": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ]
-                  }
-                ],
-                "Stop": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ]
-                  }
-                ],
-                "SubagentStart": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ]
-                  }
-                ],
-                "SubagentStop": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-open",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ]
-                  }
-                ],
-                "UserPromptSubmit": [
-                  {
-                    "hooks": [
-                      {
-                        "command": "/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-closed",
-                        "timeout": 30,
-                        "type": "command"
-                      }
-                    ]
-                  }
-                ]
-              }
-            }
-        "#]],
+    // The managed files carry what the plugin carries, its hooks and its MCP server, and
+    // the base URL besides. (The digest below pins their bytes.)
+    let json = |path| serde_json::from_str::<serde_json::Value>(file(&files, path)).unwrap();
+    assert_eq!(
+        json("claude-code/settings-v1/managed-mcp.json"),
+        json("claude-code/plugin-v1/.mcp.json")
     );
+    let mut settings = json("claude-code/settings-v1/managed-settings.json");
+    assert_eq!(
+        settings.as_object_mut().unwrap().remove("hooks"),
+        Some(json("claude-code/plugin-v1/hooks/hooks.json")["hooks"].clone())
+    );
+    expect![[r#"
+        {
+          "env": {
+            "ANTHROPIC_BASE_URL": "http://127.0.0.1:47632"
+          }
+        }"#]]
+    .assert_eq(&serde_json::to_string_pretty(&settings).unwrap());
     check_file(
         &files,
         "codex/settings-v1/config.toml",
