@@ -1586,6 +1586,38 @@ async fn terminal_hooks_wait_for_the_records_and_others_do_not() {
     }
 }
 
+/// A Messages request whose JSON body is coded with `coding`.
+fn coded_messages(worker: &Worker, coding: &str, body: Bytes) -> Request<Full<Bytes>> {
+    worker
+        .request(Method::POST, "/v1/messages")
+        .header("content-type", "application/json")
+        .header("content-encoding", coding)
+        .body(Full::new(body))
+        .unwrap()
+}
+
+/// `body`, coded with `coding`, cannot be decoded: with records alone it reaches the
+/// provider as it came; a model rule cannot decide on it, so it is refused with 415 and
+/// nothing is sent.
+async fn forwarded_unless_a_rule_needs_it(stand_in: &StandIn, coding: &str, body: Bytes) {
+    stand_in.clear_requests();
+    let (worker, _) = worker_with_plugins(stand_in, OBSERVE).await;
+    let answer = worker
+        .send(coded_messages(&worker, coding, body.clone()))
+        .await;
+    assert_eq!(answer.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(recorded[0].body, body);
+    assert_eq!(recorded[0].header_str("content-encoding"), Some(coding));
+    stand_in.clear_requests();
+    let (worker, _) = worker_with_plugins(stand_in, &format!("{OBSERVE}{ALLOW_LIST}")).await;
+    worker
+        .send(coded_messages(&worker, coding, body))
+        .await
+        .assert_error(415, "relay_unsupported_encoding");
+    assert_eq!(stand_in.request_count(), 0);
+}
+
 /// A compressed body within the limit that decodes past it: records alone cannot read it
 /// whole but forward it as it came; a model rule cannot decide on it.
 #[tokio::test]
@@ -1598,14 +1630,7 @@ async fn a_body_that_decodes_past_the_limit_is_refused_only_when_a_rule_needs_it
     gzip.write_all(decoded.as_bytes()).unwrap();
     let body = Bytes::from(gzip.finish().unwrap());
     assert!((body.len() as u64) < LIMIT);
-    let send = |worker: &Worker| {
-        worker
-            .request(Method::POST, "/v1/messages")
-            .header("content-type", "application/json")
-            .header("content-encoding", "gzip")
-            .body(Full::new(body.clone()))
-            .unwrap()
-    };
+    let send = |worker: &Worker| coded_messages(worker, "gzip", body.clone());
     // Records alone forward it untouched.
     let (mut setup, _) = plugin_setup(&stand_in, OBSERVE);
     setup.limits.max_request_body_bytes = LIMIT;
@@ -1629,32 +1654,8 @@ async fn a_body_that_decodes_past_the_limit_is_refused_only_when_a_rule_needs_it
 #[tokio::test]
 async fn an_undecodable_body_is_refused_only_when_a_rule_needs_it() {
     let stand_in = StandIn::start().await.unwrap();
-    let body = b"\x00\x01 not a coding anyone knows";
-    let send = |worker: &Worker| {
-        worker
-            .request(Method::POST, "/v1/messages")
-            .header("content-type", "application/json")
-            .header("content-encoding", "x-unknown")
-            .body(Full::new(Bytes::from_static(body)))
-            .unwrap()
-    };
-    // Records alone forward it untouched.
-    let (worker, _) = worker_with_plugins(&stand_in, OBSERVE).await;
-    assert_eq!(worker.send(send(&worker)).await.status, 200);
-    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
-    assert_eq!(recorded[0].body, &body[..]);
-    assert_eq!(
-        recorded[0].header_str("content-encoding"),
-        Some("x-unknown")
-    );
-    // A model rule cannot decide on it: 415, nothing sent.
-    stand_in.clear_requests();
-    let (worker, _) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{ALLOW_LIST}")).await;
-    worker
-        .send(send(&worker))
-        .await
-        .assert_error(415, "relay_unsupported_encoding");
-    assert_eq!(stand_in.request_count(), 0);
+    let body = Bytes::from_static(b"\x00\x01 not a coding anyone knows");
+    forwarded_unless_a_rule_needs_it(&stand_in, "x-unknown", body).await;
 }
 
 /// A gzip body that stops before its coding does (cut in half, or empty) is corrupt, not
@@ -1671,25 +1672,6 @@ async fn a_gzip_body_that_ends_early_is_undecodable_not_too_large() {
         Bytes::copy_from_slice(&whole[..whole.len() / 2]),
         Bytes::new(),
     ] {
-        let send = |worker: &Worker| {
-            worker
-                .request(Method::POST, "/v1/messages")
-                .header("content-type", "application/json")
-                .header("content-encoding", "gzip")
-                .body(Full::new(body.clone()))
-                .unwrap()
-        };
-        stand_in.clear_requests();
-        let (worker, _) = worker_with_plugins(&stand_in, OBSERVE).await;
-        assert_eq!(worker.send(send(&worker)).await.status, 200);
-        let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
-        assert_eq!(recorded[0].body, body);
-        stand_in.clear_requests();
-        let (worker, _) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{ALLOW_LIST}")).await;
-        worker
-            .send(send(&worker))
-            .await
-            .assert_error(415, "relay_unsupported_encoding");
-        assert_eq!(stand_in.request_count(), 0);
+        forwarded_unless_a_rule_needs_it(&stand_in, "gzip", body).await;
     }
 }
