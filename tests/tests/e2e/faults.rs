@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use relay_e2e::http::{post_json, send};
-use relay_e2e::{BrokenWorker, Mcp, Relayd, RelaydBuilder, Tap, User, procfs};
+use relay_e2e::{BrokenWorker, Relayd, Tap, procfs};
 use relay_proto::Message;
 use relay_testkit::{ANTHROPIC_MESSAGES_SSE, Behaviour, REQUEST_ID_HEADER, StandIn};
 use rustix::process::Signal;
@@ -17,35 +17,14 @@ use rustix::process::Signal;
 use super::support::{
     EVENT_TIMEOUT, MCP_EXIT_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, anthropic_request, assert_cut,
     assert_passed_through, assert_through_worker, between, context, event_with, fault_config,
-    field, fresh_token, marker, nth_event, paced, pass_throughs, ready_mcp, recorded_with,
-    route_status, spawn_mcp, streaming_request, upstream_config, user_for, wait_for_workers_status,
-    workers_status,
+    field, fresh_token, marker, nth_event, nth_worker, paced, pass_throughs, ready_mcp,
+    recorded_with, route_status, spawn_mcp, streaming_request, upstream_config, user_for,
+    wait_for_workers_status, with_a_ready_worker, workers_status,
 };
 
 /// How soon a broken stream or a client's disconnect must be seen on the other side (§3.3:
 /// "at once"); generous for two shared cores, far below any timer in play.
 const PROMPTLY: Duration = Duration::from_secs(1);
-
-/// The worker id and pid of the `n`-th (from 1) worker relayd added, once it runs.
-async fn nth_worker(relayd: &Relayd, user: &User, n: usize) -> anyhow::Result<(String, u32)> {
-    let added = nth_event(relayd.logs(), "worker_added", n, WORKER_TIMEOUT).await?;
-    let id = field(&added, "worker_id").to_owned();
-    let pids = user.wait_for_workers(1, WORKER_TIMEOUT).await?;
-    Ok((id, pids[0]))
-}
-
-/// Starts `relayd`, then a relay-mcp of `user` with a fresh token, and waits for its worker:
-/// the daemon, the token, the session (alive while it is held) and the worker's pid.
-async fn with_a_ready_worker(
-    relayd: RelaydBuilder,
-    user: &User,
-) -> anyhow::Result<(Relayd, String, Mcp, u32)> {
-    let relayd = relayd.start().await?;
-    let token = fresh_token()?;
-    let mcp = ready_mcp(user, &relayd.origin(), &token).await?;
-    let (_, pid) = nth_worker(&relayd, user, 1).await?;
-    Ok((relayd, token, mcp, pid))
-}
 
 /// Checks that relayd logged no `worker_request_failed`: what a client caused, or a
 /// provider answered, is no failure of the worker's.

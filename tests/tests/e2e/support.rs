@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::{Method, StatusCode};
 use relay_e2e::http::{fetch, post_json, request};
-use relay_e2e::{Mcp, Relayd, User};
+use relay_e2e::{Mcp, Relayd, RelaydBuilder, User};
 use relay_identity::RouteToken;
 use relay_testkit::StandIn;
 
@@ -376,6 +376,31 @@ pub(crate) async fn ready_mcp(user: &User, origin: &str, token: &str) -> anyhow:
         .await?;
     assert_eq!(field(&ready, "route_mode"), "worker", "{ready}");
     Ok(mcp)
+}
+
+/// The worker id and pid of the `n`-th (from 1) worker relayd added, once it runs.
+pub(crate) async fn nth_worker(
+    relayd: &Relayd,
+    user: &User,
+    n: usize,
+) -> anyhow::Result<(String, u32)> {
+    let added = nth_event(relayd.logs(), "worker_added", n, WORKER_TIMEOUT).await?;
+    let id = field(&added, "worker_id").to_owned();
+    let pids = user.wait_for_workers(1, WORKER_TIMEOUT).await?;
+    Ok((id, pids[0]))
+}
+
+/// Starts `relayd`, then a relay-mcp of `user` with a fresh token, and waits for its worker:
+/// the daemon, the token, the session (alive while it is held) and the worker's pid.
+pub(crate) async fn with_a_ready_worker(
+    relayd: RelaydBuilder,
+    user: &User,
+) -> anyhow::Result<(Relayd, String, Mcp, u32)> {
+    let relayd = relayd.start().await?;
+    let token = fresh_token()?;
+    let mcp = ready_mcp(user, &relayd.origin(), &token).await?;
+    let (_, pid) = nth_worker(&relayd, user, 1).await?;
+    Ok((relayd, token, mcp, pid))
 }
 
 /// Sends `tools/list` with `id` and checks the answer is the empty tool list (§6): the

@@ -18,7 +18,8 @@ use super::support::{
     EVENT_TIMEOUT, INITIALIZE_TIMEOUT, MCP_EXIT_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, all_logs,
     anthropic_request, assert_no_leaks, assert_through_worker, contains, context, field,
     fresh_token, marker, pass_throughs, recorded_with, requests_to, route_status, run_secrets,
-    stand_in_id, user_for, wait_for_route_state, worker_config, workers_status,
+    stand_in_id, user_for, wait_for_route_state, with_a_ready_worker, worker_config,
+    workers_status,
 };
 
 type Request = http::Request<Full<bytes::Bytes>>;
@@ -137,14 +138,12 @@ async fn on_one_cpu_the_worker_path_serves_as_on_many() -> anyhow::Result<()> {
     rustix::thread::sched_setaffinity(None, &one)?;
 
     let stand_in = StandIn::start().await?;
-    let relayd = Relayd::builder()?
-        .config(worker_config(&stand_in, ""))
-        .start()
-        .await?;
     let user = user_for(&stand_in)?;
-    let token = fresh_token()?;
-    let mcp = start_mcp(&user, &relayd.origin(), &token, "2025-06-18").await?;
-    let worker = user.wait_for_workers(1, WORKER_TIMEOUT).await?[0];
+    let (relayd, token, mcp, worker) = with_a_ready_worker(
+        Relayd::builder()?.config(worker_config(&stand_in, "")),
+        &user,
+    )
+    .await?;
     for (name, pid) in [
         ("relayd", relayd.pid()?),
         ("relay-mcp", mcp.pid()?),
