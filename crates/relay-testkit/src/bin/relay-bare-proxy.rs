@@ -37,17 +37,21 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    // The runtime relayd builds (`relay_proxy::runtime`): current-thread on one usable CPU,
-    // one worker thread per CPU otherwise.
-    let one_cpu = std::thread::available_parallelism().is_ok_and(|n| n.get() == 1);
-    let runtime = if one_cpu {
+    // The runtime relayd builds, by the rule of `relay_proxy::runtime::build` (this crate
+    // cannot depend on relay-proxy, whose tests use it): current-thread on one usable CPU,
+    // one worker thread per CPU otherwise, two when the count is unknown.
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
-        tokio::runtime::Builder::new_multi_thread()
-    }
-    .enable_all()
-    .build()
-    .context("starting the runtime")?;
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    };
+    let runtime = builder
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
     runtime.block_on(async move {
         let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)))
             .await
