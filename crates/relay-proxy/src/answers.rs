@@ -26,34 +26,26 @@ pub(crate) fn length(value: Option<&HeaderValue>) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// 400 and close for a request with both `Content-Length` and `Transfer-Encoding`, or
-/// differing lengths: a request-smuggling attempt (§3.6).
-pub(crate) fn ambiguous_framing() -> Response<ResponseBody> {
-    let mut res = error(
-        StatusCode::BAD_REQUEST,
-        ErrorKind::RelayBadRequest,
-        "a request may not carry both Content-Length and Transfer-Encoding, or differing Content-Lengths",
-    );
-    close_after(&mut res);
-    res
-}
-
-/// The answer to a head the framing watcher refused, `None` for a clean one. Either way
-/// the connection closes after it.
+/// The answer to a head the framing watcher refused, `None` for a clean one: 400 for a
+/// request with both `Content-Length` and `Transfer-Encoding`, or differing lengths (a
+/// request-smuggling attempt, §3.6); 501 for a transfer coding other than `chunked`. The
+/// watcher stops following a connection whose head it refused, so the server closes it
+/// after this answer.
 pub(crate) fn framing_refusal(verdict: HeadVerdict) -> Option<Response<ResponseBody>> {
-    match verdict {
-        HeadVerdict::Clean => None,
-        HeadVerdict::AmbiguousFraming => Some(ambiguous_framing()),
-        HeadVerdict::UnsupportedTransferCoding => {
-            let mut res = error(
-                StatusCode::NOT_IMPLEMENTED,
-                ErrorKind::RelayNotImplemented,
-                "the only transfer coding accepted is chunked (use Content-Encoding for compression)",
-            );
-            close_after(&mut res);
-            Some(res)
-        }
-    }
+    let (status, kind, message) = match verdict {
+        HeadVerdict::Clean => return None,
+        HeadVerdict::AmbiguousFraming => (
+            StatusCode::BAD_REQUEST,
+            ErrorKind::RelayBadRequest,
+            "a request may not carry both Content-Length and Transfer-Encoding, or differing Content-Lengths",
+        ),
+        HeadVerdict::UnsupportedTransferCoding => (
+            StatusCode::NOT_IMPLEMENTED,
+            ErrorKind::RelayNotImplemented,
+            "the only transfer coding accepted is chunked (use Content-Encoding for compression)",
+        ),
+    };
+    Some(error(status, kind, message))
 }
 
 /// Marks an answer as the connection's last (`Connection: close`).

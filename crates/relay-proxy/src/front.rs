@@ -200,7 +200,7 @@ impl Front {
             return local(error(
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                 ErrorKind::RelayBadRequest,
-                "a request may carry at most 100 header lines",
+                &format!("a request may carry at most {MAX_REQUEST_HEADERS} header lines"),
             ));
         }
         if let Some(refused) = self.host_refusal(&req, &conn) {
