@@ -80,16 +80,20 @@ impl std::fmt::Debug for ControlPlane {
     }
 }
 
-/// The peer went away (its socket closed or reset), as against sending something wrong.
-fn is_peer_gone(error: &tokio_tungstenite::tungstenite::Error) -> bool {
+/// The peer went away (it closed, or its socket closed or reset), as against sending
+/// something wrong.
+fn is_peer_gone(error: &TransportError) -> bool {
     use tokio_tungstenite::tungstenite::Error as Ws;
     use tokio_tungstenite::tungstenite::error::ProtocolError;
     matches!(
         error,
-        Ws::ConnectionClosed
-            | Ws::AlreadyClosed
-            | Ws::Io(_)
-            | Ws::Protocol(ProtocolError::ResetWithoutClosingHandshake)
+        TransportError::Closed
+            | TransportError::WebSocket(
+                Ws::ConnectionClosed
+                    | Ws::AlreadyClosed
+                    | Ws::Io(_)
+                    | Ws::Protocol(ProtocolError::ResetWithoutClosingHandshake)
+            )
     )
 }
 
@@ -379,10 +383,7 @@ impl ControlPlane {
                 ));
             }
             // Gone before it said anything: nothing to close, nothing wrong to log.
-            Err(TransportError::Closed) => return Err(HandshakeError::Gone),
-            Err(TransportError::WebSocket(e)) if is_peer_gone(&e) => {
-                return Err(HandshakeError::Gone);
-            }
+            Err(e) if is_peer_gone(&e) => return Err(HandshakeError::Gone),
             Err(TransportError::Timeout) => {
                 return Err(HandshakeError::close(CloseCode::Away, "no Hello in time"));
             }
