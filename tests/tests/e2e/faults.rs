@@ -1024,5 +1024,13 @@ async fn a_stream_through_a_draining_worker_is_cut_at_the_drain_deadline() -> an
     // worker a moment before its state turns to zombie: wait for the state itself.
     user.wait_for_exit(pid, EVENT_TIMEOUT).await?;
     assert_eq!(user.worker_pids(), [] as [u32; 0]);
+    // One overrun, one warning.
+    let log = user.worker_log_text();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains(r#""level":"warn""#))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(warnings[0].contains("cutting off"), "{log}");
     Ok(())
 }
