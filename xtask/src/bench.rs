@@ -209,7 +209,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if options.selected(INSTRUCTIONS) {
         match instructions::run(&bin_dir, &pinning, &fast, &scratch) {
             Ok(phase) => {
-                measures.push(phase.measure);
+                measures.extend(phase.measures);
                 notes.extend(phase.notes);
                 document["instructions"] = phase.detail;
             }

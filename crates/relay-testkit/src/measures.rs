@@ -43,6 +43,7 @@ pub enum MeasureId {
     CpuPassThrough,
     InstructionsPassThrough,
     CpuWorker,
+    InstructionsWorker,
     WorkerThroughputRate,
     RedactorThroughput,
 }
@@ -339,6 +340,14 @@ pub const MEASURES: &[MeasureSpec] = &[
             of: MeasureId::CpuPassThrough,
         }),
         "relayd's and the worker's user + system time over the worker throughput blocks divided by the requests completed",
+    ),
+    row(
+        MeasureId::InstructionsWorker,
+        "instructions",
+        "instructions per request through the worker (relayd + worker), c=1",
+        Unit::Count,
+        None,
+        "relayd in managed mode and one session's worker, both under valgrind's callgrind, the same requests with the route credential: both processes' user-space instructions divided by 2,000",
     ),
     row(
         MeasureId::WorkerThroughputRate,

@@ -1,12 +1,14 @@
 //! Instructions per proxied request, relayd beside nginx: each runs alone under valgrind's callgrind in front of the fast stand-in, and counts the instructions it executes while one keep-alive client sends it requests one at a time.
+//! Then the same through a worker: relayd in managed mode and the worker of one MCP session, both under callgrind, counted together.
 //!
 //! Wall-clock CPU time on a shared 2-core machine moves by several percent between runs; an instruction count moves by well under one, so it tells whether a change to the request path made it cheaper. The kernel's work (system calls, the loopback) is not counted, and nginx runs as one process (`master_process off`) so that its whole work is under valgrind.
 
 use std::{
-    ffi::OsString,
+    ffi::{OsStr, OsString},
     fs,
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{SocketAddr, TcpStream},
+    os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
@@ -20,6 +22,7 @@ use super::debian;
 use super::nginx::{self, Nginx};
 use super::pinning::Pinning;
 use super::procs::{Relayd, RelaydMode, Scratch, StandIn};
+use super::worker::{McpSession, SessionEnv};
 
 /// Requests before counting starts: connections, pools and caches are warm by then.
 const WARM_UP: u32 = 300;
@@ -29,10 +32,12 @@ const COUNTED: u32 = 2000;
 const BODY: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
 /// How long one answer may take under valgrind.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an MCP session may take to make its route ready with relayd and the worker under valgrind.
+const WRAPPED_ROUTE_READY_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The instructions row, and what it was measured with.
+/// The instructions rows, and what they were measured with.
 pub(super) struct InstructionsPhase {
-    pub(super) measure: Measure,
+    pub(super) measures: Vec<Measure>,
     pub(super) notes: Vec<String>,
     /// Raw figures for the JSON.
     pub(super) detail: Value,
@@ -46,7 +51,7 @@ pub(super) fn run(
     scratch: &Scratch,
 ) -> Result<InstructionsPhase> {
     let mut notes = Vec::new();
-    debian::find_or_install("valgrind", &["valgrind"], || {
+    let valgrind = debian::find_or_install("valgrind", &["valgrind"], || {
         debian::runs("valgrind", "--version").then(|| PathBuf::from("valgrind"))
     })?;
     let dir = scratch.path("callgrind");
@@ -67,7 +72,7 @@ pub(super) fn run(
         "\n==> relayd under callgrind (pid {}): {WARM_UP} requests, then {COUNTED} counted",
         relayd.process.pid()
     );
-    let relayd_count = count(relayd.addr, relayd.process.pid(), &out)?;
+    let [relayd_count] = count(relayd.addr, None, [(relayd.process.pid(), &out)])?;
     drop(relayd);
 
     // The yardstick: hyper's server and client with nothing of Relay's between them.
@@ -86,7 +91,7 @@ pub(super) fn run(
         "==> relay-bare-proxy under callgrind (pid {})",
         bare.process.pid()
     );
-    let bare_count = count(bare.addr, bare.process.pid(), &out)?;
+    let [bare_count] = count(bare.addr, None, [(bare.process.pid(), &out)])?;
     drop(bare);
 
     let peer = nginx::find_or_install().and_then(|binary| {
@@ -100,7 +105,7 @@ pub(super) fn run(
             &callgrind(&out),
         )?;
         println!("==> nginx under callgrind (pid {})", nginx.pid());
-        count(nginx.addr, nginx.pid(), &out)
+        count(nginx.addr, None, [(nginx.pid(), &out)]).map(|[n]| n)
     });
     let nginx_count = match peer {
         Ok(count) => Some(count),
@@ -122,9 +127,33 @@ pub(super) fn run(
         "instructions: relay-bare-proxy (hyper's server and client with nothing between them) {bare_per_request:.0} per request, the same way; relayd's own work is the {:.0} above it",
         relayd_per_request - bare_per_request
     ));
-    Ok(InstructionsPhase {
-        measure: Measure::relay_only(MeasureId::InstructionsPassThrough, relayd_per_request)
+    let mut measures = vec![
+        Measure::relay_only(MeasureId::InstructionsPassThrough, relayd_per_request)
             .with_peer(nginx_per_request),
+    ];
+    let through_worker = worker_path(bin_dir, &valgrind, pinning, fast, &dir);
+    let (relayd_managed, worker) = match through_worker {
+        Ok([relayd, worker]) => {
+            let per_request = |count: u64| count as f64 / f64::from(COUNTED);
+            let both = per_request(relayd + worker);
+            notes.push(format!(
+                "instructions through the worker: relayd in managed mode and the worker under callgrind, the same requests with the route credential; relayd {:.0} and the worker {:.0} per request, {:.2}× relayd's in pass-through",
+                per_request(relayd),
+                per_request(worker),
+                both / relayd_per_request
+            ));
+            measures.push(Measure::relay_only(MeasureId::InstructionsWorker, both));
+            (Some(relayd), Some(worker))
+        }
+        Err(error) => {
+            notes.push(format!(
+                "instructions through the worker were not counted: {error:#}"
+            ));
+            (None, None)
+        }
+    };
+    Ok(InstructionsPhase {
+        measures,
         notes,
         detail: json!({
             "warm_up": WARM_UP,
@@ -132,36 +161,153 @@ pub(super) fn run(
             "relayd_instructions": relayd_count,
             "bare_proxy_instructions": bare_count,
             "nginx_instructions": nginx_count,
+            "worker_path": {
+                "relayd_instructions": relayd_managed,
+                "worker_instructions": worker,
+            },
         }),
     })
 }
 
+/// Counts relayd's and the worker's instructions through the worker: relayd in managed mode under callgrind, and one MCP session whose worker runs under callgrind too.
+/// relay-mcp starts the `relay-worker` beside its own executable, so a copy of relay-mcp goes into a directory whose `relay-worker` is a script that runs the real one under valgrind.
+/// The worker's environment is cleared but for a few variables, so the script names valgrind by its full path.
+fn worker_path(
+    bin_dir: &Path,
+    valgrind: &Path,
+    pinning: &Pinning,
+    fast: &StandIn,
+    dir: &Path,
+) -> Result<[u64; 2]> {
+    let scratch = Scratch::create()?;
+    let wrapped_bin = scratch.path("bin");
+    fs::create_dir_all(&wrapped_bin)
+        .with_context(|| format!("creating {}", wrapped_bin.display()))?;
+    let mcp = wrapped_bin.join("relay-mcp");
+    fs::copy(bin_dir.join("relay-mcp"), &mcp)
+        .with_context(|| format!("copying relay-mcp to {}", mcp.display()))?;
+    let valgrind = full_path(valgrind)?;
+    let worker_out = dir.join("worker.out");
+    let script = wrapper_script(
+        &callgrind_with(&valgrind, &worker_out),
+        &bin_dir.join("relay-worker"),
+    )?;
+    let worker = wrapped_bin.join("relay-worker");
+    fs::write(&worker, script).with_context(|| format!("writing {}", worker.display()))?;
+    fs::set_permissions(&worker, fs::Permissions::from_mode(0o755))?;
+
+    let relayd_out = dir.join("relayd-managed.out");
+    let relayd = Relayd::start(
+        bin_dir,
+        pinning.relayd.as_deref(),
+        RelaydMode::Managed,
+        fast.addr,
+        fast.addr,
+        &scratch,
+        &callgrind(&relayd_out),
+    )?;
+    let env = SessionEnv::new(&wrapped_bin, &relayd, pinning.relayd.clone(), &scratch)?;
+    let mut session = McpSession::start(&env, "callgrind")?;
+    session
+        .wait_until_ready(&env, WRAPPED_ROUTE_READY_TIMEOUT)
+        .context("starting a session whose worker runs under callgrind")?;
+    let worker_pid = session
+        .worker
+        .context("the session has no worker process")?;
+    println!(
+        "==> relayd (managed, pid {}) and its worker (pid {worker_pid}) under callgrind",
+        relayd.process.pid()
+    );
+    let counts = count(
+        relayd.addr,
+        Some(&env.token),
+        [
+            (relayd.process.pid(), &relayd_out),
+            (worker_pid, &worker_out),
+        ],
+    )?;
+    session.close().context("closing the session")?;
+    Ok(counts)
+}
+
+/// `program` as a full path: itself when it has a directory, or the first match on `PATH`.
+fn full_path(program: &Path) -> Result<PathBuf> {
+    if program.components().count() > 1 {
+        return Ok(program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+        .with_context(|| format!("{} is not on PATH", program.display()))
+}
+
+/// A shell script that runs `program` under `wrapper` (a command and its arguments) with the script's own arguments.
+pub(super) fn wrapper_script(wrapper: &[OsString], program: &Path) -> Result<String> {
+    let mut script = String::from("#!/bin/sh\nexec");
+    for word in wrapper
+        .iter()
+        .map(OsString::as_os_str)
+        .chain([program.as_os_str()])
+    {
+        script.push(' ');
+        script.push_str(&shell_quote(word)?);
+    }
+    script.push_str(" \"$@\"\n");
+    Ok(script)
+}
+
+/// A word for `sh`, in single quotes.
+fn shell_quote(word: &OsStr) -> Result<String> {
+    let text = word
+        .to_str()
+        .with_context(|| format!("{word:?} is not UTF-8"))?;
+    Ok(format!("'{}'", text.replace('\'', r"'\''")))
+}
+
 /// valgrind's command line: callgrind, counting nothing until told to.
 fn callgrind(out: &Path) -> Vec<OsString> {
+    callgrind_with(Path::new("valgrind"), out)
+}
+
+/// The same with valgrind at `valgrind`.
+fn callgrind_with(valgrind: &Path, out: &Path) -> Vec<OsString> {
     let mut file = OsString::from("--callgrind-out-file=");
     file.push(out);
     vec![
-        "valgrind".into(),
+        valgrind.into(),
         "--tool=callgrind".into(),
         "--instr-atstart=no".into(),
         file,
     ]
 }
 
-/// Sends the warm-up requests, turns counting on, sends the counted ones and dumps: the instructions of the counted requests.
-fn count(addr: SocketAddr, pid: u32, out: &Path) -> Result<u64> {
-    let mut client = Client::connect(addr)?;
+/// Sends the warm-up requests to `addr` (with the route credential `token`, if any), turns counting on in each process under callgrind (its pid and its output file), sends the counted requests and dumps: the instructions each process ran for them.
+fn count<const N: usize>(
+    addr: SocketAddr,
+    token: Option<&str>,
+    counted: [(u32, &Path); N],
+) -> Result<[u64; N]> {
+    let mut client = Client::connect(addr, token)?;
     for _ in 0..WARM_UP {
         client.exchange()?;
     }
-    callgrind_control(&["-i", "on"], pid)?;
+    for (pid, _) in counted {
+        callgrind_control(&["-i", "on"], pid)?;
+    }
     for _ in 0..COUNTED {
         client.exchange()?;
     }
-    callgrind_control(&["-d"], pid)?;
-    let dump = last_dump(out)?;
-    let text = fs::read_to_string(&dump).with_context(|| format!("reading {}", dump.display()))?;
-    totals(&text).with_context(|| format!("{} has no instruction total", dump.display()))
+    let mut totals_of = [0; N];
+    for ((pid, out), total) in counted.into_iter().zip(&mut totals_of) {
+        callgrind_control(&["-d"], pid)?;
+        let dump = last_dump(out)?;
+        let text =
+            fs::read_to_string(&dump).with_context(|| format!("reading {}", dump.display()))?;
+        *total = totals(&text)
+            .with_context(|| format!("{} has no instruction total", dump.display()))?;
+    }
+    Ok(totals_of)
 }
 
 fn callgrind_control(args: &[&str], pid: u32) -> Result<()> {
@@ -225,13 +371,17 @@ struct Client {
 }
 
 impl Client {
-    fn connect(addr: SocketAddr) -> Result<Client> {
+    /// A connection to `addr` whose requests carry `token` as the route credential, if given.
+    fn connect(addr: SocketAddr, token: Option<&str>) -> Result<Client> {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .with_context(|| format!("connecting to {addr}"))?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+        let credential = token
+            .map(|token| format!("x-relay-client-token: {token}\r\n"))
+            .unwrap_or_default();
         let request = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-bench\r\nContent-Length: {}\r\n\r\n{BODY}",
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n{credential}Content-Length: {}\r\n\r\n{BODY}",
             BODY.len()
         )
         .into_bytes();

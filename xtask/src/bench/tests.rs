@@ -537,3 +537,25 @@ fn a_wrapper_runs_the_program_as_its_last_argument() {
     assert_eq!(bare.get_program(), "/bin/relayd");
     assert_eq!(bare.get_args().count(), 0);
 }
+
+#[test]
+fn a_wrapper_script_runs_the_program_with_its_own_arguments_whatever_the_quotes() {
+    let dir = Scratch::create().unwrap();
+    let script = instructions::wrapper_script(
+        &["printf".into(), "<%s>".into()],
+        Path::new("/odd dir/it's \"here\" $HOME"),
+    )
+    .unwrap();
+    let path = dir.path("wrapper");
+    std::fs::write(&path, script).unwrap();
+    let output = Command::new("sh")
+        .arg(&path)
+        .args(["one two", "'three'"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "</odd dir/it's \"here\" $HOME><one two><'three'>"
+    );
+}

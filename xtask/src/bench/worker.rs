@@ -5,10 +5,11 @@
 //! It does not read the MCP's JSON-RPC answers: the route is the measure, and relayd's `/metrics` proves that hooks and model requests reached the worker.
 
 use std::{
-    ffi::OsString,
+    ffi::{OsStr, OsString},
     fs,
     io::{Read as _, Write as _},
     net::SocketAddr,
+    os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
     process::{ChildStdin, Command, Stdio},
     thread,
@@ -91,19 +92,7 @@ pub(super) fn run(
         scratch,
         &[],
     )?;
-    let home = scratch.path("managed/user");
-    let xdg = home.join("xdg");
-    fs::create_dir_all(&xdg).with_context(|| format!("creating {}", xdg.display()))?;
-    let env = SessionEnv {
-        bin_dir: bin_dir.to_path_buf(),
-        daemon: relayd.addr,
-        token: new_token()?,
-        home,
-        xdg,
-        system_dir: relayd.system_dir.clone(),
-        server_cpus: pinning.relayd.clone(),
-        scratch,
-    };
+    let env = SessionEnv::new(bin_dir, &relayd, pinning.relayd.clone(), scratch)?;
     println!(
         "\n==> relayd {} (managed, pid {}); workers call stand-in {}",
         relayd.addr,
@@ -136,7 +125,7 @@ pub(super) fn run(
     );
 
     let mut live = McpSession::start(&env, "live")?;
-    live.wait_until_ready(&env)
+    live.wait_until_ready(&env, ROUTE_READY_TIMEOUT)
         .context("starting the session kept live for the worker measures")?;
     let worker_pid = live
         .worker
@@ -225,7 +214,7 @@ pub(super) fn run(
             .with_context(|| format!("writing {}", plugins_file.display()))?;
         let mut session = McpSession::start(&env, "plugins")?;
         session
-            .wait_until_ready(&env)
+            .wait_until_ready(&env, ROUTE_READY_TIMEOUT)
             .context("starting the session whose worker runs the plugins")?;
         let pid = session
             .worker
@@ -362,8 +351,8 @@ reason = "not for benchmarks"
 pub(super) struct SessionEnv<'a> {
     pub(super) bin_dir: PathBuf,
     daemon: SocketAddr,
-    /// The route credential, a fresh one per run; it goes only into environments, never into argv or output.
-    token: String,
+    /// The route credential, a fresh one per run; it goes only into environments and request headers, never into argv or output.
+    pub(super) token: String,
     home: PathBuf,
     xdg: PathBuf,
     system_dir: PathBuf,
@@ -372,7 +361,29 @@ pub(super) struct SessionEnv<'a> {
     scratch: &'a Scratch,
 }
 
-impl SessionEnv<'_> {
+impl<'a> SessionEnv<'a> {
+    /// The sessions of `relayd` (in managed mode): a fresh credential, and the user's directories in `scratch`; relay-mcp and its workers start from `bin_dir`, on `server_cpus`.
+    pub(super) fn new(
+        bin_dir: &Path,
+        relayd: &Relayd,
+        server_cpus: Option<String>,
+        scratch: &'a Scratch,
+    ) -> Result<SessionEnv<'a>> {
+        let home = scratch.path("managed/user");
+        let xdg = home.join("xdg");
+        fs::create_dir_all(&xdg).with_context(|| format!("creating {}", xdg.display()))?;
+        Ok(SessionEnv {
+            bin_dir: bin_dir.to_path_buf(),
+            daemon: relayd.addr,
+            token: new_token()?,
+            home,
+            xdg,
+            system_dir: relayd.system_dir.clone(),
+            server_cpus,
+            scratch,
+        })
+    }
+
     pub(super) fn daemon_url(&self) -> String {
         format!("http://{}", self.daemon)
     }
@@ -413,18 +424,18 @@ impl SessionEnv<'_> {
 
 /// One harness session: a running relay-mcp with its stdin held open, and its worker once the route is ready.
 #[derive(Debug)]
-struct McpSession {
+pub(super) struct McpSession {
     process: Process,
     stdin: Option<ChildStdin>,
     log: PathBuf,
     /// Just before relay-mcp was spawned.
     started: Instant,
-    worker: Option<u32>,
+    pub(super) worker: Option<u32>,
 }
 
 impl McpSession {
     /// Spawns relay-mcp on the server CPUs and writes the harness's `initialize`.
-    fn start(env: &SessionEnv<'_>, label: &str) -> Result<McpSession> {
+    pub(super) fn start(env: &SessionEnv<'_>, label: &str) -> Result<McpSession> {
         let (log, log_file) = env
             .scratch
             .log(&format!("managed/relay-mcp-{label}.stderr"))?;
@@ -453,8 +464,12 @@ impl McpSession {
         })
     }
 
-    /// Polls the route every [`ROUTE_POLL`] until it says `worker`, finds the worker process, and returns the time since relay-mcp was spawned.
-    fn wait_until_ready(&mut self, env: &SessionEnv<'_>) -> Result<Duration> {
+    /// Polls the route every [`ROUTE_POLL`] until it says `worker`, finds the worker process, and returns the time since relay-mcp was spawned; fails after `timeout`.
+    pub(super) fn wait_until_ready(
+        &mut self,
+        env: &SessionEnv<'_>,
+        timeout: Duration,
+    ) -> Result<Duration> {
         loop {
             if let Some(status) = self.process.exited()? {
                 bail!(
@@ -467,9 +482,9 @@ impl McpSession {
                 self.worker = Some(find_worker(self.process.pid())?);
                 return Ok(elapsed);
             }
-            if self.started.elapsed() >= ROUTE_READY_TIMEOUT {
+            if self.started.elapsed() >= timeout {
                 bail!(
-                    "the route was not ready {ROUTE_READY_TIMEOUT:?} after relay-mcp started; its stderr:\n{}",
+                    "the route was not ready {timeout:?} after relay-mcp started; its stderr:\n{}",
                     log_tail(&self.log)
                 );
             }
@@ -483,7 +498,7 @@ impl McpSession {
     }
 
     /// Ends the session as a harness does, by closing relay-mcp's stdin; waits for relay-mcp to exit and then for the worker, whose route it released.
-    fn close(mut self) -> Result<()> {
+    pub(super) fn close(mut self) -> Result<()> {
         drop(self.stdin.take());
         let deadline = Instant::now() + MCP_EXIT_TIMEOUT;
         let status = loop {
@@ -550,7 +565,7 @@ fn activation(env: &SessionEnv<'_>, n: usize) -> Result<Activation> {
     for i in 0..=n {
         let mut session = McpSession::start(env, &i.to_string())?;
         let elapsed = session
-            .wait_until_ready(env)
+            .wait_until_ready(env, ROUTE_READY_TIMEOUT)
             .with_context(|| format!("activation session {}", i + 1))?;
         worker_ticks += session.worker_ticks();
         session
@@ -624,9 +639,13 @@ fn find_worker(mcp_pid: u32) -> Result<u32> {
     }
 }
 
-/// True when `pid` runs a program named `relay-worker`.
+/// True when `pid` runs a program named `relay-worker`, itself or under a wrapper such as valgrind (which the instructions phase runs it under).
 fn is_relay_worker(pid: u32) -> bool {
-    procfs::program_of(pid).is_some_and(|name| name == "relay-worker")
+    fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline.split(|byte| *byte == 0).any(|arg| {
+            Path::new(OsStr::from_bytes(arg)).file_name() == Some(OsStr::new("relay-worker"))
+        })
+    })
 }
 
 /// Waits until `pid` is gone or a zombie (a worker is reaped by whoever adopted it, which may be never in a container).
