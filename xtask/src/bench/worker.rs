@@ -17,6 +17,8 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use relay_testkit::measures::{Measure, MeasureId, SampleCounts};
 use relay_testkit::procfs::{self, PidStat};
 use serde_json::{Value, json};
@@ -678,26 +680,7 @@ fn new_token() -> Result<String> {
     fs::File::open("/dev/urandom")
         .and_then(|mut random| random.read_exact(&mut bytes))
         .context("reading /dev/urandom for a route credential")?;
-    Ok(base64url(&bytes))
-}
-
-/// Base64 with the URL-safe alphabet and no padding (RFC 4648 §5).
-fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        // One input byte gives two characters, two give three, three give four.
-        for i in 0..=chunk.len() {
-            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
-        }
-    }
-    out
+    Ok(URL_SAFE_NO_PAD.encode(bytes))
 }
 
 /// The nearest-rank percentile (`quantile` 0.5 is the median, 1.0 the maximum); zero for no samples.
