@@ -216,6 +216,18 @@ impl WorkerState {
         inner.control_available && inner.phase == Phase::Ready
     }
 
+    /// Changes the in-flight count, waking those who wait on it only if someone does: the
+    /// count changes twice per request, and waking the channel's waiters costs more than the
+    /// rest of the change. A waiter subscribes before it reads the count, and the count
+    /// changes under the channel's lock, so a change that sees no waiter comes before the
+    /// read of any waiter that missed it.
+    fn count_in_flight(&self, change: impl FnOnce(&mut usize)) {
+        self.in_flight.send_if_modified(|n| {
+            change(n);
+            self.in_flight.receiver_count() > 0
+        });
+    }
+
     /// Admits a request, counting it in flight until the returned guard is dropped, or
     /// refuses it. The check and the count happen under one lock, so a drain that starts
     /// concurrently either refuses the request or waits for it in `drained`.
@@ -236,7 +248,7 @@ impl WorkerState {
         if !admitted {
             return None;
         }
-        self.in_flight.send_modify(|n| *n += 1);
+        self.count_in_flight(|n| *n += 1);
         drop(inner);
         Some(InFlight {
             state: self.clone(),
@@ -251,9 +263,7 @@ pub(crate) struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.state
-            .in_flight
-            .send_modify(|n| *n = n.saturating_sub(1));
+        self.state.count_in_flight(|n| *n = n.saturating_sub(1));
     }
 }
 
