@@ -83,6 +83,8 @@ struct Generation {
     )]
     conns: Vec<Box<WorkerConn>>,
     looked: Instant,
+    /// The generation secret and its header, encoded by the first request that needed it.
+    secret: Option<([u8; 32], HeaderValue)>,
 }
 
 type WorkerIo = TokioIo<Gather<tokio_rustls::client::TlsStream<ReadAhead<TcpStream>>>>;
@@ -156,6 +158,7 @@ impl WorkerClient {
             pools.entry(worker_id).or_insert_with(|| Generation {
                 conns: Vec::new(),
                 looked: Instant::now(),
+                secret: None,
             });
         }
     }
@@ -173,10 +176,10 @@ impl WorkerClient {
         target: &WorkerTarget,
         mut req: Request<RequestBody>,
     ) -> Result<Response<UpstreamBody>, WorkerSendError> {
-        req.headers_mut()
-            .insert(WORKER_SECRET, secret_header(&target.secret));
+        let (secret, mut pooled) = self.check_out(target);
+        req.headers_mut().insert(WORKER_SECRET, secret);
         // Pooled connections first; a dead one gives the request back unsent.
-        while let Some(conn) = self.take(target.worker_id) {
+        while let Some(conn) = pooled {
             match send_on(conn, req).await {
                 Ok(res) => return Ok(res),
                 Err(mut error) => match error.take_message() {
@@ -184,6 +187,7 @@ impl WorkerClient {
                     None => return Err(WorkerSendError::Failed(error.into_error())),
                 },
             }
+            pooled = self.take(target.worker_id);
         }
         // A stopped or unreachable worker must not hold the request: nothing is written until
         // the connection is up, so a timeout here still allows one pass-through (§3.7).
@@ -213,11 +217,37 @@ impl WorkerClient {
         }
     }
 
+    /// The secret header for a request to `target`, and the connection [`Self::take`] gives,
+    /// with one look at the pools. The header is encoded once per generation and secret.
+    fn check_out(&self, target: &WorkerTarget) -> (HeaderValue, Option<Box<WorkerConn>>) {
+        let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") else {
+            return (secret_header(&target.secret), None);
+        };
+        let Some(generation) = pools.get_mut(&target.worker_id) else {
+            return (secret_header(&target.secret), None);
+        };
+        let secret = match &generation.secret {
+            // Two copies of the daemon's own secret: nothing here comes from a client.
+            Some((raw, header)) if *raw == target.secret => header.clone(),
+            _ => {
+                let header = secret_header(&target.secret);
+                generation.secret = Some((target.secret, header.clone()));
+                header
+            }
+        };
+        (secret, Self::pop(generation))
+    }
+
     /// The connection kept last, the likeliest to be still open. It is not looked at here:
     /// one the worker has closed gives the request back unwritten.
     fn take(&self, worker_id: Id) -> Option<Box<WorkerConn>> {
         let mut pools = relay_logging::sync::lock(&self.pools, "worker pools")?;
-        let generation = pools.get_mut(&worker_id)?;
+        Self::pop(pools.get_mut(&worker_id)?)
+    }
+
+    /// The connection of `generation` kept last; once every [`LOOK_EVERY`], those the worker
+    /// has closed are dropped first.
+    fn pop(generation: &mut Generation) -> Option<Box<WorkerConn>> {
         let now = Instant::now();
         if now.saturating_duration_since(generation.looked) >= LOOK_EVERY {
             generation.looked = now;

@@ -134,3 +134,25 @@ async fn the_look_every_half_minute_drops_the_idle_connections_the_worker_closed
     assert!(client.take(target.worker_id).is_none());
     assert_eq!(kept(&client, target.worker_id), Some(0));
 }
+
+#[test]
+fn each_request_carries_the_secret_its_route_gave_it() {
+    let mut target = WorkerTarget {
+        worker_id: Id([7; 16]),
+        endpoint: "127.0.0.1:9".to_owned(),
+        certificate_sha256: [0; 32],
+        secret: [9; 32],
+    };
+    let client = routed_to(&target);
+    let (first, none) = client.check_out(&target);
+    assert_eq!(first, secret_header(&[9; 32]));
+    assert!(first.is_sensitive());
+    assert!(none.is_none());
+    assert_eq!(client.check_out(&target).0, first);
+    // A resumed generation keeps its id and gets a fresh secret: the header follows it.
+    target.secret = [10; 32];
+    assert_eq!(client.check_out(&target).0, secret_header(&[10; 32]));
+    // A generation whose pool is gone still gets the secret it was routed with.
+    client.forget(target.worker_id);
+    assert_eq!(client.check_out(&target).0, secret_header(&[10; 32]));
+}
