@@ -186,8 +186,9 @@ impl WorkerState {
     pub async fn quiet_for(&self, quiet: std::time::Duration) {
         let mut watching = self.in_flight.subscribe();
         loop {
+            // `wait_for` marks as seen the change it judged, and only that one: a request
+            // admitted right after must still wake the `changed` below.
             let _ = watching.wait_for(|n| *n == 0).await;
-            watching.mark_unchanged();
             tokio::select! {
                 () = tokio::time::sleep(quiet) => return,
                 changed = watching.changed() => {
