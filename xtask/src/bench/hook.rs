@@ -84,7 +84,7 @@ pub(super) fn hook_wall_time(env: &SessionEnv<'_>, runs: usize) -> Result<HookTi
         }
         Ok(elapsed)
     };
-    let (worker_before, passed_before) = env.hook_destinations()?;
+    let (worker_before, passed_before) = env.destinations("hook")?;
     for _ in 0..HOOK_WARMUP {
         run(HookProgram::Baseline)?;
         run(HookProgram::Hook)?;
@@ -101,7 +101,7 @@ pub(super) fn hook_wall_time(env: &SessionEnv<'_>, runs: usize) -> Result<HookTi
             }
         }
     }
-    let (worker_after, passed_after) = env.hook_destinations()?;
+    let (worker_after, passed_after) = env.destinations("hook")?;
     let passed = passed_after.saturating_sub(passed_before);
     times.to_worker = worker_after.saturating_sub(worker_before);
     let sent = (HOOK_WARMUP + times.hook.len()) as u64;
@@ -141,8 +141,9 @@ pub(super) fn timed_run(mut command: Command, payload: &[u8]) -> Result<(Duratio
     Ok((started.elapsed(), output))
 }
 
-/// Hook requests in relayd's `relay_requests_total`, by destination: (worker, pass-through).
-pub(super) fn hook_destinations(metrics: &str) -> (u64, u64) {
+/// Requests of `route` (its label: `hook`, `openai`, …) in relayd's `relay_requests_total`, by destination: (worker, pass-through).
+pub(super) fn destinations(metrics: &str, route: &str) -> (u64, u64) {
+    let route = format!("route=\"{route}\"");
     let mut counts = (0, 0);
     for line in metrics.lines() {
         let Some(rest) = line.strip_prefix("relay_requests_total{") else {
@@ -151,7 +152,7 @@ pub(super) fn hook_destinations(metrics: &str) -> (u64, u64) {
         let Some((labels, value)) = rest.rsplit_once("} ") else {
             continue;
         };
-        if !labels.contains(r#"route="hook""#) {
+        if !labels.split(',').any(|label| label == route) {
             continue;
         }
         let Some(value) = value.trim().parse::<f64>().ok().filter(|v| *v >= 0.0) else {

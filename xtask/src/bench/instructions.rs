@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 use relay_testkit::measures::{Measure, MeasureId};
 use serde_json::{Value, json};
 
@@ -218,6 +218,7 @@ fn worker_path(
         "==> relayd (managed, pid {}) and its worker (pid {worker_pid}) under callgrind",
         relayd.process.pid()
     );
+    let before = env.destinations("openai")?;
     let counts = count(
         relayd.addr,
         Some(&env.token),
@@ -226,6 +227,15 @@ fn worker_path(
             (worker_pid, &worker_out),
         ],
     )?;
+    // Every request must have gone to the worker: one passed through would count as relayd's alone.
+    let after = env.destinations("openai")?;
+    let sent = u64::from(WARM_UP + COUNTED);
+    ensure!(
+        after.0 - before.0 == sent && after.1 == before.1,
+        "of {sent} requests relayd sent {} to the worker and {} straight to the provider",
+        after.0 - before.0,
+        after.1 - before.1
+    );
     session.close().context("closing the session")?;
     Ok(counts)
 }

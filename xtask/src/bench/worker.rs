@@ -24,7 +24,7 @@ use relay_testkit::procfs::{self, PidStat};
 use serde_json::{Value, json};
 
 use super::cpu::{CpuSnapshot, cpu_ticks_json, other_cpu_share};
-use super::hook::{HOOK_RUNS, HOOK_RUNS_QUICK, HOOK_WARMUP, hook_destinations, hook_wall_time};
+use super::hook::{HOOK_RUNS, HOOK_RUNS_QUICK, HOOK_WARMUP, destinations, hook_wall_time};
 use super::http::http_get;
 use super::pinning::Pinning;
 use super::procs::{Process, Relayd, RelaydMode, Scratch, StandIn, log_tail, run_loadgen};
@@ -415,12 +415,12 @@ impl<'a> SessionEnv<'a> {
         Ok(route["route_mode"] == "worker")
     }
 
-    /// relayd's count of hook requests by destination: (worker, pass-through).
-    pub(super) fn hook_destinations(&self) -> Result<(u64, u64)> {
+    /// relayd's count of requests of `route` (`hook`, `openai`, …) by destination: (worker, pass-through).
+    pub(super) fn destinations(&self, route: &str) -> Result<(u64, u64)> {
         let (status, body) =
             http_get(self.daemon, "/metrics", None).context("reading relayd's /metrics")?;
         ensure!(status == 200, "GET /metrics answered {status}");
-        Ok(hook_destinations(&body))
+        Ok(destinations(&body, route))
     }
 }
 

@@ -31,14 +31,16 @@ fn percentiles_are_nearest_rank() {
 }
 
 #[test]
-fn hook_destinations_count_only_the_hook_route() {
+fn destinations_count_only_the_route_asked_for() {
     let metrics = "# TYPE relay_requests counter\n\
                    relay_requests_total{route=\"hook\",destination=\"worker\",status=\"200\"} 220\n\
                    relay_requests_total{route=\"hook\",destination=\"pass_through\",status=\"200\"} 1\n\
                    relay_requests_total{route=\"openai\",destination=\"worker\",status=\"200\"} 9000\n\
                    relay_requests_total{route=\"status\",destination=\"local\",status=\"200\"} 5\n";
-    assert_eq!(hook_destinations(metrics), (220, 1));
-    assert_eq!(hook_destinations(""), (0, 0));
+    assert_eq!(destinations(metrics, "hook"), (220, 1));
+    assert_eq!(destinations(metrics, "openai"), (9000, 0));
+    assert_eq!(destinations(metrics, "anthropic"), (0, 0));
+    assert_eq!(destinations("", "hook"), (0, 0));
 }
 
 #[test]
