@@ -7,7 +7,7 @@
 //! `transitions` (route state changes), `bindings` (credentials and the route table),
 //! `requests` (the request plane) and `views` (the status views).
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -216,8 +216,11 @@ pub struct Broker {
     sessions: HashMap<Id, Session>,
     conns: HashMap<ConnId, Party>,
     grants: HashMap<Id, Grant>,
-    generations: HashMap<Id, Generation>,
-    tickets: HashMap<u64, TicketEntry>,
+    /// Keyed by ids the daemon makes, so ordered rather than hashed: every request looks up
+    /// its generation and records and ends its ticket, and a keyed hash of each key costs
+    /// more than a few comparisons.
+    generations: BTreeMap<Id, Generation>,
+    tickets: BTreeMap<u64, TicketEntry>,
     next_ticket: u64,
     next_probe: u64,
     next_used: u64,
@@ -255,8 +258,8 @@ impl Broker {
             sessions: HashMap::new(),
             conns: HashMap::new(),
             grants: HashMap::new(),
-            generations: HashMap::new(),
-            tickets: HashMap::new(),
+            generations: BTreeMap::new(),
+            tickets: BTreeMap::new(),
             next_ticket: 0,
             next_probe: 0,
             next_used: 0,

@@ -8,7 +8,7 @@
 //! its own: the request using it drives it until its response body has been read, as the
 //! provider client's do ([`crate::upstream::Lease`]).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -73,7 +73,9 @@ pub struct WorkerClient {
     pools: Arc<Pools>,
 }
 
-type Pools = Mutex<HashMap<Id, Generation>>;
+/// Ordered by the generation ids the daemon makes rather than hashed: a request looks its
+/// generation up twice, and a keyed hash of the id costs more than a few comparisons.
+type Pools = Mutex<BTreeMap<Id, Generation>>;
 
 /// The idle connections of one worker generation.
 struct Generation {
