@@ -1,13 +1,21 @@
 //! Running commands as visible, timed steps.
 
 use std::{
-    ffi::OsString,
+    ffi::{OsStr, OsString},
     path::PathBuf,
     process::Command,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
+
+/// The executable `name` in `path` (a `PATH` value), then in the directories `also`, if any.
+pub(crate) fn find_program(name: &str, path: &OsStr, also: &[&str]) -> Option<PathBuf> {
+    std::env::split_paths(path)
+        .chain(also.iter().map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
 
 /// The workspace root: the parent of this crate's directory.
 pub(crate) fn project_root() -> Result<PathBuf> {

@@ -78,10 +78,7 @@ const IP_DIRS: [&str; 4] = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"];
 
 /// The `ip` executable (iproute2) in `path` (a `PATH` value) or [`IP_DIRS`], if any.
 fn find_ip(path: &std::ffi::OsStr) -> Option<PathBuf> {
-    std::env::split_paths(path)
-        .chain(IP_DIRS.iter().map(PathBuf::from))
-        .map(|dir| dir.join("ip"))
-        .find(|candidate| candidate.is_file())
+    crate::command::find_program("ip", path, &IP_DIRS)
 }
 
 /// The remote-mode tests create network namespaces with `ip` (they fail without it): when

@@ -207,14 +207,29 @@ pub fn children(pid: u32) -> Vec<u32> {
 
 /// The file name of the program in a `/proc/<pid>/cmdline` (arguments separated by NUL).
 pub fn program_name(cmdline: &[u8]) -> Option<String> {
-    let program = cmdline.split(|b| *b == 0).next()?;
-    let name = std::path::Path::new(std::str::from_utf8(program).ok()?).file_name()?;
-    Some(name.to_str()?.to_owned())
+    file_name(cmdline.split(|b| *b == 0).next()?).map(str::to_owned)
 }
 
 /// The file name of the program `pid` runs.
 pub fn program_of(pid: u32) -> Option<String> {
     program_name(&fs::read(format!("/proc/{pid}/cmdline")).ok()?)
+}
+
+/// True when `pid` runs the program named `name`, itself or under a wrapper such as
+/// valgrind, which takes it as an argument.
+pub fn runs_program(pid: u32, name: &str) -> bool {
+    fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|b| *b == 0)
+            .any(|arg| file_name(arg) == Some(name))
+    })
+}
+
+/// The last component of a path given as bytes.
+fn file_name(path: &[u8]) -> Option<&str> {
+    std::path::Path::new(std::str::from_utf8(path).ok()?)
+        .file_name()?
+        .to_str()
 }
 
 #[cfg(test)]

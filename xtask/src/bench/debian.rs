@@ -1,6 +1,7 @@
 //! Tools the bench runs beside relayd (nginx, valgrind), installed from Debian packages when they are missing and the bench runs as root; nothing is started or enabled by the install.
 
 use std::{
+    ffi::OsStr,
     path::PathBuf,
     process::{Command, Stdio},
 };
@@ -44,7 +45,7 @@ pub(super) fn find_or_install(
 }
 
 /// True when `program` runs with `arg` (a version flag) and succeeds.
-pub(super) fn runs(program: &str, arg: &str) -> bool {
+pub(super) fn runs(program: impl AsRef<OsStr>, arg: &str) -> bool {
     Command::new(program)
         .arg(arg)
         .stdout(Stdio::null())

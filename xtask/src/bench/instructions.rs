@@ -23,6 +23,7 @@ use super::nginx::{self, Nginx};
 use super::pinning::Pinning;
 use super::procs::{Relayd, RelaydMode, Scratch, StandIn};
 use super::worker::{McpSession, SessionEnv};
+use crate::command::find_program;
 
 /// Requests before counting starts: connections, pools and caches are warm by then.
 const WARM_UP: u32 = 300;
@@ -51,8 +52,10 @@ pub(super) fn run(
     scratch: &Scratch,
 ) -> Result<InstructionsPhase> {
     let mut notes = Vec::new();
+    // By its full path: the worker, which runs under it too, gets no `PATH`.
     let valgrind = debian::find_or_install("valgrind", &["valgrind"], || {
-        debian::runs("valgrind", "--version").then(|| PathBuf::from("valgrind"))
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        find_program("valgrind", &path, &[]).filter(|found| debian::runs(found, "--version"))
     })?;
     let dir = scratch.path("callgrind");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -66,7 +69,7 @@ pub(super) fn run(
         fast.addr,
         fast.addr,
         scratch,
-        &callgrind(&out),
+        &callgrind(&valgrind, &out),
     )?;
     println!(
         "\n==> relayd under callgrind (pid {}): {WARM_UP} requests, then {COUNTED} counted",
@@ -81,7 +84,7 @@ pub(super) fn run(
     let bare = StandIn::start_program(
         bin_dir,
         "relay-bare-proxy",
-        &callgrind(&out),
+        &callgrind(&valgrind, &out),
         cpus,
         &["--upstream", &upstream],
         scratch,
@@ -102,7 +105,7 @@ pub(super) fn run(
             nginx::Layout::Alone,
             fast.addr,
             scratch,
-            &callgrind(&out),
+            &callgrind(&valgrind, &out),
         )?;
         println!("==> nginx under callgrind (pid {})", nginx.pid());
         count(nginx.addr, None, [(nginx.pid(), &out)]).map(|[n]| n)
@@ -171,7 +174,6 @@ pub(super) fn run(
 
 /// Counts relayd's and the worker's instructions through the worker: relayd in managed mode under callgrind, and one MCP session whose worker runs under callgrind too.
 /// relay-mcp starts the `relay-worker` beside its own executable, so a copy of relay-mcp goes into a directory whose `relay-worker` is a script that runs the real one under valgrind.
-/// The worker's environment is cleared but for a few variables, so the script names valgrind by its full path.
 fn worker_path(
     bin_dir: &Path,
     valgrind: &Path,
@@ -186,10 +188,9 @@ fn worker_path(
     let mcp = wrapped_bin.join("relay-mcp");
     fs::copy(bin_dir.join("relay-mcp"), &mcp)
         .with_context(|| format!("copying relay-mcp to {}", mcp.display()))?;
-    let valgrind = full_path(valgrind)?;
     let worker_out = dir.join("worker.out");
     let script = wrapper_script(
-        &callgrind_with(&valgrind, &worker_out),
+        &callgrind(valgrind, &worker_out),
         &bin_dir.join("relay-worker"),
     )?;
     let worker = wrapped_bin.join("relay-worker");
@@ -204,7 +205,7 @@ fn worker_path(
         fast.addr,
         fast.addr,
         &scratch,
-        &callgrind(&relayd_out),
+        &callgrind(valgrind, &relayd_out),
     )?;
     let env = SessionEnv::new(&wrapped_bin, &relayd, pinning.relayd.clone(), &scratch)?;
     let mut session = McpSession::start(&env, "callgrind")?;
@@ -240,18 +241,6 @@ fn worker_path(
     Ok(counts)
 }
 
-/// `program` as a full path: itself when it has a directory, or the first match on `PATH`.
-fn full_path(program: &Path) -> Result<PathBuf> {
-    if program.components().count() > 1 {
-        return Ok(program.to_path_buf());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
-        .with_context(|| format!("{} is not on PATH", program.display()))
-}
-
 /// A shell script that runs `program` under `wrapper` (a command and its arguments) with the script's own arguments.
 pub(super) fn wrapper_script(wrapper: &[OsString], program: &Path) -> Result<String> {
     let mut script = String::from("#!/bin/sh\nexec");
@@ -276,12 +265,7 @@ fn shell_quote(word: &OsStr) -> Result<String> {
 }
 
 /// valgrind's command line: callgrind, counting nothing until told to.
-fn callgrind(out: &Path) -> Vec<OsString> {
-    callgrind_with(Path::new("valgrind"), out)
-}
-
-/// The same with valgrind at `valgrind`.
-fn callgrind_with(valgrind: &Path, out: &Path) -> Vec<OsString> {
+fn callgrind(valgrind: &Path, out: &Path) -> Vec<OsString> {
     let mut file = OsString::from("--callgrind-out-file=");
     file.push(out);
     vec![

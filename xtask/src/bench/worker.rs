@@ -5,11 +5,10 @@
 //! It does not read the MCP's JSON-RPC answers: the route is the measure, and relayd's `/metrics` proves that hooks and model requests reached the worker.
 
 use std::{
-    ffi::{OsStr, OsString},
+    ffi::OsString,
     fs,
     io::{Read as _, Write as _},
     net::SocketAddr,
-    os::unix::ffi::OsStrExt as _,
     path::{Path, PathBuf},
     process::{ChildStdin, Command, Stdio},
     thread,
@@ -643,11 +642,7 @@ fn find_worker(mcp_pid: u32) -> Result<u32> {
 
 /// True when `pid` runs a program named `relay-worker`, itself or under a wrapper such as valgrind (which the instructions phase runs it under).
 fn is_relay_worker(pid: u32) -> bool {
-    fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-        cmdline.split(|byte| *byte == 0).any(|arg| {
-            Path::new(OsStr::from_bytes(arg)).file_name() == Some(OsStr::new("relay-worker"))
-        })
-    })
+    procfs::runs_program(pid, "relay-worker")
 }
 
 /// Waits until `pid` is gone or a zombie (a worker is reaped by whoever adopted it, which may be never in a container).

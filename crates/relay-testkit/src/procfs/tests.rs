@@ -123,3 +123,20 @@ fn program_names_come_from_the_first_cmdline_argument() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn a_program_is_found_itself_or_as_a_wrappers_argument() {
+    // `timeout` stays the parent of the `sleep` it runs, with `sleep` among its arguments.
+    let mut wrapper = std::process::Command::new("timeout")
+        .args(["5", "/bin/sleep", "5"])
+        .spawn()
+        .unwrap();
+    let pid = wrapper.id();
+    assert!(runs_program(pid, "timeout"));
+    assert!(runs_program(pid, "sleep"));
+    assert!(!runs_program(pid, "relay-worker"));
+    assert!(!runs_program(pid, "sle"));
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    assert!(!runs_program(u32::MAX, "sleep"));
+}
