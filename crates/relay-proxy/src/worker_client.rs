@@ -222,10 +222,8 @@ impl WorkerClient {
     /// The secret header for a request to `target`, and the connection [`Self::take`] gives,
     /// with one look at the pools. The header is encoded once per generation and secret.
     fn check_out(&self, target: &WorkerTarget) -> (HeaderValue, Option<Box<WorkerConn>>) {
-        let Some(mut pools) = relay_logging::sync::lock(&self.pools, "worker pools") else {
-            return (secret_header(&target.secret), None);
-        };
-        let Some(generation) = pools.get_mut(&target.worker_id) else {
+        let mut pools = relay_logging::sync::lock(&self.pools, "worker pools");
+        let Some(generation) = pools.as_mut().and_then(|p| p.get_mut(&target.worker_id)) else {
             return (secret_header(&target.secret), None);
         };
         let secret = match &generation.secret {
