@@ -514,10 +514,13 @@ async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, linger: Linger
     ) {
         return;
     }
-    let mut sink = vec![0u8; 16 * 1024];
+    // Read into spare capacity, never zeroed: most connections end with the client's own
+    // close, and thousands of streams closing at once would otherwise each fill 16 KiB.
+    let mut sink = bytes::BytesMut::with_capacity(16 * 1024);
     let mut left = linger.bytes;
     while left > 0 {
-        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+        sink.clear();
+        match tokio::time::timeout_at(deadline, stream.read_buf(&mut sink)).await {
             Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n as u64),
             _ => return,
         }
