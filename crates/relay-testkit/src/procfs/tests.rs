@@ -126,17 +126,31 @@ fn program_names_come_from_the_first_cmdline_argument() {
 
 #[test]
 fn a_program_is_found_itself_or_as_a_wrappers_argument() {
-    // `timeout` stays the parent of the `sleep` it runs, with `sleep` among its arguments.
-    let mut wrapper = std::process::Command::new("timeout")
-        .args(["5", "/bin/sleep", "5"])
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    // `timeout` stays the parent of the `cat` it runs, with `cat` among its arguments. A line
+    // echoed back proves `cat` runs, so `timeout` has replaced the forked test process by
+    // then: right after a fork, the child's command line is still the test's own.
+    let mut wrapper = Command::new("timeout")
+        .args(["5", "/bin/cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut stdin = wrapper.stdin.take().unwrap();
+    stdin.write_all(b"ready\n").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(wrapper.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
     let pid = wrapper.id();
     assert!(runs_program(pid, "timeout"));
-    assert!(runs_program(pid, "sleep"));
+    assert!(runs_program(pid, "cat"));
     assert!(!runs_program(pid, "relay-worker"));
-    assert!(!runs_program(pid, "sle"));
-    wrapper.kill().unwrap();
-    wrapper.wait().unwrap();
-    assert!(!runs_program(u32::MAX, "sleep"));
+    assert!(!runs_program(pid, "ca"));
+    // `cat` ends at the end of its input.
+    drop(stdin);
+    assert!(wrapper.wait().unwrap().success());
+    assert!(!runs_program(u32::MAX, "cat"));
 }
