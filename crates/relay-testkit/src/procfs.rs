@@ -14,6 +14,8 @@ pub struct MachineTicks {
     pub total: u64,
     /// Ticks not idle and not waiting for IO (steal included: another VM had the CPU).
     pub busy: u64,
+    /// Ticks the hypervisor gave to someone else while this machine had work to run.
+    pub steal: u64,
 }
 
 impl MachineTicks {
@@ -32,6 +34,7 @@ impl MachineTicks {
         Some(MachineTicks {
             total,
             busy: total.saturating_sub(idle),
+            steal: counted.get(7).copied().unwrap_or(0),
         })
     }
 

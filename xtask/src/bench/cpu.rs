@@ -16,7 +16,7 @@ pub(super) struct CpuSnapshot {
 
 impl CpuSnapshot {
     pub(super) fn take(pids: &[u32]) -> Option<CpuSnapshot> {
-        let MachineTicks { total, busy } = MachineTicks::read()?;
+        let MachineTicks { total, busy, .. } = MachineTicks::read()?;
         let ours = procfs::ticks_of(pids)?;
         Some(CpuSnapshot { total, busy, ours })
     }

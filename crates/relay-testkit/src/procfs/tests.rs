@@ -8,8 +8,14 @@ fn machine_ticks_count_everything_but_idle_as_busy() {
         MachineTicks::parse(stat),
         Some(MachineTicks {
             total: 990,
-            busy: 170
+            busy: 170,
+            steal: 10
         })
+    );
+    // A kernel older than steal accounting has seven columns.
+    assert_eq!(
+        MachineTicks::parse("cpu  100 5 50 800 20 3 2\n").map(|t| t.steal),
+        Some(0)
     );
     assert_eq!(MachineTicks::parse("intr 1 2\n"), None);
     assert_eq!(MachineTicks::parse("cpu  1 x 3 4\n"), None);

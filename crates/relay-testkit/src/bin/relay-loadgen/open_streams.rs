@@ -18,6 +18,7 @@ use anyhow::{Context as _, Result, bail};
 use http::header::HeaderValue;
 use http_body_util::BodyExt as _;
 use relay_testkit::measures::{Measure, MeasureId, SampleCounts};
+use relay_testkit::procfs::{CLOCK_TICK, MachineTicks};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
@@ -75,6 +76,8 @@ pub(crate) struct FrameStats {
     pub(crate) out_of_order: u64,
     /// Streams with at least one late or out-of-order frame, or that ended while they were held.
     pub(crate) bad_streams: u64,
+    /// When the first and the last late frame arrived.
+    pub(crate) late_window: Option<(Instant, Instant)>,
 }
 
 /// One stream's view of its frames.
@@ -113,6 +116,8 @@ impl StreamCheck {
             if delay > LATE_SLACK {
                 stats.late += 1;
                 bad = true;
+                let (first, _) = stats.late_window.unwrap_or((at, at));
+                stats.late_window = Some((first.min(at), at.max(first)));
             }
         }
         self.last = Some(at);
@@ -131,6 +136,50 @@ pub(crate) struct Hold {
     pub(crate) ended: u64,
     /// The RSS of `sample_pid` in the middle of the hold, with every stream open.
     pub(crate) rss: Option<u64>,
+    /// When the first stream began to open.
+    pub(crate) started: Instant,
+    /// How long after `started` the last stream was open.
+    pub(crate) all_open: Duration,
+    /// CPU time the hypervisor gave to other machines during the hold (`/proc/stat`'s steal), where it is known.
+    pub(crate) steal: Option<Duration>,
+}
+
+impl Hold {
+    /// What the JSON says of one path's hold: the frame counts, and when opening ended and late frames came, in milliseconds after the first stream began to open.
+    pub(crate) fn detail(&self) -> serde_json::Value {
+        let stats = &self.stats;
+        let since = |at: Instant| at.saturating_duration_since(self.started).as_millis() as u64;
+        serde_json::json!({
+            "frames": stats.frames,
+            "late": stats.late,
+            "out_of_order": stats.out_of_order,
+            "bad_streams": stats.bad_streams,
+            "ended_early": self.ended,
+            "all_open_ms": self.all_open.as_millis() as u64,
+            "late_between_ms": stats.late_window.map(|(first, last)| [since(first), since(last)]),
+            "steal_ms": self.steal.map(|steal| steal.as_millis() as u64),
+        })
+    }
+
+    /// A sentence on when this path's late frames came, for a run to explain its own miss; `None` without late frames.
+    pub(crate) fn late_note(&self, path: &str) -> Option<String> {
+        let (first, last) = self.stats.late_window?;
+        let since = |at: Instant| at.saturating_duration_since(self.started).as_millis();
+        let steal = match self.steal {
+            Some(steal) => format!(
+                "the hypervisor took {} ms of CPU time from this machine during the hold",
+                steal.as_millis()
+            ),
+            None => "how much CPU time the hypervisor took is unknown".to_owned(),
+        };
+        Some(format!(
+            "open streams {path}: {} late frame(s) arrived between {} and {} ms after the first stream began to open; every stream was open at {} ms; {steal}",
+            self.stats.late,
+            since(first),
+            since(last),
+            self.all_open.as_millis(),
+        ))
+    }
 }
 
 /// Opens `n` streams to `addr` (at most `concurrency` opening at a time), checks their frames while they are held for `hold` after the last one opened (frames during the opening count too), samples the RSS of `sample_pid` in the middle of that, and closes them.
@@ -143,6 +192,8 @@ pub(crate) async fn hold_and_check(
     sample_pid: Option<u32>,
     token: Option<HeaderValue>,
 ) -> Result<Hold> {
+    let started = Instant::now();
+    let ticks_before = MachineTicks::read();
     let gate = Arc::new(Semaphore::new(concurrency.max(1)));
     let stats = Arc::new(Mutex::new(FrameStats::default()));
     let ended = Arc::new(AtomicU64::new(0));
@@ -209,17 +260,28 @@ pub(crate) async fn hold_and_check(
             Err(_) => bail!("only {opened} of {n} streams opened within {OPEN_TIMEOUT:?}"),
         }
     }
+    let all_open = started.elapsed();
     tokio::time::sleep(hold / 2).await;
     let rss = sample_pid.map(rss_bytes).transpose()?;
     tokio::time::sleep(hold - hold / 2).await;
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
+    let steal = ticks_before
+        .zip(MachineTicks::read())
+        .map(|(before, after)| CLOCK_TICK * after.steal.saturating_sub(before.steal) as u32);
     let ended = ended.load(Ordering::Relaxed);
     let stats = Arc::try_unwrap(stats)
         .map_err(|_| anyhow::anyhow!("a stream task outlived the hold"))?
         .into_inner()
         .unwrap_or_else(PoisonError::into_inner);
-    Ok(Hold { stats, ended, rss })
+    Ok(Hold {
+        stats,
+        ended,
+        rss,
+        started,
+        all_open,
+        steal,
+    })
 }
 
 /// The rows of one way through relayd.
@@ -305,8 +367,16 @@ async fn streams_on(
         before.ensure_all_went_to_worker(&destinations(ctx).await?, n as u64)?;
     }
     let with_streams = relay.rss.context("relayd's RSS was not sampled")?;
-    let (direct_ended, relay_ended) = (direct.ended, relay.ended);
-    let (direct, relay) = (direct.stats, relay.stats);
+    let through = match via {
+        Via::PassThrough => "through relayd",
+        Via::Worker => "through the worker",
+    };
+    for note in [direct.late_note("directly"), relay.late_note(through)]
+        .into_iter()
+        .flatten()
+    {
+        report.note(note);
+    }
     // A fresh connection: relayd may have closed an idle one while it held thousands of streams.
     let mut metrics = Conn::open(ctx.relay).await?;
     let gauge = open_streams_gauge(&metrics.metrics_text().await?);
@@ -320,8 +390,8 @@ async fn streams_on(
         "pace_ms": pace.as_millis() as u64,
         "hold_ms": plan.open_streams_hold.as_millis() as u64,
         "late_slack_ms": LATE_SLACK.as_millis() as u64,
-        "direct": {"frames": direct.frames, "late": direct.late, "out_of_order": direct.out_of_order, "bad_streams": direct.bad_streams, "ended_early": direct_ended},
-        "relay": {"frames": relay.frames, "late": relay.late, "out_of_order": relay.out_of_order, "bad_streams": relay.bad_streams, "ended_early": relay_ended},
+        "direct": direct.detail(),
+        "relay": relay.detail(),
         "relay_open_streams_after_hold": gauge,
         "rss_before_bytes": idle,
         "rss_with_streams_bytes": with_streams,
@@ -330,6 +400,7 @@ async fn streams_on(
         Via::PassThrough => report.open_streams = Some(detail),
         Via::Worker => report.worker_open_streams = Some(detail),
     }
+    let (direct, relay) = (direct.stats, relay.stats);
     let counts = SampleCounts {
         direct: direct.frames,
         relay: relay.frames,

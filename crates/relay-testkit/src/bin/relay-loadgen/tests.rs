@@ -420,6 +420,10 @@ fn a_late_a_lost_or_an_out_of_order_frame_marks_its_stream_once() {
         &mut stats,
     );
     assert_eq!((stats.late, stats.bad_streams), (2, 1));
+    assert_eq!(
+        stats.late_window,
+        Some((start + pace * 2, start + pace * 3 + LATE_SLACK * 2))
+    );
 
     let mut reordered = StreamCheck::new(pace);
     reordered.frame("event: content_block_delta\n\n", start, &mut stats);
@@ -485,4 +489,46 @@ async fn held_streams_that_end_early_lost_their_frames() {
     assert_eq!(hold.ended, 0);
     assert!(hold.stats.frames >= 4, "{:?}", hold.stats);
     assert!(hold.rss.is_some_and(|rss| rss > 0));
+    assert!(hold.all_open < hold.started.elapsed());
+    assert!(hold.steal.is_some(), "/proc/stat was not read");
+}
+
+#[test]
+fn late_frames_are_placed_in_time_in_the_json_and_a_note() {
+    use crate::open_streams::{FrameStats, Hold, LATE_SLACK, StreamCheck};
+    let pace = Duration::from_millis(250);
+    let started = std::time::Instant::now();
+    let mut stats = FrameStats::default();
+    let mut check = StreamCheck::new(pace);
+    check.frame("event: ping\n\n", started, &mut stats);
+    let hold = |stats: FrameStats| Hold {
+        stats,
+        ended: 0,
+        rss: None,
+        started,
+        all_open: Duration::from_millis(900),
+        steal: Some(Duration::from_millis(30)),
+    };
+    let on_time = hold(std::mem::take(&mut stats));
+    assert_eq!(on_time.late_note("directly"), None);
+    assert_eq!(on_time.detail()["late_between_ms"], serde_json::Value::Null);
+
+    let mut check = StreamCheck::new(pace);
+    check.frame("event: ping\n\n", started + pace, &mut stats);
+    check.frame(
+        "event: ping\n\n",
+        started + pace * 2 + LATE_SLACK * 2,
+        &mut stats,
+    );
+    let late = hold(stats);
+    assert_eq!(
+        late.detail()["late_between_ms"],
+        serde_json::json!([700, 700])
+    );
+    assert_eq!(late.detail()["steal_ms"], 30);
+    assert_eq!(late.detail()["all_open_ms"], 900);
+    assert_eq!(
+        late.late_note("through relayd").unwrap(),
+        "open streams through relayd: 1 late frame(s) arrived between 700 and 700 ms after the first stream began to open; every stream was open at 900 ms; the hypervisor took 30 ms of CPU time from this machine during the hold"
+    );
 }
