@@ -37,6 +37,9 @@ const MAX_HEADERS: usize = 128;
 /// 16 KiB of extensions in one body, so a longer line never reaches a handler.
 const MAX_CHUNK_LINE: usize = 64 * 1024;
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+/// The whole connection preface of HTTP/2, which a client speaking it with prior knowledge
+/// sends before anything else.
+const H2_CONNECTION_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// What the read side saw of one HTTP/1 request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -381,6 +384,16 @@ pub struct ConnIo<T> {
     framing: Framing,
     keep: Option<Keep>,
     give_back: Option<GiveBack<T>>,
+    sniffed: Sniffed,
+}
+
+/// The first bytes of a connection, read to tell HTTP/2 with prior knowledge from HTTP/1
+/// ([`ConnIo::poll_sniff_h2`]) and served again at the start of hyper's first read.
+#[derive(Debug, Default)]
+struct Sniffed {
+    bytes: [u8; H2_CONNECTION_PREFACE.len()],
+    len: usize,
+    served: usize,
 }
 
 impl<T> Drop for ConnIo<T> {
@@ -433,7 +446,35 @@ impl<T> ConnIo<T> {
             },
             keep: None,
             give_back: None,
+            sniffed: Sniffed::default(),
         }
+    }
+
+    /// Reads the connection's first bytes until they show whether it starts with HTTP/2's
+    /// connection preface, as a client speaking HTTP/2 with prior knowledge does. Nothing
+    /// read here is lost or observed yet: hyper's first read gets it back together with what
+    /// the socket holds by then, so a request head that arrived whole is read, and judged,
+    /// whole, and hyper's read buffer keeps its first size.
+    pub fn poll_sniff_h2(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>>
+    where
+        T: AsyncRead + Unpin,
+    {
+        let sniffed = &mut self.sniffed;
+        let preface = H2_CONNECTION_PREFACE;
+        while sniffed.len < preface.len() {
+            let Some(inner) = self.inner.as_mut() else {
+                return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+            };
+            let from = sniffed.len;
+            let mut buf = ReadBuf::new(&mut sniffed.bytes[from..]);
+            ready!(Pin::new(inner).poll_read(cx, &mut buf))?;
+            let got = buf.filled().len();
+            sniffed.len += got;
+            if got == 0 || sniffed.bytes[from..sniffed.len] != preface[from..sniffed.len] {
+                return Poll::Ready(Ok(false));
+            }
+        }
+        Poll::Ready(Ok(true))
     }
 
     /// Follows the bytes hyper just read.
@@ -647,7 +688,22 @@ impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        ready!(this.inner_mut()?.poll_read(cx, buf))?;
+        let sniffed = &mut this.sniffed;
+        if sniffed.served < sniffed.len {
+            let rest = &sniffed.bytes[sniffed.served..sniffed.len];
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            sniffed.served += n;
+            // And what followed them, in the same read; none yet is no reason to wait.
+            if sniffed.served == sniffed.len
+                && buf.remaining() > 0
+                && let Poll::Ready(read) = this.inner_mut()?.poll_read(cx, buf)
+            {
+                read?;
+            }
+        } else {
+            ready!(this.inner_mut()?.poll_read(cx, buf))?;
+        }
         this.observe(&buf.filled()[before..]);
         Poll::Ready(Ok(()))
     }

@@ -1,6 +1,6 @@
 //! The accept loop shared by the daemon and the worker: HTTP/1.1 and HTTP/2 on one
-//! listener (by ALPN under TLS, by preface on plain TCP), the connection and protocol
-//! limits of SPEC §3.6, `TCP_NODELAY`, and graceful shutdown.
+//! listener (by ALPN under TLS, by preface on plain TCP or without ALPN), the connection
+//! and protocol limits of SPEC §3.6, `TCP_NODELAY`, and graceful shutdown.
 
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
@@ -8,15 +8,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Wake, Waker, ready};
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
+use hyper::server::conn::{http1, http2};
+use hyper::service::{HttpService, service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
@@ -134,7 +134,7 @@ pub async fn serve<H: Handler>(
     handler: Arc<H>,
     shutdown: impl Future<Output = ()>,
 ) -> ServeReport {
-    let builder = Arc::new(http_builder());
+    let builder = Arc::new(Builders::new());
     let tls = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let permits = Arc::new(Semaphore::new(options.max_connections));
     let peers = PeerCounts::new(options.per_peer);
@@ -195,7 +195,7 @@ pub async fn serve<H: Handler>(
                         builder: &builder,
                         stopping,
                     };
-                    conn.serve(tcp, true, keep, handler).await;
+                    conn.serve(tcp, Protocol::FromPreface, keep, handler).await;
                 }
                 Some(acceptor) => {
                     let handshake = acceptor.accept(ReadAhead::new(tcp));
@@ -204,7 +204,11 @@ pub async fn serve<H: Handler>(
                     else {
                         return;
                     };
-                    let http1 = stream.get_ref().1.alpn_protocol() != Some(b"h2");
+                    let protocol = match stream.get_ref().1.alpn_protocol() {
+                        Some(b"h2") => Protocol::Http2,
+                        Some(_) => Protocol::Http1,
+                        None => Protocol::FromPreface,
+                    };
                     let stream = Gather::new(stream);
                     let ctx = context(peer, local, true);
                     let conn = Conn {
@@ -213,7 +217,7 @@ pub async fn serve<H: Handler>(
                         builder: &builder,
                         stopping,
                     };
-                    conn.serve(stream, http1, keep, handler).await;
+                    conn.serve(stream, protocol, keep, handler).await;
                 }
             }
         });
@@ -265,42 +269,178 @@ fn context(peer: SocketAddr, local: SocketAddr, tls: bool) -> ConnContext {
 /// The most header lines a request may carry (§3.6): hyper refuses more in HTTP/1 (431), and
 /// the front counts them for HTTP/2, where hyper bounds only the header list's size.
 pub(crate) const MAX_REQUEST_HEADERS: usize = 100;
+/// The largest request head (HTTP/1: request line and header lines; HTTP/2: header list);
+/// larger ones get 431.
+const MAX_REQUEST_HEAD_BYTES: usize = 64 * 1024;
 
-fn http_builder() -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // Relay's own watchdog times header reads and idle keep-alive separately.
-        .header_read_timeout(None)
-        .max_headers(MAX_REQUEST_HEADERS)
-        .max_buf_size(STREAM_BUFFER_BYTES)
-        .keep_alive(true);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(100)
-        .max_header_list_size(64 * 1024)
-        .max_pending_accept_reset_streams(20)
-        .initial_stream_window_size(STREAM_BUFFER_BYTES as u32)
-        .initial_connection_window_size(1024 * 1024)
-        .adaptive_window(false)
-        .max_send_buf_size(STREAM_BUFFER_BYTES);
-    builder
+/// hyper's two servers, one of which serves each connection.
+struct Builders {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new() -> Builders {
+        let mut http1 = http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            // Relay's own watchdog times header reads and idle keep-alive separately.
+            .header_read_timeout(None)
+            .max_headers(MAX_REQUEST_HEADERS)
+            // Checked on every head, however its bytes arrived: without it, hyper refuses
+            // only a head still incomplete when its read buffer is full, and one that a
+            // read brought in whole past that size went through.
+            .max_header_size(MAX_REQUEST_HEAD_BYTES)
+            .max_buf_size(STREAM_BUFFER_BYTES)
+            .keep_alive(true);
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(100)
+            .max_header_list_size(MAX_REQUEST_HEAD_BYTES as u32)
+            .max_pending_accept_reset_streams(20)
+            .initial_stream_window_size(STREAM_BUFFER_BYTES as u32)
+            .initial_connection_window_size(1024 * 1024)
+            .adaptive_window(false)
+            .max_send_buf_size(STREAM_BUFFER_BYTES);
+        Builders { http1, http2 }
+    }
+}
+
+/// How a connection's protocol is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// Negotiated by ALPN.
+    Http1,
+    Http2,
+    /// From its first bytes: HTTP/2 with prior knowledge starts with the connection preface,
+    /// anything else is HTTP/1.
+    FromPreface,
+}
+
+/// One connection served by hyper, once its protocol is known. Unlike hyper-util's
+/// automatic server, it gives the bytes read to find the protocol back to hyper in the same
+/// read as the rest of the first request, so hyper's read buffer is not grown to take them
+/// and a head that arrived whole is judged whole.
+enum Served<'a, S, Svc: HttpService<Incoming>> {
+    Sniffing {
+        builders: &'a Builders,
+        io: Option<ConnIo<S>>,
+        service: Option<Svc>,
+        /// The server stops before the protocol was known: end without serving.
+        stopped: bool,
+    },
+    Http1(Pin<Box<http1::UpgradeableConnection<Io<S>, Svc>>>),
+    Http2(Pin<Box<http2::Connection<Io<S>, Svc, TokioExecutor>>>),
+}
+
+/// A served connection's IO as hyper sees it.
+type Io<S> = TokioIo<ConnIo<S>>;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<'a, S, Svc> Served<'a, S, Svc>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: HttpService<Incoming, ResBody = ResponseBody>,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<BoxError>,
+{
+    fn new(
+        builders: &'a Builders,
+        io: ConnIo<S>,
+        service: Svc,
+        protocol: Protocol,
+    ) -> Served<'a, S, Svc> {
+        let mut served = Served::Sniffing {
+            builders,
+            io: Some(io),
+            service: Some(service),
+            stopped: false,
+        };
+        match protocol {
+            Protocol::Http1 => served.start(false),
+            Protocol::Http2 => served.start(true),
+            Protocol::FromPreface => {}
+        }
+        served
+    }
+
+    /// Hands the connection to hyper's HTTP/2 server, or its HTTP/1 one.
+    fn start(&mut self, h2: bool) {
+        let Served::Sniffing {
+            builders,
+            io,
+            service,
+            ..
+        } = self
+        else {
+            return;
+        };
+        let (Some(io), Some(service)) = (io.take(), service.take()) else {
+            return;
+        };
+        let io = TokioIo::new(io);
+        *self = if h2 {
+            Served::Http2(Box::pin(builders.http2.serve_connection(io, service)))
+        } else {
+            Served::Http1(Box::pin(
+                builders.http1.serve_connection(io, service).with_upgrades(),
+            ))
+        };
+    }
+
+    /// Asks hyper to finish the answer in progress and close (HTTP/2: GOAWAY).
+    fn graceful_shutdown(&mut self) {
+        match self {
+            Served::Sniffing { stopped, .. } => *stopped = true,
+            Served::Http1(conn) => conn.as_mut().graceful_shutdown(),
+            Served::Http2(conn) => conn.as_mut().graceful_shutdown(),
+        }
+    }
+}
+
+impl<S, Svc> Future for Served<'_, S, Svc>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: HttpService<Incoming, ResBody = ResponseBody> + Unpin,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<BoxError>,
+{
+    type Output = Result<(), BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match this {
+                Served::Sniffing {
+                    io: Some(io),
+                    stopped: false,
+                    ..
+                } => {
+                    let h2 = ready!(io.poll_sniff_h2(cx))?;
+                    this.start(h2);
+                }
+                Served::Sniffing { .. } => return Poll::Ready(Ok(())),
+                Served::Http1(conn) => return conn.as_mut().poll(cx).map_err(Into::into),
+                Served::Http2(conn) => return conn.as_mut().poll(cx).map_err(Into::into),
+            }
+        }
+    }
 }
 
 /// One accepted connection, served.
 struct Conn<'a> {
     ctx: ConnContext,
     options: &'a ServeOptions,
-    builder: &'a auto::Builder<TokioExecutor>,
+    builder: &'a Builders,
     /// Changes when the server stops: the connection then finishes its current answer and
     /// closes (HTTP/2: GOAWAY).
     stopping: watch::Receiver<()>,
 }
 
 impl Conn<'_> {
-    async fn serve<S, H>(self, stream: S, http1: bool, keep: Keep, handler: Arc<H>)
+    async fn serve<S, H>(self, stream: S, protocol: Protocol, keep: Keep, handler: Arc<H>)
     where
         S: AsyncRead + AsyncWrite + Resettable + Unpin + Send + 'static,
         H: Handler,
@@ -313,7 +453,8 @@ impl Conn<'_> {
         } = self;
         let state = ctx.state.clone();
         let (give_back, mut given_back) = oneshot::channel();
-        let io = ConnIo::new(stream, state.clone(), http1).with_keep(keep, give_back);
+        let io = ConnIo::new(stream, state.clone(), protocol != Protocol::Http2)
+            .with_keep(keep, give_back);
         let service = service_fn(move |req| {
             let active = ctx.state.begin_request();
             let handling = handler.clone().handle(req, ctx.clone());
@@ -332,10 +473,7 @@ impl Conn<'_> {
         // The connection, and with it the socket unless an upgrade took it, is dropped at
         // the end of this block.
         let closing = {
-            let connection = builder
-                .serve_connection_with_upgrades(TokioIo::new(io), service)
-                .into_owned();
-            let mut connection = pin!(connection);
+            let mut connection = Served::new(builder, io, service, protocol);
             let mut watchdog =
                 pin!(state.expired(options.header_read_timeout, options.keepalive_idle));
             let mut stop = Some(pin!(stopping.changed()));
@@ -354,7 +492,7 @@ impl Conn<'_> {
                 }
             });
             loop {
-                match Guarded::new(connection.as_mut(), &mut guard).await {
+                match Guarded::new(&mut connection, &mut guard).await {
                     Ended::Work(Ok(())) => break Closing::Done,
                     Ended::Work(Err(error)) => {
                         tracing::debug!(error = %error, "connection ended with an error");
@@ -372,7 +510,7 @@ impl Conn<'_> {
                     Ended::Guard(Some(expiry)) => break Closing::Expired(expiry),
                     // The server stops: no new request on this connection, the current one
                     // runs to its end.
-                    Ended::Guard(None) => connection.as_mut().graceful_shutdown(),
+                    Ended::Guard(None) => connection.graceful_shutdown(),
                 }
             }
         };

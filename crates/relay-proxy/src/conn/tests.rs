@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::task::Waker;
 
 use proptest::prelude::*;
 
@@ -8,7 +9,7 @@ fn tracker() -> ConnIo<()> {
     ConnIo::new((), Arc::new(ConnState::new()), true)
 }
 
-fn verdicts(io: &ConnIo<()>) -> Vec<HeadVerdict> {
+fn verdicts<T>(io: &ConnIo<T>) -> Vec<HeadVerdict> {
     relay_logging::sync::lock(&io.state.verdicts, "test")
         .unwrap()
         .iter()
@@ -386,4 +387,115 @@ async fn http2_bytes_are_no_activity() {
     }
     assert_eq!(watch.await.unwrap(), Expiry::Idle);
     assert_eq!(state.take_verdict(), CLEAN);
+}
+
+/// A socket whose reads return `pieces` one at a time, as much of each as fits, then EOF.
+#[derive(Debug)]
+struct Pieces(VecDeque<Vec<u8>>);
+
+impl Pieces {
+    fn new(pieces: &[&[u8]]) -> Pieces {
+        Pieces(pieces.iter().map(|piece| piece.to_vec()).collect())
+    }
+}
+
+impl AsyncRead for Pieces {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(piece) = self.0.front_mut() {
+            let n = piece.len().min(buf.remaining());
+            buf.put_slice(&piece[..n]);
+            piece.drain(..n);
+            if piece.is_empty() {
+                self.0.pop_front();
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+fn sniffer(pieces: &[&[u8]]) -> ConnIo<Pieces> {
+    ConnIo::new(Pieces::new(pieces), Arc::new(ConnState::new()), true)
+}
+
+fn sniff(io: &mut ConnIo<Pieces>) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    match io.poll_sniff_h2(&mut cx) {
+        Poll::Ready(found) => found.unwrap(),
+        Poll::Pending => panic!("the sniff waited on a socket that never waits"),
+    }
+}
+
+/// One read of at most `room` bytes, as hyper makes it.
+fn read_once(io: &mut ConnIo<Pieces>, room: usize) -> Vec<u8> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut space = vec![0u8; room];
+    let mut buf = ReadBuf::new(&mut space);
+    match Pin::new(&mut *io).poll_read(&mut cx, &mut buf) {
+        Poll::Ready(read) => read.unwrap(),
+        Poll::Pending => panic!("the read waited on a socket that never waits"),
+    }
+    buf.filled().to_vec()
+}
+
+const REQUEST: &[u8] =
+    b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Type: application/json\r\n\r\n{}";
+
+#[test]
+fn bytes_read_to_find_the_protocol_come_back_with_the_rest_in_one_read() {
+    let mut io = sniffer(&[REQUEST]);
+    assert!(!sniff(&mut io));
+    // The sniff took only what it needed to decide.
+    assert_eq!(io.sniffed.len, H2_CONNECTION_PREFACE.len());
+    // hyper's first read gets the whole request, and the watcher judged its head once.
+    assert_eq!(read_once(&mut io, 8192), REQUEST);
+    assert_eq!(verdicts(&io), [CLEAN]);
+    assert!(read_once(&mut io, 8192).is_empty(), "no end of input");
+}
+
+#[test]
+fn the_sniff_stops_at_the_first_byte_that_differs_from_the_preface() {
+    // `P` could begin the preface; `O` cannot.
+    let mut io = sniffer(&[b"P", &REQUEST[1..]]);
+    assert!(!sniff(&mut io));
+    assert_eq!(read_once(&mut io, 8192), REQUEST);
+    assert_eq!(verdicts(&io), [CLEAN]);
+}
+
+#[test]
+fn the_http2_preface_is_found_across_reads_and_given_back() {
+    let settings: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+    let mut io = sniffer(&[b"PRI * HT", b"TP/2.0\r\n\r\nSM\r\n\r\n", settings]);
+    assert!(sniff(&mut io));
+    let mut expected = H2_CONNECTION_PREFACE.to_vec();
+    expected.extend_from_slice(settings);
+    assert_eq!(read_once(&mut io, 8192), expected);
+    // The watcher saw the preface and follows no HTTP/1 from here.
+    assert!(!io.state.watched.load(Ordering::Relaxed));
+}
+
+#[test]
+fn a_read_smaller_than_what_was_sniffed_gets_it_in_turns() {
+    let mut io = sniffer(&[REQUEST]);
+    assert!(!sniff(&mut io));
+    let mut got = Vec::new();
+    for room in [10, 10, 40, 8192] {
+        got.extend(read_once(&mut io, room));
+    }
+    assert_eq!(got, REQUEST);
+    assert_eq!(verdicts(&io), [CLEAN]);
+}
+
+#[test]
+fn a_connection_that_ends_while_sniffed_is_not_http2() {
+    let mut io = sniffer(&[]);
+    assert!(!sniff(&mut io));
+    assert!(read_once(&mut io, 8192).is_empty());
+    // A preface cut short is given back as it came.
+    let mut io = sniffer(&[b"PRI * HTTP/2.0\r\n"]);
+    assert!(!sniff(&mut io));
+    assert_eq!(read_once(&mut io, 8192), b"PRI * HTTP/2.0\r\n");
 }

@@ -212,6 +212,35 @@ async fn too_many_or_too_large_headers_are_431() {
     assert_eq!(stand_in.request_count(), 0);
 }
 
+/// A head over 64 KiB is 431 however its bytes arrive: also when it comes in one write on a
+/// keep-alive connection whose large upload grew hyper's read buffer, so that one read can
+/// bring the whole head.
+#[tokio::test]
+async fn a_head_over_64_kib_is_431_on_a_connection_with_a_grown_buffer() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    let mut stream = relay.connect().await;
+    let body = format!("{{\"pad\":\"{}\"}}", "p".repeat(512 * 1024));
+    let mut upload = post_head(
+        &relay.host(),
+        "/v1/chat/completions",
+        &format!("Content-Length: {}\r\n", body.len()),
+    );
+    upload.push_str(&body);
+    assert_eq!(
+        raw_exchange(&mut stream, upload.as_bytes()).await.status,
+        200
+    );
+    let big = format!("x-big: {}\r\nContent-Length: 2\r\n", "v".repeat(65 * 1024));
+    let mut request = post_head(&relay.host(), "/v1/chat/completions", &big);
+    request.push_str("{}");
+    assert_eq!(
+        raw_exchange(&mut stream, request.as_bytes()).await.status,
+        431
+    );
+    assert_eq!(stand_in.request_count(), 1, "the large head was forwarded");
+}
+
 /// A transfer coding besides `chunked` (hyper undoes the chunking and would leave the rest
 /// undone) is 501, the connection closed, nothing forwarded.
 #[tokio::test]
