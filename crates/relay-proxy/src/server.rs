@@ -197,27 +197,33 @@ pub async fn serve<H: Handler>(
                     };
                     conn.serve(tcp, Protocol::FromPreface, keep, handler).await;
                 }
+                // Boxed: the handshake and the TLS stream make this branch's state six
+                // times the plain one's, and a task holds the largest of its branches (and
+                // tokio copies it a few times) for every connection.
                 Some(acceptor) => {
-                    let handshake = acceptor.accept(ReadAhead::new(tcp));
-                    let Ok(Ok(stream)) =
-                        tokio::time::timeout(options.handshake_timeout, handshake).await
-                    else {
-                        return;
-                    };
-                    let protocol = match stream.get_ref().1.alpn_protocol() {
-                        Some(b"h2") => Protocol::Http2,
-                        Some(_) => Protocol::Http1,
-                        None => Protocol::FromPreface,
-                    };
-                    let stream = Gather::new(stream);
-                    let ctx = context(peer, local, true);
-                    let conn = Conn {
-                        ctx,
-                        options: &options,
-                        builder: &builder,
-                        stopping,
-                    };
-                    conn.serve(stream, protocol, keep, handler).await;
+                    Box::pin(async move {
+                        let handshake = acceptor.accept(ReadAhead::new(tcp));
+                        let Ok(Ok(stream)) =
+                            tokio::time::timeout(options.handshake_timeout, handshake).await
+                        else {
+                            return;
+                        };
+                        let protocol = match stream.get_ref().1.alpn_protocol() {
+                            Some(b"h2") => Protocol::Http2,
+                            Some(_) => Protocol::Http1,
+                            None => Protocol::FromPreface,
+                        };
+                        let stream = Gather::new(stream);
+                        let ctx = context(peer, local, true);
+                        let conn = Conn {
+                            ctx,
+                            options: &options,
+                            builder: &builder,
+                            stopping,
+                        };
+                        conn.serve(stream, protocol, keep, handler).await;
+                    })
+                    .await
                 }
             }
         });
