@@ -699,13 +699,17 @@ impl Inner {
             .map_err(|_| UpstreamError::ConnectTimeout)?
             .map_err(connect_error)?;
         if io.connected().is_negotiated_h2() {
-            let (sender, connection) = http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .initial_stream_window_size(BUFFER_BYTES as u32)
-                .adaptive_window(false)
-                .handshake(io)
-                .await
-                .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
+            // Boxed: HTTP/2's handshake state would make every new connection's future,
+            // HTTP/1 ones included, 11.7 KB instead of 4.6.
+            let (sender, connection) = Box::pin(
+                http2::Builder::new(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .initial_stream_window_size(BUFFER_BYTES as u32)
+                    .adaptive_window(false)
+                    .handshake(io),
+            )
+            .await
+            .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
             tokio::spawn(connection);
             self.keep(uri, Sender::Http2(sender.clone()));
             Ok(Sender::Http2(sender))
