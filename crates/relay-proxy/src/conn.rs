@@ -36,10 +36,11 @@ const MAX_HEADERS: usize = 128;
 /// Longest chunk-size line followed (its size and extension); hyper refuses more than
 /// 16 KiB of extensions in one body, so a longer line never reaches a handler.
 const MAX_CHUNK_LINE: usize = 64 * 1024;
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
-/// The whole connection preface of HTTP/2, which a client speaking it with prior knowledge
-/// sends before anything else.
+/// The connection preface of HTTP/2, which a client speaking it with prior knowledge sends
+/// before anything else.
 const H2_CONNECTION_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// Its request line, which is enough for the watcher to stop following HTTP/1.
+const H2_PREFACE: &[u8] = H2_CONNECTION_PREFACE.split_at(14).0;
 
 /// What the read side saw of one HTTP/1 request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
