@@ -395,6 +395,9 @@ struct Sniffed {
     bytes: [u8; H2_CONNECTION_PREFACE.len()],
     len: usize,
     served: usize,
+    /// The error of the read that followed the last of them, for the next read: the one
+    /// that returned them must return them.
+    error: Option<io::Error>,
 }
 
 impl<T> Drop for ConnIo<T> {
@@ -690,6 +693,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let sniffed = &mut this.sniffed;
+        if let Some(error) = sniffed.error.take() {
+            return Poll::Ready(Err(error));
+        }
         if sniffed.served < sniffed.len {
             let rest = &sniffed.bytes[sniffed.served..sniffed.len];
             let n = rest.len().min(buf.remaining());
@@ -698,9 +704,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for ConnIo<T> {
             // And what followed them, in the same read; none yet is no reason to wait.
             if sniffed.served == sniffed.len
                 && buf.remaining() > 0
-                && let Poll::Ready(read) = this.inner_mut()?.poll_read(cx, buf)
+                && let Some(inner) = this.inner.as_mut()
+                && let Poll::Ready(Err(error)) = Pin::new(inner).poll_read(cx, buf)
             {
-                read?;
+                sniffed.error = Some(error);
             }
         } else {
             ready!(this.inner_mut()?.poll_read(cx, buf))?;

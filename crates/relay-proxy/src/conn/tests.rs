@@ -389,29 +389,43 @@ async fn http2_bytes_are_no_activity() {
     assert_eq!(state.take_verdict(), CLEAN);
 }
 
-/// A socket whose reads return `pieces` one at a time, as much of each as fits, then EOF.
+/// A socket whose reads return `pieces` one at a time, as much of each as fits, then an
+/// error if `then_fails`, then EOF.
 #[derive(Debug)]
-struct Pieces(VecDeque<Vec<u8>>);
+struct Pieces {
+    pieces: VecDeque<Vec<u8>>,
+    then_fails: bool,
+}
 
 impl Pieces {
     fn new(pieces: &[&[u8]]) -> Pieces {
-        Pieces(pieces.iter().map(|piece| piece.to_vec()).collect())
+        Pieces {
+            pieces: pieces.iter().map(|piece| piece.to_vec()).collect(),
+            then_fails: false,
+        }
     }
 }
 
 impl AsyncRead for Pieces {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if let Some(piece) = self.0.front_mut() {
-            let n = piece.len().min(buf.remaining());
-            buf.put_slice(&piece[..n]);
-            piece.drain(..n);
-            if piece.is_empty() {
-                self.0.pop_front();
+        let this = self.get_mut();
+        match this.pieces.front_mut() {
+            Some(piece) => {
+                let n = piece.len().min(buf.remaining());
+                buf.put_slice(&piece[..n]);
+                piece.drain(..n);
+                if piece.is_empty() {
+                    this.pieces.pop_front();
+                }
             }
+            None if std::mem::take(&mut this.then_fails) => {
+                return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
+            }
+            None => {}
         }
         Poll::Ready(Ok(()))
     }
@@ -431,14 +445,17 @@ fn sniff(io: &mut ConnIo<Pieces>) -> bool {
 
 /// One read of at most `room` bytes, as hyper makes it.
 fn read_once(io: &mut ConnIo<Pieces>, room: usize) -> Vec<u8> {
+    try_read_once(io, room).unwrap()
+}
+
+fn try_read_once(io: &mut ConnIo<Pieces>, room: usize) -> io::Result<Vec<u8>> {
     let mut cx = Context::from_waker(Waker::noop());
     let mut space = vec![0u8; room];
     let mut buf = ReadBuf::new(&mut space);
     match Pin::new(&mut *io).poll_read(&mut cx, &mut buf) {
-        Poll::Ready(read) => read.unwrap(),
+        Poll::Ready(read) => read.map(|()| buf.filled().to_vec()),
         Poll::Pending => panic!("the read waited on a socket that never waits"),
     }
-    buf.filled().to_vec()
 }
 
 const REQUEST: &[u8] =
@@ -498,4 +515,19 @@ fn a_connection_that_ends_while_sniffed_is_not_http2() {
     let mut io = sniffer(&[b"PRI * HTTP/2.0\r\n"]);
     assert!(!sniff(&mut io));
     assert_eq!(read_once(&mut io, 8192), b"PRI * HTTP/2.0\r\n");
+}
+
+#[test]
+fn a_socket_error_after_the_sniffed_bytes_comes_with_the_next_read() {
+    // A whole request in the bytes the sniff read, and the socket fails right after.
+    let request: &[u8] = b"GET / HTTP/1.0\r\n\r\n";
+    let mut io = sniffer(&[request]);
+    io.inner.as_mut().unwrap().then_fails = true;
+    assert!(!sniff(&mut io));
+    assert_eq!(read_once(&mut io, 8192), request);
+    assert_eq!(
+        try_read_once(&mut io, 8192).unwrap_err().kind(),
+        io::ErrorKind::UnexpectedEof
+    );
+    assert!(read_once(&mut io, 8192).is_empty());
 }
