@@ -102,3 +102,41 @@ async fn https_serves_http1_and_http2_by_alpn() {
         .await;
     assert!(plain.is_err(), "plain HTTP was answered on the TLS port");
 }
+
+/// A client that negotiates HTTP/2 by ALPN and then speaks HTTP/1 is not served: the framing
+/// watcher follows only HTTP/1 connections, so such a request would skip its checks (here a
+/// body framed by both `Content-Length` and `Transfer-Encoding`).
+#[tokio::test]
+async fn http1_on_a_connection_that_negotiated_h2_is_not_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stand_in = StandIn::start().await.unwrap();
+    let certificate = certificate();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.tls = Some(Arc::new(certificate.server));
+    setup.advertised_host = Some("localhost".into());
+    let relay = setup.start().await;
+    let mut config = client_config(&certificate.roots);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let port = relay.addr.port();
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Type: application/json\r\n\
+         x-api-key: caller\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n"
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(WAIT, tls.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the connection stayed open");
+    assert!(
+        !answer.starts_with(b"HTTP/1"),
+        "answered as HTTP/1: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert_eq!(stand_in.request_count(), 0, "the request was forwarded");
+}
