@@ -9,7 +9,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use relay_testkit::{ANTHROPIC_MESSAGES_SSE, StandIn};
 
-use crate::support::{Answer, Setup, WAIT};
+use crate::support::{Answer, Relay, Setup, WAIT};
 
 struct Certificate {
     _dir: tempfile::TempDir,
@@ -44,18 +44,23 @@ fn client_config(roots: &rustls::RootCertStore) -> rustls::ClientConfig {
         .with_no_client_auth()
 }
 
-#[tokio::test]
-async fn https_serves_http1_and_http2_by_alpn() {
-    let stand_in = StandIn::start().await.unwrap();
+/// relayd serving HTTPS as `localhost` in front of `stand_in`, and the roots that trust it.
+async fn https_relay(stand_in: &StandIn) -> (Relay, rustls::RootCertStore) {
     let certificate = certificate();
     let mut setup = Setup::new(&stand_in.base_url());
     setup.tls = Some(Arc::new(certificate.server));
     setup.advertised_host = Some("localhost".into());
-    let relay = setup.start().await;
+    (setup.start().await, certificate.roots)
+}
+
+#[tokio::test]
+async fn https_serves_http1_and_http2_by_alpn() {
+    let stand_in = StandIn::start().await.unwrap();
+    let (relay, roots) = https_relay(&stand_in).await;
     let port = relay.addr.port();
     for (h2, version) in [(false, Version::HTTP_11), (true, Version::HTTP_2)] {
         let builder = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(client_config(&certificate.roots))
+            .with_tls_config(client_config(&roots))
             .https_only();
         let connector = if h2 {
             builder.enable_http2().build()
@@ -110,12 +115,8 @@ async fn https_serves_http1_and_http2_by_alpn() {
 async fn http1_on_a_connection_that_negotiated_h2_is_not_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let stand_in = StandIn::start().await.unwrap();
-    let certificate = certificate();
-    let mut setup = Setup::new(&stand_in.base_url());
-    setup.tls = Some(Arc::new(certificate.server));
-    setup.advertised_host = Some("localhost".into());
-    let relay = setup.start().await;
-    let mut config = client_config(&certificate.roots);
+    let (relay, roots) = https_relay(&stand_in).await;
+    let mut config = client_config(&roots);
     config.alpn_protocols = vec![b"h2".to_vec()];
     let tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
