@@ -209,12 +209,9 @@ fn worker_path(
     )?;
     let env = SessionEnv::new(&wrapped_bin, &relayd, pinning.relayd.clone(), &scratch)?;
     let mut session = McpSession::start(&env, "callgrind")?;
-    session
+    let (_, worker_pid) = session
         .wait_until_ready(&env, WRAPPED_ROUTE_READY_TIMEOUT)
         .context("starting a session whose worker runs under callgrind")?;
-    let worker_pid = session
-        .worker
-        .context("the session has no worker process")?;
     println!(
         "==> relayd (managed, pid {}) and its worker (pid {worker_pid}) under callgrind",
         relayd.process.pid()

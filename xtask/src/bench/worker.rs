@@ -126,11 +126,9 @@ pub(super) fn run(
     );
 
     let mut live = McpSession::start(&env, "live")?;
-    live.wait_until_ready(&env, ROUTE_READY_TIMEOUT)
+    let (_, worker_pid) = live
+        .wait_until_ready(&env, ROUTE_READY_TIMEOUT)
         .context("starting the session kept live for the worker measures")?;
-    let worker_pid = live
-        .worker
-        .context("the live session has no worker process")?;
     // Evidence for the JSON that the worker inherited relay-mcp's CPUs.
     let worker_cpus = procfs::cpus_allowed(worker_pid);
     let (with_plugins, scenarios): (Vec<&str>, Vec<&str>) =
@@ -214,12 +212,9 @@ pub(super) fn run(
         fs::write(&plugins_file, plugins_toml(&sink_dir))
             .with_context(|| format!("writing {}", plugins_file.display()))?;
         let mut session = McpSession::start(&env, "plugins")?;
-        session
+        let (_, pid) = session
             .wait_until_ready(&env, ROUTE_READY_TIMEOUT)
             .context("starting the session whose worker runs the plugins")?;
-        let pid = session
-            .worker
-            .context("the plugins session has no worker process")?;
         let report = loadgen_through(pid, &with_plugins, "through a worker with plugins on");
         session.close().context("closing the plugins session")?;
         fs::remove_file(&plugins_file)?;
@@ -465,12 +460,12 @@ impl McpSession {
         })
     }
 
-    /// Polls the route every [`ROUTE_POLL`] until it says `worker`, finds the worker process, and returns the time since relay-mcp was spawned; fails after `timeout`.
+    /// Polls the route every [`ROUTE_POLL`] until it says `worker`, finds the worker process, and returns the time since relay-mcp was spawned and the worker's pid; fails after `timeout`.
     pub(super) fn wait_until_ready(
         &mut self,
         env: &SessionEnv<'_>,
         timeout: Duration,
-    ) -> Result<Duration> {
+    ) -> Result<(Duration, u32)> {
         loop {
             if let Some(status) = self.process.exited()? {
                 bail!(
@@ -480,8 +475,9 @@ impl McpSession {
             }
             if env.is_route_ready()? {
                 let elapsed = self.started.elapsed();
-                self.worker = Some(find_worker(self.process.pid())?);
-                return Ok(elapsed);
+                let worker = find_worker(self.process.pid())?;
+                self.worker = Some(worker);
+                return Ok((elapsed, worker));
             }
             if self.started.elapsed() >= timeout {
                 bail!(
@@ -565,7 +561,7 @@ fn activation(env: &SessionEnv<'_>, n: usize) -> Result<Activation> {
     let mut worker_ticks = 0;
     for i in 0..=n {
         let mut session = McpSession::start(env, &i.to_string())?;
-        let elapsed = session
+        let (elapsed, _) = session
             .wait_until_ready(env, ROUTE_READY_TIMEOUT)
             .with_context(|| format!("activation session {}", i + 1))?;
         worker_ticks += session.worker_ticks();
