@@ -134,8 +134,10 @@ pub async fn serve<H: Handler>(
     handler: Arc<H>,
     shutdown: impl Future<Output = ()>,
 ) -> ServeReport {
-    let builder = Arc::new(Builders::new());
+    let builders = Arc::new(Builders::new());
     let tls = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    // Shared by every connection, which keeps only a pointer to it.
+    let options = Arc::new(options);
     let permits = Arc::new(Semaphore::new(options.max_connections));
     let peers = PeerCounts::new(options.per_peer);
     // Each connection holds a receiver until its last answer is written: the stop is sent
@@ -178,53 +180,27 @@ pub async fn serve<H: Handler>(
         crate::sockets::prepare(&tcp);
         let local = tcp.local_addr().unwrap_or(peer);
         let handler = handler.clone();
-        let builder = builder.clone();
-        let stopping = stop.subscribe();
         let tls = tls.clone();
-        let options = options.clone();
+        let conn = Conn {
+            peer,
+            local,
+            options: options.clone(),
+            builders: builders.clone(),
+            stopping: stop.subscribe(),
+        };
         // The permit and the address slot live as long as the socket: through an upgrade,
         // and through the lingering close.
         let keep = Keep::new((permit, peer_slot));
         tasks.spawn(async move {
             match tls {
                 None => {
-                    let ctx = context(peer, local, false);
-                    let conn = Conn {
-                        ctx,
-                        options: &options,
-                        builder: &builder,
-                        stopping,
-                    };
-                    conn.serve(tcp, Protocol::FromPreface, keep, handler).await;
+                    conn.serve(tcp, false, Protocol::FromPreface, keep, handler)
+                        .await;
                 }
                 // Boxed: the handshake and the TLS stream make this branch's state six
                 // times the plain one's, and a task holds the largest of its branches (and
                 // tokio copies it a few times) for every connection.
-                Some(acceptor) => {
-                    Box::pin(async move {
-                        let handshake = acceptor.accept(ReadAhead::new(tcp));
-                        let Ok(Ok(stream)) =
-                            tokio::time::timeout(options.handshake_timeout, handshake).await
-                        else {
-                            return;
-                        };
-                        let protocol = match stream.get_ref().1.alpn_protocol() {
-                            Some(b"h2") => Protocol::Http2,
-                            Some(_) => Protocol::Http1,
-                            None => Protocol::FromPreface,
-                        };
-                        let stream = Gather::new(stream);
-                        let ctx = context(peer, local, true);
-                        let conn = Conn {
-                            ctx,
-                            options: &options,
-                            builder: &builder,
-                            stopping,
-                        };
-                        conn.serve(stream, protocol, keep, handler).await;
-                    })
-                    .await
-                }
+                Some(acceptor) => Box::pin(conn.serve_tls(acceptor, tcp, keep, handler)).await,
             }
         });
     }
@@ -260,15 +236,6 @@ impl PeerCounts {
         }
         let cap = u64::try_from(self.limit.max).unwrap_or(u64::MAX);
         self.counts.hold(ip, 1, cap).map(Some)
-    }
-}
-
-fn context(peer: SocketAddr, local: SocketAddr, tls: bool) -> ConnContext {
-    ConnContext {
-        peer,
-        local,
-        tls,
-        state: Arc::new(ConnState::new()),
     }
 }
 
@@ -436,27 +403,63 @@ where
 }
 
 /// One accepted connection, served.
-struct Conn<'a> {
-    ctx: ConnContext,
-    options: &'a ServeOptions,
-    builder: &'a Builders,
+struct Conn {
+    peer: SocketAddr,
+    local: SocketAddr,
+    options: Arc<ServeOptions>,
+    builders: Arc<Builders>,
     /// Changes when the server stops: the connection then finishes its current answer and
     /// closes (HTTP/2: GOAWAY).
     stopping: watch::Receiver<()>,
 }
 
-impl Conn<'_> {
-    async fn serve<S, H>(self, stream: S, protocol: Protocol, keep: Keep, handler: Arc<H>)
-    where
+impl Conn {
+    /// Serves a TLS connection once its handshake is done, by the protocol ALPN chose.
+    async fn serve_tls<H: Handler>(
+        self,
+        acceptor: tokio_rustls::TlsAcceptor,
+        tcp: tokio::net::TcpStream,
+        keep: Keep,
+        handler: Arc<H>,
+    ) {
+        let handshake = acceptor.accept(ReadAhead::new(tcp));
+        let Ok(Ok(stream)) = tokio::time::timeout(self.options.handshake_timeout, handshake).await
+        else {
+            return;
+        };
+        let protocol = match stream.get_ref().1.alpn_protocol() {
+            Some(b"h2") => Protocol::Http2,
+            Some(_) => Protocol::Http1,
+            None => Protocol::FromPreface,
+        };
+        self.serve(Gather::new(stream), true, protocol, keep, handler)
+            .await;
+    }
+
+    async fn serve<S, H>(
+        self,
+        stream: S,
+        tls: bool,
+        protocol: Protocol,
+        keep: Keep,
+        handler: Arc<H>,
+    ) where
         S: AsyncRead + AsyncWrite + Resettable + Unpin + Send + 'static,
         H: Handler,
     {
         let Conn {
-            ctx,
+            peer,
+            local,
             options,
-            builder,
+            builders,
             mut stopping,
         } = self;
+        let ctx = ConnContext {
+            peer,
+            local,
+            tls,
+            state: Arc::new(ConnState::new()),
+        };
         let state = ctx.state.clone();
         let (give_back, mut given_back) = oneshot::channel();
         let io = ConnIo::new(stream, state.clone(), protocol != Protocol::Http2)
@@ -479,7 +482,7 @@ impl Conn<'_> {
         // The connection, and with it the socket unless an upgrade took it, is dropped at
         // the end of this block.
         let closing = {
-            let mut connection = Served::new(builder, io, service, protocol);
+            let mut connection = Served::new(&builders, io, service, protocol);
             let mut watchdog =
                 pin!(state.expired(options.header_read_timeout, options.keepalive_idle));
             let mut stop = Some(pin!(stopping.changed()));
