@@ -296,13 +296,8 @@ enum Protocol {
 /// read as the rest of the first request, so hyper's read buffer is not grown to take them
 /// and a head that arrived whole is judged whole.
 enum Served<'a, S, Svc: HttpService<Incoming>> {
-    Sniffing {
-        builders: &'a Builders,
-        io: Option<ConnIo<S>>,
-        service: Option<Svc>,
-        /// The server stops before the protocol was known: end without serving.
-        stopped: bool,
-    },
+    /// Reading the first bytes; nothing is left to serve once the server stopped first.
+    Sniffing(&'a Builders, Option<(ConnIo<S>, Svc)>),
     Http1(Pin<Box<http1::UpgradeableConnection<Io<S>, Svc>>>),
     Http2(Pin<Box<http2::Connection<Io<S>, Svc, TokioExecutor>>>),
 }
@@ -325,48 +320,29 @@ where
         service: Svc,
         protocol: Protocol,
     ) -> Served<'a, S, Svc> {
-        let mut served = Served::Sniffing {
-            builders,
-            io: Some(io),
-            service: Some(service),
-            stopped: false,
-        };
         match protocol {
-            Protocol::Http1 => served.start(false),
-            Protocol::Http2 => served.start(true),
-            Protocol::FromPreface => {}
+            Protocol::Http1 => Served::by(builders, io, service, false),
+            Protocol::Http2 => Served::by(builders, io, service, true),
+            Protocol::FromPreface => Served::Sniffing(builders, Some((io, service))),
         }
-        served
     }
 
-    /// Hands the connection to hyper's HTTP/2 server, or its HTTP/1 one.
-    fn start(&mut self, h2: bool) {
-        let Served::Sniffing {
-            builders,
-            io,
-            service,
-            ..
-        } = self
-        else {
-            return;
-        };
-        let (Some(io), Some(service)) = (io.take(), service.take()) else {
-            return;
-        };
+    /// The connection served by hyper's HTTP/2 server, or its HTTP/1 one.
+    fn by(builders: &'a Builders, io: ConnIo<S>, service: Svc, h2: bool) -> Served<'a, S, Svc> {
         let io = TokioIo::new(io);
-        *self = if h2 {
+        if h2 {
             Served::Http2(Box::pin(builders.http2.serve_connection(io, service)))
         } else {
             Served::Http1(Box::pin(
                 builders.http1.serve_connection(io, service).with_upgrades(),
             ))
-        };
+        }
     }
 
     /// Asks hyper to finish the answer in progress and close (HTTP/2: GOAWAY).
     fn graceful_shutdown(&mut self) {
         match self {
-            Served::Sniffing { stopped, .. } => *stopped = true,
+            Served::Sniffing(_, pending) => *pending = None,
             Served::Http1(conn) => conn.as_mut().graceful_shutdown(),
             Served::Http2(conn) => conn.as_mut().graceful_shutdown(),
         }
@@ -386,15 +362,16 @@ where
         let this = self.get_mut();
         loop {
             match this {
-                Served::Sniffing {
-                    io: Some(io),
-                    stopped: false,
-                    ..
-                } => {
+                Served::Sniffing(builders, pending) => {
+                    let Some((io, _)) = pending else {
+                        return Poll::Ready(Ok(()));
+                    };
                     let h2 = ready!(io.poll_sniff_h2(cx))?;
-                    this.start(h2);
+                    let builders = *builders;
+                    if let Some((io, service)) = pending.take() {
+                        *this = Served::by(builders, io, service, h2);
+                    }
                 }
-                Served::Sniffing { .. } => return Poll::Ready(Ok(())),
                 Served::Http1(conn) => return conn.as_mut().poll(cx).map_err(Into::into),
                 Served::Http2(conn) => return conn.as_mut().poll(cx).map_err(Into::into),
             }

@@ -334,3 +334,36 @@ fn workers_listen_with_small_limits_and_a_per_peer_cap() {
     assert!(options.per_peer.max < options.max_connections);
     assert!(options.tls.is_some());
 }
+
+/// A connection whose first bytes have not yet told its protocol (nothing sent, or part of
+/// HTTP/2's preface) does not hold a stop: it is closed at once, and the drain ends.
+#[tokio::test]
+async fn connections_whose_protocol_is_not_known_yet_close_when_the_server_stops() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        listener,
+        options(30.0, 30.0),
+        Arc::new(Echo),
+        async move {
+            stopped.await.ok();
+        },
+    ));
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let mut partial = TcpStream::connect(addr).await.unwrap();
+    partial.write_all(b"PRI * HT").await.unwrap();
+    // A request answered on a third connection: the two before it were accepted by then.
+    let mut served = TcpStream::connect(addr).await.unwrap();
+    served
+        .write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    assert_eq!(read_status(&mut served).await, Some(200));
+    stop.send(()).unwrap();
+    let report = tokio::time::timeout(WAIT, server).await.unwrap().unwrap();
+    assert!(report.drained, "a connection held the drain");
+    let deadline = Instant::now() + WAIT;
+    assert!(closed_before(&mut silent, deadline).await);
+    assert!(closed_before(&mut partial, deadline).await);
+}
