@@ -116,8 +116,8 @@ impl StreamCheck {
             if delay > LATE_SLACK {
                 stats.late += 1;
                 bad = true;
-                let (first, _) = stats.late_window.unwrap_or((at, at));
-                stats.late_window = Some((first.min(at), at.max(first)));
+                let (first, last) = stats.late_window.unwrap_or((at, at));
+                stats.late_window = Some((first.min(at), last.max(at)));
             }
         }
         self.last = Some(at);

@@ -532,3 +532,20 @@ fn late_frames_are_placed_in_time_in_the_json_and_a_note() {
         "open streams through relayd: 1 late frame(s) arrived between 700 and 700 ms after the first stream began to open; every stream was open at 900 ms; the hypervisor took 30 ms of CPU time from this machine during the hold"
     );
 }
+
+#[test]
+fn the_late_window_spans_the_earliest_and_latest_late_frame_in_any_order_of_recording() {
+    use crate::open_streams::{FrameStats, LATE_SLACK, StreamCheck};
+    let pace = Duration::from_millis(250);
+    let start = std::time::Instant::now();
+    let mut stats = FrameStats::default();
+    // Stream tasks record in the order they take the lock, not the order frames arrived.
+    let late_by = |slacks: u32| start + pace + LATE_SLACK * slacks;
+    for slacks in [4, 2, 3] {
+        let mut stream = StreamCheck::new(pace);
+        stream.frame("event: ping\n\n", start, &mut stats);
+        stream.frame("event: ping\n\n", late_by(slacks), &mut stats);
+    }
+    assert_eq!(stats.late, 3);
+    assert_eq!(stats.late_window, Some((late_by(2), late_by(4))));
+}
