@@ -145,10 +145,17 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
+    /// When the first and the last late frame arrived, in milliseconds after the first stream began to open.
+    fn late_between_ms(&self) -> Option<[u64; 2]> {
+        let since = |at: Instant| at.saturating_duration_since(self.started).as_millis() as u64;
+        self.stats
+            .late_window
+            .map(|(first, last)| [since(first), since(last)])
+    }
+
     /// What the JSON says of one path's hold: the frame counts, and when opening ended and late frames came, in milliseconds after the first stream began to open.
     pub(crate) fn detail(&self) -> serde_json::Value {
         let stats = &self.stats;
-        let since = |at: Instant| at.saturating_duration_since(self.started).as_millis() as u64;
         serde_json::json!({
             "frames": stats.frames,
             "late": stats.late,
@@ -156,15 +163,14 @@ impl Hold {
             "bad_streams": stats.bad_streams,
             "ended_early": self.ended,
             "all_open_ms": self.all_open.as_millis() as u64,
-            "late_between_ms": stats.late_window.map(|(first, last)| [since(first), since(last)]),
+            "late_between_ms": self.late_between_ms(),
             "steal_ms": self.steal.map(|steal| steal.as_millis() as u64),
         })
     }
 
     /// A sentence on when this path's late frames came, for a run to explain its own miss; `None` without late frames.
     pub(crate) fn late_note(&self, path: &str) -> Option<String> {
-        let (first, last) = self.stats.late_window?;
-        let since = |at: Instant| at.saturating_duration_since(self.started).as_millis();
+        let [first, last] = self.late_between_ms()?;
         let steal = match self.steal {
             Some(steal) => format!(
                 "the hypervisor took {} ms of CPU time from this machine during the hold",
@@ -175,8 +181,8 @@ impl Hold {
         Some(format!(
             "open streams {path}: {} late frame(s) arrived between {} and {} ms after the first stream began to open; every stream was open at {} ms; {steal}",
             self.stats.late,
-            since(first),
-            since(last),
+            first,
+            last,
             self.all_open.as_millis(),
         ))
     }
