@@ -487,13 +487,6 @@ impl Drop for UpstreamBody {
     }
 }
 
-/// What a connection did with a request.
-enum Attempt {
-    Answered(Result<Response<UpstreamBody>, UpstreamError>),
-    /// Nothing of it was written: the request comes back.
-    GivenBack(Request<RequestBody>),
-}
-
 impl std::fmt::Debug for UpstreamClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamClient")
@@ -549,20 +542,26 @@ impl UpstreamClient {
 
     /// Sends one request and waits for its response head. Never retried once bytes may have
     /// reached the provider: sending again could bill twice.
-    pub async fn send(
+    ///
+    /// Not `async` itself: the request goes straight into the boxed future that sends it,
+    /// rather than being copied into this one's state first.
+    pub fn send(
         &self,
         req: Request<RequestBody>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send + '_ {
         // Boxed, as hyper-util's client boxed its own: this future sits inside every request's,
         // which hyper keeps allocated for the life of the client's connection, and unboxed it
         // cost each held stream about 4 KiB more.
         let sending = Box::pin(self.inner.send(req));
-        match self.inner.response_timeout {
-            Some(limit) => match tokio::time::timeout(limit, sending).await {
-                Ok(result) => result,
-                Err(_) => Err(UpstreamError::ResponseHeadTimeout),
-            },
-            None => sending.await,
+        let limit = self.inner.response_timeout;
+        async move {
+            match limit {
+                Some(limit) => match tokio::time::timeout(limit, sending).await {
+                    Ok(result) => result,
+                    Err(_) => Err(UpstreamError::ResponseHeadTimeout),
+                },
+                None => sending.await,
+            }
         }
     }
 }
@@ -580,50 +579,39 @@ impl Inner {
                 // a new connection.
                 None => (Box::pin(self.connect(req.uri())).await?, true),
             };
-            match self.attempt(sender, req).await {
-                Attempt::Answered(result) => return result,
-                Attempt::GivenBack(back) if !fresh => req = back,
-                Attempt::GivenBack(_) => {
+            // Written here rather than in a function of its own: each `async fn` the request
+            // passes through copies it into its state twice.
+            let sent = match sender {
+                Sender::Http1(driven) => {
+                    let target = to_origin_form(&mut req, &driven.host);
+                    send_on(driven, req).await.map_err(|mut error| {
+                        let back = error.take_message().map(|mut back| {
+                            *back.uri_mut() = target;
+                            back.headers_mut().remove(HOST);
+                            back
+                        });
+                        (back, error.into_error())
+                    })
+                }
+                Sender::Http2(mut sender) => sender
+                    .try_send_request(req)
+                    .await
+                    .map(|res| res.map(UpstreamBody::from))
+                    .map_err(|mut error| (error.take_message(), error.into_error())),
+            };
+            match sent {
+                Ok(res) => return Ok(res),
+                // Nothing of it was written: on a kept connection the provider may have
+                // closed, the request goes to another.
+                Err((Some(back), _)) if !fresh => req = back,
+                Err((Some(_), _)) => {
                     return Err(UpstreamError::Failed(
                         "the provider closed a new connection before the request was written"
                             .into(),
                     ));
                 }
+                Err((None, error)) => return Err(send_error(error)),
             }
-        }
-    }
-
-    /// Writes the request on one connection, in the form its protocol wants: origin-form
-    /// with `Host` (always the URI's) for HTTP/1.1, the absolute URI (its `:authority`) for
-    /// HTTP/2.
-    async fn attempt(&self, sender: Sender, mut req: Request<RequestBody>) -> Attempt {
-        let sent = match sender {
-            Sender::Http1(driven) => {
-                let target = std::mem::take(req.uri_mut());
-                *req.uri_mut() = target
-                    .path_and_query()
-                    .cloned()
-                    .map_or_else(|| Uri::from_static("/"), Uri::from);
-                req.headers_mut().insert(HOST, driven.host.clone());
-                send_on(driven, req).await.map_err(|mut error| {
-                    let back = error.take_message().map(|mut back| {
-                        *back.uri_mut() = target;
-                        back.headers_mut().remove(HOST);
-                        back
-                    });
-                    (back, error.into_error())
-                })
-            }
-            Sender::Http2(mut sender) => sender
-                .try_send_request(req)
-                .await
-                .map(|res| res.map(UpstreamBody::from))
-                .map_err(|mut error| (error.take_message(), error.into_error())),
-        };
-        match sent {
-            Ok(res) => Attempt::Answered(Ok(res)),
-            Err((Some(back), _)) => Attempt::GivenBack(back),
-            Err((None, error)) => Attempt::Answered(Err(send_error(error))),
         }
     }
 
@@ -779,6 +767,19 @@ impl Origin {
                 .authority()
                 .is_some_and(|a| a.as_str() == self.authority.as_str() || *a == self.authority)
     }
+}
+
+/// Readies a request for an HTTP/1.1 connection: origin-form, with the connection's `Host`.
+/// HTTP/2 sends the absolute URI instead (its `:authority`). Returns the absolute URI, which
+/// a request given back unwritten needs again.
+fn to_origin_form(req: &mut Request<RequestBody>, host: &HeaderValue) -> Uri {
+    let target = std::mem::take(req.uri_mut());
+    *req.uri_mut() = target
+        .path_and_query()
+        .cloned()
+        .map_or_else(|| Uri::from_static("/"), Uri::from);
+    req.headers_mut().insert(HOST, host.clone());
+    target
 }
 
 /// The `Host` value for an origin: the host, with the port unless it is the scheme's
