@@ -16,6 +16,7 @@ mod status;
 mod to_worker;
 
 use std::net::Ipv4Addr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -188,10 +189,20 @@ impl Front {
         self.options.bind.is_loopback()
     }
 
-    async fn dispatch(self: Arc<Self>, req: Request<Incoming>, conn: ConnContext) -> Answer {
+    /// Everything a request gets before a byte of it goes anywhere: the checks every path
+    /// shares, the answers of the status endpoints and the upgrade of control connections.
+    /// A model or hook request comes back as the boxed future that forwards it.
+    ///
+    /// Not `async`: as an async step, this copied each request's head into its state twice
+    /// more, and held it beside the forwarding route's state.
+    fn dispatch(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        conn: ConnContext,
+    ) -> Next<impl Future<Output = Answer> + Send, impl Future<Output = Answer> + Send> {
         let route = PathClass::classify(req.method(), req.uri().path());
         let label = route_label(route);
-        let local = |res| Answer::new(res, label, Destination::Local);
+        let local = |res| Next::Answered(Box::new(Answer::new(res, label, Destination::Local)));
         if let Some(refused) = framing_refusal(conn.state.take_verdict()) {
             return local(refused);
         }
@@ -238,10 +249,17 @@ impl Front {
                 }
                 None => local(not_found()),
             },
+            // Boxed: hyper keeps a connection's service future in a box of that future's size
+            // for the connection's life, and inline these would make it kilobytes for every
+            // connection, streaming or idle. Boxed, a request's state is freed once its
+            // answer's head is out.
             PathClass::Model { family, responses } => {
-                self.model(req, &conn, family, responses).await
+                Next::Model(Box::pin(self.model(req, conn, family, responses)))
             }
-            PathClass::Hook(agent) => self.hook(req, agent, conn.peer.ip()).await,
+            PathClass::Hook(agent) => {
+                let peer = conn.peer.ip();
+                Next::Hook(Box::pin(self.hook(req, agent, peer)))
+            }
             PathClass::MethodNotAllowed { allow } => local(method_not_allowed(allow)),
             PathClass::NotFound => local(not_found()),
         }
@@ -341,26 +359,39 @@ impl Front {
 }
 
 impl Handler for Front {
-    async fn handle(
+    fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
         conn: ConnContext,
-    ) -> Response<ResponseBody> {
+    ) -> impl Future<Output = Response<ResponseBody>> + Send + 'static {
         let started = Instant::now();
         let metrics = self.metrics.clone();
-        // Boxed: hyper keeps a connection's service future in a box of that future's size for
-        // the connection's life, and inline this one made it 12.9 KB for every connection,
-        // streaming or idle. Boxed, the request's state is freed once its answer's head is out.
-        let answer = Box::pin(self.dispatch(req, conn)).await;
-        metrics.record_request(
-            answer.label,
-            answer.destination,
-            answer.res.status().as_u16(),
-        );
-        // Time inside relayd: all of it but the wait for the provider's or worker's head.
-        metrics.record_overhead(started.elapsed().saturating_sub(answer.waited));
-        answer.res
+        let next = self.dispatch(req, conn);
+        async move {
+            let answer = match next {
+                Next::Answered(answer) => *answer,
+                Next::Model(model) => model.await,
+                Next::Hook(hook) => hook.await,
+            };
+            metrics.record_request(
+                answer.label,
+                answer.destination,
+                answer.res.status().as_u16(),
+            );
+            // Time inside relayd: all of it but the wait for the provider's or worker's head.
+            metrics.record_overhead(started.elapsed().saturating_sub(answer.waited));
+            answer.res
+        }
     }
+}
+
+/// A request after the checks every path shares: answered, or on its way to a worker or a
+/// provider, by the boxed future of its route. Each is boxed, so that the handler's future,
+/// which hyper keeps for the connection's life, is a few words.
+enum Next<M, H> {
+    Answered(Box<Answer>),
+    Model(Pin<Box<M>>),
+    Hook(Pin<Box<H>>),
 }
 
 /// A request's answer, with what the request metrics record of it.

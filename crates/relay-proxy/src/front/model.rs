@@ -14,7 +14,6 @@ use super::credential::{Credential, Routed};
 use super::to_worker::WorkerResult;
 use super::{Answer, Front, Mode};
 use crate::answers::{upstream_error, worker_unavailable};
-use crate::body::RequestBody;
 use crate::config::DaemonKeys;
 use crate::forward::{Checked, Prologue, provider_request};
 use crate::headers::{self, ModelHeaders, Toward};
@@ -22,12 +21,13 @@ use crate::metrics::{Destination, RouteLabel};
 use crate::routes::{Family, ModelFamily, UpstreamBase, UpstreamTarget};
 use crate::server::ConnContext;
 use crate::shell::TicketGuard;
+use crate::upstream::{UpstreamBody, UpstreamError};
 
 impl Front {
     pub(super) async fn model(
         self: Arc<Self>,
         req: Request<Incoming>,
-        conn: &ConnContext,
+        conn: ConnContext,
         family: ModelFamily,
         responses: bool,
     ) -> Answer {
@@ -71,7 +71,7 @@ impl Front {
             } => {
                 // Judged before the worker's copy is made: that copy has lost the names the
                 // caller's `Connection` header lists, a credential among them perhaps.
-                let keyed = self.adds_daemon_key(&parts.headers, conn, &target, true);
+                let keyed = self.adds_daemon_key(&parts.headers, &conn, &target, true);
                 let mut req = Request::from_parts(parts, body);
                 headers::strip_request_headers(req.headers_mut(), Toward::Worker);
                 match self
@@ -117,46 +117,47 @@ impl Front {
                     self.log_pass_through(target.family.as_str(), reason, fingerprint);
                 }
                 let keyed =
-                    self.adds_daemon_key(&parts.headers, conn, &target, fingerprint.is_some());
+                    self.adds_daemon_key(&parts.headers, &conn, &target, fingerprint.is_some());
                 (parts, body, keyed, fingerprint, ticket)
             }
         };
-        self.to_provider(parts, body, target, keyed, fingerprint, models, ticket)
-            .await
-    }
-
-    /// Forwards a request straight to its provider, with the daemon's key for its family
-    /// when `keyed`. `fingerprint` is the caller's, when its credential is bound.
-    #[allow(clippy::too_many_arguments)]
-    async fn to_provider(
-        &self,
-        parts: http::request::Parts,
-        body: RequestBody,
-        target: UpstreamTarget,
-        keyed: bool,
-        fingerprint: Option<Fingerprint>,
-        models: bool,
-        ticket: Option<TicketGuard>,
-    ) -> Answer {
-        let label = family_label(target.family);
-        let key = if keyed {
-            self.daemon_key(target.family)
-        } else {
-            None
-        };
+        // Straight to the provider, written here rather than in an `async fn` of its own:
+        // each one the request passes through copies it into its state twice.
+        let family = target.family;
         let mut upstream_req = provider_request(parts, body, target.uri);
-        if let Some((name, key)) = key {
+        if keyed && let Some((name, key)) = self.daemon_key(family) {
             upstream_req.headers_mut().insert(name, key.clone());
         }
         let waiting = Instant::now();
         let result = self.upstream.send(upstream_req).await;
-        let waited = waiting.elapsed();
+        self.provider_answer(
+            result,
+            waiting.elapsed(),
+            family,
+            fingerprint,
+            models,
+            ticket,
+        )
+    }
+
+    /// The client's answer to a request sent straight to its provider, which `waited` for
+    /// the provider's head. `fingerprint` is the caller's, when its credential is bound.
+    fn provider_answer(
+        &self,
+        result: Result<http::Response<UpstreamBody>, UpstreamError>,
+        waited: Duration,
+        family: Family,
+        fingerprint: Option<Fingerprint>,
+        models: bool,
+        ticket: Option<TicketGuard>,
+    ) -> Answer {
+        let label = family_label(family);
         match result {
             Ok(res) => self.relayed(res, waited, label, Destination::PassThrough, models, ticket),
             Err(failure) => {
                 // A body over the limit, or an upload that broke off, is the client's doing.
                 if failure.is_provider_failure() {
-                    self.log_upstream_failure(target.family.as_str(), &failure, fingerprint);
+                    self.log_upstream_failure(family.as_str(), &failure, fingerprint);
                 }
                 Answer::new(upstream_error(&failure), label, Destination::PassThrough)
                     .waited(waited)
