@@ -16,7 +16,6 @@ mod status;
 mod to_worker;
 
 use std::net::Ipv4Addr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -34,7 +33,7 @@ use crate::control::daemon::ControlPlane;
 use crate::forward::method_not_allowed;
 use crate::metrics::{Destination, Metrics, RouteLabel};
 use crate::routes::{Family, ModelFamily, PathClass};
-use crate::server::{ConnContext, Handler, MAX_REQUEST_HEADERS};
+use crate::server::{ConnContext, Handler, MAX_REQUEST_HEADERS, Next};
 use crate::shell::{Shell, TicketGuard};
 use crate::upstream::{UpstreamBody, UpstreamClient};
 
@@ -192,17 +191,15 @@ impl Front {
     /// Everything a request gets before a byte of it goes anywhere: the checks every path
     /// shares, the answers of the status endpoints and the upgrade of control connections.
     /// A model or hook request comes back as the boxed future that forwards it.
-    ///
-    /// Not `async`: as an async step, this copied each request's head into its state twice
-    /// more, and held it beside the forwarding route's state.
     fn dispatch(
         self: Arc<Self>,
         req: Request<Incoming>,
         conn: ConnContext,
-    ) -> Next<impl Future<Output = Answer> + Send, impl Future<Output = Answer> + Send> {
+    ) -> Next<Answer, impl Future<Output = Answer> + Send, impl Future<Output = Answer> + Send>
+    {
         let route = PathClass::classify(req.method(), req.uri().path());
         let label = route_label(route);
-        let local = |res| Next::Answered(Box::new(Answer::new(res, label, Destination::Local)));
+        let local = |res| Next::answered(Answer::new(res, label, Destination::Local));
         if let Some(refused) = framing_refusal(conn.state.take_verdict()) {
             return local(refused);
         }
@@ -249,10 +246,6 @@ impl Front {
                 }
                 None => local(not_found()),
             },
-            // Boxed: hyper keeps a connection's service future in a box of that future's size
-            // for the connection's life, and inline these would make it kilobytes for every
-            // connection, streaming or idle. Boxed, a request's state is freed once its
-            // answer's head is out.
             PathClass::Model { family, responses } => {
                 Next::Model(Box::pin(self.model(req, conn, family, responses)))
             }
@@ -383,15 +376,6 @@ impl Handler for Front {
             answer.res
         }
     }
-}
-
-/// A request after the checks every path shares: answered, or on its way to a worker or a
-/// provider, by the boxed future of its route. Each is boxed, so that the handler's future,
-/// which hyper keeps for the connection's life, is a few words.
-enum Next<M, H> {
-    Answered(Box<Answer>),
-    Model(Pin<Box<M>>),
-    Hook(Pin<Box<H>>),
 }
 
 /// A request's answer, with what the request metrics record of it.

@@ -50,6 +50,27 @@ pub trait Handler: Send + Sync + 'static {
     ) -> impl Future<Output = Response<ResponseBody>> + Send + 'static;
 }
 
+/// A request after the checks a handler makes before anything is awaited: answered
+/// (`T`), or on its way by the boxed future of its route, a model request's or a hook
+/// event's.
+///
+/// hyper keeps a connection's service future in a box of that future's size for the
+/// connection's life, and moves each request's future into it. Checked in a plain function
+/// and forwarded by a boxed future, a request makes that future a few words, and a route's
+/// state is freed once its answer's head is out. An `async` step of checks instead copies
+/// the request into its state twice more and holds it beside the route's.
+pub(crate) enum Next<T, M, H> {
+    Answered(Box<T>),
+    Model(Pin<Box<M>>),
+    Hook(Pin<Box<H>>),
+}
+
+impl<T, M, H> Next<T, M, H> {
+    pub(crate) fn answered(answer: T) -> Self {
+        Next::Answered(Box::new(answer))
+    }
+}
+
 /// Listener limits and timers.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {

@@ -26,7 +26,7 @@ use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::forward::{Checked, Prologue, method_not_allowed, provider_request};
 use crate::headers::{ModelHeaders, WORKER_REFUSED, WORKER_SECRET, WORKER_UPSTREAM_FAILED};
 use crate::routes::{Agent, ModelFamily, PathClass};
-use crate::server::{ConnContext, Handler, Linger, PeerLimit, ServeOptions};
+use crate::server::{ConnContext, Handler, Linger, Next, PeerLimit, ServeOptions};
 use crate::upstream::UpstreamClient;
 
 /// The readiness probe the daemon sends over the pinned connection (§5.5).
@@ -130,33 +130,45 @@ impl WorkerHandler {
         &self.state
     }
 
-    async fn dispatch(
+    /// The checks every request passes, and the answers that need nothing awaited; a model
+    /// or hook request comes back as the boxed future that forwards it.
+    fn dispatch(
         self: Arc<Self>,
         req: Request<Incoming>,
         conn: ConnContext,
-    ) -> Response<ResponseBody> {
+    ) -> Next<
+        Response<ResponseBody>,
+        impl Future<Output = Response<ResponseBody>> + Send,
+        impl Future<Output = Response<ResponseBody>> + Send,
+    > {
         // Taken for every request so the connection's verdicts stay in step with its heads.
         let verdict = conn.state.take_verdict();
         if !self.is_authorized(req.headers()) {
             tracing::debug!(peer = %conn.peer, "worker request without the generation secret");
-            return unauthorized();
+            return Next::answered(unauthorized());
         }
         if let Some(refused) = framing_refusal(verdict) {
-            return refused;
+            return Next::answered(refused);
         }
         if req.uri().path() == READY_PATH {
-            return if req.method() == Method::GET {
+            return Next::answered(if req.method() == Method::GET {
                 self.ready()
             } else {
                 method_not_allowed("GET")
-            };
+            });
         }
         match PathClass::classify(req.method(), req.uri().path()) {
-            PathClass::Model { family, responses } => self.model(req, family, responses).await,
-            PathClass::Hook(agent) => self.hook(req, agent).await,
-            PathClass::MethodNotAllowed { allow } => method_not_allowed(allow),
+            PathClass::Model { family, responses } => {
+                Next::Model(Box::pin(self.model(req, family, responses)))
+            }
+            PathClass::Hook(agent) => Next::Hook(Box::pin(self.hook(req, agent))),
+            PathClass::MethodNotAllowed { allow } => Next::answered(method_not_allowed(allow)),
             // The daemon's own status, control and probe routes do not exist here.
-            _ => error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found"),
+            _ => Next::answered(error(
+                StatusCode::NOT_FOUND,
+                ErrorKind::RelayNotFound,
+                "not found",
+            )),
         }
     }
 
@@ -178,7 +190,7 @@ impl WorkerHandler {
     }
 
     async fn model(
-        &self,
+        self: Arc<Self>,
         req: Request<Incoming>,
         family: ModelFamily,
         responses: bool,
@@ -257,7 +269,7 @@ impl WorkerHandler {
         }
     }
 
-    async fn hook(&self, req: Request<Incoming>, agent: Agent) -> Response<ResponseBody> {
+    async fn hook(self: Arc<Self>, req: Request<Incoming>, agent: Agent) -> Response<ResponseBody> {
         let Some(_in_flight) = self.state.admit(RequestKind::Hook) else {
             return unavailable();
         };
@@ -304,12 +316,19 @@ impl WorkerHandler {
 }
 
 impl Handler for WorkerHandler {
-    async fn handle(
+    fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
         conn: ConnContext,
-    ) -> Response<ResponseBody> {
-        self.dispatch(req, conn).await
+    ) -> impl Future<Output = Response<ResponseBody>> + Send + 'static {
+        let next = self.dispatch(req, conn);
+        async move {
+            match next {
+                Next::Answered(res) => *res,
+                Next::Model(model) => model.await,
+                Next::Hook(hook) => hook.await,
+            }
+        }
     }
 }
 
