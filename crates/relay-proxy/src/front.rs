@@ -249,10 +249,7 @@ impl Front {
             PathClass::Model { family, responses } => {
                 Next::Model(Box::pin(self.model(req, conn, family, responses)))
             }
-            PathClass::Hook(agent) => {
-                let peer = conn.peer.ip();
-                Next::Hook(Box::pin(self.hook(req, agent, peer)))
-            }
+            PathClass::Hook(agent) => Next::Hook(Box::pin(self.hook(req, agent, conn.peer.ip()))),
             PathClass::MethodNotAllowed { allow } => local(method_not_allowed(allow)),
             PathClass::NotFound => local(not_found()),
         }

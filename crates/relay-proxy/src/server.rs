@@ -54,11 +54,15 @@ pub trait Handler: Send + Sync + 'static {
 /// (`T`), or on its way by the boxed future of its route, a model request's or a hook
 /// event's.
 ///
-/// hyper keeps a connection's service future in a box of that future's size for the
-/// connection's life, and moves each request's future into it. Checked in a plain function
-/// and forwarded by a boxed future, a request makes that future a few words, and a route's
-/// state is freed once its answer's head is out. An `async` step of checks instead copies
-/// the request into its state twice more and holds it beside the route's.
+/// hyper keeps an HTTP/1 connection's service future in a box of that future's size for
+/// the connection's life, and moves each request's future into it. Checked in a plain
+/// function and forwarded by a boxed future, a request makes that future a few words, and
+/// a route's state is freed once its answer's head is out. An `async` step of checks
+/// instead copies the request into its state twice more and holds it beside the route's.
+///
+/// The checks run when hyper hands the request over, which for HTTP/2 is on the
+/// connection's task before the stream gets its own: they must stay short and must not
+/// wait.
 pub(crate) enum Next<T, M, H> {
     Answered(Box<T>),
     Model(Pin<Box<M>>),

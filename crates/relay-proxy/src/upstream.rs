@@ -548,10 +548,9 @@ impl UpstreamClient {
     pub fn send(
         &self,
         req: Request<RequestBody>,
-    ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send + '_ {
-        // Boxed, as hyper-util's client boxed its own: this future sits inside every request's,
-        // which hyper keeps allocated for the life of the client's connection, and unboxed it
-        // cost each held stream about 4 KiB more.
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send {
+        // Boxed, as hyper-util's client boxed its own: the sending future is 1.8 KB, and a
+        // caller's future that holds this one holds only a pointer to it.
         let sending = Box::pin(self.inner.send(req));
         let limit = self.inner.response_timeout;
         async move {
@@ -759,8 +758,8 @@ impl Inner {
 
 impl Origin {
     /// Authorities compare without case, a byte at a time; a request's nearly always has
-    /// the very bytes of its origin's (both come from the configured base URL), so those
-    /// are compared first, at the cost of a `memcmp`.
+    /// the very bytes of its origin's (the origin was kept from an earlier request to the
+    /// same base URL), so those are compared first, at the cost of a `memcmp`.
     fn serves(&self, uri: &Uri) -> bool {
         uri.scheme() == Some(&self.scheme)
             && uri

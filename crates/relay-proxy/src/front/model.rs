@@ -123,9 +123,9 @@ impl Front {
         };
         // Straight to the provider, written here rather than in an `async fn` of its own:
         // each one the request passes through copies it into its state twice.
-        let family = target.family;
+        let provider = target.family;
         let mut upstream_req = provider_request(parts, body, target.uri);
-        if keyed && let Some((name, key)) = self.daemon_key(family) {
+        if keyed && let Some((name, key)) = self.daemon_key(provider) {
             upstream_req.headers_mut().insert(name, key.clone());
         }
         let waiting = Instant::now();
@@ -133,7 +133,7 @@ impl Front {
         self.provider_answer(
             result,
             waiting.elapsed(),
-            family,
+            provider,
             fingerprint,
             models,
             ticket,
