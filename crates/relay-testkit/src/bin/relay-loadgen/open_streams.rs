@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result, bail};
 use http::header::HeaderValue;
 use http_body_util::BodyExt as _;
 use relay_testkit::measures::{Measure, MeasureId, SampleCounts};
-use relay_testkit::procfs::{CLOCK_TICK, MachineTicks};
+use relay_testkit::procfs::{MachineTicks, ticks_to_duration};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 
@@ -274,7 +274,7 @@ pub(crate) async fn hold_and_check(
     while tasks.join_next().await.is_some() {}
     let steal = ticks_before
         .zip(MachineTicks::read())
-        .map(|(before, after)| CLOCK_TICK * after.steal.saturating_sub(before.steal) as u32);
+        .map(|(before, after)| ticks_to_duration(after.steal.saturating_sub(before.steal)));
     let ended = ended.load(Ordering::Relaxed);
     let stats = Arc::try_unwrap(stats)
         .map_err(|_| anyhow::anyhow!("a stream task outlived the hold"))?
