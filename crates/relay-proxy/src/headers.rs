@@ -125,13 +125,17 @@ fn passes_to_worker(name: &HeaderName) -> bool {
 }
 
 /// Header names listed in `Connection`. Read as bytes, so a token that is not a header
-/// name (a byte outside ASCII, say) hides none of the others on its line.
+/// name (a byte outside ASCII, say) hides none of the others on its line. `keep-alive` is
+/// skipped: nearly every client lists it, and a `Keep-Alive` header is hop-by-hop, so it
+/// goes without a `HeaderName` made for the token and a look-up.
 fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
     headers
         .get_all(header::CONNECTION)
         .iter()
         .flat_map(|value| value.as_bytes().split(|b| *b == b','))
-        .filter_map(|token| HeaderName::from_bytes(token.trim_ascii()).ok())
+        .map(<[u8]>::trim_ascii)
+        .filter(|token| !token.eq_ignore_ascii_case(b"keep-alive"))
+        .filter_map(|token| HeaderName::from_bytes(token).ok())
         .collect()
 }
 

@@ -98,6 +98,26 @@ fn a_connection_token_that_is_no_header_name_hides_none_of_the_others() {
 }
 
 #[test]
+fn names_listed_on_any_connection_line_are_dropped_whatever_their_case() {
+    let headers = map(&[
+        ("connection", "Keep-Alive, PROXY-X"),
+        ("keep-alive", "timeout=5"),
+        ("proxy-x", "1"),
+        ("x-first", "1"),
+        ("connection", "X-Second ,X-THIRD"),
+        ("x-second", "2"),
+        ("x-third", "3"),
+        ("x-kept", "4"),
+    ]);
+    let mut request = headers.clone();
+    strip_request_headers(&mut request, Toward::Provider);
+    assert_eq!(names(&request), ["x-first", "x-kept"]);
+    let mut response = headers;
+    strip_response_headers(&mut response);
+    assert_eq!(names(&response), ["x-first", "x-kept"]);
+}
+
+#[test]
 fn debug_output_never_shows_a_credential() {
     let headers = map(&[
         ("x-relay-client-token", "route-token-secret"),
