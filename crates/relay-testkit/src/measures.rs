@@ -42,6 +42,7 @@ pub enum MeasureId {
     WorkerBodyP99,
     CpuPassThrough,
     InstructionsPassThrough,
+    InstructionsAgentHeaders,
     CpuWorker,
     InstructionsWorker,
     WorkerThroughputRate,
@@ -328,6 +329,14 @@ pub const MEASURES: &[MeasureSpec] = &[
         Unit::Count,
         None,
         "relayd, then nginx, alone under valgrind's callgrind in front of the fast stand-in: 2,000 sequential keep-alive requests after 300 uncounted ones, user-space instructions divided by 2,000",
+    ),
+    row(
+        MeasureId::InstructionsAgentHeaders,
+        "instructions",
+        "instructions per proxied request with Claude Code's headers, pass-through, c=1 (peer: nginx)",
+        Unit::Count,
+        None,
+        "the row above, but each request carries the 21 headers Claude Code sends, as captured and in its order, on the Messages route: what an agent's request costs, where the row above has the fewest headers a request can carry",
     ),
     row(
         MeasureId::CpuWorker,

@@ -29,7 +29,7 @@ use crate::command::find_program;
 const WARM_UP: u32 = 300;
 /// Requests counted.
 const COUNTED: u32 = 2000;
-/// The request: a tiny non-streaming Chat Completions turn, as the latency measure sends.
+/// The request's body: a tiny non-streaming Chat Completions turn, as the latency measure sends (the stand-in answers it on the Messages route too).
 const BODY: &str = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
 /// How long one answer may take under valgrind.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -75,7 +75,7 @@ pub(super) fn run(
         "\n==> relayd under callgrind (pid {}): {WARM_UP} requests, then {COUNTED} counted",
         relayd.process.pid()
     );
-    let [relayd_count] = count(relayd.addr, None, [(relayd.process.pid(), &out)])?;
+    let [relayd_count, relayd_agent] = count_both(relayd.addr, relayd.process.pid(), &out)?;
     drop(relayd);
 
     // The yardstick: hyper's server and client with nothing of Relay's between them.
@@ -94,7 +94,7 @@ pub(super) fn run(
         "==> relay-bare-proxy under callgrind (pid {})",
         bare.process.pid()
     );
-    let [bare_count] = count(bare.addr, None, [(bare.process.pid(), &out)])?;
+    let [bare_count, bare_agent] = count_both(bare.addr, bare.process.pid(), &out)?;
     drop(bare);
 
     let peer = nginx::find_or_install().and_then(|binary| {
@@ -108,42 +108,56 @@ pub(super) fn run(
             &callgrind(&valgrind, &out),
         )?;
         println!("==> nginx under callgrind (pid {})", nginx.pid());
-        count(nginx.addr, None, [(nginx.pid(), &out)]).map(|[n]| n)
+        count_both(nginx.addr, nginx.pid(), &out)
     });
-    let nginx_count = match peer {
-        Ok(count) => Some(count),
+    let (nginx_count, nginx_agent) = match peer {
+        Ok([short, agent]) => (Some(short), Some(agent)),
         Err(error) => {
             notes.push(format!("nginx's instructions were not counted: {error:#}"));
-            None
+            (None, None)
         }
     };
-    let relayd_per_request = relayd_count as f64 / f64::from(COUNTED);
-    let bare_per_request = bare_count as f64 / f64::from(COUNTED);
-    let nginx_per_request = nginx_count.map(|n| n as f64 / f64::from(COUNTED));
-    let against = nginx_per_request
-        .map(|n| format!(", {:.2}× nginx's", relayd_per_request / n))
-        .unwrap_or_default();
-    notes.push(format!(
-        "instructions: relayd and nginx each alone under valgrind's callgrind, {COUNTED} sequential keep-alive requests after {WARM_UP}; user-space instructions only; relayd {relayd_per_request:.0} per request{against}"
-    ));
-    notes.push(format!(
-        "instructions: relay-bare-proxy (hyper's server and client with nothing between them) {bare_per_request:.0} per request, the same way; relayd's own work is the {:.0} above it",
-        relayd_per_request - bare_per_request
-    ));
-    let mut measures = vec![
-        Measure::relay_only(MeasureId::InstructionsPassThrough, relayd_per_request)
-            .with_peer(nginx_per_request),
-    ];
+    let per_request = |count: u64| count as f64 / f64::from(COUNTED);
+    let mut measures = Vec::new();
+    for (id, relayd, bare, nginx, headers) in [
+        (
+            MeasureId::InstructionsPassThrough,
+            relayd_count,
+            bare_count,
+            nginx_count,
+            "the bench's few headers",
+        ),
+        (
+            MeasureId::InstructionsAgentHeaders,
+            relayd_agent,
+            bare_agent,
+            nginx_agent,
+            "Claude Code's headers",
+        ),
+    ] {
+        let (relayd, bare, nginx) = (
+            per_request(relayd),
+            per_request(bare),
+            nginx.map(per_request),
+        );
+        let against = nginx
+            .map(|n| format!(", {:.2}× nginx's", relayd / n))
+            .unwrap_or_default();
+        notes.push(format!(
+            "instructions with {headers}: relayd, relay-bare-proxy (hyper's server and client with nothing between them) and nginx each alone under valgrind's callgrind, {COUNTED} sequential keep-alive requests after {WARM_UP}; user-space instructions only; relayd {relayd:.0} per request{against}; the bare proxy {bare:.0}, so relayd's own work is the {:.0} above it",
+            relayd - bare
+        ));
+        measures.push(Measure::relay_only(id, relayd).with_peer(nginx));
+    }
     let through_worker = worker_path(bin_dir, &valgrind, pinning, fast, &dir);
     let (relayd_managed, worker) = match through_worker {
         Ok([relayd, worker]) => {
-            let per_request = |count: u64| count as f64 / f64::from(COUNTED);
             let both = per_request(relayd + worker);
             notes.push(format!(
                 "instructions through the worker: relayd in managed mode and the worker under callgrind, the same requests with the route credential; relayd {:.0} and the worker {:.0} per request, {:.2}× relayd's in pass-through",
                 per_request(relayd),
                 per_request(worker),
-                both / relayd_per_request
+                both / per_request(relayd_count)
             ));
             measures.push(Measure::relay_only(MeasureId::InstructionsWorker, both));
             (Some(relayd), Some(worker))
@@ -164,6 +178,12 @@ pub(super) fn run(
             "relayd_instructions": relayd_count,
             "bare_proxy_instructions": bare_count,
             "nginx_instructions": nginx_count,
+            "agent_headers": {
+                "fixture": AGENT_FIXTURE,
+                "relayd_instructions": relayd_agent,
+                "bare_proxy_instructions": bare_agent,
+                "nginx_instructions": nginx_agent,
+            },
             "worker_path": {
                 "relayd_instructions": relayd_managed,
                 "worker_instructions": worker,
@@ -220,6 +240,7 @@ fn worker_path(
     let counts = count(
         relayd.addr,
         Some(&env.token),
+        Head::Short,
         [
             (relayd.process.pid(), &relayd_out),
             (worker_pid, &worker_out),
@@ -273,13 +294,21 @@ fn callgrind(valgrind: &Path, out: &Path) -> Vec<OsString> {
     ]
 }
 
-/// Sends the warm-up requests to `addr` (with the route credential `token`, if any), turns counting on in each process under callgrind (its pid and its output file), sends the counted requests and dumps: the instructions each process ran for them.
+/// The instructions one process under callgrind (its pid and its output file) ran for the bench's requests, then for Claude Code's.
+fn count_both(addr: SocketAddr, pid: u32, out: &Path) -> Result<[u64; 2]> {
+    let [short] = count(addr, None, Head::Short, [(pid, out)])?;
+    let [agent] = count(addr, None, Head::ClaudeCode, [(pid, out)])?;
+    Ok([short, agent])
+}
+
+/// Sends the warm-up requests to `addr` (with the route credential `token`, if any), turns counting on in each process under callgrind (its pid and its output file), sends the counted requests, dumps and turns counting off again: the instructions each process ran for them.
 fn count<const N: usize>(
     addr: SocketAddr,
     token: Option<&str>,
+    head: Head,
     counted: [(u32, &Path); N],
 ) -> Result<[u64; N]> {
-    let mut client = Client::connect(addr, token)?;
+    let mut client = Client::connect(addr, token, head)?;
     for _ in 0..WARM_UP {
         client.exchange()?;
     }
@@ -292,6 +321,7 @@ fn count<const N: usize>(
     let mut totals_of = [0; N];
     for ((pid, out), total) in counted.into_iter().zip(&mut totals_of) {
         callgrind_control(&["-d"], pid)?;
+        callgrind_control(&["-i", "off"], pid)?;
         let dump = last_dump(out)?;
         let text =
             fs::read_to_string(&dump).with_context(|| format!("reading {}", dump.display()))?;
@@ -355,6 +385,18 @@ pub(super) fn totals(dump: &str) -> Option<u64> {
     line("totals:").or_else(|| line("summary:"))
 }
 
+/// What the counted requests carry.
+#[derive(Debug, Clone, Copy)]
+enum Head {
+    /// `Content-Type` and `Authorization` (and the route credential, if any) on Chat Completions.
+    Short,
+    /// The headers of [`AGENT_FIXTURE`], as captured and in their order, on its route.
+    ClaudeCode,
+}
+
+/// The captured request whose headers the agent's row sends.
+const AGENT_FIXTURE: &str = "claude-code-messages-1";
+
 /// One keep-alive connection sending the request and reading each answer whole.
 struct Client {
     reader: BufReader<TcpStream>,
@@ -362,8 +404,8 @@ struct Client {
 }
 
 impl Client {
-    /// A connection to `addr` whose requests carry `token` as the route credential, if given.
-    fn connect(addr: SocketAddr, token: Option<&str>) -> Result<Client> {
+    /// A connection to `addr` whose requests carry `head`'s headers, and `token` as the route credential if given.
+    fn connect(addr: SocketAddr, token: Option<&str>, head: Head) -> Result<Client> {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .with_context(|| format!("connecting to {addr}"))?;
         stream.set_nodelay(true)?;
@@ -371,8 +413,23 @@ impl Client {
         let credential = token
             .map(|token| format!("x-relay-client-token: {token}\r\n"))
             .unwrap_or_default();
+        let (path, headers) = match head {
+            Head::Short => (
+                "/v1/chat/completions".to_owned(),
+                "Content-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n".to_owned(),
+            ),
+            Head::ClaudeCode => {
+                let fixture = relay_testkit::fixture_request(AGENT_FIXTURE)?;
+                let headers = fixture
+                    .headers
+                    .iter()
+                    .map(|(name, value)| format!("{name}: {value}\r\n"))
+                    .collect();
+                (fixture.path, headers)
+            }
+        };
         let request = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-bench\r\n{credential}Content-Length: {}\r\n\r\n{BODY}",
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}{credential}Content-Length: {}\r\n\r\n{BODY}",
             BODY.len()
         )
         .into_bytes();
