@@ -33,6 +33,11 @@ struct Args {
     /// The upstream's address (`127.0.0.1:PORT`), spoken to in plain HTTP/1.1.
     #[arg(long)]
     upstream: SocketAddr,
+    /// On more than one CPU, a current-thread runtime per CPU, each on a thread of its own
+    /// with a listener of its own on the same port (`SO_REUSEPORT`, the kernel spreading the
+    /// connections), instead of one multi-thread runtime: nginx's model, to compare with.
+    #[arg(long)]
+    reuseport: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -41,6 +46,9 @@ fn main() -> anyhow::Result<()> {
     // cannot depend on relay-proxy, whose tests use it): current-thread on one usable CPU,
     // one worker thread per CPU otherwise, two when the count is unknown.
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    if args.reuseport && threads > 1 {
+        return serve_per_cpu(threads, &args);
+    }
     let mut builder = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -65,6 +73,48 @@ fn main() -> anyhow::Result<()> {
             result = serve(listener, args.upstream) => result,
         }
     })
+}
+
+/// `threads` current-thread runtimes, each on its own thread with its own listener on one
+/// port; the first binds (a free port for 0) and the others join it.
+fn serve_per_cpu(threads: usize, args: &Args) -> anyhow::Result<()> {
+    let bind = |port: u16| -> anyhow::Result<std::net::TcpListener> {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into())?;
+        socket.listen(1024)?;
+        Ok(socket.into())
+    };
+    let first = bind(args.port).context("binding the listener")?;
+    let addr = first.local_addr()?;
+    let mut listeners = vec![first];
+    for _ in 1..threads {
+        listeners.push(bind(addr.port()).context("binding another listener")?);
+    }
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening {addr}")?;
+    stdout.flush()?;
+    let upstream = args.upstream;
+    for listener in listeners {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting a runtime")?;
+        std::thread::spawn(move || {
+            let served = runtime
+                .block_on(async move { serve(TcpListener::from_std(listener)?, upstream).await });
+            if let Err(error) = served {
+                eprintln!("relay-bare-proxy: {error:#}");
+                std::process::exit(1);
+            }
+        });
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(relay_testkit::shutdown_signal(true))
 }
 
 async fn serve(listener: TcpListener, upstream: SocketAddr) -> anyhow::Result<()> {
