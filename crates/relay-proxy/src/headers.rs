@@ -125,18 +125,32 @@ fn passes_to_worker(name: &HeaderName) -> bool {
 }
 
 /// Header names listed in `Connection`. Read as bytes, so a token that is not a header
-/// name (a byte outside ASCII, say) hides none of the others on its line. `keep-alive` is
-/// skipped: nearly every client lists it, and a `Keep-Alive` header is hop-by-hop, so it
-/// goes without a `HeaderName` made for the token and a look-up.
+/// name (a byte outside ASCII, say) hides none of the others on its line. Names that are
+/// hop-by-hop themselves go anyway, so they cost no `HeaderName` and no look-up: nearly
+/// every client lists `keep-alive`.
 fn connection_tokens(headers: &HeaderMap) -> Vec<HeaderName> {
     headers
         .get_all(header::CONNECTION)
         .iter()
         .flat_map(|value| value.as_bytes().split(|b| *b == b','))
         .map(<[u8]>::trim_ascii)
-        .filter(|token| !token.eq_ignore_ascii_case(b"keep-alive"))
+        .filter(|token| !names_hop_by_hop(token))
         .filter_map(|token| HeaderName::from_bytes(token).ok())
         .collect()
+}
+
+/// [`is_hop_by_hop`] for a name in any case. A name longer than the longest hop-by-hop one
+/// (`transfer-encoding`) can only be one under `proxy-`.
+fn names_hop_by_hop(token: &[u8]) -> bool {
+    let mut lower = [0u8; "transfer-encoding".len()];
+    match lower.get_mut(..token.len()) {
+        Some(lower) => {
+            lower.copy_from_slice(token);
+            lower.make_ascii_lowercase();
+            std::str::from_utf8(lower).is_ok_and(is_hop_by_hop)
+        }
+        None => token[.."proxy-".len()].eq_ignore_ascii_case(b"proxy-"),
+    }
 }
 
 /// True when the request carries a provider credential of its own.

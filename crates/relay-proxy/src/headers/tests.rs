@@ -118,6 +118,48 @@ fn names_listed_on_any_connection_line_are_dropped_whatever_their_case() {
 }
 
 #[test]
+fn a_connection_token_is_judged_hop_by_hop_in_any_case_and_length() {
+    for token in [
+        &b"Keep-Alive"[..],
+        b"TE",
+        b"Transfer-Encoding",
+        b"PROXY-",
+        b"proxy-a-name-longer-than-eighteen-bytes",
+    ] {
+        assert!(
+            names_hop_by_hop(token),
+            "{}",
+            String::from_utf8_lossy(token)
+        );
+    }
+    for token in [
+        &b""[..],
+        b"close",
+        b"x-te",
+        b"transfer-encoding-x",
+        b"transfer-encodings",
+        b"prox",
+        b"caf\xe9",
+    ] {
+        assert!(
+            !names_hop_by_hop(token),
+            "{}",
+            String::from_utf8_lossy(token)
+        );
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn a_token_is_hop_by_hop_as_its_lowercase_name_is(token in "(?i:connection|keep-alive|te|trailer|transfer-encoding|upgrade|proxy-[a-z-]{0,30})[a-z-]{0,2}|[A-Za-z-]{0,40}") {
+        proptest::prop_assert_eq!(
+            names_hop_by_hop(token.as_bytes()),
+            is_hop_by_hop(&token.to_ascii_lowercase())
+        );
+    }
+}
+
+#[test]
 fn debug_output_never_shows_a_credential() {
     let headers = map(&[
         ("x-relay-client-token", "route-token-secret"),
