@@ -64,10 +64,7 @@ fn main() -> anyhow::Result<()> {
         let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, args.port)))
             .await
             .context("binding the listener")?;
-        let addr = listener.local_addr()?;
-        let mut stdout = std::io::stdout();
-        writeln!(stdout, "listening {addr}")?;
-        stdout.flush()?;
+        announce(listener.local_addr()?)?;
         tokio::select! {
             result = relay_testkit::shutdown_signal(true) => result,
             result = serve(listener, args.upstream) => result,
@@ -92,9 +89,7 @@ fn serve_per_cpu(threads: usize, args: &Args) -> anyhow::Result<()> {
     for _ in 1..threads {
         listeners.push(bind(addr.port()).context("binding another listener")?);
     }
-    let mut stdout = std::io::stdout();
-    writeln!(stdout, "listening {addr}")?;
-    stdout.flush()?;
+    announce(addr)?;
     let upstream = args.upstream;
     for listener in listeners {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -115,6 +110,13 @@ fn serve_per_cpu(threads: usize, args: &Args) -> anyhow::Result<()> {
         .build()
         .context("starting the runtime")?;
     runtime.block_on(relay_testkit::shutdown_signal(true))
+}
+
+/// The line the bench waits for: the proxy is bound and accepting.
+fn announce(addr: SocketAddr) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening {addr}")?;
+    stdout.flush()
 }
 
 async fn serve(listener: TcpListener, upstream: SocketAddr) -> anyhow::Result<()> {
