@@ -19,6 +19,7 @@ use bytes::Bytes;
 use http::header::{HOST, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
+use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::{TrySendError, http1, http2};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
@@ -147,6 +148,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 const MAX_POOLED: usize = 256;
 /// The largest head or body chunk buffered per connection, and the HTTP/2 stream window.
 const BUFFER_BYTES: usize = 64 * 1024;
+/// How long an HTTP/2 answer whose declared length has all arrived is kept, once its reader
+/// is done with it, for the end of its stream (see [`UpstreamBody`]'s `Drop`). The end
+/// nearly always comes in the frame after the last byte.
+const END_OF_STREAM_GRACE: Duration = Duration::from_secs(5);
 
 /// A pooled provider client. Cheap to clone.
 ///
@@ -356,7 +361,8 @@ pub(crate) async fn send_on<L: Lease + 'static>(
 /// connection it arrives on and drives it while it is read, then puts it back in the pool
 /// once the body has ended; dropped before its end, it closes the connection.
 pub struct UpstreamBody {
-    incoming: Incoming,
+    /// `None` only once `drop` has handed it on.
+    incoming: Option<Incoming>,
     /// The HTTP/1.1 connection it arrives on, while it is open.
     driven: Option<Box<dyn Lease>>,
     /// Held while the body has not ended, when its connection runs alone.
@@ -393,7 +399,7 @@ impl UpstreamBody {
             alone = Some(held);
         }
         UpstreamBody {
-            incoming,
+            incoming: Some(incoming),
             driven,
             alone,
             ended: false,
@@ -436,14 +442,17 @@ impl Body for UpstreamBody {
         {
             this.driven = None;
         }
-        let Poll::Ready(frame) = Pin::new(&mut this.incoming).poll_frame(cx) else {
+        let Some(incoming) = &mut this.incoming else {
+            return Poll::Ready(None);
+        };
+        let Poll::Ready(frame) = Pin::new(&mut *incoming).poll_frame(cx) else {
             this.after_frame = false;
             return Poll::Pending;
         };
         match frame {
             Some(Ok(frame)) => {
                 // Trailers are the last frame, and hyper's server polls no further.
-                this.ended = frame.is_trailers() || this.incoming.is_end_stream();
+                this.ended = frame.is_trailers() || incoming.is_end_stream();
                 if this.ended {
                     this.alone = None;
                 }
@@ -468,23 +477,54 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.incoming.is_end_stream()
+        self.ended || self.incoming.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.incoming.size_hint()
+        self.incoming
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
     }
 }
 
 impl Drop for UpstreamBody {
+    /// hyper drops a body as soon as it has ended, never polls one that was empty, and stops
+    /// reading one once it has written the length its `Content-Length` declared.
+    ///
+    /// Over HTTP/2 a provider may end the stream in a frame of its own after the last byte.
+    /// An answer dropped before that frame is read would be reset (`RST_STREAM`), which says
+    /// "cancelled" of a request that succeeded, and whose late frame h2 then counts as an
+    /// error on the connection; past 1,024 of those it closes the connection with every
+    /// request on it. So an answer whose declared length has all arrived is read to its end
+    /// in a task of its own, for [`END_OF_STREAM_GRACE`] at most. One dropped short of its
+    /// length is cancelled at once, as the client went away.
     fn drop(&mut self) {
-        // hyper drops a body as soon as it has ended, and never polls one that was empty.
+        let ended = self.is_end_stream();
         if let Some(driven) = self.driven.take()
-            && self.is_end_stream()
+            && ended
         {
             driven.give_back();
         }
+        if let Some(incoming) = self.incoming.take()
+            && !ended
+            && incoming.size_hint().exact() == Some(0)
+        {
+            read_to_end(incoming);
+        }
     }
+}
+
+/// Reads `incoming` to its end, for [`END_OF_STREAM_GRACE`] at most, in a task of its own
+/// (or drops it at once outside a runtime). What it reads is what its declared length had
+/// already accounted for: nothing at all, or trailers.
+fn read_to_end(mut incoming: Incoming) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let rest = async { while let Some(Ok(_)) = incoming.frame().await {} };
+        let _ = tokio::time::timeout(END_OF_STREAM_GRACE, rest).await;
+    });
 }
 
 impl std::fmt::Debug for UpstreamClient {

@@ -434,9 +434,14 @@ fn the_host_value_names_the_port_only_when_it_is_not_the_default() {
     assert_eq!(host("https", "[::1]:8443"), "[::1]:8443");
 }
 
-/// An HTTPS provider that chooses HTTP/2 by ALPN and answers with the version and authority
-/// it saw.
-async fn h2_provider(connections: Arc<AtomicUsize>) -> (String, rustls::RootCertStore) {
+/// A TLS listener for `localhost` that offers HTTP/2 by ALPN, its base URL, and the roots
+/// that trust it.
+async fn h2_listener() -> (
+    TcpListener,
+    tokio_rustls::TlsAcceptor,
+    String,
+    rustls::RootCertStore,
+) {
     let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
@@ -447,7 +452,17 @@ async fn h2_provider(connections: Arc<AtomicUsize>) -> (String, rustls::RootCert
     roots.add(generated.cert.der().clone()).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let base = format!(
+        "https://localhost:{}",
+        listener.local_addr().unwrap().port()
+    );
+    (listener, acceptor, base, roots)
+}
+
+/// An HTTPS provider that chooses HTTP/2 by ALPN and answers with the version and authority
+/// it saw.
+async fn h2_provider(connections: Arc<AtomicUsize>) -> (String, rustls::RootCertStore) {
+    let (listener, acceptor, base, roots) = h2_listener().await;
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
@@ -471,7 +486,7 @@ async fn h2_provider(connections: Arc<AtomicUsize>) -> (String, rustls::RootCert
             });
         }
     });
-    (format!("https://localhost:{port}"), roots)
+    (base, roots)
 }
 
 #[tokio::test]
@@ -493,6 +508,65 @@ async fn an_https_provider_that_chooses_http2_shares_one_connection() {
         assert_eq!(body, format!("HTTP/2.0 localhost:{port} /v1/messages"));
     }
     assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+/// Whether an HTTP/2 provider saw its answer's stream reset, when the answer declares
+/// `length` (or nothing), its first five bytes are read, and the answer is then dropped, as
+/// hyper's server drops one once it has written the declared length or its client went away.
+async fn provider_sees_a_reset(length: Option<usize>) -> Option<h2::Reason> {
+    let (listener, acceptor, base, roots) = h2_listener().await;
+    let provider = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let tls = acceptor.accept(tcp).await.unwrap();
+        let mut conn = h2::server::handshake(tls).await.unwrap();
+        let (_, mut respond) = conn.accept().await.unwrap().unwrap();
+        let mut head = http::Response::builder();
+        if let Some(length) = length {
+            head = head.header(http::header::CONTENT_LENGTH, length);
+        }
+        let mut first = respond
+            .send_response(head.body(()).unwrap(), false)
+            .unwrap();
+        first
+            .send_data(Bytes::from_static(b"hello"), false)
+            .unwrap();
+        // The client's next request comes after anything it sent about the first answer,
+        // on the same connection, so by now a reset has been read.
+        let (_, mut next) = conn.accept().await.unwrap().unwrap();
+        let reset = match first.poll_reset(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(reason) => Some(reason.unwrap()),
+            Poll::Pending => None,
+        };
+        // The end of the first stream, in a frame of its own.
+        let _ = first.send_data(Bytes::new(), true);
+        next.send_response(http::Response::new(()), true).unwrap();
+        tokio::spawn(async move { while conn.accept().await.is_some() {} });
+        reset
+    });
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri = format!("{base}/v1/messages");
+    let mut body = client.send(get(&uri)).await.unwrap().into_body();
+    let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(data, "hello");
+    drop(body);
+    let next = client.send(get(&uri)).await.unwrap();
+    assert_eq!(next.status(), StatusCode::OK);
+    provider.await.unwrap()
+}
+
+#[tokio::test]
+async fn an_http2_answer_read_to_its_declared_length_is_not_reset_before_its_stream_ends() {
+    assert_eq!(provider_sees_a_reset(Some(5)).await, None);
+}
+
+#[tokio::test]
+async fn an_http2_answer_dropped_before_its_end_is_cancelled_at_once() {
+    // Short of its declared length, or with no length: the client went away.
+    assert_eq!(
+        provider_sees_a_reset(Some(10)).await,
+        Some(h2::Reason::CANCEL)
+    );
+    assert_eq!(provider_sees_a_reset(None).await, Some(h2::Reason::CANCEL));
 }
 
 #[test]
