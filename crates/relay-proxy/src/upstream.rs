@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -195,16 +195,63 @@ enum Sender {
     /// puts it back.
     Http1(Box<Driven>),
     /// Shared: it has a task of its own, and stays in the pool while in use.
-    Http2(http2::SendRequest<RequestBody>),
+    Http2(Shared),
 }
 
 impl Sender {
     fn is_closed(&mut self) -> bool {
         match self {
             Sender::Http1(driven) => !driven.is_idle(),
-            Sender::Http2(s) => s.is_closed(),
+            Sender::Http2(shared) => shared.sender.is_closed(),
         }
     }
+
+    /// An HTTP/2 connection with a stream open: not idle, however long ago it was taken.
+    fn is_busy(&self) -> bool {
+        matches!(self, Sender::Http2(shared) if shared.streams.load(Ordering::Relaxed) != 0)
+    }
+}
+
+/// An HTTP/2 connection to a provider, and how many of its streams are open.
+struct Shared {
+    sender: http2::SendRequest<RequestBody>,
+    /// Requests sent on it whose answers have not been done with: each holds a
+    /// [`StreamSlot`].
+    streams: Arc<AtomicUsize>,
+    /// How many streams the provider allows open at once, as its connection task last saw
+    /// it (see [`run_http2`]).
+    allowed: Arc<AtomicUsize>,
+}
+
+impl Shared {
+    /// Whether the provider would open one more stream now. Past the number of concurrent
+    /// streams it allows, h2 would hold a request until one of the others ended, which for
+    /// a streamed answer can take minutes.
+    fn has_room(&self) -> bool {
+        self.streams.load(Ordering::Relaxed) < self.allowed.load(Ordering::Relaxed)
+    }
+
+    /// The connection lent to one more request.
+    fn lend(&self) -> Lent {
+        self.streams.fetch_add(1, Ordering::Relaxed);
+        Lent::Http2(self.sender.clone(), StreamSlot(self.streams.clone()))
+    }
+}
+
+/// One stream counted open on an HTTP/2 connection, until it is dropped.
+struct StreamSlot(Arc<AtomicUsize>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection given to one request.
+enum Lent {
+    Http1(Box<Driven>),
+    /// A stream on a shared connection, open until the answer is done with.
+    Http2(http2::SendRequest<RequestBody>, StreamSlot),
 }
 
 /// An HTTP/1.1 connection to a provider with no task of its own. The task of the request
@@ -367,6 +414,8 @@ pub struct UpstreamBody {
     driven: Option<Box<dyn Lease>>,
     /// Held while the body has not ended, when its connection runs alone.
     alone: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Its stream, over HTTP/2.
+    stream: Option<StreamSlot>,
     /// The last frame has been read.
     ended: bool,
     /// The last poll handed out a frame.
@@ -376,7 +425,7 @@ pub struct UpstreamBody {
 }
 
 impl From<Incoming> for UpstreamBody {
-    /// A body whose connection has a task of its own (HTTP/2).
+    /// A body whose connection has a task of its own.
     fn from(incoming: Incoming) -> UpstreamBody {
         UpstreamBody::new(incoming, None, None)
     }
@@ -402,10 +451,18 @@ impl UpstreamBody {
             incoming: Some(incoming),
             driven,
             alone,
+            stream: None,
             ended: false,
             after_frame: false,
             held: None,
         }
+    }
+
+    /// A body read off `stream`, on an HTTP/2 connection with a task of its own.
+    fn on_stream(incoming: Incoming, stream: StreamSlot) -> UpstreamBody {
+        let mut body = UpstreamBody::from(incoming);
+        body.stream = Some(stream);
+        body
     }
 }
 
@@ -509,21 +566,22 @@ impl Drop for UpstreamBody {
             && !ended
             && incoming.size_hint().exact() == Some(0)
         {
-            read_to_end(incoming);
+            read_to_end(incoming, self.stream.take());
         }
     }
 }
 
 /// Reads `incoming` to its end, for [`END_OF_STREAM_GRACE`] at most, in a task of its own
-/// (or drops it at once outside a runtime). What it reads is what its declared length had
-/// already accounted for: nothing at all, or trailers.
-fn read_to_end(mut incoming: Incoming) {
+/// (or drops it at once outside a runtime), its stream counted open meanwhile. What it reads
+/// is what its declared length had already accounted for: nothing at all, or trailers.
+fn read_to_end(mut incoming: Incoming, stream: Option<StreamSlot>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
         let rest = async { while let Some(Ok(_)) = incoming.frame().await {} };
         let _ = tokio::time::timeout(END_OF_STREAM_GRACE, rest).await;
+        drop(stream);
     });
 }
 
@@ -612,16 +670,16 @@ impl Inner {
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         self.start_sweeping();
         loop {
-            let (sender, fresh) = match self.take(req.uri()) {
-                Some(sender) => (sender, false),
+            let (lent, fresh) = match self.take(req.uri()) {
+                Some(lent) => (lent, false),
                 // Boxed: its state (the stream, the handshakes) is large and needed only for
                 // a new connection.
                 None => (Box::pin(self.connect(req.uri())).await?, true),
             };
             // Written here rather than in a function of its own: each `async fn` the request
             // passes through copies it into its state twice.
-            let sent = match sender {
-                Sender::Http1(driven) => {
+            let sent = match lent {
+                Lent::Http1(driven) => {
                     let target = to_origin_form(&mut req, &driven.host);
                     send_on(driven, req).await.map_err(|mut error| {
                         let back = error.take_message().map(|mut back| {
@@ -632,10 +690,10 @@ impl Inner {
                         (back, error.into_error())
                     })
                 }
-                Sender::Http2(mut sender) => sender
+                Lent::Http2(mut sender, stream) => sender
                     .try_send_request(req)
                     .await
-                    .map(|res| res.map(UpstreamBody::from))
+                    .map(|res| res.map(|incoming| UpstreamBody::on_stream(incoming, stream)))
                     .map_err(|mut error| (error.take_message(), error.into_error())),
             };
             match sent {
@@ -654,28 +712,32 @@ impl Inner {
         }
     }
 
-    /// A kept connection to the request's origin: the one kept last, the likeliest to be
-    /// still open. An HTTP/1.1 one is not looked at here:
-    /// the request polls it first thing, and one the provider has closed gives the request
-    /// back unwritten. Closed HTTP/2 ones are dropped.
-    fn take(&self, uri: &Uri) -> Option<Sender> {
+    /// A kept connection to the request's origin, the one kept last first: the likeliest
+    /// to be still open. An HTTP/1.1 one leaves the pool and is not looked at here: the
+    /// request polls it first thing, and one the provider has closed gives the request back
+    /// unwritten. HTTP/2 ones stay, shared: those the provider has closed are dropped, and
+    /// one with no stream to spare is passed over (see [`Shared::has_room`]).
+    fn take(&self, uri: &Uri) -> Option<Lent> {
         let mut origins = relay_logging::sync::lock(&self.origins, "provider pool")?;
-        let origin = origins.iter_mut().find(|o| o.serves(uri))?;
-        loop {
-            let kept = origin.conns.last_mut()?;
-            let sender = match &kept.sender {
-                Sender::Http1(_) => origin.conns.pop()?.sender,
-                Sender::Http2(shared) if shared.is_closed() => {
-                    origin.conns.pop();
-                    continue;
-                }
-                Sender::Http2(shared) => {
-                    kept.used = Instant::now();
-                    Sender::Http2(shared.clone())
-                }
-            };
-            return Some(sender);
+        let conns = &mut origins.iter_mut().find(|o| o.serves(uri))?.conns;
+        if let Some(Kept {
+            sender: Sender::Http1(driven),
+            ..
+        }) = conns.pop_if(|kept| matches!(kept.sender, Sender::Http1(_)))
+        {
+            return Some(Lent::Http1(driven));
         }
+        conns.retain(
+            |kept| !matches!(&kept.sender, Sender::Http2(shared) if shared.sender.is_closed()),
+        );
+        let now = Instant::now();
+        conns.iter_mut().rev().find_map(|kept| match &kept.sender {
+            Sender::Http2(shared) if shared.has_room() => {
+                kept.used = now;
+                Some(shared.lend())
+            }
+            _ => None,
+        })
     }
 
     /// Keeps a connection for later requests to `uri`'s origin.
@@ -709,7 +771,7 @@ impl Inner {
     /// Opens a connection to the request's origin (directly or through the egress proxy,
     /// TLS for `https`), HTTP/2 if the provider chose it by ALPN. An HTTP/2 connection is
     /// kept at once, to be shared; an HTTP/1.1 one once its first response body is read.
-    async fn connect(self: &Arc<Self>, uri: &Uri) -> Result<Sender, UpstreamError> {
+    async fn connect(self: &Arc<Self>, uri: &Uri) -> Result<Lent, UpstreamError> {
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
             return Err(UpstreamError::Failed(
                 format!("the upstream address {uri} is not absolute").into(),
@@ -737,9 +799,16 @@ impl Inner {
             )
             .await
             .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
-            tokio::spawn(connection);
-            self.keep(uri, Sender::Http2(sender.clone()));
-            Ok(Sender::Http2(sender))
+            let allowed = Arc::new(AtomicUsize::new(connection.current_max_send_streams()));
+            tokio::spawn(run_http2(connection, allowed.clone()));
+            let shared = Shared {
+                sender,
+                streams: Arc::default(),
+                allowed,
+            };
+            let lent = shared.lend();
+            self.keep(uri, Sender::Http2(shared));
+            Ok(lent)
         } else {
             let (sender, conn) = http1::Builder::new()
                 .max_buf_size(BUFFER_BYTES)
@@ -759,7 +828,7 @@ impl Inner {
                     .map_err(|e| UpstreamError::Failed(Box::new(e)))?,
                 host: host_value(scheme, authority)?,
             };
-            Ok(Sender::Http1(Box::new(driven)))
+            Ok(Lent::Http1(Box::new(driven)))
         }
     }
 
@@ -788,12 +857,28 @@ impl Inner {
         };
         for origin in origins.iter_mut() {
             origin.conns.retain_mut(|kept| {
-                let idle = now.saturating_duration_since(kept.used) >= POOL_IDLE;
+                let idle =
+                    now.saturating_duration_since(kept.used) >= POOL_IDLE && !kept.sender.is_busy();
                 !kept.sender.is_closed() && !idle
             });
         }
         origins.retain(|origin| !origin.conns.is_empty());
     }
+}
+
+/// Runs an HTTP/2 connection to a provider, keeping `allowed` up to date with the number of
+/// concurrent streams the provider allows, which its `SETTINGS` may change at any time.
+async fn run_http2(
+    connection: http2::Connection<ProviderIo, RequestBody, TokioExecutor>,
+    allowed: Arc<AtomicUsize>,
+) {
+    let mut connection = std::pin::pin!(connection);
+    let _ = std::future::poll_fn(|cx| {
+        let polled = connection.as_mut().poll(cx);
+        allowed.store(connection.current_max_send_streams(), Ordering::Relaxed);
+        polled
+    })
+    .await;
 }
 
 impl Origin {

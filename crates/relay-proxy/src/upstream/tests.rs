@@ -510,6 +510,71 @@ async fn an_https_provider_that_chooses_http2_shares_one_connection() {
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
 
+#[tokio::test]
+async fn a_request_past_an_http2_providers_stream_limit_goes_on_another_connection() {
+    let (listener, acceptor, base, roots) = h2_listener().await;
+    let connections = Arc::new(AtomicUsize::new(0));
+    tokio::spawn({
+        let connections = connections.clone();
+        async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                connections.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let tls = acceptor.accept(tcp).await.unwrap();
+                    // `/hold` answers with a body that never ends, as a long stream does.
+                    let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                        let body = if req.uri().path() == "/hold" {
+                            let never = futures_util::stream::pending::<
+                                Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+                            >();
+                            http_body_util::Either::Left(http_body_util::StreamBody::new(never))
+                        } else {
+                            http_body_util::Either::Right(Full::new(Bytes::from_static(b"ok")))
+                        };
+                        Ok::<_, std::convert::Infallible>(Response::new(body))
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .max_concurrent_streams(1)
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        }
+    });
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    // The first answer comes after the provider's settings: one stream at a time.
+    let first = client.send(get(&format!("{base}/quick"))).await.unwrap();
+    assert_eq!(
+        read_all(first).await,
+        (StatusCode::OK, Bytes::from_static(b"ok"))
+    );
+    let held = client.send(get(&format!("{base}/hold"))).await.unwrap();
+    let next = tokio::time::timeout(WAIT, client.send(get(&format!("{base}/quick"))))
+        .await
+        .expect("the request waited for the held stream to end")
+        .unwrap();
+    assert_eq!(
+        read_all(next).await,
+        (StatusCode::OK, Bytes::from_static(b"ok"))
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    // Idle past the limit, the connection with a stream open stays and the other goes.
+    let kept = || {
+        relay_logging::sync::lock(&client.inner.origins, "test")
+            .unwrap()
+            .iter()
+            .map(|o| o.conns.len())
+            .sum::<usize>()
+    };
+    client.inner.sweep(Instant::now() + POOL_IDLE);
+    assert_eq!(kept(), 1);
+    drop(held);
+    client.inner.sweep(Instant::now() + POOL_IDLE);
+    assert_eq!(kept(), 0);
+}
+
 /// Whether an HTTP/2 provider saw its answer's stream reset, when the answer declares
 /// `length` (or nothing), its first five bytes are read, and the answer is then dropped, as
 /// hyper's server drops one once it has written the declared length or its client went away.
