@@ -562,9 +562,10 @@ impl Drop for UpstreamBody {
         {
             driven.give_back();
         }
-        if let Some(incoming) = self.incoming.take()
-            && !ended
-            && incoming.size_hint().exact() == Some(0)
+        if !ended
+            && let Some(incoming) = self
+                .incoming
+                .take_if(|incoming| incoming.size_hint().exact() == Some(0))
         {
             read_to_end(incoming, self.stream.take());
         }
