@@ -212,23 +212,32 @@ impl Sender {
     }
 }
 
+/// hyper's side of an HTTP/2 connection to a provider: its task polls it (to hand requests
+/// to h2's own task), and the pool asks it for the provider's current stream limit.
+type Http2Connection =
+    Arc<Mutex<Pin<Box<http2::Connection<ProviderIo, RequestBody, TokioExecutor>>>>>;
+
 /// An HTTP/2 connection to a provider, and how many of its streams are open.
 struct Shared {
     sender: http2::SendRequest<RequestBody>,
     /// Requests sent on it whose answers have not been done with: each holds a
     /// [`StreamSlot`].
     streams: Arc<AtomicUsize>,
-    /// How many streams the provider allows open at once, as its connection task last saw
-    /// it (see [`run_http2`]).
-    allowed: Arc<AtomicUsize>,
+    connection: Http2Connection,
 }
 
 impl Shared {
     /// Whether the provider would open one more stream now. Past the number of concurrent
-    /// streams it allows, h2 would hold a request until one of the others ended, which for
-    /// a streamed answer can take minutes.
+    /// streams it allows (its `SETTINGS_MAX_CONCURRENT_STREAMS`, which may change at any
+    /// time), h2 would hold a request until one of the others ended, which for a streamed
+    /// answer can take minutes. The limit is read as h2 knows it now: no task of ours sees
+    /// the provider's settings arrive.
     fn has_room(&self) -> bool {
-        self.streams.load(Ordering::Relaxed) < self.allowed.load(Ordering::Relaxed)
+        relay_logging::sync::lock(&self.connection, "provider connection").is_some_and(
+            |connection| {
+                self.streams.load(Ordering::Relaxed) < connection.current_max_send_streams()
+            },
+        )
     }
 
     /// The connection lent to one more request.
@@ -721,24 +730,32 @@ impl Inner {
     fn take(&self, uri: &Uri) -> Option<Lent> {
         let mut origins = relay_logging::sync::lock(&self.origins, "provider pool")?;
         let conns = &mut origins.iter_mut().find(|o| o.serves(uri))?.conns;
-        if let Some(Kept {
-            sender: Sender::Http1(driven),
-            ..
-        }) = conns.pop_if(|kept| matches!(kept.sender, Sender::Http1(_)))
+        let http1 = |conns: &mut Vec<Kept>| match conns
+            .pop_if(|kept| matches!(kept.sender, Sender::Http1(_)))
         {
-            return Some(Lent::Http1(driven));
+            Some(Kept {
+                sender: Sender::Http1(driven),
+                ..
+            }) => Some(Lent::Http1(driven)),
+            _ => None,
+        };
+        if let Some(lent) = http1(conns) {
+            return Some(lent);
         }
         conns.retain(
             |kept| !matches!(&kept.sender, Sender::Http2(shared) if shared.sender.is_closed()),
         );
         let now = Instant::now();
-        conns.iter_mut().rev().find_map(|kept| match &kept.sender {
+        let http2 = conns.iter_mut().rev().find_map(|kept| match &kept.sender {
             Sender::Http2(shared) if shared.has_room() => {
                 kept.used = now;
                 Some(shared.lend())
             }
             _ => None,
-        })
+        });
+        // A provider that chose HTTP/1.1 for some connections: one may lie under the
+        // HTTP/2 ones dropped just now.
+        http2.or_else(|| http1(conns))
     }
 
     /// Keeps a connection for later requests to `uri`'s origin.
@@ -800,12 +817,12 @@ impl Inner {
             )
             .await
             .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
-            let allowed = Arc::new(AtomicUsize::new(connection.current_max_send_streams()));
-            tokio::spawn(run_http2(connection, allowed.clone()));
+            let connection = Arc::new(Mutex::new(Box::pin(connection)));
+            tokio::spawn(run_http2(connection.clone()));
             let shared = Shared {
                 sender,
                 streams: Arc::default(),
-                allowed,
+                connection,
             };
             let lent = shared.lend();
             self.keep(uri, Sender::Http2(shared));
@@ -867,17 +884,14 @@ impl Inner {
     }
 }
 
-/// Runs an HTTP/2 connection to a provider, keeping `allowed` up to date with the number of
-/// concurrent streams the provider allows, which its `SETTINGS` may change at any time.
-async fn run_http2(
-    connection: http2::Connection<ProviderIo, RequestBody, TokioExecutor>,
-    allowed: Arc<AtomicUsize>,
-) {
-    let mut connection = std::pin::pin!(connection);
+/// Runs hyper's side of an HTTP/2 connection to a provider, shared with the pool, which
+/// locks it only to read the provider's stream limit.
+async fn run_http2(connection: Http2Connection) {
     let _ = std::future::poll_fn(|cx| {
-        let polled = connection.as_mut().poll(cx);
-        allowed.store(connection.current_max_send_streams(), Ordering::Relaxed);
-        polled
+        match relay_logging::sync::lock(&connection, "provider connection") {
+            Some(mut connection) => connection.as_mut().poll(cx),
+            None => Poll::Ready(Ok(())),
+        }
     })
     .await;
 }

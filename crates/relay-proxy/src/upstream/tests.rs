@@ -510,8 +510,10 @@ async fn an_https_provider_that_chooses_http2_shares_one_connection() {
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
-async fn a_request_past_an_http2_providers_stream_limit_goes_on_another_connection() {
+/// An HTTPS provider over HTTP/2 that allows `streams` open at once on a connection. It
+/// answers `/hold` with a body that never ends, as a long stream does, and anything else
+/// with `ok`. Returns its base URL, the roots that trust it, and the connections it took.
+async fn limited_h2_provider(streams: u32) -> (String, rustls::RootCertStore, Arc<AtomicUsize>) {
     let (listener, acceptor, base, roots) = h2_listener().await;
     let connections = Arc::new(AtomicUsize::new(0));
     tokio::spawn({
@@ -523,7 +525,6 @@ async fn a_request_past_an_http2_providers_stream_limit_goes_on_another_connecti
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
                     let tls = acceptor.accept(tcp).await.unwrap();
-                    // `/hold` answers with a body that never ends, as a long stream does.
                     let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
                         let body = if req.uri().path() == "/hold" {
                             let never = futures_util::stream::pending::<
@@ -536,29 +537,36 @@ async fn a_request_past_an_http2_providers_stream_limit_goes_on_another_connecti
                         Ok::<_, std::convert::Infallible>(Response::new(body))
                     });
                     let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .max_concurrent_streams(1)
+                        .max_concurrent_streams(streams)
                         .serve_connection(TokioIo::new(tls), service)
                         .await;
                 });
             }
         }
     });
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
-    // The first answer comes after the provider's settings: one stream at a time.
-    let first = client.send(get(&format!("{base}/quick"))).await.unwrap();
-    assert_eq!(
-        read_all(first).await,
-        (StatusCode::OK, Bytes::from_static(b"ok"))
-    );
-    let held = client.send(get(&format!("{base}/hold"))).await.unwrap();
-    let next = tokio::time::timeout(WAIT, client.send(get(&format!("{base}/quick"))))
+    (base, roots, connections)
+}
+
+/// Sends a request that [`limited_h2_provider`] answers at once, failing if the answer does
+/// not come within [`WAIT`], as when the request waits for a held stream to end.
+async fn quick(client: &UpstreamClient, base: &str) {
+    let res = tokio::time::timeout(WAIT, client.send(get(&format!("{base}/quick"))))
         .await
-        .expect("the request waited for the held stream to end")
+        .expect("the request waited for a held stream to end")
         .unwrap();
     assert_eq!(
-        read_all(next).await,
+        read_all(res).await,
         (StatusCode::OK, Bytes::from_static(b"ok"))
     );
+}
+
+#[tokio::test]
+async fn a_request_past_an_http2_providers_stream_limit_goes_on_another_connection() {
+    let (base, roots, connections) = limited_h2_provider(1).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    quick(&client, &base).await;
+    let held = client.send(get(&format!("{base}/hold"))).await.unwrap();
+    quick(&client, &base).await;
     assert_eq!(connections.load(Ordering::SeqCst), 2);
     // Idle past the limit, the connection with a stream open stays and the other goes.
     let kept = || {
@@ -573,6 +581,32 @@ async fn a_request_past_an_http2_providers_stream_limit_goes_on_another_connecti
     drop(held);
     client.inner.sweep(Instant::now() + POOL_IDLE);
     assert_eq!(kept(), 0);
+}
+
+#[tokio::test]
+async fn the_stream_limit_holds_from_a_new_connections_first_stream() {
+    // The provider's settings arrive after the first request was placed, and before its
+    // answer: the second request must see them.
+    let (base, roots, connections) = limited_h2_provider(1).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let held = client.send(get(&format!("{base}/hold"))).await.unwrap();
+    quick(&client, &base).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    drop(held);
+}
+
+#[tokio::test]
+async fn requests_sent_together_past_the_stream_limit_do_not_wait() {
+    let (base, roots, connections) = limited_h2_provider(2).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    quick(&client, &base).await;
+    let (first, second, ()) = tokio::join!(
+        client.send(get(&format!("{base}/hold"))),
+        client.send(get(&format!("{base}/hold"))),
+        quick(&client, &base),
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    drop((first.unwrap(), second.unwrap()));
 }
 
 /// Whether an HTTP/2 provider saw its answer's stream reset, when the answer declares
