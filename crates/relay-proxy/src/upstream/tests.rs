@@ -459,40 +459,56 @@ async fn h2_listener() -> (
     (listener, acceptor, base, roots)
 }
 
-/// An HTTPS provider that chooses HTTP/2 by ALPN and answers with the version and authority
-/// it saw.
-async fn h2_provider(connections: Arc<AtomicUsize>) -> (String, rustls::RootCertStore) {
+/// An HTTPS provider that chooses HTTP/2 by ALPN, allows `streams` open at once on a
+/// connection (hyper's default when `None`) and answers each request with `answer`. Returns
+/// its base URL, the roots that trust it, and the connections it took.
+async fn h2_provider_answering<B>(
+    streams: Option<u32>,
+    answer: fn(Request<Incoming>) -> Response<B>,
+) -> (String, rustls::RootCertStore, Arc<AtomicUsize>)
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let (listener, acceptor, base, roots) = h2_listener().await;
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            connections.fetch_add(1, Ordering::SeqCst);
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let tls = acceptor.accept(tcp).await.unwrap();
-                assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-                let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                    let seen = format!(
-                        "{:?} {} {}",
-                        req.version(),
-                        req.uri().authority().map_or("", |a| a.as_str()),
-                        req.uri().path()
-                    );
-                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(seen))))
+    let connections = Arc::new(AtomicUsize::new(0));
+    tokio::spawn({
+        let connections = connections.clone();
+        async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                connections.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let tls = acceptor.accept(tcp).await.unwrap();
+                    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+                    let service = hyper::service::service_fn(move |req| async move {
+                        Ok::<_, std::convert::Infallible>(answer(req))
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .max_concurrent_streams(streams)
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
                 });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-            });
+            }
         }
     });
-    (base, roots)
+    (base, roots, connections)
 }
 
 #[tokio::test]
 async fn an_https_provider_that_chooses_http2_shares_one_connection() {
-    let connections = Arc::new(AtomicUsize::new(0));
-    let (base, roots) = h2_provider(connections.clone()).await;
+    // Answers with the version and authority it saw.
+    let (base, roots, connections) = h2_provider_answering(None, |req| {
+        let seen = format!(
+            "{:?} {} {}",
+            req.version(),
+            req.uri().authority().map_or("", |a| a.as_str()),
+            req.uri().path()
+        );
+        Response::new(Full::new(Bytes::from(seen)))
+    })
+    .await;
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
     let uri = format!("{base}/v1/messages");
     let first = client.send(get(&uri)).await.unwrap();
@@ -512,39 +528,20 @@ async fn an_https_provider_that_chooses_http2_shares_one_connection() {
 
 /// An HTTPS provider over HTTP/2 that allows `streams` open at once on a connection. It
 /// answers `/hold` with a body that never ends, as a long stream does, and anything else
-/// with `ok`. Returns its base URL, the roots that trust it, and the connections it took.
+/// with `ok`.
 async fn limited_h2_provider(streams: u32) -> (String, rustls::RootCertStore, Arc<AtomicUsize>) {
-    let (listener, acceptor, base, roots) = h2_listener().await;
-    let connections = Arc::new(AtomicUsize::new(0));
-    tokio::spawn({
-        let connections = connections.clone();
-        async move {
-            loop {
-                let (tcp, _) = listener.accept().await.unwrap();
-                connections.fetch_add(1, Ordering::SeqCst);
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let tls = acceptor.accept(tcp).await.unwrap();
-                    let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                        let body = if req.uri().path() == "/hold" {
-                            let never = futures_util::stream::pending::<
-                                Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
-                            >();
-                            http_body_util::Either::Left(http_body_util::StreamBody::new(never))
-                        } else {
-                            http_body_util::Either::Right(Full::new(Bytes::from_static(b"ok")))
-                        };
-                        Ok::<_, std::convert::Infallible>(Response::new(body))
-                    });
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .max_concurrent_streams(streams)
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        }
-    });
-    (base, roots, connections)
+    h2_provider_answering(Some(streams), |req| {
+        let body = if req.uri().path() == "/hold" {
+            let never = futures_util::stream::pending::<
+                Result<hyper::body::Frame<Bytes>, std::convert::Infallible>,
+            >();
+            http_body_util::Either::Left(http_body_util::StreamBody::new(never))
+        } else {
+            http_body_util::Either::Right(Full::new(Bytes::from_static(b"ok")))
+        };
+        Response::new(body)
+    })
+    .await
 }
 
 /// Sends a request that [`limited_h2_provider`] answers at once, failing if the answer does
