@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -213,9 +213,11 @@ impl Sender {
 }
 
 /// hyper's side of an HTTP/2 connection to a provider: its task polls it (to hand requests
-/// to h2's own task), and the pool asks it for the provider's current stream limit.
+/// to h2's own task), and the pool asks it for the provider's current stream limit. `None`
+/// once it has ended: dropping it is what makes its `SendRequest` report it closed, and
+/// hands back, unsent, any request that reached it meanwhile.
 type Http2Connection =
-    Arc<Mutex<Pin<Box<http2::Connection<ProviderIo, RequestBody, TokioExecutor>>>>>;
+    Arc<Mutex<Option<Pin<Box<http2::Connection<ProviderIo, RequestBody, TokioExecutor>>>>>>;
 
 /// An HTTP/2 connection to a provider, and how many of its streams are open.
 struct Shared {
@@ -235,7 +237,9 @@ impl Shared {
     fn has_room(&self) -> bool {
         relay_logging::sync::lock(&self.connection, "provider connection").is_some_and(
             |connection| {
-                self.streams.load(Ordering::Relaxed) < connection.current_max_send_streams()
+                connection.as_ref().is_some_and(|connection| {
+                    self.streams.load(Ordering::Relaxed) < connection.current_max_send_streams()
+                })
             },
         )
     }
@@ -817,7 +821,7 @@ impl Inner {
             )
             .await
             .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
-            let connection = Arc::new(Mutex::new(Box::pin(connection)));
+            let connection = Arc::new(Mutex::new(Some(Box::pin(connection))));
             tokio::spawn(run_http2(connection.clone()));
             let shared = Shared {
                 sender,
@@ -885,13 +889,19 @@ impl Inner {
 }
 
 /// Runs hyper's side of an HTTP/2 connection to a provider, shared with the pool, which
-/// locks it only to read the provider's stream limit.
+/// locks it only to read the provider's stream limit, and drops it once it has ended.
 async fn run_http2(connection: Http2Connection) {
-    let _ = std::future::poll_fn(|cx| {
-        match relay_logging::sync::lock(&connection, "provider connection") {
-            Some(mut connection) => connection.as_mut().poll(cx),
-            None => Poll::Ready(Ok(())),
-        }
+    std::future::poll_fn(|cx| {
+        let Some(mut shared) = relay_logging::sync::lock(&connection, "provider connection") else {
+            return Poll::Ready(());
+        };
+        let Some(running) = shared.as_mut() else {
+            return Poll::Ready(());
+        };
+        // Its error, if any, has reached each request on it already.
+        let _ = ready!(running.as_mut().poll(cx));
+        *shared = None;
+        Poll::Ready(())
     })
     .await;
 }

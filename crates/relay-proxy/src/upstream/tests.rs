@@ -606,6 +606,50 @@ async fn requests_sent_together_past_the_stream_limit_do_not_wait() {
     drop((first.unwrap(), second.unwrap()));
 }
 
+#[tokio::test]
+async fn an_http2_connection_the_provider_closed_is_not_used_again() {
+    // The provider answers one request on its first connection and then closes it
+    // gracefully (GOAWAY); every later connection answers as many as it is sent.
+    let (listener, acceptor, base, roots) = h2_listener().await;
+    let connections = Arc::new(AtomicUsize::new(0));
+    let (closed, mut first_closed) = mpsc::unbounded_channel();
+    tokio::spawn({
+        let connections = connections.clone();
+        async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let first = connections.fetch_add(1, Ordering::SeqCst) == 0;
+                let tls = acceptor.accept(tcp).await.unwrap();
+                let closed = closed.clone();
+                tokio::spawn(async move {
+                    let mut conn = h2::server::handshake(tls).await.unwrap();
+                    while let Some(Ok((_, mut respond))) = conn.accept().await {
+                        let mut stream = respond
+                            .send_response(http::Response::new(()), false)
+                            .unwrap();
+                        stream.send_data(Bytes::from_static(b"ok"), true).unwrap();
+                        if first {
+                            conn.graceful_shutdown();
+                        }
+                    }
+                    if first {
+                        closed.send(()).unwrap();
+                    }
+                });
+            }
+        }
+    });
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let first = client.send(get(&format!("{base}/quick"))).await.unwrap();
+    assert_eq!(
+        read_all(first).await,
+        (StatusCode::OK, Bytes::from_static(b"ok"))
+    );
+    first_closed.recv().await.unwrap();
+    quick(&client, &base).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
 /// Whether an HTTP/2 provider saw its answer's stream reset, when the answer declares
 /// `length` (or nothing), its first five bytes are read, and the answer is then dropped, as
 /// hyper's server drops one once it has written the declared length or its client went away.
