@@ -148,6 +148,10 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 const MAX_POOLED: usize = 256;
 /// The largest head or body chunk buffered per connection, and the HTTP/2 stream window.
 const BUFFER_BYTES: usize = 64 * 1024;
+/// Streams open at once on one HTTP/2 connection to a provider, at most: as many as the
+/// connection's window has room for at a full stream window each, so that answers nobody
+/// is reading (a paused or slow client) can never use up the window the others need.
+const STREAMS_PER_CONNECTION: usize = 100;
 /// How long an HTTP/2 answer whose declared length has all arrived is kept, once its reader
 /// is done with it, for the end of its stream (see [`UpstreamBody`]'s `Drop`). The end
 /// nearly always comes in the frame after the last byte.
@@ -238,7 +242,10 @@ impl Shared {
         relay_logging::sync::lock(&self.connection, "provider connection").is_some_and(
             |connection| {
                 connection.as_ref().is_some_and(|connection| {
-                    self.streams.load(Ordering::Relaxed) < connection.current_max_send_streams()
+                    let allowed = connection
+                        .current_max_send_streams()
+                        .min(STREAMS_PER_CONNECTION);
+                    self.streams.load(Ordering::Relaxed) < allowed
                 })
             },
         )
@@ -816,6 +823,7 @@ impl Inner {
                 http2::Builder::new(TokioExecutor::new())
                     .timer(TokioTimer::new())
                     .initial_stream_window_size(BUFFER_BYTES as u32)
+                    .initial_connection_window_size((STREAMS_PER_CONNECTION * BUFFER_BYTES) as u32)
                     .adaptive_window(false)
                     .handshake(io),
             )

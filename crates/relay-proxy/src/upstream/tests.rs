@@ -607,6 +607,21 @@ async fn requests_sent_together_past_the_stream_limit_do_not_wait() {
 }
 
 #[tokio::test]
+async fn an_http2_connection_takes_no_more_streams_than_its_window_can_feed() {
+    // The provider would take 200; answers nobody reads would each hold a full stream
+    // window, and past the connection's window they would stall every other answer on it.
+    let (base, roots, connections) = limited_h2_provider(200).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let mut held = Vec::new();
+    for _ in 0..STREAMS_PER_CONNECTION {
+        held.push(client.send(get(&format!("{base}/hold"))).await.unwrap());
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    quick(&client, &base).await;
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
 async fn an_http2_connection_the_provider_closed_is_not_used_again() {
     // The provider answers one request on its first connection and then closes it
     // gracefully (GOAWAY); every later connection answers as many as it is sent.
