@@ -152,6 +152,11 @@ const BUFFER_BYTES: usize = 64 * 1024;
 /// connection's window has room for at a full stream window each, so that answers nobody
 /// is reading (a paused or slow client) can never use up the window the others need.
 const STREAMS_PER_CONNECTION: usize = 100;
+/// An HTTP/2 connection to a provider that has sent nothing for this long is sent a `PING`,
+/// and closed when this long again passes without its answer: a path that went silent
+/// (a dead link, a NAT that forgot the connection) would otherwise hold every request on
+/// it until TCP gives up, which takes about a quarter of an hour.
+const HTTP2_PING_AFTER: Duration = Duration::from_secs(20);
 /// How long an HTTP/2 answer whose declared length has all arrived is kept, once its reader
 /// is done with it, for the end of its stream (see [`UpstreamBody`]'s `Drop`). The end
 /// nearly always comes in the frame after the last byte.
@@ -176,6 +181,8 @@ struct Inner {
     /// and TLS.
     connect_timeout: Duration,
     response_timeout: Option<Duration>,
+    /// [`HTTP2_PING_AFTER`]; the tests shorten it.
+    http2_ping_after: Duration,
     origins: Mutex<Vec<Origin>>,
     sweeping: AtomicBool,
 }
@@ -653,6 +660,7 @@ impl UpstreamClient {
                 connector,
                 connect_timeout: options.connect_timeout,
                 response_timeout: options.response_timeout,
+                http2_ping_after: HTTP2_PING_AFTER,
                 origins: Mutex::new(Vec::new()),
                 sweeping: AtomicBool::new(false),
             }),
@@ -825,6 +833,9 @@ impl Inner {
                     .initial_stream_window_size(BUFFER_BYTES as u32)
                     .initial_connection_window_size((STREAMS_PER_CONNECTION * BUFFER_BYTES) as u32)
                     .adaptive_window(false)
+                    .keep_alive_interval(self.http2_ping_after)
+                    .keep_alive_timeout(self.http2_ping_after)
+                    .keep_alive_while_idle(true)
                     .handshake(io),
             )
             .await

@@ -1,5 +1,5 @@
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -619,6 +619,68 @@ async fn an_http2_connection_takes_no_more_streams_than_its_window_can_feed() {
     assert_eq!(connections.load(Ordering::SeqCst), 1);
     quick(&client, &base).await;
     assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+/// A TCP relay to `port` on 127.0.0.1. Once `silent` is set, the connections it already
+/// carries stop forwarding in both directions and stay open, as over a path that died;
+/// connections made after that forward as before.
+async fn relay_that_can_go_silent(port: u16, silent: Arc<AtomicBool>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (inbound, _) = listener.accept().await.unwrap();
+            let outbound = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap();
+            let born_silent = silent.load(Ordering::SeqCst);
+            let (from_client, to_client) = inbound.into_split();
+            let (from_provider, to_provider) = outbound.into_split();
+            for (mut from, mut to) in [
+                (
+                    Box::new(from_client) as Box<dyn AsyncRead + Unpin + Send>,
+                    Box::new(to_provider) as Box<dyn AsyncWrite + Unpin + Send>,
+                ),
+                (Box::new(from_provider), Box::new(to_client)),
+            ] {
+                let silent = silent.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 16 * 1024];
+                    while let Ok(n @ 1..) = from.read(&mut buf).await {
+                        if !born_silent && silent.load(Ordering::SeqCst) {
+                            std::future::pending::<()>().await;
+                        }
+                        if to.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        }
+    });
+    relay_port
+}
+
+#[tokio::test]
+async fn a_request_on_an_http2_connection_that_went_silent_ends_and_the_next_one_is_answered() {
+    let (base, roots, _) = limited_h2_provider(100).await;
+    let port = base.rsplit(':').next().unwrap().parse().unwrap();
+    let silent = Arc::new(AtomicBool::new(false));
+    let base = format!(
+        "https://localhost:{}",
+        relay_that_can_go_silent(port, silent.clone()).await
+    );
+    let mut client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    Arc::get_mut(&mut client.inner).unwrap().http2_ping_after = Duration::from_millis(100);
+    quick(&client, &base).await;
+    silent.store(true, Ordering::SeqCst);
+    // Without pings it would wait for TCP to give up; with them the connection is found
+    // dead and the request fails.
+    let lost = tokio::time::timeout(WAIT, client.send(get(&format!("{base}/quick"))))
+        .await
+        .expect("a request on a silent connection waited on");
+    assert!(lost.is_err());
+    quick(&client, &base).await;
 }
 
 #[tokio::test]
