@@ -675,11 +675,10 @@ async fn a_request_on_an_http2_connection_that_went_silent_ends_and_the_next_one
     quick(&client, &base).await;
     silent.store(true, Ordering::SeqCst);
     // Without pings it would wait for TCP to give up; with them the connection is found
-    // dead and the request fails.
-    let lost = tokio::time::timeout(WAIT, client.send(get(&format!("{base}/quick"))))
+    // dead and the request fails (or, had the pings found it dead first, goes on a new one).
+    let _ = tokio::time::timeout(WAIT, client.send(get(&format!("{base}/quick"))))
         .await
         .expect("a request on a silent connection waited on");
-    assert!(lost.is_err());
     quick(&client, &base).await;
 }
 
