@@ -459,16 +459,13 @@ async fn h2_listener() -> (
     (listener, acceptor, base, roots)
 }
 
-/// An HTTPS provider that chooses HTTP/2 by ALPN, allows `streams` open at once on a
-/// connection (hyper's default when `None`) and answers each request with `answer`. Returns
-/// its base URL, the roots that trust it, and the connections it took.
-async fn h2_provider_answering<B>(
-    streams: Option<u32>,
-    answer: fn(Request<Incoming>) -> Response<B>,
-) -> (String, rustls::RootCertStore, Arc<AtomicUsize>)
+/// An HTTPS provider that chooses HTTP/2 by ALPN and hands each connection, with its index
+/// from 0, to `serve`. Returns its base URL, the roots that trust it, and the connections
+/// it took.
+async fn h2_serving<F, Fut>(serve: F) -> (String, rustls::RootCertStore, Arc<AtomicUsize>)
 where
-    B: hyper::body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    F: Fn(usize, tokio_rustls::server::TlsStream<tokio::net::TcpStream>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
 {
     let (listener, acceptor, base, roots) = h2_listener().await;
     let connections = Arc::new(AtomicUsize::new(0));
@@ -477,23 +474,36 @@ where
         async move {
             loop {
                 let (tcp, _) = listener.accept().await.unwrap();
-                connections.fetch_add(1, Ordering::SeqCst);
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let tls = acceptor.accept(tcp).await.unwrap();
-                    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-                    let service = hyper::service::service_fn(move |req| async move {
-                        Ok::<_, std::convert::Infallible>(answer(req))
-                    });
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .max_concurrent_streams(streams)
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
+                let index = connections.fetch_add(1, Ordering::SeqCst);
+                let tls = acceptor.accept(tcp).await.unwrap();
+                assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+                tokio::spawn(serve(index, tls));
             }
         }
     });
     (base, roots, connections)
+}
+
+/// An HTTPS provider over HTTP/2 (hyper's server) that allows `streams` open at once on a
+/// connection (hyper's default when `None`) and answers each request with `answer`.
+async fn h2_provider_answering<B>(
+    streams: Option<u32>,
+    answer: fn(Request<Incoming>) -> Response<B>,
+) -> (String, rustls::RootCertStore, Arc<AtomicUsize>)
+where
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    h2_serving(move |_, tls| async move {
+        let service = hyper::service::service_fn(move |req| async move {
+            Ok::<_, std::convert::Infallible>(answer(req))
+        });
+        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .max_concurrent_streams(streams)
+            .serve_connection(TokioIo::new(tls), service)
+            .await;
+    })
+    .await
 }
 
 #[tokio::test]
@@ -686,41 +696,28 @@ async fn a_request_on_an_http2_connection_that_went_silent_ends_and_the_next_one
 async fn an_http2_connection_the_provider_closed_is_not_used_again() {
     // The provider answers one request on its first connection and then closes it
     // gracefully (GOAWAY); every later connection answers as many as it is sent.
-    let (listener, acceptor, base, roots) = h2_listener().await;
-    let connections = Arc::new(AtomicUsize::new(0));
     let (closed, mut first_closed) = mpsc::unbounded_channel();
-    tokio::spawn({
-        let connections = connections.clone();
+    let (base, roots, connections) = h2_serving(move |index, tls| {
+        let closed = closed.clone();
         async move {
-            loop {
-                let (tcp, _) = listener.accept().await.unwrap();
-                let first = connections.fetch_add(1, Ordering::SeqCst) == 0;
-                let tls = acceptor.accept(tcp).await.unwrap();
-                let closed = closed.clone();
-                tokio::spawn(async move {
-                    let mut conn = h2::server::handshake(tls).await.unwrap();
-                    while let Some(Ok((_, mut respond))) = conn.accept().await {
-                        let mut stream = respond
-                            .send_response(http::Response::new(()), false)
-                            .unwrap();
-                        stream.send_data(Bytes::from_static(b"ok"), true).unwrap();
-                        if first {
-                            conn.graceful_shutdown();
-                        }
-                    }
-                    if first {
-                        closed.send(()).unwrap();
-                    }
-                });
+            let mut conn = h2::server::handshake(tls).await.unwrap();
+            while let Some(Ok((_, mut respond))) = conn.accept().await {
+                let mut stream = respond
+                    .send_response(http::Response::new(()), false)
+                    .unwrap();
+                stream.send_data(Bytes::from_static(b"ok"), true).unwrap();
+                if index == 0 {
+                    conn.graceful_shutdown();
+                }
+            }
+            if index == 0 {
+                closed.send(()).unwrap();
             }
         }
-    });
+    })
+    .await;
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
-    let first = client.send(get(&format!("{base}/quick"))).await.unwrap();
-    assert_eq!(
-        read_all(first).await,
-        (StatusCode::OK, Bytes::from_static(b"ok"))
-    );
+    quick(&client, &base).await;
     first_closed.recv().await.unwrap();
     quick(&client, &base).await;
     assert_eq!(connections.load(Ordering::SeqCst), 2);
