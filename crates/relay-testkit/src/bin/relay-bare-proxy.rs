@@ -91,11 +91,14 @@ fn serve_per_cpu(threads: usize, args: &Args) -> anyhow::Result<()> {
     }
     announce(addr)?;
     let upstream = args.upstream;
-    for listener in listeners {
-        let runtime = tokio::runtime::Builder::new_current_thread()
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .context("starting a runtime")?;
+            .context("starting a runtime")
+    };
+    for listener in listeners {
+        let runtime = runtime()?;
         std::thread::spawn(move || {
             let served = runtime
                 .block_on(async move { serve(TcpListener::from_std(listener)?, upstream).await });
@@ -105,11 +108,7 @@ fn serve_per_cpu(threads: usize, args: &Args) -> anyhow::Result<()> {
             }
         });
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the runtime")?;
-    runtime.block_on(relay_testkit::shutdown_signal(true))
+    runtime()?.block_on(relay_testkit::shutdown_signal(true))
 }
 
 /// The line the bench waits for: the proxy is bound and accepting.
