@@ -19,6 +19,8 @@ use tokio::time::{Instant, Sleep};
 use crate::conn::ActiveRequest;
 use crate::upstream::UpstreamBody;
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Why a body stopped early.
 #[derive(Debug)]
 pub enum BodyError {
@@ -27,7 +29,7 @@ pub enum BodyError {
     /// No byte for the stream idle time.
     Idle { after: Duration },
     /// The peer's connection failed mid-body.
-    Transport(hyper::Error),
+    Transport(BoxError),
 }
 
 impl fmt::Display for BodyError {
@@ -43,7 +45,7 @@ impl fmt::Display for BodyError {
 impl std::error::Error for BodyError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BodyError::Transport(e) => Some(e),
+            BodyError::Transport(e) => Some(&**e),
             _ => None,
         }
     }
@@ -212,7 +214,7 @@ impl Body for RequestBody {
                     }
                     Poll::Ready(Some(Ok(frame)))
                 }
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Transport(e)))),
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Transport(e.into())))),
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => idle.poll_expired(cx).map(|e| Some(Err(e))),
             },
@@ -425,4 +427,4 @@ impl Body for ResponseBody {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -4,9 +4,10 @@
 //!
 //! hyper-util's connectors open the connections (TCP, the CONNECT tunnel, TLS); the pool
 //! and the request forms are here, so a request costs no task, timer or header formatting
-//! of its own beyond what hyper's connection needs. An HTTP/1.1 connection has no task
-//! either: the request using it drives it, until its response body has been read
-//! ([`UpstreamBody`]).
+//! of its own beyond what its connection needs. An HTTP/1.1 connection (hyper's) has no
+//! task either: the request using it drives it, until its response body has been read
+//! ([`UpstreamBody`]). An HTTP/2 connection (h2's) has a task of its own, and each request
+//! drives its own stream ([`send_on_stream`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,12 +22,12 @@ use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::{TrySendError, http1, http2};
+use hyper::client::conn::{TrySendError, http1};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use hyper_util::client::proxy::matcher::Matcher;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tower_service::Service as _;
 
@@ -152,24 +153,24 @@ const BUFFER_BYTES: usize = 64 * 1024;
 /// connection's window has room for at a full stream window each, so that answers nobody
 /// is reading (a paused or slow client) can never use up the window the others need.
 const STREAMS_PER_CONNECTION: usize = 100;
-/// An HTTP/2 connection to a provider that has sent nothing for this long is sent a `PING`,
-/// and closed when this long again passes without its answer: a path that went silent
-/// (a dead link, a NAT that forgot the connection) would otherwise hold every request on
-/// it until TCP gives up, which takes about a quarter of an hour.
+/// How often an HTTP/2 connection to a provider is sent a `PING`, and how long its answer
+/// may take before the connection is closed ([`run_http2`]).
 const HTTP2_PING_AFTER: Duration = Duration::from_secs(20);
 /// How long an HTTP/2 answer whose declared length has all arrived is kept, once its reader
 /// is done with it, for the end of its stream (see [`UpstreamBody`]'s `Drop`). The end
 /// nearly always comes in the frame after the last byte.
 const END_OF_STREAM_GRACE: Duration = Duration::from_secs(5);
+/// The largest block of headers accepted from a provider over HTTP/2, as hyper's HTTP/2
+/// client allows.
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
 /// A pooled provider client. Cheap to clone.
 ///
-/// The pool is Relay's own, on hyper's connection API: one list of connections per scheme
-/// and authority, a connection handed to one request at a time over HTTP/1.1 (shared over
-/// HTTP/2), and the `Host` value made once per connection. A request is given to a kept
-/// connection with `try_send_request`, so a connection the provider has closed gives it back
-/// unwritten and it goes to another; once any byte may have been written it is never sent
-/// again.
+/// The pool is Relay's own, on hyper's and h2's connection APIs: one list of connections
+/// per scheme and authority, a connection handed to one request at a time over HTTP/1.1
+/// (shared over HTTP/2), and the `Host` value made once per connection. A request given to
+/// a kept connection that the provider has closed comes back unwritten and goes to another;
+/// once any byte may have been written it is never sent again.
 #[derive(Clone)]
 pub struct UpstreamClient {
     inner: Arc<Inner>,
@@ -213,7 +214,7 @@ impl Sender {
     fn is_closed(&mut self) -> bool {
         match self {
             Sender::Http1(driven) => !driven.is_idle(),
-            Sender::Http2(shared) => shared.sender.is_closed(),
+            Sender::Http2(shared) => shared.is_closed(),
         }
     }
 
@@ -223,39 +224,36 @@ impl Sender {
     }
 }
 
-/// hyper's side of an HTTP/2 connection to a provider: its task polls it (to hand requests
-/// to h2's own task), and the pool asks it for the provider's current stream limit. `None`
-/// once it has ended: dropping it is what makes its `SendRequest` report it closed, and
-/// hands back, unsent, any request that reached it meanwhile.
-type Http2Connection =
-    Arc<Mutex<Option<Pin<Box<http2::Connection<ProviderIo, RequestBody, TokioExecutor>>>>>>;
+/// h2's side of an HTTP/2 connection to a provider, run by its own task ([`run_http2`]).
+type Http2Connection = h2::client::Connection<TokioIo<ProviderIo>, Bytes>;
 
-/// An HTTP/2 connection to a provider, and how many of its streams are open.
+/// An HTTP/2 connection to a provider, and how many of its streams are open. h2 itself
+/// speaks it: the connection has a task of its own, and each request drives its own stream
+/// from its own task.
 struct Shared {
-    sender: http2::SendRequest<RequestBody>,
+    sender: h2::client::SendRequest<Bytes>,
     /// Requests sent on it whose answers have not been done with: each holds a
     /// [`StreamSlot`].
     streams: Arc<AtomicUsize>,
-    connection: Http2Connection,
 }
 
 impl Shared {
     /// Whether the provider would open one more stream now. Past the number of concurrent
     /// streams it allows (its `SETTINGS_MAX_CONCURRENT_STREAMS`, which may change at any
     /// time), h2 would hold a request until one of the others ended, which for a streamed
-    /// answer can take minutes. The limit is read as h2 knows it now: no task of ours sees
-    /// the provider's settings arrive.
+    /// answer can take minutes. The limit is read as h2 knows it now.
     fn has_room(&self) -> bool {
-        relay_logging::sync::lock(&self.connection, "provider connection").is_some_and(
-            |connection| {
-                connection.as_ref().is_some_and(|connection| {
-                    let allowed = connection
-                        .current_max_send_streams()
-                        .min(STREAMS_PER_CONNECTION);
-                    self.streams.load(Ordering::Relaxed) < allowed
-                })
-            },
-        )
+        let allowed = self
+            .sender
+            .current_max_send_streams()
+            .min(STREAMS_PER_CONNECTION);
+        self.streams.load(Ordering::Relaxed) < allowed
+    }
+
+    /// Closed, or told by the provider to open no more streams (`GOAWAY`).
+    fn is_closed(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        matches!(self.sender.poll_ready(&mut cx), Poll::Ready(Err(_)))
     }
 
     /// The connection lent to one more request.
@@ -278,7 +276,7 @@ impl Drop for StreamSlot {
 enum Lent {
     Http1(Box<Driven>),
     /// A stream on a shared connection, open until the answer is done with.
-    Http2(http2::SendRequest<RequestBody>, StreamSlot),
+    Http2(h2::client::SendRequest<Bytes>, StreamSlot),
 }
 
 /// An HTTP/1.1 connection to a provider with no task of its own. The task of the request
@@ -436,19 +434,114 @@ pub(crate) async fn send_on<L: Lease + 'static>(
 /// once the body has ended; dropped before its end, it closes the connection.
 pub struct UpstreamBody {
     /// `None` only once `drop` has handed it on.
-    incoming: Option<Incoming>,
+    source: Option<Source>,
     /// The HTTP/1.1 connection it arrives on, while it is open.
     driven: Option<Box<dyn Lease>>,
     /// Held while the body has not ended, when its connection runs alone.
     alone: Option<tokio::sync::oneshot::Sender<()>>,
     /// Its stream, over HTTP/2.
-    stream: Option<StreamSlot>,
+    stream: Option<Arc<StreamSlot>>,
     /// The last frame has been read.
     ended: bool,
     /// The last poll handed out a frame.
     after_frame: bool,
     /// An error held back for one poll, see [`Body::poll_frame`].
-    held: Option<hyper::Error>,
+    held: Option<BoxError>,
+}
+
+/// Where an answer's body is read from.
+enum Source {
+    /// hyper's HTTP/1.1 connection.
+    Http1(Incoming),
+    /// A stream of an HTTP/2 connection.
+    Http2(Http2Answer),
+}
+
+impl Body for Source {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            Source::Http1(incoming) => Pin::new(incoming).poll_frame(cx).map_err(Into::into),
+            Source::Http2(answer) => answer.poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Source::Http1(incoming) => incoming.is_end_stream(),
+            Source::Http2(answer) => answer.recv.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Source::Http1(incoming) => incoming.size_hint(),
+            Source::Http2(answer) => answer
+                .left
+                .map_or_else(SizeHint::default, SizeHint::with_exact),
+        }
+    }
+}
+
+/// An answer's body on an HTTP/2 stream.
+struct Http2Answer {
+    recv: h2::RecvStream,
+    /// How much of the length its `Content-Length` declared has not arrived yet; none at all
+    /// for an answer that has no body whatever its headers say (to `HEAD`, a 204 or a 304).
+    left: Option<u64>,
+    /// Its data has ended: only trailers may follow.
+    data_over: bool,
+}
+
+impl Http2Answer {
+    /// The answer `res` to a request, `HEAD` if `to_head`.
+    fn new(res: Response<h2::RecvStream>, to_head: bool) -> Response<Http2Answer> {
+        let status = res.status();
+        let left = if to_head
+            || status == http::StatusCode::NO_CONTENT
+            || status == http::StatusCode::NOT_MODIFIED
+        {
+            Some(0)
+        } else {
+            res.headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|value| value.to_str().ok()?.parse().ok())
+        };
+        res.map(|recv| Http2Answer {
+            recv,
+            left,
+            data_over: false,
+        })
+    }
+
+    /// Each chunk's room in the stream's window is given back to the provider as the chunk
+    /// is handed on, as hyper does.
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if !self.data_over {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    if let Some(left) = &mut self.left {
+                        *left = left.saturating_sub(data.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                None => self.data_over = true,
+            }
+        }
+        self.recv
+            .poll_trailers(cx)
+            .map(|trailers| trailers.transpose().map(|t| t.map(Frame::trailers)))
+    }
 }
 
 impl From<Incoming> for UpstreamBody {
@@ -475,7 +568,7 @@ impl UpstreamBody {
             alone = Some(held);
         }
         UpstreamBody {
-            incoming: Some(incoming),
+            source: Some(Source::Http1(incoming)),
             driven,
             alone,
             stream: None,
@@ -485,11 +578,17 @@ impl UpstreamBody {
         }
     }
 
-    /// A body read off `stream`, on an HTTP/2 connection with a task of its own.
-    fn on_stream(incoming: Incoming, stream: StreamSlot) -> UpstreamBody {
-        let mut body = UpstreamBody::from(incoming);
-        body.stream = Some(stream);
-        body
+    /// A body read off an HTTP/2 stream.
+    fn on_stream(answer: Http2Answer, stream: Arc<StreamSlot>) -> UpstreamBody {
+        UpstreamBody {
+            source: Some(Source::Http2(answer)),
+            driven: None,
+            alone: None,
+            stream: Some(stream),
+            ended: false,
+            after_frame: false,
+            held: None,
+        }
     }
 }
 
@@ -504,7 +603,7 @@ impl std::fmt::Debug for UpstreamBody {
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     /// An error that comes right after a frame is held back for one poll, which returns
     /// `Pending` and wakes the task at once. hyper's server gives up a response whose body
@@ -515,7 +614,7 @@ impl Body for UpstreamBody {
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         if let Some(error) = this.held.take() {
             return Poll::Ready(Some(Err(error)));
@@ -526,17 +625,17 @@ impl Body for UpstreamBody {
         {
             this.driven = None;
         }
-        let Some(incoming) = &mut this.incoming else {
+        let Some(source) = &mut this.source else {
             return Poll::Ready(None);
         };
-        let Poll::Ready(frame) = Pin::new(&mut *incoming).poll_frame(cx) else {
+        let Poll::Ready(frame) = Pin::new(&mut *source).poll_frame(cx) else {
             this.after_frame = false;
             return Poll::Pending;
         };
         match frame {
             Some(Ok(frame)) => {
                 // Trailers are the last frame, and hyper's server polls no further.
-                this.ended = frame.is_trailers() || incoming.is_end_stream();
+                this.ended = frame.is_trailers() || source.is_end_stream();
                 if this.ended {
                     this.alone = None;
                 }
@@ -561,13 +660,13 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.incoming.as_ref().is_none_or(Incoming::is_end_stream)
+        self.ended || self.source.as_ref().is_none_or(Source::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.incoming
+        self.source
             .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
+            .map_or_else(|| SizeHint::with_exact(0), Source::size_hint)
     }
 }
 
@@ -590,24 +689,24 @@ impl Drop for UpstreamBody {
             driven.give_back();
         }
         if !ended
-            && let Some(incoming) = self
-                .incoming
-                .take_if(|incoming| incoming.size_hint().exact() == Some(0))
+            && let Some(source) = self
+                .source
+                .take_if(|source| source.size_hint().exact() == Some(0))
         {
-            read_to_end(incoming, self.stream.take());
+            read_to_end(source, self.stream.take());
         }
     }
 }
 
-/// Reads `incoming` to its end, for [`END_OF_STREAM_GRACE`] at most, in a task of its own
+/// Reads `source` to its end, for [`END_OF_STREAM_GRACE`] at most, in a task of its own
 /// (or drops it at once outside a runtime), its stream counted open meanwhile. What it reads
 /// is what its declared length had already accounted for: nothing at all, or trailers.
-fn read_to_end(mut incoming: Incoming, stream: Option<StreamSlot>) {
+fn read_to_end(mut source: Source, stream: Option<Arc<StreamSlot>>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
-        let rest = async { while let Some(Ok(_)) = incoming.frame().await {} };
+        let rest = async { while let Some(Ok(_)) = source.frame().await {} };
         let _ = tokio::time::timeout(END_OF_STREAM_GRACE, rest).await;
         drop(stream);
     });
@@ -716,14 +815,10 @@ impl Inner {
                             back.headers_mut().remove(HOST);
                             back
                         });
-                        (back, error.into_error())
+                        (back, send_error(error.into_error()))
                     })
                 }
-                Lent::Http2(mut sender, stream) => sender
-                    .try_send_request(req)
-                    .await
-                    .map(|res| res.map(|incoming| UpstreamBody::on_stream(incoming, stream)))
-                    .map_err(|mut error| (error.take_message(), error.into_error())),
+                Lent::Http2(sender, stream) => send_on_stream(sender, stream, req).await,
             };
             match sent {
                 Ok(res) => return Ok(res),
@@ -736,7 +831,7 @@ impl Inner {
                             .into(),
                     ));
                 }
-                Err((None, error)) => return Err(send_error(error)),
+                Err((None, error)) => return Err(error),
             }
         }
     }
@@ -761,9 +856,10 @@ impl Inner {
         if let Some(lent) = http1(conns) {
             return Some(lent);
         }
-        conns.retain(
-            |kept| !matches!(&kept.sender, Sender::Http2(shared) if shared.sender.is_closed()),
-        );
+        conns.retain_mut(|kept| match &mut kept.sender {
+            Sender::Http2(shared) => !shared.is_closed(),
+            Sender::Http1(_) => true,
+        });
         let now = Instant::now();
         let http2 = conns.iter_mut().rev().find_map(|kept| match &kept.sender {
             Sender::Http2(shared) if shared.has_room() => {
@@ -826,26 +922,21 @@ impl Inner {
             .map_err(connect_error)?;
         if io.connected().is_negotiated_h2() {
             // Boxed: HTTP/2's handshake state would make every new connection's future,
-            // HTTP/1 ones included, 11.7 KB instead of 4.6.
+            // HTTP/1 ones included, larger.
             let (sender, connection) = Box::pin(
-                http2::Builder::new(TokioExecutor::new())
-                    .timer(TokioTimer::new())
-                    .initial_stream_window_size(BUFFER_BYTES as u32)
+                h2::client::Builder::new()
+                    .initial_window_size(BUFFER_BYTES as u32)
                     .initial_connection_window_size((STREAMS_PER_CONNECTION * BUFFER_BYTES) as u32)
-                    .adaptive_window(false)
-                    .keep_alive_interval(self.http2_ping_after)
-                    .keep_alive_timeout(self.http2_ping_after)
-                    .keep_alive_while_idle(true)
-                    .handshake(io),
+                    .max_header_list_size(MAX_HEADER_LIST_BYTES)
+                    .enable_push(false)
+                    .handshake::<_, Bytes>(TokioIo::new(io)),
             )
             .await
             .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
-            let connection = Arc::new(Mutex::new(Some(Box::pin(connection))));
-            tokio::spawn(run_http2(connection.clone()));
+            tokio::spawn(run_http2(connection, self.http2_ping_after));
             let shared = Shared {
                 sender,
                 streams: Arc::default(),
-                connection,
             };
             let lent = shared.lend();
             self.keep(uri, Sender::Http2(shared));
@@ -907,22 +998,147 @@ impl Inner {
     }
 }
 
-/// Runs hyper's side of an HTTP/2 connection to a provider, shared with the pool, which
-/// locks it only to read the provider's stream limit, and drops it once it has ended.
-async fn run_http2(connection: Http2Connection) {
-    std::future::poll_fn(|cx| {
-        let Some(mut shared) = relay_logging::sync::lock(&connection, "provider connection") else {
-            return Poll::Ready(());
-        };
-        let Some(running) = shared.as_mut() else {
-            return Poll::Ready(());
-        };
-        // Its error, if any, has reached each request on it already.
-        let _ = ready!(running.as_mut().poll(cx));
-        *shared = None;
-        Poll::Ready(())
+/// Runs an HTTP/2 connection to a provider until it ends: when the provider closes it, or
+/// when it has no stream open and the pool has let it go. Every [`HTTP2_PING_AFTER`] it
+/// sends the provider a `PING`, and closes the connection when the answer does not come
+/// within that time again: a path that went silent (a dead link, a NAT that forgot the
+/// connection) would otherwise hold every request on it until TCP gives up, which takes
+/// about a quarter of an hour.
+async fn run_http2(mut connection: Http2Connection, ping_after: Duration) {
+    let Some(mut pings) = connection.ping_pong() else {
+        return;
+    };
+    let keep_alive = async move {
+        loop {
+            tokio::time::sleep(ping_after).await;
+            if pings.send_ping(h2::Ping::opaque()).is_err() {
+                return;
+            }
+            let pong = std::future::poll_fn(|cx| pings.poll_pong(cx));
+            if !matches!(tokio::time::timeout(ping_after, pong).await, Ok(Ok(_))) {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        ended = &mut connection => if let Err(error) = ended {
+            tracing::debug!(error = %error, "provider connection ended with an error");
+        },
+        () = keep_alive => {
+            tracing::debug!("the provider did not answer a ping in time; closing its connection");
+        }
+    }
+}
+
+/// Sends `req` on a new stream of an HTTP/2 connection and waits for its answer's head,
+/// uploading its body meanwhile, all from the request's own task. A body still uploading
+/// when the head comes goes on in a task of its own: hyper's server stops polling an
+/// answer's body while the client is not reading, and a client may read nothing until its
+/// whole upload is written. Given back unsent when the connection has closed or been told
+/// to open no more streams before the request was handed to it.
+async fn send_on_stream(
+    mut sender: h2::client::SendRequest<Bytes>,
+    stream: StreamSlot,
+    req: Request<RequestBody>,
+) -> Result<Response<UpstreamBody>, (Option<Request<RequestBody>>, UpstreamError)> {
+    if let Err(error) = std::future::poll_fn(|cx| sender.poll_ready(cx)).await {
+        return Err((Some(req), UpstreamError::Failed(Box::new(error))));
+    }
+    let (head, body) = req.into_parts();
+    let to_head = head.method == http::Method::HEAD;
+    let empty = body.is_end_stream();
+    let (mut answer, send) = sender
+        .send_request(Request::from_parts(head, ()), empty)
+        .map_err(|error| (None, UpstreamError::Failed(Box::new(error))))?;
+    let mut upload = (!empty).then(|| Http2Upload {
+        body,
+        send,
+        chunk: Bytes::new(),
+    });
+    let res = std::future::poll_fn(|cx| {
+        if let Some(sending) = &mut upload
+            && let Poll::Ready(sent) = sending.poll(cx)
+        {
+            upload = None;
+            if let Err(Some(error)) = sent {
+                return Poll::Ready(Err(UpstreamError::of_request_body(&error)));
+            }
+        }
+        Pin::new(&mut answer)
+            .poll(cx)
+            .map_err(|error| UpstreamError::Failed(Box::new(error)))
     })
-    .await;
+    .await
+    .map_err(|error| (None, error))?;
+    let stream = Arc::new(stream);
+    if let Some(mut sending) = upload {
+        let stream = stream.clone();
+        tokio::spawn(async move {
+            let _ = std::future::poll_fn(|cx| sending.poll(cx)).await;
+            drop(stream);
+        });
+    }
+    Ok(Http2Answer::new(res, to_head).map(|answer| UpstreamBody::on_stream(answer, stream)))
+}
+
+/// A request body on its way up an HTTP/2 stream, as the provider's window lets it.
+struct Http2Upload {
+    body: RequestBody,
+    send: h2::SendStream<Bytes>,
+    /// What of the last chunk read from the body has not been sent yet.
+    chunk: Bytes,
+}
+
+impl Http2Upload {
+    /// Ready once the body has all been sent, or with an error once it cannot be: the
+    /// client's own failure (a body over its limit, an upload that stopped or broke off),
+    /// after which the stream is reset, or none when the provider has stopped the stream,
+    /// whose answer then says why.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Option<BodyError>>> {
+        loop {
+            if self.send.poll_reset(cx).is_ready() {
+                return Poll::Ready(Err(None));
+            }
+            if !self.chunk.is_empty() {
+                self.send.reserve_capacity(self.chunk.len());
+                let room = match ready!(self.send.poll_capacity(cx)) {
+                    Some(Ok(0)) => continue,
+                    Some(Ok(room)) => room,
+                    Some(Err(_)) | None => return Poll::Ready(Err(None)),
+                };
+                let part = self.chunk.split_to(room.min(self.chunk.len()));
+                let last = self.chunk.is_empty() && self.body.is_end_stream();
+                if self.send.send_data(part, last).is_err() {
+                    return Poll::Ready(Err(None));
+                }
+                if last {
+                    return Poll::Ready(Ok(()));
+                }
+                continue;
+            }
+            let sent = match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                None => self.send.send_data(Bytes::new(), true),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => {
+                        self.chunk = data;
+                        if !self.chunk.is_empty() || !self.body.is_end_stream() {
+                            continue;
+                        }
+                        self.send.send_data(Bytes::new(), true)
+                    }
+                    Err(frame) => match frame.into_trailers() {
+                        Ok(trailers) => self.send.send_trailers(trailers),
+                        Err(_) => continue,
+                    },
+                },
+                Some(Err(error)) => {
+                    self.send.send_reset(h2::Reason::CANCEL);
+                    return Poll::Ready(Err(Some(error)));
+                }
+            };
+            return Poll::Ready(sent.map_err(|_| None));
+        }
+    }
 }
 
 impl Origin {

@@ -14,19 +14,19 @@ use tokio::task::JoinSet;
 
 use super::*;
 
-type Chunk = Result<Frame<Bytes>, std::io::Error>;
+pub(crate) type Chunk = Result<Frame<Bytes>, std::io::Error>;
 
 /// A request body that is still arriving: the test writes its chunks through `chunks`.
 /// Dropping `tasks` cuts the connection mid-body.
-struct Upload {
-    incoming: Incoming,
-    chunks: mpsc::Sender<Chunk>,
-    tasks: JoinSet<()>,
+pub(crate) struct Upload {
+    pub(crate) incoming: Incoming,
+    pub(crate) chunks: mpsc::Sender<Chunk>,
+    pub(crate) tasks: JoinSet<()>,
 }
 
 /// Starts an HTTP/1.1 request with a chunked body of unknown length and hands back the
 /// server side's `Incoming`.
-async fn upload() -> Upload {
+pub(crate) async fn upload() -> Upload {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     let (incoming_tx, incoming_rx) = oneshot::channel();
     let mut tasks = JoinSet::new();
@@ -69,7 +69,7 @@ async fn upload() -> Upload {
     }
 }
 
-async fn send(chunks: &mpsc::Sender<Chunk>, data: &'static [u8]) {
+pub(crate) async fn send(chunks: &mpsc::Sender<Chunk>, data: &'static [u8]) {
     chunks
         .send(Ok(Frame::data(Bytes::from_static(data))))
         .await

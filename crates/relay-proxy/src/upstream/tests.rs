@@ -723,10 +723,15 @@ async fn an_http2_connection_the_provider_closed_is_not_used_again() {
     assert_eq!(connections.load(Ordering::SeqCst), 2);
 }
 
-/// Whether an HTTP/2 provider saw its answer's stream reset, when the answer declares
-/// `length` (or nothing), its first five bytes are read, and the answer is then dropped, as
-/// hyper's server drops one once it has written the declared length or its client went away.
-async fn provider_sees_a_reset(length: Option<usize>) -> Option<h2::Reason> {
+/// Whether an HTTP/2 provider saw its answer's stream reset, when the answer to `method`
+/// declares `length` (or nothing), sends `first` (which the client reads), and is then
+/// dropped, as hyper's server drops one once it has written the declared length or its
+/// client went away.
+async fn provider_sees_a_reset(
+    method: http::Method,
+    length: Option<usize>,
+    first: &'static [u8],
+) -> Option<h2::Reason> {
     let (listener, acceptor, base, roots) = h2_listener().await;
     let provider = tokio::spawn(async move {
         let (tcp, _) = listener.accept().await.unwrap();
@@ -737,30 +742,34 @@ async fn provider_sees_a_reset(length: Option<usize>) -> Option<h2::Reason> {
         if let Some(length) = length {
             head = head.header(http::header::CONTENT_LENGTH, length);
         }
-        let mut first = respond
+        let mut answer = respond
             .send_response(head.body(()).unwrap(), false)
             .unwrap();
-        first
-            .send_data(Bytes::from_static(b"hello"), false)
-            .unwrap();
+        if !first.is_empty() {
+            answer.send_data(Bytes::from_static(first), false).unwrap();
+        }
         // The client's next request comes after anything it sent about the first answer,
         // on the same connection, so by now a reset has been read.
         let (_, mut next) = conn.accept().await.unwrap().unwrap();
-        let reset = match first.poll_reset(&mut Context::from_waker(Waker::noop())) {
+        let reset = match answer.poll_reset(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(reason) => Some(reason.unwrap()),
             Poll::Pending => None,
         };
         // The end of the first stream, in a frame of its own.
-        let _ = first.send_data(Bytes::new(), true);
+        let _ = answer.send_data(Bytes::new(), true);
         next.send_response(http::Response::new(()), true).unwrap();
         tokio::spawn(async move { while conn.accept().await.is_some() {} });
         reset
     });
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
     let uri = format!("{base}/v1/messages");
-    let mut body = client.send(get(&uri)).await.unwrap().into_body();
-    let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
-    assert_eq!(data, "hello");
+    let mut req = get(&uri);
+    *req.method_mut() = method;
+    let mut body = client.send(req).await.unwrap().into_body();
+    if !first.is_empty() {
+        let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(data, first);
+    }
     drop(body);
     let next = client.send(get(&uri)).await.unwrap();
     assert_eq!(next.status(), StatusCode::OK);
@@ -769,17 +778,173 @@ async fn provider_sees_a_reset(length: Option<usize>) -> Option<h2::Reason> {
 
 #[tokio::test]
 async fn an_http2_answer_read_to_its_declared_length_is_not_reset_before_its_stream_ends() {
-    assert_eq!(provider_sees_a_reset(Some(5)).await, None);
+    assert_eq!(
+        provider_sees_a_reset(http::Method::GET, Some(5), b"hello").await,
+        None
+    );
+    // An answer to HEAD declares the length of what a GET would get, and has no body.
+    assert_eq!(
+        provider_sees_a_reset(http::Method::HEAD, Some(5), b"").await,
+        None
+    );
 }
 
 #[tokio::test]
 async fn an_http2_answer_dropped_before_its_end_is_cancelled_at_once() {
     // Short of its declared length, or with no length: the client went away.
     assert_eq!(
-        provider_sees_a_reset(Some(10)).await,
+        provider_sees_a_reset(http::Method::GET, Some(10), b"hello").await,
         Some(h2::Reason::CANCEL)
     );
-    assert_eq!(provider_sees_a_reset(None).await, Some(h2::Reason::CANCEL));
+    assert_eq!(
+        provider_sees_a_reset(http::Method::GET, None, b"hello").await,
+        Some(h2::Reason::CANCEL)
+    );
+}
+
+/// How much of an upload an HTTP/2 provider received, or why its stream was reset.
+type Received = Result<usize, Option<h2::Reason>>;
+
+/// An HTTP/2 provider (h2's server) that reads each request's body to its end and answers
+/// with the number of bytes it got, sending its answer's head first if `early`. It also
+/// reports each upload it received.
+async fn h2_provider_counting_uploads(
+    early: bool,
+) -> (
+    String,
+    rustls::RootCertStore,
+    mpsc::UnboundedReceiver<Received>,
+) {
+    let (received, seen) = mpsc::unbounded_channel();
+    let (base, roots, _) = h2_serving(move |_, tls| {
+        let received = received.clone();
+        async move {
+            let mut conn = h2::server::handshake(tls).await.unwrap();
+            while let Some(Ok((req, mut respond))) = conn.accept().await {
+                let received = received.clone();
+                tokio::spawn(async move {
+                    let mut answer =
+                        early.then(|| respond.send_response(Response::new(()), false).unwrap());
+                    let mut body = req.into_body();
+                    let mut count = 0;
+                    let got = loop {
+                        match body.data().await {
+                            Some(Ok(data)) => {
+                                count += data.len();
+                                body.flow_control().release_capacity(data.len()).unwrap();
+                            }
+                            Some(Err(error)) => break Err(error.reason()),
+                            None => break Ok(count),
+                        }
+                    };
+                    received.send(got).unwrap();
+                    if got.is_ok() {
+                        let mut answer = answer.take().unwrap_or_else(|| {
+                            respond.send_response(Response::new(()), false).unwrap()
+                        });
+                        answer
+                            .send_data(Bytes::from(count.to_string()), true)
+                            .unwrap();
+                    }
+                });
+            }
+        }
+    })
+    .await;
+    (base, roots, seen)
+}
+
+fn post(uri: &str, body: RequestBody) -> Request<RequestBody> {
+    let mut req = Request::new(body);
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = uri.parse().unwrap();
+    req
+}
+
+fn chunk(bytes: usize) -> crate::body::tests::Chunk {
+    Ok(hyper::body::Frame::data(Bytes::from(vec![b'x'; bytes])))
+}
+
+#[tokio::test]
+async fn a_body_larger_than_the_stream_window_reaches_an_http2_provider_whole() {
+    let (base, roots, mut seen) = h2_provider_counting_uploads(false).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let body = RequestBody::full(Bytes::from(vec![b'x'; 300_000]));
+    let res = client
+        .send(post(&format!("{base}/v1/messages"), body))
+        .await;
+    assert_eq!(
+        read_all(res.unwrap()).await,
+        (StatusCode::OK, Bytes::from_static(b"300000"))
+    );
+    assert_eq!(seen.recv().await.unwrap(), Ok(300_000));
+}
+
+#[tokio::test]
+async fn an_upload_goes_on_up_its_http2_stream_after_an_early_answer_head() {
+    let (base, roots, mut seen) = h2_provider_counting_uploads(true).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let upload = crate::body::tests::upload().await;
+    let body = RequestBody::streaming(upload.incoming, 1 << 20, WAIT);
+    upload.chunks.send(chunk(40_000)).await.unwrap();
+    let res = client
+        .send(post(&format!("{base}/v1/messages"), body))
+        .await
+        .unwrap();
+    // The rest, well past the stream's window, once the answer's head is in.
+    for _ in 0..4 {
+        upload.chunks.send(chunk(40_000)).await.unwrap();
+    }
+    drop(upload.chunks);
+    assert_eq!(
+        read_all(res).await,
+        (StatusCode::OK, Bytes::from_static(b"200000"))
+    );
+    assert_eq!(seen.recv().await.unwrap(), Ok(200_000));
+}
+
+#[tokio::test]
+async fn an_upload_over_its_limit_fails_and_its_http2_stream_is_cancelled() {
+    let (base, roots, mut seen) = h2_provider_counting_uploads(false).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let upload = crate::body::tests::upload().await;
+    let body = RequestBody::streaming(upload.incoming, 10, WAIT);
+    crate::body::tests::send(&upload.chunks, b"0123456789abcdef").await;
+    let failed = client
+        .send(post(&format!("{base}/v1/messages"), body))
+        .await;
+    assert!(
+        matches!(failed, Err(UpstreamError::BodyTooLarge { limit: 10 })),
+        "{failed:?}"
+    );
+    assert_eq!(seen.recv().await.unwrap(), Err(Some(h2::Reason::CANCEL)));
+}
+
+#[tokio::test]
+async fn trailers_from_an_http2_provider_end_the_body() {
+    let (base, roots, _) = h2_serving(|_, tls| async move {
+        let mut conn = h2::server::handshake(tls).await.unwrap();
+        while let Some(Ok((_, mut respond))) = conn.accept().await {
+            let mut answer = respond.send_response(Response::new(()), false).unwrap();
+            answer
+                .send_data(Bytes::from_static(b"data"), false)
+                .unwrap();
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("x-checksum", HeaderValue::from_static("abc"));
+            answer.send_trailers(trailers).unwrap();
+        }
+    })
+    .await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let res = client
+        .send(get(&format!("{base}/v1/messages")))
+        .await
+        .unwrap();
+    let mut body = res.into_body();
+    let collected = (&mut body).collect().await.unwrap();
+    assert_eq!(collected.trailers().unwrap()["x-checksum"], "abc");
+    assert_eq!(collected.to_bytes(), "data");
+    assert!(body.is_end_stream());
 }
 
 #[test]
