@@ -925,6 +925,8 @@ impl Inner {
             // HTTP/1 ones included, larger.
             let (sender, connection) = Box::pin(
                 h2::client::Builder::new()
+                    // Until the provider's settings say otherwise.
+                    .initial_max_send_streams(STREAMS_PER_CONNECTION)
                     .initial_window_size(BUFFER_BYTES as u32)
                     .initial_connection_window_size((STREAMS_PER_CONNECTION * BUFFER_BYTES) as u32)
                     .max_header_list_size(MAX_HEADER_LIST_BYTES)
