@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{HOST, HeaderValue};
+use http::header::{CONTENT_LENGTH, HOST, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use http_body_util::BodyExt as _;
@@ -32,6 +32,7 @@ use tokio::net::TcpStream;
 use tower_service::Service as _;
 
 use crate::body::{BodyError, RequestBody, Upload};
+use crate::headers::{Toward, strip_request_headers};
 use crate::tls;
 
 type Stream = MaybeHttpsStream<TokioIo<TcpStream>>;
@@ -578,12 +579,17 @@ impl UpstreamBody {
         }
     }
 
-    /// A body read off an HTTP/2 stream.
-    fn on_stream(answer: Http2Answer, stream: Arc<StreamSlot>) -> UpstreamBody {
+    /// A body read off an HTTP/2 stream, its request still uploading in a task of its own
+    /// until `alone` is dropped, if it is.
+    fn on_stream(
+        answer: Http2Answer,
+        stream: Arc<StreamSlot>,
+        alone: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> UpstreamBody {
         UpstreamBody {
             source: Some(Source::Http2(answer)),
             driven: None,
-            alone: None,
+            alone,
             stream: Some(stream),
             ended: false,
             after_frame: false,
@@ -693,22 +699,27 @@ impl Drop for UpstreamBody {
                 .source
                 .take_if(|source| source.size_hint().exact() == Some(0))
         {
-            read_to_end(source, self.stream.take());
+            read_to_end(source, self.stream.take(), self.alone.take());
         }
     }
 }
 
 /// Reads `source` to its end, for [`END_OF_STREAM_GRACE`] at most, in a task of its own
-/// (or drops it at once outside a runtime), its stream counted open meanwhile. What it reads
-/// is what its declared length had already accounted for: nothing at all, or trailers.
-fn read_to_end(mut source: Source, stream: Option<Arc<StreamSlot>>) {
+/// (or drops it at once outside a runtime), its stream counted open and its upload, if it
+/// still runs alone, held meanwhile. What it reads is what its declared length had already
+/// accounted for: nothing at all, or trailers.
+fn read_to_end(
+    mut source: Source,
+    stream: Option<Arc<StreamSlot>>,
+    alone: Option<tokio::sync::oneshot::Sender<()>>,
+) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     runtime.spawn(async move {
         let rest = async { while let Some(Ok(_)) = source.frame().await {} };
         let _ = tokio::time::timeout(END_OF_STREAM_GRACE, rest).await;
-        drop(stream);
+        drop((stream, alone));
     });
 }
 
@@ -1034,10 +1045,11 @@ async fn run_http2(mut connection: Http2Connection, ping_after: Duration) {
 
 /// Sends `req` on a new stream of an HTTP/2 connection and waits for its answer's head,
 /// uploading its body meanwhile, all from the request's own task. A body still uploading
-/// when the head comes goes on in a task of its own: hyper's server stops polling an
-/// answer's body while the client is not reading, and a client may read nothing until its
-/// whole upload is written. Given back unsent when the connection has closed or been told
-/// to open no more streams before the request was handed to it.
+/// when the head comes goes on in a task of its own, as over HTTP/1.1 ([`Lease::run_alone`]),
+/// until the answer has ended or was dropped: then the stream is reset, as a provider that
+/// has answered and reads no more must not hold the client, nor go on with an answer that
+/// nobody reads. Given back unsent when the connection has closed or been told to open no
+/// more streams before the request was handed to it.
 async fn send_on_stream(
     mut sender: h2::client::SendRequest<Bytes>,
     stream: StreamSlot,
@@ -1046,9 +1058,18 @@ async fn send_on_stream(
     if let Err(error) = std::future::poll_fn(|cx| sender.poll_ready(cx)).await {
         return Err((Some(req), UpstreamError::Failed(Box::new(error))));
     }
-    let (head, body) = req.into_parts();
+    let (mut head, body) = req.into_parts();
     let to_head = head.method == http::Method::HEAD;
     let empty = body.is_end_stream();
+    // The forwarded headers have no `Content-Length` (the framing is the body's), and
+    // HTTP/2 has no framing of its own to say the length: it is said when it is known, as
+    // over HTTP/1.1.
+    if let Some(length) = body.size_hint().exact()
+        && (length != 0 || !matches!(head.method.as_str(), "GET" | "HEAD" | "DELETE" | "CONNECT"))
+    {
+        head.headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(length));
+    }
     let (mut answer, send) = sender
         .send_request(Request::from_parts(head, ()), empty)
         .map_err(|error| (None, UpstreamError::Failed(Box::new(error))))?;
@@ -1073,14 +1094,23 @@ async fn send_on_stream(
     .await
     .map_err(|error| (None, error))?;
     let stream = Arc::new(stream);
-    if let Some(mut sending) = upload {
+    let alone = upload.map(|mut sending| {
+        let (held, mut until) = tokio::sync::oneshot::channel::<()>();
         let stream = stream.clone();
         tokio::spawn(async move {
-            let _ = std::future::poll_fn(|cx| sending.poll(cx)).await;
+            let sent = std::future::poll_fn(|cx| match sending.poll(cx) {
+                Poll::Ready(_) => Poll::Ready(true),
+                Poll::Pending => Pin::new(&mut until).poll(cx).map(|_| false),
+            })
+            .await;
+            if !sent {
+                sending.send.send_reset(h2::Reason::CANCEL);
+            }
             drop(stream);
         });
-    }
-    Ok(Http2Answer::new(res, to_head).map(|answer| UpstreamBody::on_stream(answer, stream)))
+        held
+    });
+    Ok(Http2Answer::new(res, to_head).map(|answer| UpstreamBody::on_stream(answer, stream, alone)))
 }
 
 /// A request body on its way up an HTTP/2 stream, as the provider's window lets it.
@@ -1110,11 +1140,9 @@ impl Http2Upload {
                 };
                 let part = self.chunk.split_to(room.min(self.chunk.len()));
                 let last = self.chunk.is_empty() && self.body.is_end_stream();
-                if self.send.send_data(part, last).is_err() {
-                    return Poll::Ready(Err(None));
-                }
-                if last {
-                    return Poll::Ready(Ok(()));
+                let sent = self.send.send_data(part, last);
+                if sent.is_err() || last {
+                    return Poll::Ready(self.ended(sent));
                 }
                 continue;
             }
@@ -1129,7 +1157,12 @@ impl Http2Upload {
                         self.send.send_data(Bytes::new(), true)
                     }
                     Err(frame) => match frame.into_trailers() {
-                        Ok(trailers) => self.send.send_trailers(trailers),
+                        Ok(mut trailers) => {
+                            // Under the same rules as the request's headers: h2 refuses
+                            // the hop-by-hop ones, and would leave the stream open.
+                            strip_request_headers(&mut trailers, Toward::Provider);
+                            self.send.send_trailers(trailers)
+                        }
                         Err(_) => continue,
                     },
                 },
@@ -1138,8 +1171,19 @@ impl Http2Upload {
                     return Poll::Ready(Err(Some(error)));
                 }
             };
-            return Poll::Ready(sent.map_err(|_| None));
+            return Poll::Ready(self.ended(sent));
         }
+    }
+
+    /// The end of an upload whose last frame was `sent`. A frame h2 refused leaves the
+    /// stream open, neither ended nor reset, and the provider would wait for the rest of
+    /// the body forever: the stream is reset instead.
+    fn ended(&mut self, sent: Result<(), h2::Error>) -> Result<(), Option<BodyError>> {
+        if sent.is_err() {
+            self.send.send_reset(h2::Reason::CANCEL);
+            return Err(None);
+        }
+        Ok(())
     }
 }
 

@@ -920,6 +920,248 @@ async fn an_upload_over_its_limit_fails_and_its_http2_stream_is_cancelled() {
     assert_eq!(seen.recv().await.unwrap(), Err(Some(h2::Reason::CANCEL)));
 }
 
+/// The streams counted open on each kept HTTP/2 connection.
+fn streams_open(client: &UpstreamClient) -> Vec<usize> {
+    let origins = relay_logging::sync::lock(&client.inner.origins, "test").unwrap();
+    origins
+        .iter()
+        .flat_map(|o| o.conns.iter())
+        .filter_map(|kept| match &kept.sender {
+            Sender::Http2(shared) => Some(shared.streams.load(Ordering::SeqCst)),
+            Sender::Http1(_) => None,
+        })
+        .collect()
+}
+
+/// An HTTP/2 provider (h2's server) that answers each request at once with `first ` and
+/// then `rest` chunks of 16 KiB as its body, each once the client has room for it. It reads
+/// the upload without ever giving back window, so the upload stalls once it has filled the
+/// stream's window, which it reports on `stalled`, and it never resets the stream. Reports
+/// on `reports`, for each stream, how many of the `rest` chunks it sent and whether it saw
+/// the stream reset, once either ends it.
+async fn h2_provider_ignoring_uploads(
+    rest: usize,
+) -> (
+    String,
+    rustls::RootCertStore,
+    mpsc::UnboundedReceiver<(usize, Option<h2::Reason>)>,
+    mpsc::UnboundedReceiver<()>,
+) {
+    const CHUNK: usize = 16 * 1024;
+    let (report, reports) = mpsc::unbounded_channel();
+    let (stall, stalled) = mpsc::unbounded_channel();
+    let (base, roots, _) = h2_serving(move |_, tls| {
+        let (report, stall) = (report.clone(), stall.clone());
+        async move {
+            let mut conn = h2::server::handshake(tls).await.unwrap();
+            while let Some(Ok((req, mut respond))) = conn.accept().await {
+                let (report, stall) = (report.clone(), stall.clone());
+                let mut upload = req.into_body();
+                tokio::spawn(async move {
+                    let mut received = 0;
+                    while let Some(Ok(data)) = upload.data().await {
+                        received += data.len();
+                        if received == usize::from(u16::MAX) {
+                            stall.send(()).unwrap();
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut answer = respond.send_response(Response::new(()), false).unwrap();
+                    answer
+                        .send_data(Bytes::from_static(b"first "), rest == 0)
+                        .unwrap();
+                    for sent in 0..rest {
+                        // Each chunk once the last one was taken, or the stream reset.
+                        answer.reserve_capacity(CHUNK);
+                        let room = std::future::poll_fn(|cx| {
+                            if let Poll::Ready(reason) = answer.poll_reset(cx) {
+                                return Poll::Ready(Err(reason.ok()));
+                            }
+                            answer.poll_capacity(cx).map(|c| Ok(c.is_some()))
+                        });
+                        match room.await {
+                            Ok(true) => {}
+                            Ok(false) => return report.send((sent, None)).unwrap(),
+                            Err(reason) => return report.send((sent, reason)).unwrap(),
+                        }
+                        let last = sent + 1 == rest;
+                        let chunk = Bytes::from_static(&[b'x'; CHUNK]);
+                        answer.send_data(chunk, last).unwrap();
+                    }
+                    let reset = std::future::poll_fn(|cx| answer.poll_reset(cx)).await.ok();
+                    report.send((rest, reset)).unwrap();
+                });
+            }
+        }
+    })
+    .await;
+    (base, roots, reports, stalled)
+}
+
+/// A request sent with an upload that outgrows the provider's window, which
+/// [`h2_provider_ignoring_uploads`] never gives back.
+struct Uploading {
+    res: Response<UpstreamBody>,
+    /// Whether the client's body is still being read.
+    watch: Upload,
+    /// Where the client's connection runs: dropping them cuts it.
+    tasks: tokio::task::JoinSet<()>,
+    _chunks: mpsc::Sender<crate::body::tests::Chunk>,
+}
+
+async fn send_upload_past_the_window(client: &UpstreamClient, base: &str) -> Uploading {
+    let crate::body::tests::Upload {
+        incoming,
+        chunks,
+        tasks,
+    } = crate::body::tests::upload().await;
+    let body = RequestBody::streaming(incoming, 1 << 20, WAIT);
+    let watch = body.upload().unwrap();
+    chunks.send(chunk(40_000)).await.unwrap();
+    let res = client
+        .send(post(&format!("{base}/v1/messages"), body))
+        .await
+        .unwrap();
+    chunks.send(chunk(40_000)).await.unwrap();
+    Uploading {
+        res,
+        watch,
+        tasks,
+        _chunks: chunks,
+    }
+}
+
+#[tokio::test]
+async fn an_upload_left_running_ends_with_its_answer_and_frees_its_stream() {
+    let (base, roots, mut reports, _) = h2_provider_ignoring_uploads(0).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uploading = send_upload_past_the_window(&client, &base).await;
+    assert_eq!(
+        read_all(uploading.res).await,
+        (StatusCode::OK, Bytes::from_static(b"first "))
+    );
+    // The answer is whole: what the provider does not read of the upload is cut.
+    let report = tokio::time::timeout(WAIT, reports.recv()).await;
+    assert_eq!(report.unwrap().unwrap(), (0, Some(h2::Reason::CANCEL)));
+    let freed = relay_testkit::eventually(WAIT, || {
+        streams_open(&client) == [0] && uploading.watch.is_over()
+    });
+    assert!(freed.await, "streams open: {:?}", streams_open(&client));
+}
+
+#[tokio::test]
+async fn an_answer_dropped_while_its_upload_runs_alone_is_cancelled() {
+    let (base, roots, mut reports, mut stalled) = h2_provider_ignoring_uploads(1_000).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uploading = send_upload_past_the_window(&client, &base).await;
+    // Stalled, the upload reads no more of the client's body, so it cannot see the client
+    // go away.
+    let stall = tokio::time::timeout(WAIT, stalled.recv()).await;
+    stall.expect("the upload never filled the window").unwrap();
+    let mut body = uploading.res.into_body();
+    body.frame().await.unwrap().unwrap();
+    // The client went away, and its connection with it.
+    drop(body);
+    drop(uploading.tasks);
+    let report = tokio::time::timeout(WAIT, reports.recv()).await;
+    let (sent, reset) = report.expect("the provider went on streaming").unwrap();
+    assert_eq!(reset, Some(h2::Reason::CANCEL));
+    assert!(sent < 1_000);
+}
+
+/// The body of a request read by hyper's HTTP/1.1 server from `raw`, as the front gets
+/// one, and the tasks that run its connection.
+async fn incoming_of(raw: &'static [u8]) -> (Incoming, tokio::task::JoinSet<()>) {
+    let (mut client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let tx = std::sync::Mutex::new(Some(tx));
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(async move {
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            if let Some(tx) = relay_logging::sync::lock(&tx, "test").unwrap().take() {
+                let _ = tx.send(req.into_body());
+            }
+            std::future::pending::<Result<Response<Full<Bytes>>, std::convert::Infallible>>()
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(server_io), service)
+            .await;
+    });
+    tasks.spawn(async move {
+        client_io.write_all(raw).await.unwrap();
+        std::future::pending::<()>().await;
+    });
+    (rx.await.unwrap(), tasks)
+}
+
+#[tokio::test]
+async fn an_http2_provider_is_told_the_length_of_a_body_whose_length_is_known() {
+    let (base, roots, _) = h2_provider_answering(None, |req| {
+        let length = req
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .map_or("none".to_owned(), |v| v.to_str().unwrap().to_owned());
+        Response::new(Full::new(Bytes::from(length)))
+    })
+    .await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri = format!("{base}/v1/messages");
+    let full = RequestBody::full(Bytes::from_static(b"hello"));
+    let res = client.send(post(&uri, full)).await.unwrap();
+    assert_eq!(read_all(res).await.1, "5");
+    let (incoming, _tasks) =
+        incoming_of(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello")
+            .await;
+    let streamed = RequestBody::streaming(incoming, 1 << 20, WAIT);
+    let res = client.send(post(&uri, streamed)).await.unwrap();
+    assert_eq!(read_all(res).await.1, "5");
+    // Neither a GET without a body, nor a chunked upload.
+    let res = client.send(get(&uri)).await.unwrap();
+    assert_eq!(read_all(res).await.1, "none");
+    let (incoming, _tasks) = incoming_of(
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    )
+    .await;
+    let chunked = RequestBody::streaming(incoming, 1 << 20, WAIT);
+    let res = client.send(post(&uri, chunked)).await.unwrap();
+    assert_eq!(read_all(res).await.1, "none");
+}
+
+#[tokio::test]
+async fn request_trailers_reach_an_http2_provider_without_hop_by_hop_names() {
+    let (base, roots, _) = h2_serving(|_, tls| async move {
+        let mut conn = h2::server::handshake(tls).await.unwrap();
+        while let Some(Ok((req, mut respond))) = conn.accept().await {
+            tokio::spawn(async move {
+                let mut body = req.into_body();
+                while let Some(Ok(_)) = body.data().await {}
+                let trailers = std::future::poll_fn(|cx| body.poll_trailers(cx)).await;
+                let names = trailers.unwrap().unwrap_or_default();
+                let mut names: Vec<_> = names.keys().map(|n| n.as_str().to_owned()).collect();
+                names.sort();
+                let mut answer = respond.send_response(Response::new(()), false).unwrap();
+                answer
+                    .send_data(Bytes::from(names.join(",")), true)
+                    .unwrap();
+            });
+        }
+    })
+    .await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let (incoming, _tasks) = incoming_of(
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nkeep-alive: timeout=5\r\nx-checksum: abc\r\n\r\n",
+    )
+    .await;
+    let body = RequestBody::streaming(incoming, 1 << 20, WAIT);
+    let sent = client.send(post(&format!("{base}/v1/messages"), body));
+    let res = tokio::time::timeout(WAIT, sent)
+        .await
+        .expect("the provider never saw the upload end")
+        .unwrap();
+    assert_eq!(read_all(res).await.1, "x-checksum");
+}
+
 #[tokio::test]
 async fn trailers_from_an_http2_provider_end_the_body() {
     let (base, roots, _) = h2_serving(|_, tls| async move {
