@@ -438,7 +438,8 @@ pub struct UpstreamBody {
     source: Option<Source>,
     /// The HTTP/1.1 connection it arrives on, while it is open.
     driven: Option<Box<dyn Lease>>,
-    /// Held while the body has not ended, when its connection runs alone.
+    /// Held while the body has not ended, when its connection (HTTP/1.1) or its request's
+    /// upload (HTTP/2) runs alone.
     alone: Option<tokio::sync::oneshot::Sender<()>>,
     /// Its stream, over HTTP/2.
     stream: Option<Arc<StreamSlot>>,
