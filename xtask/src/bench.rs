@@ -11,6 +11,7 @@ mod cpu;
 mod debian;
 mod hook;
 mod http;
+mod https;
 mod instructions;
 mod nginx;
 mod pinning;
@@ -83,6 +84,8 @@ const WORKER_SCENARIOS: [&str; 7] = [
 const PROCESS_MEASURES: [&str; 2] = ["activation", "hook"];
 /// Instructions per request under callgrind, relayd beside nginx, after the other pass-through measures.
 const INSTRUCTIONS: &str = "instructions";
+/// relayd and nginx in front of an HTTPS provider, after the plain pass-through measures.
+const HTTPS_PROVIDER: &str = "https-provider";
 /// The loadgen's `--scale` of a `--quick` run.
 const QUICK_SCALE: &str = "0.05";
 
@@ -111,7 +114,7 @@ impl Options {
                         .iter()
                         .chain(&WORKER_SCENARIOS)
                         .chain(&PROCESS_MEASURES)
-                        .chain(&[INSTRUCTIONS]);
+                        .chain(&[INSTRUCTIONS, HTTPS_PROVIDER]);
                     if !known.clone().any(|k| k == name) {
                         bail!(
                             "unknown scenario {name:?} for --only; known: {}",
@@ -205,6 +208,18 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         document["cpu_ticks"] = phase.cpu_ticks;
         document["nginx"] = phase.nginx;
         document["loadgen"] = phase.loadgen;
+    }
+    if options.selected(HTTPS_PROVIDER) {
+        match https::run(&bin_dir, &pinning, &fast, &scratch, &options) {
+            Ok(phase) => {
+                measures.extend(phase.measures);
+                notes.extend(phase.notes);
+                document["https_provider"] = phase.detail;
+            }
+            Err(error) => notes.push(format!(
+                "the HTTPS provider measures were not taken: {error:#}"
+            )),
+        }
     }
     if options.selected(INSTRUCTIONS) {
         match instructions::run(&bin_dir, &pinning, &fast, &scratch) {
@@ -314,7 +329,7 @@ fn start_peer(
             &binary,
             pinning.relayd.as_deref(),
             nginx::Layout::Workers(workers),
-            fast.addr,
+            nginx::Site::Peer(fast.addr),
             scratch,
             &[],
         )?;

@@ -47,6 +47,8 @@ pub enum MeasureId {
     InstructionsWorker,
     WorkerThroughputRate,
     RedactorThroughput,
+    HttpsThroughputRate,
+    HttpsCpuPassThrough,
 }
 
 /// A row of the table.
@@ -374,6 +376,22 @@ pub const MEASURES: &[MeasureSpec] = &[
         None,
         "every built-in detector over a 1 MiB chat request of log-like prose with numbers and no secret, in process, median of the runs",
     ),
+    row(
+        MeasureId::HttpsThroughputRate,
+        "https_provider",
+        "throughput, c=64, tiny responses, pass-through to an HTTPS provider over HTTP/2 (peer: nginx)",
+        Unit::PerSecond,
+        None,
+        "the throughput blocks again, with relayd and nginx in front of an nginx TLS front (a local certificate, HTTP/2 offered by ALPN) before the fast stand-in: relayd speaks HTTP/2 to it, nginx HTTP/1.1 over TLS with upstream keep-alive; completed requests per second",
+    ),
+    row(
+        MeasureId::HttpsCpuPassThrough,
+        "https_provider",
+        "CPU per proxied request, pass-through to an HTTPS provider over HTTP/2, c=64 (peer: nginx)",
+        Unit::Micros,
+        None,
+        "relayd's user + system time over those throughput blocks divided by the requests it completed, beside nginx's in the same run",
+    ),
 ];
 
 #[allow(clippy::too_many_arguments)]
@@ -601,6 +619,18 @@ impl Measure {
         };
         measure.judge(&|_| None);
         measure
+    }
+
+    /// The same figures as the row `id`: a scenario run again against another setup.
+    pub fn as_row(mut self, id: MeasureId) -> Measure {
+        let spec = spec(id);
+        self.id = id;
+        self.scenario = spec.scenario.to_owned();
+        self.measure = spec.name.to_owned();
+        self.unit = spec.unit;
+        self.target = spec.target.map(|t| t.text(spec.unit));
+        self.judge(&|_| None);
+        self
     }
 
     pub fn with_samples(mut self, counts: SampleCounts) -> Measure {

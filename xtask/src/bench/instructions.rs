@@ -103,7 +103,7 @@ pub(super) fn run(
             &binary,
             cpus,
             nginx::Layout::Alone,
-            fast.addr,
+            nginx::Site::Peer(fast.addr),
             scratch,
             &callgrind(&valgrind, &out),
         )?;

@@ -61,14 +61,66 @@ pub(super) enum Layout {
     Alone,
 }
 
-/// The config: worker processes as `layout` says, no access log, the stand-in as a keep-alive upstream, responses and request bodies streamed like relayd streams them.
-pub(super) fn config(
-    dir: &Path,
-    port: u16,
-    upstream: SocketAddr,
-    layout: Layout,
-    as_root: bool,
-) -> String {
+/// What an nginx serves, and in front of what.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Site<'a> {
+    /// relayd's peer: plain HTTP in front of a plain stand-in.
+    Peer(SocketAddr),
+    /// An HTTPS provider: TLS with `cert` and `key`, HTTP/2 offered by ALPN beside HTTP/1.1, in front of a plain stand-in.
+    TlsFront {
+        upstream: SocketAddr,
+        cert: &'a Path,
+        key: &'a Path,
+    },
+    /// relayd's peer in front of an HTTPS provider: plain HTTP in, HTTP/1.1 over TLS out (nginx speaks no HTTP/2 to an upstream), verifying the provider as `localhost` against `trusted` and resuming TLS sessions.
+    PeerOfTls {
+        upstream: SocketAddr,
+        trusted: &'a Path,
+    },
+}
+
+impl Site<'_> {
+    /// Its scratch subdirectory.
+    fn dir_name(self) -> &'static str {
+        match self {
+            Site::Peer(_) => "nginx",
+            Site::TlsFront { .. } => "nginx-tls-front",
+            Site::PeerOfTls { .. } => "nginx-peer-of-tls",
+        }
+    }
+}
+
+/// The config: worker processes as `layout` says, no access log, the upstream kept alive, responses and request bodies streamed like relayd streams them.
+pub(super) fn config(dir: &Path, port: u16, site: Site, layout: Layout, as_root: bool) -> String {
+    // The `listen` parameters after the address, the upstream, its scheme, and what the server and the location add.
+    let (listen, upstream, scheme, server_extra, location_extra) = match site {
+        Site::Peer(upstream) => ("", upstream, "http", String::new(), String::new()),
+        Site::TlsFront {
+            upstream,
+            cert,
+            key,
+        } => (
+            " ssl http2",
+            upstream,
+            "http",
+            format!(
+                "\n        ssl_certificate {};\n        ssl_certificate_key {};",
+                cert.display(),
+                key.display()
+            ),
+            String::new(),
+        ),
+        Site::PeerOfTls { upstream, trusted } => (
+            "",
+            upstream,
+            "https",
+            String::new(),
+            format!(
+                "\n            proxy_ssl_trusted_certificate {};\n            proxy_ssl_verify on;\n            proxy_ssl_name localhost;\n            proxy_ssl_session_reuse on;",
+                trusted.display()
+            ),
+        ),
+    };
     let dir = dir.display();
     let (master, workers) = match layout {
         Layout::Workers(workers) => ("on", workers),
@@ -77,7 +129,7 @@ pub(super) fn config(
     // As root, nginx would switch its workers to `nobody`, who may not read the scratch directory.
     let user = if as_root { "user root;\n" } else { "" };
     format!(
-        "# Written by cargo xtask bench: nginx as relayd's peer, in front of the same stand-in.
+        "# Written by cargo xtask bench.
 daemon off;
 master_process {master};
 worker_processes {workers};
@@ -96,20 +148,20 @@ http {{
     keepalive_timeout 90s;
     keepalive_requests 1000000;
     client_max_body_size 32m;
-    upstream stand_in {{
+    upstream origin {{
         server {upstream};
         keepalive 128;
         keepalive_requests 1000000;
         keepalive_timeout 90s;
     }}
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port}{listen};{server_extra}
         location / {{
-            proxy_pass http://stand_in;
+            proxy_pass {scheme}://origin;
             proxy_http_version 1.1;
             proxy_set_header Connection \"\";
             proxy_buffering off;
-            proxy_request_buffering off;
+            proxy_request_buffering off;{location_extra}
         }}
     }}
 }}
@@ -121,18 +173,20 @@ http {{
 #[derive(Debug)]
 pub(super) struct Nginx {
     pub(super) addr: SocketAddr,
+    /// Its scratch directory: its config, pid file and logs.
+    pub(super) dir: PathBuf,
     process: Process,
     /// The master and its workers, whose CPU time is nginx's.
     pub(super) pids: Vec<u32>,
 }
 
 impl Nginx {
-    /// Starts nginx (under `wrapper`, a command and its arguments, when not empty) on a free port in front of `upstream` and waits until it accepts connections and its workers run.
+    /// Starts nginx (under `wrapper`, a command and its arguments, when not empty) on a free port, serving `site`, and waits until it accepts connections and its workers run.
     pub(super) fn start(
         binary: &Path,
         cpus: Option<&str>,
         layout: Layout,
-        upstream: SocketAddr,
+        site: Site,
         scratch: &Scratch,
         wrapper: &[OsString],
     ) -> Result<Nginx> {
@@ -141,16 +195,16 @@ impl Nginx {
             Layout::Alone => 0,
         };
         let start_timeout = start_timeout(wrapper, NGINX_START_TIMEOUT);
-        let dir = scratch.path("nginx");
+        let dir = scratch.path(site.dir_name());
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let as_root = procfs::own_effective_uid() == Some(0);
         let mut last_log = String::new();
         for attempt in 1..=PORT_ATTEMPTS {
             let port = free_port()?;
             let conf = dir.join("nginx.conf");
-            fs::write(&conf, config(&dir, port, upstream, layout, as_root))
+            fs::write(&conf, config(&dir, port, site, layout, as_root))
                 .with_context(|| format!("writing {}", conf.display()))?;
-            let (log, log_file) = scratch.log(&format!("nginx/stderr-{attempt}"))?;
+            let (log, log_file) = scratch.log(&format!("{}/stderr-{attempt}", site.dir_name()))?;
             let mut command = wrapped_command(wrapper, binary, cpus);
             command
                 .arg("-p")
@@ -182,6 +236,7 @@ impl Nginx {
                     pids.extend(workers_now);
                     return Ok(Nginx {
                         addr,
+                        dir,
                         process,
                         pids,
                     });

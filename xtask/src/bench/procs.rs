@@ -278,14 +278,37 @@ impl Relayd {
         scratch: &Scratch,
         wrapper: &[OsString],
     ) -> Result<Relayd> {
+        Relayd::start_with(
+            bin_dir,
+            cpus,
+            mode,
+            Upstreams::plain(openai_upstream, anthropic_upstream),
+            scratch,
+            wrapper,
+        )
+    }
+
+    /// [`Relayd::start`], with the upstreams as `upstreams` says.
+    pub(super) fn start_with(
+        bin_dir: &Path,
+        cpus: Option<&str>,
+        mode: RelaydMode,
+        upstreams: Upstreams,
+        scratch: &Scratch,
+        wrapper: &[OsString],
+    ) -> Result<Relayd> {
         let start_timeout = start_timeout(wrapper, RELAYD_START_TIMEOUT);
-        let dir = scratch.path(mode.label());
+        let label = match upstreams.trusted {
+            Some(_) => format!("{}-https", mode.label()),
+            None => mode.label().to_owned(),
+        };
+        let dir = scratch.path(&label);
         let xdg = dir.join("daemon");
         let system_dir = dir.join("system");
         for dir in [&xdg, &system_dir] {
             fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let config_text = relayd_config(openai_upstream, anthropic_upstream);
+        let config_text = relayd_config(&upstreams);
         let config = dir.join("relayd.toml");
         let mut config_files = vec![config.clone()];
         if mode == RelaydMode::Managed {
@@ -297,8 +320,7 @@ impl Relayd {
         let mut last_log = String::new();
         for attempt in 1..=PORT_ATTEMPTS {
             let port = free_port()?;
-            let (log, log_file) =
-                scratch.log(&format!("{}/relayd-{attempt}.stderr", mode.label()))?;
+            let (log, log_file) = scratch.log(&format!("{label}/relayd-{attempt}.stderr"))?;
             let mut command = wrapped_command(wrapper, &bin_dir.join("relayd"), cpus);
             command.args(["--port", &port.to_string()]);
             if mode == RelaydMode::PassThrough {
@@ -316,7 +338,11 @@ impl Relayd {
             for name in RELAYD_ENV_REMOVED {
                 command.env_remove(name);
             }
-            let mut process = Process::spawn(&format!("relayd ({})", mode.label()), command)?;
+            if let Some(trusted) = upstreams.trusted {
+                // The roots relayd trusts for providers are the platform's, read from here.
+                command.env("SSL_CERT_FILE", trusted);
+            }
+            let mut process = Process::spawn(&format!("relayd ({label})"), command)?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let deadline = Instant::now() + start_timeout;
             loop {
@@ -356,10 +382,35 @@ impl Relayd {
 /// flight per route.
 const BENCH_REQUESTS_PER_IDENTITY: u32 = 2048;
 
-pub(super) fn relayd_config(openai_upstream: SocketAddr, anthropic_upstream: SocketAddr) -> String {
+pub(super) fn relayd_config(upstreams: &Upstreams) -> String {
+    let Upstreams {
+        openai,
+        anthropic,
+        trusted,
+    } = upstreams;
+    let scheme = if trusted.is_some() { "https" } else { "http" };
     format!(
-        "# Written by cargo xtask bench.\n[upstream]\nopenai_base_url = \"http://{openai_upstream}/v1\"\nanthropic_base_url = \"http://{anthropic_upstream}\"\n# One credential holds the 1,000 streams of the worker open-streams measure.\n[daemon]\nmax_requests_per_identity = {BENCH_REQUESTS_PER_IDENTITY}\n"
+        "# Written by cargo xtask bench.\n[upstream]\nopenai_base_url = \"{scheme}://{openai}/v1\"\nanthropic_base_url = \"{scheme}://{anthropic}\"\n# One credential holds the 1,000 streams of the worker open-streams measure.\n[daemon]\nmax_requests_per_identity = {BENCH_REQUESTS_PER_IDENTITY}\n"
     )
+}
+
+/// Where a bench relayd sends each provider family.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Upstreams<'a> {
+    pub(super) openai: SocketAddr,
+    pub(super) anthropic: SocketAddr,
+    /// Over HTTPS, trusting this certificate (as `SSL_CERT_FILE`); plain HTTP when `None`.
+    pub(super) trusted: Option<&'a Path>,
+}
+
+impl Upstreams<'_> {
+    pub(super) fn plain(openai: SocketAddr, anthropic: SocketAddr) -> Upstreams<'static> {
+        Upstreams {
+            openai,
+            anthropic,
+            trusted: None,
+        }
+    }
 }
 
 /// A port that was free a moment ago.

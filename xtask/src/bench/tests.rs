@@ -74,13 +74,18 @@ fn the_stand_in_address_is_read_from_its_first_line() {
 
 #[test]
 fn relayd_config_points_both_families_at_the_stand_ins() {
-    let config = relayd_config(
+    let mut upstreams = Upstreams::plain(
         SocketAddr::from(([127, 0, 0, 1], 4001)),
         SocketAddr::from(([127, 0, 0, 1], 4002)),
     );
+    let config = relayd_config(&upstreams);
     assert!(config.contains("[upstream]\n"));
     assert!(config.contains("openai_base_url = \"http://127.0.0.1:4001/v1\"\n"));
     assert!(config.contains("anthropic_base_url = \"http://127.0.0.1:4002\"\n"));
+    upstreams.trusted = Some(Path::new("/x/cert.pem"));
+    let config = relayd_config(&upstreams);
+    assert!(config.contains("openai_base_url = \"https://127.0.0.1:4001/v1\"\n"));
+    assert!(config.contains("anthropic_base_url = \"https://127.0.0.1:4002\"\n"));
 }
 
 #[test]
@@ -357,7 +362,7 @@ fn the_nginx_config_stays_in_its_directory_and_keeps_upstream_connections() {
     let config = nginx::config(
         Path::new("/tmp/relay-bench-1/nginx"),
         4100,
-        SocketAddr::from(([127, 0, 0, 1], 4001)),
+        nginx::Site::Peer(SocketAddr::from(([127, 0, 0, 1], 4001))),
         nginx::Layout::Workers(2),
         true,
     );
@@ -384,7 +389,7 @@ fn the_nginx_config_stays_in_its_directory_and_keeps_upstream_connections() {
         !nginx::config(
             Path::new("/x"),
             1,
-            SocketAddr::from(([127, 0, 0, 1], 2)),
+            nginx::Site::Peer(SocketAddr::from(([127, 0, 0, 1], 2))),
             nginx::Layout::Workers(1),
             false
         )
@@ -394,11 +399,50 @@ fn the_nginx_config_stays_in_its_directory_and_keeps_upstream_connections() {
     let alone = nginx::config(
         Path::new("/x"),
         1,
-        SocketAddr::from(([127, 0, 0, 1], 2)),
+        nginx::Site::Peer(SocketAddr::from(([127, 0, 0, 1], 2))),
         nginx::Layout::Alone,
         false,
     );
     assert!(alone.contains("master_process off;\nworker_processes 1;\n"));
+}
+
+#[test]
+fn nginx_as_an_https_provider_offers_http2_and_its_peer_verifies_it() {
+    let stand_in = SocketAddr::from(([127, 0, 0, 1], 4001));
+    let front = nginx::config(
+        Path::new("/x/front"),
+        4443,
+        nginx::Site::TlsFront {
+            upstream: stand_in,
+            cert: Path::new("/x/tls/cert.pem"),
+            key: Path::new("/x/tls/key.pem"),
+        },
+        nginx::Layout::Workers(1),
+        false,
+    );
+    assert!(front.contains("listen 127.0.0.1:4443 ssl http2;"));
+    assert!(front.contains("ssl_certificate /x/tls/cert.pem;"));
+    assert!(front.contains("ssl_certificate_key /x/tls/key.pem;"));
+    assert!(front.contains("proxy_pass http://origin;"));
+    assert!(front.contains("server 127.0.0.1:4001;"));
+    let peer = nginx::config(
+        Path::new("/x/peer"),
+        4100,
+        nginx::Site::PeerOfTls {
+            upstream: SocketAddr::from(([127, 0, 0, 1], 4443)),
+            trusted: Path::new("/x/tls/cert.pem"),
+        },
+        nginx::Layout::Workers(1),
+        false,
+    );
+    assert!(peer.contains("listen 127.0.0.1:4100;"));
+    assert!(peer.contains("proxy_pass https://origin;"));
+    assert!(peer.contains("server 127.0.0.1:4443;"));
+    assert!(peer.contains("proxy_ssl_trusted_certificate /x/tls/cert.pem;"));
+    assert!(peer.contains("proxy_ssl_verify on;"));
+    assert!(peer.contains("proxy_ssl_name localhost;"));
+    assert!(peer.contains("proxy_ssl_session_reuse on;"));
+    assert!(peer.contains("keepalive 128;"));
 }
 
 #[test]

@@ -8,7 +8,7 @@ fn every_id_has_exactly_one_row() {
         assert_eq!(spec(*id).id, *id);
     }
     // One id per variant: serde names them all, so a missing row would show here.
-    assert_eq!(ids.len(), 38);
+    assert_eq!(ids.len(), 40);
     assert!(
         MEASURES
             .iter()
@@ -120,4 +120,17 @@ fn cpu_per_request_gives_the_ratio_to_the_peer() {
     assert_eq!(cpu.ratio, Some(2.0));
     assert_eq!(CpuPerRequest::new(60.0, None).ratio, None);
     assert_eq!(CpuPerRequest::new(60.0, Some(0.0)).ratio, None);
+}
+
+#[test]
+fn a_row_taken_again_under_another_id_keeps_its_figures_and_takes_that_rows_words() {
+    let cpu = Measure::relay_only(MeasureId::CpuPassThrough, 12.0).with_peer(Some(10.0));
+    assert_eq!(cpu.within_target, Some(false));
+    let https = cpu.as_row(MeasureId::HttpsCpuPassThrough);
+    assert_eq!(https.id, MeasureId::HttpsCpuPassThrough);
+    assert_eq!((https.relay, https.peer), (12.0, Some(10.0)));
+    assert_eq!(https.scenario, "https_provider");
+    assert_eq!(https.measure, spec(MeasureId::HttpsCpuPassThrough).name);
+    // Informational: no target, so no verdict.
+    assert_eq!((https.target, https.within_target), (None, None));
 }

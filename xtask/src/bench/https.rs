@@ -1,0 +1,144 @@
+//! relayd and nginx in front of an HTTPS provider: the throughput blocks of the pass-through phase again, with an nginx TLS front (a certificate made for the run, HTTP/2 offered by ALPN) before the fast stand-in.
+//!
+//! The providers agents use are HTTPS and choose HTTP/2 when relayd offers it, so this is the path their requests take; nginx, the peer, reaches an upstream over HTTP/1.1 only, with keep-alive and TLS session reuse.
+//! The front runs on the stand-ins' CPUs; relayd and its peer on relayd's.
+
+use std::ffi::OsString;
+use std::fs;
+
+use anyhow::{Context as _, Result};
+use relay_testkit::measures::{Measure, MeasureId};
+use serde_json::{Value, json};
+
+use super::nginx::{self, Nginx, Site};
+use super::pinning::Pinning;
+use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams, log_tail, run_loadgen};
+use super::{LOADGEN_TIMEOUT, Options, report};
+
+/// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
+const ROWS: [(MeasureId, MeasureId); 2] = [
+    (MeasureId::ThroughputRate, MeasureId::HttpsThroughputRate),
+    (MeasureId::CpuPassThrough, MeasureId::HttpsCpuPassThrough),
+];
+
+/// What the phase produced.
+pub(super) struct HttpsPhase {
+    pub(super) measures: Vec<Measure>,
+    pub(super) notes: Vec<String>,
+    pub(super) detail: Value,
+}
+
+/// Runs the phase; nginx is needed twice over (the provider and the peer), so without it the phase says why and measures nothing.
+pub(super) fn run(
+    bin_dir: &std::path::Path,
+    pinning: &Pinning,
+    fast: &StandIn,
+    scratch: &Scratch,
+    options: &Options,
+) -> Result<HttpsPhase> {
+    let binary = nginx::find_or_install()?;
+    let dir = scratch.path("tls");
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // relayd checks the address it dials against the IP name; nginx checks `localhost` (it does not match an IP name).
+    let made =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .context("making the provider's certificate")?;
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    fs::write(&cert, made.cert.pem()).with_context(|| format!("writing {}", cert.display()))?;
+    fs::write(&key, made.signing_key.serialize_pem())
+        .with_context(|| format!("writing {}", key.display()))?;
+
+    let front = Nginx::start(
+        &binary,
+        pinning.stand_ins.as_deref(),
+        nginx::Layout::Workers(1),
+        Site::TlsFront {
+            upstream: fast.addr,
+            cert: &cert,
+            key: &key,
+        },
+        scratch,
+        &[],
+    )?;
+    let relayd = Relayd::start_with(
+        bin_dir,
+        pinning.relayd.as_deref(),
+        RelaydMode::PassThrough,
+        Upstreams {
+            openai: front.addr,
+            anthropic: front.addr,
+            trusted: Some(&cert),
+        },
+        scratch,
+        &[],
+    )?;
+    let workers = pinning.server_cpu_count();
+    let peer = Nginx::start(
+        &binary,
+        pinning.relayd.as_deref(),
+        nginx::Layout::Workers(workers),
+        Site::PeerOfTls {
+            upstream: front.addr,
+            trusted: &cert,
+        },
+        scratch,
+        &[],
+    )?;
+    println!(
+        "==> nginx {} (the HTTPS provider, pid {}), relayd {} (pass-through to it, pid {}), nginx {} (its peer, pid {})",
+        front.addr,
+        front.pid(),
+        relayd.addr,
+        relayd.process.pid(),
+        peer.addr,
+        peer.pid(),
+    );
+    let mut args: Vec<OsString> = Vec::new();
+    for (flag, value) in [
+        ("--scenario", "throughput".to_owned()),
+        ("--direct", fast.addr.to_string()),
+        ("--relay", relayd.addr.to_string()),
+        ("--relay-pid", relayd.process.pid().to_string()),
+        ("--peer", peer.addr.to_string()),
+    ] {
+        args.extend([flag.into(), value.into()]);
+    }
+    for pid in &peer.pids {
+        args.extend(["--peer-pid".into(), pid.to_string().into()]);
+    }
+    args.extend(options.scale_args());
+    let loadgen = run_loadgen(
+        bin_dir,
+        pinning.loadgen.as_deref(),
+        &args,
+        &[],
+        "relayd and nginx in front of an HTTPS provider, about half a minute",
+        LOADGEN_TIMEOUT,
+    )
+    .with_context(|| {
+        format!(
+            "the peer's error log:\n{}",
+            log_tail(&peer.dir.join("error.log"))
+        )
+    })?;
+    let measures = report::measures(&loadgen)?
+        .into_iter()
+        .filter_map(|m| {
+            let (_, row) = ROWS.iter().find(|(from, _)| *from == m.id)?;
+            Some(m.as_row(*row))
+        })
+        .collect();
+    let notes = vec![format!(
+        "HTTPS provider: nginx with TLS (a certificate made for the run, trusted by relayd through SSL_CERT_FILE and by its peer), HTTP/2 offered by ALPN, 1 worker process on the stand-ins' CPUs, in front of the fast stand-in; relayd offers HTTP/2 and HTTP/1.1 by ALPN and so speaks HTTP/2 to it, its peer nginx ({workers} worker process(es) on relayd's CPUs) HTTP/1.1 with upstream keep-alive and TLS session reuse"
+    )];
+    let detail = json!({
+        "front_pids": front.pids,
+        "peer_pids": peer.pids,
+        "loadgen": loadgen,
+    });
+    Ok(HttpsPhase {
+        measures,
+        notes,
+        detail,
+    })
+}
