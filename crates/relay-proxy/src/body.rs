@@ -5,6 +5,7 @@
 //! idle, end with an error, so hyper aborts the connection and the peer never mistakes a
 //! cut message for a complete one.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -114,6 +115,11 @@ pub struct RequestBody {
 enum RequestInner {
     Empty,
     Full(Option<Bytes>),
+    /// A body sent again: the chunks already read from the client, then what it still sends.
+    Again {
+        read: VecDeque<Bytes>,
+        rest: Box<RequestBody>,
+    },
     Streaming {
         incoming: Incoming,
         remaining: u64,
@@ -146,6 +152,13 @@ impl fmt::Debug for RequestBody {
             RequestInner::Streaming { limit, .. } => {
                 write!(f, "RequestBody::Streaming(limit {limit})")
             }
+            RequestInner::Again { read, rest } => {
+                write!(
+                    f,
+                    "RequestBody::Again({} chunks, then {rest:?})",
+                    read.len()
+                )
+            }
         }
     }
 }
@@ -175,11 +188,23 @@ impl RequestBody {
         }
     }
 
+    /// The same body to send again: the chunks of it already read (`read`, in order), then
+    /// the rest of `rest`.
+    pub(crate) fn again(read: Vec<Bytes>, rest: RequestBody) -> RequestBody {
+        RequestBody {
+            inner: RequestInner::Again {
+                read: read.into(),
+                rest: Box::new(rest),
+            },
+        }
+    }
+
     /// For a body streamed from the client: whether it is still being read. Empty and full
     /// bodies are already in memory.
     pub(crate) fn upload(&self) -> Option<Upload> {
         match &self.inner {
             RequestInner::Streaming { held, .. } => Some(Upload(Arc::downgrade(held))),
+            RequestInner::Again { rest, .. } => rest.upload(),
             RequestInner::Empty | RequestInner::Full(_) => None,
         }
     }
@@ -196,6 +221,10 @@ impl Body for RequestBody {
         match &mut self.get_mut().inner {
             RequestInner::Empty => Poll::Ready(None),
             RequestInner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            RequestInner::Again { read, rest } => match read.pop_front() {
+                Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+                None => Pin::new(&mut **rest).poll_frame(cx),
+            },
             RequestInner::Streaming {
                 incoming,
                 remaining,
@@ -225,6 +254,7 @@ impl Body for RequestBody {
         match &self.inner {
             RequestInner::Empty => true,
             RequestInner::Full(bytes) => bytes.is_none(),
+            RequestInner::Again { read, rest } => read.is_empty() && rest.is_end_stream(),
             RequestInner::Streaming { incoming, .. } => incoming.is_end_stream(),
         }
     }
@@ -234,6 +264,16 @@ impl Body for RequestBody {
             RequestInner::Empty => SizeHint::with_exact(0),
             RequestInner::Full(bytes) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            RequestInner::Again { read, rest } => {
+                let read: u64 = read.iter().map(|chunk| chunk.len() as u64).sum();
+                let rest = rest.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + read);
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper + read);
+                }
+                hint
             }
             RequestInner::Streaming { incoming, .. } => incoming.size_hint(),
         }

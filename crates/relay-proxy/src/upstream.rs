@@ -161,6 +161,8 @@ const HTTP2_PING_AFTER: Duration = Duration::from_secs(20);
 /// is done with it, for the end of its stream (see [`UpstreamBody`]'s `Drop`). The end
 /// nearly always comes in the frame after the last byte.
 const END_OF_STREAM_GRACE: Duration = Duration::from_secs(5);
+/// How many times a request the provider refused unprocessed is sent again.
+const MAX_REFUSALS: usize = 3;
 /// The largest block of headers accepted from a provider over HTTP/2, as hyper's HTTP/2
 /// client allows.
 const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
@@ -171,7 +173,8 @@ const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// per scheme and authority, a connection handed to one request at a time over HTTP/1.1
 /// (shared over HTTP/2), and the `Host` value made once per connection. A request given to
 /// a kept connection that the provider has closed comes back unwritten and goes to another;
-/// once any byte may have been written it is never sent again.
+/// once any byte may have been written it is never sent again, unless the provider said it
+/// processed none of it (HTTP/2, [`is_unprocessed`]).
 #[derive(Clone)]
 pub struct UpstreamClient {
     inner: Arc<Inner>,
@@ -778,8 +781,9 @@ impl UpstreamClient {
         }
     }
 
-    /// Sends one request and waits for its response head. Never retried once bytes may have
-    /// reached the provider: sending again could bill twice.
+    /// Sends one request and waits for its response head. Never sent again once bytes may
+    /// have reached the provider, as that could bill twice, unless the provider refused it
+    /// before processing any of it.
     ///
     /// Not `async` itself: the request goes straight into the boxed future that sends it,
     /// rather than being copied into this one's state first.
@@ -809,6 +813,7 @@ impl Inner {
         mut req: Request<RequestBody>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         self.start_sweeping();
+        let mut refusals = 0;
         loop {
             let (lent, fresh) = match self.take(req.uri()) {
                 Some(lent) => (lent, false),
@@ -827,7 +832,10 @@ impl Inner {
                             back.headers_mut().remove(HOST);
                             back
                         });
-                        (back, send_error(error.into_error()))
+                        match back {
+                            Some(back) => Unanswered::Unwritten(back),
+                            None => Unanswered::Failed(send_error(error.into_error())),
+                        }
                     })
                 }
                 Lent::Http2(sender, stream) => send_on_stream(sender, stream, req).await,
@@ -836,14 +844,21 @@ impl Inner {
                 Ok(res) => return Ok(res),
                 // Nothing of it was written: on a kept connection the provider may have
                 // closed, the request goes to another.
-                Err((Some(back), _)) if !fresh => req = back,
-                Err((Some(_), _)) => {
+                Err(Unanswered::Unwritten(back)) if !fresh => req = back,
+                Err(Unanswered::Unwritten(_)) => {
                     return Err(UpstreamError::Failed(
                         "the provider closed a new connection before the request was written"
                             .into(),
                     ));
                 }
-                Err((None, error)) => return Err(error),
+                // Nothing of it was processed: it goes again, to a connection with room.
+                Err(Unanswered::Refused(back, _)) if refusals < MAX_REFUSALS => {
+                    refusals += 1;
+                    req = back;
+                }
+                Err(Unanswered::Refused(_, error) | Unanswered::Failed(error)) => {
+                    return Err(error);
+                }
             }
         }
     }
@@ -1044,20 +1059,36 @@ async fn run_http2(mut connection: Http2Connection, ping_after: Duration) {
     }
 }
 
+/// Why a connection gave a request no answer.
+enum Unanswered {
+    /// Given back unwritten: the connection had closed before it was handed the request.
+    Unwritten(Request<RequestBody>),
+    /// Refused by the provider before it processed any of it (HTTP/2's `REFUSED_STREAM`, or
+    /// a stream past the last one a `GOAWAY` kept), and given back whole to send again.
+    Refused(Request<RequestBody>, UpstreamError),
+    Failed(UpstreamError),
+}
+
 /// Sends `req` on a new stream of an HTTP/2 connection and waits for its answer's head,
 /// uploading its body meanwhile, all from the request's own task. A body still uploading
 /// when the head comes goes on in a task of its own, as over HTTP/1.1 ([`Lease::run_alone`]),
 /// until the answer has ended or was dropped: then the stream is reset, as a provider that
 /// has answered and reads no more must not hold the client, nor go on with an answer that
-/// nobody reads. Given back unsent when the connection has closed or been told to open no
-/// more streams before the request was handed to it.
+/// nobody reads.
+///
+/// Given back unwritten when the connection has closed or been told to open no more
+/// streams before the request was handed to it; given back whole when the provider refuses
+/// it unprocessed, if what was read of its body is still at hand ([`Http2Upload::again`]).
 async fn send_on_stream(
     mut sender: h2::client::SendRequest<Bytes>,
     stream: StreamSlot,
     req: Request<RequestBody>,
-) -> Result<Response<UpstreamBody>, (Option<Request<RequestBody>>, UpstreamError)> {
-    if let Err(error) = std::future::poll_fn(|cx| sender.poll_ready(cx)).await {
-        return Err((Some(req), UpstreamError::Failed(Box::new(error))));
+) -> Result<Response<UpstreamBody>, Unanswered> {
+    if std::future::poll_fn(|cx| sender.poll_ready(cx))
+        .await
+        .is_err()
+    {
+        return Err(Unanswered::Unwritten(req));
     }
     let (mut head, body) = req.into_parts();
     let to_head = head.method == http::Method::HEAD;
@@ -1071,33 +1102,54 @@ async fn send_on_stream(
         head.headers
             .insert(CONTENT_LENGTH, HeaderValue::from(length));
     }
+    // h2 takes the head; a request refused unprocessed is sent again with this copy.
+    let mut again = Request::new(());
+    *again.method_mut() = head.method.clone();
+    *again.uri_mut() = head.uri.clone();
+    *again.headers_mut() = head.headers.clone();
     let (mut answer, send) = sender
         .send_request(Request::from_parts(head, ()), empty)
-        .map_err(|error| (None, UpstreamError::Failed(Box::new(error))))?;
-    let mut upload = (!empty).then(|| Http2Upload {
+        .map_err(|error| Unanswered::Failed(UpstreamError::Failed(Box::new(error))))?;
+    let mut upload = Http2Upload {
         body,
         send,
         chunk: Bytes::new(),
-    });
-    let res = std::future::poll_fn(|cx| {
-        if let Some(sending) = &mut upload
-            && let Poll::Ready(sent) = sending.poll(cx)
-        {
-            upload = None;
+        read: Some((Vec::new(), 0)),
+    };
+    let mut uploading = !empty;
+    // The client's failure first; then the provider's answer, or its failure.
+    let answered = std::future::poll_fn(|cx| {
+        if uploading && let Poll::Ready(sent) = upload.poll(cx) {
+            uploading = false;
             if let Err(Some(error)) = sent {
                 return Poll::Ready(Err(UpstreamError::of_request_body(&error)));
             }
         }
-        Pin::new(&mut answer)
-            .poll(cx)
-            .map_err(|error| UpstreamError::Failed(Box::new(error)))
+        Pin::new(&mut answer).poll(cx).map(Ok)
     })
     .await
-    .map_err(|error| (None, error))?;
+    .map_err(Unanswered::Failed)?;
+    let res = match answered {
+        Ok(res) => res,
+        Err(error) => {
+            let body = if is_unprocessed(&error) {
+                upload.again()
+            } else {
+                None
+            };
+            let failed = UpstreamError::Failed(Box::new(error));
+            return Err(match body {
+                Some(body) => Unanswered::Refused(again.map(|()| body), failed),
+                None => Unanswered::Failed(failed),
+            });
+        }
+    };
     let stream = Arc::new(stream);
-    let alone = upload.map(|mut sending| {
+    upload.read = None;
+    let alone = uploading.then(|| {
         let (held, mut until) = tokio::sync::oneshot::channel::<()>();
         let stream = stream.clone();
+        let mut sending = upload;
         tokio::spawn(async move {
             let sent = std::future::poll_fn(|cx| match sending.poll(cx) {
                 Poll::Ready(_) => Poll::Ready(true),
@@ -1114,15 +1166,56 @@ async fn send_on_stream(
     Ok(Http2Answer::new(res, to_head).map(|answer| UpstreamBody::on_stream(answer, stream, alone)))
 }
 
+/// Whether the provider refused a stream before processing any of it, so that its request
+/// may be sent again: a reset with `REFUSED_STREAM`, or a stream past the last one a
+/// graceful `GOAWAY` (no error) said it would process. A `GOAWAY` with an error ends the
+/// streams it kept with the same error, so only one without says which were never seen.
+fn is_unprocessed(error: &h2::Error) -> bool {
+    error.is_remote()
+        && match error.reason() {
+            Some(h2::Reason::REFUSED_STREAM) => error.is_reset(),
+            Some(h2::Reason::NO_ERROR) => error.is_go_away(),
+            _ => false,
+        }
+}
+
+/// The most of a request body kept to send again while its answer's head is awaited.
+const KEPT_FOR_AGAIN: usize = 16 * BUFFER_BYTES;
+
 /// A request body on its way up an HTTP/2 stream, as the provider's window lets it.
 struct Http2Upload {
     body: RequestBody,
     send: h2::SendStream<Bytes>,
     /// What of the last chunk read from the body has not been sent yet.
     chunk: Bytes,
+    /// What was read of the body before `chunk`, and its size, while it is kept to send
+    /// again: until the answer's head comes, unless it grows past [`KEPT_FOR_AGAIN`] or the
+    /// body has trailers. Each chunk is shared with the frame that sent it, not copied.
+    read: Option<(Vec<Bytes>, usize)>,
 }
 
 impl Http2Upload {
+    /// The whole body again, if what was read of it has been kept.
+    fn again(self) -> Option<RequestBody> {
+        let (mut read, _) = self.read?;
+        if !self.chunk.is_empty() {
+            read.push(self.chunk);
+        }
+        Some(RequestBody::again(read, self.body))
+    }
+
+    /// Keeps `part` to send again, while the body is kept.
+    fn keep(&mut self, part: &Bytes) {
+        if let Some((read, size)) = &mut self.read {
+            *size += part.len();
+            if *size > KEPT_FOR_AGAIN {
+                self.read = None;
+            } else {
+                read.push(part.clone());
+            }
+        }
+    }
+
     /// Ready once the body has all been sent, or with an error once it cannot be: the
     /// client's own failure (a body over its limit, an upload that stopped or broke off),
     /// after which the stream is reset, or none when the provider has stopped the stream,
@@ -1140,6 +1233,7 @@ impl Http2Upload {
                     Some(Err(_)) | None => return Poll::Ready(Err(None)),
                 };
                 let part = self.chunk.split_to(room.min(self.chunk.len()));
+                self.keep(&part);
                 let last = self.chunk.is_empty() && self.body.is_end_stream();
                 let sent = self.send.send_data(part, last);
                 if sent.is_err() || last {
@@ -1162,6 +1256,8 @@ impl Http2Upload {
                             // Under the same rules as the request's headers: h2 refuses
                             // the hop-by-hop ones, and would leave the stream open.
                             strip_request_headers(&mut trailers, Toward::Provider);
+                            // Not kept: a body with trailers is not sent again.
+                            self.read = None;
                             self.send.send_trailers(trailers)
                         }
                         Err(_) => continue,

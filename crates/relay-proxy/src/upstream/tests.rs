@@ -1203,3 +1203,217 @@ fn a_failure_reason_read_back_is_the_same_static_code() {
     }
     assert_eq!(UpstreamError::failure_reason(b"made-up"), "upstream_failed");
 }
+
+/// An HTTP/2 provider whose first stream meets `refuse` (h2's server): the rest of its
+/// streams, on that connection and others, are counted like [`h2_provider_counting_uploads`]
+/// counts them. Reports what each stream it answered received.
+async fn h2_provider_refusing_once(
+    refuse: h2::Reason,
+) -> (
+    String,
+    rustls::RootCertStore,
+    mpsc::UnboundedReceiver<Received>,
+    Arc<AtomicUsize>,
+) {
+    let (received, seen) = mpsc::unbounded_channel();
+    let refused = Arc::new(AtomicBool::new(false));
+    let (base, roots, connections) = h2_serving(move |_, tls| {
+        let (received, refused) = (received.clone(), refused.clone());
+        async move {
+            let mut conn = h2::server::handshake(tls).await.unwrap();
+            while let Some(Ok((req, mut respond))) = conn.accept().await {
+                if !refused.swap(true, Ordering::SeqCst) {
+                    respond.send_reset(refuse);
+                    continue;
+                }
+                let received = received.clone();
+                tokio::spawn(async move {
+                    let mut body = req.into_body();
+                    let mut count = 0;
+                    while let Some(Ok(data)) = body.data().await {
+                        count += data.len();
+                        body.flow_control().release_capacity(data.len()).unwrap();
+                    }
+                    received.send(Ok(count)).unwrap();
+                    let mut answer = respond.send_response(Response::new(()), false).unwrap();
+                    answer
+                        .send_data(Bytes::from(count.to_string()), true)
+                        .unwrap();
+                });
+            }
+        }
+    })
+    .await;
+    (base, roots, seen, connections)
+}
+
+#[tokio::test]
+async fn a_request_refused_unprocessed_is_sent_again_whole() {
+    let (base, roots, mut seen, _) = h2_provider_refusing_once(h2::Reason::REFUSED_STREAM).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    // More than the stream's window, so part of it was sent on the refused stream, and the
+    // rest still arrives from the client while the request is refused and sent again.
+    let crate::body::tests::Upload {
+        incoming,
+        chunks,
+        tasks: _tasks,
+    } = crate::body::tests::upload().await;
+    let body = RequestBody::streaming(incoming, 1 << 20, WAIT);
+    chunks.send(chunk(50_000)).await.unwrap();
+    chunks.send(chunk(50_000)).await.unwrap();
+    let uploading = async move {
+        for _ in 0..3 {
+            chunks.send(chunk(50_000)).await.unwrap();
+        }
+    };
+    let (res, ()) = tokio::join!(
+        client.send(post(&format!("{base}/v1/messages"), body)),
+        uploading
+    );
+    assert_eq!(
+        read_all(res.unwrap()).await,
+        (StatusCode::OK, Bytes::from_static(b"250000"))
+    );
+    assert_eq!(seen.recv().await.unwrap(), Ok(250_000));
+    // Sent again once: the refused stream was never answered.
+    assert!(seen.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn a_request_reset_for_another_reason_is_not_sent_again() {
+    for reason in [h2::Reason::INTERNAL_ERROR, h2::Reason::CANCEL] {
+        let (base, roots, mut seen, _) = h2_provider_refusing_once(reason).await;
+        let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+        let body = RequestBody::full(Bytes::from_static(b"{}"));
+        let failed = client
+            .send(post(&format!("{base}/v1/messages"), body))
+            .await;
+        assert!(
+            matches!(failed, Err(UpstreamError::Failed(_))),
+            "{failed:?}"
+        );
+        assert!(seen.try_recv().is_err());
+    }
+}
+
+/// A provider whose first connection answers the client's first HEADERS with a `GOAWAY`
+/// that keeps no stream (its last stream 0) and `reason`, written frame by frame as no
+/// HTTP/2 library sends one on demand; later connections count uploads like
+/// [`h2_provider_refusing_once`]'s (whose first stream then is not refused).
+async fn h2_provider_going_away_first(
+    reason: h2::Reason,
+) -> (
+    String,
+    rustls::RootCertStore,
+    mpsc::UnboundedReceiver<Received>,
+    Arc<AtomicUsize>,
+) {
+    let (received, seen) = mpsc::unbounded_channel();
+    let (base, roots, connections) = h2_serving(move |index, mut tls| {
+        let received = received.clone();
+        async move {
+            if index == 0 {
+                let mut preface = [0; 24];
+                tls.read_exact(&mut preface).await.unwrap();
+                // An empty SETTINGS, then the client's frames until its first HEADERS.
+                tls.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+                loop {
+                    let mut head = [0; 9];
+                    tls.read_exact(&mut head).await.unwrap();
+                    let length = usize::from(head[0]) << 16
+                        | usize::from(head[1]) << 8
+                        | usize::from(head[2]);
+                    let mut payload = vec![0; length];
+                    tls.read_exact(&mut payload).await.unwrap();
+                    if head[3] == 1 {
+                        break;
+                    }
+                }
+                let mut go_away = vec![0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+                go_away.extend(u32::from(reason).to_be_bytes());
+                tls.write_all(&go_away).await.unwrap();
+                tls.flush().await.unwrap();
+                // Read on until the client closes, so the GOAWAY is not lost to a reset.
+                let mut rest = Vec::new();
+                let _ = tls.read_to_end(&mut rest).await;
+                return;
+            }
+            let mut conn = h2::server::handshake(tls).await.unwrap();
+            while let Some(Ok((req, mut respond))) = conn.accept().await {
+                let received = received.clone();
+                tokio::spawn(async move {
+                    let mut body = req.into_body();
+                    let mut count = 0;
+                    while let Some(Ok(data)) = body.data().await {
+                        count += data.len();
+                        body.flow_control().release_capacity(data.len()).unwrap();
+                    }
+                    received.send(Ok(count)).unwrap();
+                    let mut answer = respond.send_response(Response::new(()), false).unwrap();
+                    answer
+                        .send_data(Bytes::from(count.to_string()), true)
+                        .unwrap();
+                });
+            }
+        }
+    })
+    .await;
+    (base, roots, seen, connections)
+}
+
+#[tokio::test]
+async fn a_request_past_the_last_stream_of_a_graceful_goaway_goes_on_a_new_connection() {
+    let (base, roots, mut seen, connections) =
+        h2_provider_going_away_first(h2::Reason::NO_ERROR).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let body = RequestBody::full(Bytes::from(vec![b'x'; 100_000]));
+    let res = client
+        .send(post(&format!("{base}/v1/messages"), body))
+        .await;
+    assert_eq!(
+        read_all(res.unwrap()).await,
+        (StatusCode::OK, Bytes::from_static(b"100000"))
+    );
+    assert_eq!(seen.recv().await.unwrap(), Ok(100_000));
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_request_on_a_connection_closed_with_an_error_is_not_sent_again() {
+    // A GOAWAY with an error ends the streams it kept with that same error, so the client
+    // cannot tell those it kept from those it did not.
+    let (base, roots, mut seen, connections) =
+        h2_provider_going_away_first(h2::Reason::INTERNAL_ERROR).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let body = RequestBody::full(Bytes::from_static(b"{}"));
+    let failed = client
+        .send(post(&format!("{base}/v1/messages"), body))
+        .await;
+    assert!(
+        matches!(failed, Err(UpstreamError::Failed(_))),
+        "{failed:?}"
+    );
+    assert!(seen.try_recv().is_err());
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_request_refused_every_time_fails_after_a_few_tries() {
+    let (base, roots, connections) = h2_serving(|_, tls| async move {
+        let mut conn = h2::server::handshake(tls).await.unwrap();
+        while let Some(Ok((_, mut respond))) = conn.accept().await {
+            respond.send_reset(h2::Reason::REFUSED_STREAM);
+        }
+    })
+    .await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let body = RequestBody::full(Bytes::from_static(b"{}"));
+    let failed = client
+        .send(post(&format!("{base}/v1/messages"), body))
+        .await;
+    assert!(
+        matches!(failed, Err(UpstreamError::Failed(_))),
+        "{failed:?}"
+    );
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
