@@ -1417,3 +1417,33 @@ async fn a_request_refused_every_time_fails_after_a_few_tries() {
     );
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_stream_past_a_new_connections_unknown_limit_comes_back_refused_to_send_again() {
+    // Until the provider's settings are in, h2 takes it to allow 100 streams: with a limit
+    // of 1, the provider refuses the second stream placed in the first round trip.
+    let (base, roots, _) = limited_h2_provider(1).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let held: Uri = format!("{base}/hold").parse().unwrap();
+    let Lent::Http2(sender, stream) = client.inner.connect(&held).await.unwrap() else {
+        panic!("the provider did not choose HTTP/2");
+    };
+    let Some(Lent::Http2(second_sender, second_stream)) = client.inner.take(&held) else {
+        panic!("the new connection was not lent to a second stream");
+    };
+    let (first, second) = tokio::join!(
+        send_on_stream(sender, stream, get(&held.to_string())),
+        send_on_stream(second_sender, second_stream, get(&format!("{base}/quick"))),
+    );
+    assert!(first.is_ok());
+    let Err(Unanswered::Refused(back, _)) = second else {
+        panic!("the second stream was not given back refused");
+    };
+    assert_eq!(back.uri().path(), "/quick");
+    // Sent again through the pool, it finds the limit known and goes on a connection with room.
+    let res = tokio::time::timeout(WAIT, client.send(back)).await.unwrap();
+    assert_eq!(
+        read_all(res.unwrap()).await,
+        (StatusCode::OK, Bytes::from_static(b"ok"))
+    );
+}
