@@ -1107,14 +1107,20 @@ async fn send_on_stream(
     *again.method_mut() = head.method.clone();
     *again.uri_mut() = head.uri.clone();
     *again.headers_mut() = head.headers.clone();
-    let (mut answer, send) = sender
-        .send_request(Request::from_parts(head, ()), empty)
-        .map_err(|error| Unanswered::Failed(UpstreamError::Failed(Box::new(error))))?;
+    let (mut answer, send) = match sender.send_request(Request::from_parts(head, ()), empty) {
+        Ok(sent) => sent,
+        // The connection closed, or was told to open no more streams, since it was ready:
+        // nothing was written.
+        Err(error) if error.is_go_away() || error.is_io() => {
+            return Err(Unanswered::Unwritten(again.map(|()| body)));
+        }
+        Err(error) => return Err(Unanswered::Failed(UpstreamError::Failed(Box::new(error)))),
+    };
     let mut upload = Http2Upload {
         body,
         send,
         chunk: Bytes::new(),
-        read: Some((Vec::new(), 0)),
+        read: Some(KeptBody::default()),
     };
     let mut uploading = !empty;
     // The client's failure first; then the provider's answer, or its failure.
@@ -1168,19 +1174,34 @@ async fn send_on_stream(
 
 /// Whether the provider refused a stream before processing any of it, so that its request
 /// may be sent again: a reset with `REFUSED_STREAM`, or a stream past the last one a
-/// graceful `GOAWAY` (no error) said it would process. A `GOAWAY` with an error ends the
-/// streams it kept with the same error, so only one without says which were never seen.
+/// `GOAWAY` said it would process. h2 gives the `GOAWAY`'s own error to those streams only:
+/// the streams it kept end with the connection, as an I/O error.
 fn is_unprocessed(error: &h2::Error) -> bool {
     error.is_remote()
-        && match error.reason() {
-            Some(h2::Reason::REFUSED_STREAM) => error.is_reset(),
-            Some(h2::Reason::NO_ERROR) => error.is_go_away(),
-            _ => false,
-        }
+        && (error.is_go_away()
+            || (error.is_reset() && error.reason() == Some(h2::Reason::REFUSED_STREAM)))
 }
 
-/// The most of a request body kept to send again while its answer's head is awaited.
+/// The most of one request body kept to send again while its answer's head is awaited.
 const KEPT_FOR_AGAIN: usize = 16 * BUFFER_BYTES;
+/// The most of all request bodies kept to send again at once: past it, a body is not kept.
+const KEPT_FOR_AGAIN_IN_ALL: usize = 32 * 1024 * 1024;
+/// What all [`KeptBody`] hold now.
+static KEPT_IN_ALL: AtomicUsize = AtomicUsize::new(0);
+
+/// The chunks of a request body kept to send again, in order, counted in [`KEPT_IN_ALL`]
+/// until dropped.
+#[derive(Default)]
+struct KeptBody {
+    chunks: Vec<Bytes>,
+    size: usize,
+}
+
+impl Drop for KeptBody {
+    fn drop(&mut self) {
+        KEPT_IN_ALL.fetch_sub(self.size, Ordering::Relaxed);
+    }
+}
 
 /// A request body on its way up an HTTP/2 stream, as the provider's window lets it.
 struct Http2Upload {
@@ -1188,16 +1209,17 @@ struct Http2Upload {
     send: h2::SendStream<Bytes>,
     /// What of the last chunk read from the body has not been sent yet.
     chunk: Bytes,
-    /// What was read of the body before `chunk`, and its size, while it is kept to send
-    /// again: until the answer's head comes, unless it grows past [`KEPT_FOR_AGAIN`] or the
-    /// body has trailers. Each chunk is shared with the frame that sent it, not copied.
-    read: Option<(Vec<Bytes>, usize)>,
+    /// What was read of the body before `chunk`, while it is kept to send again: until the
+    /// answer's head comes, unless it grows past [`KEPT_FOR_AGAIN`], all that is kept grows
+    /// past [`KEPT_FOR_AGAIN_IN_ALL`], or the body has trailers. Each chunk is shared with
+    /// the frame that sent it, not copied.
+    read: Option<KeptBody>,
 }
 
 impl Http2Upload {
     /// The whole body again, if what was read of it has been kept.
     fn again(self) -> Option<RequestBody> {
-        let (mut read, _) = self.read?;
+        let mut read = std::mem::take(&mut self.read?.chunks);
         if !self.chunk.is_empty() {
             read.push(self.chunk);
         }
@@ -1206,13 +1228,16 @@ impl Http2Upload {
 
     /// Keeps `part` to send again, while the body is kept.
     fn keep(&mut self, part: &Bytes) {
-        if let Some((read, size)) = &mut self.read {
-            *size += part.len();
-            if *size > KEPT_FOR_AGAIN {
-                self.read = None;
-            } else {
-                read.push(part.clone());
-            }
+        let Some(kept) = &mut self.read else {
+            return;
+        };
+        // Counted at once: dropping what is kept gives it all back.
+        kept.size += part.len();
+        let in_all = KEPT_IN_ALL.fetch_add(part.len(), Ordering::Relaxed) + part.len();
+        if kept.size > KEPT_FOR_AGAIN || in_all > KEPT_FOR_AGAIN_IN_ALL {
+            self.read = None;
+        } else {
+            kept.chunks.push(part.clone());
         }
     }
 

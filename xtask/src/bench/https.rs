@@ -125,11 +125,15 @@ pub(super) fn run(
         .into_iter()
         .filter_map(|m| {
             let (_, row) = ROWS.iter().find(|(from, _)| *from == m.id)?;
-            Some(m.as_row(*row))
+            Some(without_direct(m.as_row(*row)))
         })
         .collect();
+    let (front_cpus, peer_cpus) = match pinning.stand_ins {
+        Some(_) => ("on the stand-ins' CPUs", "on relayd's CPUs"),
+        None => ("unpinned", "unpinned"),
+    };
     let notes = vec![format!(
-        "HTTPS provider: nginx with TLS (a certificate made for the run, trusted by relayd through SSL_CERT_FILE and by its peer), HTTP/2 offered by ALPN, 1 worker process on the stand-ins' CPUs, in front of the fast stand-in; relayd offers HTTP/2 and HTTP/1.1 by ALPN and so speaks HTTP/2 to it, its peer nginx ({workers} worker process(es) on relayd's CPUs) HTTP/1.1 with upstream keep-alive and TLS session reuse"
+        "HTTPS provider: nginx with TLS (a certificate made for the run, trusted by relayd through SSL_CERT_FILE and by its peer), HTTP/2 offered by ALPN, 1 worker process {front_cpus}, in front of the fast stand-in; relayd offers HTTP/2 and HTTP/1.1 by ALPN and so speaks HTTP/2 to it, its peer nginx ({workers} worker process(es) {peer_cpus}) HTTP/1.1 with upstream keep-alive and TLS session reuse; the rows have no direct figure, as the load generator cannot reach the provider over TLS"
     )];
     let detail = json!({
         "front_pids": front.pids,
@@ -141,4 +145,14 @@ pub(super) fn run(
         notes,
         detail,
     })
+}
+
+/// A row without the direct path's figures: the loadgen's direct blocks go to the plain stand-in, which is not this row's provider.
+pub(super) fn without_direct(mut measure: Measure) -> Measure {
+    measure.direct = None;
+    measure.added = None;
+    if let Some(samples) = &mut measure.samples {
+        samples.direct = 0;
+    }
+    measure
 }

@@ -1297,11 +1297,13 @@ async fn a_request_reset_for_another_reason_is_not_sent_again() {
 }
 
 /// A provider whose first connection answers the client's first HEADERS with a `GOAWAY`
-/// that keeps no stream (its last stream 0) and `reason`, written frame by frame as no
-/// HTTP/2 library sends one on demand; later connections count uploads like
-/// [`h2_provider_refusing_once`]'s (whose first stream then is not refused).
+/// whose last stream is `last` (0: it keeps none) and whose error is `reason`, and then
+/// closes, written frame by frame as no HTTP/2 library sends such a `GOAWAY` on demand;
+/// later connections count uploads like [`h2_provider_refusing_once`]'s (whose first stream
+/// then is not refused).
 async fn h2_provider_going_away_first(
     reason: h2::Reason,
+    last: u32,
 ) -> (
     String,
     rustls::RootCertStore,
@@ -1329,10 +1331,11 @@ async fn h2_provider_going_away_first(
                         break;
                     }
                 }
-                let mut go_away = vec![0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+                let mut go_away = vec![0, 0, 8, 7, 0, 0, 0, 0, 0];
+                go_away.extend(last.to_be_bytes());
                 go_away.extend(u32::from(reason).to_be_bytes());
                 tls.write_all(&go_away).await.unwrap();
-                tls.flush().await.unwrap();
+                tls.shutdown().await.unwrap();
                 // Read on until the client closes, so the GOAWAY is not lost to a reset.
                 let mut rest = Vec::new();
                 let _ = tls.read_to_end(&mut rest).await;
@@ -1362,39 +1365,86 @@ async fn h2_provider_going_away_first(
 }
 
 #[tokio::test]
-async fn a_request_past_the_last_stream_of_a_graceful_goaway_goes_on_a_new_connection() {
-    let (base, roots, mut seen, connections) =
-        h2_provider_going_away_first(h2::Reason::NO_ERROR).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
-    let body = RequestBody::full(Bytes::from(vec![b'x'; 100_000]));
-    let res = client
-        .send(post(&format!("{base}/v1/messages"), body))
-        .await;
-    assert_eq!(
-        read_all(res.unwrap()).await,
-        (StatusCode::OK, Bytes::from_static(b"100000"))
-    );
-    assert_eq!(seen.recv().await.unwrap(), Ok(100_000));
-    assert_eq!(connections.load(Ordering::SeqCst), 2);
+async fn a_request_past_the_last_stream_of_a_goaway_goes_on_a_new_connection() {
+    // Whatever the GOAWAY's error: a stream past its last one was never processed.
+    for reason in [h2::Reason::NO_ERROR, h2::Reason::INTERNAL_ERROR] {
+        let (base, roots, mut seen, connections) = h2_provider_going_away_first(reason, 0).await;
+        let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+        let body = RequestBody::full(Bytes::from(vec![b'x'; 100_000]));
+        let res = client
+            .send(post(&format!("{base}/v1/messages"), body))
+            .await;
+        assert_eq!(
+            read_all(res.unwrap()).await,
+            (StatusCode::OK, Bytes::from_static(b"100000"))
+        );
+        assert_eq!(seen.recv().await.unwrap(), Ok(100_000));
+        assert_eq!(connections.load(Ordering::SeqCst), 2);
+    }
 }
 
 #[tokio::test]
-async fn a_request_on_a_connection_closed_with_an_error_is_not_sent_again() {
-    // A GOAWAY with an error ends the streams it kept with that same error, so the client
-    // cannot tell those it kept from those it did not.
-    let (base, roots, mut seen, connections) =
-        h2_provider_going_away_first(h2::Reason::INTERNAL_ERROR).await;
+async fn a_request_a_goaway_kept_is_not_sent_again_when_its_connection_closes() {
+    // The provider may have processed a stream its GOAWAY kept.
+    for reason in [h2::Reason::NO_ERROR, h2::Reason::INTERNAL_ERROR] {
+        let (base, roots, mut seen, connections) = h2_provider_going_away_first(reason, 1).await;
+        let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+        let body = RequestBody::full(Bytes::from_static(b"{}"));
+        let failed = client
+            .send(post(&format!("{base}/v1/messages"), body))
+            .await;
+        assert!(
+            matches!(failed, Err(UpstreamError::Failed(_))),
+            "{failed:?}"
+        );
+        assert!(seen.try_recv().is_err());
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_body_is_kept_to_send_again_only_until_its_answer_head_and_within_its_bound() {
+    // The provider reads each body whole, and answers when told to.
+    let answer_now = Arc::new(Notify::new());
+    let (read, mut got) = mpsc::unbounded_channel();
+    let (base, roots, _) = h2_serving({
+        let answer_now = answer_now.clone();
+        move |_, tls| {
+            let (read, answer_now) = (read.clone(), answer_now.clone());
+            async move {
+                let mut conn = h2::server::handshake(tls).await.unwrap();
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    let (read, answer_now) = (read.clone(), answer_now.clone());
+                    tokio::spawn(async move {
+                        let mut body = req.into_body();
+                        while let Some(Ok(data)) = body.data().await {
+                            body.flow_control().release_capacity(data.len()).unwrap();
+                        }
+                        read.send(()).unwrap();
+                        answer_now.notified().await;
+                        respond.send_response(Response::new(()), true).unwrap();
+                    });
+                }
+            }
+        }
+    })
+    .await;
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
-    let body = RequestBody::full(Bytes::from_static(b"{}"));
-    let failed = client
-        .send(post(&format!("{base}/v1/messages"), body))
-        .await;
-    assert!(
-        matches!(failed, Err(UpstreamError::Failed(_))),
-        "{failed:?}"
-    );
-    assert!(seen.try_recv().is_err());
-    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    for (size, kept) in [(900_000, 900_000), (KEPT_FOR_AGAIN + 1, 0)] {
+        let body = RequestBody::full(Bytes::from(vec![b'x'; size]));
+        let req = post(&format!("{base}/v1/messages"), body);
+        let sending = tokio::spawn({
+            let client = client.clone();
+            async move { client.send(req).await }
+        });
+        got.recv().await.unwrap();
+        // Read whole by the provider, and kept while its answer's head is awaited, if it is
+        // within its bound.
+        assert_eq!(KEPT_IN_ALL.load(Ordering::SeqCst), kept);
+        answer_now.notify_one();
+        sending.await.unwrap().unwrap();
+        assert_eq!(KEPT_IN_ALL.load(Ordering::SeqCst), 0);
+    }
 }
 
 #[tokio::test]
