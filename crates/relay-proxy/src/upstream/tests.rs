@@ -805,9 +805,7 @@ async fn an_http2_answer_dropped_before_its_end_is_cancelled_at_once() {
 /// How much of an upload an HTTP/2 provider received, or why its stream was reset.
 type Received = Result<usize, Option<h2::Reason>>;
 
-/// An HTTP/2 provider (h2's server) that reads each request's body to its end and answers
-/// with the number of bytes it got, sending its answer's head first if `early`. It also
-/// reports each upload it received.
+/// An HTTP/2 provider (h2's server) that hands each stream to [`count_upload`].
 async fn h2_provider_counting_uploads(
     early: bool,
 ) -> (
@@ -820,38 +818,46 @@ async fn h2_provider_counting_uploads(
         let received = received.clone();
         async move {
             let mut conn = h2::server::handshake(tls).await.unwrap();
-            while let Some(Ok((req, mut respond))) = conn.accept().await {
-                let received = received.clone();
-                tokio::spawn(async move {
-                    let mut answer =
-                        early.then(|| respond.send_response(Response::new(()), false).unwrap());
-                    let mut body = req.into_body();
-                    let mut count = 0;
-                    let got = loop {
-                        match body.data().await {
-                            Some(Ok(data)) => {
-                                count += data.len();
-                                body.flow_control().release_capacity(data.len()).unwrap();
-                            }
-                            Some(Err(error)) => break Err(error.reason()),
-                            None => break Ok(count),
-                        }
-                    };
-                    received.send(got).unwrap();
-                    if got.is_ok() {
-                        let mut answer = answer.take().unwrap_or_else(|| {
-                            respond.send_response(Response::new(()), false).unwrap()
-                        });
-                        answer
-                            .send_data(Bytes::from(count.to_string()), true)
-                            .unwrap();
-                    }
-                });
+            while let Some(Ok((req, respond))) = conn.accept().await {
+                tokio::spawn(count_upload(req, respond, early, received.clone()));
             }
         }
     })
     .await;
     (base, roots, seen)
+}
+
+/// An HTTP/2 provider's handling of one stream (h2's server): reads its upload to the end,
+/// giving the window back, reports how much arrived or why the stream was reset, and
+/// answers with the count, its head sent first if `early`.
+async fn count_upload(
+    req: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    early: bool,
+    received: mpsc::UnboundedSender<Received>,
+) {
+    let mut answer = early.then(|| respond.send_response(Response::new(()), false).unwrap());
+    let mut body = req.into_body();
+    let mut count = 0;
+    let got = loop {
+        match body.data().await {
+            Some(Ok(data)) => {
+                count += data.len();
+                body.flow_control().release_capacity(data.len()).unwrap();
+            }
+            Some(Err(error)) => break Err(error.reason()),
+            None => break Ok(count),
+        }
+    };
+    received.send(got).unwrap();
+    if got.is_ok() {
+        let mut answer = answer
+            .take()
+            .unwrap_or_else(|| respond.send_response(Response::new(()), false).unwrap());
+        answer
+            .send_data(Bytes::from(count.to_string()), true)
+            .unwrap();
+    }
 }
 
 fn post(uri: &str, body: RequestBody) -> Request<RequestBody> {
@@ -1204,9 +1210,8 @@ fn a_failure_reason_read_back_is_the_same_static_code() {
     assert_eq!(UpstreamError::failure_reason(b"made-up"), "upstream_failed");
 }
 
-/// An HTTP/2 provider whose first stream meets `refuse` (h2's server): the rest of its
-/// streams, on that connection and others, are counted like [`h2_provider_counting_uploads`]
-/// counts them. Reports what each stream it answered received.
+/// An HTTP/2 provider (h2's server) whose first stream is reset with `refuse`: the rest,
+/// on that connection and others, go to [`count_upload`].
 async fn h2_provider_refusing_once(
     refuse: h2::Reason,
 ) -> (
@@ -1226,20 +1231,7 @@ async fn h2_provider_refusing_once(
                     respond.send_reset(refuse);
                     continue;
                 }
-                let received = received.clone();
-                tokio::spawn(async move {
-                    let mut body = req.into_body();
-                    let mut count = 0;
-                    while let Some(Ok(data)) = body.data().await {
-                        count += data.len();
-                        body.flow_control().release_capacity(data.len()).unwrap();
-                    }
-                    received.send(Ok(count)).unwrap();
-                    let mut answer = respond.send_response(Response::new(()), false).unwrap();
-                    answer
-                        .send_data(Bytes::from(count.to_string()), true)
-                        .unwrap();
-                });
+                tokio::spawn(count_upload(req, respond, false, received.clone()));
             }
         }
     })
@@ -1299,8 +1291,7 @@ async fn a_request_reset_for_another_reason_is_not_sent_again() {
 /// A provider whose first connection answers the client's first HEADERS with a `GOAWAY`
 /// whose last stream is `last` (0: it keeps none) and whose error is `reason`, and then
 /// closes, written frame by frame as no HTTP/2 library sends such a `GOAWAY` on demand;
-/// later connections count uploads like [`h2_provider_refusing_once`]'s (whose first stream
-/// then is not refused).
+/// later connections hand each stream to [`count_upload`].
 async fn h2_provider_going_away_first(
     reason: h2::Reason,
     last: u32,
@@ -1342,21 +1333,8 @@ async fn h2_provider_going_away_first(
                 return;
             }
             let mut conn = h2::server::handshake(tls).await.unwrap();
-            while let Some(Ok((req, mut respond))) = conn.accept().await {
-                let received = received.clone();
-                tokio::spawn(async move {
-                    let mut body = req.into_body();
-                    let mut count = 0;
-                    while let Some(Ok(data)) = body.data().await {
-                        count += data.len();
-                        body.flow_control().release_capacity(data.len()).unwrap();
-                    }
-                    received.send(Ok(count)).unwrap();
-                    let mut answer = respond.send_response(Response::new(()), false).unwrap();
-                    answer
-                        .send_data(Bytes::from(count.to_string()), true)
-                        .unwrap();
-                });
+            while let Some(Ok((req, respond))) = conn.accept().await {
+                tokio::spawn(count_upload(req, respond, false, received.clone()));
             }
         }
     })
