@@ -472,23 +472,21 @@ impl Body for Source {
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             Source::Http1(incoming) => Pin::new(incoming).poll_frame(cx).map_err(Into::into),
-            Source::Http2(answer) => answer.poll_frame(cx).map_err(Into::into),
+            Source::Http2(answer) => Pin::new(answer).poll_frame(cx).map_err(Into::into),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             Source::Http1(incoming) => incoming.is_end_stream(),
-            Source::Http2(answer) => answer.recv.is_end_stream(),
+            Source::Http2(answer) => answer.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Source::Http1(incoming) => incoming.size_hint(),
-            Source::Http2(answer) => answer
-                .left
-                .map_or_else(SizeHint::default, SizeHint::with_exact),
+            Source::Http2(answer) => answer.size_hint(),
         }
     }
 }
@@ -523,11 +521,16 @@ impl Http2Answer {
             data_over: false,
         })
     }
+}
+
+impl Body for Http2Answer {
+    type Data = Bytes;
+    type Error = h2::Error;
 
     /// Each chunk's room in the stream's window is given back to the provider as the chunk
     /// is handed on, as hyper does.
     fn poll_frame(
-        &mut self,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
         if !self.data_over {
@@ -547,16 +550,31 @@ impl Http2Answer {
             .poll_trailers(cx)
             .map(|trailers| trailers.transpose().map(|t| t.map(Frame::trailers)))
     }
-}
 
-impl From<Incoming> for UpstreamBody {
-    /// A body whose connection has a task of its own.
-    fn from(incoming: Incoming) -> UpstreamBody {
-        UpstreamBody::new(incoming, None, None)
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.left
+            .map_or_else(SizeHint::default, SizeHint::with_exact)
     }
 }
 
 impl UpstreamBody {
+    /// A body read from `source`, its connection's or upload's task held by `alone`.
+    fn reading(source: Source, alone: Option<tokio::sync::oneshot::Sender<()>>) -> UpstreamBody {
+        UpstreamBody {
+            source: Some(source),
+            driven: None,
+            alone,
+            stream: None,
+            ended: false,
+            after_frame: false,
+            held: None,
+        }
+    }
+
     /// A body read off `driven`, the connection its request was sent on with `upload` still
     /// being read from the client, if it was streamed.
     pub(crate) fn new(
@@ -572,15 +590,9 @@ impl UpstreamBody {
             conn.run_alone(until);
             alone = Some(held);
         }
-        UpstreamBody {
-            source: Some(Source::Http1(incoming)),
-            driven,
-            alone,
-            stream: None,
-            ended: false,
-            after_frame: false,
-            held: None,
-        }
+        let mut body = UpstreamBody::reading(Source::Http1(incoming), alone);
+        body.driven = driven;
+        body
     }
 
     /// A body read off an HTTP/2 stream, its request still uploading in a task of its own
@@ -590,15 +602,9 @@ impl UpstreamBody {
         stream: Arc<StreamSlot>,
         alone: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> UpstreamBody {
-        UpstreamBody {
-            source: Some(Source::Http2(answer)),
-            driven: None,
-            alone,
-            stream: Some(stream),
-            ended: false,
-            after_frame: false,
-            held: None,
-        }
+        let mut body = UpstreamBody::reading(Source::Http2(answer), alone);
+        body.stream = Some(stream);
+        body
     }
 }
 
@@ -1271,10 +1277,7 @@ impl Http2Upload {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => {
                         self.chunk = data;
-                        if !self.chunk.is_empty() || !self.body.is_end_stream() {
-                            continue;
-                        }
-                        self.send.send_data(Bytes::new(), true)
+                        continue;
                     }
                     Err(frame) => match frame.into_trailers() {
                         Ok(mut trailers) => {

@@ -157,7 +157,8 @@ async fn a_request_body_without_a_byte_for_the_idle_time_fails() {
 #[tokio::test(start_paused = true)]
 async fn a_forwarded_response_fails_on_idle_and_on_transport_errors() {
     let silent = upload().await;
-    let mut body = ResponseBody::forward(silent.incoming.into(), IDLE, None);
+    let mut body =
+        ResponseBody::forward(UpstreamBody::new(silent.incoming, None, None), IDLE, None);
     send(&silent.chunks, b"data: 1\n\n").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "data: 1\n\n");
     match next(&mut body).await {
@@ -166,7 +167,8 @@ async fn a_forwarded_response_fails_on_idle_and_on_transport_errors() {
     }
 
     let mut broken = upload().await;
-    let mut body = ResponseBody::forward(broken.incoming.into(), IDLE, None);
+    let mut body =
+        ResponseBody::forward(UpstreamBody::new(broken.incoming, None, None), IDLE, None);
     send(&broken.chunks, b"data: 1\n\n").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "data: 1\n\n");
     broken.tasks.shutdown().await;
@@ -189,7 +191,7 @@ async fn the_stream_guard_lives_exactly_as_long_as_the_body() {
     let dropped = Arc::new(AtomicUsize::new(0));
     let upload = upload().await;
     let mut body = ResponseBody::forward(
-        upload.incoming.into(),
+        UpstreamBody::new(upload.incoming, None, None),
         IDLE,
         Some(Box::new(Counted(dropped.clone()))),
     );
