@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use self::cpu::{CpuSnapshot, cpu_ticks_json, other_cpu_share, other_load_note};
 use self::nginx::Nginx;
 use self::pinning::Pinning;
-use self::procs::{Relayd, RelaydMode, Scratch, StandIn, run_loadgen};
+use self::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams, run_loadgen};
 use crate::command::{cargo, project_root, seconds, step};
 
 /// The pass-through load run; the loadgen takes about a minute and a half at full scale.
@@ -375,8 +375,7 @@ fn pass_through_phase(
         bin_dir,
         pinning.relayd.as_deref(),
         RelaydMode::PassThrough,
-        fast.addr,
-        paced.addr,
+        Upstreams::plain(fast.addr, paced.addr),
         scratch,
         &[],
     )?;

@@ -60,7 +60,7 @@ pub(super) fn run(
         scratch,
         &[],
     )?;
-    let relayd = Relayd::start_with(
+    let relayd = Relayd::start(
         bin_dir,
         pinning.relayd.as_deref(),
         RelaydMode::PassThrough,

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::debian;
 use super::nginx::{self, Nginx};
 use super::pinning::Pinning;
-use super::procs::{Relayd, RelaydMode, Scratch, StandIn};
+use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams};
 use super::worker::{McpSession, SessionEnv};
 use crate::command::find_program;
 
@@ -66,8 +66,7 @@ pub(super) fn run(
         bin_dir,
         cpus,
         RelaydMode::PassThrough,
-        fast.addr,
-        fast.addr,
+        Upstreams::plain(fast.addr, fast.addr),
         scratch,
         &callgrind(&valgrind, &out),
     )?;
@@ -222,8 +221,7 @@ fn worker_path(
         bin_dir,
         pinning.relayd.as_deref(),
         RelaydMode::Managed,
-        fast.addr,
-        fast.addr,
+        Upstreams::plain(fast.addr, fast.addr),
         &scratch,
         &callgrind(valgrind, &relayd_out),
     )?;

@@ -267,29 +267,9 @@ pub(super) struct Relayd {
 impl Relayd {
     /// relayd refuses `--port 0`, so a free port is found by binding and closing it; if another process takes it in between, relayd exits and the next attempt uses a fresh port.
     /// It runs under `wrapper` (a command and its arguments) when that is not empty.
-    /// Its files live in the scratch subdirectory named for `mode`: `relayd.toml`, `daemon/` (its `XDG_CONFIG_HOME`) and `system/` (`RELAY_SYSTEM_CONFIG_DIR`).
+    /// Its files live in the scratch subdirectory named for `mode` (and `-https` when its upstreams are): `relayd.toml`, `daemon/` (its `XDG_CONFIG_HOME`) and `system/` (`RELAY_SYSTEM_CONFIG_DIR`).
     /// In managed mode the same upstreams also go to `system/config.toml`, because a worker takes `[upstream]` only from the config files (SPEC §8).
     pub(super) fn start(
-        bin_dir: &Path,
-        cpus: Option<&str>,
-        mode: RelaydMode,
-        openai_upstream: SocketAddr,
-        anthropic_upstream: SocketAddr,
-        scratch: &Scratch,
-        wrapper: &[OsString],
-    ) -> Result<Relayd> {
-        Relayd::start_with(
-            bin_dir,
-            cpus,
-            mode,
-            Upstreams::plain(openai_upstream, anthropic_upstream),
-            scratch,
-            wrapper,
-        )
-    }
-
-    /// [`Relayd::start`], with the upstreams as `upstreams` says.
-    pub(super) fn start_with(
         bin_dir: &Path,
         cpus: Option<&str>,
         mode: RelaydMode,

@@ -26,7 +26,9 @@ use super::cpu::{CpuSnapshot, cpu_ticks_json, other_cpu_share};
 use super::hook::{HOOK_RUNS, HOOK_RUNS_QUICK, HOOK_WARMUP, destinations, hook_wall_time};
 use super::http::http_get;
 use super::pinning::Pinning;
-use super::procs::{Process, Relayd, RelaydMode, Scratch, StandIn, log_tail, run_loadgen};
+use super::procs::{
+    Process, Relayd, RelaydMode, Scratch, StandIn, Upstreams, log_tail, run_loadgen,
+};
 use super::{Options, PACED_STREAM_ARGS, PACED_STREAM_PACE_MS};
 
 /// Sessions whose activation is counted; one more runs first and is reported apart (it creates the machine key, pins the daemon key and binds the credential, which later sessions find done).
@@ -88,8 +90,7 @@ pub(super) fn run(
         bin_dir,
         pinning.relayd.as_deref(),
         RelaydMode::Managed,
-        fast.addr,
-        paced.addr,
+        Upstreams::plain(fast.addr, paced.addr),
         scratch,
         &[],
     )?;
