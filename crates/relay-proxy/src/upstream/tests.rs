@@ -860,6 +860,20 @@ async fn count_upload(
     }
 }
 
+/// Checks that an upload of `size` bytes arrived whole: the provider reported `size` bytes
+/// on `seen` ([`count_upload`]), and answered with that count.
+async fn arrived_whole(
+    res: Response<UpstreamBody>,
+    seen: &mut mpsc::UnboundedReceiver<Received>,
+    size: usize,
+) {
+    assert_eq!(
+        read_all(res).await,
+        (StatusCode::OK, Bytes::from(size.to_string()))
+    );
+    assert_eq!(seen.recv().await.unwrap(), Ok(size));
+}
+
 fn post(uri: &str, body: RequestBody) -> Request<RequestBody> {
     let mut req = Request::new(body);
     *req.method_mut() = http::Method::POST;
@@ -879,11 +893,7 @@ async fn a_body_larger_than_the_stream_window_reaches_an_http2_provider_whole() 
     let res = client
         .send(post(&format!("{base}/v1/messages"), body))
         .await;
-    assert_eq!(
-        read_all(res.unwrap()).await,
-        (StatusCode::OK, Bytes::from_static(b"300000"))
-    );
-    assert_eq!(seen.recv().await.unwrap(), Ok(300_000));
+    arrived_whole(res.unwrap(), &mut seen, 300_000).await;
 }
 
 #[tokio::test]
@@ -902,11 +912,7 @@ async fn an_upload_goes_on_up_its_http2_stream_after_an_early_answer_head() {
         upload.chunks.send(chunk(40_000)).await.unwrap();
     }
     drop(upload.chunks);
-    assert_eq!(
-        read_all(res).await,
-        (StatusCode::OK, Bytes::from_static(b"200000"))
-    );
-    assert_eq!(seen.recv().await.unwrap(), Ok(200_000));
+    arrived_whole(res, &mut seen, 200_000).await;
 }
 
 #[tokio::test]
@@ -1262,11 +1268,7 @@ async fn a_request_refused_unprocessed_is_sent_again_whole() {
         client.send(post(&format!("{base}/v1/messages"), body)),
         uploading
     );
-    assert_eq!(
-        read_all(res.unwrap()).await,
-        (StatusCode::OK, Bytes::from_static(b"250000"))
-    );
-    assert_eq!(seen.recv().await.unwrap(), Ok(250_000));
+    arrived_whole(res.unwrap(), &mut seen, 250_000).await;
     // Sent again once: the refused stream was never answered.
     assert!(seen.try_recv().is_err());
 }
@@ -1352,11 +1354,7 @@ async fn a_request_past_the_last_stream_of_a_goaway_goes_on_a_new_connection() {
         let res = client
             .send(post(&format!("{base}/v1/messages"), body))
             .await;
-        assert_eq!(
-            read_all(res.unwrap()).await,
-            (StatusCode::OK, Bytes::from_static(b"100000"))
-        );
-        assert_eq!(seen.recv().await.unwrap(), Ok(100_000));
+        arrived_whole(res.unwrap(), &mut seen, 100_000).await;
         assert_eq!(connections.load(Ordering::SeqCst), 2);
     }
 }
