@@ -29,6 +29,7 @@ use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tower_service::Service as _;
 
 use crate::body::{BodyError, RequestBody, Upload};
@@ -127,6 +128,19 @@ impl UpstreamError {
         )
     }
 
+    /// The same failure, for another request that waited on the connection that failed.
+    fn shared(&self) -> UpstreamError {
+        let text = |error: &BoxError| -> BoxError { crate::error_chain::error_chain(&**error).into() };
+        match self {
+            UpstreamError::BodyTooLarge { limit } => UpstreamError::BodyTooLarge { limit: *limit },
+            UpstreamError::RequestBody { idle } => UpstreamError::RequestBody { idle: *idle },
+            UpstreamError::ConnectTimeout => UpstreamError::ConnectTimeout,
+            UpstreamError::Unreachable(error) => UpstreamError::Unreachable(text(error)),
+            UpstreamError::ResponseHeadTimeout => UpstreamError::ResponseHeadTimeout,
+            UpstreamError::Failed(error) => UpstreamError::Failed(text(error)),
+        }
+    }
+
     /// The `reason` field of request-failure log events.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -197,6 +211,69 @@ struct Origin {
     scheme: Scheme,
     authority: Authority,
     conns: Vec<Kept>,
+    /// A connection being opened over TLS, that other requests wait for rather than each
+    /// opening its own, as it may be HTTP/2 and take them all ([`Opener`]).
+    opening: Option<watch::Receiver<Opened>>,
+    /// The provider chose HTTP/1.1 for the last connection opened to it: each request
+    /// needs a connection of its own, and none waits for another's.
+    http1: bool,
+}
+
+/// How the connection other requests waited for came out.
+enum Opened {
+    Pending,
+    /// Kept in the pool if HTTP/2.
+    Done,
+    /// The same failure for each that waited.
+    Failed(UpstreamError),
+}
+
+/// The request opening the connection that others to its origin wait for. Dropped, it
+/// tells them how it came out, or, if it was cancelled first, lets one of them open one.
+struct Opener {
+    pool: Arc<Inner>,
+    uri: Uri,
+    tell: watch::Sender<Opened>,
+    opened: Opened,
+    http1: bool,
+}
+
+impl Opener {
+    fn opened(mut self, result: &Result<Lent, UpstreamError>) {
+        match result {
+            Ok(lent) => {
+                self.opened = Opened::Done;
+                self.http1 = matches!(lent, Lent::Http1(_));
+            }
+            Err(error) => self.opened = Opened::Failed(error.shared()),
+        }
+    }
+}
+
+impl Drop for Opener {
+    fn drop(&mut self) {
+        if let Some(mut origins) = relay_logging::sync::lock(&self.pool.origins, "provider pool")
+            && let Some(origin) = origins.iter_mut().find(|o| o.serves(&self.uri))
+        {
+            // Only an opener sets it, and only when it is empty.
+            origin.opening = None;
+            if matches!(self.opened, Opened::Done) {
+                origin.http1 = self.http1;
+            }
+        }
+        let opened = std::mem::replace(&mut self.opened, Opened::Pending);
+        if !matches!(opened, Opened::Pending) {
+            self.tell.send_replace(opened);
+        }
+    }
+}
+
+/// What a request that found no kept connection with room does.
+enum Turn {
+    /// Opens one, telling those who wait for it when there is an [`Opener`].
+    Open(Option<Opener>),
+    /// Waits for the one another request is opening.
+    Wait(watch::Receiver<Opened>),
 }
 
 struct Kept {
@@ -825,7 +902,11 @@ impl Inner {
                 Some(lent) => (lent, false),
                 // Boxed: its state (the stream, the handshakes) is large and needed only for
                 // a new connection.
-                None => (Box::pin(self.connect(req.uri())).await?, true),
+                None => match Box::pin(self.open(req.uri())).await? {
+                    Some(lent) => (lent, true),
+                    // Another request opened one: it may have room for this one.
+                    None => continue,
+                },
             };
             // Written here rather than in a function of its own: each `async fn` the request
             // passes through copies it into its state twice.
@@ -908,30 +989,80 @@ impl Inner {
 
     /// Keeps a connection for later requests to `uri`'s origin.
     fn keep(&self, uri: &Uri, sender: Sender) {
-        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
-            return;
-        };
         let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
             return;
         };
-        let index = match origins.iter().position(|o| o.serves(uri)) {
-            Some(index) => index,
-            None => {
-                origins.push(Origin {
-                    scheme: scheme.clone(),
-                    authority: authority.clone(),
-                    conns: Vec::new(),
-                });
-                origins.len() - 1
-            }
+        let Some(origin) = Origin::of(&mut origins, uri) else {
+            return;
         };
-        let conns = &mut origins[index].conns;
-        if conns.len() < MAX_POOLED {
-            conns.push(Kept {
+        if origin.conns.len() < MAX_POOLED {
+            origin.conns.push(Kept {
                 sender,
                 used: Instant::now(),
             });
         }
+    }
+
+    /// A new connection for the request, or `None` once the one another request was
+    /// opening is ready, to be looked for in the pool.
+    ///
+    /// Over TLS, requests that find no connection with room wait for the one connection
+    /// being opened: it is likely HTTP/2, with room for them all, and a burst of requests
+    /// would otherwise open one connection and handshake each. They share its failure,
+    /// rather than each trying again in turn. Once the provider has chosen HTTP/1.1, or
+    /// for plain `http`, each request opens its own at once.
+    async fn open(self: &Arc<Self>, uri: &Uri) -> Result<Option<Lent>, UpstreamError> {
+        match self.turn(uri) {
+            Turn::Open(opener) => {
+                let opened = self.connect(uri).await;
+                if let Some(opener) = opener {
+                    opener.opened(&opened);
+                }
+                opened.map(Some)
+            }
+            Turn::Wait(mut opening) => {
+                match opening
+                    .wait_for(|opened| !matches!(opened, Opened::Pending))
+                    .await
+                {
+                    Ok(opened) => match &*opened {
+                        Opened::Failed(error) => Err(error.shared()),
+                        Opened::Pending | Opened::Done => Ok(None),
+                    },
+                    // Its opener was cancelled.
+                    Err(_) => Ok(None),
+                }
+            }
+        }
+    }
+
+    /// Whether the request opens a connection or waits for one ([`Inner::open`]).
+    fn turn(self: &Arc<Self>, uri: &Uri) -> Turn {
+        if uri.scheme() != Some(&Scheme::HTTPS) {
+            return Turn::Open(None);
+        }
+        let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
+            return Turn::Open(None);
+        };
+        let Some(origin) = Origin::of(&mut origins, uri) else {
+            return Turn::Open(None);
+        };
+        if origin.http1 {
+            return Turn::Open(None);
+        }
+        // One whose opener is gone without clearing it is no longer waited for.
+        if let Some(opening) = origin.opening.as_ref().filter(|o| o.has_changed().is_ok()) {
+            return Turn::Wait(opening.clone());
+        }
+        let (tell, opening) = watch::channel(Opened::Pending);
+        origin.opening = Some(opening);
+        Turn::Open(Some(Opener {
+            pool: Arc::clone(self),
+            uri: uri.clone(),
+            tell,
+            opened: Opened::Pending,
+            http1: false,
+        }))
     }
 
     /// Opens a connection to the request's origin (directly or through the egress proxy,
@@ -1017,7 +1148,8 @@ impl Inner {
     }
 
     /// Drops the connections closed, or last used before `now - POOL_IDLE`, and origins
-    /// left with none. An HTTP/1.1 connection busy with a response is not in the pool.
+    /// left with none and none being opened. An HTTP/1.1 connection busy with a response is
+    /// not in the pool.
     fn sweep(&self, now: Instant) {
         let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
             return;
@@ -1029,7 +1161,7 @@ impl Inner {
                 !kept.sender.is_closed() && !idle
             });
         }
-        origins.retain(|origin| !origin.conns.is_empty());
+        origins.retain(|origin| !origin.conns.is_empty() || origin.opening.is_some());
     }
 }
 
@@ -1313,6 +1445,25 @@ impl Http2Upload {
 }
 
 impl Origin {
+    /// The origin of `uri` among `origins`, added if it is not there.
+    fn of<'a>(origins: &'a mut Vec<Origin>, uri: &Uri) -> Option<&'a mut Origin> {
+        let (scheme, authority) = (uri.scheme()?, uri.authority()?);
+        let index = match origins.iter().position(|o| o.serves(uri)) {
+            Some(index) => index,
+            None => {
+                origins.push(Origin {
+                    scheme: scheme.clone(),
+                    authority: authority.clone(),
+                    conns: Vec::new(),
+                    opening: None,
+                    http1: false,
+                });
+                origins.len() - 1
+            }
+        };
+        Some(&mut origins[index])
+    }
+
     /// Authorities compare without case, a byte at a time; a request's nearly always has
     /// the very bytes of its origin's (the origin was kept from an earlier request to the
     /// same base URL), so those are compared first, at the cost of a `memcmp`.

@@ -442,12 +442,28 @@ async fn h2_listener() -> (
     String,
     rustls::RootCertStore,
 ) {
+    tls_listener(false).await
+}
+
+/// A TLS listener for `localhost` that offers HTTP/2 and HTTP/1.1 by ALPN, or only
+/// HTTP/1.1, its base URL, and the roots that trust it.
+async fn tls_listener(
+    http1_only: bool,
+) -> (
+    TcpListener,
+    tokio_rustls::TlsAcceptor,
+    String,
+    rustls::RootCertStore,
+) {
     let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     std::fs::write(&cert, generated.cert.pem()).unwrap();
     std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
-    let server = crate::tls::server_config_from_files(&cert, &key).unwrap();
+    let mut server = crate::tls::server_config_from_files(&cert, &key).unwrap();
+    if http1_only {
+        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    }
     let mut roots = rustls::RootCertStore::empty();
     roots.add(generated.cert.der().clone()).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
@@ -534,6 +550,133 @@ async fn an_https_provider_that_chooses_http2_shares_one_connection() {
         assert_eq!(body, format!("HTTP/2.0 localhost:{port} /v1/messages"));
     }
     assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn requests_at_once_to_a_new_http2_provider_share_the_one_connection_opened() {
+    let (base, roots, connections) =
+        h2_provider_answering(None, |_| Response::new(Full::new(Bytes::from_static(b"ok")))).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri = format!("{base}/v1/messages");
+    let answers = futures_util::future::join_all((0..20).map(|_| client.send(get(&uri)))).await;
+    for answer in answers {
+        assert_eq!(
+            read_all(answer.unwrap()).await,
+            (StatusCode::OK, Bytes::from_static(b"ok"))
+        );
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn requests_at_once_to_an_https_provider_that_chose_http1_get_a_connection_each() {
+    // Answers `/hold` with a body that never ends: a request that waited for another's
+    // answer rather than for its connection would never be answered.
+    let (listener, acceptor, base, roots) = tls_listener(true).await;
+    let connections = Arc::new(AtomicUsize::new(0));
+    tokio::spawn({
+        let connections = connections.clone();
+        async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                connections.fetch_add(1, Ordering::SeqCst);
+                let tls = acceptor.accept(tcp).await.unwrap();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                        let body = if req.uri().path() == "/hold" {
+                            let never = futures_util::stream::pending::<
+                                Result<Frame<Bytes>, std::convert::Infallible>,
+                            >();
+                            http_body_util::Either::Left(http_body_util::StreamBody::new(never))
+                        } else {
+                            http_body_util::Either::Right(Full::new(Bytes::from_static(b"ok")))
+                        };
+                        Ok::<_, std::convert::Infallible>(Response::new(body))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        }
+    });
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let (first, second, (), ()) = tokio::join!(
+        client.send(get(&format!("{base}/hold"))),
+        client.send(get(&format!("{base}/hold"))),
+        quick(&client, &base),
+        quick(&client, &base),
+    );
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first.version(), Version::HTTP_11);
+    assert_eq!(connections.load(Ordering::SeqCst), 4);
+    drop((first, second));
+}
+
+/// A peer that accepts TCP connections and never says a word, and how many it took.
+async fn silent_peer() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    tokio::spawn({
+        let accepted = accepted.clone();
+        async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                held.push(stream);
+            }
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn requests_that_waited_for_a_connection_share_its_failure() {
+    let (addr, accepted) = silent_peer().await;
+    let client = UpstreamClient::with_tls(
+        &UpstreamOptions {
+            connect_timeout: Duration::from_millis(300),
+            ..options()
+        },
+        client_tls(rustls::RootCertStore::empty()),
+    );
+    let uri = format!("https://{addr}/v1/messages");
+    let answers = futures_util::future::join_all((0..5).map(|_| client.send(get(&uri)))).await;
+    for answer in answers {
+        assert_eq!(answer.unwrap_err().reason(), "connect_timeout");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn when_the_request_opening_a_connection_is_cancelled_one_that_waited_opens_its_own() {
+    let (addr, accepted) = silent_peer().await;
+    let client = UpstreamClient::with_tls(
+        &UpstreamOptions {
+            connect_timeout: Duration::from_secs(60),
+            ..options()
+        },
+        client_tls(rustls::RootCertStore::empty()),
+    );
+    let uri = format!("https://{addr}/v1/messages");
+    let opening = tokio::spawn({
+        let (client, uri) = (client.clone(), uri.clone());
+        async move { client.send(get(&uri)).await }
+    });
+    assert!(relay_testkit::eventually(WAIT, || accepted.load(Ordering::SeqCst) == 1).await);
+    let mut waiting = std::pin::pin!(client.send(get(&uri)));
+    let pending = std::future::poll_fn(|cx| Poll::Ready(waiting.as_mut().poll(cx).is_pending()));
+    assert!(pending.await);
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "it did not wait");
+    opening.abort();
+    assert!(opening.await.unwrap_err().is_cancelled());
+    tokio::select! {
+        answer = &mut waiting => panic!("it ended instead of opening a connection: {answer:?}"),
+        opened = relay_testkit::eventually(WAIT, || accepted.load(Ordering::SeqCst) == 2) => {
+            assert!(opened);
+        }
+    }
 }
 
 /// An HTTPS provider over HTTP/2 that allows `streams` open at once on a connection. It
