@@ -153,6 +153,18 @@ fn names_hop_by_hop(token: &[u8]) -> bool {
     }
 }
 
+/// Marks the caller's credentials and cookies so that HPACK never indexes them: one HTTP/2
+/// connection to a provider carries the requests of every user of the machine, and a
+/// secret in its compression table could be guessed at by another user from the sizes of
+/// what is sent (RFC 7541, section 7.1.3).
+pub fn never_index_credentials(headers: &mut HeaderMap) {
+    for name in PROVIDER_CREDENTIALS.iter().chain([&header::COOKIE]) {
+        if let header::Entry::Occupied(mut entry) = headers.entry(name) {
+            entry.iter_mut().for_each(|value| value.set_sensitive(true));
+        }
+    }
+}
+
 /// True when the request carries a provider credential of its own.
 pub fn has_provider_credential(headers: &HeaderMap) -> bool {
     PROVIDER_CREDENTIALS

@@ -130,7 +130,8 @@ impl UpstreamError {
 
     /// The same failure, for another request that waited on the connection that failed.
     fn shared(&self) -> UpstreamError {
-        let text = |error: &BoxError| -> BoxError { crate::error_chain::error_chain(&**error).into() };
+        let text =
+            |error: &BoxError| -> BoxError { crate::error_chain::error_chain(&**error).into() };
         match self {
             UpstreamError::BodyTooLarge { limit } => UpstreamError::BodyTooLarge { limit: *limit },
             UpstreamError::RequestBody { idle } => UpstreamError::RequestBody { idle: *idle },
@@ -1231,6 +1232,7 @@ async fn send_on_stream(
     let (mut head, body) = req.into_parts();
     let to_head = head.method == http::Method::HEAD;
     let empty = body.is_end_stream();
+    crate::headers::never_index_credentials(&mut head.headers);
     // The forwarded headers have no `Content-Length` (the framing is the body's), and
     // HTTP/2 has no framing of its own to say the length: it is said when it is known, as
     // over HTTP/1.1.

@@ -554,8 +554,10 @@ async fn an_https_provider_that_chooses_http2_shares_one_connection() {
 
 #[tokio::test]
 async fn requests_at_once_to_a_new_http2_provider_share_the_one_connection_opened() {
-    let (base, roots, connections) =
-        h2_provider_answering(None, |_| Response::new(Full::new(Bytes::from_static(b"ok")))).await;
+    let (base, roots, connections) = h2_provider_answering(None, |_| {
+        Response::new(Full::new(Bytes::from_static(b"ok")))
+    })
+    .await;
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
     let uri = format!("{base}/v1/messages");
     let answers = futures_util::future::join_all((0..20).map(|_| client.send(get(&uri)))).await;
@@ -1485,6 +1487,82 @@ async fn h2_provider_going_away_first(
     })
     .await;
     (base, roots, seen, connections)
+}
+
+/// An HTTP/2 provider spoken to frame by frame: it answers every request `200` with no
+/// body, and sends the length of each request's header block, as HPACK encoded it.
+async fn h2_provider_measuring_header_blocks() -> (
+    String,
+    rustls::RootCertStore,
+    mpsc::UnboundedReceiver<usize>,
+) {
+    let (blocks, measured) = mpsc::unbounded_channel();
+    let (base, roots, _) = h2_serving(move |_, mut tls| {
+        let blocks = blocks.clone();
+        async move {
+            let mut preface = [0; 24];
+            tls.read_exact(&mut preface).await.unwrap();
+            tls.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+            loop {
+                let mut head = [0; 9];
+                if tls.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let length =
+                    usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+                let mut payload = vec![0; length];
+                tls.read_exact(&mut payload).await.unwrap();
+                match (head[3], head[4]) {
+                    // The client's SETTINGS: acknowledged.
+                    (4, 0) => tls.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap(),
+                    // A request's HEADERS: answered with `:status 200` (index 8 of HPACK's
+                    // static table), ending its stream.
+                    (1, _) => {
+                        blocks.send(length).unwrap();
+                        let mut answer = vec![0, 0, 1, 1, 5];
+                        answer.extend(&head[5..9]);
+                        answer.push(0x88);
+                        tls.write_all(&answer).await.unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    })
+    .await;
+    (base, roots, measured)
+}
+
+#[tokio::test]
+async fn credentials_and_cookies_are_never_indexed_toward_an_http2_provider() {
+    // Indexed, the second request's secret would take a byte or two; never indexed, every
+    // request carries it whole.
+    let secret = "k3y".repeat(40);
+    for (name, value) in [
+        ("authorization", format!("Bearer {secret}")),
+        ("x-api-key", secret.clone()),
+        ("api-key", secret.clone()),
+        ("anthropic-api-key", secret.clone()),
+        ("cookie", format!("session={secret}")),
+    ] {
+        let (base, roots, mut blocks) = h2_provider_measuring_header_blocks().await;
+        let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+        for _ in 0..2 {
+            let mut req = get(&format!("{base}/v1/messages"));
+            req.headers_mut()
+                .insert(name, HeaderValue::from_str(&value).unwrap());
+            let res = tokio::time::timeout(WAIT, client.send(req))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(read_all(res).await.0, StatusCode::OK);
+        }
+        let (first, second) = (blocks.recv().await.unwrap(), blocks.recv().await.unwrap());
+        assert!(
+            second >= secret.len() / 2,
+            "{name}: the first request's block took {first} bytes and the second's {second}"
+        );
+    }
 }
 
 #[tokio::test]
