@@ -240,6 +240,8 @@ struct Opener {
 }
 
 impl Opener {
+    /// Tells those waiting how opening came out: an HTTP/2 connection tells them itself,
+    /// once it is settled ([`Settling`]).
     fn opened(mut self, result: &Result<Lent, UpstreamError>) {
         match result {
             Ok(lent) => {
@@ -247,6 +249,31 @@ impl Opener {
                 self.http1 = matches!(lent, Lent::Http1(_));
             }
             Err(error) => self.opened = Opened::Failed(error.shared()),
+        }
+    }
+}
+
+/// A new HTTP/2 connection until the provider's settings are in: until then h2 takes the
+/// provider to allow 100 streams at once, so the connection is kept for other requests,
+/// and those waiting for it are told, only then. The answer to a first `PING` comes after
+/// the settings, which a provider sends first.
+struct Settling {
+    pool: Weak<Inner>,
+    uri: Uri,
+    shared: Shared,
+    opener: Option<Opener>,
+    /// How long the answer to that `PING` may take: the connect timeout, as it is still
+    /// part of opening the connection.
+    within: Duration,
+}
+
+impl Settling {
+    fn settled(self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.keep(&self.uri, Sender::Http2(self.shared));
+        }
+        if let Some(mut opener) = self.opener {
+            opener.opened = Opened::Done;
         }
     }
 }
@@ -996,6 +1023,9 @@ impl Inner {
         let Some(origin) = Origin::of(&mut origins, uri) else {
             return;
         };
+        if matches!(sender, Sender::Http2(_)) {
+            origin.http1 = false;
+        }
         if origin.conns.len() < MAX_POOLED {
             origin.conns.push(Kept {
                 sender,
@@ -1014,8 +1044,8 @@ impl Inner {
     /// for plain `http`, each request opens its own at once.
     async fn open(self: &Arc<Self>, uri: &Uri) -> Result<Option<Lent>, UpstreamError> {
         match self.turn(uri) {
-            Turn::Open(opener) => {
-                let opened = self.connect(uri).await;
+            Turn::Open(mut opener) => {
+                let opened = self.connect(uri, &mut opener).await;
                 if let Some(opener) = opener {
                     opener.opened(&opened);
                 }
@@ -1051,8 +1081,7 @@ impl Inner {
         if origin.http1 {
             return Turn::Open(None);
         }
-        // One whose opener is gone without clearing it is no longer waited for.
-        if let Some(opening) = origin.opening.as_ref().filter(|o| o.has_changed().is_ok()) {
+        if let Some(opening) = &origin.opening {
             return Turn::Wait(opening.clone());
         }
         let (tell, opening) = watch::channel(Opened::Pending);
@@ -1067,9 +1096,15 @@ impl Inner {
     }
 
     /// Opens a connection to the request's origin (directly or through the egress proxy,
-    /// TLS for `https`), HTTP/2 if the provider chose it by ALPN. An HTTP/2 connection is
-    /// kept at once, to be shared; an HTTP/1.1 one once its first response body is read.
-    async fn connect(self: &Arc<Self>, uri: &Uri) -> Result<Lent, UpstreamError> {
+    /// TLS for `https`), HTTP/2 if the provider chose it by ALPN. An HTTP/2 connection
+    /// carries the request at once, and is kept to be shared (and `opener` told) once the
+    /// provider's settings are in ([`Settling`]); an HTTP/1.1 one is kept once its first
+    /// response body is read.
+    async fn connect(
+        self: &Arc<Self>,
+        uri: &Uri,
+        opener: &mut Option<Opener>,
+    ) -> Result<Lent, UpstreamError> {
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
             return Err(UpstreamError::Failed(
                 format!("the upstream address {uri} is not absolute").into(),
@@ -1100,13 +1135,19 @@ impl Inner {
             )
             .await
             .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
-            tokio::spawn(run_http2(connection, self.http2_ping_after));
             let shared = Shared {
                 sender,
                 streams: Arc::default(),
             };
             let lent = shared.lend();
-            self.keep(uri, Sender::Http2(shared));
+            let settling = Settling {
+                pool: Arc::downgrade(self),
+                uri: uri.clone(),
+                shared,
+                opener: opener.take(),
+                within: self.connect_timeout.min(self.http2_ping_after),
+            };
+            tokio::spawn(run_http2(connection, self.http2_ping_after, settling));
             Ok(lent)
         } else {
             let (sender, conn) = http1::Builder::new()
@@ -1167,24 +1208,35 @@ impl Inner {
 }
 
 /// Runs an HTTP/2 connection to a provider until it ends: when the provider closes it, or
-/// when it has no stream open and the pool has let it go. Every [`HTTP2_PING_AFTER`] it
-/// sends the provider a `PING`, and closes the connection when the answer does not come
-/// within that time again: a path that went silent (a dead link, a NAT that forgot the
+/// when it has no stream open and the pool has let it go. It sends the provider a `PING`
+/// at once, and settles the connection ([`Settling`]) when the answer comes; then every
+/// [`HTTP2_PING_AFTER`] again, closing the connection when the answer does not come
+/// within that time: a path that went silent (a dead link, a NAT that forgot the
 /// connection) would otherwise hold every request on it until TCP gives up, which takes
 /// about a quarter of an hour.
-async fn run_http2(mut connection: Http2Connection, ping_after: Duration) {
+async fn run_http2(mut connection: Http2Connection, ping_after: Duration, settling: Settling) {
     let Some(mut pings) = connection.ping_pong() else {
         return;
     };
     let keep_alive = async move {
+        let mut settling = Some(settling);
         loop {
-            tokio::time::sleep(ping_after).await;
+            let within = match &settling {
+                Some(settling) => settling.within,
+                None => {
+                    tokio::time::sleep(ping_after).await;
+                    ping_after
+                }
+            };
             if pings.send_ping(h2::Ping::opaque()).is_err() {
                 return;
             }
             let pong = std::future::poll_fn(|cx| pings.poll_pong(cx));
-            if !matches!(tokio::time::timeout(ping_after, pong).await, Ok(Ok(_))) {
+            if !matches!(tokio::time::timeout(within, pong).await, Ok(Ok(_))) {
                 return;
+            }
+            if let Some(settling) = settling.take() {
+                settling.settled();
             }
         }
     };

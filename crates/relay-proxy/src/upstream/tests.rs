@@ -442,16 +442,16 @@ async fn h2_listener() -> (
     String,
     rustls::RootCertStore,
 ) {
-    tls_listener(false).await
+    let (listener, config, base, roots) = tls_listener().await;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    (listener, acceptor, base, roots)
 }
 
-/// A TLS listener for `localhost` that offers HTTP/2 and HTTP/1.1 by ALPN, or only
-/// HTTP/1.1, its base URL, and the roots that trust it.
-async fn tls_listener(
-    http1_only: bool,
-) -> (
+/// A TLS listener for `localhost`, the server configuration to accept with (HTTP/2 and
+/// HTTP/1.1 offered by ALPN), its base URL, and the roots that trust it.
+async fn tls_listener() -> (
     TcpListener,
-    tokio_rustls::TlsAcceptor,
+    rustls::ServerConfig,
     String,
     rustls::RootCertStore,
 ) {
@@ -460,19 +460,15 @@ async fn tls_listener(
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     std::fs::write(&cert, generated.cert.pem()).unwrap();
     std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
-    let mut server = crate::tls::server_config_from_files(&cert, &key).unwrap();
-    if http1_only {
-        server.alpn_protocols = vec![b"http/1.1".to_vec()];
-    }
+    let server = crate::tls::server_config_from_files(&cert, &key).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(generated.cert.der().clone()).unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!(
         "https://localhost:{}",
         listener.local_addr().unwrap().port()
     );
-    (listener, acceptor, base, roots)
+    (listener, server, base, roots)
 }
 
 /// An HTTPS provider that chooses HTTP/2 by ALPN and hands each connection, with its index
@@ -570,19 +566,80 @@ async fn requests_at_once_to_a_new_http2_provider_share_the_one_connection_opene
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
 
+/// Requests at once to a new provider that allows fewer streams than they are, each in a
+/// task of its own: every one is answered, none waits for another's answer, and the first
+/// connection carries no more streams than the provider's settings allow.
+async fn a_burst_past_a_new_providers_stream_limit(limit: u32, requests: usize) {
+    let (base, roots, connections) = limited_h2_provider(limit).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri = format!("{base}/hold");
+    let tasks: Vec<_> = (0..requests)
+        .map(|_| {
+            let (client, uri) = (client.clone(), uri.clone());
+            tokio::spawn(async move { tokio::time::timeout(WAIT, client.send(get(&uri))).await })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for task in tasks {
+        let answered = task
+            .await
+            .unwrap()
+            .expect("a request waited for another's answer");
+        held.push(answered.expect("a request failed"));
+    }
+    let needed = requests.div_ceil(limit as usize);
+    assert_eq!(connections.load(Ordering::SeqCst), needed);
+}
+
 #[tokio::test]
-async fn requests_at_once_to_an_https_provider_that_chose_http1_get_a_connection_each() {
-    // Answers `/hold` with a body that never ends: a request that waited for another's
-    // answer rather than for its connection would never be answered.
-    let (listener, acceptor, base, roots) = tls_listener(true).await;
+async fn a_burst_past_a_new_providers_stream_limit_is_answered() {
+    a_burst_past_a_new_providers_stream_limit(1, 5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_past_a_new_providers_stream_limit_is_answered_on_two_threads() {
+    a_burst_past_a_new_providers_stream_limit(2, 8).await;
+}
+
+#[tokio::test]
+async fn a_burst_past_a_hundred_streams_opens_a_connection_per_hundred() {
+    // The provider would allow 200: relayd's own bound of 100 per connection holds.
+    let (base, roots, connections) = limited_h2_provider(200).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri = format!("{base}/hold");
+    let answers = tokio::time::timeout(
+        WAIT,
+        futures_util::future::join_all((0..250).map(|_| client.send(get(&uri)))),
+    )
+    .await
+    .expect("a request waited for another's answer");
+    assert!(answers.iter().all(Result::is_ok));
+    assert_eq!(connections.load(Ordering::SeqCst), 3);
+}
+
+/// An HTTPS provider that offers only HTTP/1.1 by ALPN on its first `http1_first`
+/// connections, and HTTP/2 as well on the later ones. It answers `/hold` with a body that
+/// never ends, as a long stream does, and anything else with `ok`. Returns its base URL,
+/// the roots that trust it, and the connections it took.
+async fn provider_choosing_http1_first(
+    http1_first: usize,
+) -> (String, rustls::RootCertStore, Arc<AtomicUsize>) {
+    let (listener, config, base, roots) = tls_listener().await;
+    let mut http1_only = config.clone();
+    http1_only.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let (http1, both) = (Arc::new(http1_only), Arc::new(config));
     let connections = Arc::new(AtomicUsize::new(0));
     tokio::spawn({
         let connections = connections.clone();
         async move {
             loop {
                 let (tcp, _) = listener.accept().await.unwrap();
-                connections.fetch_add(1, Ordering::SeqCst);
-                let tls = acceptor.accept(tcp).await.unwrap();
+                let index = connections.fetch_add(1, Ordering::SeqCst);
+                let config = if index < http1_first { &http1 } else { &both };
+                let tls = tokio_rustls::TlsAcceptor::from(config.clone())
+                    .accept(tcp)
+                    .await
+                    .unwrap();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
                         let body = if req.uri().path() == "/hold" {
@@ -595,13 +652,21 @@ async fn requests_at_once_to_an_https_provider_that_chose_http1_get_a_connection
                         };
                         Ok::<_, std::convert::Infallible>(Response::new(body))
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(tls), service)
                         .await;
                 });
             }
         }
     });
+    (base, roots, connections)
+}
+
+#[tokio::test]
+async fn requests_at_once_to_an_https_provider_that_chose_http1_get_a_connection_each() {
+    // A request that waited for another's answer rather than for its connection would
+    // never be answered: `/hold` never ends.
+    let (base, roots, connections) = provider_choosing_http1_first(usize::MAX).await;
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
     let (first, second, (), ()) = tokio::join!(
         client.send(get(&format!("{base}/hold"))),
@@ -613,6 +678,30 @@ async fn requests_at_once_to_an_https_provider_that_chose_http1_get_a_connection
     assert_eq!(first.version(), Version::HTTP_11);
     assert_eq!(connections.load(Ordering::SeqCst), 4);
     drop((first, second));
+}
+
+#[tokio::test]
+async fn once_a_provider_that_chose_http1_chooses_http2_again_requests_wait_for_one_connection() {
+    let (base, roots, connections) = provider_choosing_http1_first(1).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let held = client.send(get(&format!("{base}/hold"))).await.unwrap();
+    assert_eq!(held.version(), Version::HTTP_11);
+    // With the HTTP/1.1 connection busy, the next request opens the provider's first
+    // HTTP/2 connection.
+    let first = client.send(get(&format!("{base}/hold"))).await.unwrap();
+    assert_eq!(first.version(), Version::HTTP_2);
+    // 99 fill it; the 50 past them wait for one more connection.
+    let answers = tokio::time::timeout(
+        WAIT,
+        futures_util::future::join_all(
+            (0..STREAMS_PER_CONNECTION + 49).map(|_| client.send(get(&format!("{base}/hold")))),
+        ),
+    )
+    .await
+    .expect("a request waited for another's answer");
+    assert!(answers.iter().all(Result::is_ok));
+    assert_eq!(connections.load(Ordering::SeqCst), 3);
+    drop((held, first));
 }
 
 /// A peer that accepts TCP connections and never says a word, and how many it took.
@@ -1668,16 +1757,16 @@ async fn a_request_refused_every_time_fails_after_a_few_tries() {
 #[tokio::test]
 async fn a_stream_past_a_new_connections_unknown_limit_comes_back_refused_to_send_again() {
     // Until the provider's settings are in, h2 takes it to allow 100 streams: with a limit
-    // of 1, the provider refuses the second stream placed in the first round trip.
+    // of 1, the provider refuses a second stream placed in the first round trip. The pool
+    // lends a new connection to no other request until then, but a stream can still meet
+    // a limit lowered later.
     let (base, roots, _) = limited_h2_provider(1).await;
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
     let held: Uri = format!("{base}/hold").parse().unwrap();
-    let Lent::Http2(sender, stream) = client.inner.connect(&held).await.unwrap() else {
+    let Lent::Http2(sender, stream) = client.inner.connect(&held, &mut None).await.unwrap() else {
         panic!("the provider did not choose HTTP/2");
     };
-    let Some(Lent::Http2(second_sender, second_stream)) = client.inner.take(&held) else {
-        panic!("the new connection was not lent to a second stream");
-    };
+    let (second_sender, second_stream) = (sender.clone(), StreamSlot(Arc::default()));
     let (first, second) = tokio::join!(
         send_on_stream(sender, stream, get(&held.to_string())),
         send_on_stream(second_sender, second_stream, get(&format!("{base}/quick"))),
