@@ -253,6 +253,24 @@ impl Opener {
     }
 }
 
+impl Drop for Opener {
+    fn drop(&mut self) {
+        if let Some(mut origins) = relay_logging::sync::lock(&self.pool.origins, "provider pool")
+            && let Some(origin) = origins.iter_mut().find(|o| o.serves(&self.uri))
+        {
+            // Only an opener sets it, and only when it is empty.
+            origin.opening = None;
+            if matches!(self.opened, Opened::Done) {
+                origin.http1 = self.http1;
+            }
+        }
+        let opened = std::mem::replace(&mut self.opened, Opened::Pending);
+        if !matches!(opened, Opened::Pending) {
+            self.tell.send_replace(opened);
+        }
+    }
+}
+
 /// A new HTTP/2 connection until the provider's settings are in: until then h2 takes the
 /// provider to allow 100 streams at once, so the connection is kept for other requests,
 /// and those waiting for it are told, only then. The answer to a first `PING` comes after
@@ -274,24 +292,6 @@ impl Settling {
         }
         if let Some(mut opener) = self.opener {
             opener.opened = Opened::Done;
-        }
-    }
-}
-
-impl Drop for Opener {
-    fn drop(&mut self) {
-        if let Some(mut origins) = relay_logging::sync::lock(&self.pool.origins, "provider pool")
-            && let Some(origin) = origins.iter_mut().find(|o| o.serves(&self.uri))
-        {
-            // Only an opener sets it, and only when it is empty.
-            origin.opening = None;
-            if matches!(self.opened, Opened::Done) {
-                origin.http1 = self.http1;
-            }
-        }
-        let opened = std::mem::replace(&mut self.opened, Opened::Pending);
-        if !matches!(opened, Opened::Pending) {
-            self.tell.send_replace(opened);
         }
     }
 }
