@@ -232,7 +232,7 @@ enum Opened {
 /// The request opening the connection that others to its origin wait for. Dropped, it
 /// tells them how it came out, or, if it was cancelled first, lets one of them open one.
 struct Opener {
-    pool: Arc<Inner>,
+    pool: Weak<Inner>,
     uri: Uri,
     tell: watch::Sender<Opened>,
     opened: Opened,
@@ -255,7 +255,8 @@ impl Opener {
 
 impl Drop for Opener {
     fn drop(&mut self) {
-        if let Some(mut origins) = relay_logging::sync::lock(&self.pool.origins, "provider pool")
+        if let Some(pool) = self.pool.upgrade()
+            && let Some(mut origins) = relay_logging::sync::lock(&pool.origins, "provider pool")
             && let Some(origin) = origins.iter_mut().find(|o| o.serves(&self.uri))
         {
             // Only an opener sets it, and only when it is empty.
@@ -274,14 +275,15 @@ impl Drop for Opener {
 /// A new HTTP/2 connection until the provider's settings are in: until then h2 takes the
 /// provider to allow 100 streams at once, so the connection is kept for other requests,
 /// and those waiting for it are told, only then. The answer to a first `PING` comes after
-/// the settings, which a provider sends first.
+/// the settings, which a provider sends first; one that does not answer within `within`
+/// is settled all the same, as its settings are in by then whether it answers or not.
 struct Settling {
     pool: Weak<Inner>,
     uri: Uri,
     shared: Shared,
     opener: Option<Opener>,
-    /// How long the answer to that `PING` may take: the connect timeout, as it is still
-    /// part of opening the connection.
+    /// How long to wait for the answer to that `PING` before settling all the same: the
+    /// connect timeout, as it is still part of opening the connection.
     within: Duration,
 }
 
@@ -1087,7 +1089,7 @@ impl Inner {
         let (tell, opening) = watch::channel(Opened::Pending);
         origin.opening = Some(opening);
         Turn::Open(Some(Opener {
-            pool: Arc::clone(self),
+            pool: Arc::downgrade(self),
             uri: uri.clone(),
             tell,
             opened: Opened::Pending,
@@ -1190,8 +1192,8 @@ impl Inner {
     }
 
     /// Drops the connections closed, or last used before `now - POOL_IDLE`, and origins
-    /// left with none and none being opened. An HTTP/1.1 connection busy with a response is
-    /// not in the pool.
+    /// left with none, none being opened, and no choice of HTTP/1.1 to remember: an
+    /// HTTP/1.1 connection busy with a response is not in the pool.
     fn sweep(&self, now: Instant) {
         let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
             return;
@@ -1203,14 +1205,15 @@ impl Inner {
                 !kept.sender.is_closed() && !idle
             });
         }
-        origins.retain(|origin| !origin.conns.is_empty() || origin.opening.is_some());
+        origins
+            .retain(|origin| !origin.conns.is_empty() || origin.opening.is_some() || origin.http1);
     }
 }
 
 /// Runs an HTTP/2 connection to a provider until it ends: when the provider closes it, or
 /// when it has no stream open and the pool has let it go. It sends the provider a `PING`
 /// at once, and settles the connection ([`Settling`]) when the answer comes; then every
-/// [`HTTP2_PING_AFTER`] again, closing the connection when the answer does not come
+/// [`HTTP2_PING_AFTER`] again. It closes the connection when an answer does not come
 /// within that time: a path that went silent (a dead link, a NAT that forgot the
 /// connection) would otherwise hold every request on it until TCP gives up, which takes
 /// about a quarter of an hour.
@@ -1221,22 +1224,26 @@ async fn run_http2(mut connection: Http2Connection, ping_after: Duration, settli
     let keep_alive = async move {
         let mut settling = Some(settling);
         loop {
-            let within = match &settling {
-                Some(settling) => settling.within,
-                None => {
-                    tokio::time::sleep(ping_after).await;
-                    ping_after
-                }
-            };
+            if settling.is_none() {
+                tokio::time::sleep(ping_after).await;
+            }
             if pings.send_ping(h2::Ping::opaque()).is_err() {
                 return;
             }
-            let pong = std::future::poll_fn(|cx| pings.poll_pong(cx));
-            if !matches!(tokio::time::timeout(within, pong).await, Ok(Ok(_))) {
-                return;
-            }
+            let deadline = tokio::time::Instant::now() + ping_after;
+            let mut pong = std::pin::pin!(std::future::poll_fn(|cx| pings.poll_pong(cx)));
             if let Some(settling) = settling.take() {
+                let first = tokio::time::timeout(settling.within, &mut pong).await;
+                if matches!(first, Ok(Err(_))) {
+                    return;
+                }
                 settling.settled();
+                if first.is_ok() {
+                    continue;
+                }
+            }
+            if !matches!(tokio::time::timeout_at(deadline, pong).await, Ok(Ok(_))) {
+                return;
             }
         }
     };

@@ -1579,14 +1579,16 @@ async fn h2_provider_going_away_first(
 }
 
 /// An HTTP/2 provider spoken to frame by frame: it answers every request `200` with no
-/// body, and sends the length of each request's header block, as HPACK encoded it.
+/// body, and sends the length of each request's header block, as HPACK encoded it. It
+/// answers `PING`s, so that a new connection settles and is shared ([`Settling`]).
 async fn h2_provider_measuring_header_blocks() -> (
     String,
     rustls::RootCertStore,
     mpsc::UnboundedReceiver<usize>,
+    Arc<AtomicUsize>,
 ) {
     let (blocks, measured) = mpsc::unbounded_channel();
-    let (base, roots, _) = h2_serving(move |_, mut tls| {
+    let (base, roots, connections) = h2_serving(move |_, mut tls| {
         let blocks = blocks.clone();
         async move {
             let mut preface = [0; 24];
@@ -1613,13 +1615,19 @@ async fn h2_provider_measuring_header_blocks() -> (
                         answer.push(0x88);
                         tls.write_all(&answer).await.unwrap();
                     }
+                    // A PING: acknowledged with its payload.
+                    (6, 0) => {
+                        let mut pong = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                        pong.extend(&payload);
+                        tls.write_all(&pong).await.unwrap();
+                    }
                     _ => {}
                 }
             }
         }
     })
     .await;
-    (base, roots, measured)
+    (base, roots, measured, connections)
 }
 
 #[tokio::test]
@@ -1634,7 +1642,7 @@ async fn credentials_and_cookies_are_never_indexed_toward_an_http2_provider() {
         ("anthropic-api-key", secret.clone()),
         ("cookie", format!("session={secret}")),
     ] {
-        let (base, roots, mut blocks) = h2_provider_measuring_header_blocks().await;
+        let (base, roots, mut blocks, connections) = h2_provider_measuring_header_blocks().await;
         let client = UpstreamClient::with_tls(&options(), client_tls(roots));
         for _ in 0..2 {
             let mut req = get(&format!("{base}/v1/messages"));
@@ -1647,6 +1655,8 @@ async fn credentials_and_cookies_are_never_indexed_toward_an_http2_provider() {
             assert_eq!(read_all(res).await.0, StatusCode::OK);
         }
         let (first, second) = (blocks.recv().await.unwrap(), blocks.recv().await.unwrap());
+        // On a second connection, its HPACK table empty, the test would prove nothing.
+        assert_eq!(connections.load(Ordering::SeqCst), 1, "{name}");
         assert!(
             second >= secret.len() / 2,
             "{name}: the first request's block took {first} bytes and the second's {second}"
@@ -1782,4 +1792,250 @@ async fn a_stream_past_a_new_connections_unknown_limit_comes_back_refused_to_sen
         read_all(res.unwrap()).await,
         (StatusCode::OK, Bytes::from_static(b"ok"))
     );
+}
+
+/// How [`h2_provider_pinged`] treats the client's `PING`s on one connection.
+#[derive(Clone)]
+enum OnPing {
+    /// Acknowledged at once.
+    Answer,
+    /// Acknowledged once the `Notify` is notified; the requests before it are answered
+    /// only then.
+    AnswerWhen(Arc<Notify>),
+    /// Never acknowledged, the requests answered all the same.
+    Ignore,
+    /// The connection is closed instead, once the `Notify` is notified.
+    CloseWhen(Arc<Notify>),
+}
+
+/// An HTTP/2 provider spoken to frame by frame: its connection `i` treats `PING`s as
+/// `pings[i]` says (answered at once past the list). It answers each request `200`,
+/// ending the stream if `end`, and sends the index of each connection on which a `PING`
+/// arrived.
+async fn h2_provider_pinged(
+    pings: Vec<OnPing>,
+    end: bool,
+) -> (
+    String,
+    rustls::RootCertStore,
+    mpsc::UnboundedReceiver<usize>,
+    Arc<AtomicUsize>,
+) {
+    let (pinged, seen) = mpsc::unbounded_channel();
+    let (base, roots, connections) = h2_serving(move |index, mut tls| {
+        let on_ping = pings.get(index).cloned().unwrap_or(OnPing::Answer);
+        let pinged = pinged.clone();
+        async move {
+            let mut preface = [0; 24];
+            tls.read_exact(&mut preface).await.unwrap();
+            tls.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+            let answer = |id: &[u8]| {
+                let mut answer = vec![0, 0, 1, 1, if end { 5 } else { 4 }];
+                answer.extend(id);
+                answer.push(0x88);
+                answer
+            };
+            // Answers held until the first PING is acknowledged.
+            let mut held =
+                matches!(on_ping, OnPing::AnswerWhen(_) | OnPing::CloseWhen(_)).then(Vec::new);
+            loop {
+                let mut head = [0; 9];
+                if tls.read_exact(&mut head).await.is_err() {
+                    return;
+                }
+                let length =
+                    usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+                let mut payload = vec![0; length];
+                if tls.read_exact(&mut payload).await.is_err() {
+                    return;
+                }
+                match (head[3], head[4]) {
+                    (4, 0) => tls.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap(),
+                    (1, _) => match &mut held {
+                        Some(held) => held.push(answer(&head[5..9])),
+                        None => tls.write_all(&answer(&head[5..9])).await.unwrap(),
+                    },
+                    (6, 0) => {
+                        let _ = pinged.send(index);
+                        match &on_ping {
+                            OnPing::Ignore => continue,
+                            OnPing::CloseWhen(release) => {
+                                release.notified().await;
+                                let _ = tls.shutdown().await;
+                                return;
+                            }
+                            OnPing::AnswerWhen(release) => release.notified().await,
+                            OnPing::Answer => {}
+                        }
+                        let mut pong = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                        pong.extend(&payload);
+                        tls.write_all(&pong).await.unwrap();
+                        for answer in held.take().into_iter().flatten() {
+                            tls.write_all(&answer).await.unwrap();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    })
+    .await;
+    (base, roots, seen, connections)
+}
+
+/// Polls `request` once, and says whether it is still pending.
+async fn is_pending<F: Future + Unpin>(request: &mut F) -> bool {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *request).poll(cx).is_pending())).await
+}
+
+#[tokio::test]
+async fn a_connection_whose_opener_is_cancelled_while_it_settles_is_still_shared() {
+    let release = Arc::new(Notify::new());
+    let (base, roots, mut pinged, connections) =
+        h2_provider_pinged(vec![OnPing::AnswerWhen(release.clone())], true).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri = format!("{base}/v1/messages");
+    let opening = tokio::spawn({
+        let (client, uri) = (client.clone(), uri.clone());
+        async move { client.send(get(&uri)).await }
+    });
+    assert_eq!(
+        tokio::time::timeout(WAIT, pinged.recv()).await.unwrap(),
+        Some(0)
+    );
+    let mut waiting: Vec<_> = (0..3).map(|_| Box::pin(client.send(get(&uri)))).collect();
+    for request in &mut waiting {
+        assert!(is_pending(request).await);
+    }
+    opening.abort();
+    assert!(opening.await.unwrap_err().is_cancelled());
+    // A sweep meanwhile keeps the origin being opened.
+    client.inner.sweep(Instant::now() + POOL_IDLE);
+    release.notify_one();
+    let answers = tokio::time::timeout(WAIT, futures_util::future::join_all(waiting))
+        .await
+        .expect("those waiting were never told");
+    for answer in answers {
+        assert_eq!(answer.unwrap().status(), StatusCode::OK);
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn when_a_new_connection_ends_before_its_first_pong_those_waiting_open_another() {
+    let release = Arc::new(Notify::new());
+    let (base, roots, mut pinged, connections) =
+        h2_provider_pinged(vec![OnPing::CloseWhen(release.clone())], true).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri = format!("{base}/v1/messages");
+    let opening = tokio::spawn({
+        let (client, uri) = (client.clone(), uri.clone());
+        async move { client.send(get(&uri)).await }
+    });
+    assert_eq!(
+        tokio::time::timeout(WAIT, pinged.recv()).await.unwrap(),
+        Some(0)
+    );
+    let mut waiting: Vec<_> = (0..3).map(|_| Box::pin(client.send(get(&uri)))).collect();
+    for request in &mut waiting {
+        assert!(is_pending(request).await);
+    }
+    release.notify_one();
+    // The opener's stream went with its connection; those waiting share the next.
+    assert!(
+        tokio::time::timeout(WAIT, opening)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_err()
+    );
+    let answers = tokio::time::timeout(WAIT, futures_util::future::join_all(waiting))
+        .await
+        .expect("those waiting hung");
+    for answer in answers {
+        assert_eq!(answer.unwrap().status(), StatusCode::OK);
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_provider_that_never_answers_ping_is_shared_once_the_connect_timeout_has_passed() {
+    // It breaks RFC 9113 (section 6.7), but its settings are in by then all the same.
+    let (base, roots, _, connections) = h2_provider_pinged(vec![OnPing::Ignore], true).await;
+    let client = UpstreamClient::with_tls(
+        &UpstreamOptions {
+            connect_timeout: Duration::from_millis(300),
+            ..options()
+        },
+        client_tls(roots),
+    );
+    let uri = format!("{base}/v1/messages");
+    let answers = tokio::time::timeout(
+        WAIT,
+        futures_util::future::join_all((0..4).map(|_| client.send(get(&uri)))),
+    )
+    .await
+    .expect("a request hung");
+    assert!(answers.into_iter().all(|a| a.is_ok()));
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_provider_that_never_answers_ping_has_its_connection_closed_after_the_ping_time() {
+    let (base, roots, _, _) = h2_provider_pinged(vec![OnPing::Ignore], false).await;
+    let mut client = UpstreamClient::with_tls(
+        &UpstreamOptions {
+            connect_timeout: Duration::from_millis(300),
+            ..options()
+        },
+        client_tls(roots),
+    );
+    Arc::get_mut(&mut client.inner).unwrap().http2_ping_after = Duration::from_millis(600);
+    let res = tokio::time::timeout(WAIT, client.send(get(&format!("{base}/v1/messages"))))
+        .await
+        .unwrap()
+        .unwrap();
+    let read = tokio::time::timeout(WAIT, res.into_body().collect()).await;
+    assert!(matches!(read, Ok(Err(_))), "the answer was not cut");
+}
+
+#[tokio::test]
+async fn an_https_origin_known_to_choose_http1_is_not_waited_for_after_a_sweep() {
+    let (base, roots, _) = provider_choosing_http1_first(usize::MAX).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri: Uri = format!("{base}/hold").parse().unwrap();
+    // A long answer holds its HTTP/1.1 connection out of the pool.
+    let held = client.send(get(&uri.to_string())).await.unwrap();
+    assert_eq!(held.version(), Version::HTTP_11);
+    assert!(matches!(client.inner.turn(&uri), Turn::Open(None)));
+    client.inner.sweep(Instant::now());
+    assert!(
+        matches!(client.inner.turn(&uri), Turn::Open(None)),
+        "the sweep forgot that the provider chose HTTP/1.1: the next burst waits for one handshake"
+    );
+    drop(held);
+}
+
+#[tokio::test]
+async fn a_client_dropped_while_a_connection_settles_is_freed_at_once() {
+    let release = Arc::new(Notify::new());
+    let (base, roots, mut pinged, _) =
+        h2_provider_pinged(vec![OnPing::AnswerWhen(release.clone())], true).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let pool = Arc::downgrade(&client.inner);
+    let opening = tokio::spawn({
+        let client = client.clone();
+        let uri = format!("{base}/v1/messages");
+        async move { client.send(get(&uri)).await }
+    });
+    assert_eq!(
+        tokio::time::timeout(WAIT, pinged.recv()).await.unwrap(),
+        Some(0)
+    );
+    opening.abort();
+    let _ = opening.await;
+    drop(client);
+    // The connection's task, settling, holds the pool only weakly.
+    assert!(relay_testkit::eventually(WAIT, || pool.upgrade().is_none()).await);
+    release.notify_one();
 }
