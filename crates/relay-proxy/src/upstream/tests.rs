@@ -548,6 +548,18 @@ async fn an_https_provider_that_chooses_http2_shares_one_connection() {
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
 
+type Answer = Result<Response<UpstreamBody>, UpstreamError>;
+
+/// Every request answered `200` within [`WAIT`]: none waited for another's answer.
+async fn all_answered<F: Future<Output = Answer>>(requests: impl IntoIterator<Item = F>) {
+    let answers = tokio::time::timeout(WAIT, futures_util::future::join_all(requests))
+        .await
+        .expect("a request waited for another's answer");
+    for answer in answers {
+        assert_eq!(answer.unwrap().status(), StatusCode::OK);
+    }
+}
+
 #[tokio::test]
 async fn requests_at_once_to_a_new_http2_provider_share_the_one_connection_opened() {
     let (base, roots, connections) = h2_provider_answering(None, |_| {
@@ -607,13 +619,7 @@ async fn a_burst_past_a_hundred_streams_opens_a_connection_per_hundred() {
     let (base, roots, connections) = limited_h2_provider(200).await;
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
     let uri = format!("{base}/hold");
-    let answers = tokio::time::timeout(
-        WAIT,
-        futures_util::future::join_all((0..250).map(|_| client.send(get(&uri)))),
-    )
-    .await
-    .expect("a request waited for another's answer");
-    assert!(answers.iter().all(Result::is_ok));
+    all_answered((0..250).map(|_| client.send(get(&uri)))).await;
     assert_eq!(connections.load(Ordering::SeqCst), 3);
 }
 
@@ -691,21 +697,15 @@ async fn once_a_provider_that_chose_http1_chooses_http2_again_requests_wait_for_
     let first = client.send(get(&format!("{base}/hold"))).await.unwrap();
     assert_eq!(first.version(), Version::HTTP_2);
     // 99 fill it; the 50 past them wait for one more connection.
-    let answers = tokio::time::timeout(
-        WAIT,
-        futures_util::future::join_all(
-            (0..STREAMS_PER_CONNECTION + 49).map(|_| client.send(get(&format!("{base}/hold")))),
-        ),
-    )
-    .await
-    .expect("a request waited for another's answer");
-    assert!(answers.iter().all(Result::is_ok));
+    let uri = format!("{base}/hold");
+    all_answered((0..STREAMS_PER_CONNECTION + 49).map(|_| client.send(get(&uri)))).await;
     assert_eq!(connections.load(Ordering::SeqCst), 3);
     drop((held, first));
 }
 
-/// A peer that accepts TCP connections and never says a word, and how many it took.
-async fn silent_peer() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+/// A client with `connect_timeout`, the URL of a peer that accepts TCP connections and
+/// never says a word (so a TLS handshake with it never ends), and how many it took.
+async fn silent_provider(connect_timeout: Duration) -> (UpstreamClient, String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
@@ -719,20 +719,19 @@ async fn silent_peer() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
             }
         }
     });
-    (addr, accepted)
-}
-
-#[tokio::test]
-async fn requests_that_waited_for_a_connection_share_its_failure() {
-    let (addr, accepted) = silent_peer().await;
     let client = UpstreamClient::with_tls(
         &UpstreamOptions {
-            connect_timeout: Duration::from_millis(300),
+            connect_timeout,
             ..options()
         },
         client_tls(rustls::RootCertStore::empty()),
     );
-    let uri = format!("https://{addr}/v1/messages");
+    (client, format!("https://{addr}/v1/messages"), accepted)
+}
+
+#[tokio::test]
+async fn requests_that_waited_for_a_connection_share_its_failure() {
+    let (client, uri, accepted) = silent_provider(Duration::from_millis(300)).await;
     let answers = futures_util::future::join_all((0..5).map(|_| client.send(get(&uri)))).await;
     for answer in answers {
         assert_eq!(answer.unwrap_err().reason(), "connect_timeout");
@@ -742,23 +741,14 @@ async fn requests_that_waited_for_a_connection_share_its_failure() {
 
 #[tokio::test]
 async fn when_the_request_opening_a_connection_is_cancelled_one_that_waited_opens_its_own() {
-    let (addr, accepted) = silent_peer().await;
-    let client = UpstreamClient::with_tls(
-        &UpstreamOptions {
-            connect_timeout: Duration::from_secs(60),
-            ..options()
-        },
-        client_tls(rustls::RootCertStore::empty()),
-    );
-    let uri = format!("https://{addr}/v1/messages");
+    let (client, uri, accepted) = silent_provider(Duration::from_secs(60)).await;
     let opening = tokio::spawn({
         let (client, uri) = (client.clone(), uri.clone());
         async move { client.send(get(&uri)).await }
     });
     assert!(relay_testkit::eventually(WAIT, || accepted.load(Ordering::SeqCst) == 1).await);
-    let mut waiting = std::pin::pin!(client.send(get(&uri)));
-    let pending = std::future::poll_fn(|cx| Poll::Ready(waiting.as_mut().poll(cx).is_pending()));
-    assert!(pending.await);
+    let mut waiting = Box::pin(client.send(get(&uri)));
+    assert!(is_pending(&mut waiting).await);
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "it did not wait");
     opening.abort();
     assert!(opening.await.unwrap_err().is_cancelled());
@@ -1524,6 +1514,36 @@ async fn a_request_reset_for_another_reason_is_not_sent_again() {
     }
 }
 
+/// The start of an HTTP/2 provider written frame by frame: reads the client's preface and
+/// sends an empty SETTINGS.
+async fn raw_h2_start(tls: &mut tokio_rustls::server::TlsStream<tokio::net::TcpStream>) {
+    let mut preface = [0; 24];
+    tls.read_exact(&mut preface).await.unwrap();
+    tls.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+}
+
+/// The next frame from the client, as its 9-byte head and its payload; `None` once the
+/// connection has ended.
+async fn raw_h2_frame(
+    tls: &mut tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+) -> Option<([u8; 9], Vec<u8>)> {
+    let mut head = [0; 9];
+    tls.read_exact(&mut head).await.ok()?;
+    let length = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+    let mut payload = vec![0; length];
+    tls.read_exact(&mut payload).await.ok()?;
+    Some((head, payload))
+}
+
+/// An HTTP/2 answer `200` to the stream of a request whose frame head is `head`, written
+/// as `:status 200` (index 8 of HPACK's static table), ending the stream if `end`.
+fn raw_h2_ok(head: &[u8; 9], end: bool) -> Vec<u8> {
+    let mut answer = vec![0, 0, 1, 1, if end { 5 } else { 4 }];
+    answer.extend(&head[5..9]);
+    answer.push(0x88);
+    answer
+}
+
 /// A provider whose first connection answers the client's first HEADERS with a `GOAWAY`
 /// whose last stream is `last` (0: it keeps none) and whose error is `reason`, and then
 /// closes, written frame by frame as no HTTP/2 library sends such a `GOAWAY` on demand;
@@ -1542,22 +1562,9 @@ async fn h2_provider_going_away_first(
         let received = received.clone();
         async move {
             if index == 0 {
-                let mut preface = [0; 24];
-                tls.read_exact(&mut preface).await.unwrap();
-                // An empty SETTINGS, then the client's frames until its first HEADERS.
-                tls.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
-                loop {
-                    let mut head = [0; 9];
-                    tls.read_exact(&mut head).await.unwrap();
-                    let length = usize::from(head[0]) << 16
-                        | usize::from(head[1]) << 8
-                        | usize::from(head[2]);
-                    let mut payload = vec![0; length];
-                    tls.read_exact(&mut payload).await.unwrap();
-                    if head[3] == 1 {
-                        break;
-                    }
-                }
+                // The client's frames until its first HEADERS.
+                raw_h2_start(&mut tls).await;
+                while raw_h2_frame(&mut tls).await.unwrap().0[3] != 1 {}
                 let mut go_away = vec![0, 0, 8, 7, 0, 0, 0, 0, 0];
                 go_away.extend(last.to_be_bytes());
                 go_away.extend(u32::from(reason).to_be_bytes());
@@ -1578,58 +1585,6 @@ async fn h2_provider_going_away_first(
     (base, roots, seen, connections)
 }
 
-/// An HTTP/2 provider spoken to frame by frame: it answers every request `200` with no
-/// body, and sends the length of each request's header block, as HPACK encoded it. It
-/// answers `PING`s, so that a new connection settles and is shared ([`Settling`]).
-async fn h2_provider_measuring_header_blocks() -> (
-    String,
-    rustls::RootCertStore,
-    mpsc::UnboundedReceiver<usize>,
-    Arc<AtomicUsize>,
-) {
-    let (blocks, measured) = mpsc::unbounded_channel();
-    let (base, roots, connections) = h2_serving(move |_, mut tls| {
-        let blocks = blocks.clone();
-        async move {
-            let mut preface = [0; 24];
-            tls.read_exact(&mut preface).await.unwrap();
-            tls.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
-            loop {
-                let mut head = [0; 9];
-                if tls.read_exact(&mut head).await.is_err() {
-                    return;
-                }
-                let length =
-                    usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-                let mut payload = vec![0; length];
-                tls.read_exact(&mut payload).await.unwrap();
-                match (head[3], head[4]) {
-                    // The client's SETTINGS: acknowledged.
-                    (4, 0) => tls.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap(),
-                    // A request's HEADERS: answered with `:status 200` (index 8 of HPACK's
-                    // static table), ending its stream.
-                    (1, _) => {
-                        blocks.send(length).unwrap();
-                        let mut answer = vec![0, 0, 1, 1, 5];
-                        answer.extend(&head[5..9]);
-                        answer.push(0x88);
-                        tls.write_all(&answer).await.unwrap();
-                    }
-                    // A PING: acknowledged with its payload.
-                    (6, 0) => {
-                        let mut pong = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
-                        pong.extend(&payload);
-                        tls.write_all(&pong).await.unwrap();
-                    }
-                    _ => {}
-                }
-            }
-        }
-    })
-    .await;
-    (base, roots, measured, connections)
-}
-
 #[tokio::test]
 async fn credentials_and_cookies_are_never_indexed_toward_an_http2_provider() {
     // Indexed, the second request's secret would take a byte or two; never indexed, every
@@ -1642,7 +1597,13 @@ async fn credentials_and_cookies_are_never_indexed_toward_an_http2_provider() {
         ("anthropic-api-key", secret.clone()),
         ("cookie", format!("session={secret}")),
     ] {
-        let (base, roots, mut blocks, connections) = h2_provider_measuring_header_blocks().await;
+        let RawProvider {
+            base,
+            roots,
+            mut blocks,
+            connections,
+            ..
+        } = h2_provider_pinged(Vec::new(), true).await;
         let client = UpstreamClient::with_tls(&options(), client_tls(roots));
         for _ in 0..2 {
             let mut req = get(&format!("{base}/v1/messages"));
@@ -1808,53 +1769,41 @@ enum OnPing {
     CloseWhen(Arc<Notify>),
 }
 
+/// [`h2_provider_pinged`], and what it saw.
+struct RawProvider {
+    base: String,
+    roots: rustls::RootCertStore,
+    /// The index of each connection on which a `PING` arrived.
+    pinged: mpsc::UnboundedReceiver<usize>,
+    /// The length of each request's header block, as HPACK encoded it.
+    blocks: mpsc::UnboundedReceiver<usize>,
+    connections: Arc<AtomicUsize>,
+}
+
 /// An HTTP/2 provider spoken to frame by frame: its connection `i` treats `PING`s as
 /// `pings[i]` says (answered at once past the list). It answers each request `200`,
-/// ending the stream if `end`, and sends the index of each connection on which a `PING`
-/// arrived.
-async fn h2_provider_pinged(
-    pings: Vec<OnPing>,
-    end: bool,
-) -> (
-    String,
-    rustls::RootCertStore,
-    mpsc::UnboundedReceiver<usize>,
-    Arc<AtomicUsize>,
-) {
-    let (pinged, seen) = mpsc::unbounded_channel();
+/// ending the stream if `end`.
+async fn h2_provider_pinged(pings: Vec<OnPing>, end: bool) -> RawProvider {
+    let (pinged_tx, pinged) = mpsc::unbounded_channel();
+    let (blocks_tx, blocks) = mpsc::unbounded_channel();
     let (base, roots, connections) = h2_serving(move |index, mut tls| {
         let on_ping = pings.get(index).cloned().unwrap_or(OnPing::Answer);
-        let pinged = pinged.clone();
+        let (pinged, blocks) = (pinged_tx.clone(), blocks_tx.clone());
         async move {
-            let mut preface = [0; 24];
-            tls.read_exact(&mut preface).await.unwrap();
-            tls.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
-            let answer = |id: &[u8]| {
-                let mut answer = vec![0, 0, 1, 1, if end { 5 } else { 4 }];
-                answer.extend(id);
-                answer.push(0x88);
-                answer
-            };
+            raw_h2_start(&mut tls).await;
             // Answers held until the first PING is acknowledged.
             let mut held =
                 matches!(on_ping, OnPing::AnswerWhen(_) | OnPing::CloseWhen(_)).then(Vec::new);
-            loop {
-                let mut head = [0; 9];
-                if tls.read_exact(&mut head).await.is_err() {
-                    return;
-                }
-                let length =
-                    usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-                let mut payload = vec![0; length];
-                if tls.read_exact(&mut payload).await.is_err() {
-                    return;
-                }
+            while let Some((head, payload)) = raw_h2_frame(&mut tls).await {
                 match (head[3], head[4]) {
                     (4, 0) => tls.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap(),
-                    (1, _) => match &mut held {
-                        Some(held) => held.push(answer(&head[5..9])),
-                        None => tls.write_all(&answer(&head[5..9])).await.unwrap(),
-                    },
+                    (1, _) => {
+                        let _ = blocks.send(payload.len());
+                        match &mut held {
+                            Some(held) => held.push(raw_h2_ok(&head, end)),
+                            None => tls.write_all(&raw_h2_ok(&head, end)).await.unwrap(),
+                        }
+                    }
                     (6, 0) => {
                         let _ = pinged.send(index);
                         match &on_ping {
@@ -1880,7 +1829,13 @@ async fn h2_provider_pinged(
         }
     })
     .await;
-    (base, roots, seen, connections)
+    RawProvider {
+        base,
+        roots,
+        pinged,
+        blocks,
+        connections,
+    }
 }
 
 /// Polls `request` once, and says whether it is still pending.
@@ -1888,80 +1843,83 @@ async fn is_pending<F: Future + Unpin>(request: &mut F) -> bool {
     std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *request).poll(cx).is_pending())).await
 }
 
-#[tokio::test]
-async fn a_connection_whose_opener_is_cancelled_while_it_settles_is_still_shared() {
-    let release = Arc::new(Notify::new());
-    let (base, roots, mut pinged, connections) =
-        h2_provider_pinged(vec![OnPing::AnswerWhen(release.clone())], true).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
-    let uri = format!("{base}/v1/messages");
+/// Spawns a request that opens a connection to `uri`, waits until the provider has seen
+/// that connection's first `PING`, and polls three more requests until they wait for it.
+async fn opened_and_waited_for<'a>(
+    client: &'a UpstreamClient,
+    uri: &'a str,
+    pinged: &mut mpsc::UnboundedReceiver<usize>,
+) -> (
+    tokio::task::JoinHandle<Answer>,
+    Vec<Pin<Box<impl Future<Output = Answer> + 'a>>>,
+) {
     let opening = tokio::spawn({
-        let (client, uri) = (client.clone(), uri.clone());
+        let (client, uri) = (client.clone(), uri.to_owned());
         async move { client.send(get(&uri)).await }
     });
     assert_eq!(
         tokio::time::timeout(WAIT, pinged.recv()).await.unwrap(),
         Some(0)
     );
-    let mut waiting: Vec<_> = (0..3).map(|_| Box::pin(client.send(get(&uri)))).collect();
+    let mut waiting: Vec<_> = (0..3).map(|_| Box::pin(client.send(get(uri)))).collect();
     for request in &mut waiting {
         assert!(is_pending(request).await);
     }
+    (opening, waiting)
+}
+
+#[tokio::test]
+async fn a_connection_whose_opener_is_cancelled_while_it_settles_is_still_shared() {
+    let release = Arc::new(Notify::new());
+    let RawProvider {
+        base,
+        roots,
+        mut pinged,
+        connections,
+        ..
+    } = h2_provider_pinged(vec![OnPing::AnswerWhen(release.clone())], true).await;
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let uri = format!("{base}/v1/messages");
+    let (opening, waiting) = opened_and_waited_for(&client, &uri, &mut pinged).await;
     opening.abort();
     assert!(opening.await.unwrap_err().is_cancelled());
     // A sweep meanwhile keeps the origin being opened.
     client.inner.sweep(Instant::now() + POOL_IDLE);
     release.notify_one();
-    let answers = tokio::time::timeout(WAIT, futures_util::future::join_all(waiting))
-        .await
-        .expect("those waiting were never told");
-    for answer in answers {
-        assert_eq!(answer.unwrap().status(), StatusCode::OK);
-    }
+    all_answered(waiting).await;
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn when_a_new_connection_ends_before_its_first_pong_those_waiting_open_another() {
     let release = Arc::new(Notify::new());
-    let (base, roots, mut pinged, connections) =
-        h2_provider_pinged(vec![OnPing::CloseWhen(release.clone())], true).await;
+    let RawProvider {
+        base,
+        roots,
+        mut pinged,
+        connections,
+        ..
+    } = h2_provider_pinged(vec![OnPing::CloseWhen(release.clone())], true).await;
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
     let uri = format!("{base}/v1/messages");
-    let opening = tokio::spawn({
-        let (client, uri) = (client.clone(), uri.clone());
-        async move { client.send(get(&uri)).await }
-    });
-    assert_eq!(
-        tokio::time::timeout(WAIT, pinged.recv()).await.unwrap(),
-        Some(0)
-    );
-    let mut waiting: Vec<_> = (0..3).map(|_| Box::pin(client.send(get(&uri)))).collect();
-    for request in &mut waiting {
-        assert!(is_pending(request).await);
-    }
+    let (opening, waiting) = opened_and_waited_for(&client, &uri, &mut pinged).await;
     release.notify_one();
     // The opener's stream went with its connection; those waiting share the next.
-    assert!(
-        tokio::time::timeout(WAIT, opening)
-            .await
-            .unwrap()
-            .unwrap()
-            .is_err()
-    );
-    let answers = tokio::time::timeout(WAIT, futures_util::future::join_all(waiting))
-        .await
-        .expect("those waiting hung");
-    for answer in answers {
-        assert_eq!(answer.unwrap().status(), StatusCode::OK);
-    }
+    let opened = tokio::time::timeout(WAIT, opening).await.unwrap().unwrap();
+    assert!(opened.is_err());
+    all_answered(waiting).await;
     assert_eq!(connections.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
 async fn a_provider_that_never_answers_ping_is_shared_once_the_connect_timeout_has_passed() {
     // It breaks RFC 9113 (section 6.7), but its settings are in by then all the same.
-    let (base, roots, _, connections) = h2_provider_pinged(vec![OnPing::Ignore], true).await;
+    let RawProvider {
+        base,
+        roots,
+        connections,
+        ..
+    } = h2_provider_pinged(vec![OnPing::Ignore], true).await;
     let client = UpstreamClient::with_tls(
         &UpstreamOptions {
             connect_timeout: Duration::from_millis(300),
@@ -1970,19 +1928,13 @@ async fn a_provider_that_never_answers_ping_is_shared_once_the_connect_timeout_h
         client_tls(roots),
     );
     let uri = format!("{base}/v1/messages");
-    let answers = tokio::time::timeout(
-        WAIT,
-        futures_util::future::join_all((0..4).map(|_| client.send(get(&uri)))),
-    )
-    .await
-    .expect("a request hung");
-    assert!(answers.into_iter().all(|a| a.is_ok()));
+    all_answered((0..4).map(|_| client.send(get(&uri)))).await;
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn a_provider_that_never_answers_ping_has_its_connection_closed_after_the_ping_time() {
-    let (base, roots, _, _) = h2_provider_pinged(vec![OnPing::Ignore], false).await;
+    let RawProvider { base, roots, .. } = h2_provider_pinged(vec![OnPing::Ignore], false).await;
     let mut client = UpstreamClient::with_tls(
         &UpstreamOptions {
             connect_timeout: Duration::from_millis(300),
@@ -2019,8 +1971,12 @@ async fn an_https_origin_known_to_choose_http1_is_not_waited_for_after_a_sweep()
 #[tokio::test]
 async fn a_client_dropped_while_a_connection_settles_is_freed_at_once() {
     let release = Arc::new(Notify::new());
-    let (base, roots, mut pinged, _) =
-        h2_provider_pinged(vec![OnPing::AnswerWhen(release.clone())], true).await;
+    let RawProvider {
+        base,
+        roots,
+        mut pinged,
+        ..
+    } = h2_provider_pinged(vec![OnPing::AnswerWhen(release.clone())], true).await;
     let client = UpstreamClient::with_tls(&options(), client_tls(roots));
     let pool = Arc::downgrade(&client.inner);
     let opening = tokio::spawn({
