@@ -112,7 +112,7 @@ pub(super) fn run(
         pinning.loadgen.as_deref(),
         &args,
         &[],
-        "relayd and nginx in front of an HTTPS provider, about half a minute",
+        "relayd and nginx in front of an HTTPS provider, about forty seconds",
         LOADGEN_TIMEOUT,
     )
     .with_context(|| {
