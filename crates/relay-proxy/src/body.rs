@@ -17,10 +17,9 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
+use crate::BoxError;
 use crate::conn::ActiveRequest;
 use crate::upstream::UpstreamBody;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a body stopped early.
 #[derive(Debug)]

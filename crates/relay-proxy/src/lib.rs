@@ -37,4 +37,7 @@ pub mod upstream;
 pub mod worker;
 pub mod worker_client;
 
+/// Any error, as the bodies and connections of both hyper and h2 give them.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 pub use error_chain::error_chain;

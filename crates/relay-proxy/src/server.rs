@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 
+use crate::BoxError;
 use crate::answers::close_after;
 use crate::body::ResponseBody;
 use crate::conn::{ConnIo, ConnState, Expiry, Keep};
@@ -329,8 +330,6 @@ enum Served<'a, S, Svc: HttpService<Incoming>> {
 
 /// A served connection's IO as hyper sees it.
 type Io<S> = TokioIo<ConnIo<S>>;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl<'a, S, Svc> Served<'a, S, Svc>
 where

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, HOST, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
-use http_body_util::BodyExt as _;
+use http_body_util::{BodyExt as _, Either};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::{TrySendError, http1};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
@@ -32,6 +32,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower_service::Service as _;
 
+use crate::BoxError;
 use crate::body::{BodyError, RequestBody, Upload};
 use crate::headers::{Toward, strip_request_headers};
 use crate::tls;
@@ -40,7 +41,6 @@ type Stream = MaybeHttpsStream<TokioIo<TcpStream>>;
 /// A connection to a provider: TLS over `Stream` for `https`, which is itself TLS only to
 /// an `https` egress proxy.
 type ProviderIo = MaybeHttpsStream<Stream>;
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How the upstream client behaves.
 #[derive(Debug, Clone)]
@@ -561,42 +561,9 @@ pub struct UpstreamBody {
     held: Option<BoxError>,
 }
 
-/// Where an answer's body is read from.
-enum Source {
-    /// hyper's HTTP/1.1 connection.
-    Http1(Incoming),
-    /// A stream of an HTTP/2 connection.
-    Http2(Http2Answer),
-}
-
-impl Body for Source {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            Source::Http1(incoming) => Pin::new(incoming).poll_frame(cx).map_err(Into::into),
-            Source::Http2(answer) => Pin::new(answer).poll_frame(cx).map_err(Into::into),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            Source::Http1(incoming) => incoming.is_end_stream(),
-            Source::Http2(answer) => answer.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            Source::Http1(incoming) => incoming.size_hint(),
-            Source::Http2(answer) => answer.size_hint(),
-        }
-    }
-}
+/// Where an answer's body is read from: hyper's HTTP/1.1 connection, or a stream of an
+/// HTTP/2 connection.
+type Source = http_body_util::Either<Incoming, Http2Answer>;
 
 /// An answer's body on an HTTP/2 stream.
 struct Http2Answer {
@@ -697,7 +664,7 @@ impl UpstreamBody {
             conn.run_alone(until);
             alone = Some(held);
         }
-        let mut body = UpstreamBody::reading(Source::Http1(incoming), alone);
+        let mut body = UpstreamBody::reading(Either::Left(incoming), alone);
         body.driven = driven;
         body
     }
@@ -709,7 +676,7 @@ impl UpstreamBody {
         stream: Arc<StreamSlot>,
         alone: Option<tokio::sync::oneshot::Sender<()>>,
     ) -> UpstreamBody {
-        let mut body = UpstreamBody::reading(Source::Http2(answer), alone);
+        let mut body = UpstreamBody::reading(Either::Right(answer), alone);
         body.stream = Some(stream);
         body
     }
