@@ -223,8 +223,10 @@ struct Origin {
 /// How the connection other requests waited for came out.
 enum Opened {
     Pending,
-    /// Kept in the pool if HTTP/2.
-    Done,
+    /// HTTP/1.1, lent to its opener alone: each that waited opens its own.
+    Http1,
+    /// HTTP/2, settled and kept in the pool to be shared.
+    Http2,
     /// The same failure for each that waited.
     Failed(UpstreamError),
 }
@@ -236,20 +238,17 @@ struct Opener {
     uri: Uri,
     tell: watch::Sender<Opened>,
     opened: Opened,
-    http1: bool,
 }
 
 impl Opener {
     /// Tells those waiting how opening came out: an HTTP/2 connection tells them itself,
     /// once it is settled ([`Settling`]).
     fn opened(mut self, result: &Result<Lent, UpstreamError>) {
-        match result {
-            Ok(lent) => {
-                self.opened = Opened::Done;
-                self.http1 = matches!(lent, Lent::Http1(_));
-            }
-            Err(error) => self.opened = Opened::Failed(error.shared()),
-        }
+        self.opened = match result {
+            Ok(Lent::Http1(_)) => Opened::Http1,
+            Ok(Lent::Http2(..)) => Opened::Http2,
+            Err(error) => Opened::Failed(error.shared()),
+        };
     }
 }
 
@@ -261,8 +260,9 @@ impl Drop for Opener {
         {
             // Only an opener sets it, and only when it is empty.
             origin.opening = None;
-            if matches!(self.opened, Opened::Done) {
-                origin.http1 = self.http1;
+            // An HTTP/2 connection clears it as it is kept.
+            if matches!(self.opened, Opened::Http1) {
+                origin.http1 = true;
             }
         }
         let opened = std::mem::replace(&mut self.opened, Opened::Pending);
@@ -293,7 +293,7 @@ impl Settling {
             pool.keep(&self.uri, Sender::Http2(self.shared));
         }
         if let Some(mut opener) = self.opener {
-            opener.opened = Opened::Done;
+            opener.opened = Opened::Http2;
         }
     }
 }
@@ -1027,7 +1027,7 @@ impl Inner {
                 {
                     Ok(opened) => match &*opened {
                         Opened::Failed(error) => Err(error.shared()),
-                        Opened::Pending | Opened::Done => Ok(None),
+                        Opened::Pending | Opened::Http1 | Opened::Http2 => Ok(None),
                     },
                     // Its opener was cancelled.
                     Err(_) => Ok(None),
@@ -1060,7 +1060,6 @@ impl Inner {
             uri: uri.clone(),
             tell,
             opened: Opened::Pending,
-            http1: false,
         }))
     }
 
