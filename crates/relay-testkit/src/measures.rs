@@ -601,7 +601,8 @@ impl Measure {
         Measure::new(id, relay, None)
     }
 
-    fn new(id: MeasureId, relay: f64, direct: Option<f64>) -> Measure {
+    /// A row of relayd's figure beside the direct path's, when that path was measured.
+    pub fn new(id: MeasureId, relay: f64, direct: Option<f64>) -> Measure {
         let spec = spec(id);
         let mut measure = Measure {
             id,

@@ -96,7 +96,6 @@ pub(super) fn run(
     let mut args: Vec<OsString> = Vec::new();
     for (flag, value) in [
         ("--scenario", "throughput".to_owned()),
-        ("--direct", fast.addr.to_string()),
         ("--relay", relayd.addr.to_string()),
         ("--relay-pid", relayd.process.pid().to_string()),
         ("--peer", peer.addr.to_string()),
@@ -125,7 +124,7 @@ pub(super) fn run(
         .into_iter()
         .filter_map(|m| {
             let (_, row) = ROWS.iter().find(|(from, _)| *from == m.id)?;
-            Some(without_direct(m.as_row(*row)))
+            Some(m.as_row(*row))
         })
         .collect();
     let (front_cpus, peer_cpus) = match pinning.stand_ins {
@@ -133,7 +132,7 @@ pub(super) fn run(
         None => ("unpinned", "unpinned"),
     };
     let notes = vec![format!(
-        "HTTPS provider: nginx with TLS (a certificate made for the run, trusted by relayd through SSL_CERT_FILE and by its peer), HTTP/2 offered by ALPN, 1 worker process {front_cpus}, in front of the fast stand-in; relayd offers HTTP/2 and HTTP/1.1 by ALPN and so speaks HTTP/2 to it, its peer nginx ({workers} worker process(es) {peer_cpus}) HTTP/1.1 with upstream keep-alive and TLS session reuse; the rows have no direct figure, as the load generator cannot reach the provider over TLS"
+        "HTTPS provider: nginx with TLS (a certificate made for the run, trusted by relayd through SSL_CERT_FILE and by its peer), HTTP/2 offered by ALPN, 1 worker process {front_cpus}, in front of the fast stand-in; relayd offers HTTP/2 and HTTP/1.1 by ALPN and so speaks HTTP/2 to it, its peer nginx ({workers} worker process(es) {peer_cpus}) HTTP/1.1 with upstream keep-alive and TLS session reuse; the load generator measures no direct path, as it cannot reach the provider over TLS"
     )];
     let detail = json!({
         "front_pids": front.pids,
@@ -145,14 +144,4 @@ pub(super) fn run(
         notes,
         detail,
     })
-}
-
-/// A row without the direct path's figures: the loadgen's direct blocks go to the plain stand-in, which is not this row's provider.
-pub(super) fn without_direct(mut measure: Measure) -> Measure {
-    measure.direct = None;
-    measure.added = None;
-    if let Some(samples) = &mut measure.samples {
-        samples.direct = 0;
-    }
-    measure
 }

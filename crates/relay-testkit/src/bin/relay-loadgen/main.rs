@@ -37,9 +37,9 @@ const TOKEN_ENV: &str = "RELAY_CLIENT_TOKEN";
 #[derive(Debug, Parser)]
 #[command(name = "relay-loadgen", version)]
 struct Args {
-    /// The stand-in's address (`127.0.0.1:PORT`), the direct baseline.
+    /// The stand-in's address (`127.0.0.1:PORT`), the direct baseline. Only the throughput scenario runs without it, on relayd and the peer alone: for a provider the load generator cannot reach itself, such as an HTTPS one.
     #[arg(long, value_name = "ADDR")]
-    direct: SocketAddr,
+    direct: Option<SocketAddr>,
     /// relayd's address, whose OpenAI upstream is that stand-in.
     #[arg(long, value_name = "ADDR")]
     relay: SocketAddr,
@@ -233,7 +233,8 @@ impl Plan {
 /// What every scenario needs.
 #[derive(Debug)]
 pub(crate) struct Ctx {
-    pub(crate) direct: SocketAddr,
+    /// `None`: no direct path, only relayd's and the peer's.
+    pub(crate) direct: Option<SocketAddr>,
     pub(crate) relay: SocketAddr,
     pub(crate) relay_pid: Option<u32>,
     pub(crate) peer: Option<SocketAddr>,
@@ -332,6 +333,10 @@ async fn run(args: Args) -> Result<Report> {
     } else {
         args.scenario.clone()
     };
+    ensure!(
+        args.direct.is_some() || scenarios.iter().all(|s| *s == Scenario::Throughput),
+        "every scenario but throughput needs --direct"
+    );
     let token = match std::env::var(TOKEN_ENV) {
         Ok(token) if !token.is_empty() => {
             let mut value = HeaderValue::from_str(&token)

@@ -40,9 +40,12 @@ impl Ctx {
         pids
     }
 
-    /// The paths a measure runs on: the peer only in pass-through, where it does the same job as relayd.
+    /// The paths a measure runs on: the direct one when there is one, and the peer only in pass-through, where it does the same job as relayd.
     pub(crate) fn sides(&self, via: Via) -> Vec<Side> {
-        let mut sides = vec![Side::Direct, Side::Relay];
+        let mut sides = vec![Side::Relay];
+        if self.direct.is_some() {
+            sides.insert(0, Side::Direct);
+        }
         if via == Via::PassThrough && self.peer.is_some() {
             sides.push(Side::Peer);
         }
@@ -70,7 +73,7 @@ impl Ctx {
     /// A connection on `side`'s path: relayd with the credential when `via` is the worker.
     async fn conn(&self, side: Side, via: Via) -> Result<Conn> {
         match (side, via) {
-            (Side::Direct, _) => Conn::open(self.direct).await,
+            (Side::Direct, _) => Conn::open(self.direct.context("no direct address")?).await,
             (Side::Relay, Via::PassThrough) => Conn::open(self.relay).await,
             (Side::Relay, Via::Worker) => self.worker_conn().await,
             (Side::Peer, _) => Conn::open(self.peer.context("no peer address")?).await,
@@ -345,19 +348,20 @@ pub(crate) async fn throughput(ctx: &Ctx) -> Result<Vec<Measure>> {
     let run = throughput_rounds(ctx, Via::PassThrough).await?;
     let t = &run.totals;
     let peer = |figure: f64| run.with_peer.then_some(figure);
+    let direct = |figure: f64| ctx.direct.is_some().then_some(figure);
     let mut rows = vec![
-        Measure::compare(
+        Measure::new(
             MeasureId::ThroughputRate,
             Throughput::rate(&t.relay),
-            Throughput::rate(&t.direct),
+            direct(Throughput::rate(&t.direct)),
         )
         .with_peer(peer(Throughput::rate(&t.peer)))
         .with_cpu(run.cpu)
         .with_samples(run.counts()),
-        Measure::compare(
+        Measure::new(
             MeasureId::ThroughputP99,
             t.relay.samples.millis(0.99),
-            t.direct.samples.millis(0.99),
+            direct(t.direct.samples.millis(0.99)),
         )
         .with_peer(peer(t.peer.samples.millis(0.99)))
         .with_cpu(run.cpu)

@@ -28,7 +28,7 @@ fn tiny_plan() -> Plan {
 
 fn ctx_against(addr: SocketAddr, plan: Plan) -> Ctx {
     Ctx {
-        direct: addr,
+        direct: Some(addr),
         relay: addr,
         relay_pid: None,
         peer: None,
@@ -165,6 +165,28 @@ async fn latency_ttfb_and_throughput_run_against_a_stand_in() {
     assert!(rows[0].relay > 0.0 && rows[0].direct.is_some_and(|d| d > 0.0));
     let counts = rows[0].samples.unwrap();
     assert!(counts.direct >= plan.throughput_concurrency as u64);
+}
+
+#[tokio::test]
+async fn without_a_direct_address_throughput_runs_on_relayd_alone() {
+    // As for an HTTPS provider: a direct figure from another provider would mean nothing.
+    let stand_in = StandIn::start_with(StandInConfig {
+        record_requests: false,
+        ..StandInConfig::default()
+    })
+    .await
+    .unwrap();
+    let ctx = Ctx {
+        direct: None,
+        ..ctx_against(stand_in.addr(), tiny_plan())
+    };
+    let rows = throughput(&ctx).await.unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert_eq!((row.direct, row.added), (None, None), "{row:?}");
+        assert!(row.relay > 0.0, "{row:?}");
+        assert_eq!(row.samples.unwrap().direct, 0);
+    }
 }
 
 #[tokio::test]
