@@ -111,7 +111,7 @@ pub(super) fn run(
         pinning.loadgen.as_deref(),
         &args,
         &[],
-        "relayd and nginx in front of an HTTPS provider, about forty seconds",
+        "relayd and nginx in front of an HTTPS provider, about half a minute",
         LOADGEN_TIMEOUT,
     )
     .with_context(|| {
