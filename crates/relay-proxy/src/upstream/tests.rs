@@ -1501,17 +1501,27 @@ async fn a_request_refused_unprocessed_is_sent_again_whole() {
 async fn a_request_reset_for_another_reason_is_not_sent_again() {
     for reason in [h2::Reason::INTERNAL_ERROR, h2::Reason::CANCEL] {
         let (base, roots, mut seen, _) = h2_provider_refusing_once(reason).await;
-        let client = UpstreamClient::with_tls(&options(), client_tls(roots));
-        let body = RequestBody::full(Bytes::from_static(b"{}"));
-        let failed = client
-            .send(post(&format!("{base}/v1/messages"), body))
-            .await;
-        assert!(
-            matches!(failed, Err(UpstreamError::Failed(_))),
-            "{failed:?}"
-        );
-        assert!(seen.try_recv().is_err());
+        fails_as_sent_once(roots, &base, &mut seen).await;
     }
+}
+
+/// A small POST to `base` fails as the provider's doing, and is not sent again: the
+/// provider's handler never sees it.
+async fn fails_as_sent_once(
+    roots: rustls::RootCertStore,
+    base: &str,
+    seen: &mut mpsc::UnboundedReceiver<Received>,
+) {
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let body = RequestBody::full(Bytes::from_static(b"{}"));
+    let failed = client
+        .send(post(&format!("{base}/v1/messages"), body))
+        .await;
+    assert!(
+        matches!(failed, Err(UpstreamError::Failed(_))),
+        "{failed:?}"
+    );
+    assert!(seen.try_recv().is_err());
 }
 
 /// The start of an HTTP/2 provider written frame by frame: reads the client's preface and
@@ -1645,16 +1655,7 @@ async fn a_request_a_goaway_kept_is_not_sent_again_when_its_connection_closes() 
     // The provider may have processed a stream its GOAWAY kept.
     for reason in [h2::Reason::NO_ERROR, h2::Reason::INTERNAL_ERROR] {
         let (base, roots, mut seen, connections) = h2_provider_going_away_first(reason, 1).await;
-        let client = UpstreamClient::with_tls(&options(), client_tls(roots));
-        let body = RequestBody::full(Bytes::from_static(b"{}"));
-        let failed = client
-            .send(post(&format!("{base}/v1/messages"), body))
-            .await;
-        assert!(
-            matches!(failed, Err(UpstreamError::Failed(_))),
-            "{failed:?}"
-        );
-        assert!(seen.try_recv().is_err());
+        fails_as_sent_once(roots, &base, &mut seen).await;
         assert_eq!(connections.load(Ordering::SeqCst), 1);
     }
 }
@@ -1843,6 +1844,28 @@ async fn is_pending<F: Future + Unpin>(request: &mut F) -> bool {
     std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *request).poll(cx).is_pending())).await
 }
 
+/// A client of a frame-by-frame provider whose first connection acts on its first `PING`
+/// only once `release` is notified, as `on_ping` says, and the URL to send to.
+struct HeldPing {
+    client: UpstreamClient,
+    uri: String,
+    pinged: mpsc::UnboundedReceiver<usize>,
+    connections: Arc<AtomicUsize>,
+    release: Arc<Notify>,
+}
+
+async fn held_ping(on_ping: fn(Arc<Notify>) -> OnPing) -> HeldPing {
+    let release = Arc::new(Notify::new());
+    let provider = h2_provider_pinged(vec![on_ping(release.clone())], true).await;
+    HeldPing {
+        client: UpstreamClient::with_tls(&options(), client_tls(provider.roots)),
+        uri: format!("{}/v1/messages", provider.base),
+        pinged: provider.pinged,
+        connections: provider.connections,
+        release,
+    }
+}
+
 /// Spawns a request that opens a connection to `uri`, waits until the provider has seen
 /// that connection's first `PING`, and polls three more requests until they wait for it.
 async fn opened_and_waited_for<'a>(
@@ -1870,45 +1893,27 @@ async fn opened_and_waited_for<'a>(
 
 #[tokio::test]
 async fn a_connection_whose_opener_is_cancelled_while_it_settles_is_still_shared() {
-    let release = Arc::new(Notify::new());
-    let RawProvider {
-        base,
-        roots,
-        mut pinged,
-        connections,
-        ..
-    } = h2_provider_pinged(vec![OnPing::AnswerWhen(release.clone())], true).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
-    let uri = format!("{base}/v1/messages");
-    let (opening, waiting) = opened_and_waited_for(&client, &uri, &mut pinged).await;
+    let mut held = held_ping(OnPing::AnswerWhen).await;
+    let (opening, waiting) = opened_and_waited_for(&held.client, &held.uri, &mut held.pinged).await;
     opening.abort();
     assert!(opening.await.unwrap_err().is_cancelled());
     // A sweep meanwhile keeps the origin being opened.
-    client.inner.sweep(Instant::now() + POOL_IDLE);
-    release.notify_one();
+    held.client.inner.sweep(Instant::now() + POOL_IDLE);
+    held.release.notify_one();
     all_answered(waiting).await;
-    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    assert_eq!(held.connections.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn when_a_new_connection_ends_before_its_first_pong_those_waiting_open_another() {
-    let release = Arc::new(Notify::new());
-    let RawProvider {
-        base,
-        roots,
-        mut pinged,
-        connections,
-        ..
-    } = h2_provider_pinged(vec![OnPing::CloseWhen(release.clone())], true).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
-    let uri = format!("{base}/v1/messages");
-    let (opening, waiting) = opened_and_waited_for(&client, &uri, &mut pinged).await;
-    release.notify_one();
+    let mut held = held_ping(OnPing::CloseWhen).await;
+    let (opening, waiting) = opened_and_waited_for(&held.client, &held.uri, &mut held.pinged).await;
+    held.release.notify_one();
     // The opener's stream went with its connection; those waiting share the next.
     let opened = tokio::time::timeout(WAIT, opening).await.unwrap().unwrap();
     assert!(opened.is_err());
     all_answered(waiting).await;
-    assert_eq!(connections.load(Ordering::SeqCst), 2);
+    assert_eq!(held.connections.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]
@@ -1970,18 +1975,16 @@ async fn an_https_origin_known_to_choose_http1_is_not_waited_for_after_a_sweep()
 
 #[tokio::test]
 async fn a_client_dropped_while_a_connection_settles_is_freed_at_once() {
-    let release = Arc::new(Notify::new());
-    let RawProvider {
-        base,
-        roots,
+    let HeldPing {
+        client,
+        uri,
         mut pinged,
+        release,
         ..
-    } = h2_provider_pinged(vec![OnPing::AnswerWhen(release.clone())], true).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    } = held_ping(OnPing::AnswerWhen).await;
     let pool = Arc::downgrade(&client.inner);
     let opening = tokio::spawn({
         let client = client.clone();
-        let uri = format!("{base}/v1/messages");
         async move { client.send(get(&uri)).await }
     });
     assert_eq!(
