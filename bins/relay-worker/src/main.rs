@@ -25,6 +25,7 @@ use relay_proxy::control::client::{
     Backoff, ClientIdentity, ConnectError, Registration, Session, connect, silence_limit,
 };
 use relay_proxy::plugins::{PluginConfigError, Plugins};
+use relay_proxy::sockets::Descriptors;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
 use relay_proxy::worker::{
     Phase, PluginHost, WorkerHandler, WorkerIdentity, WorkerLimits, WorkerState,
@@ -136,8 +137,15 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
 
     // Serve HTTPS for the whole life of the process.
     let state = Arc::new(WorkerState::new());
-    let upstream = UpstreamClient::new(&UpstreamOptions::from_config(&config.upstream, &env))
-        .context("building the provider client")?;
+    let mut serving = serve_options(&identity, Duration::from_secs(5));
+    let descriptors = Descriptors::share(open_file_limit, serving.max_connections);
+    serving.max_connections = descriptors.accepted;
+    let upstream = UpstreamClient::new(&UpstreamOptions::from_config(
+        &config.upstream,
+        &env,
+        descriptors.outbound,
+    ))
+    .context("building the provider client")?;
     let handler = Arc::new(WorkerHandler::new(
         state.clone(),
         config.clone(),
@@ -147,7 +155,7 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
     let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(relay_proxy::server::serve(
         listener,
-        serve_options(&identity, Duration::from_secs(5)),
+        serving,
         handler.clone(),
         async move {
             let _ = serving_stopped.await;

@@ -15,6 +15,7 @@ use relay_proxy::control::daemon::{ControlOptions, ControlPlane};
 use relay_proxy::front::{Front, FrontOptions, Mode, ProviderKeys};
 use relay_proxy::metrics::Metrics;
 use relay_proxy::server::{Linger, PeerLimit, ServeOptions, serve};
+use relay_proxy::sockets::Descriptors;
 use relay_proxy::shell::Shell;
 use relay_proxy::state::StateStore;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
@@ -193,8 +194,13 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         // Port 0 and socket activation: the loopback origin is the real port.
         advertised.port = local.port();
     }
-    let upstream = UpstreamClient::new(&UpstreamOptions::from_config(&config.upstream, env))
-        .context("building the upstream client")?;
+    let descriptors = Descriptors::share(open_file_limit, config.daemon.max_connections);
+    let upstream = UpstreamClient::new(&UpstreamOptions::from_config(
+        &config.upstream,
+        env,
+        descriptors.outbound,
+    ))
+    .context("building the upstream client")?;
     let instance_id = uuid::Uuid::now_v7();
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::new());
@@ -249,6 +255,8 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         tls: tls.is_some(),
         socket_activated,
         open_file_limit,
+        max_connections: descriptors.accepted,
+        max_provider_connections: descriptors.outbound,
         instance_id,
         version: env!("CARGO_PKG_VERSION"),
     }
@@ -267,7 +275,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     let report = serve(
         listener,
         ServeOptions {
-            max_connections: config.daemon.max_connections,
+            max_connections: descriptors.accepted,
             header_read_timeout: config.daemon.timers.header_read_timeout_secs.get(),
             keepalive_idle: config.daemon.keepalive_idle_secs.get(),
             drain_timeout: config.daemon.timers.drain_secs.get(),

@@ -177,6 +177,11 @@ pub enum Lifecycle<'a> {
         tls: bool,
         socket_activated: bool,
         open_file_limit: u64,
+        /// Accepted connections open at once, at most: `max_connections`, or less when the
+        /// open-file limit cannot hold that many and their provider connections.
+        max_connections: usize,
+        /// Provider connections open at once, at most: what the open-file limit leaves.
+        max_provider_connections: usize,
         instance_id: Uuid,
         version: &'a str,
     },
@@ -493,6 +498,8 @@ impl Lifecycle<'_> {
                 tls,
                 socket_activated,
                 open_file_limit,
+                max_connections,
+                max_provider_connections,
                 instance_id,
                 version,
             } => lifecycle_event!(INFO, name, "daemon is listening";
@@ -502,6 +509,8 @@ impl Lifecycle<'_> {
                 tls,
                 socket_activated,
                 open_file_limit,
+                max_connections,
+                max_provider_connections,
                 instance_id = %instance_id,
                 version,
             ),

@@ -211,5 +211,11 @@ pub(crate) fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> 
             ErrorKind::RelayUpstreamUnreachable,
             "the connection to the provider failed before it answered",
         ),
+        UpstreamError::NoRoom => retry_later(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::RelayTooManyRequests,
+            "too many provider connections are open at once",
+            1,
+        ),
     }
 }

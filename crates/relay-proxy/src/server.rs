@@ -9,7 +9,7 @@ use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker, ready};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::task::AtomicWaker;
 use http::{Request, Response};
@@ -170,6 +170,7 @@ pub async fn serve<H: Handler>(
     // on it, and the drain ends when every one has been dropped.
     let (stop, _) = watch::channel(());
     let mut tasks = JoinSet::new();
+    let mut accept_failures = AcceptFailures::default();
     tokio::pin!(shutdown);
     loop {
         // Reap finished connections so the set stays small.
@@ -189,8 +190,14 @@ pub async fn serve<H: Handler>(
                 Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of descriptors or a connection reset before accept: back off
-                    // briefly instead of spinning.
-                    tracing::warn!(%error, "accept failed");
+                    // briefly instead of spinning, and say so at most every few seconds.
+                    if let Some(suppressed) = accept_failures.note(Instant::now()) {
+                        tracing::warn!(
+                            %error,
+                            suppressed_since_last_emit = suppressed,
+                            "accepting a connection failed"
+                        );
+                    }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 }
@@ -303,6 +310,32 @@ impl Builders {
             .adaptive_window(false)
             .max_send_buf_size(STREAM_BUFFER_BYTES);
         Builders { http1, http2 }
+    }
+}
+
+/// Failed accepts, logged at most once per [`ACCEPT_FAILURE_LOG_EVERY`] with how many
+/// went unlogged since: out of descriptors, a server retries about 50 times a second.
+#[derive(Debug, Default)]
+struct AcceptFailures {
+    logged: Option<Instant>,
+    suppressed: u64,
+}
+
+const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl AcceptFailures {
+    /// Counts a failure at `now`; when it is to be logged, how many were not since the
+    /// last one that was.
+    fn note(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .logged
+            .is_some_and(|at| now.duration_since(at) < ACCEPT_FAILURE_LOG_EVERY)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.logged = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
     }
 }
 
@@ -689,3 +722,6 @@ pub fn raise_open_file_limit() -> u64 {
     }
     limit.current.unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests;

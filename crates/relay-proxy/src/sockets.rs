@@ -9,10 +9,22 @@
 //! loopback address and whose congestion control is BBR is switched to Reno, which every
 //! process may choose and which does not pace. Connections to other hosts keep the system's
 //! choice.
+//!
+//! It also shares the open-file limit between the connections a process accepts and those
+//! it opens to providers ([`Descriptors`]), so that neither side can use the descriptors
+//! the other needs: an HTTP/2 client holds up to 100 requests on one connection, each of
+//! which may need a provider connection of its own.
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Sets the options of one connected socket. Failures leave the kernel's defaults: they
 /// cost speed, never correctness.
@@ -42,6 +54,127 @@ fn unpace(tcp: &TcpStream) {
 /// Elsewhere Relay leaves the congestion control as the system chose it.
 #[cfg(not(target_os = "linux"))]
 fn unpace(_tcp: &TcpStream) {}
+
+/// Descriptors kept for everything that is not a connection: listeners, the runtime's own,
+/// the admin socket, state and log files, pipes to child processes.
+const RESERVED_DESCRIPTORS: u64 = 256;
+
+/// How a process's open-file limit is shared between its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Descriptors {
+    /// Accepted connections open at once, at most: the configured `max_connections`, or
+    /// half of what the limit leaves when that is less.
+    pub accepted: usize,
+    /// Connections to providers (and to the egress proxy) open at once, at most: the rest.
+    pub outbound: usize,
+}
+
+impl Descriptors {
+    /// The shares of `open_file_limit` for a server that accepts up to `max_connections`.
+    /// Each accepted connection may need one toward a provider, so when the limit cannot hold
+    /// both in full, each side gets half; neither gets less than one.
+    pub fn share(open_file_limit: u64, max_connections: usize) -> Descriptors {
+        let usable = usize::try_from(open_file_limit.saturating_sub(RESERVED_DESCRIPTORS))
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
+        let accepted = max_connections.min(usable / 2).max(1);
+        Descriptors {
+            accepted,
+            outbound: usable.saturating_sub(accepted).max(1),
+        }
+    }
+}
+
+/// Room for the connections a client may have open at once; each holds a share until its
+/// socket is closed.
+#[derive(Debug, Clone)]
+pub struct Budget(Arc<Semaphore>);
+
+impl Budget {
+    pub fn new(connections: usize) -> Budget {
+        Budget(Arc::new(Semaphore::new(
+            connections.min(Semaphore::MAX_PERMITS),
+        )))
+    }
+
+    /// A share for one more connection, or the error that says there is none.
+    pub fn take(&self) -> Result<Share, NoRoom> {
+        match self.0.clone().try_acquire_owned() {
+            Ok(permit) => Ok(Share { _permit: permit }),
+            Err(_) => Err(NoRoom),
+        }
+    }
+}
+
+/// One connection's room in a [`Budget`], given back when dropped.
+#[derive(Debug)]
+pub struct Share {
+    _permit: OwnedSemaphorePermit,
+}
+
+/// No room in a [`Budget`]: as many connections are open as the open-file limit allows.
+#[derive(Debug, thiserror::Error)]
+#[error("too many provider connections are open at once")]
+pub struct NoRoom;
+
+/// A connected socket that holds its [`Share`] for as long as it is open.
+#[derive(Debug)]
+pub struct Budgeted {
+    tcp: TcpStream,
+    _share: Share,
+}
+
+impl Budgeted {
+    pub fn new(tcp: TcpStream, share: Share) -> Budgeted {
+        Budgeted { tcp, _share: share }
+    }
+}
+
+impl AsyncRead for Budgeted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Budgeted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
+
+impl Connection for Budgeted {
+    fn connected(&self) -> Connected {
+        self.tcp.connected()
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -28,16 +28,16 @@ use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tower_service::Service as _;
 
 use crate::BoxError;
 use crate::body::{BodyError, RequestBody, Upload};
 use crate::headers::{Toward, strip_request_headers};
+use crate::sockets::{Budget, Budgeted, NoRoom};
 use crate::tls;
 
-type Stream = MaybeHttpsStream<TokioIo<TcpStream>>;
+type Stream = MaybeHttpsStream<TokioIo<Budgeted>>;
 /// A connection to a provider: TLS over `Stream` for `https`, which is itself TLS only to
 /// an `https` egress proxy.
 type ProviderIo = MaybeHttpsStream<Stream>;
@@ -52,13 +52,19 @@ pub struct UpstreamOptions {
     pub proxy_url: Option<String>,
     /// The `NO_PROXY` list, read by the caller from the environment.
     pub no_proxy: Option<String>,
+    /// Connections to providers and to the egress proxy open at once, at most (the
+    /// outbound share of [`crate::sockets::Descriptors`]). A request that needs one more
+    /// gets [`UpstreamError::NoRoom`].
+    pub max_connections: usize,
 }
 
 impl UpstreamOptions {
-    /// The options of `[upstream]`, with `NO_PROXY` (or `no_proxy`) from `env`.
+    /// The options of `[upstream]`, with `NO_PROXY` (or `no_proxy`) from `env`, and at most
+    /// `max_connections` open at once.
     pub fn from_config(
         config: &crate::config::UpstreamConfig,
         env: &impl relay_identity::Env,
+        max_connections: usize,
     ) -> UpstreamOptions {
         let response = config.response_timeout_secs;
         UpstreamOptions {
@@ -69,6 +75,7 @@ impl UpstreamOptions {
                 .var_os("NO_PROXY")
                 .or_else(|| env.var_os("no_proxy"))
                 .map(|v| v.to_string_lossy().into_owned()),
+            max_connections,
         }
     }
 }
@@ -89,16 +96,20 @@ pub enum UpstreamError {
     ResponseHeadTimeout,
     #[error("the upstream failed before its response head")]
     Failed(#[source] BoxError),
+    /// A new connection was needed, and as many are open as the open-file limit allows.
+    #[error("too many provider connections are open at once")]
+    NoRoom,
 }
 
 impl UpstreamError {
     /// Every [`UpstreamError::reason`] of a provider failure, those for which
     /// [`UpstreamError::is_provider_failure`] holds.
-    const FAILURE_REASONS: [&'static str; 4] = [
+    const FAILURE_REASONS: [&'static str; 5] = [
         "connect_timeout",
         "connect_failed",
         "response_head_timeout",
         "upstream_failed",
+        "too_many_provider_connections",
     ];
 
     /// The reason a worker named in [`crate::headers::WORKER_UPSTREAM_FAILED`], as the
@@ -139,6 +150,7 @@ impl UpstreamError {
             UpstreamError::Unreachable(error) => UpstreamError::Unreachable(text(error)),
             UpstreamError::ResponseHeadTimeout => UpstreamError::ResponseHeadTimeout,
             UpstreamError::Failed(error) => UpstreamError::Failed(text(error)),
+            UpstreamError::NoRoom => UpstreamError::NoRoom,
         }
     }
 
@@ -151,6 +163,7 @@ impl UpstreamError {
             UpstreamError::Unreachable(_) => "connect_failed",
             UpstreamError::ResponseHeadTimeout => "response_head_timeout",
             UpstreamError::Failed(_) => "upstream_failed",
+            UpstreamError::NoRoom => "too_many_provider_connections",
         }
     }
 }
@@ -828,7 +841,10 @@ impl UpstreamClient {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(options.connect_timeout));
-        let http = Dialer(http);
+        let http = Dialer {
+            http,
+            budget: Budget::new(options.max_connections),
+        };
         let egress = match options.proxy_url.as_deref().filter(|p| !p.is_empty()) {
             None => EgressConnector::direct(http),
             Some(proxy) => {
@@ -1531,6 +1547,13 @@ fn host_value(scheme: &Scheme, authority: &Authority) -> Result<HeaderValue, Ups
 }
 
 fn connect_error(error: BoxError) -> UpstreamError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*error);
+    while let Some(found) = source {
+        if found.is::<NoRoom>() {
+            return UpstreamError::NoRoom;
+        }
+        source = found.source();
+    }
     if is_timeout(&*error) {
         UpstreamError::ConnectTimeout
     } else {
@@ -1560,25 +1583,32 @@ fn is_timeout(mut error: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// Opens every TCP connection of the provider client, to the provider or to the egress
-/// proxy, and gives it Relay's socket options ([`crate::sockets::prepare`]).
+/// proxy, within its budget of descriptors, and gives it Relay's socket options
+/// ([`crate::sockets::prepare`]).
 #[derive(Clone)]
-struct Dialer(HttpConnector);
+struct Dialer {
+    http: HttpConnector,
+    budget: Budget,
+}
 
 impl tower_service::Service<Uri> for Dialer {
-    type Response = TokioIo<TcpStream>;
+    type Response = TokioIo<Budgeted>;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx).map_err(Into::into)
+        self.http.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, dst: Uri) -> Self::Future {
-        let connecting = self.0.call(dst);
+        // Taken before connecting, and given back if the connection fails.
+        let share = self.budget.take();
+        let connecting = self.http.call(dst);
         Box::pin(async move {
-            let tcp = connecting.await?;
-            crate::sockets::prepare(tcp.inner());
-            Ok(tcp)
+            let share = share?;
+            let tcp = connecting.await?.into_inner();
+            crate::sockets::prepare(&tcp);
+            Ok(TokioIo::new(Budgeted::new(tcp, share)))
         })
     }
 }

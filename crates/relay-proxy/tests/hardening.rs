@@ -108,6 +108,7 @@ impl Daemon {
             connect_timeout: Duration::from_secs(5),
             response_timeout: None,
             proxy_url: None,
+            max_connections: 1024,
             no_proxy: None,
         })
         .unwrap();

@@ -95,6 +95,7 @@ impl Setup {
             response_timeout: (!upstream.response_timeout_secs.is_zero())
                 .then(|| upstream.response_timeout_secs.get()),
             proxy_url: None,
+            max_connections: 1024,
             no_proxy: None,
         })
         .unwrap();

@@ -118,6 +118,8 @@ fn samples(context: &Context) -> Vec<Lifecycle<'_>> {
             tls: false,
             socket_activated: true,
             open_file_limit: 65536,
+            max_connections: 10000,
+            max_provider_connections: 55280,
             instance_id: instance(),
             version: "0.1.0",
         },
@@ -521,13 +523,15 @@ fn worker_ready_says_worker_is_ready() {
 }
 
 #[test]
-fn daemon_listening_carries_address_mode_and_open_file_limit() {
+fn daemon_listening_carries_address_mode_and_descriptor_limits() {
     let context = Context::new();
     let line = emit_one(&samples(&context)[0]);
     assert_eq!(line["event"], "daemon_listening");
     assert_eq!(line["address"], "127.0.0.1:47632");
     assert_eq!(line["mode"], "managed");
     assert_eq!(line["open_file_limit"], 65536);
+    assert_eq!(line["max_connections"], 10000);
+    assert_eq!(line["max_provider_connections"], 55280);
     assert_eq!(line["socket_activated"], true);
     assert_eq!(line["tls"], false);
     assert_eq!(line["instance_id"], instance().to_string());

@@ -29,6 +29,7 @@ fn front(bind: Ipv4Addr, mode: Mode, advertised: Advertised, config: Config) -> 
         connect_timeout: Duration::from_secs(1),
         response_timeout: None,
         proxy_url: None,
+        max_connections: 1024,
         no_proxy: None,
     })
     .unwrap();

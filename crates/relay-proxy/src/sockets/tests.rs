@@ -76,3 +76,55 @@ mod linux {
         assert!(client.nodelay().unwrap());
     }
 }
+
+#[test]
+fn a_limit_that_holds_every_connection_and_its_provider_connection_leaves_max_connections() {
+    assert_eq!(
+        Descriptors::share(524_288, 10_000),
+        Descriptors {
+            accepted: 10_000,
+            outbound: 524_288 - 256 - 10_000,
+        }
+    );
+}
+
+#[test]
+fn a_limit_too_small_for_both_is_shared_in_halves() {
+    // 20,000 (this machine's hard limit) cannot hold 10,000 connections and 10,000 more
+    // toward providers besides the reserve.
+    assert_eq!(
+        Descriptors::share(20_000, 10_000),
+        Descriptors {
+            accepted: 9_872,
+            outbound: 9_872,
+        }
+    );
+    assert_eq!(
+        Descriptors::share(1_024, 10_000),
+        Descriptors {
+            accepted: 384,
+            outbound: 384,
+        }
+    );
+}
+
+#[test]
+fn even_a_limit_below_the_reserve_leaves_one_of_each() {
+    assert_eq!(
+        Descriptors::share(100, 10_000),
+        Descriptors {
+            accepted: 1,
+            outbound: 1,
+        }
+    );
+}
+
+#[test]
+fn a_budget_gives_a_share_back_when_it_is_dropped() {
+    let budget = Budget::new(2);
+    let first = budget.take().unwrap();
+    let _second = budget.take().unwrap();
+    assert!(budget.take().is_err());
+    drop(first);
+    assert!(budget.take().is_ok());
+}

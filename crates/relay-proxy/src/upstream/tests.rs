@@ -21,6 +21,7 @@ fn options() -> UpstreamOptions {
         connect_timeout: Duration::from_secs(2),
         response_timeout: None,
         proxy_url: None,
+        max_connections: 1024,
         no_proxy: None,
     }
 }
@@ -344,6 +345,41 @@ async fn a_body_dropped_before_its_end_closes_its_connection() {
     let res = client.send(get(&uri)).await.unwrap();
     drop(res);
     assert!(matches!(next(&mut seen).await, Seen::Connection));
+}
+
+#[tokio::test]
+async fn past_its_budget_a_request_opens_no_connection_until_one_closes() {
+    let (base, mut seen) = provider_answering(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\nonly the start",
+        Close::Never,
+    )
+    .await;
+    let client = UpstreamClient::with_tls(
+        &UpstreamOptions {
+            max_connections: 2,
+            ..options()
+        },
+        client_tls(rustls::RootCertStore::empty()),
+    );
+    let uri = format!("{base}/v1/models");
+    // Two answers being read hold their connections.
+    let mut held: Vec<_> =
+        futures_util::future::join_all((0..2).map(|_| client.send(get(&uri))))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    let refused = client.send(get(&uri)).await.unwrap_err();
+    assert!(matches!(refused, UpstreamError::NoRoom), "{refused:?}");
+    assert_eq!(refused.reason(), "too_many_provider_connections");
+    let (connections, heads) = counts(&mut seen);
+    assert_eq!((connections, heads.len()), (2, 2));
+    // An answer dropped before its end closes its connection, which gives its room back.
+    drop(held.pop());
+    let res = client.send(get(&uri)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let (connections, _) = counts(&mut seen);
+    assert_eq!(connections, 1);
 }
 
 #[tokio::test]

@@ -2,10 +2,14 @@
 //! its whole request before it reads (Python's urllib, many SDKs), because relayd closes
 //! such a connection gently, discarding what the client still sends, and keeps reading an
 //! upload while the provider's answer waits for the client; bare-LF heads are judged like
-//! CRLF ones; blank lines keep no connection open.
+//! CRLF ones; blank lines keep no connection open; streams cannot take more provider
+//! connections than the open-file limit leaves room for.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use relay_testkit::{StandIn, duplex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -201,4 +205,81 @@ async fn blank_lines_between_requests_do_not_keep_a_connection_open() {
         }
     };
     assert!(closed, "a CRLF trickle kept the connection open");
+}
+
+/// A provider that accepts connections, reads what comes and never answers; it says how
+/// many connections it has accepted and how many are still open.
+async fn provider_that_never_answers() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (accepted, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counts = (accepted.clone(), open.clone());
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            counts.0.fetch_add(1, Ordering::SeqCst);
+            counts.1.fetch_add(1, Ordering::SeqCst);
+            let open = counts.1.clone();
+            tokio::spawn(async move {
+                let mut sink = [0u8; 4096];
+                while stream.read(&mut sink).await.unwrap_or(0) > 0 {}
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (base, accepted, open)
+}
+
+/// A model request on `h2` whose upload starts and never ends.
+fn endless_upload(
+    h2: &mut h2::client::SendRequest<Bytes>,
+    url: &str,
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let req = http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    h2.send_request(req, false).unwrap()
+}
+
+/// The attack: each HTTP/2 stream whose upload never ends holds a provider connection, and
+/// one client connection may have 100 of them, so streams alone could use up the daemon's
+/// descriptors. Past its budget of provider connections a request is answered 503 at once
+/// and opens none, the daemon goes on answering everyone else, and a stream that ends gives
+/// its connection's room back.
+#[tokio::test]
+async fn streams_whose_uploads_never_end_take_no_more_provider_connections_than_the_budget() {
+    let (base, accepted, open) = provider_that_never_answers().await;
+    let mut setup = Setup::new(&base);
+    setup.provider_connections = 3;
+    let relay = setup.start().await;
+    let (mut h2, connection) = h2::client::handshake(relay.connect().await).await.unwrap();
+    tokio::spawn(connection);
+    let url = relay.url("/v1/messages");
+    let mut held: Vec<_> = (0..3).map(|_| endless_upload(&mut h2, &url)).collect();
+    let three_open = || open.load(Ordering::SeqCst) == 3;
+    assert!(relay_testkit::eventually(WAIT, three_open).await);
+
+    let (refused, _upload) = endless_upload(&mut h2, &url);
+    let res = tokio::time::timeout(WAIT, refused).await.unwrap().unwrap();
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "1");
+    let mut body = res.into_body();
+    let mut bytes = Vec::new();
+    while let Some(Ok(chunk)) = body.data().await {
+        bytes.extend_from_slice(&chunk);
+    }
+    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(json["error"]["type"], "relay_too_many_requests");
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    // Everyone else is still served.
+    assert_eq!(relay.get("/healthz", &[]).await.status, 200);
+
+    // A stream the client gives up on closes its provider connection and frees its room.
+    drop(held.pop());
+    let two_open = || open.load(Ordering::SeqCst) == 2;
+    assert!(relay_testkit::eventually(WAIT, two_open).await);
+    let _again = endless_upload(&mut h2, &url);
+    let four_accepted = || accepted.load(Ordering::SeqCst) == 4;
+    assert!(relay_testkit::eventually(WAIT, four_accepted).await);
 }

@@ -44,6 +44,8 @@ pub(crate) struct Setup {
     pub(crate) no_proxy: Option<String>,
     /// The daemon-wide budget of buffered hook body bytes; `None` keeps the default.
     pub(crate) hook_buffer_bytes: Option<u64>,
+    /// Provider connections open at once, at most.
+    pub(crate) provider_connections: usize,
 }
 
 impl Setup {
@@ -66,6 +68,7 @@ impl Setup {
             tls: None,
             no_proxy: None,
             hook_buffer_bytes: None,
+            provider_connections: 1024,
         }
     }
 
@@ -88,6 +91,7 @@ impl Setup {
             response_timeout: (!upstream.response_timeout_secs.is_zero())
                 .then(|| upstream.response_timeout_secs.get()),
             proxy_url: (!upstream.proxy_url.is_empty()).then(|| upstream.proxy_url.clone()),
+            max_connections: self.provider_connections,
             no_proxy: self.no_proxy.clone(),
         })
         .unwrap();
