@@ -281,26 +281,50 @@ impl Front {
         })
     }
 
+    /// Every name the request gives its server must be one served here: the authority of
+    /// its target (HTTP/2's `:authority`, or an absolute-form HTTP/1 target, whose scheme
+    /// must be `http` or `https`) and its `Host` header, each when present, and at least
+    /// one of them. A `Host` that disagrees with the target's authority cannot name a host
+    /// this front would refuse.
     fn is_host_allowed<B>(
         &self,
         req: &Request<B>,
         host: Option<&HeaderValue>,
         conn: &ConnContext,
     ) -> bool {
-        // Compared without case and without copying: this runs for every request.
-        let authority = req
-            .uri()
-            .authority()
-            .map(|a| a.as_str())
-            .or_else(|| host.and_then(|h| h.to_str().ok()));
-        let Some(authority) = authority else {
+        let uri = req.uri();
+        if uri
+            .scheme()
+            .is_some_and(|s| *s != http::uri::Scheme::HTTP && *s != http::uri::Scheme::HTTPS)
+        {
             return false;
+        }
+        let target = uri.authority().map(|a| a.as_str());
+        let header = match host.map(HeaderValue::to_str) {
+            Some(Ok(text)) => Some(text),
+            Some(Err(_)) => return false,
+            None => None,
         };
+        match (target, header) {
+            (None, None) => false,
+            (Some(one), None) | (None, Some(one)) => self.serves(one, conn),
+            (Some(target), Some(header)) => self.serves(target, conn) && self.serves(header, conn),
+        }
+    }
+
+    /// Whether `authority` (`host[:port]`) names this front: the advertised host from
+    /// anyone, loopback names with the listening port from loopback peers.
+    fn serves(&self, authority: &str, conn: &ConnContext) -> bool {
+        // Compared without case and without copying: this runs for every request.
         let (host, port) = match authority.rsplit_once(':') {
-            Some((host, port)) => match port.parse::<u16>() {
-                Ok(port) => (host, Some(port)),
-                Err(_) => return false,
-            },
+            // Digits only: Rust's integer parse would take a leading `+`.
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => {
+                match port.parse::<u16>() {
+                    Ok(port) => (host, Some(port)),
+                    Err(_) => return false,
+                }
+            }
+            Some(_) => return false,
             None => (authority, None),
         };
         let advertised = &self.options.advertised;

@@ -164,22 +164,39 @@ fn the_default_port_of_an_http_origin_is_80() {
     );
 }
 
-/// An absolute-form target (HTTP/1.1) or `:authority` (HTTP/2) is what the request is for:
-/// it decides, not a Host header beside it.
+/// An absolute-form target (HTTP/1.1) or `:authority` (HTTP/2) names the host the request
+/// is for, and so does a Host header beside it: each must be served here, so a foreign name
+/// cannot pass beside a good one.
 #[test]
-fn the_uri_authority_wins_over_the_host_header() {
+fn the_uri_authority_and_the_host_header_must_both_be_served_here() {
     let front = local_front();
-    let req = Request::builder()
-        .uri(format!("http://evil.example:{PORT}/v1/messages"))
-        .header(header::HOST, format!("127.0.0.1:{PORT}"))
-        .body(())
-        .unwrap();
-    assert!(front.host_refusal(&req, &conn(LOOPBACK)).is_some());
-    let req = Request::builder()
-        .uri(format!("http://localhost:{PORT}/v1/messages"))
-        .header(header::HOST, "evil.example")
-        .body(())
-        .unwrap();
+    let request = |uri: String, host: String| {
+        Request::builder()
+            .uri(uri)
+            .header(header::HOST, host)
+            .body(())
+            .unwrap()
+    };
+    for (uri, host) in [
+        (
+            format!("http://evil.example:{PORT}/v1/messages"),
+            format!("127.0.0.1:{PORT}"),
+        ),
+        (
+            format!("http://localhost:{PORT}/v1/messages"),
+            "evil.example".to_owned(),
+        ),
+    ] {
+        assert!(
+            front
+                .host_refusal(&request(uri, host), &conn(LOOPBACK))
+                .is_some()
+        );
+    }
+    let req = request(
+        format!("http://localhost:{PORT}/v1/messages"),
+        format!("127.0.0.1:{PORT}"),
+    );
     assert!(front.host_refusal(&req, &conn(LOOPBACK)).is_none());
 }
 

@@ -363,12 +363,11 @@ async fn past_its_budget_a_request_opens_no_connection_until_one_closes() {
     );
     let uri = format!("{base}/v1/models");
     // Two answers being read hold their connections.
-    let mut held: Vec<_> =
-        futures_util::future::join_all((0..2).map(|_| client.send(get(&uri))))
-            .await
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
+    let mut held: Vec<_> = futures_util::future::join_all((0..2).map(|_| client.send(get(&uri))))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
     let refused = client.send(get(&uri)).await.unwrap_err();
     assert!(matches!(refused, UpstreamError::NoRoom), "{refused:?}");
     assert_eq!(refused.reason(), "too_many_provider_connections");

@@ -425,6 +425,8 @@ async fn a_foreign_host_is_421() {
         format!("127.0.0.2:{port}"),
         format!("[::1]:{port}"),
         format!("localhost.:{port}"),
+        format!("127.0.0.1:+{port}"),
+        format!("127.0.0.1: {port}"),
     ] {
         let mut stream = relay.connect().await;
         let res = raw_exchange(
@@ -456,6 +458,49 @@ async fn a_foreign_host_is_421() {
     let mut stream = relay.connect().await;
     let res = raw_exchange(&mut stream, b"GET /healthz HTTP/1.0\r\n\r\n").await;
     res.assert_error(421, "relay_misdirected_request");
+    // An absolute-form target names the host too: a good one does not cover a foreign
+    // `Host`, a foreign one is not covered by a good `Host`, and only http(s) is served.
+    let good = relay.host();
+    for (target, host) in [
+        (
+            format!("http://{good}/v1/messages"),
+            "evil.example".to_owned(),
+        ),
+        ("http://evil.example/v1/messages".to_owned(), good.clone()),
+        (format!("ftp://{good}/v1/messages"), good.clone()),
+    ] {
+        let mut stream = relay.connect().await;
+        let res = raw_exchange(
+            &mut stream,
+            format!(
+                "POST {target} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+                 Content-Length: 2\r\n\r\n{{}}"
+            )
+            .as_bytes(),
+        )
+        .await;
+        res.assert_error(421, "relay_misdirected_request");
+    }
+    assert!(!tripwire.was_touched().await);
+}
+
+/// HTTP/2 names the host in `:authority`; a `host` header beside it must name one served
+/// here too, or a client could pass a foreign one past the check.
+#[tokio::test]
+async fn an_http2_host_header_that_names_a_foreign_host_is_421() {
+    let tripwire = Tripwire::new().await;
+    let relay = Setup::new(&tripwire.base_url()).start().await;
+    let (mut h2, connection) = h2::client::handshake(relay.connect().await).await.unwrap();
+    tokio::spawn(connection);
+    for (host, status) in [("evil.example".to_owned(), 421), (relay.host(), 200)] {
+        let req = http::Request::get(relay.url("/healthz"))
+            .header("host", host)
+            .body(())
+            .unwrap();
+        let (res, _) = h2.send_request(req, true).unwrap();
+        let res = tokio::time::timeout(WAIT, res).await.unwrap().unwrap();
+        assert_eq!(res.status(), status);
+    }
     assert!(!tripwire.was_touched().await);
 }
 
