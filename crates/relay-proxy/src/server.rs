@@ -32,6 +32,13 @@ use crate::tls_io::{Gather, ReadAhead};
 /// Per-stream window and HTTP/1 buffer: at most this much body is buffered per stream
 /// (§3.3).
 pub const STREAM_BUFFER_BYTES: usize = 64 * 1024;
+/// Answer bytes queued per HTTP/2 stream for a client that is not reading. h2 keeps each
+/// queued chunk as a frame of its own, and an SSE stream's chunks are small, so a queue
+/// holds far more memory than its bytes: 200 streams of a client that opened the largest
+/// window and stopped reading made relayd hold 255 KiB each at 64 KiB here, 86 KiB at
+/// 16 KiB and 56 KiB at 8 KiB. The kernel's socket buffer still holds what a reading
+/// client has not read yet.
+const HTTP2_SEND_BUFFER_BYTES: usize = 8 * 1024;
 
 /// What a handler knows about the connection a request came on.
 #[derive(Debug, Clone)]
@@ -308,7 +315,7 @@ impl Builders {
             .initial_stream_window_size(STREAM_BUFFER_BYTES as u32)
             .initial_connection_window_size(1024 * 1024)
             .adaptive_window(false)
-            .max_send_buf_size(STREAM_BUFFER_BYTES);
+            .max_send_buf_size(HTTP2_SEND_BUFFER_BYTES);
         Builders { http1, http2 }
     }
 }
