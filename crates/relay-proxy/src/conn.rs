@@ -116,10 +116,19 @@ impl ConnState {
         }
     }
 
-    /// True once the watcher lost the HTTP/1 byte stream: the connection must close after
-    /// the current answer.
+    /// True once the watcher lost the HTTP/1 byte stream.
     pub fn is_untracked(&self) -> bool {
         self.untracked_since.load(Ordering::Relaxed) != 0
+    }
+
+    /// True when the answer being written must be the connection's last: the watcher lost
+    /// the byte stream and has judged no request head after this one. Requests it judged
+    /// before it lost the stream (pipelined in one read with a head it refused, say) are
+    /// answered first; the first one after them has no verdict, and is refused.
+    pub fn ends_with_this_answer(&self) -> bool {
+        self.is_untracked()
+            && relay_logging::sync::lock(&self.verdicts, "framing verdicts")
+                .is_none_or(|v| v.is_empty())
     }
 
     /// Marks a request as in progress until the returned guard is dropped. On HTTP/2 the

@@ -511,7 +511,7 @@ impl Conn {
             let state = ctx.state.clone();
             async move {
                 let mut res = handling.await;
-                if state.is_untracked() {
+                if state.ends_with_this_answer() {
                     // The framing watcher lost this byte stream: no further request may
                     // come on it unchecked and untimed.
                     close_after(&mut res);

@@ -176,6 +176,63 @@ async fn content_length_with_transfer_encoding_in_bare_lf_heads_is_400() {
     assert_eq!(stand_in.request_count(), 0);
 }
 
+/// Every answer on `stream` until the server closes it, as status and `Connection` header.
+async fn answers_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<(u16, String)> {
+    let mut bytes = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut bytes))
+        .await
+        .expect("the connection stayed open")
+        .unwrap();
+    let mut answers = Vec::new();
+    let mut rest = bytes.as_slice();
+    while !rest.is_empty() {
+        let mut slots = [httparse::EMPTY_HEADER; 32];
+        let mut res = httparse::Response::new(&mut slots);
+        let httparse::Status::Complete(head) = res.parse(rest).unwrap() else {
+            panic!("a partial answer: {rest:?}");
+        };
+        let header = |name: &str| {
+            res.headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+                .map(|h| String::from_utf8_lossy(h.value).into_owned())
+        };
+        let len: usize = header("content-length").map_or(0, |v| v.parse().unwrap());
+        answers.push((res.code.unwrap(), header("connection").unwrap_or_default()));
+        rest = &rest[head + len..];
+    }
+    answers
+}
+
+/// Requests written in one piece with a smuggling attempt behind them are each answered in
+/// order, the refused one with 400, and the connection then closes.
+#[tokio::test]
+async fn requests_pipelined_before_a_refused_head_are_answered_before_its_400() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    let host = relay.host();
+    let get = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    let smuggling = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    );
+    let mut stream = relay.connect().await;
+    stream
+        .write_all(format!("{get}{get}{smuggling}{get}").as_bytes())
+        .await
+        .unwrap();
+    let answers = answers_until_closed(&mut stream).await;
+    assert_eq!(
+        answers,
+        [
+            (200, String::new()),
+            (200, String::new()),
+            (400, "close".to_owned())
+        ]
+    );
+    assert_eq!(stand_in.request_count(), 0);
+}
+
 #[tokio::test]
 async fn blank_lines_between_requests_do_not_keep_a_connection_open() {
     let stand_in = StandIn::start().await.unwrap();
