@@ -58,7 +58,7 @@ impl Default for WorkerLimits {
 /// How the worker's listener is served: TLS with the generation's identity, and limits
 /// sized for its one legitimate client, the daemon (which opens one connection per request
 /// in flight, at most `max_requests_per_identity`, 256 by default, plus probes and idle
-/// pooled ones): 512 connections, at most 384 from one address (loopback included, since a
+/// pooled ones): 2,048 connections, at most 1,536 from one address (loopback included, since a
 /// remote worker's daemon is one address and an attacker on the network another), a 2 s
 /// TLS handshake and a 5 s header timeout, so another user cannot starve it cheaply.
 /// `drain_timeout` is how long accepted requests may run on once the serve future's
