@@ -281,9 +281,11 @@ impl Body for RequestBody {
 
 /// Something that must live exactly as long as a response stream: metrics of open
 /// streams, the broker's in-flight count. Dropped when the body ends or is dropped.
-pub trait StreamGuard: Send + Sync + 'static {}
-
-impl<T: Send + Sync + 'static> StreamGuard for T {}
+pub trait StreamGuard: Send + Sync + 'static {
+    /// The body ended with an error of the side it comes from (it broke off, or, when
+    /// `idle`, no byte came for the idle time), just before the client's answer is aborted.
+    fn broke_off(&mut self, _idle: bool) {}
+}
 
 /// Sees the side copy of a relayed response body (SPEC §3.3): every data frame as it passes,
 /// then how the body ended. It runs on the response path, so it must only copy within its
@@ -341,7 +343,7 @@ enum ResponseInner {
         idle: IdleTimer,
         tap: TapSlot,
         /// Held until the body is finished or dropped.
-        _guard: Option<Box<dyn StreamGuard>>,
+        guard: Option<Box<dyn StreamGuard>>,
     },
 }
 
@@ -382,7 +384,7 @@ impl ResponseBody {
                 incoming,
                 idle: IdleTimer::new(idle),
                 tap: TapSlot(None),
-                _guard: guard,
+                guard,
             },
             active: None,
         }
@@ -419,7 +421,7 @@ impl Body for ResponseBody {
                 incoming,
                 idle,
                 tap,
-                ..
+                guard,
             } => match Pin::new(&mut *incoming).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     idle.touch();
@@ -434,6 +436,9 @@ impl Body for ResponseBody {
                 }
                 Poll::Ready(Some(Err(e))) => {
                     tap.end(BodyEnd::Failed);
+                    if let Some(guard) = guard {
+                        guard.broke_off(false);
+                    }
                     Poll::Ready(Some(Err(BodyError::Transport(e))))
                 }
                 Poll::Ready(None) => {
@@ -442,6 +447,9 @@ impl Body for ResponseBody {
                 }
                 Poll::Pending => idle.poll_expired(cx).map(|e| {
                     tap.end(BodyEnd::Failed);
+                    if let Some(guard) = guard {
+                        guard.broke_off(true);
+                    }
                     Some(Err(e))
                 }),
             },

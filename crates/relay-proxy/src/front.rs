@@ -36,6 +36,7 @@ use crate::routes::{Family, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler, MAX_REQUEST_HEADERS, Next};
 use crate::shell::{Shell, TicketGuard};
 use crate::upstream::{UpstreamBody, UpstreamClient};
+use logs::{BrokeOff, FailureLog, Relayed};
 
 /// How the daemon treats requests without a ready worker (§2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +127,7 @@ pub struct Front {
     keys: ProviderKeys,
     metrics: Arc<Metrics>,
     degraded: AtomicBool,
-    failures: std::sync::Mutex<relay_logging::RateLimiter>,
+    failures: Arc<FailureLog>,
     /// The broker's shell and the control plane; absent in front-only tests, where no
     /// credential is ever bound.
     shell: Option<Arc<Shell>>,
@@ -148,9 +149,9 @@ impl Front {
             keys,
             metrics,
             degraded: AtomicBool::new(false),
-            failures: std::sync::Mutex::new(relay_logging::RateLimiter::new(
+            failures: Arc::new(std::sync::Mutex::new(relay_logging::RateLimiter::new(
                 std::time::Duration::from_secs(10),
-            )),
+            ))),
             shell: None,
             control: None,
             hook_buffer: hook::HookBuffer::new(hook::DEFAULT_HOOK_BUFFER_BYTES),
@@ -341,10 +342,12 @@ impl Front {
     }
 
     /// A provider's or worker's answer on its way to the client: counted as an open stream,
-    /// and holding the broker's ticket, when the request has one, until its body ends.
+    /// and holding the broker's ticket, when the request has one, until its body ends; a
+    /// provider's answer whose body breaks off is logged with `broke_off`.
     /// Always inlined: out of line, the response moved in and the answer moved out cost each
     /// request about 200 instructions of copying (callgrind), and LLVM does not inline it.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn relayed(
         &self,
         res: Response<UpstreamBody>,
@@ -353,9 +356,14 @@ impl Front {
         destination: Destination,
         models: bool,
         ticket: Option<TicketGuard>,
+        broke_off: Option<BrokeOff>,
     ) -> Answer {
         let idle = self.config().daemon.stream_idle_secs.get();
-        let guard = Box::new((self.metrics.open_stream(), ticket));
+        let guard = Box::new(Relayed {
+            _open: self.metrics.open_stream(),
+            _ticket: ticket,
+            broke_off,
+        });
         Answer::new(relay_response(res, models, idle, guard), label, destination).waited(waited)
     }
 

@@ -294,6 +294,12 @@ async fn no_token_key_or_body_reaches_the_logs() -> anyhow::Result<()> {
         "a provider stream that breaks off must end the client's stream with an error"
     );
     stand_in.set_behaviour(Behaviour::default());
+    // And an operator sees why.
+    let broke = relayd
+        .wait_for_log_event("upstream_request_failed", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(field(&broke, "reason"), "response_body_failed", "{broke}");
+    assert_eq!(field(&broke, "route"), "openai", "{broke}");
 
     let (status, _, _) = fetch(
         relayd.addr(),

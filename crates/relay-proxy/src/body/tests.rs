@@ -154,21 +154,40 @@ async fn a_request_body_without_a_byte_for_the_idle_time_fails() {
     );
 }
 
+/// A guard that records how its body broke off: 0 while it has not, 1 broken, 2 idle.
+struct BrokeOff(Arc<AtomicUsize>);
+
+impl StreamGuard for BrokeOff {
+    fn broke_off(&mut self, idle: bool) {
+        self.0.store(if idle { 2 } else { 1 }, Ordering::SeqCst);
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_forwarded_response_fails_on_idle_and_on_transport_errors() {
+async fn a_forwarded_response_fails_on_idle_and_on_transport_errors_and_tells_its_guard() {
+    let broke = Arc::new(AtomicUsize::new(0));
+    let guard = || Some(Box::new(BrokeOff(broke.clone())) as Box<dyn StreamGuard>);
     let silent = upload().await;
-    let mut body =
-        ResponseBody::forward(UpstreamBody::new(silent.incoming, None, None), IDLE, None);
+    let mut body = ResponseBody::forward(
+        UpstreamBody::new(silent.incoming, None, None),
+        IDLE,
+        guard(),
+    );
     send(&silent.chunks, b"data: 1\n\n").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "data: 1\n\n");
+    assert_eq!(broke.load(Ordering::SeqCst), 0);
     match next(&mut body).await {
         Some(Err(BodyError::Idle { .. })) => {}
         other => panic!("a silent stream gave {other:?}"),
     }
+    assert_eq!(broke.swap(0, Ordering::SeqCst), 2);
 
     let mut broken = upload().await;
-    let mut body =
-        ResponseBody::forward(UpstreamBody::new(broken.incoming, None, None), IDLE, None);
+    let mut body = ResponseBody::forward(
+        UpstreamBody::new(broken.incoming, None, None),
+        IDLE,
+        guard(),
+    );
     send(&broken.chunks, b"data: 1\n\n").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "data: 1\n\n");
     broken.tasks.shutdown().await;
@@ -176,9 +195,12 @@ async fn a_forwarded_response_fails_on_idle_and_on_transport_errors() {
         Some(Err(BodyError::Transport(_))) => {}
         other => panic!("a broken stream gave {other:?}"),
     }
+    assert_eq!(broke.swap(0, Ordering::SeqCst), 1);
 }
 
 struct Counted(Arc<AtomicUsize>);
+
+impl StreamGuard for Counted {}
 
 impl Drop for Counted {
     fn drop(&mut self) {

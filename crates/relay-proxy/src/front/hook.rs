@@ -114,6 +114,7 @@ impl Front {
                             Destination::Worker,
                             false,
                             Some(ticket),
+                            None,
                         );
                     }
                     WorkerResult::Failed(res, waited) => {

@@ -1,13 +1,67 @@
 //! The front's log events (SPEC §10.3): pass-through decisions, and the rate-limited
-//! provider and worker failures.
+//! provider and worker failures, among them a provider's answer that breaks off.
 
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use relay_broker::Fingerprint;
 use relay_proto::{Id, PassThroughReason};
 
 use super::Front;
+use crate::body::StreamGuard;
+use crate::metrics::OpenStream;
+use crate::shell::TicketGuard;
 use crate::upstream::UpstreamError;
+
+/// The limiter every provider and worker failure line goes through.
+pub(super) type FailureLog = Mutex<relay_logging::RateLimiter>;
+
+/// What a relayed answer holds until its body ends: its place among the open streams, the
+/// broker's ticket, and, for a provider's answer, what a break in its body is logged with.
+pub(super) struct Relayed {
+    pub(super) _open: OpenStream,
+    pub(super) _ticket: Option<TicketGuard>,
+    pub(super) broke_off: Option<BrokeOff>,
+}
+
+/// How to log a provider's answer that breaks off after its head (the client's answer is
+/// aborted, as the contract says; without this line an operator would not see why).
+pub(super) struct BrokeOff {
+    failures: Arc<FailureLog>,
+    route: &'static str,
+    fingerprint: Option<Fingerprint>,
+}
+
+impl StreamGuard for Relayed {
+    fn broke_off(&mut self, idle: bool) {
+        if let Some(broke) = self.broke_off.take() {
+            let reason = if idle {
+                "response_body_idle"
+            } else {
+                "response_body_failed"
+            };
+            log_upstream(&broke.failures, broke.route, reason, broke.fingerprint);
+        }
+    }
+}
+
+/// `upstream_request_failed` with `reason`, through the limiter.
+fn log_upstream(
+    failures: &FailureLog,
+    route: &'static str,
+    reason: &'static str,
+    fingerprint: Option<Fingerprint>,
+) {
+    let fingerprint = fingerprint.map(|f| f.to_hex());
+    let event = relay_logging::ProviderFailure::UpstreamRequestFailed {
+        route: public_route(route),
+        fingerprint: fingerprint.as_deref(),
+        reason,
+    };
+    if let Some(mut limiter) = relay_logging::sync::lock(failures, "failure log limiter") {
+        limiter.emit(Instant::now(), &event);
+    }
+}
 
 impl Front {
     pub(super) fn log_pass_through(
@@ -69,15 +123,19 @@ impl Front {
         failure: &UpstreamError,
         fingerprint: Option<Fingerprint>,
     ) {
-        let fingerprint = fingerprint.map(|f| f.to_hex());
-        let event = relay_logging::ProviderFailure::UpstreamRequestFailed {
-            route: public_route(route),
-            fingerprint: fingerprint.as_deref(),
-            reason: failure.reason(),
-        };
-        if let Some(mut limiter) = relay_logging::sync::lock(&self.failures, "failure log limiter")
-        {
-            limiter.emit(Instant::now(), &event);
+        log_upstream(&self.failures, route, failure.reason(), fingerprint);
+    }
+
+    /// What a provider's answer to a request on `route` is logged with if it breaks off.
+    pub(super) fn broke_off(
+        &self,
+        route: &'static str,
+        fingerprint: Option<Fingerprint>,
+    ) -> BrokeOff {
+        BrokeOff {
+            failures: self.failures.clone(),
+            route,
+            fingerprint,
         }
     }
 }

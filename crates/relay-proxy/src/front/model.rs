@@ -86,6 +86,7 @@ impl Front {
                             Destination::Worker,
                             models,
                             Some(ticket),
+                            None,
                         );
                     }
                     WorkerResult::Failed(res, waited) => {
@@ -153,7 +154,18 @@ impl Front {
     ) -> Answer {
         let label = family_label(family);
         match result {
-            Ok(res) => self.relayed(res, waited, label, Destination::PassThrough, models, ticket),
+            Ok(res) => {
+                let broke_off = self.broke_off(family.as_str(), fingerprint);
+                self.relayed(
+                    res,
+                    waited,
+                    label,
+                    Destination::PassThrough,
+                    models,
+                    ticket,
+                    Some(broke_off),
+                )
+            }
             Err(failure) => {
                 // A body over the limit, or an upload that broke off, is the client's doing.
                 if failure.is_provider_failure() {

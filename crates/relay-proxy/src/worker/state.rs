@@ -268,5 +268,8 @@ impl Drop for InFlight {
     }
 }
 
+/// A break in a provider's answer is the plugin host's to record (the exchange's tap).
+impl crate::body::StreamGuard for InFlight {}
+
 #[cfg(test)]
 mod tests;
