@@ -7,6 +7,7 @@
 //! It prints every measure of the table in `relay_testkit::measures` beside its target, measured or not (module `report`), and writes the same as JSON to `target/bench/<timestamp>.json` and `target/bench/latest.json`.
 //! Every process it starts is killed when its handle drops, on success and on failure (module `procs`); the stand-ins also stop when this process's end of their standard input closes, and a worker left by a failed session is stopped by its pid.
 
+mod apart;
 mod cpu;
 mod debian;
 mod hook;
@@ -86,6 +87,8 @@ const PROCESS_MEASURES: [&str; 2] = ["activation", "hook"];
 const INSTRUCTIONS: &str = "instructions";
 /// relayd and nginx in front of an HTTPS provider, after the plain pass-through measures.
 const HTTPS_PROVIDER: &str = "https-provider";
+/// relayd and nginx with the stand-in off their CPU, after the HTTPS provider.
+const STAND_IN_APART: &str = "stand-in-apart";
 /// The loadgen's `--scale` of a `--quick` run.
 const QUICK_SCALE: &str = "0.05";
 
@@ -114,7 +117,7 @@ impl Options {
                         .iter()
                         .chain(&WORKER_SCENARIOS)
                         .chain(&PROCESS_MEASURES)
-                        .chain(&[INSTRUCTIONS, HTTPS_PROVIDER]);
+                        .chain(&[INSTRUCTIONS, HTTPS_PROVIDER, STAND_IN_APART]);
                     if !known.clone().any(|k| k == name) {
                         bail!(
                             "unknown scenario {name:?} for --only; known: {}",
@@ -218,6 +221,18 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             }
             Err(error) => notes.push(format!(
                 "the HTTPS provider measures were not taken: {error:#}"
+            )),
+        }
+    }
+    if options.selected(STAND_IN_APART) {
+        match apart::run(&bin_dir, &pinning, &options) {
+            Ok(phase) => {
+                measures.extend(phase.measures);
+                notes.extend(phase.notes);
+                document["stand_in_apart"] = phase.detail;
+            }
+            Err(error) => notes.push(format!(
+                "the stand-in-apart measures were not taken: {error:#}"
             )),
         }
     }

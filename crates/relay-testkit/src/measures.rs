@@ -49,6 +49,8 @@ pub enum MeasureId {
     RedactorThroughput,
     HttpsThroughputRate,
     HttpsCpuPassThrough,
+    ApartThroughputRate,
+    ApartCpuPassThrough,
 }
 
 /// A row of the table.
@@ -388,6 +390,22 @@ pub const MEASURES: &[MeasureSpec] = &[
         MeasureId::HttpsCpuPassThrough,
         "https_provider",
         "CPU per proxied request, pass-through to an HTTPS provider over HTTP/2, c=64 (peer: nginx)",
+        Unit::Micros,
+        None,
+        "relayd's user + system time over those throughput blocks divided by the requests it completed, beside nginx's in the same run",
+    ),
+    row(
+        MeasureId::ApartThroughputRate,
+        "stand_in_apart",
+        "throughput, c=64, tiny responses, pass-through, the stand-in off relayd's CPU (peer: nginx)",
+        Unit::PerSecond,
+        None,
+        "the throughput blocks again, with a fast stand-in of their own on the load generator's CPU, so that relayd and nginx each have their CPU to themselves, as beside a remote provider; completed requests per second",
+    ),
+    row(
+        MeasureId::ApartCpuPassThrough,
+        "stand_in_apart",
+        "CPU per proxied request, pass-through, c=64, the stand-in off relayd's CPU (peer: nginx)",
         Unit::Micros,
         None,
         "relayd's user + system time over those throughput blocks divided by the requests it completed, beside nginx's in the same run",

@@ -93,40 +93,15 @@ pub(super) fn run(
         peer.addr,
         peer.pid(),
     );
-    let mut args: Vec<OsString> = Vec::new();
-    for (flag, value) in [
-        ("--scenario", "throughput".to_owned()),
-        ("--relay", relayd.addr.to_string()),
-        ("--relay-pid", relayd.process.pid().to_string()),
-        ("--peer", peer.addr.to_string()),
-    ] {
-        args.extend([flag.into(), value.into()]);
-    }
-    for pid in &peer.pids {
-        args.extend(["--peer-pid".into(), pid.to_string().into()]);
-    }
-    args.extend(options.scale_args());
-    let loadgen = run_loadgen(
+    let loadgen = throughput_beside(
         bin_dir,
-        pinning.loadgen.as_deref(),
-        &args,
-        &[],
+        pinning,
+        &relayd,
+        &peer,
+        options,
         "relayd and nginx in front of an HTTPS provider, about half a minute",
-        LOADGEN_TIMEOUT,
-    )
-    .with_context(|| {
-        format!(
-            "the peer's error log:\n{}",
-            log_tail(&peer.dir.join("error.log"))
-        )
-    })?;
-    let measures = report::measures(&loadgen)?
-        .into_iter()
-        .filter_map(|m| {
-            let (_, row) = ROWS.iter().find(|(from, _)| *from == m.id)?;
-            Some(m.as_row(*row))
-        })
-        .collect();
+    )?;
+    let measures = rows(&loadgen, &ROWS)?;
     let (front_cpus, peer_cpus) = match pinning.stand_ins {
         Some(_) => ("on the stand-ins' CPUs", "on relayd's CPUs"),
         None => ("unpinned", "unpinned"),
@@ -144,4 +119,54 @@ pub(super) fn run(
         notes,
         detail,
     })
+}
+
+/// The loadgen's throughput scenario on `relayd` and its `peer` only (no direct path), with
+/// the run's scale; `what` says what runs, while it runs.
+pub(super) fn throughput_beside(
+    bin_dir: &std::path::Path,
+    pinning: &Pinning,
+    relayd: &Relayd,
+    peer: &Nginx,
+    options: &Options,
+    what: &str,
+) -> Result<Value> {
+    let mut args: Vec<OsString> = Vec::new();
+    for (flag, value) in [
+        ("--scenario", "throughput".to_owned()),
+        ("--relay", relayd.addr.to_string()),
+        ("--relay-pid", relayd.process.pid().to_string()),
+        ("--peer", peer.addr.to_string()),
+    ] {
+        args.extend([flag.into(), value.into()]);
+    }
+    for pid in &peer.pids {
+        args.extend(["--peer-pid".into(), pid.to_string().into()]);
+    }
+    args.extend(options.scale_args());
+    run_loadgen(
+        bin_dir,
+        pinning.loadgen.as_deref(),
+        &args,
+        &[],
+        what,
+        LOADGEN_TIMEOUT,
+    )
+    .with_context(|| {
+        format!(
+            "the peer's error log:\n{}",
+            log_tail(&peer.dir.join("error.log"))
+        )
+    })
+}
+
+/// The throughput scenario's rows named in `map`, as the rows they become.
+pub(super) fn rows(loadgen: &Value, map: &[(MeasureId, MeasureId)]) -> Result<Vec<Measure>> {
+    Ok(report::measures(loadgen)?
+        .into_iter()
+        .filter_map(|m| {
+            let (_, row) = map.iter().find(|(from, _)| *from == m.id)?;
+            Some(m.as_row(*row))
+        })
+        .collect())
 }

@@ -1,0 +1,90 @@
+//! relayd and nginx with the provider stand-in off their CPU: the throughput blocks of the pass-through phase again, with a fast stand-in of their own on the load generator's CPU.
+//!
+//! On two CPUs the other phases run the stand-ins beside relayd, so every request relayd writes wakes a process that shares its CPU, and is often preempted by it; a provider in production is another machine.
+//! This phase shows the same pair with each proxy alone on its CPU. It is informational: the targets are read from the pass-through phase.
+
+use anyhow::Result;
+use relay_testkit::measures::{Measure, MeasureId};
+use serde_json::{Value, json};
+
+use super::Options;
+use super::https::{rows, throughput_beside};
+use super::nginx::{self, Nginx, Site};
+use super::pinning::Pinning;
+use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams};
+
+/// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
+const ROWS: [(MeasureId, MeasureId); 2] = [
+    (MeasureId::ThroughputRate, MeasureId::ApartThroughputRate),
+    (MeasureId::CpuPassThrough, MeasureId::ApartCpuPassThrough),
+];
+
+/// What the phase produced.
+pub(super) struct ApartPhase {
+    pub(super) measures: Vec<Measure>,
+    pub(super) notes: Vec<String>,
+    pub(super) detail: Value,
+}
+
+/// Runs the phase when the stand-ins share relayd's CPUs (two CPUs, pinned); otherwise says why it measured nothing.
+pub(super) fn run(
+    bin_dir: &std::path::Path,
+    pinning: &Pinning,
+    options: &Options,
+) -> Result<ApartPhase> {
+    let nothing = |why: &str| ApartPhase {
+        measures: Vec::new(),
+        notes: vec![format!("the stand-in-apart rows were not taken: {why}")],
+        detail: Value::Null,
+    };
+    let (Some(loadgen_cpus), Some(stand_in_cpus)) = (&pinning.loadgen, &pinning.stand_ins) else {
+        return Ok(nothing("processes are not pinned"));
+    };
+    if pinning.relayd.as_ref() != Some(stand_in_cpus) {
+        return Ok(nothing("the stand-ins already run off relayd's CPUs"));
+    }
+    let binary = nginx::find_or_install()?;
+    // A scratch of its own: its relayd and nginx would otherwise share the pass-through phase's directories.
+    let scratch = Scratch::create()?;
+    let stand_in = StandIn::start(bin_dir, Some(loadgen_cpus), &[], &scratch, "apart")?;
+    let relayd = Relayd::start(
+        bin_dir,
+        pinning.relayd.as_deref(),
+        RelaydMode::PassThrough,
+        Upstreams::plain(stand_in.addr, stand_in.addr),
+        &scratch,
+        &[],
+    )?;
+    let workers = pinning.server_cpu_count();
+    let peer = Nginx::start(
+        &binary,
+        pinning.relayd.as_deref(),
+        nginx::Layout::Workers(workers),
+        Site::Peer(stand_in.addr),
+        &scratch,
+        &[],
+    )?;
+    println!(
+        "==> stand-in {} (on the load generator's CPU {loadgen_cpus}), relayd {} (pass-through to it, pid {}), nginx {} (its peer, pid {})",
+        stand_in.addr,
+        relayd.addr,
+        relayd.process.pid(),
+        peer.addr,
+        peer.pid(),
+    );
+    let loadgen = throughput_beside(
+        bin_dir,
+        pinning,
+        &relayd,
+        &peer,
+        options,
+        "relayd and nginx with the stand-in off their CPU, about half a minute",
+    )?;
+    Ok(ApartPhase {
+        measures: rows(&loadgen, &ROWS)?,
+        notes: vec![format!(
+            "stand-in apart: the throughput blocks again with a fast stand-in of their own on CPU {loadgen_cpus}, the load generator's, and relayd and nginx ({workers} worker process(es)) on CPU {stand_in_cpus}, so neither proxy shares its CPU with the provider; informational, the targets are read from the pass-through rows"
+        )],
+        detail: json!({ "peer_pids": peer.pids, "loadgen": loadgen }),
+    })
+}
