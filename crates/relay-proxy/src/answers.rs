@@ -211,8 +211,9 @@ pub(crate) fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> 
             ErrorKind::RelayUpstreamUnreachable,
             "the connection to the provider failed before it answered",
         ),
+        // As the limit of requests in flight per route answers.
         UpstreamError::NoRoom => retry_later(
-            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::RelayTooManyRequests,
             "too many provider connections are open at once",
             1,

@@ -717,17 +717,31 @@ async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, linger: Linger
 
 /// Raises the soft open-file limit to the hard limit and returns the new soft limit: the
 /// daemon and a worker each hold two descriptors per open stream (client and upstream), so
-/// the usual soft limit of 1,024 would cap them near 500 streams.
+/// the usual soft limit of 1,024 would cap them near 500 streams. An unlimited hard limit
+/// (macOS's usual one) may not be set as the soft one, so the largest of a few usual
+/// ceilings the system accepts is taken instead.
 pub fn raise_open_file_limit() -> u64 {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let mut limit = getrlimit(Resource::Nofile);
-    if limit.current < limit.maximum {
-        limit.current = limit.maximum;
-        if setrlimit(Resource::Nofile, limit).is_err() {
-            limit = getrlimit(Resource::Nofile);
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let wanted = match limit.maximum {
+        Some(maximum) => vec![Some(maximum)],
+        None => vec![None, Some(1_048_576), Some(65_536), Some(10_240)],
+    };
+    for current in wanted {
+        // Never lowered: a finite soft limit already this high stays. An unlimited soft
+        // limit has an unlimited hard one, whose first ceiling (unlimited) sets it as it is.
+        if current.is_some() && current <= limit.current {
+            break;
+        }
+        let raised = Rlimit {
+            current,
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            break;
         }
     }
-    limit.current.unwrap_or(u64::MAX)
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

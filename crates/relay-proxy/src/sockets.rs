@@ -55,8 +55,9 @@ fn unpace(tcp: &TcpStream) {
 #[cfg(not(target_os = "linux"))]
 fn unpace(_tcp: &TcpStream) {}
 
-/// Descriptors kept for everything that is not a connection: listeners, the runtime's own,
-/// the admin socket, state and log files, pipes to child processes.
+/// Descriptors kept for everything that is not a connection (listeners, the runtime's own,
+/// the admin socket, state and log files, pipes to child processes): this many, or a
+/// quarter of a smaller limit.
 const RESERVED_DESCRIPTORS: u64 = 256;
 
 /// How a process's open-file limit is shared between its connections.
@@ -74,7 +75,8 @@ impl Descriptors {
     /// Each accepted connection may need one toward a provider, so when the limit cannot hold
     /// both in full, each side gets half; neither gets less than one.
     pub fn share(open_file_limit: u64, max_connections: usize) -> Descriptors {
-        let usable = usize::try_from(open_file_limit.saturating_sub(RESERVED_DESCRIPTORS))
+        let reserved = RESERVED_DESCRIPTORS.min(open_file_limit / 4);
+        let usable = usize::try_from(open_file_limit - reserved)
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS);
         let accepted = max_connections.min(usable / 2).max(1);

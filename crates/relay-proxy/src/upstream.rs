@@ -910,15 +910,23 @@ impl Inner {
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         self.start_sweeping();
         let mut refusals = 0;
+        let mut closed_idle = false;
         loop {
             let (lent, fresh) = match self.take(req.uri()) {
                 Some(lent) => (lent, false),
                 // Boxed: its state (the stream, the handshakes) is large and needed only for
                 // a new connection.
-                None => match Box::pin(self.open(req.uri())).await? {
-                    Some(lent) => (lent, true),
+                None => match Box::pin(self.open(req.uri())).await {
+                    Ok(Some(lent)) => (lent, true),
                     // Another request opened one: it may have room for this one.
-                    None => continue,
+                    Ok(None) => continue,
+                    // Every share is held: one idle connection, of any origin, gives up its
+                    // own, once per request.
+                    Err(UpstreamError::NoRoom) if !closed_idle && self.close_one_idle() => {
+                        closed_idle = true;
+                        continue;
+                    }
+                    Err(error) => return Err(error),
                 },
             };
             // Written here rather than in a function of its own: each `async fn` the request
@@ -998,6 +1006,34 @@ impl Inner {
         // A provider that chose HTTP/1.1 for some connections: one may lie under the
         // HTTP/2 ones dropped just now.
         http2.or_else(|| http1(conns))
+    }
+
+    /// Closes the idle HTTP/1.1 connection used longest ago, of any origin, so that its
+    /// socket's room in the budget goes to a new one; false when none is idle. (An idle
+    /// HTTP/2 connection's socket closes only once its task has ended, too late to help.)
+    fn close_one_idle(&self) -> bool {
+        let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
+            return false;
+        };
+        let oldest = origins
+            .iter()
+            .enumerate()
+            .flat_map(|(o, origin)| {
+                origin
+                    .conns
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, kept)| matches!(kept.sender, Sender::Http1(_)))
+                    .map(move |(c, kept)| (kept.used, o, c))
+            })
+            .min_by_key(|(used, _, _)| *used);
+        match oldest {
+            Some((_, o, c)) => {
+                drop(origins[o].conns.remove(c));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Keeps a connection for later requests to `uri`'s origin.

@@ -109,12 +109,20 @@ fn a_limit_too_small_for_both_is_shared_in_halves() {
 }
 
 #[test]
-fn even_a_limit_below_the_reserve_leaves_one_of_each() {
+fn a_limit_near_the_reserve_keeps_a_quarter_and_shares_the_rest() {
+    // macOS's usual soft limit, where the hard one is unlimited and cannot be set as is.
     assert_eq!(
-        Descriptors::share(100, 10_000),
+        Descriptors::share(256, 10_000),
+        Descriptors {
+            accepted: 96,
+            outbound: 96,
+        }
+    );
+    assert_eq!(
+        Descriptors::share(3, 10_000),
         Descriptors {
             accepted: 1,
-            outbound: 1,
+            outbound: 2,
         }
     );
 }

@@ -381,6 +381,35 @@ async fn past_its_budget_a_request_opens_no_connection_until_one_closes() {
     assert_eq!(connections, 1);
 }
 
+/// Idle connections keep their room in the budget, but not against a request that needs one:
+/// the one used longest ago, of any origin, is closed for it.
+#[tokio::test]
+async fn past_its_budget_a_request_to_another_origin_takes_the_room_of_an_idle_connection() {
+    let (first, mut first_seen) = provider(Close::Never).await;
+    let (second, mut second_seen) = provider(Close::Never).await;
+    let client = UpstreamClient::with_tls(
+        &UpstreamOptions {
+            max_connections: 2,
+            ..options()
+        },
+        client_tls(rustls::RootCertStore::empty()),
+    );
+    let uri = format!("{first}/v1/models");
+    let answers = futures_util::future::join_all((0..2).map(|_| client.send(get(&uri)))).await;
+    for answer in answers {
+        assert_eq!(read_all(answer.unwrap()).await.0, StatusCode::OK);
+    }
+    assert_eq!(counts(&mut first_seen).0, 2);
+    // Both are idle in the pool, holding the whole budget.
+    let res = client
+        .send(get(&format!("{second}/v1/models")))
+        .await
+        .unwrap();
+    assert_eq!(read_all(res).await.0, StatusCode::OK);
+    assert_eq!(counts(&mut second_seen).0, 1);
+    assert!(matches!(next(&mut first_seen).await, Seen::Closed));
+}
+
 #[tokio::test]
 async fn idle_connections_are_closed_by_the_sweep_and_busy_ones_are_not() {
     let (base, mut seen) = provider(Close::Never).await;

@@ -301,7 +301,7 @@ fn endless_upload(
 
 /// The attack: each HTTP/2 stream whose upload never ends holds a provider connection, and
 /// one client connection may have 100 of them, so streams alone could use up the daemon's
-/// descriptors. Past its budget of provider connections a request is answered 503 at once
+/// descriptors. Past its budget of provider connections a request is answered 429 at once
 /// and opens none, the daemon goes on answering everyone else, and a stream that ends gives
 /// its connection's room back.
 #[tokio::test]
@@ -319,7 +319,7 @@ async fn streams_whose_uploads_never_end_take_no_more_provider_connections_than_
 
     let (refused, _upload) = endless_upload(&mut h2, &url);
     let res = tokio::time::timeout(WAIT, refused).await.unwrap().unwrap();
-    assert_eq!(res.status(), 503);
+    assert_eq!(res.status(), 429);
     assert_eq!(res.headers()["retry-after"], "1");
     let mut body = res.into_body();
     let mut bytes = Vec::new();
