@@ -92,6 +92,14 @@ const STAND_IN_APART: &str = "stand-in-apart";
 /// The loadgen's `--scale` of a `--quick` run.
 const QUICK_SCALE: &str = "0.05";
 
+/// What a phase that adds rows to the table produced: its rows, its notes, and what the
+/// JSON keeps of it.
+pub(super) struct PhaseRows {
+    pub(super) measures: Vec<relay_testkit::measures::Measure>,
+    pub(super) notes: Vec<String>,
+    pub(super) detail: Value,
+}
+
 /// What `cargo xtask bench` was asked to run.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Options {
@@ -212,39 +220,34 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         document["nginx"] = phase.nginx;
         document["loadgen"] = phase.loadgen;
     }
-    if options.selected(HTTPS_PROVIDER) {
-        match https::run(&bin_dir, &pinning, &fast, &scratch, &options) {
-            Ok(phase) => {
-                measures.extend(phase.measures);
-                notes.extend(phase.notes);
-                document["https_provider"] = phase.detail;
-            }
-            Err(error) => notes.push(format!(
-                "the HTTPS provider measures were not taken: {error:#}"
-            )),
+    let mut add = |phase: Result<PhaseRows>, key: &str, failed: &str| match phase {
+        Ok(phase) => {
+            measures.extend(phase.measures);
+            notes.extend(phase.notes);
+            document[key] = phase.detail;
         }
+        Err(error) => notes.push(format!("{failed}: {error:#}")),
+    };
+    if options.selected(HTTPS_PROVIDER) {
+        add(
+            https::run(&bin_dir, &pinning, &fast, &scratch, &options),
+            "https_provider",
+            "the HTTPS provider measures were not taken",
+        );
     }
     if options.selected(STAND_IN_APART) {
-        match apart::run(&bin_dir, &pinning, &options) {
-            Ok(phase) => {
-                measures.extend(phase.measures);
-                notes.extend(phase.notes);
-                document["stand_in_apart"] = phase.detail;
-            }
-            Err(error) => notes.push(format!(
-                "the stand-in-apart measures were not taken: {error:#}"
-            )),
-        }
+        add(
+            apart::run(&bin_dir, &pinning, &options),
+            "stand_in_apart",
+            "the stand-in-apart measures were not taken",
+        );
     }
     if options.selected(INSTRUCTIONS) {
-        match instructions::run(&bin_dir, &pinning, &fast, &scratch) {
-            Ok(phase) => {
-                measures.extend(phase.measures);
-                notes.extend(phase.notes);
-                document["instructions"] = phase.detail;
-            }
-            Err(error) => notes.push(format!("instructions per request not counted: {error:#}")),
-        }
+        add(
+            instructions::run(&bin_dir, &pinning, &fast, &scratch),
+            "instructions",
+            "instructions per request not counted",
+        );
     }
     let worker_scenarios = options.selected_of(&WORKER_SCENARIOS);
     if !worker_scenarios.is_empty() || PROCESS_MEASURES.iter().any(|m| options.selected(m)) {

@@ -4,10 +4,11 @@
 //! This phase shows the same pair with each proxy alone on its CPU. It is informational: the targets are read from the pass-through phase.
 
 use anyhow::Result;
-use relay_testkit::measures::{Measure, MeasureId};
+use relay_testkit::measures::MeasureId;
 use serde_json::{Value, json};
 
 use super::Options;
+use super::PhaseRows;
 use super::https::{rows, throughput_beside};
 use super::nginx::{self, Nginx, Site};
 use super::pinning::Pinning;
@@ -19,20 +20,13 @@ const ROWS: [(MeasureId, MeasureId); 2] = [
     (MeasureId::CpuPassThrough, MeasureId::ApartCpuPassThrough),
 ];
 
-/// What the phase produced.
-pub(super) struct ApartPhase {
-    pub(super) measures: Vec<Measure>,
-    pub(super) notes: Vec<String>,
-    pub(super) detail: Value,
-}
-
 /// Runs the phase when the stand-ins share relayd's CPUs (two CPUs, pinned); otherwise says why it measured nothing.
 pub(super) fn run(
     bin_dir: &std::path::Path,
     pinning: &Pinning,
     options: &Options,
-) -> Result<ApartPhase> {
-    let nothing = |why: &str| ApartPhase {
+) -> Result<PhaseRows> {
+    let nothing = |why: &str| PhaseRows {
         measures: Vec::new(),
         notes: vec![format!("the stand-in-apart rows were not taken: {why}")],
         detail: Value::Null,
@@ -80,7 +74,7 @@ pub(super) fn run(
         options,
         "relayd and nginx with the stand-in off their CPU, about half a minute",
     )?;
-    Ok(ApartPhase {
+    Ok(PhaseRows {
         measures: rows(&loadgen, &ROWS)?,
         notes: vec![format!(
             "stand-in apart: the throughput blocks again with a fast stand-in of their own on CPU {loadgen_cpus}, the load generator's, and relayd and nginx ({workers} worker process(es)) on CPU {stand_in_cpus}, so neither proxy shares its CPU with the provider; informational, the targets are read from the pass-through rows"

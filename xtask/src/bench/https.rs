@@ -10,6 +10,7 @@ use anyhow::{Context as _, Result};
 use relay_testkit::measures::{Measure, MeasureId};
 use serde_json::{Value, json};
 
+use super::PhaseRows;
 use super::nginx::{self, Nginx, Site};
 use super::pinning::Pinning;
 use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams, log_tail, run_loadgen};
@@ -21,13 +22,6 @@ const ROWS: [(MeasureId, MeasureId); 2] = [
     (MeasureId::CpuPassThrough, MeasureId::HttpsCpuPassThrough),
 ];
 
-/// What the phase produced.
-pub(super) struct HttpsPhase {
-    pub(super) measures: Vec<Measure>,
-    pub(super) notes: Vec<String>,
-    pub(super) detail: Value,
-}
-
 /// Runs the phase; nginx is needed twice over (the provider and the peer), so without it the phase says why and measures nothing.
 pub(super) fn run(
     bin_dir: &std::path::Path,
@@ -35,7 +29,7 @@ pub(super) fn run(
     fast: &StandIn,
     scratch: &Scratch,
     options: &Options,
-) -> Result<HttpsPhase> {
+) -> Result<PhaseRows> {
     let binary = nginx::find_or_install()?;
     let dir = scratch.path("tls");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -114,7 +108,7 @@ pub(super) fn run(
         "peer_pids": peer.pids,
         "loadgen": loadgen,
     });
-    Ok(HttpsPhase {
+    Ok(PhaseRows {
         measures,
         notes,
         detail,

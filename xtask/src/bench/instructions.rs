@@ -16,8 +16,9 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 use relay_testkit::measures::{Measure, MeasureId};
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::PhaseRows;
 use super::debian;
 use super::nginx::{self, Nginx};
 use super::pinning::Pinning;
@@ -36,21 +37,13 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an MCP session may take to make its route ready with relayd and the worker under valgrind.
 const WRAPPED_ROUTE_READY_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The instructions rows, and what they were measured with.
-pub(super) struct InstructionsPhase {
-    pub(super) measures: Vec<Measure>,
-    pub(super) notes: Vec<String>,
-    /// Raw figures for the JSON.
-    pub(super) detail: Value,
-}
-
 /// Counts relayd's instructions per request, then nginx's when it can run.
 pub(super) fn run(
     bin_dir: &Path,
     pinning: &Pinning,
     fast: &StandIn,
     scratch: &Scratch,
-) -> Result<InstructionsPhase> {
+) -> Result<PhaseRows> {
     let mut notes = Vec::new();
     // By its full path: the worker, which runs under it too, gets no `PATH`.
     let valgrind = debian::find_or_install("valgrind", &["valgrind"], || {
@@ -168,7 +161,7 @@ pub(super) fn run(
             (None, None)
         }
     };
-    Ok(InstructionsPhase {
+    Ok(PhaseRows {
         measures,
         notes,
         detail: json!({
