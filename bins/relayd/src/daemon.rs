@@ -210,6 +210,8 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         metrics.clone(),
     )
     .context("loading the daemon state")?;
+    // Connections to workers and to providers share one room in the open-file limit.
+    shell.workers().limit_to(upstream.budget());
     let control = ControlPlane::new(
         control_options(&config, &settings, &advertised, local, Arc::new(daemon_key))?,
         shell.clone(),

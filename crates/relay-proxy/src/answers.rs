@@ -215,7 +215,7 @@ pub(crate) fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> 
         UpstreamError::NoRoom => retry_later(
             StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::RelayTooManyRequests,
-            "too many provider connections are open at once",
+            "too many connections to providers and workers are open at once",
             1,
         ),
     }

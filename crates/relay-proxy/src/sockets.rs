@@ -119,15 +119,15 @@ pub struct Share {
 #[error("too many provider connections are open at once")]
 pub struct NoRoom;
 
-/// A connected socket that holds its [`Share`] for as long as it is open.
+/// A connected socket that holds its [`Share`], when it has one, for as long as it is open.
 #[derive(Debug)]
 pub struct Budgeted {
     tcp: TcpStream,
-    _share: Share,
+    _share: Option<Share>,
 }
 
 impl Budgeted {
-    pub fn new(tcp: TcpStream, share: Share) -> Budgeted {
+    pub fn new(tcp: TcpStream, share: Option<Share>) -> Budgeted {
         Budgeted { tcp, _share: share }
     }
 }

@@ -218,6 +218,8 @@ struct Inner {
     http2_ping_after: Duration,
     origins: Mutex<Vec<Origin>>,
     sweeping: AtomicBool,
+    /// The room its connections share, which the daemon's connections to workers share too.
+    budget: Budget,
 }
 
 /// The kept connections to one scheme and authority.
@@ -841,9 +843,10 @@ impl UpstreamClient {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(options.connect_timeout));
+        let budget = Budget::new(options.max_connections);
         let http = Dialer {
             http,
-            budget: Budget::new(options.max_connections),
+            budget: budget.clone(),
         };
         let egress = match options.proxy_url.as_deref().filter(|p| !p.is_empty()) {
             None => EgressConnector::direct(http),
@@ -873,8 +876,15 @@ impl UpstreamClient {
                 http2_ping_after: HTTP2_PING_AFTER,
                 origins: Mutex::new(Vec::new()),
                 sweeping: AtomicBool::new(false),
+                budget,
             }),
         }
+    }
+
+    /// The room this client's connections share: the daemon's connections to workers take
+    /// theirs from it too.
+    pub fn budget(&self) -> Budget {
+        self.inner.budget.clone()
     }
 
     /// Sends one request and waits for its response head. Never sent again once bytes may
@@ -1644,7 +1654,7 @@ impl tower_service::Service<Uri> for Dialer {
             let share = share?;
             let tcp = connecting.await?.into_inner();
             crate::sockets::prepare(&tcp);
-            Ok(TokioIo::new(Budgeted::new(tcp, share)))
+            Ok(TokioIo::new(Budgeted::new(tcp, Some(share))))
         })
     }
 }

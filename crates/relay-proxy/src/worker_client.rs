@@ -25,6 +25,7 @@ use tokio::net::TcpStream;
 
 use crate::body::RequestBody;
 use crate::headers::WORKER_SECRET;
+use crate::sockets::{Budget, Budgeted, Share};
 use crate::tls_io::{Gather, ReadAhead};
 use crate::upstream::{Answered, Lease, UpstreamBody, is_idle, poll_open, run_alone, send_on};
 use crate::worker::READY_PATH;
@@ -65,12 +66,18 @@ pub enum WorkerSendError {
     /// The request may have reached the worker.
     #[error("the worker failed before its response head")]
     Failed(#[source] hyper::Error),
+    /// A new connection was needed, and as many are open as the open-file limit allows.
+    /// Nothing was written, and the worker is not to blame.
+    #[error("too many connections are open at once")]
+    NoRoom,
 }
 
 /// Pools of idle connections, one per worker generation.
 #[derive(Default)]
 pub struct WorkerClient {
     pools: Arc<Pools>,
+    /// The room new connections take their share from, once the daemon has set it.
+    budget: std::sync::OnceLock<Budget>,
 }
 
 /// Ordered by the generation ids the daemon makes rather than hashed: a request looks its
@@ -89,7 +96,7 @@ struct Generation {
     secret: Option<([u8; 32], HeaderValue)>,
 }
 
-type WorkerIo = TokioIo<Gather<tokio_rustls::client::TlsStream<ReadAhead<TcpStream>>>>;
+type WorkerIo = TokioIo<Gather<tokio_rustls::client::TlsStream<ReadAhead<Budgeted>>>>;
 
 /// One pinned connection to a worker generation.
 struct WorkerConn {
@@ -151,6 +158,12 @@ impl WorkerClient {
         WorkerClient::default()
     }
 
+    /// Takes the room of new connections (not probes') from `budget`, the provider client's:
+    /// both kinds of connection count against the same share of the open-file limit.
+    pub fn limit_to(&self, budget: Budget) {
+        let _ = self.budget.set(budget);
+    }
+
     /// Opens the pool of a generation a request is routed to. Called with the broker
     /// locked, as [`WorkerClient::forget`] is on a retirement, so a retired generation is
     /// never opened again by a request that was routed to it earlier: its connections are
@@ -193,11 +206,16 @@ impl WorkerClient {
         }
         // A stopped or unreachable worker must not hold the request: nothing is written until
         // the connection is up, so a timeout here still allows one pass-through (§3.7).
+        let share = match self.budget.get().map(Budget::take) {
+            Some(Ok(share)) => Some(share),
+            Some(Err(_)) => return Err(WorkerSendError::NoRoom),
+            None => None,
+        };
         let pools = Arc::downgrade(&self.pools);
         // Boxed: the handshake's state is large and needed only for a new connection; inline,
         // it would grow the future of every request sent to a worker.
         let connecting =
-            tokio::time::timeout(CONNECT_TIMEOUT, Box::pin(connect(target, pools))).await;
+            tokio::time::timeout(CONNECT_TIMEOUT, Box::pin(connect(target, pools, share))).await;
         let conn = match connecting.unwrap_or(Err(ProbeOutcome::Failed)) {
             Ok(conn) => conn,
             Err(outcome) => {
@@ -261,7 +279,7 @@ impl WorkerClient {
     /// `GET /_relay/worker/v1/ready` over a fresh pinned connection (§5.5).
     pub async fn probe(&self, target: &WorkerTarget) -> ProbeOutcome {
         let probe = async {
-            let conn = connect(target, Weak::new()).await?;
+            let conn = connect(target, Weak::new(), None).await?;
             let mut req = Request::new(RequestBody::empty());
             *req.uri_mut() = http::Uri::from_static(READY_PATH);
             req.headers_mut()
@@ -296,11 +314,12 @@ impl WorkerClient {
     }
 }
 
-/// One pinned HTTPS connection. A refused connection or a certificate other than the
-/// registered one is evidence that the worker is gone (§5.4).
+/// One pinned HTTPS connection, holding `share` while it is open. A refused connection or a
+/// certificate other than the registered one is evidence that the worker is gone (§5.4).
 async fn connect(
     target: &WorkerTarget,
     pools: Weak<Pools>,
+    share: Option<Share>,
 ) -> Result<Box<WorkerConn>, ProbeOutcome> {
     let addr: SocketAddr = target.endpoint.parse().map_err(|_| ProbeOutcome::Gone)?;
     let tcp = match TcpStream::connect(addr).await {
@@ -315,7 +334,7 @@ async fn connect(
         .map_err(|_| ProbeOutcome::Failed)?;
     let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
     let tls = match tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, ReadAhead::new(tcp))
+        .connect(name, ReadAhead::new(Budgeted::new(tcp, share)))
         .await
     {
         Ok(tls) => tls,

@@ -88,6 +88,16 @@ impl Front {
                 self.log_worker_communication(fingerprint, worker.worker_id, "connect_failed");
                 WorkerResult::NotSent(*request, outcome)
             }
+            // The daemon's own limit, not the worker's fault: the broker is not told, and the
+            // request is not passed through (that would need a connection too).
+            Err(WorkerSendError::NoRoom) => {
+                self.log_worker_communication(
+                    fingerprint,
+                    worker.worker_id,
+                    "too_many_connections",
+                );
+                WorkerResult::Failed(upstream_error(&UpstreamError::NoRoom), waited)
+            }
             Err(WorkerSendError::Failed(error)) => {
                 // The client's own body crossed the limit, stopped arriving or broke off
                 // while it was being sent: answered as on the way to a provider, and no

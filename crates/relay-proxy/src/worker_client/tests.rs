@@ -156,3 +156,31 @@ fn each_request_carries_the_secret_its_route_gave_it() {
     client.forget(target.worker_id);
     assert_eq!(client.check_out(&target).0, secret_header(&[10; 32]));
 }
+
+/// Connections to workers take their room from the provider client's budget: past it, a
+/// request opens no connection and comes back as no room, not as a worker that failed (which
+/// would pass it through and tell the broker the worker is unreachable).
+#[tokio::test]
+async fn past_the_budget_a_request_opens_no_connection_and_blames_no_worker() {
+    let (target, mut seen) = worker(Close::Never).await;
+    let client = routed_to(&target);
+    let budget = Budget::new(1);
+    client.limit_to(budget.clone());
+    // An answer not yet read holds its connection, and with it the only share.
+    let held = client.send(&target, get()).await.unwrap();
+    assert!(budget.take().is_err());
+    assert!(matches!(
+        client.send(&target, get()).await,
+        Err(WorkerSendError::NoRoom)
+    ));
+    assert_eq!(counts(&mut seen).0, 1);
+    // Read whole, its connection goes back to the pool, keeping its share, and serves the
+    // next request.
+    assert_eq!(read(held).await, (StatusCode::OK, "ok".into()));
+    let res = client.send(&target, get()).await.unwrap();
+    assert_eq!(read(res).await, (StatusCode::OK, "ok".into()));
+    assert_eq!(counts(&mut seen).0, 0);
+    // Forgotten, the generation's connections close and give the share back.
+    client.forget(target.worker_id);
+    assert!(budget.take().is_ok());
+}
