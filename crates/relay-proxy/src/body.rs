@@ -53,13 +53,8 @@ impl std::error::Error for BodyError {
 
 impl BodyError {
     /// Finds a `BodyError` in an error's source chain (hyper wraps body errors).
-    pub fn find<'a>(mut error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyError> {
-        loop {
-            if let Some(found) = error.downcast_ref::<BodyError>() {
-                return Some(found);
-            }
-            error = error.source()?;
-        }
+    pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyError> {
+        crate::error_chain::causes(error).find_map(|cause| cause.downcast_ref())
     }
 }
 

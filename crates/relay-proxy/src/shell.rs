@@ -552,13 +552,10 @@ impl Shell {
     }
 }
 
-fn find_io_error(mut error: &(dyn std::error::Error + 'static)) -> Option<std::io::Error> {
-    loop {
-        if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            return Some(std::io::Error::new(io.kind(), io.to_string()));
-        }
-        error = error.source()?;
-    }
+fn find_io_error(error: &(dyn std::error::Error + 'static)) -> Option<std::io::Error> {
+    crate::error_chain::causes(error)
+        .find_map(|cause| cause.downcast_ref::<std::io::Error>())
+        .map(|io| std::io::Error::new(io.kind(), io.to_string()))
 }
 
 fn drain(broker: &mut Broker) -> Vec<Output> {

@@ -33,6 +33,7 @@ use tower_service::Service as _;
 
 use crate::BoxError;
 use crate::body::{BodyError, RequestBody, Upload};
+use crate::error_chain::causes;
 use crate::headers::{Toward, strip_request_headers};
 use crate::sockets::{Budget, Budgeted, NoRoom};
 use crate::tls;
@@ -1593,12 +1594,8 @@ fn host_value(scheme: &Scheme, authority: &Authority) -> Result<HeaderValue, Ups
 }
 
 fn connect_error(error: BoxError) -> UpstreamError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&*error);
-    while let Some(found) = source {
-        if found.is::<NoRoom>() {
-            return UpstreamError::NoRoom;
-        }
-        source = found.source();
+    if causes(&*error).any(|cause| cause.is::<NoRoom>()) {
+        return UpstreamError::NoRoom;
     }
     if is_timeout(&*error) {
         UpstreamError::ConnectTimeout
@@ -1614,18 +1611,12 @@ fn send_error(error: hyper::Error) -> UpstreamError {
     }
 }
 
-fn is_timeout(mut error: &(dyn std::error::Error + 'static)) -> bool {
-    loop {
-        if let Some(io) = error.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::TimedOut
-        {
-            return true;
-        }
-        match error.source() {
-            Some(next) => error = next,
-            None => return false,
-        }
-    }
+fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    causes(error).any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    })
 }
 
 /// Opens every TCP connection of the provider client, to the provider or to the egress
