@@ -26,6 +26,6 @@ pub use crate::{
         CredentialSkipReason, CredentialSource, DaemonKeys, DaemonMode, LIFECYCLE_TARGET,
         Lifecycle, McpPassThroughReason, ProcessExit, PublicRoute,
     },
-    rate_limit::{ProviderFailure, RateLimiter},
+    rate_limit::{ProviderFailure, RateLimiter, Throttle},
     subscriber::{InitError, init, subscriber},
 };

@@ -158,10 +158,32 @@ struct RateKey {
     reason: &'static str,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Window {
-    last_emit: Instant,
+/// One line let through at most once per interval, the others only counted: the window of
+/// one [`RateLimiter`] key, and of any warning that may repeat fast (a server that cannot
+/// accept retries about 50 times a second).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Throttle {
+    last_emit: Option<Instant>,
     suppressed: u64,
+}
+
+impl Throttle {
+    /// Counts a line at `now`: `Some(suppressed since the last line let through)` when this
+    /// one may be written, `None` when it is only counted.
+    pub fn admit(&mut self, now: Instant, interval: Duration) -> Option<u64> {
+        if self.is_open(now, interval) {
+            self.suppressed = self.suppressed.saturating_add(1);
+            return None;
+        }
+        self.last_emit = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+
+    /// Whether a line was let through less than `interval` before `now`.
+    fn is_open(&self, now: Instant, interval: Duration) -> bool {
+        self.last_emit
+            .is_some_and(|at| now.saturating_duration_since(at) < interval)
+    }
 }
 
 /// Lets at most one provider-failure line per key through per interval (10 s by default) and
@@ -172,7 +194,7 @@ struct Window {
 #[derive(Debug)]
 pub struct RateLimiter {
     interval: Duration,
-    windows: HashMap<RateKey, Window>,
+    windows: HashMap<RateKey, Throttle>,
 }
 
 impl Default for RateLimiter {
@@ -215,31 +237,12 @@ impl RateLimiter {
 
     /// The pure decision: `Some(suppressed since the last emit)` when a line may be written.
     fn admit(&mut self, now: Instant, key: RateKey) -> Option<u64> {
-        if let Some(window) = self.windows.get_mut(&key) {
-            if now.saturating_duration_since(window.last_emit) < self.interval {
-                window.suppressed = window.suppressed.saturating_add(1);
-                return None;
-            }
-            let suppressed = window.suppressed;
-            *window = Window {
-                last_emit: now,
-                suppressed: 0,
-            };
-            return Some(suppressed);
-        }
-        if self.windows.len() >= Self::PRUNE_ABOVE {
-            let interval = self.interval;
+        let interval = self.interval;
+        if !self.windows.contains_key(&key) && self.windows.len() >= Self::PRUNE_ABOVE {
             self.windows
-                .retain(|_, window| now.saturating_duration_since(window.last_emit) < interval);
+                .retain(|_, window| window.is_open(now, interval));
         }
-        self.windows.insert(
-            key,
-            Window {
-                last_emit: now,
-                suppressed: 0,
-            },
-        );
-        Some(0)
+        self.windows.entry(key).or_default().admit(now, interval)
     }
 }
 

@@ -177,7 +177,7 @@ pub async fn serve<H: Handler>(
     // on it, and the drain ends when every one has been dropped.
     let (stop, _) = watch::channel(());
     let mut tasks = JoinSet::new();
-    let mut accept_failures = AcceptFailures::default();
+    let mut accept_failures = relay_logging::Throttle::default();
     tokio::pin!(shutdown);
     loop {
         // Reap finished connections so the set stays small.
@@ -198,7 +198,9 @@ pub async fn serve<H: Handler>(
                 Err(error) => {
                     // Out of descriptors or a connection reset before accept: back off
                     // briefly instead of spinning, and say so at most every few seconds.
-                    if let Some(suppressed) = accept_failures.note(Instant::now()) {
+                    if let Some(suppressed) =
+                        accept_failures.admit(Instant::now(), ACCEPT_FAILURE_LOG_EVERY)
+                    {
                         tracing::warn!(
                             %error,
                             suppressed_since_last_emit = suppressed,
@@ -320,31 +322,9 @@ impl Builders {
     }
 }
 
-/// Failed accepts, logged at most once per [`ACCEPT_FAILURE_LOG_EVERY`] with how many
-/// went unlogged since: out of descriptors, a server retries about 50 times a second.
-#[derive(Debug, Default)]
-struct AcceptFailures {
-    logged: Option<Instant>,
-    suppressed: u64,
-}
-
+/// How often a failed accept is logged at most: out of descriptors, a server retries about
+/// 50 times a second.
 const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
-
-impl AcceptFailures {
-    /// Counts a failure at `now`; when it is to be logged, how many were not since the
-    /// last one that was.
-    fn note(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .logged
-            .is_some_and(|at| now.duration_since(at) < ACCEPT_FAILURE_LOG_EVERY)
-        {
-            self.suppressed += 1;
-            return None;
-        }
-        self.logged = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
 
 /// How a connection's protocol is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -743,6 +723,3 @@ pub fn raise_open_file_limit() -> u64 {
     }
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
-
-#[cfg(test)]
-mod tests;

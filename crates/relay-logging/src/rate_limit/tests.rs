@@ -139,3 +139,20 @@ fn expired_keys_are_pruned_when_many_are_tracked() {
 fn the_default_interval_is_ten_seconds() {
     assert_eq!(RateLimiter::DEFAULT_INTERVAL, seconds(10));
 }
+
+#[test]
+fn a_throttle_lets_one_line_through_per_interval_with_the_count_left_out() {
+    // A server out of descriptors, retrying its accept about 50 times a second.
+    let every = Duration::from_secs(10);
+    let mut failures = Throttle::default();
+    let start = Instant::now();
+    assert_eq!(failures.admit(start, every), Some(0));
+    for ms in (20..10_000).step_by(20) {
+        assert_eq!(
+            failures.admit(start + Duration::from_millis(ms), every),
+            None
+        );
+    }
+    assert_eq!(failures.admit(start + every, every), Some(499));
+    assert_eq!(failures.admit(start + every, every), None);
+}
