@@ -402,6 +402,15 @@ impl ResponseBody {
     }
 }
 
+/// Tells a relayed body's tap and guard that it broke off (when `idle`, that no byte came
+/// for the idle time).
+fn broke_off(tap: &mut TapSlot, guard: &mut Option<Box<dyn StreamGuard>>, idle: bool) {
+    tap.end(BodyEnd::Failed);
+    if let Some(guard) = guard {
+        guard.broke_off(idle);
+    }
+}
+
 impl Body for ResponseBody {
     type Data = Bytes;
     type Error = BodyError;
@@ -430,10 +439,7 @@ impl Body for ResponseBody {
                     Poll::Ready(Some(Ok(frame)))
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    tap.end(BodyEnd::Failed);
-                    if let Some(guard) = guard {
-                        guard.broke_off(false);
-                    }
+                    broke_off(tap, guard, false);
                     Poll::Ready(Some(Err(BodyError::Transport(e))))
                 }
                 Poll::Ready(None) => {
@@ -441,10 +447,7 @@ impl Body for ResponseBody {
                     Poll::Ready(None)
                 }
                 Poll::Pending => idle.poll_expired(cx).map(|e| {
-                    tap.end(BodyEnd::Failed);
-                    if let Some(guard) = guard {
-                        guard.broke_off(true);
-                    }
+                    broke_off(tap, guard, true);
                     Some(Err(e))
                 }),
             },
