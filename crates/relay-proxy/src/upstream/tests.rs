@@ -27,7 +27,17 @@ fn options() -> UpstreamOptions {
 }
 
 fn client() -> UpstreamClient {
-    UpstreamClient::with_tls(&options(), client_tls(rustls::RootCertStore::empty()))
+    client_of(options())
+}
+
+/// A client with `options` that trusts no provider certificate.
+fn client_of(options: UpstreamOptions) -> UpstreamClient {
+    UpstreamClient::with_tls(&options, client_tls(rustls::RootCertStore::empty()))
+}
+
+/// A client with the default options that trusts `roots`.
+fn trusting(roots: rustls::RootCertStore) -> UpstreamClient {
+    UpstreamClient::with_tls(&options(), client_tls(roots))
 }
 
 fn client_tls(roots: rustls::RootCertStore) -> rustls::ClientConfig {
@@ -354,13 +364,10 @@ async fn past_its_budget_a_request_opens_no_connection_until_one_closes() {
         Close::Never,
     )
     .await;
-    let client = UpstreamClient::with_tls(
-        &UpstreamOptions {
-            max_connections: 2,
-            ..options()
-        },
-        client_tls(rustls::RootCertStore::empty()),
-    );
+    let client = client_of(UpstreamOptions {
+        max_connections: 2,
+        ..options()
+    });
     let uri = format!("{base}/v1/models");
     // Two answers being read hold their connections.
     let mut held: Vec<_> = futures_util::future::join_all((0..2).map(|_| client.send(get(&uri))))
@@ -387,13 +394,10 @@ async fn past_its_budget_a_request_opens_no_connection_until_one_closes() {
 async fn past_its_budget_a_request_to_another_origin_takes_the_room_of_an_idle_connection() {
     let (first, mut first_seen) = provider(Close::Never).await;
     let (second, mut second_seen) = provider(Close::Never).await;
-    let client = UpstreamClient::with_tls(
-        &UpstreamOptions {
-            max_connections: 2,
-            ..options()
-        },
-        client_tls(rustls::RootCertStore::empty()),
-    );
+    let client = client_of(UpstreamOptions {
+        max_connections: 2,
+        ..options()
+    });
     let uri = format!("{first}/v1/models");
     let answers = futures_util::future::join_all((0..2).map(|_| client.send(get(&uri)))).await;
     for answer in answers {
@@ -464,13 +468,10 @@ async fn a_peer_that_accepts_and_never_speaks_is_a_connect_timeout() {
             held.push(stream);
         }
     });
-    let proxied = UpstreamClient::with_tls(
-        &UpstreamOptions {
-            proxy_url: Some(format!("http://{addr}")),
-            ..options()
-        },
-        client_tls(rustls::RootCertStore::empty()),
-    );
+    let proxied = client_of(UpstreamOptions {
+        proxy_url: Some(format!("http://{addr}")),
+        ..options()
+    });
     for (client, uri) in [
         (client(), format!("https://{addr}/v1/models")),
         (proxied, "https://provider.invalid/v1/models".to_owned()),
@@ -595,7 +596,7 @@ async fn an_https_provider_that_chooses_http2_shares_one_connection() {
         Response::new(Full::new(Bytes::from(seen)))
     })
     .await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let uri = format!("{base}/v1/messages");
     let first = client.send(get(&uri)).await.unwrap();
     assert_eq!(first.version(), Version::HTTP_2);
@@ -630,7 +631,7 @@ async fn requests_at_once_to_a_new_http2_provider_share_the_one_connection_opene
         Response::new(Full::new(Bytes::from_static(b"ok")))
     })
     .await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let uri = format!("{base}/v1/messages");
     let answers = futures_util::future::join_all((0..20).map(|_| client.send(get(&uri)))).await;
     for answer in answers {
@@ -647,7 +648,7 @@ async fn requests_at_once_to_a_new_http2_provider_share_the_one_connection_opene
 /// connection carries no more streams than the provider's settings allow.
 async fn a_burst_past_a_new_providers_stream_limit(limit: u32, requests: usize) {
     let (base, roots, connections) = limited_h2_provider(limit).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let uri = format!("{base}/hold");
     let tasks: Vec<_> = (0..requests)
         .map(|_| {
@@ -681,7 +682,7 @@ async fn a_burst_past_a_new_providers_stream_limit_is_answered_on_two_threads() 
 async fn a_burst_past_a_hundred_streams_opens_a_connection_per_hundred() {
     // The provider would allow 200: relayd's own bound of 100 per connection holds.
     let (base, roots, connections) = limited_h2_provider(200).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let uri = format!("{base}/hold");
     all_answered((0..250).map(|_| client.send(get(&uri)))).await;
     assert_eq!(connections.load(Ordering::SeqCst), 3);
@@ -737,7 +738,7 @@ async fn requests_at_once_to_an_https_provider_that_chose_http1_get_a_connection
     // A request that waited for another's answer rather than for its connection would
     // never be answered: `/hold` never ends.
     let (base, roots, connections) = provider_choosing_http1_first(usize::MAX).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let (first, second, (), ()) = tokio::join!(
         client.send(get(&format!("{base}/hold"))),
         client.send(get(&format!("{base}/hold"))),
@@ -753,7 +754,7 @@ async fn requests_at_once_to_an_https_provider_that_chose_http1_get_a_connection
 #[tokio::test]
 async fn once_a_provider_that_chose_http1_chooses_http2_again_requests_wait_for_one_connection() {
     let (base, roots, connections) = provider_choosing_http1_first(1).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let held = client.send(get(&format!("{base}/hold"))).await.unwrap();
     assert_eq!(held.version(), Version::HTTP_11);
     // With the HTTP/1.1 connection busy, the next request opens the provider's first
@@ -783,13 +784,10 @@ async fn silent_provider(connect_timeout: Duration) -> (UpstreamClient, String, 
             }
         }
     });
-    let client = UpstreamClient::with_tls(
-        &UpstreamOptions {
-            connect_timeout,
-            ..options()
-        },
-        client_tls(rustls::RootCertStore::empty()),
-    );
+    let client = client_of(UpstreamOptions {
+        connect_timeout,
+        ..options()
+    });
     (client, format!("https://{addr}/v1/messages"), accepted)
 }
 
@@ -858,7 +856,7 @@ async fn quick(client: &UpstreamClient, base: &str) {
 #[tokio::test]
 async fn a_request_past_an_http2_providers_stream_limit_goes_on_another_connection() {
     let (base, roots, connections) = limited_h2_provider(1).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     quick(&client, &base).await;
     let held = client.send(get(&format!("{base}/hold"))).await.unwrap();
     quick(&client, &base).await;
@@ -883,7 +881,7 @@ async fn the_stream_limit_holds_from_a_new_connections_first_stream() {
     // The provider's settings arrive after the first request was placed, and before its
     // answer: the second request must see them.
     let (base, roots, connections) = limited_h2_provider(1).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let held = client.send(get(&format!("{base}/hold"))).await.unwrap();
     quick(&client, &base).await;
     assert_eq!(connections.load(Ordering::SeqCst), 2);
@@ -893,7 +891,7 @@ async fn the_stream_limit_holds_from_a_new_connections_first_stream() {
 #[tokio::test]
 async fn requests_sent_together_past_the_stream_limit_do_not_wait() {
     let (base, roots, connections) = limited_h2_provider(2).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     quick(&client, &base).await;
     let (first, second, ()) = tokio::join!(
         client.send(get(&format!("{base}/hold"))),
@@ -909,7 +907,7 @@ async fn an_http2_connection_takes_no_more_streams_than_its_window_can_feed() {
     // The provider would take 200; answers nobody reads would each hold a full stream
     // window, and past the connection's window they would stall every other answer on it.
     let (base, roots, connections) = limited_h2_provider(200).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let mut held = Vec::new();
     for _ in 0..STREAMS_PER_CONNECTION {
         held.push(client.send(get(&format!("{base}/hold"))).await.unwrap());
@@ -968,7 +966,7 @@ async fn a_request_on_an_http2_connection_that_went_silent_ends_and_the_next_one
         "https://localhost:{}",
         relay_that_can_go_silent(port, silent.clone()).await
     );
-    let mut client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let mut client = trusting(roots);
     Arc::get_mut(&mut client.inner).unwrap().http2_ping_after = Duration::from_millis(100);
     quick(&client, &base).await;
     silent.store(true, Ordering::SeqCst);
@@ -1004,7 +1002,7 @@ async fn an_http2_connection_the_provider_closed_is_not_used_again() {
         }
     })
     .await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     quick(&client, &base).await;
     first_closed.recv().await.unwrap();
     quick(&client, &base).await;
@@ -1049,7 +1047,7 @@ async fn provider_sees_a_reset(
         tokio::spawn(async move { while conn.accept().await.is_some() {} });
         reset
     });
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let uri = format!("{base}/v1/messages");
     let mut req = get(&uri);
     *req.method_mut() = method;
@@ -1176,7 +1174,7 @@ fn chunk(bytes: usize) -> crate::body::tests::Chunk {
 #[tokio::test]
 async fn a_body_larger_than_the_stream_window_reaches_an_http2_provider_whole() {
     let (base, roots, mut seen) = h2_provider_counting_uploads(false).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let body = RequestBody::full(Bytes::from(vec![b'x'; 300_000]));
     let res = client
         .send(post(&format!("{base}/v1/messages"), body))
@@ -1187,7 +1185,7 @@ async fn a_body_larger_than_the_stream_window_reaches_an_http2_provider_whole() 
 #[tokio::test]
 async fn an_upload_goes_on_up_its_http2_stream_after_an_early_answer_head() {
     let (base, roots, mut seen) = h2_provider_counting_uploads(true).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let upload = crate::body::tests::upload().await;
     let body = RequestBody::streaming(upload.incoming, 1 << 20, WAIT);
     upload.chunks.send(chunk(40_000)).await.unwrap();
@@ -1206,7 +1204,7 @@ async fn an_upload_goes_on_up_its_http2_stream_after_an_early_answer_head() {
 #[tokio::test]
 async fn an_upload_over_its_limit_fails_and_its_http2_stream_is_cancelled() {
     let (base, roots, mut seen) = h2_provider_counting_uploads(false).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let upload = crate::body::tests::upload().await;
     let body = RequestBody::streaming(upload.incoming, 10, WAIT);
     crate::body::tests::send(&upload.chunks, b"0123456789abcdef").await;
@@ -1335,7 +1333,7 @@ async fn send_upload_past_the_window(client: &UpstreamClient, base: &str) -> Upl
 #[tokio::test]
 async fn an_upload_left_running_ends_with_its_answer_and_frees_its_stream() {
     let (base, roots, mut reports, _) = h2_provider_ignoring_uploads(0).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let uploading = send_upload_past_the_window(&client, &base).await;
     assert_eq!(
         read_all(uploading.res).await,
@@ -1353,7 +1351,7 @@ async fn an_upload_left_running_ends_with_its_answer_and_frees_its_stream() {
 #[tokio::test]
 async fn an_answer_dropped_while_its_upload_runs_alone_is_cancelled() {
     let (base, roots, mut reports, mut stalled) = h2_provider_ignoring_uploads(1_000).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let uploading = send_upload_past_the_window(&client, &base).await;
     // Stalled, the upload reads no more of the client's body, so it cannot see the client
     // go away.
@@ -1405,7 +1403,7 @@ async fn an_http2_provider_is_told_the_length_of_a_body_whose_length_is_known() 
         Response::new(Full::new(Bytes::from(length)))
     })
     .await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let uri = format!("{base}/v1/messages");
     let full = RequestBody::full(Bytes::from_static(b"hello"));
     let res = client.send(post(&uri, full)).await.unwrap();
@@ -1448,7 +1446,7 @@ async fn request_trailers_reach_an_http2_provider_without_hop_by_hop_names() {
         }
     })
     .await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let (incoming, _tasks) = incoming_of(
         b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nkeep-alive: timeout=5\r\nx-checksum: abc\r\n\r\n",
     )
@@ -1477,7 +1475,7 @@ async fn trailers_from_an_http2_provider_end_the_body() {
         }
     })
     .await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let res = client
         .send(get(&format!("{base}/v1/messages")))
         .await
@@ -1536,7 +1534,7 @@ async fn h2_provider_refusing_once(
 #[tokio::test]
 async fn a_request_refused_unprocessed_is_sent_again_whole() {
     let (base, roots, mut seen, _) = h2_provider_refusing_once(h2::Reason::REFUSED_STREAM).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     // More than the stream's window, so part of it was sent on the refused stream, and the
     // rest still arrives from the client while the request is refused and sent again.
     let crate::body::tests::Upload {
@@ -1576,7 +1574,7 @@ async fn fails_as_sent_once(
     base: &str,
     seen: &mut mpsc::UnboundedReceiver<Received>,
 ) {
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let body = RequestBody::full(Bytes::from_static(b"{}"));
     let failed = client
         .send(post(&format!("{base}/v1/messages"), body))
@@ -1678,7 +1676,7 @@ async fn credentials_and_cookies_are_never_indexed_toward_an_http2_provider() {
             connections,
             ..
         } = h2_provider_pinged(Vec::new(), true).await;
-        let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+        let client = trusting(roots);
         for _ in 0..2 {
             let mut req = get(&format!("{base}/v1/messages"));
             req.headers_mut()
@@ -1704,7 +1702,7 @@ async fn a_request_past_the_last_stream_of_a_goaway_goes_on_a_new_connection() {
     // Whatever the GOAWAY's error: a stream past its last one was never processed.
     for reason in [h2::Reason::NO_ERROR, h2::Reason::INTERNAL_ERROR] {
         let (base, roots, mut seen, connections) = h2_provider_going_away_first(reason, 0).await;
-        let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+        let client = trusting(roots);
         let body = RequestBody::full(Bytes::from(vec![b'x'; 100_000]));
         let res = client
             .send(post(&format!("{base}/v1/messages"), body))
@@ -1751,7 +1749,7 @@ async fn a_body_is_kept_to_send_again_only_until_its_answer_head_and_within_its_
         }
     })
     .await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     for (size, kept) in [(900_000, 900_000), (KEPT_FOR_AGAIN + 1, 0)] {
         let body = RequestBody::full(Bytes::from(vec![b'x'; size]));
         let req = post(&format!("{base}/v1/messages"), body);
@@ -1778,7 +1776,7 @@ async fn a_request_refused_every_time_fails_after_a_few_tries() {
         }
     })
     .await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let body = RequestBody::full(Bytes::from_static(b"{}"));
     let failed = client
         .send(post(&format!("{base}/v1/messages"), body))
@@ -1797,7 +1795,7 @@ async fn a_stream_past_a_new_connections_unknown_limit_comes_back_refused_to_sen
     // lends a new connection to no other request until then, but a stream can still meet
     // a limit lowered later.
     let (base, roots, _) = limited_h2_provider(1).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let held: Uri = format!("{base}/hold").parse().unwrap();
     let Lent::Http2(sender, stream) = client.inner.connect(&held, &mut None).await.unwrap() else {
         panic!("the provider did not choose HTTP/2");
@@ -1922,7 +1920,7 @@ async fn held_ping(on_ping: fn(Arc<Notify>) -> OnPing) -> HeldPing {
     let release = Arc::new(Notify::new());
     let provider = h2_provider_pinged(vec![on_ping(release.clone())], true).await;
     HeldPing {
-        client: UpstreamClient::with_tls(&options(), client_tls(provider.roots)),
+        client: trusting(provider.roots),
         uri: format!("{}/v1/messages", provider.base),
         pinged: provider.pinged,
         connections: provider.connections,
@@ -2023,7 +2021,7 @@ async fn a_provider_that_never_answers_ping_has_its_connection_closed_after_the_
 #[tokio::test]
 async fn an_https_origin_known_to_choose_http1_is_not_waited_for_after_a_sweep() {
     let (base, roots, _) = provider_choosing_http1_first(usize::MAX).await;
-    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    let client = trusting(roots);
     let uri: Uri = format!("{base}/hold").parse().unwrap();
     // A long answer holds its HTTP/1.1 connection out of the pool.
     let held = client.send(get(&uri.to_string())).await.unwrap();
