@@ -11,9 +11,9 @@
 //! choice.
 //!
 //! It also shares the open-file limit between the connections a process accepts and those
-//! it opens to providers ([`Descriptors`]), so that neither side can use the descriptors
-//! the other needs: an HTTP/2 client holds up to 100 requests on one connection, each of
-//! which may need a provider connection of its own.
+//! it opens to providers and workers ([`Descriptors`]), so that neither side can use the
+//! descriptors the other needs: an HTTP/2 client holds up to 100 requests on one
+//! connection, each of which may need a connection onward of its own.
 
 use std::io;
 use std::net::SocketAddr;
@@ -66,13 +66,14 @@ pub struct Descriptors {
     /// Accepted connections open at once, at most: the configured `max_connections`, or
     /// half of what the limit leaves when that is less.
     pub accepted: usize,
-    /// Connections to providers (and to the egress proxy) open at once, at most: the rest.
+    /// Connections to providers, to the egress proxy and (in the daemon) to workers open at
+    /// once, at most: the rest.
     pub outbound: usize,
 }
 
 impl Descriptors {
     /// The shares of `open_file_limit` for a server that accepts up to `max_connections`.
-    /// Each accepted connection may need one toward a provider, so when the limit cannot hold
+    /// Each accepted connection may need one onward, so when the limit cannot hold
     /// both in full, each side gets half; neither gets less than one.
     pub fn share(open_file_limit: u64, max_connections: usize) -> Descriptors {
         let reserved = RESERVED_DESCRIPTORS.min(open_file_limit / 4);
@@ -116,7 +117,7 @@ pub struct Share {
 
 /// No room in a [`Budget`]: as many connections are open as the open-file limit allows.
 #[derive(Debug, thiserror::Error)]
-#[error("too many provider connections are open at once")]
+#[error("too many connections are open at once")]
 pub struct NoRoom;
 
 /// A connected socket that holds its [`Share`], when it has one, for as long as it is open.

@@ -206,11 +206,8 @@ impl WorkerClient {
         }
         // A stopped or unreachable worker must not hold the request: nothing is written until
         // the connection is up, so a timeout here still allows one pass-through (§3.7).
-        let share = match self.budget.get().map(Budget::take) {
-            Some(Ok(share)) => Some(share),
-            Some(Err(_)) => return Err(WorkerSendError::NoRoom),
-            None => None,
-        };
+        let share = self.budget.get().map(Budget::take).transpose();
+        let share = share.map_err(|_| WorkerSendError::NoRoom)?;
         let pools = Arc::downgrade(&self.pools);
         // Boxed: the handshake's state is large and needed only for a new connection; inline,
         // it would grow the future of every request sent to a worker.
