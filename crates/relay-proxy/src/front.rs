@@ -318,14 +318,11 @@ impl Front {
     fn serves(&self, authority: &str, conn: &ConnContext) -> bool {
         // Compared without case and without copying: this runs for every request.
         let (host, port) = match authority.rsplit_once(':') {
-            // Digits only: Rust's integer parse would take a leading `+`.
-            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => {
-                match port.parse::<u16>() {
-                    Ok(port) => (host, Some(port)),
-                    Err(_) => return false,
-                }
-            }
-            Some(_) => return false,
+            // Digits only: Rust's integer parse also takes a leading `+`.
+            Some((host, port)) => match port.parse::<u16>() {
+                Ok(port_number) if !port.starts_with('+') => (host, Some(port_number)),
+                _ => return false,
+            },
             None => (authority, None),
         };
         let advertised = &self.options.advertised;
