@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use self::cpu::{CpuSnapshot, cpu_ticks_json, other_cpu_share, other_load_note};
 use self::nginx::Nginx;
 use self::pinning::Pinning;
-use self::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams, run_loadgen};
+use self::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams, log_tail, run_loadgen};
 use crate::command::{cargo, project_root, seconds, step};
 
 /// The pass-through load run; the loadgen takes about a minute and a half at full scale.
@@ -94,10 +94,49 @@ const QUICK_SCALE: &str = "0.05";
 
 /// What a phase that adds rows to the table produced: its rows, its notes, and what the
 /// JSON keeps of it.
-pub(super) struct PhaseRows {
-    pub(super) measures: Vec<relay_testkit::measures::Measure>,
-    pub(super) notes: Vec<String>,
-    pub(super) detail: Value,
+struct PhaseRows {
+    measures: Vec<relay_testkit::measures::Measure>,
+    notes: Vec<String>,
+    detail: Value,
+}
+
+/// The loadgen's throughput scenario on `relayd` and its `peer` only (no direct path), with
+/// the run's scale; `what` says what runs, while it runs.
+fn throughput_beside(
+    bin_dir: &Path,
+    pinning: &Pinning,
+    relayd: &Relayd,
+    peer: &Nginx,
+    options: &Options,
+    what: &str,
+) -> Result<Value> {
+    let mut args: Vec<OsString> = Vec::new();
+    for (flag, value) in [
+        ("--scenario", "throughput".to_owned()),
+        ("--relay", relayd.addr.to_string()),
+        ("--relay-pid", relayd.process.pid().to_string()),
+        ("--peer", peer.addr.to_string()),
+    ] {
+        args.extend([flag.into(), value.into()]);
+    }
+    for pid in &peer.pids {
+        args.extend(["--peer-pid".into(), pid.to_string().into()]);
+    }
+    args.extend(options.scale_args());
+    run_loadgen(
+        bin_dir,
+        pinning.loadgen.as_deref(),
+        &args,
+        &[],
+        what,
+        LOADGEN_TIMEOUT,
+    )
+    .with_context(|| {
+        format!(
+            "the peer's error log:\n{}",
+            log_tail(&peer.dir.join("error.log"))
+        )
+    })
 }
 
 /// What `cargo xtask bench` was asked to run.

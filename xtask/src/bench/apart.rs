@@ -7,12 +7,12 @@ use anyhow::Result;
 use relay_testkit::measures::MeasureId;
 use serde_json::{Value, json};
 
-use super::Options;
 use super::PhaseRows;
-use super::https::{rows, throughput_beside};
 use super::nginx::{self, Nginx, Site};
 use super::pinning::Pinning;
 use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams};
+use super::report::rows;
+use super::{Options, throughput_beside};
 
 /// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
 const ROWS: [(MeasureId, MeasureId); 2] = [

@@ -3,18 +3,17 @@
 //! The providers agents use are HTTPS and choose HTTP/2 when relayd offers it, so this is the path their requests take; nginx, the peer, reaches an upstream over HTTP/1.1 only, with keep-alive and TLS session reuse.
 //! The front runs on the stand-ins' CPUs; relayd and its peer on relayd's.
 
-use std::ffi::OsString;
 use std::fs;
 
 use anyhow::{Context as _, Result};
-use relay_testkit::measures::{Measure, MeasureId};
-use serde_json::{Value, json};
+use relay_testkit::measures::MeasureId;
+use serde_json::json;
 
-use super::PhaseRows;
 use super::nginx::{self, Nginx, Site};
 use super::pinning::Pinning;
-use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams, log_tail, run_loadgen};
-use super::{LOADGEN_TIMEOUT, Options, report};
+use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams};
+use super::report::rows;
+use super::{Options, PhaseRows, throughput_beside};
 
 /// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
 const ROWS: [(MeasureId, MeasureId); 2] = [
@@ -113,54 +112,4 @@ pub(super) fn run(
         notes,
         detail,
     })
-}
-
-/// The loadgen's throughput scenario on `relayd` and its `peer` only (no direct path), with
-/// the run's scale; `what` says what runs, while it runs.
-pub(super) fn throughput_beside(
-    bin_dir: &std::path::Path,
-    pinning: &Pinning,
-    relayd: &Relayd,
-    peer: &Nginx,
-    options: &Options,
-    what: &str,
-) -> Result<Value> {
-    let mut args: Vec<OsString> = Vec::new();
-    for (flag, value) in [
-        ("--scenario", "throughput".to_owned()),
-        ("--relay", relayd.addr.to_string()),
-        ("--relay-pid", relayd.process.pid().to_string()),
-        ("--peer", peer.addr.to_string()),
-    ] {
-        args.extend([flag.into(), value.into()]);
-    }
-    for pid in &peer.pids {
-        args.extend(["--peer-pid".into(), pid.to_string().into()]);
-    }
-    args.extend(options.scale_args());
-    run_loadgen(
-        bin_dir,
-        pinning.loadgen.as_deref(),
-        &args,
-        &[],
-        what,
-        LOADGEN_TIMEOUT,
-    )
-    .with_context(|| {
-        format!(
-            "the peer's error log:\n{}",
-            log_tail(&peer.dir.join("error.log"))
-        )
-    })
-}
-
-/// The throughput scenario's rows named in `map`, as the rows they become.
-pub(super) fn rows(loadgen: &Value, map: &[(MeasureId, MeasureId)]) -> Result<Vec<Measure>> {
-    Ok(report::measures(loadgen)?
-        .into_iter()
-        .filter_map(|m| {
-            let (_, row) = map.iter().find(|(from, _)| *from == m.id)?;
-            Some(m.as_row(*row))
-        })
-        .collect())
 }

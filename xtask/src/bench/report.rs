@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use anyhow::{Context as _, Result};
-use relay_testkit::measures::{MEASURES, Measure, MeasureSpec, judge_all};
+use relay_testkit::measures::{MEASURES, Measure, MeasureId, MeasureSpec, judge_all};
 use serde_json::{Value, json};
 use time::{OffsetDateTime, format_description::well_known::Rfc3339};
 
@@ -21,6 +21,17 @@ pub(super) fn measures(report: &Value) -> Result<Vec<Measure>> {
                 .with_context(|| format!("a measure that does not read: {m}"))
         })
         .collect()
+}
+
+/// The throughput scenario's rows named in `map`, as the rows they become.
+pub(super) fn rows(loadgen: &Value, map: &[(MeasureId, MeasureId)]) -> Result<Vec<Measure>> {
+    Ok(measures(loadgen)?
+        .into_iter()
+        .filter_map(|m| {
+            let (_, row) = map.iter().find(|(from, _)| *from == m.id)?;
+            Some(m.as_row(*row))
+        })
+        .collect())
 }
 
 /// Every row of the table in order, with its measure when one was taken; rows judged again across phases (a target may refer to another phase's figure).
