@@ -1574,6 +1574,12 @@ async fn fails_as_sent_once(
     base: &str,
     seen: &mut mpsc::UnboundedReceiver<Received>,
 ) {
+    fails_as_the_providers_doing(roots, base).await;
+    assert!(seen.try_recv().is_err());
+}
+
+/// A small POST to `base` fails as the provider's doing (before its answer's head).
+async fn fails_as_the_providers_doing(roots: rustls::RootCertStore, base: &str) {
     let client = trusting(roots);
     let body = RequestBody::full(Bytes::from_static(b"{}"));
     let failed = client
@@ -1583,7 +1589,6 @@ async fn fails_as_sent_once(
         matches!(failed, Err(UpstreamError::Failed(_))),
         "{failed:?}"
     );
-    assert!(seen.try_recv().is_err());
 }
 
 /// The start of an HTTP/2 provider written frame by frame: reads the client's preface and
@@ -1776,15 +1781,7 @@ async fn a_request_refused_every_time_fails_after_a_few_tries() {
         }
     })
     .await;
-    let client = trusting(roots);
-    let body = RequestBody::full(Bytes::from_static(b"{}"));
-    let failed = client
-        .send(post(&format!("{base}/v1/messages"), body))
-        .await;
-    assert!(
-        matches!(failed, Err(UpstreamError::Failed(_))),
-        "{failed:?}"
-    );
+    fails_as_the_providers_doing(roots, &base).await;
     assert_eq!(connections.load(Ordering::SeqCst), 1);
 }
 
