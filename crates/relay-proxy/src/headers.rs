@@ -223,6 +223,8 @@ pub fn credential_header(headers: &HeaderMap) -> CredentialHeader<'_> {
 #[derive(Clone, Copy, Default)]
 pub struct ModelHeaders<'a> {
     pub content_type: Option<&'a HeaderValue>,
+    /// How many `Content-Type` lines there are: more than one names no media type.
+    pub content_types: usize,
     pub content_length: Option<&'a HeaderValue>,
     /// An `Upgrade` value that names `websocket`.
     pub websocket: bool,
@@ -238,6 +240,7 @@ impl std::fmt::Debug for ModelHeaders<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ModelHeaders")
             .field("content_type", &self.content_type)
+            .field("content_types", &self.content_types)
             .field("content_length", &self.content_length)
             .field("websocket", &self.websocket)
             .field("upstream_base_url", &self.upstream_base_url)
@@ -254,6 +257,7 @@ impl<'a> ModelHeaders<'a> {
         let mut found = ModelHeaders::default();
         for (name, value) in headers {
             if name == header::CONTENT_TYPE {
+                found.content_types += 1;
                 found.content_type.get_or_insert(value);
             } else if name == header::CONTENT_LENGTH {
                 found.content_length.get_or_insert(value);
@@ -276,13 +280,16 @@ impl<'a> ModelHeaders<'a> {
 
     /// True when the media type is `application/json`, parameters allowed (§3.6).
     pub fn is_json(&self) -> bool {
-        media_type_is(self.content_type, b"application/json")
+        self.content_types == 1 && media_type_is(self.content_type, b"application/json")
     }
 }
 
-/// True when the media type is `application/json`, parameters allowed (§3.6).
+/// True when the media type is `application/json`, parameters allowed (§3.6). A request
+/// with two `Content-Type` lines has none: the provider might read the other one.
 pub fn is_json_media_type(headers: &HeaderMap) -> bool {
-    media_type_is(headers.get(header::CONTENT_TYPE), b"application/json")
+    let mut lines = headers.get_all(header::CONTENT_TYPE).iter();
+    let first = lines.next();
+    lines.next().is_none() && media_type_is(first, b"application/json")
 }
 
 /// True for an SSE response, which gets `X-Accel-Buffering: no` if absent (§3.3).

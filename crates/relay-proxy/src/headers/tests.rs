@@ -219,6 +219,21 @@ fn json_media_type_allows_parameters_only() {
     assert!(!is_json_media_type(&map(&[])));
 }
 
+/// Two `Content-Type` lines name no media type, whichever comes first: Relay would judge
+/// the body by one while the provider might read it by the other.
+#[test]
+fn two_content_type_lines_are_not_json() {
+    for pair in [
+        [("content-type", "application/json"), ("content-type", "text/plain")],
+        [("content-type", "text/plain"), ("content-type", "application/json")],
+        [("content-type", "application/json"), ("content-type", "application/json")],
+    ] {
+        let headers = map(&pair);
+        assert!(!is_json_media_type(&headers), "{pair:?}");
+        assert!(!ModelHeaders::read(&headers).is_json(), "{pair:?}");
+    }
+}
+
 #[test]
 fn provider_credentials_and_forwarding_marks() {
     for name in ["authorization", "x-api-key", "api-key", "anthropic-api-key"] {

@@ -607,6 +607,31 @@ async fn a_post_that_is_not_json_is_415() {
     assert!(!tripwire.was_touched().await);
 }
 
+/// Two `Content-Type` lines leave the body's media type to whoever reads them: Relay could
+/// judge it JSON by one while the provider reads it by the other.
+#[tokio::test]
+async fn a_post_with_two_content_types_is_415() {
+    let tripwire = Tripwire::new().await;
+    let relay = Setup::new(&tripwire.base_url()).start().await;
+    for [first, second] in [
+        ["application/json", "text/plain"],
+        ["text/plain", "application/json"],
+        ["application/json", "application/json"],
+    ] {
+        for path in ["/v1/messages", "/v1/chat/completions", "/hooks/pi"] {
+            let req = relay
+                .request(Method::POST, path)
+                .header("content-type", first)
+                .header("content-type", second)
+                .body(Full::new(Bytes::from_static(b"{}")))
+                .unwrap();
+            let answer = relay.send(req).await;
+            answer.assert_error(415, "relay_unsupported_media_type");
+        }
+    }
+    assert!(!tripwire.was_touched().await);
+}
+
 #[tokio::test]
 async fn websocket_wrong_methods_and_unknown_paths_are_refused_with_json() {
     let tripwire = Tripwire::new().await;
