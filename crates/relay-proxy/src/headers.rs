@@ -292,6 +292,21 @@ pub fn is_json_media_type(headers: &HeaderMap) -> bool {
     lines.next().is_none() && media_type_is(first, b"application/json")
 }
 
+/// Every `Content-Encoding` line's codings in order, as one list joined with `,` (`None`:
+/// there is none). HTTP reads several lines as one list, and so do providers, so reading
+/// the first alone would leave codings undone. A value that is not text is kept as text
+/// no coding is named by, so it cannot be taken for no coding at all.
+pub fn content_codings(headers: &HeaderMap) -> Option<std::borrow::Cow<'_, str>> {
+    let mut lines = headers.get_all(header::CONTENT_ENCODING).iter();
+    let mut codings = String::from_utf8_lossy(lines.next()?.as_bytes());
+    for line in lines {
+        let codings = codings.to_mut();
+        codings.push(',');
+        codings.push_str(&String::from_utf8_lossy(line.as_bytes()));
+    }
+    Some(codings)
+}
+
 /// True for an SSE response, which gets `X-Accel-Buffering: no` if absent (§3.3).
 pub fn is_event_stream(headers: &HeaderMap) -> bool {
     media_type_is(headers.get(header::CONTENT_TYPE), b"text/event-stream")

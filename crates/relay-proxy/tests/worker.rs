@@ -1652,6 +1652,56 @@ async fn a_body_that_decodes_past_the_limit_is_refused_only_when_a_rule_needs_it
     assert_eq!(stand_in.request_count(), 0);
 }
 
+/// A deny rule for one model, read from the body.
+const DENY_ONE_MODEL: &str = r#"
+[[components]]
+kind = "policy"
+[components.config]
+[[components.config.rules]]
+model = "blocked-*"
+action = "deny"
+reason = "that model is not for us"
+"#;
+
+/// Codings on two `Content-Encoding` lines are one list, as HTTP and the provider read
+/// them: a gzip body behind an `identity` line is decoded and judged, not taken for plain
+/// bytes the rules cannot read.
+#[tokio::test]
+async fn codings_on_several_lines_are_all_undone_before_the_rules_judge() {
+    use std::io::Write as _;
+    let stand_in = StandIn::start().await.unwrap();
+    let (worker, _) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{DENY_ONE_MODEL}")).await;
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(br#"{"model":"blocked-x","messages":[]}"#)
+        .unwrap();
+    let body = Bytes::from(gzip.finish().unwrap());
+    for lines in [["identity", "gzip"], ["gzip", "identity"]] {
+        let req = worker
+            .request(Method::POST, "/v1/messages")
+            .header("content-type", "application/json")
+            .header("content-encoding", lines[0])
+            .header("content-encoding", lines[1])
+            .body(Full::new(body.clone()))
+            .unwrap();
+        worker
+            .send(req)
+            .await
+            .assert_error(403, "relay_policy_rejected");
+    }
+    // A coding that is not text is no coding anyone knows, not the absence of one.
+    let req = worker
+        .request(Method::POST, "/v1/messages")
+        .header("content-type", "application/json")
+        .header("content-encoding", http::HeaderValue::from_bytes(b"gz\xffip").unwrap())
+        .body(Full::new(body))
+        .unwrap();
+    worker
+        .send(req)
+        .await
+        .assert_error(415, "relay_unsupported_encoding");
+    assert_eq!(stand_in.request_count(), 0);
+}
+
 #[tokio::test]
 async fn an_undecodable_body_is_refused_only_when_a_rule_needs_it() {
     let stand_in = StandIn::start().await.unwrap();

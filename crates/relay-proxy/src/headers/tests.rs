@@ -330,3 +330,26 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn content_codings_join_every_line_in_order() {
+    assert_eq!(content_codings(&map(&[])), None);
+    assert_eq!(
+        content_codings(&map(&[("content-encoding", "gzip")])).as_deref(),
+        Some("gzip")
+    );
+    assert_eq!(
+        content_codings(&map(&[
+            ("content-encoding", "identity"),
+            ("content-encoding", "gzip, br")
+        ]))
+        .as_deref(),
+        Some("identity,gzip, br")
+    );
+    let mut headers = HeaderMap::new();
+    headers.append(
+        header::CONTENT_ENCODING,
+        HeaderValue::from_bytes(b"gz\xffip").unwrap(),
+    );
+    assert_eq!(content_codings(&headers).as_deref(), Some("gz\u{fffd}ip"));
+}

@@ -32,6 +32,7 @@ use crate::answers::{error, json, payload_too_large};
 use crate::body::{BodyEnd, BodyError, BodyTap, RequestBody, ResponseBody};
 use crate::config::WorkerConfig;
 use crate::forward::Checked;
+use crate::headers;
 use crate::routes::Family;
 
 /// Where the host's observations go. Implementations queue and return at once: `observe`
@@ -190,11 +191,7 @@ impl PluginHost {
                 ));
             }
         };
-        let encoding = parts
-            .headers
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let encoding = headers::content_codings(&parts.headers).map(Cow::into_owned);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         // A rule needs the body when it decides on the model or rewrites the body; records
         // alone do without it (their request facts stay empty).
@@ -441,12 +438,9 @@ impl Exchange {
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok()),
         );
-        let encoding = res
-            .headers()
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok())
+        let encoding = headers::content_codings(res.headers())
             .filter(|e| !e.trim().eq_ignore_ascii_case("identity"))
-            .map(str::to_owned);
+            .map(Cow::into_owned);
         let reader = match (&encoding, kind) {
             (None, BodyKind::EventStream) => Reader::Stream(Box::new(UsageTap::new(
                 self.format,
