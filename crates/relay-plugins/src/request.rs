@@ -5,6 +5,7 @@
 //! for that field and is still forwarded: the provider, not the worker, answers bad requests.
 
 use serde::Deserialize;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
 use crate::WireFormat;
@@ -12,30 +13,87 @@ use crate::WireFormat;
 /// The fields of a request body that records and policy use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestFacts {
-    /// The top-level `model`.
+    /// The top-level `model`; the last one when it is named more than once, as most JSON
+    /// readers take it.
     pub model: Option<String>,
+    /// The top-level `model` is named more than once with different values: a provider
+    /// may read either, so a rule on the model cannot tell which one it judges.
+    pub ambiguous_model: bool,
     /// The top-level `stream` (absent is false).
     pub stream: bool,
-}
-
-#[derive(Deserialize)]
-struct Head {
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    stream: Option<bool>,
 }
 
 impl RequestFacts {
     /// Reads `model` and `stream` without building the rest of the document.
     pub fn read(body: &[u8]) -> RequestFacts {
-        match serde_json::from_slice::<Head>(body) {
-            Ok(head) => RequestFacts {
-                model: head.model,
-                stream: head.stream.unwrap_or(false),
-            },
-            Err(_) => RequestFacts::default(),
+        serde_json::from_slice::<RequestFacts>(body).unwrap_or_default()
+    }
+}
+
+/// Reads a top-level object field by field, so a repeated `model` is seen rather than
+/// refused as a duplicate field, and skips every other field without building it.
+impl<'de> Deserialize<'de> for RequestFacts {
+    fn deserialize<D: serde::Deserializer<'de>>(reader: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = RequestFacts;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<RequestFacts, A::Error> {
+                let mut facts = RequestFacts::default();
+                let mut models = 0usize;
+                while let Some(key) = fields.next_key::<Key>()? {
+                    match key {
+                        Key::Model => {
+                            let model: Option<String> = fields.next_value()?;
+                            facts.ambiguous_model |= models > 0 && model != facts.model;
+                            facts.model = model;
+                            models += 1;
+                        }
+                        Key::Stream => {
+                            facts.stream = fields.next_value::<Option<bool>>()?.unwrap_or(false);
+                        }
+                        Key::Other => {
+                            fields.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(facts)
+            }
         }
+        reader.deserialize_map(Fields)
+    }
+}
+
+/// A top-level field's name, escapes undone, told apart without keeping it.
+enum Key {
+    Model,
+    Stream,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(reader: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl Visitor<'_> for Name {
+            type Value = Key;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Key, E> {
+                Ok(match name {
+                    "model" => Key::Model,
+                    "stream" => Key::Stream,
+                    _ => Key::Other,
+                })
+            }
+        }
+        reader.deserialize_identifier(Name)
     }
 }
 

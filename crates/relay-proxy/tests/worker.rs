@@ -1663,6 +1663,31 @@ action = "deny"
 reason = "that model is not for us"
 "#;
 
+/// A body that names its model twice, with different values, cannot be judged by a model
+/// rule: a provider may read either one. Refused with 400 whichever comes first, and
+/// nothing is sent; without a model rule it goes on as it came.
+#[tokio::test]
+async fn a_body_naming_two_models_is_refused_when_a_rule_judges_the_model() {
+    let stand_in = StandIn::start().await.unwrap();
+    let (worker, _) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{DENY_ONE_MODEL}")).await;
+    for body in [
+        r#"{"model":"claude-x","messages":[],"model":"blocked-x"}"#,
+        r#"{"model":"blocked-x","messages":[],"model":"claude-x"}"#,
+        r#"{"model":"claude-x","messages":[],"mod\u0065l":"blocked-x"}"#,
+    ] {
+        worker
+            .post("/v1/messages", body.as_bytes())
+            .await
+            .assert_error(400, "relay_bad_request");
+    }
+    assert_eq!(stand_in.request_count(), 0);
+    let (worker, _) = worker_with_plugins(&stand_in, OBSERVE).await;
+    let body = r#"{"model":"claude-x","messages":[],"model":"blocked-x"}"#;
+    assert_eq!(worker.post("/v1/messages", body.as_bytes()).await.status, 200);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    assert_eq!(recorded[0].body, body.as_bytes());
+}
+
 /// Codings on two `Content-Encoding` lines are one list, as HTTP and the provider read
 /// them: a gzip body behind an `identity` line is decoded and judged, not taken for plain
 /// bytes the rules cannot read.

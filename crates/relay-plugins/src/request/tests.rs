@@ -12,9 +12,30 @@ fn model_and_stream_are_read_from_the_top_level_only() {
         facts,
         RequestFacts {
             model: Some("gpt-5".to_owned()),
+            ambiguous_model: false,
             stream: false
         }
     );
+}
+
+/// A repeated `model` is read as most JSON readers read it, the last one, and said to be
+/// ambiguous when the values differ; escapes in a field's name are undone first.
+#[test]
+fn a_repeated_model_is_the_last_and_ambiguous_when_they_differ() {
+    for (body, model, ambiguous) in [
+        (&br#"{"model":"a","model":"b"}"#[..], Some("b"), true),
+        (br#"{"model":"b","stream":true,"model":"a"}"#, Some("a"), true),
+        (br#"{"model":"a","mod\u0065l":"b"}"#, Some("b"), true),
+        (br#"{"model":null,"model":"b"}"#, Some("b"), true),
+        (br#"{"model":"a","model":"a"}"#, Some("a"), false),
+        (br#"{"mod\u0065l":"a"}"#, Some("a"), false),
+    ] {
+        let facts = RequestFacts::read(body);
+        let text = String::from_utf8_lossy(body);
+        assert_eq!(facts.model.as_deref(), model, "{text}");
+        assert_eq!(facts.ambiguous_model, ambiguous, "{text}");
+    }
+    assert!(RequestFacts::read(br#"{"model":"a","stream":false,"stream":true}"#).stream);
 }
 
 #[test]

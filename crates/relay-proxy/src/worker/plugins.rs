@@ -195,8 +195,8 @@ impl PluginHost {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         // A rule needs the body when it decides on the model or rewrites the body; records
         // alone do without it (their request facts stay empty).
-        let rule_needs_body = self.request_redactor.is_some()
-            || self.policy.as_ref().is_some_and(Policy::has_model_rules);
+        let model_rules = self.policy.as_ref().is_some_and(Policy::has_model_rules);
+        let rule_needs_body = self.request_redactor.is_some() || model_rules;
         // Borrowed from `raw` unless it had to be decoded: an identity body is not copied.
         // `None`: it cannot be decoded whole (an unknown coding, a corrupt body, or more than
         // the limit once decoded), and no rule needs it, so it goes on as it came. The body
@@ -219,6 +219,14 @@ impl PluginHost {
         let request_bytes = decoded.as_ref().map_or(raw.len(), |body| body.len()) as u64;
         let decoded = decoded.as_deref().unwrap_or_default();
         let facts = RequestFacts::read(decoded);
+        if facts.ambiguous_model && model_rules {
+            // A provider may read either value; a rule cannot tell which one it judges.
+            return ModelStage::Answer(error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::RelayBadRequest,
+                "the request body names its model more than once, with different values",
+            ));
+        }
         let request_id = RequestId(self.next_request.fetch_add(1, Ordering::Relaxed));
 
         // Redaction first computes what would be sent; the record says how much it changed.
@@ -259,7 +267,7 @@ impl PluginHost {
         }
 
         if let Some(policy) = &self.policy
-            && policy.has_model_rules()
+            && model_rules
         {
             let route = match target.family {
                 Family::Anthropic => Route::Anthropic,
