@@ -997,7 +997,10 @@ impl Recorder {
                 if decision.is_enforced_deny()
                     && let Some(llm) = self.take_request(*request_id)
                 {
-                    self.emit.close(at, llm.scope, ClosedBy::Policy.data());
+                    // The harness received the worker's 403 for it, as for any answer.
+                    let mut data = ClosedBy::Policy.data();
+                    data["status"] = json!(403);
+                    self.emit.close(at, llm.scope, data);
                 }
             }
         }

@@ -425,7 +425,7 @@ fn a_denied_prompt_closes_its_turn_and_a_denied_model_request_its_llm_scope() {
           {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"gpt-unlisted"},"data":{"model":"gpt-unlisted","request_bytes":5506,"route":"/v1/messages","stream":true},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"gpt-unlisted","parent_uuid":"#1","scope_category":"start","timestamp":"…00.040000Z","uuid":"#4"}
         > policy model request
           {"atof_version":"0.1","category":"guardrail","category_profile":null,"data":{"decision":"deny","dry_run":false,"event":"model_request","reason":"model not allowed","rule":null},"data_schema":{"name":"relay.guardrail","version":"1"},"kind":"mark","metadata":{"harness":"claude-code","session_id":"s1"},"name":"policy","parent_uuid":"#4","timestamp":"…00.050000Z","uuid":"#5"}
-          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"gpt-unlisted"},"data":{"closed_by":"policy"},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"gpt-unlisted","parent_uuid":"#1","scope_category":"end","timestamp":"…00.050000Z","uuid":"#4"}
+          {"atof_version":"0.1","attributes":["streaming"],"category":"llm","category_profile":{"model_name":"gpt-unlisted"},"data":{"closed_by":"policy","status":403},"data_schema":{"name":"relay.llm","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"s1"},"name":"gpt-unlisted","parent_uuid":"#1","scope_category":"end","timestamp":"…00.050000Z","uuid":"#4"}
         > request 7 ends 403
     "##]]);
 }
