@@ -841,6 +841,10 @@ impl Recorder {
         }
         data.data
             .insert("truncated".to_owned(), json!(end.truncated));
+        if let Some(error) = end.error.as_deref() {
+            data.data
+                .insert("error".to_owned(), json!(bounded_id(error)));
+        }
         data.text("response", end.response.as_deref());
         let data = data.finish();
         // An end whose start was never seen (or was already closed by its session's end, an

@@ -25,6 +25,7 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::sse::{SseEvent, SseParser};
 
@@ -172,6 +173,10 @@ pub struct UsageReport {
     /// Events (or the JSON body) that could not be read: not JSON, wrong field types, or over
     /// the event bound. They are skipped, not guessed at.
     pub unreadable_events: u64,
+    /// The error a stream reported after its successful head: Anthropic's `error` event,
+    /// a Responses `response.failed` or `error` event, a Chat chunk with an `error`. Its
+    /// type or code, or the event's name when it gives neither.
+    pub error: Option<String>,
 }
 
 /// Reads one captured response body, fed in chunks as the tap sees them.
@@ -281,6 +286,7 @@ struct Accumulator {
     model: Option<String>,
     done: bool,
     unreadable: u64,
+    error: Option<String>,
 }
 
 impl Accumulator {
@@ -291,6 +297,7 @@ impl Accumulator {
             model: None,
             done: false,
             unreadable: 0,
+            error: None,
         }
     }
 
@@ -342,6 +349,7 @@ impl Accumulator {
                 self.model.is_none()
                     || event.data == b"[DONE]"
                     || contains(event.data, b"\"usage\"")
+                    || contains(event.data, b"\"error\"")
             }
         }
     }
@@ -369,8 +377,28 @@ impl Accumulator {
                     self.merge_anthropic(usage);
                 }
             }
-            Some("message_stop") | Some("error") => self.done = true,
+            Some("message_stop") => self.done = true,
+            Some("error") => {
+                self.done = true;
+                self.failed(event.error, "error");
+            }
             _ => {}
+        }
+    }
+
+    /// Keeps the first error a stream reported: its type or code, or `otherwise`.
+    fn failed(&mut self, error: Option<ErrorObject<'_>>, otherwise: &str) {
+        if self.error.is_none() {
+            let named = error.and_then(|e| {
+                e.kind
+                    .map(Cow::into_owned)
+                    .or_else(|| e.code.and_then(|c| c.as_str().map(str::to_owned)))
+            });
+            self.error = Some(
+                named
+                    .filter(|t| !t.is_empty())
+                    .unwrap_or_else(|| otherwise.to_owned()),
+            );
         }
     }
 
@@ -397,11 +425,25 @@ impl Accumulator {
             event.kind.as_deref(),
             Some("response.completed" | "response.incomplete" | "response.failed" | "error")
         );
+        let mut error = None;
         if let Some(response) = event.response {
             self.set_model(response.model);
             if let Some(usage) = response.usage {
                 self.merge_openai(usage.into());
             }
+            error = response.error;
+        }
+        match event.kind.as_deref() {
+            Some("response.failed") => self.failed(error, "response.failed"),
+            // An `error` event names its code at the top level.
+            Some("error") => self.failed(
+                Some(ErrorObject {
+                    kind: None,
+                    code: event.code,
+                }),
+                "error",
+            ),
+            _ => {}
         }
         if terminal {
             self.done = true;
@@ -409,6 +451,9 @@ impl Accumulator {
     }
 
     fn handle_chat(&mut self, chunk: ChatBody) {
+        if let Some(error) = chunk.error {
+            self.failed(Some(error), "error");
+        }
         self.set_model(chunk.model.map(Cow::Owned));
         if let Some(usage) = chunk.usage {
             self.merge_openai(usage.into());
@@ -453,6 +498,7 @@ impl Accumulator {
             response_model: self.model,
             truncated,
             unreadable_events: self.unreadable,
+            error: self.error,
         }
     }
 }
@@ -505,6 +551,17 @@ struct AnthropicEvent<'a> {
     #[serde(borrow)]
     message: Option<AnthropicMessage<'a>>,
     usage: Option<AnthropicUsage>,
+    #[serde(borrow)]
+    error: Option<ErrorObject<'a>>,
+}
+
+/// An error a provider reports in a body: its type (Anthropic, OpenAI Chat) or its code,
+/// which some servers send as a number and which is then not a name.
+#[derive(Deserialize)]
+struct ErrorObject<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Cow<'a, str>>,
+    code: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -535,6 +592,7 @@ struct ResponsesEvent<'a> {
     kind: Option<Cow<'a, str>>,
     #[serde(borrow)]
     response: Option<ResponsesObject<'a>>,
+    code: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -542,6 +600,8 @@ struct ResponsesObject<'a> {
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
     usage: Option<ResponsesUsage>,
+    #[serde(borrow)]
+    error: Option<ErrorObject<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -576,9 +636,11 @@ impl From<ResponsesUsage> for Raw {
 
 /// A chat completion chunk, or a whole non-streaming chat completion.
 #[derive(Deserialize)]
-struct ChatBody {
+struct ChatBody<'a> {
     model: Option<String>,
     usage: Option<ChatUsage>,
+    #[serde(borrow)]
+    error: Option<ErrorObject<'a>>,
 }
 
 #[derive(Deserialize)]

@@ -1520,6 +1520,35 @@ async fn token_counting_is_redacted_and_judged_like_a_messages_request() {
     assert_eq!(stand_in.request_count(), 0);
 }
 
+/// A provider stream that breaks after its 200 head ends its record with the break named,
+/// so the request is not counted a success.
+#[tokio::test]
+async fn a_stream_that_breaks_off_is_recorded_as_failed_after_its_head() {
+    let stand_in = StandIn::start().await.unwrap();
+    let (worker, seen) = worker_with_plugins(&stand_in, OBSERVE).await;
+    stand_in.set_behaviour(Behaviour {
+        fail_after_bytes: Some(300),
+        ..Behaviour::default()
+    });
+    let res = worker
+        .client
+        .request(stream_request(&worker, "/v1/messages"))
+        .await
+        .unwrap();
+    assert!(receive_body(res.into_body()).await.error.is_some());
+    let end = || {
+        seen.all().into_iter().find_map(|o| match o {
+            relay_plugins::atof::Observation::ModelRequestEnd(end) => Some(end),
+            _ => None,
+        })
+    };
+    assert!(eventually(WAIT, || end().is_some()).await);
+    let end = end().unwrap();
+    assert_eq!(end.status, 200);
+    assert!(end.truncated);
+    assert_eq!(end.error.as_deref(), Some("response_body_failed"));
+}
+
 #[tokio::test]
 async fn the_response_tap_reports_usage_status_and_time_to_first_byte() {
     let stand_in = StandIn::start().await.unwrap();
@@ -1683,7 +1712,10 @@ async fn a_body_naming_two_models_is_refused_when_a_rule_judges_the_model() {
     assert_eq!(stand_in.request_count(), 0);
     let (worker, _) = worker_with_plugins(&stand_in, OBSERVE).await;
     let body = r#"{"model":"claude-x","messages":[],"model":"blocked-x"}"#;
-    assert_eq!(worker.post("/v1/messages", body.as_bytes()).await.status, 200);
+    assert_eq!(
+        worker.post("/v1/messages", body.as_bytes()).await.status,
+        200
+    );
     let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
     assert_eq!(recorded[0].body, body.as_bytes());
 }
@@ -1717,7 +1749,10 @@ async fn codings_on_several_lines_are_all_undone_before_the_rules_judge() {
     let req = worker
         .request(Method::POST, "/v1/messages")
         .header("content-type", "application/json")
-        .header("content-encoding", http::HeaderValue::from_bytes(b"gz\xffip").unwrap())
+        .header(
+            "content-encoding",
+            http::HeaderValue::from_bytes(b"gz\xffip").unwrap(),
+        )
         .body(Full::new(body))
         .unwrap();
     worker

@@ -237,12 +237,18 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
         attributes.push(Attribute::str("relay.cost_usd", cost));
     }
     // A failure names its type in `error.type`, as the conventions require: the HTTP
-    // status, or `_OTHER` (their fallback) for a failed tool. A success leaves the status
+    // status, the error a stream reported after its successful head (or the break of its
+    // body), or `_OTHER` (their fallback) for a failed tool. A success leaves the status
     // unset, as OpenTelemetry asks of instrumentation.
+    let stream_error = end.data.get("error").and_then(Value::as_str);
     let (status, error_type) = match end.data.get("status").and_then(Value::as_u64) {
         Some(code) if code >= 400 => (
             SpanStatus::Error(format!("HTTP {code}")),
             Some(code.to_string()),
+        ),
+        Some(_) if let Some(error) = stream_error => (
+            SpanStatus::Error(format!("the response failed after its head: {error}")),
+            Some(error.to_owned()),
         ),
         None if end.data.get("outcome").and_then(Value::as_str) == Some("failure") => (
             SpanStatus::Error("the tool failed".to_owned()),

@@ -131,6 +131,9 @@ pub struct ModelRequestEnd {
     pub response_model: Option<String>,
     /// The side copy overflowed its bound, so usage may be incomplete.
     pub truncated: bool,
+    /// What went wrong after a successful head: the error the stream reported (its type or
+    /// code), or `response_body_failed` when the provider's body broke off.
+    pub error: Option<String>,
     /// The response text, already redacted; used only with `capture_content`.
     pub response: Option<String>,
 }

@@ -168,6 +168,7 @@ impl Scenario {
             }),
             response_model: None,
             truncated: false,
+            error: None,
             response: None,
         };
         self.step(
@@ -763,6 +764,7 @@ fn a_session_end_carries_its_requests_usage_and_exact_cost() {
                 usage: Some(facts),
                 response_model: None,
                 truncated: false,
+                error: None,
                 response: None,
             }),
         );

@@ -24,7 +24,11 @@ fn model_and_stream_are_read_from_the_top_level_only() {
 fn a_repeated_model_is_the_last_and_ambiguous_when_they_differ() {
     for (body, model, ambiguous) in [
         (&br#"{"model":"a","model":"b"}"#[..], Some("b"), true),
-        (br#"{"model":"b","stream":true,"model":"a"}"#, Some("a"), true),
+        (
+            br#"{"model":"b","stream":true,"model":"a"}"#,
+            Some("a"),
+            true,
+        ),
         (br#"{"model":"a","mod\u0065l":"b"}"#, Some("b"), true),
         (br#"{"model":null,"model":"b"}"#, Some("b"), true),
         (br#"{"model":"a","model":"a"}"#, Some("a"), false),

@@ -459,3 +459,48 @@ proptest! {
         prop_assert_eq!(tap.finish(), whole);
     }
 }
+
+/// A stream that reports an error after its successful head names it; one that ends well
+/// reports none.
+#[test]
+fn an_error_reported_inside_a_stream_is_named() {
+    for (format, body, error) in [
+        (
+            AnthropicMessages,
+            &b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-x\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n\
+               event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"[..],
+            Some("overloaded_error"),
+        ),
+        (
+            OpenAiResponses,
+            b"event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"model\":\"gpt-x\",\"error\":{\"code\":\"server_error\",\"message\":\"x\"}}}\n\n",
+            Some("server_error"),
+        ),
+        (
+            OpenAiResponses,
+            b"event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"model\":\"gpt-x\",\"error\":null}}\n\n",
+            Some("response.failed"),
+        ),
+        (
+            OpenAiResponses,
+            b"event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"x\"}\n\n",
+            Some("rate_limit_exceeded"),
+        ),
+        (
+            OpenAiResponses,
+            b"event: error\ndata: {\"type\":\"error\",\"code\":500,\"message\":\"x\"}\n\n",
+            Some("error"),
+        ),
+        (
+            OpenAiChatCompletions,
+            b"data: {\"model\":\"gpt-x\",\"choices\":[]}\n\ndata: {\"error\":{\"type\":\"server_error\",\"message\":\"x\"}}\n\n",
+            Some("server_error"),
+        ),
+        (AnthropicMessages, ANTHROPIC, None),
+        (OpenAiResponses, RESPONSES, None),
+        (OpenAiChatCompletions, CHAT, None),
+    ] {
+        let report = read(format, EventStream, body);
+        assert_eq!(report.error.as_deref(), error, "{format:?}");
+    }
+}

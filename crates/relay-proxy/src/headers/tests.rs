@@ -224,9 +224,18 @@ fn json_media_type_allows_parameters_only() {
 #[test]
 fn two_content_type_lines_are_not_json() {
     for pair in [
-        [("content-type", "application/json"), ("content-type", "text/plain")],
-        [("content-type", "text/plain"), ("content-type", "application/json")],
-        [("content-type", "application/json"), ("content-type", "application/json")],
+        [
+            ("content-type", "application/json"),
+            ("content-type", "text/plain"),
+        ],
+        [
+            ("content-type", "text/plain"),
+            ("content-type", "application/json"),
+        ],
+        [
+            ("content-type", "application/json"),
+            ("content-type", "application/json"),
+        ],
     ] {
         let headers = map(&pair);
         assert!(!is_json_media_type(&headers), "{pair:?}");

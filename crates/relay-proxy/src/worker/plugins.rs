@@ -491,6 +491,7 @@ impl Exchange {
                 usage: usage.facts,
                 response_model: usage.response_model,
                 truncated: usage.truncated,
+                error: usage.error,
                 response: None,
             }),
         );
@@ -511,6 +512,7 @@ struct Usage {
     facts: Option<UsageFacts>,
     response_model: Option<String>,
     truncated: bool,
+    error: Option<String>,
 }
 
 enum Reader {
@@ -600,10 +602,15 @@ impl BodyTap for Tap {
             Some(UsageFacts::new(&usage, cost.as_ref()))
         });
         let status = if end == BodyEnd::Dropped { 499 } else { status };
+        // The error the stream named says more than the break that may have followed it.
+        let (response_model, error) = report.map_or((None, None), |r| (r.response_model, r.error));
+        let error =
+            error.or_else(|| (end == BodyEnd::Failed).then(|| "response_body_failed".to_owned()));
         let usage = Usage {
             facts,
-            response_model: report.and_then(|r| r.response_model),
+            response_model,
             truncated,
+            error,
         };
         exchange.end(status, first_byte, usage);
     }

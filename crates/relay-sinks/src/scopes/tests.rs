@@ -80,6 +80,7 @@ fn request(traceparent: Option<&str>) -> Vec<Observation> {
             )),
             response_model: Some("claude-sonnet-4-5-20250929".to_owned()),
             truncated: false,
+            error: None,
             response: None,
         }),
     ]
@@ -234,4 +235,24 @@ fn a_failed_request_is_an_error_span() {
     let (_, spans) = spans_of(request(None));
     assert_eq!(spans[0].status, SpanStatus::Unset);
     assert_eq!(attr(&spans[0], "error.type"), None);
+}
+
+/// A stream that failed after its 200 head (an error event, or a body that broke off) is
+/// an error span typed by that failure, not a success.
+#[test]
+fn a_stream_that_failed_after_its_head_is_an_error_span() {
+    for error in ["overloaded_error", "response_body_failed"] {
+        let mut steps = request(None);
+        if let Observation::ModelRequestEnd(end) = &mut steps[1] {
+            end.error = Some(error.to_owned());
+        }
+        let (records, spans) = spans_of(steps);
+        assert_eq!(records[1].data["error"], error);
+        assert_eq!(records[1].data["status"], 200);
+        assert!(matches!(spans[0].status, SpanStatus::Error(_)), "{error}");
+        assert_eq!(
+            attr(&spans[0], "error.type"),
+            Some(&AttrValue::Str(error.to_owned()))
+        );
+    }
 }

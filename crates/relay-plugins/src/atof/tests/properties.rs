@@ -150,6 +150,7 @@ fn observation(step: &Step) -> Observation {
             usage: None,
             response_model: None,
             truncated: false,
+            error: None,
             response: Some("sk-secret".to_owned()),
         }),
         Step::HookPolicy {
