@@ -68,11 +68,56 @@ fn redact_value(redactor: &dyn Redactor, value: &Value) -> Value {
         Value::Object(fields) => Value::Object(
             fields
                 .iter()
-                .map(|(k, v)| (redactor.redact(k).into_owned(), redact_value(redactor, v)))
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::String(_) if names_a_credential(k) => {
+                            Value::String(CREDENTIAL_FIELD.to_owned())
+                        }
+                        v => redact_value(redactor, v),
+                    };
+                    (redactor.redact(k).into_owned(), v)
+                })
                 .collect::<Map<String, Value>>(),
         ),
         other => other.clone(),
     }
+}
+
+/// What a text field named for a credential holds in a record.
+const CREDENTIAL_FIELD: &str = "[REDACTED:credential]";
+
+/// True for a field whose name says it holds a credential, as a header or a setting: its
+/// text is one whatever it looks like, so no detector has to recognise its form (a Basic
+/// credential, a cookie, a vendor's key). Case and `-` or `_` do not matter.
+fn names_a_credential(name: &str) -> bool {
+    const NAMES: [&str; 18] = [
+        "authorization",
+        "proxy_authorization",
+        "cookie",
+        "set_cookie",
+        "x_api_key",
+        "api_key",
+        "apikey",
+        "x_goog_api_key",
+        "x_auth_token",
+        "auth_token",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "session_token",
+        "x_amz_security_token",
+        "client_secret",
+        "password",
+        "passwd",
+    ];
+    name.len() <= 24
+        && NAMES.iter().any(|known| {
+            known.len() == name.len()
+                && known
+                    .bytes()
+                    .zip(name.bytes())
+                    .all(|(k, n)| k == n.to_ascii_lowercase() || (k == b'_' && n == b'-'))
+        })
 }
 
 /// The longest prefix of at most `max_bytes` that ends on a character boundary.

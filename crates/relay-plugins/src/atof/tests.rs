@@ -821,3 +821,38 @@ fn a_hook_after_its_sessions_end_is_a_mark_of_that_session_not_a_new_one() {
             .contains("\"scope_category\":\"start\"")
     );
 }
+
+/// A text field named for a credential (a header in a pi payload, a setting in a tool's
+/// input) is redacted whatever its text looks like; other fields keep theirs, and a count
+/// under a name like one keeps its number.
+#[test]
+fn fields_named_for_credentials_never_reach_a_record() {
+    let raw = json!({
+        "headers": {
+            "Authorization": "Basic dXNlcjpTRUNSRVRQQVNTV09SRA==",
+            "x-api-key": "AZUREKEYSECRET0123",
+            "Set-Cookie": "session=COOKIESECRET123",
+            "content-type": "application/json",
+        },
+        "config": [{ "client_secret": "s3cr3t", "PASSWORD": "hunter2", "user": "bob" }],
+        "usage": { "access_token": 12, "input_tokens": 5 },
+    });
+    let (kept, cut) = content::json(&content::NoRedaction, &raw, 1 << 20);
+    assert!(!cut);
+    let text = kept.to_string();
+    for secret in [
+        "dXNlcjpT",
+        "AZUREKEYSECRET",
+        "COOKIESECRET",
+        "s3cr3t",
+        "hunter2",
+    ] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+    assert_eq!(kept["headers"]["x-api-key"], "[REDACTED:credential]");
+    assert_eq!(kept["headers"]["content-type"], "application/json");
+    assert_eq!(kept["config"][0]["user"], "bob");
+    assert_eq!(kept["usage"], raw["usage"]);
+    // Redacting a record's content again leaves it as it is.
+    assert_eq!(content::json(&content::NoRedaction, &kept, 1 << 20).0, kept);
+}
