@@ -188,7 +188,7 @@ impl Totals {
             cache_write_5m: n(facts.cache_write_5m_tokens),
             cache_write_1h: n(facts.cache_write_1h_tokens),
             output: n(facts.output_tokens),
-            reasoning: n(facts.reasoning_tokens),
+            reasoning: facts.reasoning_tokens,
         });
         match facts.cost {
             Some(cost) => {

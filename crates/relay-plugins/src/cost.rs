@@ -309,7 +309,7 @@ impl Price {
         let (output, reasoning) = match self.reasoning {
             None => (self.output.times(usage.output), Usd::ZERO),
             Some(r) => {
-                let reasoning = usage.reasoning.min(usage.output);
+                let reasoning = usage.reasoning.unwrap_or(0).min(usage.output);
                 (
                     self.output.times(usage.output - reasoning),
                     r.times(reasoning),

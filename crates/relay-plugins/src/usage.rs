@@ -109,8 +109,9 @@ pub struct Usage {
     pub cache_write_1h: u64,
     /// All output tokens, reasoning included.
     pub output: u64,
-    /// The reasoning part of `output`, where the provider reports it.
-    pub reasoning: u64,
+    /// The reasoning part of `output`, where the provider reports it: Anthropic counts
+    /// thinking in `output` without saying how much, so there it is unknown, not 0.
+    pub reasoning: Option<u64>,
 }
 
 impl Usage {
@@ -133,18 +134,27 @@ impl Usage {
 
     /// The usage as GenAI span attributes of [`GENAI_SEMCONV_VERSION`], in a fixed order.
     /// The cache and reasoning counts are parts of the input and output totals, as the
-    /// conventions define them; they are listed even when zero.
-    pub fn genai_attributes(&self) -> [(&'static str, u64); 5] {
+    /// conventions define them; they are listed even when zero, but the reasoning count
+    /// only where it is known.
+    pub fn genai_attributes(&self) -> impl Iterator<Item = (&'static str, u64)> {
         [
-            ("gen_ai.usage.input_tokens", self.genai_input_tokens()),
-            ("gen_ai.usage.output_tokens", self.genai_output_tokens()),
-            ("gen_ai.usage.cache_read.input_tokens", self.cache_read),
+            ("gen_ai.usage.input_tokens", Some(self.genai_input_tokens())),
+            (
+                "gen_ai.usage.output_tokens",
+                Some(self.genai_output_tokens()),
+            ),
+            (
+                "gen_ai.usage.cache_read.input_tokens",
+                Some(self.cache_read),
+            ),
             (
                 "gen_ai.usage.cache_creation.input_tokens",
-                self.cache_write(),
+                Some(self.cache_write()),
             ),
             ("gen_ai.usage.reasoning.output_tokens", self.reasoning),
         ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
     }
 
     /// Adds another exchange's usage (for session totals); saturates instead of wrapping.
@@ -154,7 +164,10 @@ impl Usage {
         self.cache_write_5m = self.cache_write_5m.saturating_add(other.cache_write_5m);
         self.cache_write_1h = self.cache_write_1h.saturating_add(other.cache_write_1h);
         self.output = self.output.saturating_add(other.output);
-        self.reasoning = self.reasoning.saturating_add(other.reasoning);
+        self.reasoning = match (self.reasoning, other.reasoning) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -518,7 +531,7 @@ fn normalise(format: WireFormat, raw: &Raw) -> Usage {
                 cache_write_5m: write_5m,
                 cache_write_1h: write_1h,
                 output: n(raw.output),
-                reasoning: 0,
+                reasoning: None,
             }
         }
         WireFormat::OpenAiResponses | WireFormat::OpenAiChatCompletions => {
@@ -532,7 +545,7 @@ fn normalise(format: WireFormat, raw: &Raw) -> Usage {
                 cache_write_5m: 0,
                 cache_write_1h: 0,
                 output: n(raw.output),
-                reasoning: n(raw.reasoning).min(n(raw.output)),
+                reasoning: raw.reasoning.map(|r| r.min(n(raw.output))),
             }
         }
     }

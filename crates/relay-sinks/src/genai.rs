@@ -148,10 +148,12 @@ pub fn genai_attributes(facts: &GenAiFacts<'_>) -> Vec<Attribute> {
             "llm.token_count.prompt_details.cache_write",
             usage.cache_write(),
         ));
-        out.push(Attribute::int(
-            "llm.token_count.completion_details.reasoning",
-            usage.reasoning,
-        ));
+        if let Some(reasoning) = usage.reasoning {
+            out.push(Attribute::int(
+                "llm.token_count.completion_details.reasoning",
+                reasoning,
+            ));
+        }
     }
     if let Some(tool) = facts.tool_name {
         out.push(Attribute::str("tool.name", tool));

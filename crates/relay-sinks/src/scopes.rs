@@ -183,7 +183,7 @@ fn usage_of(end: &Value) -> Option<Usage> {
         cache_write_5m: n("cache_write_5m_tokens"),
         cache_write_1h: n("cache_write_1h_tokens"),
         output: n("output_tokens"),
-        reasoning: n("reasoning_tokens"),
+        reasoning: usage.get("reasoning_tokens").and_then(Value::as_u64),
     })
 }
 

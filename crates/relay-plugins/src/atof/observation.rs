@@ -112,7 +112,7 @@ impl UsageFacts {
             cache_write_1h_tokens: Some(usage.cache_write_1h),
             input_tokens: Some(usage.genai_input_tokens()),
             output_tokens: Some(usage.genai_output_tokens()),
-            reasoning_tokens: Some(usage.reasoning),
+            reasoning_tokens: usage.reasoning,
             cost,
         }
     }

@@ -256,7 +256,7 @@ fn claude_code_session_with_a_bash_round_trip() {
         > claude-code Stop
           {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.110000Z","uuid":"#2"}
         > claude-code SessionEnd
-          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other","usage":{"cache_read_tokens":0,"cache_write_1h_tokens":0,"cache_write_5m_tokens":0,"input_tokens":20,"output_tokens":10,"priced_requests":0,"reasoning_tokens":0,"uncached_input_tokens":20,"unpriced_requests":2}},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-code","parent_uuid":null,"scope_category":"end","timestamp":"…00.120000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other","usage":{"cache_read_tokens":0,"cache_write_1h_tokens":0,"cache_write_5m_tokens":0,"input_tokens":20,"output_tokens":10,"priced_requests":0,"uncached_input_tokens":20,"unpriced_requests":2}},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"claude-code","session_id":"3bb17d1a-ca03-4829-9e16-6f6b5d84c7e3"},"name":"claude-code","parent_uuid":null,"scope_category":"end","timestamp":"…00.120000Z","uuid":"#1"}
     "##]]);
 }
 
@@ -297,7 +297,7 @@ fn codex_session_with_content_captured_and_redacted() {
         > codex Stop
           {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{"response":"hi from mock"},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.070000Z","uuid":"#2"}
         > codex SessionEnd
-          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other","usage":{"cache_read_tokens":0,"cache_write_1h_tokens":0,"cache_write_5m_tokens":0,"input_tokens":10,"output_tokens":5,"priced_requests":0,"reasoning_tokens":0,"uncached_input_tokens":10,"unpriced_requests":1}},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"codex","parent_uuid":null,"scope_category":"end","timestamp":"…00.080000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"other","usage":{"cache_read_tokens":0,"cache_write_1h_tokens":0,"cache_write_5m_tokens":0,"input_tokens":10,"output_tokens":5,"priced_requests":0,"uncached_input_tokens":10,"unpriced_requests":1}},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"codex","session_id":"01a229cc-ffcf-7013-b162-1d4e94d6144b"},"name":"codex","parent_uuid":null,"scope_category":"end","timestamp":"…00.080000Z","uuid":"#1"}
     "##]]);
 }
 
@@ -353,7 +353,7 @@ fn pi_session_with_a_bash_round_trip() {
         > pi agent_end
           {"atof_version":"0.1","attributes":[],"category":"custom","category_profile":null,"data":{},"data_schema":{"name":"relay.turn","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"turn","parent_uuid":"#1","scope_category":"end","timestamp":"…00.130000Z","uuid":"#2"}
         > pi session_shutdown
-          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"quit","usage":{"cache_read_tokens":0,"cache_write_1h_tokens":0,"cache_write_5m_tokens":0,"input_tokens":10,"output_tokens":5,"priced_requests":0,"reasoning_tokens":0,"uncached_input_tokens":10,"unpriced_requests":1}},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"pi","parent_uuid":null,"scope_category":"end","timestamp":"…00.140000Z","uuid":"#1"}
+          {"atof_version":"0.1","attributes":[],"category":"agent","category_profile":null,"data":{"reason":"quit","usage":{"cache_read_tokens":0,"cache_write_1h_tokens":0,"cache_write_5m_tokens":0,"input_tokens":10,"output_tokens":5,"priced_requests":0,"uncached_input_tokens":10,"unpriced_requests":1}},"data_schema":{"name":"relay.session","version":"1"},"kind":"scope","metadata":{"harness":"pi","session_id":"01a229cd-d9fb-7121-974c-fddf1d21d473"},"name":"pi","parent_uuid":null,"scope_category":"end","timestamp":"…00.140000Z","uuid":"#1"}
     "##]]);
 }
 
@@ -751,7 +751,7 @@ fn a_session_end_carries_its_requests_usage_and_exact_cost() {
             cache_write_5m: 20,
             cache_write_1h: 40,
             output: 5,
-            reasoning: 0,
+            reasoning: None,
         };
         let facts = UsageFacts::new_totals(&usage, picos.map(crate::Usd::from_picos));
         s.step(

@@ -37,11 +37,10 @@ fn render(report: &UsageReport) -> String {
                 u.cache_write_5m,
                 u.cache_write_1h,
                 u.output,
-                u.reasoning,
+                u.reasoning.map_or("unknown".to_owned(), |r| r.to_string()),
             );
             let attributes: Vec<String> = u
                 .genai_attributes()
-                .iter()
                 .map(|(name, value)| format!("{name}={value}"))
                 .collect();
             let _ = writeln!(out, "{}", attributes.join(" "));
@@ -76,8 +75,8 @@ fn anthropic_fixture_stream() {
         ANTHROPIC,
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("m") truncated=false unreadable=0
-            usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=5 reasoning=0
-            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=5 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
+            usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=5 reasoning=unknown
+            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=5 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0
         "#]],
     );
 }
@@ -107,8 +106,8 @@ data: {"type":"message_stop"}
 "#,
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("claude-sonnet-4-5-20250929") truncated=false unreadable=0
-            usage: uncached_input=120 cache_read=30000 cache_write_5m=2000 cache_write_1h=3000 output=850 reasoning=0
-            gen_ai.usage.input_tokens=35120 gen_ai.usage.output_tokens=850 gen_ai.usage.cache_read.input_tokens=30000 gen_ai.usage.cache_creation.input_tokens=5000 gen_ai.usage.reasoning.output_tokens=0
+            usage: uncached_input=120 cache_read=30000 cache_write_5m=2000 cache_write_1h=3000 output=850 reasoning=unknown
+            gen_ai.usage.input_tokens=35120 gen_ai.usage.output_tokens=850 gen_ai.usage.cache_read.input_tokens=30000 gen_ai.usage.cache_creation.input_tokens=5000
         "#]],
     );
 }
@@ -132,8 +131,8 @@ data: {"type":"message_stop"}
 "#,
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("claude-opus-4-1") truncated=false unreadable=0
-            usage: uncached_input=7 cache_read=100 cache_write_5m=40 cache_write_1h=0 output=60 reasoning=0
-            gen_ai.usage.input_tokens=147 gen_ai.usage.output_tokens=60 gen_ai.usage.cache_read.input_tokens=100 gen_ai.usage.cache_creation.input_tokens=40 gen_ai.usage.reasoning.output_tokens=0
+            usage: uncached_input=7 cache_read=100 cache_write_5m=40 cache_write_1h=0 output=60 reasoning=unknown
+            gen_ai.usage.input_tokens=147 gen_ai.usage.output_tokens=60 gen_ai.usage.cache_read.input_tokens=100 gen_ai.usage.cache_creation.input_tokens=40
         "#]],
     );
 }
@@ -148,8 +147,8 @@ fn anthropic_stream_cut_before_message_stop() {
         b"event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":5,\"output_tokens\":1}}}\r\n\r\nevent: content_block_delta\r\ndata: {\"type\":\"content_block_del",
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("m") truncated=true unreadable=0
-            usage: uncached_input=10 cache_read=5 cache_write_5m=0 cache_write_1h=0 output=1 reasoning=0
-            gen_ai.usage.input_tokens=15 gen_ai.usage.output_tokens=1 gen_ai.usage.cache_read.input_tokens=5 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
+            usage: uncached_input=10 cache_read=5 cache_write_5m=0 cache_write_1h=0 output=1 reasoning=unknown
+            gen_ai.usage.input_tokens=15 gen_ai.usage.output_tokens=1 gen_ai.usage.cache_read.input_tokens=5 gen_ai.usage.cache_creation.input_tokens=0
         "#]],
     );
 }
@@ -162,8 +161,8 @@ fn anthropic_json_body() {
         br#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-haiku-4-5","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":3,"cache_read_input_tokens":2048,"cache_creation_input_tokens":1024,"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":1024},"output_tokens":9}}"#,
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=Some("claude-haiku-4-5") truncated=false unreadable=0
-            usage: uncached_input=3 cache_read=2048 cache_write_5m=0 cache_write_1h=1024 output=9 reasoning=0
-            gen_ai.usage.input_tokens=3075 gen_ai.usage.output_tokens=9 gen_ai.usage.cache_read.input_tokens=2048 gen_ai.usage.cache_creation.input_tokens=1024 gen_ai.usage.reasoning.output_tokens=0
+            usage: uncached_input=3 cache_read=2048 cache_write_5m=0 cache_write_1h=1024 output=9 reasoning=unknown
+            gen_ai.usage.input_tokens=3075 gen_ai.usage.output_tokens=9 gen_ai.usage.cache_read.input_tokens=2048 gen_ai.usage.cache_creation.input_tokens=1024
         "#]],
     );
 }
@@ -241,8 +240,8 @@ fn responses_incomplete_is_an_end_with_usage() {
         b"data: {\"type\":\"response.incomplete\",\"response\":{\"model\":\"gpt-5\",\"usage\":{\"input_tokens\":10,\"output_tokens\":4096}}}\n\n",
         expect![[r#"
             gen_ai.provider.name=openai gen_ai.response.model=Some("gpt-5") truncated=false unreadable=0
-            usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=4096 reasoning=0
-            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=4096 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
+            usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=4096 reasoning=unknown
+            gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=4096 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0
         "#]],
     );
 }
@@ -309,8 +308,8 @@ fn chat_json_body() {
         br#"{"id":"c2","object":"chat.completion","model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}"#,
         expect![[r#"
             gen_ai.provider.name=openai gen_ai.response.model=Some("gpt-4o-mini") truncated=false unreadable=0
-            usage: uncached_input=12 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=3 reasoning=0
-            gen_ai.usage.input_tokens=12 gen_ai.usage.output_tokens=3 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
+            usage: uncached_input=12 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=3 reasoning=unknown
+            gen_ai.usage.input_tokens=12 gen_ai.usage.output_tokens=3 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0
         "#]],
     );
 }
@@ -323,8 +322,8 @@ fn unreadable_events_are_counted_not_guessed() {
         b"event: message_start\ndata: not json\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":-3}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":8}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
         expect![[r#"
             gen_ai.provider.name=anthropic gen_ai.response.model=None truncated=false unreadable=2
-            usage: uncached_input=0 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=8 reasoning=0
-            gen_ai.usage.input_tokens=0 gen_ai.usage.output_tokens=8 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
+            usage: uncached_input=0 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=8 reasoning=unknown
+            gen_ai.usage.input_tokens=0 gen_ai.usage.output_tokens=8 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0
         "#]],
     );
     check(
@@ -402,8 +401,8 @@ fn a_gzip_stream_is_read_after_bounded_decoding() {
     assert!(cut.truncated);
     expect![[r#"
         gen_ai.provider.name=anthropic gen_ai.response.model=Some("m") truncated=true unreadable=0
-        usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=1 reasoning=0
-        gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=1 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0 gen_ai.usage.reasoning.output_tokens=0
+        usage: uncached_input=10 cache_read=0 cache_write_5m=0 cache_write_1h=0 output=1 reasoning=unknown
+        gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=1 gen_ai.usage.cache_read.input_tokens=0 gen_ai.usage.cache_creation.input_tokens=0
     "#]]
     .assert_eq(&render(&read(AnthropicMessages, EventStream, &cut.body)));
 }

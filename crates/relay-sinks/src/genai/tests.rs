@@ -26,7 +26,7 @@ fn a_model_request_with_cached_usage() {
         cache_write_5m: 200,
         cache_write_1h: 50,
         output: 300,
-        reasoning: 120,
+        reasoning: Some(120),
     };
     let facts = GenAiFacts {
         provider: Some("anthropic"),

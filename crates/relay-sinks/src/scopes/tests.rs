@@ -74,7 +74,7 @@ fn request(traceparent: Option<&str>) -> Vec<Observation> {
                     cache_write_5m: 20,
                     cache_write_1h: 0,
                     output: 5,
-                    reasoning: 0,
+                    reasoning: None,
                 },
                 None,
             )),
