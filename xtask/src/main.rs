@@ -6,6 +6,8 @@
 //! dependency rules of SPEC §11, also run as a test). Everything is `std::process::Command`;
 //! besides `anyhow`, `serde_json` and `time`, xtask uses relay-testkit for the table of
 //! measures and the `/proc` parser it shares with the load generator.
+// A developer's tool, not a daemon or a hook: a panic on an unwritable stderr is fine here.
+#![allow(clippy::disallowed_macros)]
 
 mod bench;
 mod ci;

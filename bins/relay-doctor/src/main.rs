@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(err) => {
-            eprintln!("relay-doctor: {err:#}");
+            relay_logging::say!("relay-doctor: {err:#}");
             ExitCode::FAILURE
         }
     }

@@ -23,7 +23,7 @@ pub(crate) fn resolve(env: &impl Env, euid: u32) -> Option<RouteToken> {
             CredentialSource::File => paths.as_ref().map(StatePaths::token_file),
             CredentialSource::Env => None,
         };
-        eprintln!(
+        relay_logging::say!(
             "relay-hook: warning: {}",
             skipped_line(*source, *reason, path.as_deref())
         );

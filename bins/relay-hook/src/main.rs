@@ -108,7 +108,7 @@ fn finish(outcome: Outcome, agent: Agent, event: Option<&str>, policy: FailurePo
         );
     }
     if let Some(line) = &exit.stderr {
-        eprintln!("{line}");
+        relay_logging::say!("{line}");
     }
     ExitCode::from(exit.code)
 }

@@ -220,6 +220,8 @@ struct Hook {
     secrets: Vec<String>,
     /// `XDG_CONFIG_HOME` and `HOME`: an empty directory unless a test puts a token file there.
     config_home: tempfile::TempDir,
+    /// stderr is `/dev/full`, where every write fails.
+    stderr_full: bool,
 }
 
 #[derive(Debug)]
@@ -252,6 +254,7 @@ impl Hook {
             stdin: Vec::new(),
             secrets: Vec::new(),
             config_home: tempfile::tempdir().unwrap(),
+            stderr_full: false,
         }
     }
 
@@ -316,7 +319,16 @@ impl Hook {
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(if self.stderr_full {
+                Stdio::from(
+                    std::fs::File::options()
+                        .write(true)
+                        .open("/dev/full")
+                        .unwrap(),
+                )
+            } else {
+                Stdio::piped()
+            })
             .kill_on_drop(true);
         let started = Instant::now();
         let mut child = command.spawn().unwrap();
@@ -1022,6 +1034,25 @@ async fn a_policy_rejection_blocks_with_its_reason_even_when_failing_open() {
             assert_eq!(run.stdout, b"");
             assert_eq!(run.stderr, format!("{reason}\n"));
         }
+    }
+}
+
+/// A hook whose stderr cannot be written (a full disk) still blocks: losing the reason must
+/// not lose the answer, as a panic's exit status would.
+#[tokio::test]
+async fn a_policy_rejection_blocks_even_when_stderr_cannot_be_written() {
+    let rejected =
+        r#"{"error":{"type":"relay_policy_rejected","message":"blocked by policy","reason":"no"}}"#;
+    let daemon = Daemon::with(move |_, _| Reply::json(403, rejected)).await;
+    let token = new_token();
+    for (agent, dir, _, blocking, _) in AGENTS {
+        let mut hook = Hook::new(agent, &daemon.url())
+            .token(&token)
+            .stdin(fixture(dir, blocking));
+        hook.stderr_full = true;
+        let run = hook.run().await;
+        assert_eq!(run.code, Some(2), "{agent}: {run:?}");
+        assert_eq!(run.stdout, b"");
     }
 }
 

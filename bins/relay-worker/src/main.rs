@@ -76,7 +76,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "worker stopped");
-            eprintln!("relay-worker: {error:#}");
+            relay_logging::say!("relay-worker: {error:#}");
             if error.downcast_ref::<PluginFailure>().is_some() {
                 ExitCode::from(relay_proto::WORKER_EXIT_PLUGIN_CONFIG_INVALID)
             } else {

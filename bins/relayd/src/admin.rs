@@ -103,7 +103,7 @@ pub(crate) fn run(state_dir: Option<&Path>, command: &BindingsCommand) -> ExitCo
             relay_logging::usage_exit("relayd", &relay_proxy::error_chain(&error))
         }
         Err(error) => {
-            eprintln!("relayd: {}", relay_proxy::error_chain(&error));
+            relay_logging::say!("relayd: {}", relay_proxy::error_chain(&error));
             ExitCode::FAILURE
         }
     }
@@ -161,10 +161,10 @@ fn report(done: &Done) -> ExitCode {
                 println!("{line}");
             }
             if list.bindings.is_empty() && list.blocked.is_empty() {
-                eprintln!("(no bindings)");
+                relay_logging::say!("(no bindings)");
             }
             if !daemon_running {
-                eprintln!("(daemon not running)");
+                relay_logging::say!("(daemon not running)");
             }
             ExitCode::SUCCESS
         }
@@ -174,7 +174,7 @@ fn report(done: &Done) -> ExitCode {
                 let error = BindingsError::NotPersisted {
                     error: outcome.persist_error.clone().unwrap_or_default(),
                 };
-                eprintln!("relayd: {error}");
+                relay_logging::say!("relayd: {error}");
                 return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS

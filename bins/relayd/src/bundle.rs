@@ -342,7 +342,7 @@ pub(crate) fn run(
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("relayd: {error}");
+            relay_logging::say!("relayd: {error}");
             ExitCode::FAILURE
         }
     }

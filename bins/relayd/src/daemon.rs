@@ -50,7 +50,7 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
     let runtime = match relay_proxy::runtime::build(std::num::NonZeroUsize::MAX) {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("relayd: cannot start the async runtime: {error}");
+            relay_logging::say!("relayd: cannot start the async runtime: {error}");
             return ExitCode::FAILURE;
         }
     };
@@ -67,7 +67,7 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
             let logged =
                 tracing::enabled!(target: relay_logging::LIFECYCLE_TARGET, tracing::Level::ERROR);
             if !(json_logs && logged) {
-                eprintln!("relayd: {error:#}");
+                relay_logging::say!("relayd: {error:#}");
             }
             ExitCode::FAILURE
         }
@@ -515,7 +515,7 @@ pub(crate) fn identity_show(cli: &Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("relayd: {error:#}");
+            relay_logging::say!("relayd: {error:#}");
             ExitCode::FAILURE
         }
     }

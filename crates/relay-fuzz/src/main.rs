@@ -4,6 +4,8 @@
 //! when none is named) for N seconds from its seed corpus, writes one minimized input per
 //! distinct crash under DIR, and exits 1 when any target crashed.
 //! `relay-fuzz --replay TARGET FILE...` runs one target on the given files.
+// A developer's tool, not a daemon or a hook: a panic on an unwritable stderr is fine here.
+#![allow(clippy::disallowed_macros)]
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -36,7 +36,7 @@ pub fn clap_exit(binary: &str, error: &clap::Error) -> ExitCode {
 /// Prints `<binary>: <message>` as one line and returns status 64.
 pub fn usage_exit(binary: &str, message: &dyn Display) -> ExitCode {
     let line = message.to_string().replace('\n', " ");
-    eprintln!("{binary}: {line}");
+    crate::say!("{binary}: {line}");
     ExitCode::from(EXIT_USAGE)
 }
 

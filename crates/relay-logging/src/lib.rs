@@ -7,6 +7,17 @@
 //! It also holds the exit conventions every binary shares ([`clap_exit`], [`usage_exit`]: one line on stderr and status 64 for a usage error).
 //! This crate reads no environment variable and opens no file (callers pass both in), the rate limiter reads no clock, and it depends on no other Relay crate but `relay-proto`, whose shared vocabulary of reasons (roles, refusal codes, removal, cancel and disconnect reasons) the events carry as they are.
 
+/// Writes one line to stderr, as `eprintln!` does, but a line that cannot be written (a
+/// full disk, a pipe whose reader is gone) is lost instead of panicking: a daemon must
+/// not die of its log, nor a hook's answer be lost for want of its message.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod capture;
 mod config;
 mod exit;

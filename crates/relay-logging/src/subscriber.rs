@@ -35,11 +35,15 @@ where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
     let filter = config.filter()?;
+    // A line that cannot be written (a full disk, a pipe whose reader is gone) is lost:
+    // tracing-subscriber's report of it would be printed to stderr, which panics when
+    // stderr is that same unwritable file, and a daemon must not die of its log.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
         .with_timer(SystemTime)
-        .with_ansi(false);
+        .with_ansi(false)
+        .log_internal_errors(false);
     let dispatch = match config.format {
         LogFormat::Human => Dispatch::new(builder.finish().with(no_frame_logs())),
         LogFormat::Jsonl => Dispatch::new(

@@ -28,7 +28,7 @@ pub fn start(binary: &str, env: &impl Env) -> Result<(Config, tokio::runtime::Ru
         tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
     }
     let runtime = crate::runtime::build(MAX_THREADS).map_err(|error| {
-        eprintln!("{binary}: cannot start the async runtime: {error}");
+        relay_logging::say!("{binary}: cannot start the async runtime: {error}");
         ExitCode::FAILURE
     })?;
     Ok((config, runtime))

@@ -34,7 +34,7 @@ mod linux {
         let (server, _) = listener.accept().await.unwrap();
         for end in [&client, &server] {
             if let Err(error) = socket2::SockRef::from(end).set_tcp_congestion(congestion) {
-                eprintln!(
+                relay_logging::say!(
                     "{} is not available here ({error})",
                     String::from_utf8_lossy(congestion)
                 );

@@ -7,6 +7,8 @@
 //! It does not start, pin or stop processes (the xtask does, including the MCP session that keeps the worker up), and it does not judge the machine: on shared cores a figure is only as good as the run, which is why the direct baseline sits beside it.
 //!
 //! Modules: `conn` (one connection and its requests), `samples` (paths and histograms), `scenarios` (the request measures), `streams` (memory, with held streams), `metrics` (what `/metrics` and `/proc` say), `limits` (open-file limits).
+// A developer's tool, not a daemon or a hook: a panic on an unwritable stderr is fine here.
+#![allow(clippy::disallowed_macros)]
 
 mod conn;
 mod limits;
