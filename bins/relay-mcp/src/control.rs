@@ -250,13 +250,13 @@ impl Control {
                         .emit();
                     }
                     if error.is_fatal() {
-                        tracing::error!(error = %error, "control registration failed for good");
+                        tracing::error!(event = "control_registration_failed", error = %error, "control registration failed for good");
                         self.pass_through(McpPassThroughReason::CredentialRejected);
                         return self.idle(launched, shutdown).await;
                     }
                     if !warned_unreachable {
                         warned_unreachable = true;
-                        tracing::warn!(error = %error, "daemon not reachable; retrying");
+                        tracing::warn!(event = "control_registration_retrying", error = %error, "could not register with the daemon; retrying");
                     }
                     // The harness need not wait for a daemon that is down or silent:
                     // `initialize` is answered now, and the route settles again when a
@@ -286,7 +286,10 @@ impl Control {
                 timers: effective,
             } = registered
             else {
-                tracing::error!("the daemon answered an MCP registration as a worker's");
+                tracing::error!(
+                    event = "control_role_mismatch",
+                    "the daemon answered an MCP registration as a worker's"
+                );
                 return self.idle(launched, shutdown).await;
             };
             timers = effective;
@@ -352,7 +355,7 @@ impl Control {
                     Ok(Some(frame)) => match frame.message {
                         Message::DaemonStopping { .. } => return Ended::Dropped,
                         Message::Refused(refused) => {
-                            tracing::warn!(reason = refused.text.as_str(), "the daemon ended the session");
+                            tracing::warn!(event = "control_session_ended", reason = refused.text.as_str(), "the daemon ended the session");
                             return match refused.reason() {
                                 Some(RefusedCode::Revoked | RefusedCode::Blocked) => Ended::Revoked,
                                 _ => Ended::Dropped,

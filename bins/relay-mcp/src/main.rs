@@ -71,7 +71,7 @@ async fn run(cli: Cli, env: ProcessEnv, hint: Option<WorkerHint>) {
     tokio::select! {
         result = serving => {
             if let Err(error) = result {
-                tracing::warn!(%error, "MCP stdio failed");
+                tracing::warn!(event = "mcp_stdio_failed", %error, "MCP stdio failed");
             }
         }
         () = signal() => {}
@@ -116,7 +116,7 @@ fn prepare(
     let paths = match StatePaths::resolve(env) {
         Ok(paths) => paths,
         Err(error) => {
-            tracing::warn!(%error, "no state directory; serving MCP without a route");
+            tracing::warn!(event = "state_dir_unavailable", %error, "no state directory; serving MCP without a route");
             give_up(relay_logging::McpPassThroughReason::CredentialRejected);
             return None;
         }
@@ -149,7 +149,7 @@ fn prepare(
         }) {
         Ok((key, _)) => Arc::new(key),
         Err(error) => {
-            tracing::error!(%error, "the machine identity is unusable; serving MCP without a route");
+            tracing::error!(event = "machine_identity_unusable", %error, "the machine identity is unusable; serving MCP without a route");
             give_up(relay_logging::McpPassThroughReason::CredentialRejected);
             return None;
         }
@@ -165,7 +165,7 @@ fn prepare(
         match relay_proxy::tls::client_config(extra.as_deref()) {
             Ok(config) => Some(Arc::new(config)),
             Err(error) => {
-                tracing::error!(%error, "no TLS configuration for the daemon; serving MCP without a route");
+                tracing::error!(event = "daemon_tls_unavailable", %error, "no TLS configuration for the daemon; serving MCP without a route");
                 give_up(relay_logging::McpPassThroughReason::DaemonUnreachable);
                 return None;
             }

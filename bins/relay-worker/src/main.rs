@@ -75,7 +75,11 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli, env, config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "worker stopped");
+            tracing::error!(
+                event = "worker_failed",
+                error = format!("{error:#}"),
+                "worker stopped"
+            );
             relay_logging::say!("relay-worker: {error:#}");
             if error.downcast_ref::<PluginFailure>().is_some() {
                 ExitCode::from(relay_proto::WORKER_EXIT_PLUGIN_CONFIG_INVALID)
@@ -264,6 +268,7 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
             let left = deadline.saturating_duration_since(Instant::now());
             if tokio::time::timeout(left, &mut server).await.is_err() {
                 tracing::warn!(
+                    event = "drain_deadline_passed",
                     in_flight = state.in_flight(),
                     "the drain deadline passed: cutting off what is still in flight"
                 );
@@ -399,7 +404,11 @@ impl Life {
             // Without control: no new requests (503), accepted ones finish, and the same
             // generation resumes within the grace (§5.4).
             self.state.set_control(false);
-            tracing::warn!(reason = dropped, "worker control lost; resuming");
+            tracing::warn!(
+                event = "worker_control_lost",
+                reason = dropped,
+                "worker control lost; resuming"
+            );
             match self.resume().await? {
                 Some(resumed) => session = resumed,
                 None => return Ok(()),

@@ -98,6 +98,7 @@ impl Observer for Recording {
                     .is_ok()
             {
                 tracing::warn!(
+                    event = "observation_records_dropped",
                     dropped_total = total,
                     "observability records dropped: the recorder is behind"
                 );

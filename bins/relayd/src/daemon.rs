@@ -295,6 +295,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     .await;
     if !report.drained {
         tracing::warn!(
+            event = "drain_deadline_passed",
             drain = ?config.daemon.timers.drain_secs.get(),
             "accepted requests did not complete in the drain time"
         );
@@ -361,6 +362,7 @@ fn control_options(
         .collect::<Vec<_>>();
     let own_addresses = own_addresses(settings.bind, &advertised.host, &interfaces);
     tracing::info!(
+        event = "daemon_own_addresses",
         interface_addresses = interfaces.len(),
         own_addresses = own_addresses.len(),
         "the daemon's own addresses are enumerated; remote workers may not name them"

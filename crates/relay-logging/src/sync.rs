@@ -32,6 +32,7 @@ pub fn lock<'a, T>(mutex: &'a Mutex<T>, what: &'static str) -> Option<MutexGuard
         Err(_) => {
             if !REPORTED.swap(true, Ordering::Relaxed) {
                 tracing::error!(
+                    event = "lock_poisoned",
                     lock = what,
                     "a panic poisoned a lock; the work that needs it is refused from now on"
                 );
@@ -48,6 +49,7 @@ pub fn lock_or_exit<'a, T>(mutex: &'a Mutex<T>, what: &'static str) -> MutexGuar
         Some(guard) => guard,
         None => {
             tracing::error!(
+                event = "lock_poisoned",
                 lock = what,
                 "stopping: a panic left this lock's state unknown, and nothing can be decided safely without it"
             );

@@ -25,7 +25,7 @@ pub fn start(binary: &str, env: &impl Env) -> Result<(Config, tokio::runtime::Ru
     relay_logging::init(&log, std::io::stderr)
         .map_err(|error| relay_logging::usage_exit(binary, &error))?;
     for key in ignored {
-        tracing::warn!(file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
+        tracing::warn!(event = "config_key_unknown", file = %key.path.display(), key = %key.key, "unknown configuration key ignored");
     }
     let runtime = crate::runtime::build(MAX_THREADS).map_err(|error| {
         relay_logging::say!("{binary}: cannot start the async runtime: {error}");

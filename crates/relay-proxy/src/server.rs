@@ -202,6 +202,7 @@ pub async fn serve<H: Handler>(
                         accept_failures.admit(Instant::now(), ACCEPT_FAILURE_LOG_EVERY)
                     {
                         tracing::warn!(
+                            event = "accept_failed",
                             %error,
                             suppressed_since_last_emit = suppressed,
                             "accepting a connection failed"

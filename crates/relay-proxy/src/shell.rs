@@ -378,7 +378,11 @@ impl Shell {
         if full {
             // A session that cannot keep up is closed rather than buffered without bound
             // (§5.1): dropping its queue ends its task.
-            tracing::warn!(reason = "send_queue_full", "control session closed");
+            tracing::warn!(
+                event = "control_session_closed",
+                reason = "send_queue_full",
+                "control session closed"
+            );
             sessions.remove(&conn);
         }
     }

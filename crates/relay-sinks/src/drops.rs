@@ -47,6 +47,7 @@ impl Counters {
             .saturating_add(n);
         if let Some(suppressed) = self.log.on_drop(Instant::now(), n) {
             tracing::warn!(
+                event = "sink_records_dropped",
                 sink = self.kind,
                 reason,
                 dropped_total = total,

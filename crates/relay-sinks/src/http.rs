@@ -94,7 +94,10 @@ pub(crate) fn default_tls() -> Result<Arc<rustls::ClientConfig>, SinkError> {
         let _ = roots.add(cert);
     }
     if roots.is_empty() {
-        tracing::warn!("no platform root certificates: https collectors will fail");
+        tracing::warn!(
+            event = "sink_without_platform_roots",
+            "no platform root certificates: https collectors will fail"
+        );
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -195,6 +198,7 @@ impl Poster {
                 }
                 Attempt::Refused(status) => {
                     tracing::warn!(
+                        event = "sink_batch_refused",
                         sink = counters.kind,
                         status = status.as_u16(),
                         "collector refused a batch"

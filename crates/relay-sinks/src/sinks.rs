@@ -278,7 +278,11 @@ impl SinkHandle {
             task.abort();
         }
         if outcome.is_err() {
-            tracing::warn!(?deadline, "observability sinks did not complete in time");
+            tracing::warn!(
+                event = "sinks_flush_timed_out",
+                ?deadline,
+                "observability sinks did not complete in time"
+            );
         }
         outcome
     }

@@ -119,7 +119,7 @@ impl Drop for AdminListener {
         let ours =
             std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.file_id);
         if ours && let Err(error) = std::fs::remove_file(&self.path) {
-            tracing::warn!(socket = %self.path.display(), %error, "admin socket not removed");
+            tracing::warn!(event = "admin_socket_not_removed", socket = %self.path.display(), %error, "admin socket not removed");
         }
     }
 }
@@ -203,10 +203,10 @@ pub async fn serve(listener: AdminListener, shell: Arc<Shell>, shutdown: impl Fu
                     Ok((stream, _)) if connections.len() < MAX_CONNECTIONS => {
                         connections.spawn(serve_connection(stream, shell.clone(), daemon_euid));
                     }
-                    Ok(_) => tracing::warn!(limit = MAX_CONNECTIONS, "admin connection dropped at the limit"),
+                    Ok(_) => tracing::warn!(event = "admin_connection_dropped", limit = MAX_CONNECTIONS, "admin connection dropped at the limit"),
                     Err(error) => {
                         // Out of file descriptors, typically: do not spin.
-                        tracing::warn!(%error, "admin socket accept failed");
+                        tracing::warn!(event = "admin_accept_failed", %error, "admin socket accept failed");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
@@ -219,7 +219,7 @@ pub async fn serve(listener: AdminListener, shell: Arc<Shell>, shutdown: impl Fu
     })
     .await;
     if finished.is_err() {
-        tracing::warn!(grace = ?STOP_GRACE, "admin requests did not complete in the grace time");
+        tracing::warn!(event = "admin_requests_cut_off", grace = ?STOP_GRACE, "admin requests did not complete in the grace time");
     }
 }
 
@@ -231,6 +231,7 @@ async fn serve_connection(stream: UnixStream, shell: Arc<Shell>, daemon_euid: u3
             let allowed = peer_uid.is_some_and(|uid| is_peer_allowed(uid, daemon_euid));
             if !allowed {
                 tracing::warn!(
+                    event = "admin_request_refused",
                     peer_uid = peer_uid.map_or(-1, i64::from),
                     "admin request refused"
                 );
@@ -291,6 +292,7 @@ async fn act(shell: &Arc<Shell>, fingerprint: Fingerprint, action: Action) -> Ac
     let persisted = shell.persist_now().await;
     let short = &fingerprint.to_hex()[..12];
     tracing::info!(
+        event = "admin_route_changed",
         action = action.as_str(),
         fingerprint = short,
         bindings = summary.bindings,

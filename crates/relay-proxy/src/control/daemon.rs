@@ -177,6 +177,7 @@ impl ControlPlane {
         let Ok(handshaking) = self.handshaking.clone().try_acquire_owned() else {
             let retry_after = self.options.challenge_ttl.as_secs().max(1);
             tracing::warn!(
+                event = "control_upgrade_refused",
                 reason = "handshakes_full",
                 peer = %ip,
                 retry_after_secs = retry_after,
@@ -316,6 +317,7 @@ impl ControlPlane {
                 // silent one is only closed.
                 if code == CloseCode::Protocol {
                     tracing::warn!(
+                        event = "control_session_closed",
                         role = role.as_str(),
                         peer = %ip,
                         reason,

@@ -117,7 +117,10 @@ impl WorkerHandler {
     /// ignored (a generation's plugins never change).
     pub fn install_plugins(&self, plugins: PluginHost) {
         if self.plugins.set(plugins).is_err() {
-            tracing::warn!("plugins were already installed for this generation");
+            tracing::warn!(
+                event = "plugins_already_installed",
+                "plugins were already installed for this generation"
+            );
         }
     }
 
