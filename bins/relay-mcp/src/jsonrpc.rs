@@ -35,7 +35,8 @@ const INTERNAL_ERROR_LINE: &[u8] =
 pub(crate) enum Id {
     Number(serde_json::Number),
     String(String),
-    /// Allowed by JSON-RPC 2.0 (discouraged), and the id of every error answer whose request id could not be read.
+    /// The id of every error answer whose request id could not be read (MCP refuses it in
+    /// a request).
     Null,
 }
 
@@ -102,7 +103,7 @@ pub(crate) enum RpcError {
     NotAnObject { kind: &'static str },
     #[error("invalid request: \"jsonrpc\" must be \"2.0\"")]
     WrongVersion,
-    #[error("invalid request: \"id\" must be a string, a number or null, got {kind}")]
+    #[error("invalid request: \"id\" must be a string or an integer, got {kind}")]
     BadId { kind: &'static str },
     #[error("invalid request: \"method\" must be a string")]
     MissingMethod,
@@ -214,8 +215,10 @@ impl Server {
     fn handle_message(&mut self, message: &Map<String, Value>) -> Result<Reply, (Id, RpcError)> {
         let id = match message.get("id") {
             None => None,
-            Some(Value::Null) => Some(Id::Null),
-            Some(Value::Number(number)) => Some(Id::Number(number.clone())),
+            // MCP narrows JSON-RPC's ids to strings and integers, never null.
+            Some(Value::Number(number)) if number.is_i64() || number.is_u64() => {
+                Some(Id::Number(number.clone()))
+            }
             Some(Value::String(string)) => Some(Id::String(string.clone())),
             Some(other) => {
                 let kind = kind_of(other);
@@ -434,7 +437,7 @@ fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
+        Value::Number(_) => "a number that is not an integer",
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",

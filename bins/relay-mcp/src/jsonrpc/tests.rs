@@ -193,28 +193,26 @@ fn missing_or_non_string_method_is_an_invalid_request() {
 }
 
 #[test]
-fn ids_other_than_string_number_or_null_are_invalid_requests_with_id_null() {
+fn ids_other_than_string_or_integer_are_invalid_requests_with_id_null() {
     let mut server = Server::new();
-    for id in ["true", "false", "{}", r#"{"a":1}"#, "[1]"] {
+    for id in ["true", "false", "{}", r#"{"a":1}"#, "[1]", "null", "1.5", "1e3"] {
         let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
         assert_eq!(error_id(&mut server, &line, -32600), Value::Null, "{line}");
     }
 }
 
 #[test]
-fn string_number_and_null_ids_are_echoed_exactly() {
+fn string_and_integer_ids_are_echoed_exactly() {
     let mut server = Server::new();
     for id in [
         "0",
         "-1",
         "18446744073709551615",
         "-9223372036854775808",
-        "1.5",
         r#""abc""#,
         r#""""#,
         r#""line\nbreak""#,
         r#""\u00e9\ud83d\ude00""#,
-        "null",
     ] {
         let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
         let Reply::Some(bytes) = server.handle_line(line.as_bytes()) else {
