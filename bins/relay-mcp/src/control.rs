@@ -511,10 +511,17 @@ impl Control {
         exit
     }
 
-    /// Without a route: serve MCP only, and forget the worker if there is one.
-    async fn idle(&self, launched: Option<Launched>, shutdown: oneshot::Receiver<()>) {
+    /// Without a route: serve MCP only.
+    ///
+    /// A worker still running is left to end as the daemon tells it (a revoked one drains
+    /// and exits), but is reaped and logged when it does: dropped unwaited, it would stay a
+    /// zombie until the harness session ends.
+    async fn idle(&self, mut launched: Option<Launched>, mut shutdown: oneshot::Receiver<()>) {
         self.decide();
-        drop(launched);
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = self.wait_child(&mut launched) => {}
+        }
         let _ = shutdown.await;
     }
 }

@@ -242,6 +242,14 @@ async fn bindings_revoke_ends_a_live_route_and_its_worker() -> anyhow::Result<()
     .await?;
     assert_eq!(field(&gone, "reason"), "revoked", "{gone}");
     user.wait_for_exit(worker_pid, WORKER_TIMEOUT).await?;
+    // relay-mcp reaps it then, rather than leaving a zombie until the harness session ends.
+    mcp.logs()
+        .wait_for_event("worker_stopped", EVENT_TIMEOUT)
+        .await?;
+    assert!(
+        !std::path::Path::new(&format!("/proc/{worker_pid}")).exists(),
+        "the retired worker was not reaped"
+    );
     assert!(super::support::workers_status(&relayd).await?.is_empty());
 
     // The credential routes nowhere now: it counts as unbound and passes through.

@@ -195,7 +195,16 @@ fn missing_or_non_string_method_is_an_invalid_request() {
 #[test]
 fn ids_other_than_string_or_integer_are_invalid_requests_with_id_null() {
     let mut server = Server::new();
-    for id in ["true", "false", "{}", r#"{"a":1}"#, "[1]", "null", "1.5", "1e3"] {
+    for id in [
+        "true",
+        "false",
+        "{}",
+        r#"{"a":1}"#,
+        "[1]",
+        "null",
+        "1.5",
+        "1e3",
+    ] {
         let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
         assert_eq!(error_id(&mut server, &line, -32600), Value::Null, "{line}");
     }
