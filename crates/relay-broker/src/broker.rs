@@ -335,12 +335,12 @@ impl Broker {
                 self.timers.set(Timer::Drain(g.fingerprint), deadline);
             } else {
                 self.timers.set(Timer::Recovery(g.fingerprint), deadline);
-                // A worker that died with the daemon refuses the probe (or another process
-                // answers on its port): that is evidence of death, and its route need not
-                // wait out the grace. The probe carries no valid secret yet, so a live
-                // worker fails it and is published only after it resumes.
-                self.start_probe(g.worker_id);
             }
+            // A worker that died with the daemon refuses the probe (or another process
+            // answers on its port): that is evidence of death, and its route need not wait
+            // out the grace, draining or not. The probe carries no valid secret yet, so a
+            // live worker fails it and is published only after it resumes.
+            self.start_probe(g.worker_id);
         }
         self.timers
             .set(Timer::Flush, now + self.config.bindings_flush);

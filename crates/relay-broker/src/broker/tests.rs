@@ -1968,6 +1968,29 @@ fn a_restart_restores_bindings_and_the_generation_resumes_once_a_reference_retur
     "#]]);
 }
 
+/// A worker that was draining when the daemon stopped is probed at start like any other:
+/// one that died meanwhile is removed at once, not shown as draining for the grace.
+#[test]
+fn a_restored_draining_generation_found_dead_is_removed_at_once() {
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2).release(1);
+    let snapshot = s.broker.snapshot();
+    assert!(snapshot.generations[0].draining);
+    let worker = s.workers[&2];
+    let mut s = Scenario::new();
+    s.broker.restore(s.now, snapshot);
+    s.workers.insert(2, worker);
+    s.advance(0).probe(2, ProbeOutcome::Gone);
+    s.check(expect![[r#"
+        > clock +0ms (t=0ms)
+          probe #5 with $0
+        > probe of #5 says Gone
+          forget #5
+          event worker_removed A #5 Drained
+          persist
+    "#]]);
+}
+
 #[test]
 fn a_restored_generation_not_resumed_in_the_grace_is_revoked() {
     let mut s = Scenario::new();
