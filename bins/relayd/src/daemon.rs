@@ -484,16 +484,20 @@ fn provider_keys(config: &Config, env: &impl Env) -> Result<ProviderKeys, String
         .map_err(|which| format!("{which} is not a valid header value"))
 }
 
-/// Installs the SIGTERM and SIGINT handlers now, so a signal that arrives right after
-/// start-up already stops the daemon cleanly, and resolves on the first of them.
+/// Installs the SIGTERM, SIGINT and SIGHUP handlers now, so a signal that arrives right
+/// after start-up already stops the daemon cleanly, and resolves on the first of them.
+/// relayd has nothing to reload, so a hang-up (the terminal it was started from closing)
+/// stops it as SIGTERM does, draining and saving its state, rather than killing it.
 fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     Ok(async move {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
+            _ = hup.recv() => {}
         }
     })
 }

@@ -1,5 +1,6 @@
-//! A daemon whose log cannot be written (stderr on a full disk, or a pipe whose reader is
-//! gone) keeps serving and stops cleanly: its log lines are lost, never its life.
+//! How relayd stops: cleanly on SIGTERM and on SIGHUP, and so also when its log cannot be
+//! written (stderr on a full disk, or a pipe whose reader is gone): its log lines are
+//! lost, never its life.
 
 #![allow(
     clippy::unwrap_used,
@@ -35,41 +36,60 @@ fn health(daemon: &mut Child, port: u16, deadline: Instant) -> String {
     }
 }
 
-#[test]
-fn a_daemon_whose_stderr_is_full_serves_and_stops_cleanly() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.toml"), "").unwrap();
+/// A relayd started with `stderr`, and its port once it answers `/healthz` with 200.
+fn start(stderr: Stdio, dir: &std::path::Path) -> (Child, u16) {
+    std::fs::write(dir.join("config.toml"), "").unwrap();
     let port = free_port();
-    let full = std::fs::File::options()
-        .write(true)
-        .open("/dev/full")
-        .unwrap();
     let mut daemon = Command::new(env!("CARGO_BIN_EXE_relayd"))
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .env("HOME", dir.path())
-        .env("XDG_CONFIG_HOME", dir.path())
-        .env("RELAY_SYSTEM_CONFIG_DIR", dir.path())
+        .env("HOME", dir)
+        .env("XDG_CONFIG_HOME", dir)
+        .env("RELAY_SYSTEM_CONFIG_DIR", dir)
         .arg("--config")
-        .arg(dir.path().join("config.toml"))
+        .arg(dir.join("config.toml"))
         .args(["--port", &port.to_string(), "--log-level", "debug"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(full)
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let status = health(&mut daemon, port, Instant::now() + Duration::from_secs(20));
     assert_eq!(status, "HTTP/1.1 200 OK");
-    // SIGTERM: drain and exit 0, writing lines no one can read.
+    (daemon, port)
+}
+
+/// Sends `signal` and returns the exit code.
+fn stop(mut daemon: Child, signal: rustix::process::Signal) -> Option<i32> {
     let pid = rustix::process::Pid::from_raw(i32::try_from(daemon.id()).unwrap()).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    rustix::process::kill_process(pid, signal).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    let exit = loop {
+    loop {
         if let Some(exit) = daemon.try_wait().unwrap() {
-            break exit;
+            return exit.code();
         }
         assert!(Instant::now() < deadline, "relayd did not stop");
         std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(exit.code(), Some(0));
+    }
+}
+
+#[test]
+fn a_daemon_whose_stderr_is_full_serves_and_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = std::fs::File::options()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let (daemon, _) = start(Stdio::from(full), dir.path());
+    // SIGTERM: drain and exit 0, writing lines no one can read.
+    assert_eq!(stop(daemon, rustix::process::Signal::TERM), Some(0));
+}
+
+/// relayd has nothing to reload: a hang-up (its terminal closing) stops it cleanly, as
+/// SIGTERM does, instead of killing it mid-request.
+#[test]
+fn a_hang_up_stops_the_daemon_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (daemon, _) = start(Stdio::null(), dir.path());
+    assert_eq!(stop(daemon, rustix::process::Signal::HUP), Some(0));
 }
