@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(err) => {
-            relay_logging::say!("relay-doctor: {err:#}");
+            relay_logging::say!("relay-doctor: {}", relay_proxy::error_chain(err.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -77,10 +77,10 @@ fn main() -> ExitCode {
         Err(error) => {
             tracing::error!(
                 event = "worker_failed",
-                error = format!("{error:#}"),
+                error = relay_proxy::error_chain(error.as_ref()),
                 "worker stopped"
             );
-            relay_logging::say!("relay-worker: {error:#}");
+            relay_logging::say!("relay-worker: {}", relay_proxy::error_chain(error.as_ref()));
             if error.downcast_ref::<PluginFailure>().is_some() {
                 ExitCode::from(relay_proto::WORKER_EXIT_PLUGIN_CONFIG_INVALID)
             } else {

@@ -67,7 +67,7 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
             let logged =
                 tracing::enabled!(target: relay_logging::LIFECYCLE_TARGET, tracing::Level::ERROR);
             if !(json_logs && logged) {
-                relay_logging::say!("relayd: {error:#}");
+                relay_logging::say!("relayd: {}", relay_proxy::error_chain(error.as_ref()));
             }
             ExitCode::FAILURE
         }
@@ -521,7 +521,7 @@ pub(crate) fn identity_show(cli: &Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            relay_logging::say!("relayd: {error:#}");
+            relay_logging::say!("relayd: {}", relay_proxy::error_chain(error.as_ref()));
             ExitCode::FAILURE
         }
     }

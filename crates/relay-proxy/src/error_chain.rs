@@ -5,13 +5,22 @@
 use std::error::Error;
 
 /// `error: cause: cause of the cause`, with any line break inside a message turned into a
-/// space so the text stays one line.
+/// space so the text stays one line. A cause whose text the error before it already quotes
+/// (`cannot read {path}: {source}` with that source as its cause too) is not said twice.
 pub fn error_chain(error: &(dyn Error + 'static)) -> String {
-    causes(error)
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(": ")
-        .replace('\n', " ")
+    let mut line = String::new();
+    let mut before = String::new();
+    for cause in causes(error) {
+        let text = cause.to_string();
+        if line.is_empty() || !before.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        before = text;
+    }
+    line.replace('\n', " ")
 }
 
 /// `error`, then its cause, the cause of that, and so on.
