@@ -462,6 +462,38 @@ pub enum ConfigError {
     UnknownKey { path: PathBuf, key: String },
     #[error("{key}: {message}")]
     Invalid { key: &'static str, message: String },
+    /// An invalid value, and the file it was read from: the last one that sets its key,
+    /// since that is the one whose value counts.
+    #[error("{path}: {error}")]
+    InFile {
+        path: PathBuf,
+        error: Box<ConfigError>,
+    },
+}
+
+impl ConfigError {
+    /// Names the file an invalid value came from among `files` (in the order they were
+    /// merged), when one sets its key.
+    fn in_file(self, files: &[(&PathBuf, toml::Table)]) -> ConfigError {
+        let ConfigError::Invalid { key, .. } = &self else {
+            return self;
+        };
+        let sets = |table: &toml::Table| {
+            let mut parts = key.split('.');
+            let first = parts.next().and_then(|part| table.get(part));
+            parts
+                .try_fold(first, |value, part| Some(value?.get(part)))
+                .flatten()
+                .is_some()
+        };
+        match files.iter().rev().find(|(_, table)| sets(table)) {
+            Some((path, _)) => ConfigError::InFile {
+                path: (*path).clone(),
+                error: Box::new(self),
+            },
+            None => self,
+        }
+    }
 }
 
 /// An unknown key a client ignored, to be logged as a warning.
@@ -475,6 +507,7 @@ impl Config {
     /// Loads the daemon's configuration: every unknown key is an error.
     pub fn load_daemon(sources: &ConfigSources) -> Result<Config, ConfigError> {
         let mut merged = toml::Table::new();
+        let mut files = Vec::new();
         for path in sources.files() {
             let Some(text) = read_optional(path)? else {
                 continue;
@@ -486,10 +519,11 @@ impl Config {
                     key,
                 });
             }
-            merge(&mut merged, table);
+            merge(&mut merged, table.clone());
+            files.push((path, table));
         }
         let config = from_table(merged)?;
-        config.validate()?;
+        config.validate().map_err(|e| e.in_file(&files))?;
         Ok(config)
     }
 
@@ -498,6 +532,7 @@ impl Config {
     pub fn load_client(sources: &ConfigSources) -> Result<(Config, Vec<IgnoredKey>), ConfigError> {
         let mut merged = toml::Table::new();
         let mut warnings = Vec::new();
+        let mut files = Vec::new();
         for path in sources.files() {
             let Some(text) = read_optional(path)? else {
                 continue;
@@ -507,10 +542,11 @@ impl Config {
                 path: path.clone(),
                 key,
             }));
-            merge(&mut merged, table);
+            merge(&mut merged, table.clone());
+            files.push((path, table));
         }
         let config = from_table(merged)?;
-        config.validate_upstream()?;
+        config.validate_upstream().map_err(|e| e.in_file(&files))?;
         Ok((config, warnings))
     }
 

@@ -78,6 +78,42 @@ fn bad_values_name_their_file() {
     assert!(err.to_string().contains("config.toml"), "{err}");
 }
 
+/// A value that is the right type but wrong names the file it came from: the last file
+/// that sets it, whose value is the one that counts.
+#[test]
+fn invalid_values_name_the_file_that_set_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = file(&dir, "user.toml", "[daemon]\nmax_connections = 0\n");
+    let system = file(&dir, "system.toml", "[daemon.timers]\nping_secs = 5\n");
+    let err = Config::load_daemon(&sources(Some(user.clone()), Some(system.clone())))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "{}: daemon.max_connections: must be positive",
+            user.display()
+        )
+    );
+    let over = file(&dir, "over.toml", "[daemon]\nmax_connections = 0\n");
+    let err = Config::load_daemon(&sources(Some(user), Some(over.clone())))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with(&format!("{}: ", over.display())), "{err}");
+    let base = file(
+        &dir,
+        "client.toml",
+        "[upstream]\nanthropic_base_url = \"https://api.anthropic.com/v1\"\n",
+    );
+    let err = Config::load_client(&sources(None, Some(base.clone())))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!("{}: upstream.anthropic_base_url", base.display())),
+        "{err}"
+    );
+}
+
 #[test]
 fn invalid_values_name_their_key() {
     let dir = tempfile::tempdir().unwrap();
