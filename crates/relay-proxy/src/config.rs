@@ -546,7 +546,10 @@ impl Config {
             files.push((path, table));
         }
         let config = from_table(merged)?;
-        config.validate_upstream().map_err(|e| e.in_file(&files))?;
+        config
+            .validate_upstream()
+            .and_then(|()| check_level("logging.level", &config.logging.level))
+            .map_err(|e| e.in_file(&files))?;
         Ok((config, warnings))
     }
 
@@ -614,20 +617,7 @@ impl Config {
                 );
             }
         }
-        // Checked here too, so the error names the key as every other one does.
-        if let Err(relay_logging::LogConfigError::InvalidLevel { reason, .. }) =
-            relay_logging::LogConfig::resolve(
-                Some(&d.logging.level),
-                None,
-                None,
-                None,
-                None,
-                None,
-                relay_logging::LogConfig::daemon_default(),
-            )
-        {
-            return invalid("daemon.logging.level", &reason);
-        }
+        check_level("daemon.logging.level", &d.logging.level)?;
         if !matches!(d.logging.stderr_format.as_str(), "human" | "jsonl") {
             return invalid(
                 "daemon.logging.stderr_format",
@@ -719,6 +709,28 @@ fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
 
 /// Parses one file and type-checks it on its own, so an error names the file it is in.
 /// Returns the table (without `[daemon]` for clients) and the keys nothing consumed.
+/// A log level or filter from a file, checked where the file is read so that the error
+/// names its key (and then its file) as every other one does.
+fn check_level(key: &'static str, level: &str) -> Result<(), ConfigError> {
+    match relay_logging::LogConfig::resolve(
+        Some(level),
+        None,
+        None,
+        None,
+        None,
+        None,
+        relay_logging::LogConfig::daemon_default(),
+    ) {
+        Err(relay_logging::LogConfigError::InvalidLevel { reason, .. }) => {
+            Err(ConfigError::Invalid {
+                key,
+                message: reason,
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 fn check_file(
     path: &Path,
     text: &str,

@@ -112,6 +112,14 @@ fn invalid_values_name_the_file_that_set_them() {
         err.starts_with(&format!("{}: upstream.anthropic_base_url", base.display())),
         "{err}"
     );
+    let level = file(&dir, "level.toml", "[logging]\nlevel = \"loud\"\n");
+    let err = Config::load_client(&sources(None, Some(level.clone())))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!("{}: logging.level: ", level.display())),
+        "{err}"
+    );
 }
 
 #[test]
