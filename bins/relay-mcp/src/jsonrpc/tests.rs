@@ -204,6 +204,7 @@ fn ids_other_than_string_or_integer_are_invalid_requests_with_id_null() {
         "null",
         "1.5",
         "1e3",
+        "128446744073709551615",
     ] {
         let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
         assert_eq!(error_id(&mut server, &line, -32600), Value::Null, "{line}");
