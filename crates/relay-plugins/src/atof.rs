@@ -839,6 +839,15 @@ impl Recorder {
             data.data
                 .insert("response_model".to_owned(), json!(bounded_id(model)));
         }
+        if let Some(id) = end.response_id.as_deref() {
+            data.data
+                .insert("response_id".to_owned(), json!(bounded_id(id)));
+        }
+        if !end.finish_reasons.is_empty() {
+            let reasons: Vec<&str> = end.finish_reasons.iter().map(|r| bounded_id(r)).collect();
+            data.data
+                .insert("finish_reasons".to_owned(), json!(reasons));
+        }
         data.data
             .insert("truncated".to_owned(), json!(end.truncated));
         if let Some(error) = end.error.as_deref() {

@@ -33,6 +33,9 @@ use crate::sse::{SseEvent, SseParser};
 /// [`Usage::genai_attributes`] follows.
 pub const GENAI_SEMCONV_VERSION: &str = "1.41.1";
 
+/// Most finish reasons kept for one answer: one per choice, and a client asks for few.
+const MAX_FINISH_REASONS: usize = 16;
+
 /// The wire format of a model exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WireFormat {
@@ -180,6 +183,13 @@ pub struct UsageReport {
     pub usage: Option<Usage>,
     /// `gen_ai.response.model`: the model that answered, as the body names it.
     pub response_model: Option<String>,
+    /// `gen_ai.response.id`: the provider's id of the answer (`msg_…`, `resp_…`,
+    /// `chatcmpl-…`).
+    pub response_id: Option<String>,
+    /// `gen_ai.response.finish_reasons`: why generation stopped, one per choice as the
+    /// provider words it (Anthropic's `stop_reason`, a Chat choice's `finish_reason`, a
+    /// Responses object's `status`).
+    pub finish_reasons: Vec<String>,
     /// The body ended before the exchange did (no final event, a cut event or JSON
     /// document): `usage` holds what was seen so far.
     pub truncated: bool,
@@ -190,6 +200,13 @@ pub struct UsageReport {
     /// a Responses `response.failed` or `error` event, a Chat chunk with an `error`. Its
     /// type or code, or the event's name when it gives neither.
     pub error: Option<String>,
+}
+
+impl UsageReport {
+    /// What a body that could not be read says: nothing.
+    pub fn empty(format: WireFormat) -> UsageReport {
+        Accumulator::new(format).report(false)
+    }
 }
 
 /// Reads one captured response body, fed in chunks as the tap sees them.
@@ -297,6 +314,8 @@ struct Accumulator {
     format: WireFormat,
     raw: Option<Raw>,
     model: Option<String>,
+    id: Option<String>,
+    finish_reasons: Vec<String>,
     done: bool,
     unreadable: u64,
     error: Option<String>,
@@ -308,6 +327,8 @@ impl Accumulator {
             format,
             raw: None,
             model: None,
+            id: None,
+            finish_reasons: Vec::new(),
             done: false,
             unreadable: 0,
             error: None,
@@ -357,13 +378,32 @@ impl Accumulator {
                     | b"error"
             ),
             // Chunks have no event name; once the model is known only a chunk that mentions
-            // usage (or the end marker) is worth parsing.
+            // usage, an error or a finish reason (or the end marker) is worth parsing.
             WireFormat::OpenAiChatCompletions => {
                 self.model.is_none()
                     || event.data == b"[DONE]"
                     || contains(event.data, b"\"usage\"")
                     || contains(event.data, b"\"error\"")
+                    || has_finish_reason(event.data)
             }
+        }
+    }
+
+    fn set_id(&mut self, id: Option<Cow<'_, str>>) {
+        if self.id.is_none()
+            && let Some(id) = id.filter(|i| !i.is_empty())
+        {
+            self.id = Some(id.into_owned());
+        }
+    }
+
+    /// Keeps a choice's finish reason; a Responses object's status replaces the last one,
+    /// since each event carries the whole object.
+    fn finished(&mut self, reason: Option<Cow<'_, str>>) {
+        if let Some(reason) = reason.filter(|r| !r.is_empty())
+            && self.finish_reasons.len() < MAX_FINISH_REASONS
+        {
+            self.finish_reasons.push(reason.into_owned());
         }
     }
 
@@ -379,6 +419,7 @@ impl Accumulator {
         match event.kind.as_deref() {
             Some("message_start") => {
                 if let Some(message) = event.message {
+                    self.set_id(message.id);
                     self.set_model(message.model);
                     if let Some(usage) = message.usage {
                         self.merge_anthropic(usage);
@@ -388,6 +429,9 @@ impl Accumulator {
             Some("message_delta") => {
                 if let Some(usage) = event.usage {
                     self.merge_anthropic(usage);
+                }
+                if let Some(delta) = event.delta {
+                    self.finished(delta.stop_reason);
                 }
             }
             Some("message_stop") => self.done = true,
@@ -440,9 +484,10 @@ impl Accumulator {
         );
         let mut error = None;
         if let Some(response) = event.response {
-            self.set_model(response.model);
-            if let Some(usage) = response.usage {
-                self.merge_openai(usage.into());
+            self.set_responses(response.id, response.model, response.usage);
+            if terminal {
+                self.finish_reasons.clear();
+                self.finished(response.status);
             }
             error = response.error;
         }
@@ -463,9 +508,27 @@ impl Accumulator {
         }
     }
 
+    /// A Responses object's id, model and usage, from an event or a whole body.
+    fn set_responses(
+        &mut self,
+        id: Option<Cow<'_, str>>,
+        model: Option<Cow<'_, str>>,
+        usage: Option<ResponsesUsage>,
+    ) {
+        self.set_id(id);
+        self.set_model(model);
+        if let Some(usage) = usage {
+            self.merge_openai(usage.into());
+        }
+    }
+
     fn handle_chat(&mut self, chunk: ChatBody) {
         if let Some(error) = chunk.error {
             self.failed(Some(error), "error");
+        }
+        self.set_id(chunk.id);
+        for choice in chunk.choices {
+            self.finished(choice.finish_reason);
         }
         self.set_model(chunk.model.map(Cow::Owned));
         if let Some(usage) = chunk.usage {
@@ -482,6 +545,8 @@ impl Accumulator {
         match self.format {
             WireFormat::AnthropicMessages => {
                 let message: AnthropicMessage<'_> = serde_json::from_slice(body)?;
+                self.set_id(message.id);
+                self.finished(message.stop_reason);
                 self.set_model(message.model);
                 if let Some(usage) = message.usage {
                     self.merge_anthropic(usage);
@@ -489,10 +554,8 @@ impl Accumulator {
             }
             WireFormat::OpenAiResponses => {
                 let response: ResponsesObject<'_> = serde_json::from_slice(body)?;
-                self.set_model(response.model);
-                if let Some(usage) = response.usage {
-                    self.merge_openai(usage.into());
-                }
+                self.set_responses(response.id, response.model, response.usage);
+                self.finished(response.status);
             }
             WireFormat::OpenAiChatCompletions => {
                 let chunk: ChatBody = serde_json::from_slice(body)?;
@@ -509,6 +572,8 @@ impl Accumulator {
             format: self.format,
             usage,
             response_model: self.model,
+            response_id: self.id,
+            finish_reasons: self.finish_reasons,
             truncated,
             unreadable_events: self.unreadable,
             error: self.error,
@@ -555,6 +620,24 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// True when a Chat chunk's text gives a choice a finish reason: `"finish_reason"` followed,
+/// after the colon and any white space, by a string rather than `null`, as every chunk but
+/// the last of a choice has.
+fn has_finish_reason(chunk: &[u8]) -> bool {
+    const NAME: &[u8] = b"\"finish_reason\"";
+    let mut rest = chunk;
+    while let Some(at) = rest.windows(NAME.len()).position(|w| w == NAME) {
+        rest = &rest[at + NAME.len()..];
+        let value = rest.trim_ascii_start();
+        if let Some(value) = value.strip_prefix(b":")
+            && value.trim_ascii_start().starts_with(b"\"")
+        {
+            return true;
+        }
+    }
+    false
+}
+
 // The wire shapes, only the fields read here; every other field is ignored.
 
 #[derive(Deserialize)]
@@ -566,6 +649,21 @@ struct AnthropicEvent<'a> {
     usage: Option<AnthropicUsage>,
     #[serde(borrow)]
     error: Option<ErrorObject<'a>>,
+    #[serde(borrow)]
+    delta: Option<AnthropicDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicDelta<'a> {
+    #[serde(borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+/// A Chat choice, as a chunk or a whole completion carries it.
+#[derive(Deserialize)]
+struct ChatChoice<'a> {
+    #[serde(borrow)]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 /// An error a provider reports in a body: its type (Anthropic, OpenAI Chat) or its code,
@@ -579,6 +677,10 @@ struct ErrorObject<'a> {
 
 #[derive(Deserialize)]
 struct AnthropicMessage<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    stop_reason: Option<Cow<'a, str>>,
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
     usage: Option<AnthropicUsage>,
@@ -610,6 +712,10 @@ struct ResponsesEvent<'a> {
 
 #[derive(Deserialize)]
 struct ResponsesObject<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    status: Option<Cow<'a, str>>,
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
     usage: Option<ResponsesUsage>,
@@ -650,6 +756,10 @@ impl From<ResponsesUsage> for Raw {
 /// A chat completion chunk, or a whole non-streaming chat completion.
 #[derive(Deserialize)]
 struct ChatBody<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    choices: Vec<ChatChoice<'a>>,
     model: Option<String>,
     usage: Option<ChatUsage>,
     #[serde(borrow)]

@@ -49,6 +49,10 @@ pub struct GenAiFacts<'a> {
     pub request_model: Option<&'a str>,
     /// The model that answered.
     pub response_model: Option<&'a str>,
+    /// The provider's id of the answer.
+    pub response_id: Option<&'a str>,
+    /// Why generation stopped, per choice.
+    pub finish_reasons: &'a [&'a str],
     /// The normalised usage of the exchange.
     pub usage: Option<&'a Usage>,
     /// The harness session id (`gen_ai.conversation.id`, OpenInference `session.id`).
@@ -69,6 +73,8 @@ impl<'a> GenAiFacts<'a> {
             provider: None,
             request_model: None,
             response_model: None,
+            response_id: None,
+            finish_reasons: &[],
             usage: None,
             conversation_id: None,
             agent_name: None,
@@ -105,6 +111,7 @@ pub fn genai_attributes(facts: &GenAiFacts<'_>) -> Vec<Attribute> {
         ("gen_ai.provider.name", facts.provider),
         ("gen_ai.request.model", facts.request_model),
         ("gen_ai.response.model", facts.response_model),
+        ("gen_ai.response.id", facts.response_id),
         ("gen_ai.conversation.id", facts.conversation_id),
         ("gen_ai.agent.name", facts.agent_name),
         ("gen_ai.tool.name", facts.tool_name),
@@ -114,6 +121,12 @@ pub fn genai_attributes(facts: &GenAiFacts<'_>) -> Vec<Attribute> {
         if let Some(value) = value {
             out.push(Attribute::str(key, value));
         }
+    }
+    if !facts.finish_reasons.is_empty() {
+        out.push(Attribute::strs(
+            "gen_ai.response.finish_reasons",
+            facts.finish_reasons,
+        ));
     }
     if let Some(usage) = facts.usage {
         for (key, value) in usage.genai_attributes() {

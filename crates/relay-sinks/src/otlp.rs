@@ -5,7 +5,9 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::common::v1::{
+    AnyValue, ArrayValue, InstrumentationScope, KeyValue, any_value,
+};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{
     ResourceSpans, ScopeSpans, Span, Status, span, status,
@@ -85,6 +87,8 @@ pub enum AttrValue {
     Float(f64),
     /// A boolean.
     Bool(bool),
+    /// An array of strings.
+    StrArray(Vec<String>),
 }
 
 /// One span attribute.
@@ -102,6 +106,14 @@ impl Attribute {
         Attribute {
             key: Cow::Borrowed(key),
             value: AttrValue::Str(value.into()),
+        }
+    }
+
+    /// A string array attribute.
+    pub fn strs(key: &'static str, values: &[&str]) -> Self {
+        Attribute {
+            key: Cow::Borrowed(key),
+            value: AttrValue::StrArray(values.iter().map(|v| (*v).to_owned()).collect()),
         }
     }
 
@@ -244,6 +256,14 @@ fn key_value(key: &str, value: &AttrValue) -> KeyValue {
         AttrValue::Int(i) => any_value::Value::IntValue(*i),
         AttrValue::Float(f) => any_value::Value::DoubleValue(*f),
         AttrValue::Bool(b) => any_value::Value::BoolValue(*b),
+        AttrValue::StrArray(items) => any_value::Value::ArrayValue(ArrayValue {
+            values: items
+                .iter()
+                .map(|item| AnyValue {
+                    value: Some(any_value::Value::StringValue(item.clone())),
+                })
+                .collect(),
+        }),
     };
     KeyValue {
         key: key.to_owned(),

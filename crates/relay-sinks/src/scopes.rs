@@ -201,6 +201,12 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
         Category::Tool => (Some(Operation::ExecuteTool), SpanKind::Internal),
         Category::Guardrail | Category::Custom => (None, SpanKind::Internal),
     };
+    let finish_reasons: Vec<&str> = end
+        .data
+        .get("finish_reasons")
+        .and_then(Value::as_array)
+        .map(|reasons| reasons.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     let (name, mut attributes) = match operation {
         Some(operation) => {
             let facts = GenAiFacts {
@@ -208,6 +214,8 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
                 provider,
                 request_model: open.data.get("model").and_then(Value::as_str),
                 response_model: end.data.get("response_model").and_then(Value::as_str),
+                response_id: end.data.get("response_id").and_then(Value::as_str),
+                finish_reasons: &finish_reasons,
                 usage: usage.as_ref(),
                 conversation_id: session,
                 agent_name: harness,

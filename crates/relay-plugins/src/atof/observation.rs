@@ -129,6 +129,10 @@ pub struct ModelRequestEnd {
     pub usage: Option<UsageFacts>,
     /// The model that answered, as the response body names it.
     pub response_model: Option<String>,
+    /// The provider's id of the answer.
+    pub response_id: Option<String>,
+    /// Why generation stopped, per choice, as the provider words it.
+    pub finish_reasons: Vec<String>,
     /// The side copy overflowed its bound, so usage may be incomplete.
     pub truncated: bool,
     /// What went wrong after a successful head: the error the stream reported (its type or

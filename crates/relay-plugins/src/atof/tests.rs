@@ -169,6 +169,8 @@ impl Scenario {
             response_model: None,
             truncated: false,
             error: None,
+            response_id: None,
+            finish_reasons: Vec::new(),
             response: None,
         };
         self.step(
@@ -765,6 +767,8 @@ fn a_session_end_carries_its_requests_usage_and_exact_cost() {
                 response_model: None,
                 truncated: false,
                 error: None,
+                response_id: None,
+                finish_reasons: Vec::new(),
                 response: None,
             }),
         );

@@ -503,3 +503,64 @@ fn an_error_reported_inside_a_stream_is_named() {
         assert_eq!(report.error.as_deref(), error, "{format:?}");
     }
 }
+
+/// The answer's id and why it stopped, from each format's stream and whole body.
+#[test]
+fn the_response_id_and_finish_reasons_are_read() {
+    for (format, kind, body, id, reasons) in [
+        (
+            AnthropicMessages,
+            EventStream,
+            ANTHROPIC,
+            "msg_mock_651f7b64e8cb",
+            vec!["end_turn"],
+        ),
+        (
+            OpenAiResponses,
+            EventStream,
+            RESPONSES,
+            "resp_mock_19f3d5c9263e",
+            vec!["completed"],
+        ),
+        (
+            OpenAiChatCompletions,
+            EventStream,
+            CHAT,
+            "chatcmpl-mockccb4ed379d",
+            vec!["stop"],
+        ),
+        (
+            OpenAiChatCompletions,
+            EventStream,
+            &b"data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"delta\":{},\"finish_reason\":null}]}\n\n\
+               data: {\"id\":\"c1\",\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n"[..],
+            "c1",
+            vec!["length"],
+        ),
+        (
+            AnthropicMessages,
+            Json,
+            &br#"{"id":"msg_2","model":"claude-x","stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":2}}"#[..],
+            "msg_2",
+            vec!["tool_use"],
+        ),
+        (
+            OpenAiResponses,
+            Json,
+            br#"{"id":"resp_2","status":"incomplete","model":"gpt-x"}"#,
+            "resp_2",
+            vec!["incomplete"],
+        ),
+        (
+            OpenAiChatCompletions,
+            Json,
+            br#"{"id":"chatcmpl-2","model":"gpt-x","choices":[{"finish_reason":"length"},{"finish_reason":"stop"}]}"#,
+            "chatcmpl-2",
+            vec!["length", "stop"],
+        ),
+    ] {
+        let report = read(format, kind, body);
+        assert_eq!(report.response_id.as_deref(), Some(id), "{format:?} {kind:?}");
+        assert_eq!(report.finish_reasons, reasons, "{format:?} {kind:?}");
+    }
+}

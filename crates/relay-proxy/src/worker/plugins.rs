@@ -24,7 +24,8 @@ use relay_plugins::atof::{
 };
 use relay_plugins::policy::{Action, Mode, Route};
 use relay_plugins::{
-    Agent, BodyKind, Decision, Policy, PriceTable, Redactor, RequestFacts, UsageTap, WireFormat,
+    Agent, BodyKind, Decision, Policy, PriceTable, Redactor, RequestFacts, UsageReport, UsageTap,
+    WireFormat,
 };
 use relay_proto::{ErrorBody, ErrorKind};
 
@@ -490,6 +491,8 @@ impl Exchange {
                 time_to_first_byte_ms: ttfb.map(millis),
                 usage: usage.facts,
                 response_model: usage.response_model,
+                response_id: usage.response_id,
+                finish_reasons: usage.finish_reasons,
                 truncated: usage.truncated,
                 error: usage.error,
                 response: None,
@@ -511,6 +514,8 @@ impl Drop for Exchange {
 struct Usage {
     facts: Option<UsageFacts>,
     response_model: Option<String>,
+    response_id: Option<String>,
+    finish_reasons: Vec<String>,
     truncated: bool,
     error: Option<String>,
 }
@@ -603,12 +608,15 @@ impl BodyTap for Tap {
         });
         let status = if end == BodyEnd::Dropped { 499 } else { status };
         // The error the stream named says more than the break that may have followed it.
-        let (response_model, error) = report.map_or((None, None), |r| (r.response_model, r.error));
-        let error =
-            error.or_else(|| (end == BodyEnd::Failed).then(|| "response_body_failed".to_owned()));
+        let report = report.unwrap_or_else(|| UsageReport::empty(exchange.format));
+        let error = report
+            .error
+            .or_else(|| (end == BodyEnd::Failed).then(|| "response_body_failed".to_owned()));
         let usage = Usage {
             facts,
-            response_model,
+            response_model: report.response_model,
+            response_id: report.response_id,
+            finish_reasons: report.finish_reasons,
             truncated,
             error,
         };

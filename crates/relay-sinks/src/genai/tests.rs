@@ -12,6 +12,7 @@ fn check(facts: &GenAiFacts<'_>, expect: Expect) {
             AttrValue::Int(i) => i.to_string(),
             AttrValue::Float(f) => f.to_string(),
             AttrValue::Bool(b) => b.to_string(),
+            AttrValue::StrArray(items) => format!("{items:?}"),
         };
         out.push_str(&format!("{} = {value}\n", attribute.key));
     }
@@ -32,6 +33,8 @@ fn a_model_request_with_cached_usage() {
         provider: Some("anthropic"),
         request_model: Some("claude-sonnet-4-5"),
         response_model: Some("claude-sonnet-4-5-20250929"),
+        response_id: Some("msg_01"),
+        finish_reasons: &["tool_use"],
         usage: Some(&usage),
         conversation_id: Some("sess-1"),
         ..GenAiFacts::new(Operation::Chat)
@@ -44,7 +47,9 @@ fn a_model_request_with_cached_usage() {
             gen_ai.provider.name = "anthropic"
             gen_ai.request.model = "claude-sonnet-4-5"
             gen_ai.response.model = "claude-sonnet-4-5-20250929"
+            gen_ai.response.id = "msg_01"
             gen_ai.conversation.id = "sess-1"
+            gen_ai.response.finish_reasons = ["tool_use"]
             gen_ai.usage.input_tokens = 1260
             gen_ai.usage.output_tokens = 300
             gen_ai.usage.cache_read.input_tokens = 1000

@@ -81,6 +81,8 @@ fn request(traceparent: Option<&str>) -> Vec<Observation> {
             response_model: Some("claude-sonnet-4-5-20250929".to_owned()),
             truncated: false,
             error: None,
+            response_id: None,
+            finish_reasons: Vec::new(),
             response: None,
         }),
     ]

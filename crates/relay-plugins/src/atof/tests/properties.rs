@@ -151,6 +151,8 @@ fn observation(step: &Step) -> Observation {
             response_model: None,
             truncated: false,
             error: None,
+            response_id: None,
+            finish_reasons: Vec::new(),
             response: Some("sk-secret".to_owned()),
         }),
         Step::HookPolicy {
