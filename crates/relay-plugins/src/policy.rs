@@ -371,6 +371,12 @@ impl Policy {
             .any(|r| matches!(r.matcher, Matcher::Model(_)))
     }
 
+    /// Whether a model rule can block: in `dry_run` nothing is refused, so a body whose
+    /// model is unclear goes on like any other.
+    pub fn enforces_model_rules(&self) -> bool {
+        self.config.mode == Mode::Enforce && self.has_model_rules()
+    }
+
     /// Whether any rule looks at hooks.
     pub fn has_hook_rules(&self) -> bool {
         self.config

@@ -1,8 +1,9 @@
 //! What the worker reads out of a model request body before forwarding it: the model, whether
 //! it streams, and (only when records carry content) the text of the last user message.
 //!
-//! The body is the client's JSON; a body that is not JSON, or lacks a field, gives `None`
-//! for that field and is still forwarded: the provider, not the worker, answers bad requests.
+//! The body is the client's JSON; a body that lacks a field gives `None` for that field and
+//! is still forwarded: the provider, not the worker, answers bad requests. One whose model
+//! cannot be read for certain says so, for the policy to refuse when a rule must judge it.
 
 use serde::Deserialize;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
@@ -16,17 +17,22 @@ pub struct RequestFacts {
     /// The top-level `model`; the last one when it is named more than once, as most JSON
     /// readers take it.
     pub model: Option<String>,
-    /// The top-level `model` is named more than once with different values: a provider
-    /// may read either, so a rule on the model cannot tell which one it judges.
-    pub ambiguous_model: bool,
-    /// The top-level `stream` (absent is false).
+    /// No one model can be read for certain: the body is not a JSON object, or names
+    /// `model` more than once with different values, or gives it a value that is not a
+    /// string. A provider's reader may take another value than this one, so a rule on the
+    /// model cannot tell which one it would judge.
+    pub model_unclear: bool,
+    /// The top-level `stream` (absent, or not a boolean, is false).
     pub stream: bool,
 }
 
 impl RequestFacts {
     /// Reads `model` and `stream` without building the rest of the document.
     pub fn read(body: &[u8]) -> RequestFacts {
-        serde_json::from_slice::<RequestFacts>(body).unwrap_or_default()
+        serde_json::from_slice::<RequestFacts>(body).unwrap_or(RequestFacts {
+            model_unclear: true,
+            ..RequestFacts::default()
+        })
     }
 }
 
@@ -44,17 +50,18 @@ impl<'de> Deserialize<'de> for RequestFacts {
 
             fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<RequestFacts, A::Error> {
                 let mut facts = RequestFacts::default();
-                let mut models = 0usize;
+                let mut first: Option<Value> = None;
                 while let Some(key) = fields.next_key::<Key>()? {
                     match key {
                         Key::Model => {
-                            let model: Option<String> = fields.next_value()?;
-                            facts.ambiguous_model |= models > 0 && model != facts.model;
-                            facts.model = model;
-                            models += 1;
+                            let value: Value = fields.next_value()?;
+                            facts.model_unclear |= !value.is_string()
+                                || first.as_ref().is_some_and(|first| *first != value);
+                            facts.model = value.as_str().map(str::to_owned);
+                            first.get_or_insert(value);
                         }
                         Key::Stream => {
-                            facts.stream = fields.next_value::<Option<bool>>()?.unwrap_or(false);
+                            facts.stream = fields.next_value::<Value>()?.as_bool() == Some(true);
                         }
                         Key::Other => {
                             fields.next_value::<IgnoredAny>()?;

@@ -1692,32 +1692,41 @@ action = "deny"
 reason = "that model is not for us"
 "#;
 
-/// A body that names its model twice, with different values, cannot be judged by a model
-/// rule: a provider may read either one. Refused with 400 whichever comes first, and
-/// nothing is sent; without a model rule it goes on as it came.
+/// A body whose model cannot be read for certain (named twice with different values, as
+/// something other than text, or in a body that is no JSON object) cannot be judged by a
+/// model rule: a provider's reader may take another value. Refused with 400 whichever
+/// comes first, and nothing is sent; with records alone, or a policy in `dry_run`, it
+/// goes on as it came.
 #[tokio::test]
-async fn a_body_naming_two_models_is_refused_when_a_rule_judges_the_model() {
+async fn a_body_whose_model_is_unclear_is_refused_when_a_rule_judges_the_model() {
     let stand_in = StandIn::start().await.unwrap();
     let (worker, _) = worker_with_plugins(&stand_in, &format!("{OBSERVE}{DENY_ONE_MODEL}")).await;
-    for body in [
-        r#"{"model":"claude-x","messages":[],"model":"blocked-x"}"#,
-        r#"{"model":"blocked-x","messages":[],"model":"claude-x"}"#,
-        r#"{"model":"claude-x","messages":[],"mod\u0065l":"blocked-x"}"#,
-    ] {
+    let bodies: [&[u8]; 6] = [
+        br#"{"model":"claude-x","messages":[],"model":"blocked-x"}"#,
+        br#"{"model":"blocked-x","messages":[],"model":"claude-x"}"#,
+        br#"{"model":"claude-x","messages":[],"mod\u0065l":"blocked-x"}"#,
+        br#"{"model":"blocked-x","messages":[],"model":1}"#,
+        br#"{"model":"blocked-x","messages":[],"model":{}}"#,
+        b"\xef\xbb\xbf{\"model\":\"blocked-x\",\"messages\":[]}",
+    ];
+    for body in bodies {
         worker
-            .post("/v1/messages", body.as_bytes())
+            .post("/v1/messages", body)
             .await
             .assert_error(400, "relay_bad_request");
     }
     assert_eq!(stand_in.request_count(), 0);
-    let (worker, _) = worker_with_plugins(&stand_in, OBSERVE).await;
-    let body = r#"{"model":"claude-x","messages":[],"model":"blocked-x"}"#;
-    assert_eq!(
-        worker.post("/v1/messages", body.as_bytes()).await.status,
-        200
+    let dry_run = DENY_ONE_MODEL.replace(
+        "[components.config]\n",
+        "[components.config]\nmode = \"dry_run\"\n",
     );
-    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
-    assert_eq!(recorded[0].body, body.as_bytes());
+    for plugins in [OBSERVE.to_owned(), format!("{OBSERVE}{dry_run}")] {
+        stand_in.clear_requests();
+        let (worker, _) = worker_with_plugins(&stand_in, &plugins).await;
+        assert_eq!(worker.post("/v1/messages", bodies[0]).await.status, 200);
+        let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+        assert_eq!(recorded[0].body, bodies[0]);
+    }
 }
 
 /// Codings on two `Content-Encoding` lines are one list, as HTTP and the provider read

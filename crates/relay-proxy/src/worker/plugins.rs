@@ -220,12 +220,17 @@ impl PluginHost {
         let request_bytes = decoded.as_ref().map_or(raw.len(), |body| body.len()) as u64;
         let decoded = decoded.as_deref().unwrap_or_default();
         let facts = RequestFacts::read(decoded);
-        if facts.ambiguous_model && model_rules {
-            // A provider may read either value; a rule cannot tell which one it judges.
+        if facts.model_unclear
+            && self
+                .policy
+                .as_ref()
+                .is_some_and(Policy::enforces_model_rules)
+        {
+            // A provider's reader may take another model than the one a rule would judge.
             return ModelStage::Answer(error(
                 StatusCode::BAD_REQUEST,
                 ErrorKind::RelayBadRequest,
-                "the request body names its model more than once, with different values",
+                "the request body does not name one model as text, so the policy cannot judge it",
             ));
         }
         let request_id = RequestId(self.next_request.fetch_add(1, Ordering::Relaxed));
