@@ -65,20 +65,26 @@ fn redact_value(redactor: &dyn Redactor, value: &Value) -> Value {
                 .map(|item| redact_value(redactor, item))
                 .collect(),
         ),
-        Value::Object(fields) => Value::Object(
-            fields
-                .iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        Value::String(_) if names_a_credential(k) => {
-                            Value::String(CREDENTIAL_FIELD.to_owned())
-                        }
-                        v => redact_value(redactor, v),
-                    };
-                    (redactor.redact(k).into_owned(), v)
-                })
-                .collect::<Map<String, Value>>(),
-        ),
+        Value::Object(fields) => {
+            // A header given as `{"name": "Authorization", "value": "…"}`.
+            let named = fields
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(names_a_credential);
+            Value::Object(
+                fields
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = if names_a_credential(k) || (named && k == "value") {
+                            hide_text(v)
+                        } else {
+                            redact_value(redactor, v)
+                        };
+                        (redactor.redact(k).into_owned(), v)
+                    })
+                    .collect::<Map<String, Value>>(),
+            )
+        }
         other => other.clone(),
     }
 }
@@ -86,38 +92,65 @@ fn redact_value(redactor: &dyn Redactor, value: &Value) -> Value {
 /// What a text field named for a credential holds in a record.
 const CREDENTIAL_FIELD: &str = "[REDACTED:credential]";
 
-/// True for a field whose name says it holds a credential, as a header or a setting: its
-/// text is one whatever it looks like, so no detector has to recognise its form (a Basic
-/// credential, a cookie, a vendor's key). Case and `-` or `_` do not matter.
+/// Every string in `value` replaced: it sits under a name that says it is a credential.
+/// Numbers and booleans stay (`"access_token_count": 3` is not a secret, and a count under
+/// such a name rarely is).
+fn hide_text(value: &Value) -> Value {
+    match value {
+        Value::String(_) => Value::String(CREDENTIAL_FIELD.to_owned()),
+        Value::Array(items) => Value::Array(items.iter().map(hide_text).collect()),
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (k.clone(), hide_text(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// True for a field whose name says it holds a credential, as a header, a setting or an
+/// environment variable does: its text is one whatever it looks like, so no detector has
+/// to recognise its form (a Basic credential, a cookie, a vendor's key, Relay's own route
+/// token). Case, and `-` against `_`, do not matter.
 fn names_a_credential(name: &str) -> bool {
-    const NAMES: [&str; 18] = [
-        "authorization",
-        "proxy_authorization",
-        "cookie",
-        "set_cookie",
-        "x_api_key",
-        "api_key",
+    const NAMES: [&str; 7] = [
         "apikey",
-        "x_goog_api_key",
-        "x_auth_token",
-        "auth_token",
-        "access_token",
-        "refresh_token",
-        "id_token",
-        "session_token",
-        "x_amz_security_token",
-        "client_secret",
+        "api_key",
+        "token",
+        "secret",
         "password",
         "passwd",
+        "credential",
     ];
-    name.len() <= 24
-        && NAMES.iter().any(|known| {
-            known.len() == name.len()
-                && known
-                    .bytes()
-                    .zip(name.bytes())
-                    .all(|(k, n)| k == n.to_ascii_lowercase() || (k == b'_' && n == b'-'))
+    const ENDINGS: [&str; 12] = [
+        "authorization",
+        "cookie",
+        "_api_key",
+        "_apikey",
+        "_token",
+        "_secret",
+        "_password",
+        "_passwd",
+        "_access_key",
+        "_private_key",
+        "_credential",
+        "_credentials",
+    ];
+    if name.len() > 64 {
+        return false;
+    }
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c == '-' {
+                '_'
+            } else {
+                c.to_ascii_lowercase()
+            }
         })
+        .collect();
+    NAMES.contains(&name.as_str()) || ENDINGS.iter().any(|ending| name.ends_with(ending))
 }
 
 /// The longest prefix of at most `max_bytes` that ends on a character boundary.

@@ -827,19 +827,24 @@ fn a_hook_after_its_sessions_end_is_a_mark_of_that_session_not_a_new_one() {
 }
 
 /// A text field named for a credential (a header in a pi payload, a setting in a tool's
-/// input) is redacted whatever its text looks like; other fields keep theirs, and a count
-/// under a name like one keeps its number.
+/// input, an environment variable) is redacted whatever its text looks like, arrays and
+/// objects under it too, and so is the value of a `{name, value}` header named for one;
+/// other fields keep theirs, and a count under a name like one keeps its number.
 #[test]
 fn fields_named_for_credentials_never_reach_a_record() {
     let raw = json!({
         "headers": {
             "Authorization": "Basic dXNlcjpTRUNSRVRQQVNTV09SRA==",
             "x-api-key": "AZUREKEYSECRET0123",
-            "Set-Cookie": "session=COOKIESECRET123",
+            "Set-Cookie": ["session=COOKIESECRET123", "other=COOKIE2SECRET"],
+            "x-relay-client-token": "ROUTETOKENSECRETROUTETOKENSECRET0123456789a",
+            "anthropic-api-key": "ANTHROPICKEYSECRET",
             "content-type": "application/json",
         },
-        "config": [{ "client_secret": "s3cr3t", "PASSWORD": "hunter2", "user": "bob" }],
-        "usage": { "access_token": 12, "input_tokens": 5 },
+        "env": { "OPENAI_API_KEY": "ENVKEYSECRET", "AWS_SECRET_ACCESS_KEY": "AWSSECRET", "DB_PASSWORD": "DBSECRET", "GITHUB_TOKEN": "GHSECRET", "HOME": "/home/bob" },
+        "list": [{ "name": "Proxy-Authorization", "value": "PROXYSECRET" }, { "name": "Accept", "value": "*/*" }],
+        "config": [{ "client_secret": { "v": "s3cr3t" }, "PASSWORD": "hunter2", "user": "bob" }],
+        "usage": { "access_token": 12, "input_tokens": 5, "max_tokens": 100 },
     });
     let (kept, cut) = content::json(&content::NoRedaction, &raw, 1 << 20);
     assert!(!cut);
@@ -848,6 +853,14 @@ fn fields_named_for_credentials_never_reach_a_record() {
         "dXNlcjpT",
         "AZUREKEYSECRET",
         "COOKIESECRET",
+        "COOKIE2SECRET",
+        "ROUTETOKENSECRET",
+        "ANTHROPICKEYSECRET",
+        "ENVKEYSECRET",
+        "AWSSECRET",
+        "DBSECRET",
+        "GHSECRET",
+        "PROXYSECRET",
         "s3cr3t",
         "hunter2",
     ] {
@@ -855,6 +868,8 @@ fn fields_named_for_credentials_never_reach_a_record() {
     }
     assert_eq!(kept["headers"]["x-api-key"], "[REDACTED:credential]");
     assert_eq!(kept["headers"]["content-type"], "application/json");
+    assert_eq!(kept["env"]["HOME"], "/home/bob");
+    assert_eq!(kept["list"][1]["value"], "*/*");
     assert_eq!(kept["config"][0]["user"], "bob");
     assert_eq!(kept["usage"], raw["usage"]);
     // Redacting a record's content again leaves it as it is.
