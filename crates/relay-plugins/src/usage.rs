@@ -351,7 +351,7 @@ impl Accumulator {
             WireFormat::OpenAiResponses => serde_json::from_slice::<ResponsesEvent<'_>>(event.data)
                 .map(|e| self.handle_responses(e)),
             WireFormat::OpenAiChatCompletions => {
-                serde_json::from_slice::<ChatBody>(event.data).map(|c| self.handle_chat(c))
+                serde_json::from_slice::<ChatBody>(event.data).map(|c| self.handle_chat(c, true))
             }
         };
         if parsed.is_err() {
@@ -437,25 +437,17 @@ impl Accumulator {
             Some("message_stop") => self.done = true,
             Some("error") => {
                 self.done = true;
-                self.failed(event.error, "error");
+                self.failed(event.error.as_ref().and_then(error_name), "error");
             }
             _ => {}
         }
     }
 
-    /// Keeps the first error a stream reported: its type or code, or `otherwise`.
-    fn failed(&mut self, error: Option<ErrorObject<'_>>, otherwise: &str) {
+    /// Keeps the first error a stream reported: its name, or `otherwise` without one.
+    fn failed(&mut self, name: Option<&str>, otherwise: &str) {
         if self.error.is_none() {
-            let named = error.and_then(|e| {
-                e.kind
-                    .map(Cow::into_owned)
-                    .or_else(|| e.code.and_then(|c| c.as_str().map(str::to_owned)))
-            });
-            self.error = Some(
-                named
-                    .filter(|t| !t.is_empty())
-                    .unwrap_or_else(|| otherwise.to_owned()),
-            );
+            let name = name.filter(|n| !n.is_empty()).unwrap_or(otherwise);
+            self.error = Some(name.to_owned());
         }
     }
 
@@ -492,15 +484,11 @@ impl Accumulator {
             error = response.error;
         }
         match event.kind.as_deref() {
-            Some("response.failed") => self.failed(error, "response.failed"),
+            Some("response.failed") => {
+                self.failed(error.as_ref().and_then(error_name), "response.failed");
+            }
             // An `error` event names its code at the top level.
-            Some("error") => self.failed(
-                Some(ErrorObject {
-                    kind: None,
-                    code: event.code,
-                }),
-                "error",
-            ),
+            Some("error") => self.failed(event.code.as_ref().and_then(Value::as_str), "error"),
             _ => {}
         }
         if terminal {
@@ -522,9 +510,11 @@ impl Accumulator {
         }
     }
 
-    fn handle_chat(&mut self, chunk: ChatBody) {
-        if let Some(error) = chunk.error {
-            self.failed(Some(error), "error");
+    /// A chunk of a stream (`streamed`), or a whole completion, whose error body comes
+    /// with its failed status and is no failure after a successful head.
+    fn handle_chat(&mut self, chunk: ChatBody, streamed: bool) {
+        if streamed && let Some(error) = &chunk.error {
+            self.failed(error_name(error), "error");
         }
         self.set_id(chunk.id);
         for choice in chunk.choices {
@@ -559,7 +549,7 @@ impl Accumulator {
             }
             WireFormat::OpenAiChatCompletions => {
                 let chunk: ChatBody = serde_json::from_slice(body)?;
-                self.handle_chat(chunk);
+                self.handle_chat(chunk, false);
             }
         }
         self.done = true;
@@ -647,8 +637,7 @@ struct AnthropicEvent<'a> {
     #[serde(borrow)]
     message: Option<AnthropicMessage<'a>>,
     usage: Option<AnthropicUsage>,
-    #[serde(borrow)]
-    error: Option<ErrorObject<'a>>,
+    error: Option<Value>,
     #[serde(borrow)]
     delta: Option<AnthropicDelta<'a>>,
 }
@@ -666,13 +655,13 @@ struct ChatChoice<'a> {
     finish_reason: Option<Cow<'a, str>>,
 }
 
-/// An error a provider reports in a body: its type (Anthropic, OpenAI Chat) or its code,
-/// which some servers send as a number and which is then not a name.
-#[derive(Deserialize)]
-struct ErrorObject<'a> {
-    #[serde(rename = "type", borrow)]
-    kind: Option<Cow<'a, str>>,
-    code: Option<Value>,
+/// The name of an error a provider reports in a body: its `type` (Anthropic, OpenAI Chat)
+/// or its `code`, when either is text. Read from any JSON value, so that an error of an
+/// unexpected shape costs its name, not the usage beside it.
+fn error_name(error: &Value) -> Option<&str> {
+    ["type", "code"]
+        .into_iter()
+        .find_map(|key| error.get(key).and_then(Value::as_str))
 }
 
 #[derive(Deserialize)]
@@ -719,8 +708,7 @@ struct ResponsesObject<'a> {
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
     usage: Option<ResponsesUsage>,
-    #[serde(borrow)]
-    error: Option<ErrorObject<'a>>,
+    error: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -762,8 +750,7 @@ struct ChatBody<'a> {
     choices: Vec<ChatChoice<'a>>,
     model: Option<String>,
     usage: Option<ChatUsage>,
-    #[serde(borrow)]
-    error: Option<ErrorObject<'a>>,
+    error: Option<Value>,
 }
 
 #[derive(Deserialize)]

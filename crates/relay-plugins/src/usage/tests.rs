@@ -564,3 +564,23 @@ fn the_response_id_and_finish_reasons_are_read() {
         assert_eq!(report.finish_reasons, reasons, "{format:?} {kind:?}");
     }
 }
+
+/// A whole Chat error body comes with its failed status: it is no failure after a head,
+/// and an `error` of an unexpected shape costs the usage beside it nothing.
+#[test]
+fn a_json_error_body_names_no_stream_error_and_keeps_its_usage() {
+    let report = read(
+        OpenAiChatCompletions,
+        Json,
+        br#"{"error":{"type":"invalid_request_error","message":"x"}}"#,
+    );
+    assert_eq!(report.error, None);
+    let report = read(
+        OpenAiChatCompletions,
+        EventStream,
+        b"data: {\"model\":\"m\",\"error\":\"oops\",\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
+    );
+    assert_eq!(report.error.as_deref(), Some("error"));
+    assert_eq!(report.unreadable_events, 0);
+    assert_eq!(report.usage.map(|u| u.output), Some(1));
+}
