@@ -213,6 +213,16 @@ impl Server {
     }
 
     fn handle_message(&mut self, message: &Map<String, Value>) -> Result<Reply, (Id, RpcError)> {
+        // We never send requests, so a response from the client (an id, no method, and a
+        // result or an error) answers nothing of ours; answering it, even for an id MCP
+        // refuses in requests (JSON-RPC's parse-error answers carry id null), would risk an
+        // endless exchange of errors.
+        if message.contains_key("id")
+            && !message.contains_key("method")
+            && (message.contains_key("result") || message.contains_key("error"))
+        {
+            return Ok(Reply::None);
+        }
         let id = match message.get("id") {
             None => None,
             // MCP narrows JSON-RPC's ids to strings and integers, never null.
@@ -231,16 +241,8 @@ impl Server {
         if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
             return Err((error_id, RpcError::WrongVersion));
         }
-        let method = match message.get("method") {
-            Some(Value::String(method)) => method,
-            // We never send requests, so a response from the client answers nothing of ours;
-            // answering it would risk an endless exchange of errors.
-            None if id.is_some()
-                && (message.contains_key("result") || message.contains_key("error")) =>
-            {
-                return Ok(Reply::None);
-            }
-            _ => return Err((error_id, RpcError::MissingMethod)),
+        let Some(Value::String(method)) = message.get("method") else {
+            return Err((error_id, RpcError::MissingMethod));
         };
         let params = match message.get("params") {
             None => None,

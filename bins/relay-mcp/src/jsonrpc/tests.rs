@@ -275,6 +275,10 @@ fn blank_lines_and_client_responses_get_no_output() {
         "\t \r",
         r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
         r#"{"jsonrpc":"2.0","id":"s","error":{"code":-1,"message":"no"}}"#,
+        // A client's answer to a line it could not parse carries id null; answering it
+        // would start an exchange of errors.
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}"#,
+        r#"{"jsonrpc":"2.0","id":1.5,"result":{}}"#,
     ] {
         assert_eq!(server.handle_line(line.as_bytes()), Reply::None, "{line:?}");
     }
