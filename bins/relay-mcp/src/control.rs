@@ -516,11 +516,16 @@ impl Control {
     /// A worker still running is left to end as the daemon tells it (a revoked one drains
     /// and exits), but is reaped and logged when it does: dropped unwaited, it would stay a
     /// zombie until the harness session ends.
-    async fn idle(&self, mut launched: Option<Launched>, mut shutdown: oneshot::Receiver<()>) {
+    /// Its end is not a failed launch, even before it was ready: it was told to stop.
+    async fn idle(&self, launched: Option<Launched>, mut shutdown: oneshot::Receiver<()>) {
         self.decide();
-        tokio::select! {
-            _ = &mut shutdown => return,
-            _ = self.wait_child(&mut launched) => {}
+        if let Some(mut child) = launched {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                status = child.child.wait() => {
+                    exited(child.activation_id, status);
+                }
+            }
         }
         let _ = shutdown.await;
     }

@@ -405,7 +405,7 @@ impl Life {
             // generation resumes within the grace (§5.4).
             self.state.set_control(false);
             tracing::warn!(
-                event = "worker_control_lost",
+                event = "worker_control_dropped",
                 reason = dropped,
                 "worker control lost; resuming"
             );

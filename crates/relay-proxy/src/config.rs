@@ -707,10 +707,8 @@ fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
     }
 }
 
-/// Parses one file and type-checks it on its own, so an error names the file it is in.
-/// Returns the table (without `[daemon]` for clients) and the keys nothing consumed.
-/// A log level or filter from a file, checked where the file is read so that the error
-/// names its key (and then its file) as every other one does.
+/// A log level or filter from the files, checked with the other values so that the error
+/// names its key (and then the file that set it) as every other one does.
 fn check_level(key: &'static str, level: &str) -> Result<(), ConfigError> {
     match relay_logging::LogConfig::resolve(
         Some(level),
@@ -731,6 +729,8 @@ fn check_level(key: &'static str, level: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// Parses one file and type-checks it on its own, so an error names the file it is in.
+/// Returns the table (without `[daemon]` for clients) and the keys nothing consumed.
 fn check_file(
     path: &Path,
     text: &str,
