@@ -149,22 +149,41 @@ impl Front {
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const CLASSIC_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Whether `/metrics` answers in OpenMetrics: when the scraper accepts it (Prometheus asks
-/// for it first); any other client gets the classic Prometheus text.
+/// Whether `/metrics` answers in OpenMetrics: when the scraper prefers it to the classic
+/// text by its `Accept` weights (Prometheus asks for it first); a tie, or any other
+/// client, gets the classic Prometheus text.
 fn accepts_openmetrics(accept: Option<&HeaderValue>) -> bool {
-    accept
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.split(',').any(is_openmetrics_range))
+    let Some(accept) = accept.and_then(|value| value.to_str().ok()) else {
+        return false;
+    };
+    let openmetrics = quality(accept, "application", "openmetrics-text");
+    openmetrics > 0.0 && openmetrics > quality(accept, "text", "plain")
 }
 
-/// True for an `Accept` range of OpenMetrics that is not refused with `q=0`.
-fn is_openmetrics_range(range: &str) -> bool {
-    let mut parts = range.split(';').map(str::trim);
-    let media = parts.next().unwrap_or_default();
-    let refused = |param: &str| {
-        param.split_once('=').is_some_and(|(name, q)| {
-            name.trim().eq_ignore_ascii_case("q") && q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
-        })
-    };
-    media.eq_ignore_ascii_case("application/openmetrics-text") && !parts.any(refused)
+/// The weight `accept` gives `kind/subtype`: that of its most specific matching range
+/// (`kind/subtype`, then `kind/*`, then `*/*`), 0 when none matches.
+fn quality(accept: &str, kind: &str, subtype: &str) -> f32 {
+    let mut best: Option<(u8, f32)> = None;
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let Some((range_kind, range_subtype)) = parts.next().and_then(|m| m.split_once('/')) else {
+            continue;
+        };
+        let specificity = match (range_kind.trim(), range_subtype.trim()) {
+            ("*", "*") => 0,
+            (k, "*") if k.eq_ignore_ascii_case(kind) => 1,
+            (k, s) if k.eq_ignore_ascii_case(kind) && s.eq_ignore_ascii_case(subtype) => 2,
+            _ => continue,
+        };
+        let q = parts
+            .filter_map(|param| param.split_once('='))
+            .find(|(name, _)| name.trim().eq_ignore_ascii_case("q"))
+            .map_or(1.0, |(_, q)| q.trim().parse::<f32>().unwrap_or(0.0));
+        if best
+            .is_none_or(|(seen, seen_q)| specificity > seen || (specificity == seen && q > seen_q))
+        {
+            best = Some((specificity, q));
+        }
+    }
+    best.map_or(0.0, |(_, q)| q)
 }

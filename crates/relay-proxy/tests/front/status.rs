@@ -156,8 +156,15 @@ async fn metrics_are_prometheus_text_and_count_requests() {
         "{text}"
     );
     assert!(text.ends_with("# EOF\n"), "{text}");
-    let refused = "application/openmetrics-text;q=0, text/plain";
-    assert_classic(&relay.get("/metrics", &[("accept", refused)]).await);
+    // A client that weighs the classic text higher, or both alike, gets the classic text.
+    for accept in [
+        "application/openmetrics-text;q=0, text/plain",
+        "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5",
+        "*/*",
+        "application/openmetrics-text;q=0.5, text/*;q=0.5",
+    ] {
+        assert_classic(&relay.get("/metrics", &[("accept", accept)]).await);
+    }
 }
 
 async fn get_from(addr: SocketAddr, host: &str, path: &str) -> RawResponse {
