@@ -163,6 +163,13 @@ impl Metrics {
             "Refused control registrations by reason",
             refused.clone(),
         );
+        // Every reason is shown from the start, at 0, so that a rate over the first
+        // refusal of a kind sees it rise rather than appear.
+        for code in relay_proto::RefusedCode::ALL {
+            let _ = refused.get_or_create(&ReasonLabels {
+                reason: code.as_str(),
+            });
+        }
         Metrics {
             registry,
             requests,

@@ -67,3 +67,24 @@ fn classic_text_names_counter_families_as_their_samples() {
         "{text}"
     );
 }
+
+/// Every refusal reason is a sample from the start, at 0, and counts from there.
+#[test]
+fn every_refusal_reason_is_shown_at_zero_before_the_first() {
+    let metrics = Metrics::new();
+    let text = metrics.encode();
+    for code in relay_proto::RefusedCode::ALL {
+        let line = format!(
+            "relay_refused_registrations_total{{reason=\"{}\"}} 0",
+            code.as_str()
+        );
+        assert!(text.lines().any(|l| l == line), "{line} not in {text}");
+    }
+    metrics.record_refusal(relay_proto::RefusedCode::RateLimited.as_str());
+    let text = metrics.encode();
+    assert!(
+        text.lines()
+            .any(|l| l == "relay_refused_registrations_total{reason=\"rate_limited\"} 1"),
+        "{text}"
+    );
+}
