@@ -207,7 +207,8 @@ pub enum Lifecycle<'a> {
         error: &'a std::io::Error,
         attempt: u32,
     },
-    /// A control registration was refused (warn).
+    /// A control registration was refused (warn; info for `session_unknown`, which every
+    /// MCP meets once after a daemon restart).
     ControlRegistrationRefused {
         role: Role,
         reason: RefusedCode,
@@ -541,6 +542,19 @@ impl Lifecycle<'_> {
                 file = &*file.to_string_lossy(),
                 error = error.to_string().as_str(),
                 attempt,
+            ),
+            // A resume the daemon does not know is what every MCP meets once after a
+            // daemon restart, and it registers anew at once: routine, not a warning.
+            Lifecycle::ControlRegistrationRefused {
+                role,
+                reason: reason @ RefusedCode::SessionUnknown,
+                peer,
+                fingerprint,
+            } => lifecycle_event!(INFO, name, "control registration refused";
+                role = role.as_str(),
+                reason = reason.as_str(),
+                peer = %peer,
+                fingerprint = fingerprint.map(digest_prefix),
             ),
             Lifecycle::ControlRegistrationRefused {
                 role,
