@@ -86,6 +86,13 @@ pub(crate) fn run(state_dir: Option<&Path>, command: &BindingsCommand) -> ExitCo
         Err(error) => return relay_logging::usage_exit("relayd", &format!("FINGERPRINT {error}")),
     };
     let dir = match state_dir {
+        // A directory named on the command line that is not there is the flag's error.
+        Some(dir) if !dir.is_dir() => {
+            return relay_logging::usage_exit(
+                "relayd",
+                &format!("--state-dir {}: no such directory", dir.display()),
+            );
+        }
         Some(dir) => dir.to_owned(),
         None => match StatePaths::resolve(&ProcessEnv) {
             Ok(paths) => paths.daemon_dir(),

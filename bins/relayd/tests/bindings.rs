@@ -429,6 +429,16 @@ async fn bad_arguments_exit_64_and_a_missing_state_directory_exits_1() {
         "{}",
         stderr(&output)
     );
+    // A directory named by --state-dir that is not there is a usage error naming the flag.
+    let missing = world.dir.path().join("no-such-dir");
+    let output = world.bindings(Some(&missing), &["list"]).await;
+    assert_eq!(output.status.code(), Some(64));
+    assert!(
+        stderr(&output).contains("--state-dir"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(stderr(&output).lines().count(), 1);
     let mut command = world.command();
     let output = command
         .args(["--port", "5000", "bindings", "list"])
