@@ -1741,31 +1741,27 @@ async fn codings_on_several_lines_are_all_undone_before_the_rules_judge() {
     gzip.write_all(br#"{"model":"blocked-x","messages":[]}"#)
         .unwrap();
     let body = Bytes::from(gzip.finish().unwrap());
-    for lines in [["identity", "gzip"], ["gzip", "identity"]] {
-        let req = worker
+    let coded = |lines: &[&[u8]]| {
+        let mut req = worker
             .request(Method::POST, "/v1/messages")
-            .header("content-type", "application/json")
-            .header("content-encoding", lines[0])
-            .header("content-encoding", lines[1])
-            .body(Full::new(body.clone()))
-            .unwrap();
+            .header("content-type", "application/json");
+        for line in lines {
+            req = req.header(
+                "content-encoding",
+                http::HeaderValue::from_bytes(line).unwrap(),
+            );
+        }
+        req.body(Full::new(body.clone())).unwrap()
+    };
+    for lines in [[&b"identity"[..], b"gzip"], [b"gzip", b"identity"]] {
         worker
-            .send(req)
+            .send(coded(&lines))
             .await
             .assert_error(403, "relay_policy_rejected");
     }
     // A coding that is not text is no coding anyone knows, not the absence of one.
-    let req = worker
-        .request(Method::POST, "/v1/messages")
-        .header("content-type", "application/json")
-        .header(
-            "content-encoding",
-            http::HeaderValue::from_bytes(b"gz\xffip").unwrap(),
-        )
-        .body(Full::new(body))
-        .unwrap();
     worker
-        .send(req)
+        .send(coded(&[b"gz\xffip"]))
         .await
         .assert_error(415, "relay_unsupported_encoding");
     assert_eq!(stand_in.request_count(), 0);
