@@ -50,18 +50,22 @@ impl<'de> Deserialize<'de> for RequestFacts {
 
             fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<RequestFacts, A::Error> {
                 let mut facts = RequestFacts::default();
-                let mut first: Option<Value> = None;
+                let mut first: Option<Scalar> = None;
                 while let Some(key) = fields.next_key::<Key>()? {
                     match key {
                         Key::Model => {
-                            let value: Value = fields.next_value()?;
-                            facts.model_unclear |= !value.is_string()
+                            let value: Scalar = fields.next_value()?;
+                            let text = match &value {
+                                Scalar::Text(text) => Some(text.clone()),
+                                _ => None,
+                            };
+                            facts.model_unclear |= text.is_none()
                                 || first.as_ref().is_some_and(|first| *first != value);
-                            facts.model = value.as_str().map(str::to_owned);
+                            facts.model = text;
                             first.get_or_insert(value);
                         }
                         Key::Stream => {
-                            facts.stream = fields.next_value::<Value>()?.as_bool() == Some(true);
+                            facts.stream = fields.next_value::<Scalar>()? == Scalar::Bool(true);
                         }
                         Key::Other => {
                             fields.next_value::<IgnoredAny>()?;
@@ -92,15 +96,80 @@ impl<'de> Deserialize<'de> for Key {
                 f.write_str("a field name")
             }
 
+            /// `model` in any case: some providers' readers (Go's `encoding/json`) match a
+            /// field's name without case, so `Model` may be the one they take.
             fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Key, E> {
-                Ok(match name {
-                    "model" => Key::Model,
-                    "stream" => Key::Stream,
-                    _ => Key::Other,
+                Ok(if name.eq_ignore_ascii_case("model") {
+                    Key::Model
+                } else if name == "stream" {
+                    Key::Stream
+                } else {
+                    Key::Other
                 })
             }
         }
         reader.deserialize_identifier(Name)
+    }
+}
+
+/// A field's value as far as the facts need it: text, a boolean, null, or anything else,
+/// which is skipped without being built (a 30 MiB array is not a model).
+#[derive(Debug, PartialEq)]
+enum Scalar {
+    Text(String),
+    Bool(bool),
+    Null,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: serde::Deserializer<'de>>(reader: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> Visitor<'de> for Any {
+            type Value = Scalar;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Text(text.to_owned()))
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Bool(value))
+            }
+
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Null)
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut items: A,
+            ) -> Result<Scalar, A::Error> {
+                while items.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut fields: A) -> Result<Scalar, A::Error> {
+                while fields.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+        }
+        reader.deserialize_any(Any)
     }
 }
 

@@ -36,6 +36,8 @@ fn a_model_named_twice_or_not_as_text_is_unclear() {
         (br#"{"model":"b","model":{}}"#, None, true),
         (br#"{"model":"b","model":["b"]}"#, None, true),
         (br#"{"model":7}"#, None, true),
+        (br#"{"model":"a","Model":"b"}"#, Some("b"), true),
+        (br#"{"MODEL":"b"}"#, Some("b"), false),
         (br#"{"model":"a","model":"a"}"#, Some("a"), false),
         (br#"{"mod\u0065l":"a"}"#, Some("a"), false),
         (br#"{"model":"a","stream":1}"#, Some("a"), false),
