@@ -315,7 +315,8 @@ struct Accumulator {
     raw: Option<Raw>,
     model: Option<String>,
     id: Option<String>,
-    finish_reasons: Vec<String>,
+    /// By choice index, the last reason of each.
+    finish_reasons: Vec<(u64, String)>,
     done: bool,
     unreadable: u64,
     error: Option<String>,
@@ -397,13 +398,17 @@ impl Accumulator {
         }
     }
 
-    /// Keeps a choice's finish reason; a Responses object's status replaces the last one,
-    /// since each event carries the whole object.
-    fn finished(&mut self, reason: Option<Cow<'_, str>>) {
-        if let Some(reason) = reason.filter(|r| !r.is_empty())
-            && self.finish_reasons.len() < MAX_FINISH_REASONS
-        {
-            self.finish_reasons.push(reason.into_owned());
+    /// Keeps choice `index`'s finish reason, replacing one it gave before (a provider may
+    /// repeat it in a later chunk).
+    fn finished(&mut self, index: u64, reason: Option<&str>) {
+        let Some(reason) = reason.filter(|r| !r.is_empty()) else {
+            return;
+        };
+        let reasons = &mut self.finish_reasons;
+        match reasons.iter().position(|(i, _)| *i == index) {
+            Some(at) => reason.clone_into(&mut reasons[at].1),
+            None if reasons.len() < MAX_FINISH_REASONS => reasons.push((index, reason.to_owned())),
+            None => {}
         }
     }
 
@@ -431,7 +436,7 @@ impl Accumulator {
                     self.merge_anthropic(usage);
                 }
                 if let Some(delta) = event.delta {
-                    self.finished(delta.stop_reason);
+                    self.finished(0, delta.stop_reason.as_deref());
                 }
             }
             Some("message_stop") => self.done = true,
@@ -478,8 +483,7 @@ impl Accumulator {
         if let Some(response) = event.response {
             self.set_responses(response.id, response.model, response.usage);
             if terminal {
-                self.finish_reasons.clear();
-                self.finished(response.status);
+                self.finished(0, response.status.as_deref());
             }
             error = response.error;
         }
@@ -517,8 +521,14 @@ impl Accumulator {
             self.failed(error_name(error), "error");
         }
         self.set_id(chunk.id);
-        for choice in chunk.choices {
-            self.finished(choice.finish_reason);
+        // Read leniently: a choice of another shape costs its reason, not the usage beside it.
+        let choices = chunk.choices.as_ref().and_then(Value::as_array);
+        for (position, choice) in choices.into_iter().flatten().enumerate() {
+            let index = choice
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
+            self.finished(index, choice.get("finish_reason").and_then(Value::as_str));
         }
         self.set_model(chunk.model.map(Cow::Owned));
         if let Some(usage) = chunk.usage {
@@ -536,7 +546,7 @@ impl Accumulator {
             WireFormat::AnthropicMessages => {
                 let message: AnthropicMessage<'_> = serde_json::from_slice(body)?;
                 self.set_id(message.id);
-                self.finished(message.stop_reason);
+                self.finished(0, message.stop_reason.as_deref());
                 self.set_model(message.model);
                 if let Some(usage) = message.usage {
                     self.merge_anthropic(usage);
@@ -545,7 +555,7 @@ impl Accumulator {
             WireFormat::OpenAiResponses => {
                 let response: ResponsesObject<'_> = serde_json::from_slice(body)?;
                 self.set_responses(response.id, response.model, response.usage);
-                self.finished(response.status);
+                self.finished(0, response.status.as_deref());
             }
             WireFormat::OpenAiChatCompletions => {
                 let chunk: ChatBody = serde_json::from_slice(body)?;
@@ -563,7 +573,11 @@ impl Accumulator {
             usage,
             response_model: self.model,
             response_id: self.id,
-            finish_reasons: self.finish_reasons,
+            finish_reasons: {
+                let mut reasons = self.finish_reasons;
+                reasons.sort_by_key(|(index, _)| *index);
+                reasons.into_iter().map(|(_, reason)| reason).collect()
+            },
             truncated,
             unreadable_events: self.unreadable,
             error: self.error,
@@ -646,13 +660,6 @@ struct AnthropicEvent<'a> {
 struct AnthropicDelta<'a> {
     #[serde(borrow)]
     stop_reason: Option<Cow<'a, str>>,
-}
-
-/// A Chat choice, as a chunk or a whole completion carries it.
-#[derive(Deserialize)]
-struct ChatChoice<'a> {
-    #[serde(borrow)]
-    finish_reason: Option<Cow<'a, str>>,
 }
 
 /// The name of an error a provider reports in a body: its `type` (Anthropic, OpenAI Chat)
@@ -746,8 +753,7 @@ impl From<ResponsesUsage> for Raw {
 struct ChatBody<'a> {
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
-    #[serde(default)]
-    choices: Vec<ChatChoice<'a>>,
+    choices: Option<Value>,
     model: Option<String>,
     usage: Option<ChatUsage>,
     error: Option<Value>,

@@ -584,3 +584,26 @@ fn a_json_error_body_names_no_stream_error_and_keeps_its_usage() {
     assert_eq!(report.unreadable_events, 0);
     assert_eq!(report.usage.map(|u| u.output), Some(1));
 }
+
+/// A reason repeated in a later chunk counts once, several choices are in their order,
+/// and choices of an unexpected shape cost their reasons, not the usage beside them.
+#[test]
+fn finish_reasons_are_one_per_choice_in_order_and_read_leniently() {
+    let report = read(
+        OpenAiChatCompletions,
+        EventStream,
+        b"data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"length\"},{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+          data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
+    );
+    assert_eq!(report.finish_reasons, ["stop", "length"]);
+    for chunk in [
+        &b"data: {\"model\":\"m\",\"choices\":null,\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"[..],
+        b"data: {\"model\":\"m\",\"choices\":[{\"finish_reason\":7}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
+        b"data: {\"model\":\"m\",\"choices\":[1],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
+    ] {
+        let report = read(OpenAiChatCompletions, EventStream, chunk);
+        assert_eq!(report.unreadable_events, 0, "{}", String::from_utf8_lossy(chunk));
+        assert_eq!(report.usage.map(|u| u.output), Some(1));
+        assert!(report.finish_reasons.is_empty());
+    }
+}
