@@ -66,17 +66,20 @@ fn redact_value(redactor: &dyn Redactor, value: &Value) -> Value {
                 .collect(),
         ),
         Value::Object(fields) => {
-            // A header given as `{"name": "Authorization", "value": "…"}`.
-            let named = fields
-                .get("name")
-                .and_then(Value::as_str)
-                .is_some_and(names_a_credential);
+            // A header or a variable given as `{"name": "Authorization", "value": "…"}`
+            // (or `key`, in any case).
+            let named = fields.iter().any(|(k, v)| {
+                (k.eq_ignore_ascii_case("name") || k.eq_ignore_ascii_case("key"))
+                    && v.as_str().is_some_and(names_a_credential)
+            });
             Value::Object(
                 fields
                     .iter()
                     .map(|(k, v)| {
-                        let v = if names_a_credential(k) || (named && k == "value") {
-                            hide_text(v)
+                        let v = if names_a_credential(k)
+                            || (named && k.eq_ignore_ascii_case("value"))
+                        {
+                            hide_text(redactor, v)
                         } else {
                             redact_value(redactor, v)
                         };
@@ -92,65 +95,86 @@ fn redact_value(redactor: &dyn Redactor, value: &Value) -> Value {
 /// What a text field named for a credential holds in a record.
 const CREDENTIAL_FIELD: &str = "[REDACTED:credential]";
 
-/// Every string in `value` replaced: it sits under a name that says it is a credential.
-/// Numbers and booleans stay (`"access_token_count": 3` is not a secret, and a count under
-/// such a name rarely is).
-fn hide_text(value: &Value) -> Value {
+/// The value of a field named for a credential: its text, and the text of a list under it,
+/// replaced. An object under it is walked as any other, field by field and name by name
+/// (`"credentials": {"AccessKeyId": …, "SecretAccessKey": …}`, or a tool schema's
+/// `"api_key": {"type": "string"}`), and numbers and booleans stay.
+fn hide_text(redactor: &dyn Redactor, value: &Value) -> Value {
     match value {
         Value::String(_) => Value::String(CREDENTIAL_FIELD.to_owned()),
-        Value::Array(items) => Value::Array(items.iter().map(hide_text).collect()),
-        Value::Object(fields) => Value::Object(
-            fields
-                .iter()
-                .map(|(k, v)| (k.clone(), hide_text(v)))
-                .collect(),
-        ),
-        other => other.clone(),
+        Value::Array(items) => Value::Array(items.iter().map(|v| hide_text(redactor, v)).collect()),
+        other => redact_value(redactor, other),
     }
 }
 
 /// True for a field whose name says it holds a credential, as a header, a setting or an
 /// environment variable does: its text is one whatever it looks like, so no detector has
 /// to recognise its form (a Basic credential, a cookie, a vendor's key, Relay's own route
-/// token). Case, and `-` against `_`, do not matter.
+/// token). The name is read in words, whatever its case and separators: `accessToken`,
+/// `ACCESS_TOKEN` and `access-token` are one name.
 fn names_a_credential(name: &str) -> bool {
-    const NAMES: [&str; 7] = [
+    const NAMES: [&str; 15] = [
         "apikey",
         "api_key",
+        "api_keys",
         "token",
+        "tokens",
         "secret",
+        "secrets",
         "password",
+        "passwords",
         "passwd",
+        "pwd",
+        "pass",
+        "auth",
         "credential",
+        "credentials",
     ];
-    const ENDINGS: [&str; 12] = [
+    const ENDINGS: [&str; 21] = [
         "authorization",
         "cookie",
-        "_api_key",
-        "_apikey",
+        "password",
+        "passwd",
+        "secret",
+        "secrets",
+        "_pwd",
+        "_pass",
         "_token",
-        "_secret",
-        "_password",
-        "_passwd",
-        "_access_key",
+        "_tokens",
+        "_api_key",
+        "_api_keys",
+        "_apikey",
+        "_secret_key",
         "_private_key",
+        "_access_key",
+        "_signing_key",
+        "_subscription_key",
+        "_functions_key",
         "_credential",
         "_credentials",
     ];
-    if name.len() > 64 {
-        return false;
-    }
-    let name: String = name
-        .chars()
-        .map(|c| {
-            if c == '-' {
-                '_'
-            } else {
-                c.to_ascii_lowercase()
-            }
-        })
-        .collect();
+    let name = words(name);
     NAMES.contains(&name.as_str()) || ENDINGS.iter().any(|ending| name.ends_with(ending))
+}
+
+/// `name` lowercased, its words joined by `_`: a `-`, `.` or space is one, and so is the
+/// start of a capital after a lower-case letter or a digit (`SecretAccessKey`).
+fn words(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    let mut after_lower = false;
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.' | ' ') {
+            out.push('_');
+            after_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && after_lower {
+            out.push('_');
+        }
+        after_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 /// The longest prefix of at most `max_bytes` that ends on a character boundary.

@@ -843,7 +843,12 @@ fn fields_named_for_credentials_never_reach_a_record() {
         },
         "env": { "OPENAI_API_KEY": "ENVKEYSECRET", "AWS_SECRET_ACCESS_KEY": "AWSSECRET", "DB_PASSWORD": "DBSECRET", "GITHUB_TOKEN": "GHSECRET", "HOME": "/home/bob" },
         "list": [{ "name": "Proxy-Authorization", "value": "PROXYSECRET" }, { "name": "Accept", "value": "*/*" }],
-        "config": [{ "client_secret": { "v": "s3cr3t" }, "PASSWORD": "hunter2", "user": "bob" }],
+        "config": [{ "client_secret": ["s3cr3t"], "PASSWORD": "hunter2", "user": "bob" }],
+        "js": { "accessToken": "JSACCESS", "clientSecret": "JSCLIENT", "Credentials": { "AccessKeyId": "AKID", "SecretAccessKey": "STSSECRET", "SessionToken": "STSSESSION" } },
+        "more": { "PGPASSWORD": "PGSECRET", "DB_PASS": "DBPASS", "Ocp-Apim-Subscription-Key": "APIMSECRET", "x-functions-key": "FUNCSECRET" },
+        "vars": [{ "Key": "STRIPE_SECRET_KEY", "Value": "STRIPESECRET" }],
+        "schema": { "properties": { "api_key": { "type": "string", "description": "the key" } } },
+        "prompt_cache_key": "cache-1",
         "usage": { "access_token": 12, "input_tokens": 5, "max_tokens": 100 },
     });
     let (kept, cut) = content::json(&content::NoRedaction, &raw, 1 << 20);
@@ -863,6 +868,15 @@ fn fields_named_for_credentials_never_reach_a_record() {
         "PROXYSECRET",
         "s3cr3t",
         "hunter2",
+        "JSACCESS",
+        "JSCLIENT",
+        "STSSECRET",
+        "STSSESSION",
+        "PGSECRET",
+        "DBPASS",
+        "APIMSECRET",
+        "FUNCSECRET",
+        "STRIPESECRET",
     ] {
         assert!(!text.contains(secret), "{secret} in {text}");
     }
@@ -872,6 +886,10 @@ fn fields_named_for_credentials_never_reach_a_record() {
     assert_eq!(kept["list"][1]["value"], "*/*");
     assert_eq!(kept["config"][0]["user"], "bob");
     assert_eq!(kept["usage"], raw["usage"]);
+    // An object under such a name is walked by name: a tool schema keeps its shape.
+    assert_eq!(kept["schema"], raw["schema"]);
+    assert_eq!(kept["js"]["Credentials"]["AccessKeyId"], "AKID");
+    assert_eq!(kept["prompt_cache_key"], "cache-1");
     // Redacting a record's content again leaves it as it is.
     assert_eq!(content::json(&content::NoRedaction, &kept, 1 << 20).0, kept);
 }
