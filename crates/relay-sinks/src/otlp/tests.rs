@@ -1,5 +1,5 @@
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, any_value};
 use prost::Message;
 
 use super::{
@@ -63,6 +63,7 @@ fn a_span_decodes_with_the_official_types() -> Result<(), prost::DecodeError> {
                 key: "relay.streaming".into(),
                 value: AttrValue::Bool(true),
             },
+            Attribute::strs("gen_ai.response.finish_reasons", &["stop", "length"]),
         ],
     };
     let body = encode_spans("svc", &[span]);
@@ -98,6 +99,16 @@ fn a_span_decodes_with_the_official_types() -> Result<(), prost::DecodeError> {
                 Some(any_value::Value::IntValue(5))
             ),
             ("relay.streaming", Some(any_value::Value::BoolValue(true))),
+            (
+                "gen_ai.response.finish_reasons",
+                Some(any_value::Value::ArrayValue(ArrayValue {
+                    values: ["stop", "length"]
+                        .map(|r| AnyValue {
+                            value: Some(any_value::Value::StringValue(r.to_owned())),
+                        })
+                        .to_vec(),
+                }))
+            ),
         ]
     );
     Ok(())

@@ -239,6 +239,26 @@ fn a_failed_request_is_an_error_span() {
     assert_eq!(attr(&spans[0], "error.type"), None);
 }
 
+/// The answer's id and finish reasons go from the end record to the span's attributes.
+#[test]
+fn the_answers_id_and_finish_reasons_reach_the_span() {
+    let mut steps = request(None);
+    if let Observation::ModelRequestEnd(end) = &mut steps[1] {
+        end.response_id = Some("msg_01".to_owned());
+        end.finish_reasons = vec!["tool_use".to_owned()];
+    }
+    let (records, spans) = spans_of(steps);
+    assert_eq!(records[1].data["response_id"], "msg_01");
+    assert_eq!(
+        attr(&spans[0], "gen_ai.response.id"),
+        Some(&AttrValue::Str("msg_01".to_owned()))
+    );
+    assert_eq!(
+        attr(&spans[0], "gen_ai.response.finish_reasons"),
+        Some(&AttrValue::StrArray(vec!["tool_use".to_owned()]))
+    );
+}
+
 /// A stream that failed after its 200 head (an error event, or a body that broke off) is
 /// an error span typed by that failure, not a success.
 #[test]
