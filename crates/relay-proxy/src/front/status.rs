@@ -178,7 +178,13 @@ fn quality(accept: &str, kind: &str, subtype: &str) -> f32 {
         let q = parts
             .filter_map(|param| param.split_once('='))
             .find(|(name, _)| name.trim().eq_ignore_ascii_case("q"))
-            .map_or(1.0, |(_, q)| q.trim().parse::<f32>().unwrap_or(0.0));
+            .map_or(1.0, |(_, q)| {
+                q.trim()
+                    .parse::<f32>()
+                    .ok()
+                    .filter(|q| (0.0..=1.0).contains(q))
+                    .unwrap_or(0.0)
+            });
         if best
             .is_none_or(|(seen, seen_q)| specificity > seen || (specificity == seen && q > seen_q))
         {

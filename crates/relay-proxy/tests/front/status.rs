@@ -162,6 +162,9 @@ async fn metrics_are_prometheus_text_and_count_requests() {
         "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5",
         "*/*",
         "application/openmetrics-text;q=0.5, text/*;q=0.5",
+        // A weight that is no number from 0 to 1 counts as 0.
+        "application/openmetrics-text;q=NaN, text/plain;q=0.1",
+        "application/openmetrics-text;q=inf, text/plain;q=0.1",
     ] {
         assert_classic(&relay.get("/metrics", &[("accept", accept)]).await);
     }
