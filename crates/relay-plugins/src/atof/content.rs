@@ -95,30 +95,52 @@ fn redact_value(redactor: &dyn Redactor, value: &Value) -> Value {
 /// What a text field named for a credential holds in a record.
 const CREDENTIAL_FIELD: &str = "[REDACTED:credential]";
 
-/// The value of a field named for a credential: its text, and the text of a list under it,
-/// replaced. An object under it is walked as any other, field by field and name by name
-/// (`"credentials": {"AccessKeyId": …, "SecretAccessKey": …}`, or a tool schema's
-/// `"api_key": {"type": "string"}`), and numbers and booleans stay.
+/// The value of a field named for a credential: every text in it replaced, however deep.
+/// One exception: a JSON Schema (a tool's input schema naming an `api_key` parameter,
+/// say) describes a field rather than holding one, and is walked field by field instead.
+/// Numbers and booleans stay.
 fn hide_text(redactor: &dyn Redactor, value: &Value) -> Value {
     match value {
         Value::String(_) => Value::String(CREDENTIAL_FIELD.to_owned()),
         Value::Array(items) => Value::Array(items.iter().map(|v| hide_text(redactor, v)).collect()),
-        other => redact_value(redactor, other),
+        Value::Object(fields) if is_schema(fields) => redact_value(redactor, value),
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (redactor.redact(k).into_owned(), hide_text(redactor, v)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
+}
+
+/// True for an object that reads as a JSON Schema: a `type` naming a JSON type, or
+/// `properties`.
+fn is_schema(fields: &Map<String, Value>) -> bool {
+    const TYPES: [&str; 7] = [
+        "string", "object", "array", "number", "integer", "boolean", "null",
+    ];
+    fields.get("properties").is_some_and(Value::is_object)
+        || fields
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| TYPES.contains(&t))
 }
 
 /// True for a field whose name says it holds a credential, as a header, a setting or an
 /// environment variable does: its text is one whatever it looks like, so no detector has
 /// to recognise its form (a Basic credential, a cookie, a vendor's key, Relay's own route
-/// token). The name is read in words, whatever its case and separators: `accessToken`,
-/// `ACCESS_TOKEN` and `access-token` are one name.
+/// token). The name is read in words whatever its case and separators (`accessToken`,
+/// `ACCESS_TOKEN`, `access-token` and `AWSSecretKey` are read as words), without a
+/// trailing number or version (`API_KEY_2`, `token_v2`).
 fn names_a_credential(name: &str) -> bool {
-    const NAMES: [&str; 15] = [
+    /// Whole names, and the words a name may end in: `secret_key` matches `SECRET_KEY`
+    /// and `STRIPE_SECRET_KEY`.
+    const WORDS: [&str; 30] = [
         "apikey",
         "api_key",
         "api_keys",
         "token",
-        "tokens",
         "secret",
         "secrets",
         "password",
@@ -126,55 +148,80 @@ fn names_a_credential(name: &str) -> bool {
         "passwd",
         "pwd",
         "pass",
+        "passphrase",
         "auth",
+        "authtoken",
+        "apitoken",
+        "accesstoken",
+        "secretkey",
         "credential",
         "credentials",
+        "secret_key",
+        "secret_key_base",
+        "private_key",
+        "access_key",
+        "signing_key",
+        "subscription_key",
+        "functions_key",
+        "auth_key",
+        "account_key",
+        "encryption_key",
+        "connection_string",
     ];
-    const ENDINGS: [&str; 21] = [
-        "authorization",
-        "cookie",
-        "password",
-        "passwd",
-        "secret",
-        "secrets",
-        "_pwd",
-        "_pass",
-        "_token",
-        "_tokens",
-        "_api_key",
-        "_api_keys",
-        "_apikey",
-        "_secret_key",
-        "_private_key",
-        "_access_key",
-        "_signing_key",
-        "_subscription_key",
-        "_functions_key",
-        "_credential",
-        "_credentials",
-    ];
+    /// Endings that need no word boundary before them.
+    const GLUED: [&str; 5] = ["authorization", "cookie", "password", "passwd", "secret"];
     let name = words(name);
-    NAMES.contains(&name.as_str()) || ENDINGS.iter().any(|ending| name.ends_with(ending))
+    // `tokens` alone: as an ending it is a count's name (`max_tokens`).
+    name == "tokens"
+        || WORDS
+            .iter()
+            .any(|w| name == *w || name.strip_suffix(w).is_some_and(|rest| rest.ends_with('_')))
+        || GLUED.iter().any(|ending| name.ends_with(ending))
 }
 
-/// `name` lowercased, its words joined by `_`: a `-`, `.` or space is one, and so is the
-/// start of a capital after a lower-case letter or a digit (`SecretAccessKey`).
+/// `name` lowercased, its words joined by `_`, without a trailing number or version: a
+/// `-`, `.` or space is a word boundary, and so is a capital after a lower-case letter or
+/// a digit, or a capital that starts a word after an acronym (`AWSSecret` reads
+/// `aws_secret`).
 fn words(name: &str) -> String {
+    let chars: Vec<char> = name.chars().collect();
     let mut out = String::with_capacity(name.len() + 4);
-    let mut after_lower = false;
-    for c in name.chars() {
+    for (at, &c) in chars.iter().enumerate() {
         if matches!(c, '-' | '_' | '.' | ' ') {
-            out.push('_');
-            after_lower = false;
+            if !out.is_empty() && !out.ends_with('_') {
+                out.push('_');
+            }
             continue;
         }
-        if c.is_ascii_uppercase() && after_lower {
+        let before = at.checked_sub(1).map(|i| chars[i]);
+        let after = chars.get(at + 1);
+        let starts_word = c.is_ascii_uppercase()
+            && before.is_some_and(|b| {
+                b.is_ascii_lowercase()
+                    || b.is_ascii_digit()
+                    || (b.is_ascii_uppercase() && after.is_some_and(char::is_ascii_lowercase))
+            });
+        if starts_word && !out.ends_with('_') {
             out.push('_');
         }
-        after_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
         out.push(c.to_ascii_lowercase());
     }
-    out
+    // `api_key_2`, `api_key2`, `token_v2`: the number says which one, not what it is.
+    loop {
+        let trimmed = out.trim_end_matches(|c: char| c.is_ascii_digit());
+        let trimmed = match trimmed
+            .strip_suffix("_v")
+            .or_else(|| trimmed.strip_suffix('v'))
+        {
+            Some(rest) if trimmed.len() < out.len() => rest,
+            _ => trimmed,
+        };
+        let trimmed = trimmed.trim_end_matches('_');
+        if trimmed.len() == out.len() || trimmed.is_empty() {
+            return out;
+        }
+        out.truncate(trimmed.len());
+    }
 }
 
 /// The longest prefix of at most `max_bytes` that ends on a character boundary.

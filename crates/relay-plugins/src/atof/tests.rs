@@ -843,7 +843,8 @@ fn fields_named_for_credentials_never_reach_a_record() {
         },
         "env": { "OPENAI_API_KEY": "ENVKEYSECRET", "AWS_SECRET_ACCESS_KEY": "AWSSECRET", "DB_PASSWORD": "DBSECRET", "GITHUB_TOKEN": "GHSECRET", "HOME": "/home/bob" },
         "list": [{ "name": "Proxy-Authorization", "value": "PROXYSECRET" }, { "name": "Accept", "value": "*/*" }],
-        "config": [{ "client_secret": ["s3cr3t"], "PASSWORD": "hunter2", "user": "bob" }],
+        "config": [{ "client_secret": { "v": "s3cr3t" }, "PASSWORD": "hunter2", "user": "bob", "api_keys": ["LISTSECRET"] }],
+        "nested": { "password": { "value": "NESTEDPW" }, "token": { "access": "NESTEDACCESS", "refresh": "NESTEDREFRESH" }, "cookie": { "sessionid": "NESTEDCOOKIE" }, "Authorization": { "Bearer": "NESTEDBEARER" }, "secrets": { "DB": "NESTEDDB" } },
         "js": { "accessToken": "JSACCESS", "clientSecret": "JSCLIENT", "Credentials": { "AccessKeyId": "AKID", "SecretAccessKey": "STSSECRET", "SessionToken": "STSSESSION" } },
         "more": { "PGPASSWORD": "PGSECRET", "DB_PASS": "DBPASS", "Ocp-Apim-Subscription-Key": "APIMSECRET", "x-functions-key": "FUNCSECRET" },
         "vars": [{ "Key": "STRIPE_SECRET_KEY", "Value": "STRIPESECRET" }],
@@ -868,6 +869,13 @@ fn fields_named_for_credentials_never_reach_a_record() {
         "PROXYSECRET",
         "s3cr3t",
         "hunter2",
+        "LISTSECRET",
+        "NESTEDPW",
+        "NESTEDACCESS",
+        "NESTEDREFRESH",
+        "NESTEDCOOKIE",
+        "NESTEDBEARER",
+        "NESTEDDB",
         "JSACCESS",
         "JSCLIENT",
         "STSSECRET",
@@ -886,10 +894,64 @@ fn fields_named_for_credentials_never_reach_a_record() {
     assert_eq!(kept["list"][1]["value"], "*/*");
     assert_eq!(kept["config"][0]["user"], "bob");
     assert_eq!(kept["usage"], raw["usage"]);
-    // An object under such a name is walked by name: a tool schema keeps its shape.
+    // A JSON Schema under such a name describes a field and keeps its shape.
     assert_eq!(kept["schema"], raw["schema"]);
-    assert_eq!(kept["js"]["Credentials"]["AccessKeyId"], "AKID");
     assert_eq!(kept["prompt_cache_key"], "cache-1");
     // Redacting a record's content again leaves it as it is.
     assert_eq!(content::json(&content::NoRedaction, &kept, 1 << 20).0, kept);
+}
+
+/// Credential names in the spellings real configurations use are hidden; names that only
+/// look alike keep their text.
+#[test]
+fn credential_names_are_read_in_words() {
+    for name in [
+        "SECRET_KEY",
+        "secretKey",
+        "private_key",
+        "PRIVATE_KEY",
+        "access_key",
+        "signing_key",
+        "AWSSecretKey",
+        "IDToken",
+        "APIToken",
+        "API_KEY_1",
+        "api_key2",
+        "TOKEN2",
+        "token_v2",
+        "Password1",
+        "authtoken",
+        "apitoken",
+        "accesstoken",
+        "secretkey",
+        "passphrase",
+        "GPG_PASSPHRASE",
+        "X-Auth-Key",
+        "AccountKey",
+        "SECRET_KEY_BASE",
+        "ENCRYPTION_KEY",
+        "ConnectionString",
+        "x-relay-client-token",
+        "Ocp-Apim-Subscription-Key",
+    ] {
+        let raw = json!({ name: "S3CRETVALUE" });
+        let (kept, _) = content::json(&content::NoRedaction, &raw, 1 << 20);
+        assert_eq!(kept[name], "[REDACTED:credential]", "{name}");
+    }
+    for name in [
+        "prompt_cache_key",
+        "tool_use_id",
+        "session_id",
+        "max_tokens",
+        "bypass",
+        "compass",
+        "keyboard",
+        "author",
+        "v2",
+        "model",
+    ] {
+        let raw = json!({ name: "plain" });
+        let (kept, _) = content::json(&content::NoRedaction, &raw, 1 << 20);
+        assert_eq!(kept[name], "plain", "{name}");
+    }
 }
