@@ -96,12 +96,13 @@ impl<'de> Deserialize<'de> for Key {
                 f.write_str("a field name")
             }
 
-            /// `model` in any case: some providers' readers (Go's `encoding/json`) match a
-            /// field's name without case, so `Model` may be the one they take.
+            /// `model` and `stream` in any case: some providers' readers (Go's
+            /// `encoding/json`) match a field's name without case, so `Model` may be the one
+            /// they take.
             fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Key, E> {
                 Ok(if name.eq_ignore_ascii_case("model") {
                     Key::Model
-                } else if name == "stream" {
+                } else if name.eq_ignore_ascii_case("stream") {
                     Key::Stream
                 } else {
                     Key::Other
@@ -115,9 +116,11 @@ impl<'de> Deserialize<'de> for Key {
 /// A field's value as far as the facts need it: text, a boolean, null, or anything else,
 /// which is skipped without being built (a 30 MiB array is not a model).
 #[derive(Debug, PartialEq)]
-enum Scalar {
+pub(crate) enum Scalar {
     Text(String),
     Bool(bool),
+    /// A whole number from 0 to `u64::MAX`.
+    Count(u64),
     Null,
     Other,
 }
@@ -144,12 +147,12 @@ impl<'de> Deserialize<'de> for Scalar {
                 Ok(Scalar::Null)
             }
 
-            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Scalar, E> {
-                Ok(Scalar::Other)
+            fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<Scalar, E> {
+                Ok(u64::try_from(value).map_or(Scalar::Other, Scalar::Count))
             }
 
-            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Scalar, E> {
-                Ok(Scalar::Other)
+            fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Count(value))
             }
 
             fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Scalar, E> {

@@ -27,6 +27,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::request::Scalar;
 use crate::sse::{SseEvent, SseParser};
 
 /// The OpenTelemetry semantic conventions release whose GenAI usage attributes
@@ -521,14 +522,16 @@ impl Accumulator {
             self.failed(error_name(error), "error");
         }
         self.set_id(chunk.id);
-        // Read leniently: a choice of another shape costs its reason, not the usage beside it.
-        let choices = chunk.choices.as_ref().and_then(Value::as_array);
-        for (position, choice) in choices.into_iter().flatten().enumerate() {
-            let index = choice
-                .get("index")
-                .and_then(Value::as_u64)
-                .unwrap_or(position as u64);
-            self.finished(index, choice.get("finish_reason").and_then(Value::as_str));
+        for (position, choice) in chunk.choices.iter().flatten().enumerate() {
+            let index = match choice.index {
+                Some(Scalar::Count(index)) => index,
+                _ => position as u64,
+            };
+            let reason = match &choice.finish_reason {
+                Some(Scalar::Text(reason)) => Some(reason.as_str()),
+                _ => None,
+            };
+            self.finished(index, reason);
         }
         self.set_model(chunk.model.map(Cow::Owned));
         if let Some(usage) = chunk.usage {
@@ -662,6 +665,14 @@ struct AnthropicDelta<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
+/// A Chat choice as far as its finish reason goes: its message or delta is skipped
+/// unbuilt, and an index or reason of another type costs only itself.
+#[derive(Deserialize)]
+struct ChatChoice {
+    index: Option<Scalar>,
+    finish_reason: Option<Scalar>,
+}
+
 /// The name of an error a provider reports in a body: its `type` (Anthropic, OpenAI Chat)
 /// or its `code`, when either is text. Read from any JSON value, so that an error of an
 /// unexpected shape costs its name, not the usage beside it.
@@ -753,7 +764,7 @@ impl From<ResponsesUsage> for Raw {
 struct ChatBody<'a> {
     #[serde(borrow)]
     id: Option<Cow<'a, str>>,
-    choices: Option<Value>,
+    choices: Option<Vec<ChatChoice>>,
     model: Option<String>,
     usage: Option<ChatUsage>,
     error: Option<Value>,

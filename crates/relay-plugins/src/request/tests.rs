@@ -54,6 +54,7 @@ fn a_model_named_twice_or_not_as_text_is_unclear() {
         assert_eq!(facts.model_unclear, unclear, "{text}");
     }
     assert!(RequestFacts::read(br#"{"model":"a","stream":false,"stream":true}"#).stream);
+    assert!(RequestFacts::read(br#"{"model":"a","stream":false,"Stream":true}"#).stream);
 }
 
 #[test]

@@ -599,7 +599,7 @@ fn finish_reasons_are_one_per_choice_in_order_and_read_leniently() {
     for chunk in [
         &b"data: {\"model\":\"m\",\"choices\":null,\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"[..],
         b"data: {\"model\":\"m\",\"choices\":[{\"finish_reason\":7}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
-        b"data: {\"model\":\"m\",\"choices\":[1],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
+        b"data: {\"model\":\"m\",\"choices\":[{\"index\":-1,\"finish_reason\":null}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n",
     ] {
         let report = read(OpenAiChatCompletions, EventStream, chunk);
         assert_eq!(report.unreadable_events, 0, "{}", String::from_utf8_lossy(chunk));
