@@ -509,3 +509,62 @@ fn the_plugin_core_stays_pure() {
         ]
     );
 }
+
+/// Every `tracing` line at info or above in the shipped code names its `event`, so that an
+/// operator's query on `event` finds each line they may act on (docs/logging.md lists the
+/// names). Tests, the test kit and the fuzzer are tools and may log as they like.
+#[test]
+fn every_log_line_at_info_or_above_names_its_event() {
+    let root = crate::command::project_root().unwrap();
+    let mut files = Vec::new();
+    for dir in ["crates", "bins"] {
+        collect_rust_files(&root.join(dir), &mut files);
+    }
+    let mut missing = Vec::new();
+    for file in files {
+        let path = file.to_string_lossy();
+        if ["/tests", "tests.rs", "relay-testkit", "relay-fuzz"]
+            .iter()
+            .any(|skip| path.contains(skip))
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for level in ["tracing::info!(", "tracing::warn!(", "tracing::error!("] {
+            for (at, _) in text.match_indices(level) {
+                let args = &text[at + level.len()..];
+                let mut depth = 1usize;
+                let end = args
+                    .char_indices()
+                    .find(|(_, c)| {
+                        match c {
+                            '(' => depth += 1,
+                            ')' => depth -= 1,
+                            _ => {}
+                        }
+                        depth == 0
+                    })
+                    .map_or(args.len(), |(end, _)| end);
+                if !args[..end].contains("event") {
+                    let line = text[..at].lines().count() + 1;
+                    missing.push(format!("{path}:{line}"));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "log lines without an event: {missing:?}"
+    );
+}
+
+fn collect_rust_files(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect_rust_files(&path, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+}
