@@ -781,6 +781,11 @@ impl Recorder {
             data.data
                 .insert("traceparent".to_owned(), json!(bounded_id(traceparent)));
         }
+        if let Some((address, port)) = &start.server {
+            data.data
+                .insert("server_address".to_owned(), json!(bounded_id(address)));
+            data.data.insert("server_port".to_owned(), json!(port));
+        }
         data.text("prompt", start.prompt.as_deref());
         let data = data.finish();
         let (parent, metadata) = match sid.as_deref().and_then(|sid| self.sessions.get_mut(sid)) {

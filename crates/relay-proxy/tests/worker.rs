@@ -1577,6 +1577,18 @@ async fn the_response_tap_reports_usage_status_and_time_to_first_byte() {
             .collect::<Vec<_>>()
     };
     assert!(eventually(WAIT, || ends().len() >= 2).await);
+    // The start names the provider the request went to.
+    let upstream: http::Uri = stand_in.base_url().parse().unwrap();
+    let server = seen.all().into_iter().find_map(|o| match o {
+        relay_plugins::atof::Observation::ModelRequestStart(start) => start.server,
+        _ => None,
+    });
+    assert_eq!(
+        server,
+        upstream
+            .host()
+            .map(|host| (host.to_owned(), upstream.port_u16().unwrap()))
+    );
     let ends = ends();
     assert_eq!(ends.len(), 2);
     for end in ends {

@@ -53,6 +53,10 @@ pub struct GenAiFacts<'a> {
     pub response_id: Option<&'a str>,
     /// Why generation stopped, per choice.
     pub finish_reasons: &'a [&'a str],
+    /// The provider's host (`server.address`).
+    pub server_address: Option<&'a str>,
+    /// The provider's port (`server.port`).
+    pub server_port: Option<u64>,
     /// The normalised usage of the exchange.
     pub usage: Option<&'a Usage>,
     /// The harness session id (`gen_ai.conversation.id`, OpenInference `session.id`).
@@ -75,6 +79,8 @@ impl<'a> GenAiFacts<'a> {
             response_model: None,
             response_id: None,
             finish_reasons: &[],
+            server_address: None,
+            server_port: None,
             usage: None,
             conversation_id: None,
             agent_name: None,
@@ -121,6 +127,12 @@ pub fn genai_attributes(facts: &GenAiFacts<'_>) -> Vec<Attribute> {
         if let Some(value) = value {
             out.push(Attribute::str(key, value));
         }
+    }
+    if let Some(address) = facts.server_address {
+        out.push(Attribute::str("server.address", address));
+    }
+    if let Some(port) = facts.server_port {
+        out.push(Attribute::int("server.port", port));
     }
     if !facts.finish_reasons.is_empty() {
         out.push(Attribute::strs(

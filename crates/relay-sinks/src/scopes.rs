@@ -216,6 +216,8 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
                 response_model: end.data.get("response_model").and_then(Value::as_str),
                 response_id: end.data.get("response_id").and_then(Value::as_str),
                 finish_reasons: &finish_reasons,
+                server_address: open.data.get("server_address").and_then(Value::as_str),
+                server_port: open.data.get("server_port").and_then(Value::as_u64),
                 usage: usage.as_ref(),
                 conversation_id: session,
                 agent_name: harness,

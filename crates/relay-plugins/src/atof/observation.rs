@@ -78,6 +78,8 @@ pub struct ModelRequestStart {
     /// The `traceparent` header the harness sent, as it came; the trace exporter joins the
     /// request's span to that trace.
     pub traceparent: Option<String>,
+    /// The provider's host and port the request goes to (`server.address`, `server.port`).
+    pub server: Option<(String, u16)>,
 }
 
 /// Usage of one model request, as the usage parser reports it (every count optional: not

@@ -145,6 +145,7 @@ impl Scenario {
             request_bytes: 5506,
             prompt: prompt.map(str::to_owned),
             request_redactions: 0,
+            server: None,
             traceparent: None,
         };
         self.step(
@@ -455,6 +456,7 @@ fn unknown_sessions_start_implicitly_and_open_scopes_close_at_session_end() {
                 request_bytes: 10,
                 prompt: None,
                 request_redactions: 0,
+                server: None,
                 traceparent: None,
             }),
         )
@@ -599,6 +601,7 @@ fn a_record_on_the_wire() {
             request_bytes: 42,
             prompt: None,
             request_redactions: 0,
+            server: None,
             traceparent: None,
         }),
     );

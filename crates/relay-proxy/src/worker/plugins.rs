@@ -268,6 +268,14 @@ impl PluginHost {
                         .get("traceparent")
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_owned),
+                    server: target.uri.host().map(|host| {
+                        let default = if target.uri.scheme_str() == Some("http") {
+                            80
+                        } else {
+                            443
+                        };
+                        (host.to_owned(), target.uri.port_u16().unwrap_or(default))
+                    }),
                 }),
             );
         }

@@ -60,6 +60,7 @@ fn request(traceparent: Option<&str>) -> Vec<Observation> {
             request_bytes: 100,
             prompt: None,
             request_redactions: 0,
+            server: None,
             traceparent: traceparent.map(str::to_owned),
         }),
         Observation::ModelRequestEnd(ModelRequestEnd {
@@ -239,10 +240,14 @@ fn a_failed_request_is_an_error_span() {
     assert_eq!(attr(&spans[0], "error.type"), None);
 }
 
-/// The answer's id and finish reasons go from the end record to the span's attributes.
+/// The provider's address from the start record, and the answer's id and finish reasons
+/// from the end record, go to the span's attributes.
 #[test]
-fn the_answers_id_and_finish_reasons_reach_the_span() {
+fn the_server_and_the_answers_id_and_finish_reasons_reach_the_span() {
     let mut steps = request(None);
+    if let Observation::ModelRequestStart(start) = &mut steps[0] {
+        start.server = Some(("api.anthropic.com".to_owned(), 443));
+    }
     if let Observation::ModelRequestEnd(end) = &mut steps[1] {
         end.response_id = Some("msg_01".to_owned());
         end.finish_reasons = vec!["tool_use".to_owned()];
@@ -257,6 +262,11 @@ fn the_answers_id_and_finish_reasons_reach_the_span() {
         attr(&spans[0], "gen_ai.response.finish_reasons"),
         Some(&AttrValue::StrArray(vec!["tool_use".to_owned()]))
     );
+    assert_eq!(
+        attr(&spans[0], "server.address"),
+        Some(&AttrValue::Str("api.anthropic.com".to_owned()))
+    );
+    assert_eq!(attr(&spans[0], "server.port"), Some(&AttrValue::Int(443)));
 }
 
 /// A stream that failed after its 200 head (an error event, or a body that broke off) is

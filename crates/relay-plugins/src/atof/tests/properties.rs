@@ -140,6 +140,7 @@ fn observation(step: &Step) -> Observation {
             request_bytes: 1,
             prompt: Some("hi sk-secret".to_owned()),
             request_redactions: 0,
+            server: None,
             traceparent: None,
         }),
         Step::RequestEnd { id } => Observation::ModelRequestEnd(ModelRequestEnd {
