@@ -36,36 +36,52 @@ fn health(daemon: &mut Child, port: u16, deadline: Instant) -> String {
     }
 }
 
-/// A relayd started with `stderr`, and its port once it answers `/healthz` with 200.
-fn start(stderr: Stdio, dir: &std::path::Path) -> (Child, u16) {
+/// A relayd the test started, killed and reaped if the test fails before it stops.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A relayd started with `stderr`, once it answers `/healthz` with 200.
+fn start(stderr: Stdio, dir: &std::path::Path) -> Daemon {
     std::fs::write(dir.join("config.toml"), "").unwrap();
     let port = free_port();
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_relayd"))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", dir)
-        .env("XDG_CONFIG_HOME", dir)
-        .env("RELAY_SYSTEM_CONFIG_DIR", dir)
-        .arg("--config")
-        .arg(dir.join("config.toml"))
-        .args(["--port", &port.to_string(), "--log-level", "debug"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .unwrap();
-    let status = health(&mut daemon, port, Instant::now() + Duration::from_secs(20));
+    let mut daemon = Daemon(
+        Command::new(env!("CARGO_BIN_EXE_relayd"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", dir)
+            .env("XDG_CONFIG_HOME", dir)
+            .env("RELAY_SYSTEM_CONFIG_DIR", dir)
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .args(["--port", &port.to_string(), "--log-level", "debug"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap(),
+    );
+    let status = health(
+        &mut daemon.0,
+        port,
+        Instant::now() + Duration::from_secs(20),
+    );
     assert_eq!(status, "HTTP/1.1 200 OK");
-    (daemon, port)
+    daemon
 }
 
 /// Sends `signal` and returns the exit code.
-fn stop(mut daemon: Child, signal: rustix::process::Signal) -> Option<i32> {
-    let pid = rustix::process::Pid::from_raw(i32::try_from(daemon.id()).unwrap()).unwrap();
+fn stop(mut daemon: Daemon, signal: rustix::process::Signal) -> Option<i32> {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(daemon.0.id()).unwrap()).unwrap();
     rustix::process::kill_process(pid, signal).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if let Some(exit) = daemon.try_wait().unwrap() {
+        if let Some(exit) = daemon.0.try_wait().unwrap() {
             return exit.code();
         }
         assert!(Instant::now() < deadline, "relayd did not stop");
@@ -80,7 +96,7 @@ fn a_daemon_whose_stderr_is_full_serves_and_stops_cleanly() {
         .write(true)
         .open("/dev/full")
         .unwrap();
-    let (daemon, _) = start(Stdio::from(full), dir.path());
+    let daemon = start(Stdio::from(full), dir.path());
     // SIGTERM: drain and exit 0, writing lines no one can read.
     assert_eq!(stop(daemon, rustix::process::Signal::TERM), Some(0));
 }
@@ -90,6 +106,6 @@ fn a_daemon_whose_stderr_is_full_serves_and_stops_cleanly() {
 #[test]
 fn a_hang_up_stops_the_daemon_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let (daemon, _) = start(Stdio::null(), dir.path());
+    let daemon = start(Stdio::null(), dir.path());
     assert_eq!(stop(daemon, rustix::process::Signal::HUP), Some(0));
 }
