@@ -381,16 +381,8 @@ fn start_peer(
     notes: &mut Vec<String>,
 ) -> (Option<Nginx>, Value) {
     let started = nginx::find_or_install().and_then(|binary| {
-        let workers = pinning.server_cpu_count();
-        let nginx = Nginx::start(
-            &binary,
-            pinning.relayd.as_deref(),
-            nginx::Layout::Workers(workers),
-            nginx::Site::Peer(fast.addr),
-            scratch,
-            &[],
-        )?;
-        Ok((binary, nginx, workers))
+        let nginx = Nginx::peer(&binary, pinning, nginx::Site::Peer(fast.addr), scratch)?;
+        Ok((binary, nginx, pinning.server_cpu_count()))
     });
     match started {
         Ok((binary, nginx, workers)) => {

@@ -50,14 +50,7 @@ pub(super) fn run(
         &[],
     )?;
     let workers = pinning.server_cpu_count();
-    let peer = Nginx::start(
-        &binary,
-        pinning.relayd.as_deref(),
-        nginx::Layout::Workers(workers),
-        Site::Peer(stand_in.addr),
-        &scratch,
-        &[],
-    )?;
+    let peer = Nginx::peer(&binary, pinning, Site::Peer(stand_in.addr), &scratch)?;
     println!(
         "==> stand-in {} (on the load generator's CPU {loadgen_cpus}), relayd {} (pass-through to it, pid {}), nginx {} (its peer, pid {})",
         stand_in.addr,

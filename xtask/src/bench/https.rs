@@ -66,17 +66,11 @@ pub(super) fn run(
         &[],
     )?;
     let workers = pinning.server_cpu_count();
-    let peer = Nginx::start(
-        &binary,
-        pinning.relayd.as_deref(),
-        nginx::Layout::Workers(workers),
-        Site::PeerOfTls {
-            upstream: front.addr,
-            trusted: &cert,
-        },
-        scratch,
-        &[],
-    )?;
+    let site = Site::PeerOfTls {
+        upstream: front.addr,
+        trusted: &cert,
+    };
+    let peer = Nginx::peer(&binary, pinning, site, scratch)?;
     println!(
         "==> nginx {} (the HTTPS provider, pid {}), relayd {} (pass-through to it, pid {}), nginx {} (its peer, pid {})",
         front.addr,

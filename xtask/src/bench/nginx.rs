@@ -181,6 +181,25 @@ pub(super) struct Nginx {
 }
 
 impl Nginx {
+    /// nginx as relayd's peer: as many worker processes as relayd may use CPUs, on those
+    /// CPUs, serving `site`, so the two are compared on the same ground.
+    pub(super) fn peer(
+        binary: &Path,
+        pinning: &super::pinning::Pinning,
+        site: Site,
+        scratch: &Scratch,
+    ) -> Result<Nginx> {
+        let workers = Layout::Workers(pinning.server_cpu_count());
+        Nginx::start(
+            binary,
+            pinning.relayd.as_deref(),
+            workers,
+            site,
+            scratch,
+            &[],
+        )
+    }
+
     /// Starts nginx (under `wrapper`, a command and its arguments, when not empty) on a free port, serving `site`, and waits until it accepts connections and its workers run.
     pub(super) fn start(
         binary: &Path,
