@@ -101,11 +101,12 @@ pub(crate) fn run(dir: &Path, expected: &str, json: bool) -> anyhow::Result<bool
     let files = read_bundle_dir(dir)
         .with_context(|| format!("reading the managed bundle {}", dir.display()))?;
     let report = check(&files, expected);
-    if json {
-        println!("{}", report.to_json());
+    let text = if json {
+        format!("{}\n", report.to_json())
     } else {
-        print!("{}", report.to_text());
-    }
+        report.to_text()
+    };
+    crate::print_report(&text)?;
     Ok(report.matches())
 }
 

@@ -7,6 +7,7 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Parser as _;
 
 mod bundle;
@@ -53,12 +54,18 @@ fn run(cli: cli::Cli) -> anyhow::Result<bool> {
                 (None, true) => anyhow::bail!("--live needs --daemon-address"),
                 _ => environment::report(&inputs),
             };
-            if cli.json {
-                println!("{}", report.to_json());
+            let text = if cli.json {
+                format!("{}\n", report.to_json())
             } else {
-                print!("{}", report.to_text());
-            }
+                report.to_text()
+            };
+            print_report(&text)?;
             Ok(report.passed())
         }
     }
+}
+
+/// Prints a report; a report that cannot be written is a failure, not a panic.
+fn print_report(text: &str) -> anyhow::Result<()> {
+    relay_logging::print_out(text).context("writing the report to stdout")
 }

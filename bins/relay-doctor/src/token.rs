@@ -14,14 +14,14 @@ pub(crate) fn ensure(json: bool) -> anyhow::Result<()> {
     let paths = StatePaths::resolve(&ProcessEnv).context("locating the state directory")?;
     let path = paths.token_file();
     let outcome = ensure_token_file(&paths, euid)?;
-    if json {
+    let text = if json {
         let report = serde_json::json!({
             "outcome": outcome.as_str(),
             "path": path.display().to_string(),
         });
-        println!("{report}");
+        format!("{report}\n")
     } else {
-        println!("{} {}", outcome.as_str(), path.display());
-    }
-    Ok(())
+        format!("{} {}\n", outcome.as_str(), path.display())
+    };
+    crate::print_report(&text)
 }

@@ -687,3 +687,21 @@ fn no_check_prints_a_token_key_or_secret() {
     assert_eq!(check(&json, "anthropic_custom_headers")["status"], "fail");
     assert_eq!(check(&json, "no_proxy")["status"], "fail");
 }
+
+/// A report that cannot be written (stdout on a full disk) is a failure said on stderr, not a
+/// panic.
+#[test]
+fn a_report_that_cannot_be_written_fails_with_a_line_on_stderr() {
+    let full = fs::File::options().write(true).open("/dev/full").unwrap();
+    let output = Command::new(built_binary())
+        .stdout(Stdio::from(full))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "stderr: {stderr}");
+    assert!(
+        stderr.starts_with("relay-doctor: writing the report to stdout: No space left on device"),
+        "stderr: {stderr}"
+    );
+}

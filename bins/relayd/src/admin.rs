@@ -164,19 +164,21 @@ fn report(done: &Done) -> ExitCode {
             list,
             daemon_running,
         } => {
-            for line in list_lines(list) {
-                println!("{line}");
-            }
+            let text: String = list_lines(list)
+                .iter()
+                .map(|line| format!("{line}\n"))
+                .collect();
+            let printed = print_stdout(&text);
             if list.bindings.is_empty() && list.blocked.is_empty() {
                 relay_logging::say!("(no bindings)");
             }
             if !daemon_running {
                 relay_logging::say!("(daemon not running)");
             }
-            ExitCode::SUCCESS
+            printed
         }
         Done::Acted(outcome) => {
-            println!("{}", describe_online(outcome));
+            let printed = print_stdout(&format!("{}\n", describe_online(outcome)));
             if !outcome.persisted {
                 let error = BindingsError::NotPersisted {
                     error: outcome.persist_error.clone().unwrap_or_default(),
@@ -184,15 +186,27 @@ fn report(done: &Done) -> ExitCode {
                 relay_logging::say!("relayd: {error}");
                 return ExitCode::FAILURE;
             }
-            ExitCode::SUCCESS
+            printed
         }
         Done::Edited {
             action,
             fingerprint,
             outcome,
-        } => {
-            println!("{}", describe_offline(*action, fingerprint, outcome));
-            ExitCode::SUCCESS
+        } => print_stdout(&format!(
+            "{}\n",
+            describe_offline(*action, fingerprint, outcome)
+        )),
+    }
+}
+
+/// Prints a command's output and gives the command's exit status: success, or failure
+/// said on stderr when stdout could not take it.
+pub(crate) fn print_stdout(text: &str) -> ExitCode {
+    match relay_logging::print_out(text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            relay_logging::say!("relayd: could not write the output to stdout: {error}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -337,10 +337,7 @@ pub(crate) fn run(
     };
     let files = generate(&options);
     match write::write_bundle(output, &files) {
-        Ok(_) => {
-            println!("{}", digest(&files));
-            ExitCode::SUCCESS
-        }
+        Ok(_) => crate::admin::print_stdout(&format!("{}\n", digest(&files))),
         Err(error) => {
             relay_logging::say!("relayd: {error}");
             ExitCode::FAILURE

@@ -25,10 +25,7 @@ fn main() -> ExitCode {
         None => daemon::run(&cli),
         Some(cli::Command::Config {
             command: cli::ConfigCommand::Defaults,
-        }) => {
-            print!("{}", relay_proxy::config::Config::defaults_toml());
-            ExitCode::SUCCESS
-        }
+        }) => admin::print_stdout(&relay_proxy::config::Config::defaults_toml()),
         Some(cli::Command::Identity {
             command: cli::IdentityCommand::Show,
         }) => daemon::identity_show(&cli),

@@ -18,6 +18,22 @@ macro_rules! say {
     }};
 }
 
+/// Writes a command's output to stdout, as `print!` does, without panicking when it cannot
+/// be written. A reader that has gone away (`relayd bindings list | head -1`) is not a
+/// failure: it read what it wanted. Any other failure, such as a full disk, is returned
+/// for the command to report on stderr and exit non-zero, since its output is lost.
+pub fn print_out(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written,
+    }
+}
+
 mod capture;
 mod config;
 mod exit;
