@@ -233,7 +233,7 @@ impl Front {
             | PathClass::Metrics => local(self.workers_or_metrics(
                 route,
                 conn.peer.ip(),
-                req.headers().get(header::ACCEPT),
+                req.headers().get_all(header::ACCEPT),
             )),
             PathClass::RouteStatus => local(self.route_status(req.headers())),
             PathClass::ControlMcp | PathClass::ControlWorker => match &self.control {

@@ -25,7 +25,7 @@ impl Front {
         &self,
         class: PathClass,
         peer: IpAddr,
-        accept: Option<&HeaderValue>,
+        accept: header::GetAll<'_, HeaderValue>,
     ) -> Response<ResponseBody> {
         if !self.is_status_visible(peer) {
             return not_found();
@@ -151,13 +151,16 @@ const CLASSIC_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Whether `/metrics` answers in OpenMetrics: when the scraper prefers it to the classic
 /// text by its `Accept` weights (Prometheus asks for it first); a tie, or any other
-/// client, gets the classic Prometheus text.
-fn accepts_openmetrics(accept: Option<&HeaderValue>) -> bool {
-    let Some(accept) = accept.and_then(|value| value.to_str().ok()) else {
-        return false;
-    };
-    let openmetrics = quality(accept, "application", "openmetrics-text");
-    openmetrics > 0.0 && openmetrics > quality(accept, "text", "plain")
+/// client, gets the classic Prometheus text. Several `Accept` lines are one list, as
+/// HTTP reads them; a line that is not text is passed over.
+fn accepts_openmetrics(accept: header::GetAll<'_, HeaderValue>) -> bool {
+    let lines: Vec<&str> = accept
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    let accept = lines.join(",");
+    let openmetrics = quality(&accept, "application", "openmetrics-text");
+    openmetrics > 0.0 && openmetrics > quality(&accept, "text", "plain")
 }
 
 /// The weight `accept` gives `kind/subtype`: that of its most specific matching range

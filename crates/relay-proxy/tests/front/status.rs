@@ -156,6 +156,21 @@ async fn metrics_are_prometheus_text_and_count_requests() {
         "{text}"
     );
     assert!(text.ends_with("# EOF\n"), "{text}");
+    // Two `Accept` lines are one list: the second line's OpenMetrics outweighs the first's
+    // classic text.
+    let answer = relay
+        .get(
+            "/metrics",
+            &[
+                ("accept", "text/plain;version=0.0.4;q=0.5"),
+                ("accept", "application/openmetrics-text;version=1.0.0"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        answer.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
     // A client that weighs the classic text higher, or both alike, gets the classic text.
     for accept in [
         "application/openmetrics-text;q=0, text/plain",
