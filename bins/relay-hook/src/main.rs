@@ -44,10 +44,7 @@ fn main() -> ExitCode {
         Err(err) => return relay_logging::clap_exit(BINARY, &err),
     };
     let env = ProcessEnv;
-    let timeout_override = match cli::timeout_override(&env) {
-        Ok(timeout) => timeout,
-        Err(err) => return relay_logging::usage_exit(BINARY, &err),
-    };
+    let timeout_override = cli::timeout_override(&env);
     let payload = payload::read_payload(io::stdin().lock(), MAX_PAYLOAD_BYTES);
 
     let Some(token) = credential::resolve(&env, store::current_euid()) else {
@@ -63,19 +60,27 @@ fn main() -> ExitCode {
         );
     };
 
-    let (outcome, event) = match payload {
-        Err(source) => (Outcome::Failure(Failure::Stdin { source }), None),
-        Ok(Payload {
-            is_oversize: true,
-            event,
-            ..
-        }) => (
+    let (outcome, event) = match (payload, timeout_override) {
+        (Err(source), _) => (Outcome::Failure(Failure::Stdin { source }), None),
+        (
+            Ok(Payload {
+                is_oversize: true,
+                event,
+                ..
+            }),
+            _,
+        ) => (
             Outcome::Failure(Failure::PayloadTooLarge {
                 limit: MAX_PAYLOAD_BYTES,
             }),
             event,
         ),
-        Ok(Payload { body, event, .. }) => {
+        // A timeout that cannot be read is a failure like any other, not a usage error: exit
+        // 64 would let Claude Code and Codex run a tool the policy never saw.
+        (Ok(Payload { event, .. }), Err(source)) => {
+            (Outcome::Failure(Failure::TimeoutSetting { source }), event)
+        }
+        (Ok(Payload { body, event, .. }), Ok(timeout_override)) => {
             let timeout =
                 timeout_override.unwrap_or_else(|| cli.agent.default_timeout(event.as_deref()));
             let extra_ca_file = env.non_empty(names::RELAY_EXTRA_CA_FILE).map(PathBuf::from);

@@ -37,6 +37,12 @@ pub(crate) enum Failure {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// `RELAY_HOOK_TIMEOUT_MS` is set to something that is not a timeout.
+    #[error("{source}")]
+    TimeoutSetting {
+        /// What is wrong with it.
+        source: crate::cli::TimeoutEnvError,
+    },
     /// stdin could not be read.
     #[error("cannot read the hook payload from stdin: {source}")]
     Stdin {
