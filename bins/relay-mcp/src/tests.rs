@@ -30,3 +30,22 @@ fn the_variables_kept_from_workers_are_relay_identitys() {
         [names::RELAY_CLIENT_TOKEN, names::ANTHROPIC_CUSTOM_HEADERS]
     );
 }
+
+/// The worker gets the allow-listed variables and nothing else: `NO_PROXY` (so an egress
+/// proxy leaves the hosts it exempts alone, as in relayd), never the route credential or
+/// the harness's own proxy settings.
+#[test]
+fn the_worker_inherits_no_proxy_and_not_the_credential() {
+    let env = MapEnv::new()
+        .with(names::NO_PROXY, "127.0.0.1,localhost")
+        .with(names::NO_PROXY_LOWER, "127.0.0.1")
+        .with(names::HOME, "/home/ann")
+        .with(names::RELAY_CLIENT_TOKEN, "secret")
+        .with(names::ANTHROPIC_CUSTOM_HEADERS, "x-relay-client-token: secret")
+        .with("HTTPS_PROXY", "http://proxy.invalid:3128");
+    let paths = relay_identity::StatePaths::from_base("/home/ann/.config/relay");
+    let launcher = crate::launch::Launcher::new(&env, "http://127.0.0.1:47632".into(), &paths);
+    let mut names: Vec<&str> = launcher.env.iter().map(|(name, _)| name.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["HOME", "NO_PROXY", "no_proxy"]);
+}

@@ -124,9 +124,15 @@ pub mod names {
     pub const LANG: &str = "LANG";
     /// Passed through to workers (§5.5).
     pub const PATH: &str = "PATH";
+    /// The hosts an egress proxy (`[upstream] proxy_url`) is not used for; the worker
+    /// honours it as relayd does.
+    pub const NO_PROXY: &str = "NO_PROXY";
+    /// `NO_PROXY` as many tools spell it; read when `NO_PROXY` is unset.
+    pub const NO_PROXY_LOWER: &str = "no_proxy";
 
-    /// The variables a worker inherits; everything else is cleared (§5.5).
-    pub const WORKER_ENV_ALLOW_LIST: [&str; 9] = [
+    /// The variables a worker inherits; everything else is cleared (§5.5). `NO_PROXY` is
+    /// there too, so that a worker with an egress proxy keeps the hosts it exempts off it.
+    pub const WORKER_ENV_ALLOW_LIST: [&str; 11] = [
         HOME,
         XDG_CONFIG_HOME,
         PATH,
@@ -136,5 +142,7 @@ pub mod names {
         RELAY_EXTRA_CA_FILE,
         SSL_CERT_FILE,
         RELAY_SYSTEM_CONFIG_DIR,
+        NO_PROXY,
+        NO_PROXY_LOWER,
     ];
 }

@@ -73,8 +73,8 @@ impl UpstreamOptions {
             response_timeout: (!response.is_zero()).then(|| response.get()),
             proxy_url: (!config.proxy_url.is_empty()).then(|| config.proxy_url.clone()),
             no_proxy: env
-                .var_os("NO_PROXY")
-                .or_else(|| env.var_os("no_proxy"))
+                .var_os(relay_identity::names::NO_PROXY)
+                .or_else(|| env.var_os(relay_identity::names::NO_PROXY_LOWER))
                 .map(|v| v.to_string_lossy().into_owned()),
             max_connections,
         }
