@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Agent, BundleFile, BundleOptions};
+use super::{Agent, BundleFile, BundleOptions, Platform};
 
 /// The pi extension's source; its one `__RELAY_BUNDLE_CONFIG__` placeholder becomes the
 /// daemon address and the binaries' paths.
@@ -48,8 +48,12 @@ const BLOCKING_EVENTS: [&str; 3] = ["PreToolUse", "PermissionRequest", "UserProm
 /// The hook timeout both agents get, in seconds (SPEC §7.3).
 const HOOK_TIMEOUT_SECS: u64 = 30;
 
+/// Codex's `SessionEnd` hook timeout, in seconds: Codex cuts a longer one to 3 s and warns
+/// about it on every run (relay-hook itself gives up after 2.5 s there).
+const CODEX_SESSION_END_TIMEOUT_SECS: u64 = 3;
+
 /// The environment Codex passes to the MCP server (it filters the rest out).
-const CODEX_MCP_ENV_VARS: [&str; 9] = [
+const CODEX_MCP_ENV_VARS: [&str; 11] = [
     "HOME",
     "XDG_CONFIG_HOME",
     "RELAY_CLIENT_TOKEN",
@@ -59,6 +63,8 @@ const CODEX_MCP_ENV_VARS: [&str; 9] = [
     "RELAY_LOG",
     "RELAY_LOG_FORMAT",
     "SSL_CERT_FILE",
+    "NO_PROXY",
+    "no_proxy",
 ];
 
 pub(super) fn files(options: &BundleOptions) -> Vec<BundleFile> {
@@ -89,10 +95,16 @@ pub(super) fn origin(options: &BundleOptions) -> String {
 
 /// The path of one of the Relay binaries in the bin directory.
 fn binary(options: &BundleOptions, name: &str) -> String {
+    let dir = options.bin_dir.as_str();
+    let separator = options.platform.separator();
+    // A root directory (`/`, `C:\`) already ends with its separator.
+    let separator = if dir.ends_with(separator) {
+        String::new()
+    } else {
+        separator.to_string()
+    };
     format!(
-        "{}{}{name}{}",
-        options.bin_dir.as_str(),
-        options.platform.separator(),
+        "{dir}{separator}{name}{}",
         options.platform.executable_suffix()
     )
 }
@@ -105,9 +117,15 @@ fn hook_command(options: &BundleOptions, agent: &str, event: &str) -> String {
     } else {
         "--fail-open"
     };
+    let mut relay_hook = binary(options, "relay-hook");
+    if agent == "claude" && options.platform == Platform::Windows {
+        // Claude Code runs hook commands through Git Bash on Windows, where a backslash is
+        // an escape (`C:\ProgramData` becomes `C:ProgramData`); Windows takes forward
+        // slashes as well.
+        relay_hook = relay_hook.replace('\\', "/");
+    }
     format!(
-        "{} {agent} --daemon-address {} {mode}",
-        binary(options, "relay-hook"),
+        "{relay_hook} {agent} --daemon-address {} {mode}",
         origin(options)
     )
 }
@@ -118,7 +136,11 @@ fn hooks_object(options: &BundleOptions, agent: &str, events: &[(&str, bool)]) -
         let handler = json!({
             "type": "command",
             "command": hook_command(options, agent, event),
-            "timeout": HOOK_TIMEOUT_SECS,
+            "timeout": if agent == "codex" && event == "SessionEnd" {
+                CODEX_SESSION_END_TIMEOUT_SECS
+            } else {
+                HOOK_TIMEOUT_SECS
+            },
         });
         let mut group = serde_json::Map::new();
         if takes_matcher {

@@ -99,7 +99,7 @@ fn golden_linux_bundle_and_its_digest() {
         command = "/opt/relay/bin/relay-mcp"
         args = ["--daemon-address", "http://127.0.0.1:47632"]
         startup_timeout_sec = 20
-        env_vars = ["HOME", "XDG_CONFIG_HOME", "RELAY_CLIENT_TOKEN", "RELAY_WORKER_ADVERTISE_ADDRESS", "RELAY_WORKER_PORT", "RELAY_EXTRA_CA_FILE", "RELAY_LOG", "RELAY_LOG_FORMAT", "SSL_CERT_FILE"]
+        env_vars = ["HOME", "XDG_CONFIG_HOME", "RELAY_CLIENT_TOKEN", "RELAY_WORKER_ADVERTISE_ADDRESS", "RELAY_WORKER_PORT", "RELAY_EXTRA_CA_FILE", "RELAY_LOG", "RELAY_LOG_FORMAT", "SSL_CERT_FILE", "NO_PROXY", "no_proxy"]
     "#]],
     );
     check_file(
@@ -269,12 +269,12 @@ fn golden_linux_bundle_and_its_digest() {
             cd142104c4cb18c2be9b844b552b0a014c0dc292103c41b7c51e8f540eee8fe0  claude-code/plugin-v1/hooks/hooks.json
             5c4e4456778f2551165007324c630c948c09a87500febb0c3785e56a9979363c  claude-code/settings-v1/managed-mcp.json
             83f931c78e0f5ff5467e2d00eef39e7de49ba897d98d92f61a1d62bbb7303397  claude-code/settings-v1/managed-settings.json
-            95ded6f30c363c20d87a890edca107ef58eef58294f0aff5391d98e193c32679  codex/settings-v1/config.toml
-            5a7485980483a88a1597746ac70f476b47119aac22ccc17ceebfe7c306b94356  codex/settings-v1/hooks.json
+            25d4ea01f4123bf3db65d78c8675f09c0bf86043afad38a3fc4555b47dcfcf9c  codex/settings-v1/config.toml
+            2edfa916e0f7915fe5176d82528e839112279ff3def4c63fd16efed0c6ba6461  codex/settings-v1/hooks.json
             7eb01aa3032b0968fcd9de93b3c2b4ffe9ee3ad76f9ab414c7d146d35614265f  pi/extension-v1/index.ts
         "#]],
     );
-    expect!["e13ad78d1e7b0980903be00fd5933f6bff99fc46348b193552f3142883c46778"]
+    expect!["0024c7793a8ee11ed6614f0c38cf6c0a6d123479f16cb0ad2c64895862af360d"]
         .assert_eq(&digest(&files));
 }
 
@@ -366,6 +366,47 @@ fn nothing_of_the_run_or_the_user_is_inside() {
     }
 }
 
+/// Claude Code runs hooks through Git Bash on Windows, which would take the backslashes as
+/// escapes: its hook commands use forward slashes. Its MCP server is started directly and
+/// keeps the native path.
+#[test]
+fn claude_hooks_on_windows_name_relay_hook_with_forward_slashes() {
+    let files = generate(&options(
+        Platform::Windows,
+        "C:/ProgramData/Relay/bin",
+        &all_agents(),
+    ));
+    let hooks: serde_json::Value =
+        serde_json::from_str(file(&files, "claude-code/plugin-v1/hooks/hooks.json")).unwrap();
+    assert_eq!(
+        hooks["hooks"]["PreToolUse"][0]["hooks"][0]["command"],
+        "C:/ProgramData/Relay/bin/relay-hook.exe claude --daemon-address http://127.0.0.1:47632 --fail-closed"
+    );
+}
+
+/// A root bin directory does not get a second separator.
+#[test]
+fn a_root_bin_directory_is_not_doubled() {
+    let files = generate(&options(Platform::Linux, "/", &all_agents()));
+    let mcp: serde_json::Value =
+        serde_json::from_str(file(&files, "claude-code/plugin-v1/.mcp.json")).unwrap();
+    assert_eq!(mcp["mcpServers"]["relay"]["command"], "/relay-mcp");
+}
+
+/// Codex cuts a `SessionEnd` hook's timeout to 3 s and warns on every run when it is
+/// longer; its other hooks and Claude Code's keep 30 s.
+#[test]
+fn codex_session_end_gets_the_timeout_codex_allows() {
+    let files = generate(&options(Platform::Linux, "/opt/relay/bin", &all_agents()));
+    let codex: serde_json::Value =
+        serde_json::from_str(file(&files, "codex/settings-v1/hooks.json")).unwrap();
+    assert_eq!(codex["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"], 3);
+    assert_eq!(codex["hooks"]["Stop"][0]["hooks"][0]["timeout"], 30);
+    let claude: serde_json::Value =
+        serde_json::from_str(file(&files, "claude-code/plugin-v1/hooks/hooks.json")).unwrap();
+    assert_eq!(claude["hooks"]["SessionEnd"][0]["hooks"][0]["timeout"], 30);
+}
+
 #[test]
 fn windows_rendering_uses_exe_and_backslashes() {
     let files = generate(&options(
@@ -409,7 +450,7 @@ fn windows_rendering_uses_exe_and_backslashes() {
         command = "C:\\ProgramData\\Relay\\bin\\relay-mcp.exe"
         args = ["--daemon-address", "http://127.0.0.1:47632"]
         startup_timeout_sec = 20
-        env_vars = ["HOME", "XDG_CONFIG_HOME", "RELAY_CLIENT_TOKEN", "RELAY_WORKER_ADVERTISE_ADDRESS", "RELAY_WORKER_PORT", "RELAY_EXTRA_CA_FILE", "RELAY_LOG", "RELAY_LOG_FORMAT", "SSL_CERT_FILE"]
+        env_vars = ["HOME", "XDG_CONFIG_HOME", "RELAY_CLIENT_TOKEN", "RELAY_WORKER_ADVERTISE_ADDRESS", "RELAY_WORKER_PORT", "RELAY_EXTRA_CA_FILE", "RELAY_LOG", "RELAY_LOG_FORMAT", "SSL_CERT_FILE", "NO_PROXY", "no_proxy"]
     "#]],
     );
     let pi = file(&files, "pi/extension-v1/index.ts");
