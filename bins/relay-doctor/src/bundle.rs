@@ -4,13 +4,17 @@
 //! [`check`] is pure: from the files read and the expected digest to a [`Report`]. Which
 //! files differ comes from the bundle's own manifest (`SHA256SUMS`); when the files agree
 //! with it but the digest does not, the manifest itself is the changed file.
+//! [`unsafe_entries`], pure too, adds what makes a bundle unfit to deploy read-only even when
+//! its bytes match: entries that are not plain files or directories, entries another user
+//! may change, and entries not every user can read.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context as _;
 use relay_identity::bundle::{
-    Difference, MANIFEST_PATH, bundle_digest, compare, hashes, parse_manifest, read_bundle_dir,
+    BundleEntry, Difference, EntryKind, MANIFEST_PATH, bundle_digest, compare, hashes,
+    parse_manifest, walk_bundle_dir,
 };
 
 /// The outcome of a check.
@@ -20,11 +24,24 @@ pub(crate) struct Report {
     pub(crate) actual: String,
     /// Empty exactly when the digests match.
     pub(crate) differences: Vec<Difference>,
+    /// What makes the bundle unsafe to deploy, by relative path, whatever its bytes.
+    pub(crate) unsafe_entries: Vec<(String, String)>,
 }
 
 impl Report {
+    /// The bytes match the digest.
     pub(crate) fn matches(&self) -> bool {
         self.expected == self.actual
+    }
+
+    /// The bytes match and nothing makes the bundle unsafe.
+    pub(crate) fn passed(&self) -> bool {
+        self.matches() && self.unsafe_entries.is_empty()
+    }
+
+    /// Only the manifest is named: the files it would have named cannot be.
+    fn only_the_manifest_is_named(&self) -> bool {
+        matches!(self.differences.as_slice(), [only] if only.path() == MANIFEST_PATH)
     }
 
     fn paths(&self, kind: &str) -> Vec<&str> {
@@ -36,26 +53,46 @@ impl Report {
     }
 
     pub(crate) fn to_json(&self) -> serde_json::Value {
+        let unsafe_entries: Vec<serde_json::Value> = self
+            .unsafe_entries
+            .iter()
+            .map(|(path, problem)| serde_json::json!({"path": path, "problem": problem}))
+            .collect();
         serde_json::json!({
-            "ok": self.matches(),
+            "ok": self.passed(),
             "expected_sha256": self.expected,
             "actual_sha256": self.actual,
             "missing": self.paths("missing"),
             "extra": self.paths("extra"),
             "changed": self.paths("changed"),
+            "unsafe": unsafe_entries,
         })
     }
 
     pub(crate) fn to_text(&self) -> String {
-        if self.matches() {
+        let mut text = if self.passed() {
             return format!("ok: the bundle matches sha256 {}\n", self.expected);
-        }
-        let mut text = format!(
-            "mismatch: expected sha256 {}, the bundle has {}\n",
-            self.expected, self.actual
-        );
+        } else if self.matches() {
+            format!(
+                "unsafe: the bundle's files match sha256 {}, but it is not safe to deploy\n",
+                self.expected
+            )
+        } else {
+            format!(
+                "mismatch: expected sha256 {}, the bundle has {}\n",
+                self.expected, self.actual
+            )
+        };
         for difference in &self.differences {
             text.push_str(&format!("{} {}\n", difference.kind(), difference.path()));
+        }
+        if self.only_the_manifest_is_named() {
+            text.push_str(&format!(
+                "(other files may differ too: {MANIFEST_PATH} is what names them)\n"
+            ));
+        }
+        for (path, problem) in &self.unsafe_entries {
+            text.push_str(&format!("unsafe {path}: {problem}\n"));
         }
         text
     }
@@ -68,6 +105,7 @@ pub(crate) fn check(files: &BTreeMap<String, Vec<u8>>, expected: &str) -> Report
         expected: expected.to_ascii_lowercase(),
         actual,
         differences: Vec::new(),
+        unsafe_entries: Vec::new(),
     };
     if report.matches() {
         return report;
@@ -96,18 +134,67 @@ pub(crate) fn check(files: &BTreeMap<String, Vec<u8>>, expected: &str) -> Report
     report
 }
 
-/// Reads `dir`, prints the report, and says whether the bundle matches.
+/// What makes a bundle unsafe to deploy read-only, whatever its bytes: an entry that is
+/// not a plain file or directory (a symbolic link could point anywhere), or whose name is
+/// not UTF-8; an entry a user other than its owner may change; one not every user can read
+/// (an agent run by another user would then run without Relay, and say nothing); and one
+/// owned by a user other than root and `euid`, who could change it. In byte order of the
+/// path.
+pub(crate) fn unsafe_entries(entries: &[BundleEntry], euid: u32) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for entry in entries {
+        let mut problems = Vec::new();
+        if !matches!(entry.kind, EntryKind::File | EntryKind::Dir) {
+            problems.push(format!(
+                "{}, which a bundle never holds",
+                entry.kind.describe()
+            ));
+        } else {
+            let readable = if entry.kind == EntryKind::Dir {
+                0o555
+            } else {
+                0o444
+            };
+            if entry.mode & 0o022 != 0 {
+                problems.push(format!(
+                    "writable by users other than its owner (mode {:04o})",
+                    entry.mode
+                ));
+            }
+            if entry.mode & readable != readable {
+                problems.push(format!(
+                    "not readable by every user (mode {:04o})",
+                    entry.mode
+                ));
+            }
+            if entry.uid != 0 && entry.uid != euid {
+                problems.push(format!("owned by uid {}, who can change it", entry.uid));
+            }
+        }
+        if !entry.utf8 {
+            problems.push("its name is not UTF-8".to_owned());
+        }
+        if !problems.is_empty() {
+            found.push((entry.path.clone(), problems.join("; ")));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Reads `dir`, prints the report, and says whether the bundle matches and is safe.
 pub(crate) fn run(dir: &Path, expected: &str, json: bool) -> anyhow::Result<bool> {
-    let files = read_bundle_dir(dir)
+    let walked = walk_bundle_dir(dir)
         .with_context(|| format!("reading the managed bundle {}", dir.display()))?;
-    let report = check(&files, expected);
+    let mut report = check(&walked.files, expected);
+    report.unsafe_entries = unsafe_entries(&walked.entries, relay_identity::store::current_euid());
     let text = if json {
         format!("{}\n", report.to_json())
     } else {
         report.to_text()
     };
     crate::print_report(&text)?;
-    Ok(report.matches())
+    Ok(report.passed())
 }
 
 #[cfg(test)]

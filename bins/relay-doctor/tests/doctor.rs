@@ -433,6 +433,51 @@ fn managed_bundle_check_reports_and_changes_nothing() {
     assert_eq!(absent.status.code(), Some(1), "{absent:?}");
 }
 
+/// A bundle whose bytes match can still be unfit to deploy: unreadable to other users (an
+/// agent they run would go without Relay, silently), writable by them, or holding a symbolic
+/// link. The check names each, exits 1, and changes nothing.
+#[test]
+fn managed_bundle_check_reports_what_makes_a_matching_bundle_unsafe() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle");
+    let digest = write_bundle(&bundle);
+    let path = bundle.to_str().unwrap();
+    fs::set_permissions(&bundle, fs::Permissions::from_mode(0o700)).unwrap();
+    let index = bundle.join("pi/extension-v1/index.ts");
+    fs::set_permissions(&index, fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", bundle.join("pi/extension-v1/link.ts")).unwrap();
+
+    let output = doctor(&[
+        "--managed-bundle",
+        path,
+        "--managed-bundle-sha256",
+        &digest,
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["expected_sha256"], report["actual_sha256"]);
+    assert_eq!(
+        report["unsafe"],
+        serde_json::json!([
+            {"path": ".", "problem": "not readable by every user (mode 0700)"},
+            {"path": "pi/extension-v1/index.ts", "problem": "writable by users other than its owner (mode 0666)"},
+            {"path": "pi/extension-v1/link.ts", "problem": "a symbolic link, which a bundle never holds"},
+        ])
+    );
+    let text_report = doctor(&["--managed-bundle", path, "--managed-bundle-sha256", &digest]);
+    assert_eq!(text_report.status.code(), Some(1));
+    assert!(
+        text(&text_report.stdout).starts_with("unsafe: the bundle's files match sha256"),
+        "{text_report:?}"
+    );
+    assert_eq!(
+        fs::metadata(&index).unwrap().permissions().mode() & 0o777,
+        0o666
+    );
+}
+
 /// A config base and system directory set up as a working client machine would be, with
 /// `token` in the token file, and the environment that goes with it.
 struct Machine {

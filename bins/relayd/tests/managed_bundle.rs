@@ -144,3 +144,86 @@ fn bin_dir_rules_exit_64_naming_the_rule() {
         assert!(!output.exists(), "nothing is written on a refusal");
     }
 }
+
+/// `relayd managed-bundle` run under `umask 077`, with `args` after the subcommand.
+fn relayd_under_umask_077(home: &Path, args: &[&str]) -> Output {
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg("umask 077 && exec \"$0\" managed-bundle \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_relayd"))
+        .args(args)
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap()
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Every user must read the bundle, whatever the administrator's umask: the directories
+/// relayd makes above it, an empty directory it fills, and everything inside are 0755 and
+/// 0644. Otherwise an agent run by another user goes without Relay, and says nothing.
+#[test]
+fn every_user_can_read_the_bundle_whatever_the_umask() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let fresh = dir.path().join("new/parents/bundle");
+    let out = relayd_under_umask_077(
+        &home,
+        &args(fresh.to_str().unwrap(), "http://127.0.0.1:47632"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for path in [
+        dir.path().join("new"),
+        dir.path().join("new/parents"),
+        fresh.clone(),
+    ] {
+        assert_eq!(mode(&path), 0o755, "{}", path.display());
+    }
+    assert_eq!(mode(&fresh.join("pi/extension-v1")), 0o755);
+    assert_eq!(mode(&fresh.join("pi/extension-v1/index.ts")), 0o644);
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let out = relayd_under_umask_077(
+        &home,
+        &args(empty.to_str().unwrap(), "http://127.0.0.1:47632"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(mode(&empty), 0o755);
+}
+
+/// A fixed path that is a symbolic link to the bundle (a versioned deployment) is judged
+/// by the directory it points at: the same bundle is left alone, exit 0.
+#[test]
+fn a_link_to_the_same_bundle_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let versioned = dir.path().join("bundle-v1");
+    let first = relayd(
+        &home,
+        &args(versioned.to_str().unwrap(), "http://127.0.0.1:47632"),
+    );
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let link = dir.path().join("current");
+    std::os::unix::fs::symlink(&versioned, &link).unwrap();
+    let again = relayd(
+        &home,
+        &args(link.to_str().unwrap(), "http://127.0.0.1:47632"),
+    );
+    assert_eq!(again.status.code(), Some(0), "{again:?}");
+    assert_eq!(text(&again.stdout), text(&first.stdout));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}

@@ -159,53 +159,151 @@ pub enum BundleReadError {
 /// links and other special files are refused rather than followed: a deployed bundle holds
 /// none.
 pub fn read_bundle_dir(dir: &Path) -> Result<BTreeMap<String, Vec<u8>>, BundleReadError> {
-    let mut files = BTreeMap::new();
+    let walked = walk_bundle_dir(dir)?;
+    match walked
+        .entries
+        .into_iter()
+        .find(|entry| entry.kind != EntryKind::File && entry.kind != EntryKind::Dir || !entry.utf8)
+    {
+        Some(entry) if !entry.utf8 => Err(BundleReadError::NotUtf8 { path: entry.full }),
+        Some(entry) => Err(BundleReadError::NotRegular { path: entry.full }),
+        None => Ok(walked.files),
+    }
+}
+
+/// What a walk of a bundle directory found: its regular files, and every entry (the
+/// directory itself first, as `.`) with its kind, mode and owner.
+#[derive(Debug, Default)]
+pub struct BundleDir {
+    /// Every regular file with a UTF-8 name, as `/`-separated relative path → bytes.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// Every entry, files included, never followed through a symbolic link.
+    pub entries: Vec<BundleEntry>,
+}
+
+/// One entry of a bundle directory.
+#[derive(Debug, Clone)]
+pub struct BundleEntry {
+    /// The `/`-separated relative path (`.` for the directory itself), with a name that is
+    /// not UTF-8 shown lossily.
+    pub path: String,
+    /// The full path.
+    pub full: PathBuf,
+    /// What it is.
+    pub kind: EntryKind,
+    /// Whether its name is UTF-8 (a bundle's names all are).
+    pub utf8: bool,
+    /// Its permission bits (`0o7777`); 0 where the platform has none.
+    pub mode: u32,
+    /// Its owner's uid; 0 where the platform has none.
+    pub uid: u32,
+}
+
+/// The kind of a bundle entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (never followed).
+    Symlink,
+    /// A FIFO, socket or device.
+    Special,
+}
+
+impl EntryKind {
+    /// How a person would name it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            EntryKind::File => "a file",
+            EntryKind::Dir => "a directory",
+            EntryKind::Symlink => "a symbolic link",
+            EntryKind::Special => "a special file",
+        }
+    }
+}
+
+/// Walks `dir` without following symbolic links: reads every regular file with a UTF-8
+/// name and lists every entry. Fails only when something cannot be read at all, a file is
+/// larger than any bundle file, or there are more files than any bundle holds.
+pub fn walk_bundle_dir(dir: &Path) -> Result<BundleDir, BundleReadError> {
+    let mut walked = BundleDir::default();
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BundleReadError::Io { path, source }
+    };
+    let root = std::fs::metadata(dir).map_err(io(dir))?;
+    walked
+        .entries
+        .push(entry(".".to_owned(), dir.to_path_buf(), &root, true));
     let mut pending: Vec<(PathBuf, String)> = vec![(dir.to_path_buf(), String::new())];
     while let Some((current, prefix)) = pending.pop() {
-        let entries = std::fs::read_dir(&current).map_err(|source| BundleReadError::Io {
-            path: current.clone(),
-            source,
-        })?;
-        for entry in entries {
-            let entry = entry.map_err(|source| BundleReadError::Io {
-                path: current.clone(),
-                source,
-            })?;
-            let path = entry.path();
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                return Err(BundleReadError::NotUtf8 { path });
-            };
+        for dir_entry in std::fs::read_dir(&current).map_err(io(&current))? {
+            let dir_entry = dir_entry.map_err(io(&current))?;
+            let path = dir_entry.path();
+            let name = dir_entry.file_name();
+            let utf8 = name.to_str().is_some();
+            let name = name.to_string_lossy();
             let relative = if prefix.is_empty() {
-                name
+                name.into_owned()
             } else {
                 format!("{prefix}/{name}")
             };
-            let meta = std::fs::symlink_metadata(&path).map_err(|source| BundleReadError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            if meta.is_dir() {
-                pending.push((path, relative));
-            } else if meta.is_file() {
-                if meta.len() > MAX_FILE_BYTES {
-                    return Err(BundleReadError::TooLarge { path });
+            let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+            let found = entry(relative.clone(), path.clone(), &meta, utf8);
+            let kind = found.kind;
+            walked.entries.push(found);
+            if !utf8 {
+                continue;
+            }
+            match kind {
+                EntryKind::Dir => pending.push((path, relative)),
+                EntryKind::File => {
+                    if meta.len() > MAX_FILE_BYTES {
+                        return Err(BundleReadError::TooLarge { path });
+                    }
+                    if walked.files.len() >= MAX_FILES {
+                        return Err(BundleReadError::TooManyFiles {
+                            dir: dir.to_path_buf(),
+                        });
+                    }
+                    let bytes = std::fs::read(&path).map_err(io(&path))?;
+                    walked.files.insert(relative, bytes);
                 }
-                if files.len() >= MAX_FILES {
-                    return Err(BundleReadError::TooManyFiles {
-                        dir: dir.to_path_buf(),
-                    });
-                }
-                let bytes = std::fs::read(&path).map_err(|source| BundleReadError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                files.insert(relative, bytes);
-            } else {
-                return Err(BundleReadError::NotRegular { path });
+                EntryKind::Symlink | EntryKind::Special => {}
             }
         }
     }
-    Ok(files)
+    Ok(walked)
+}
+
+fn entry(path: String, full: PathBuf, meta: &std::fs::Metadata, utf8: bool) -> BundleEntry {
+    let file_type = meta.file_type();
+    let kind = if file_type.is_symlink() {
+        EntryKind::Symlink
+    } else if file_type.is_dir() {
+        EntryKind::Dir
+    } else if file_type.is_file() {
+        EntryKind::File
+    } else {
+        EntryKind::Special
+    };
+    #[cfg(unix)]
+    let (mode, uid) = {
+        use std::os::unix::fs::MetadataExt as _;
+        (meta.mode() & 0o7777, meta.uid())
+    };
+    #[cfg(not(unix))]
+    let (mode, uid) = (0, 0);
+    BundleEntry {
+        path,
+        full,
+        kind,
+        utf8,
+        mode,
+        uid,
+    }
 }
 
 #[cfg(test)]

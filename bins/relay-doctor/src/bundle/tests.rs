@@ -85,3 +85,71 @@ fn a_missing_or_garbled_manifest_is_named() {
         vec![Difference::Missing(MANIFEST_PATH.into())]
     );
 }
+
+fn entry(path: &str, kind: EntryKind, mode: u32, uid: u32) -> BundleEntry {
+    BundleEntry {
+        path: path.to_owned(),
+        full: std::path::PathBuf::from("/opt/bundle").join(path),
+        kind,
+        utf8: true,
+        mode,
+        uid,
+    }
+}
+
+#[test]
+fn a_bundle_root_owns_and_everyone_reads_is_safe() {
+    let entries = [
+        entry(".", EntryKind::Dir, 0o755, 0),
+        entry("pi", EntryKind::Dir, 0o555, 0),
+        entry("pi/index.ts", EntryKind::File, 0o644, 0),
+        entry("SHA256SUMS", EntryKind::File, 0o444, 1000),
+    ];
+    // uid 1000 runs the check: its own files are its to change anyway.
+    assert_eq!(unsafe_entries(&entries, 1000), Vec::new());
+}
+
+#[test]
+fn what_another_user_could_change_or_not_read_is_unsafe() {
+    let mut not_utf8 = entry("b\u{fffd}d", EntryKind::File, 0o644, 0);
+    not_utf8.utf8 = false;
+    let entries = [
+        entry(".", EntryKind::Dir, 0o700, 0),
+        entry("pi", EntryKind::Dir, 0o777, 0),
+        entry("pi/index.ts", EntryKind::File, 0o666, 0),
+        entry("pi/theirs.ts", EntryKind::File, 0o644, 65534),
+        entry("pi/link.ts", EntryKind::Symlink, 0o777, 0),
+        entry("pi/fifo", EntryKind::Special, 0o644, 0),
+        not_utf8,
+    ];
+    let found = unsafe_entries(&entries, 0);
+    let expected: Vec<(String, String)> = [
+        (".", "not readable by every user (mode 0700)"),
+        ("b\u{fffd}d", "its name is not UTF-8"),
+        ("pi", "writable by users other than its owner (mode 0777)"),
+        ("pi/fifo", "a special file, which a bundle never holds"),
+        (
+            "pi/index.ts",
+            "writable by users other than its owner (mode 0666)",
+        ),
+        ("pi/link.ts", "a symbolic link, which a bundle never holds"),
+        ("pi/theirs.ts", "owned by uid 65534, who can change it"),
+    ]
+    .into_iter()
+    .map(|(p, w)| (p.to_owned(), w.to_owned()))
+    .collect();
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn a_bundle_without_its_manifest_says_other_files_may_differ() {
+    let (mut files, digest) = bundle();
+    files.remove(MANIFEST_PATH);
+    files.insert("b/two.toml".to_owned(), b"x = 2\n".to_vec());
+    let text = check(&files, &digest).to_text();
+    assert!(text.contains("missing SHA256SUMS\n"), "{text}");
+    assert!(
+        text.contains("(other files may differ too: SHA256SUMS is what names them)"),
+        "{text}"
+    );
+}

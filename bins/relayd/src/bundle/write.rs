@@ -54,7 +54,9 @@ pub(crate) fn write_bundle(
         return Ok(outcome);
     }
     if output.exists() {
-        // An existing empty directory: fill it in place.
+        // An existing empty directory: fill it in place, readable by every user whatever
+        // the umask it was made with.
+        set_permissions(output, 0o755)?;
         write_files(output, files)?;
         return Ok(WriteOutcome::Written);
     }
@@ -62,7 +64,7 @@ pub(crate) fn write_bundle(
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&parent).map_err(io(&parent))?;
+    create_missing_dirs(&parent)?;
     let name = output
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -87,9 +89,11 @@ pub(crate) fn write_bundle(
     }
 }
 
-/// `Some` when `output` exists and is not an empty directory: identical, or an error.
+/// `Some` when `output` exists and is not an empty directory: identical, or an error. A
+/// symbolic link is judged by the directory it points at (deployments often point a fixed
+/// path at a versioned bundle).
 fn check_existing(output: &Path, files: &[BundleFile]) -> Result<Option<WriteOutcome>, WriteError> {
-    let meta = match std::fs::symlink_metadata(output) {
+    let meta = match std::fs::metadata(output) {
         Ok(meta) => meta,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {
@@ -148,6 +152,30 @@ fn write_files(root: &Path, files: &[BundleFile]) -> Result<(), WriteError> {
         handle.sync_all().map_err(io(&path))?;
         // The umask may have taken bits away: every user must be able to read the bundle.
         set_permissions(&path, 0o644)?;
+    }
+    Ok(())
+}
+
+/// Creates `dir` and the directories above it that are missing, each 0755 whatever the
+/// umask: a directory that only its owner may enter would hide the bundle from every agent
+/// run by another user.
+fn create_missing_dirs(dir: &Path) -> Result<(), WriteError> {
+    let mut missing = Vec::new();
+    let mut current = Some(dir);
+    while let Some(path) = current
+        && !path.as_os_str().is_empty()
+        && !path.exists()
+    {
+        missing.push(path);
+        current = path.parent();
+    }
+    for path in missing.into_iter().rev() {
+        match std::fs::create_dir(path) {
+            Ok(()) => set_permissions(path, 0o755)?,
+            // Another run made it meanwhile.
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(io(path)(source)),
+        }
     }
     Ok(())
 }
