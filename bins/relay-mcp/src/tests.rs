@@ -41,7 +41,10 @@ fn the_worker_inherits_no_proxy_and_not_the_credential() {
         .with(names::NO_PROXY_LOWER, "127.0.0.1")
         .with(names::HOME, "/home/ann")
         .with(names::RELAY_CLIENT_TOKEN, "secret")
-        .with(names::ANTHROPIC_CUSTOM_HEADERS, "x-relay-client-token: secret")
+        .with(
+            names::ANTHROPIC_CUSTOM_HEADERS,
+            "x-relay-client-token: secret",
+        )
         .with("HTTPS_PROXY", "http://proxy.invalid:3128");
     let paths = relay_identity::StatePaths::from_base("/home/ann/.config/relay");
     let launcher = crate::launch::Launcher::new(&env, "http://127.0.0.1:47632".into(), &paths);
