@@ -221,21 +221,28 @@ pub fn upstream_target(
     request: &Uri,
 ) -> Result<UpstreamTarget, TargetError> {
     let path = request.path();
-    let selected = match selected_base {
-        Some(text) => {
-            let base = BaseUrl::parse(text).map_err(|_| TargetError::NotAllowed(text.into()))?;
-            if !config.allowed_base_urls.contains(&base) {
-                return Err(TargetError::NotAllowed(text.into()));
-            }
-            Some(base)
-        }
-        None => None,
-    };
     let family_kind = match family {
         ModelFamily::Fixed(f) => f,
         ModelFamily::ChatGptCodex => Family::OpenAi,
         ModelFamily::Models if headers.anthropic_version => Family::Anthropic,
         ModelFamily::Models => Family::OpenAi,
+    };
+    let configured = match family_kind {
+        Family::Anthropic => &config.anthropic_base_url,
+        Family::OpenAi => &config.openai_base_url,
+    };
+    // The family's configured base may be named too (pi names its provider's base on every
+    // request): it is where the request would go anyway. It still counts as selected for
+    // the rules that care (no daemon key, no ChatGPT routing).
+    let selected = match selected_base {
+        Some(text) => {
+            let base = BaseUrl::parse(text).map_err(|_| TargetError::NotAllowed(text.into()))?;
+            if base != *configured && !config.allowed_base_urls.contains(&base) {
+                return Err(TargetError::NotAllowed(text.into()));
+            }
+            Some(base)
+        }
+        None => None,
     };
     let chatgpt = family == ModelFamily::ChatGptCodex
         || (family_kind == Family::OpenAi
@@ -255,10 +262,7 @@ pub fn upstream_target(
             concat(config.chatgpt_codex_base_url.path(), rest),
         )
     } else {
-        let base = selected.as_ref().unwrap_or(match family_kind {
-            Family::Anthropic => &config.anthropic_base_url,
-            Family::OpenAi => &config.openai_base_url,
-        });
+        let base = selected.as_ref().unwrap_or(configured);
         let joined = match family_kind {
             Family::Anthropic => {
                 // `/models` is OpenAI's spelling; Anthropic serves models under /v1.

@@ -207,6 +207,46 @@ fn selected_bases_must_be_allowed() {
     );
 }
 
+/// pi names its provider's base on every request; naming the family's configured base is
+/// allowed without listing it, and still counts as selected (so no daemon key is added).
+/// The other family's configured base is not the family's own, and stays refused.
+#[test]
+fn the_configured_base_of_the_family_may_be_named() {
+    let c = config("https://api.openai.com/v1", "https://api.anthropic.com");
+    let named = target(
+        &c,
+        &Method::POST,
+        "/v1/messages",
+        &[],
+        Some("https://api.anthropic.com/"),
+    )
+    .unwrap();
+    assert_eq!(named.base, UpstreamBase::Selected);
+    assert_eq!(named.uri.to_string(), "https://api.anthropic.com/v1/messages");
+    let openai = target(
+        &c,
+        &Method::POST,
+        "/v1/chat/completions",
+        &[],
+        Some("https://api.openai.com/v1"),
+    )
+    .unwrap();
+    assert_eq!(
+        openai.uri.to_string(),
+        "https://api.openai.com/v1/chat/completions"
+    );
+    assert!(matches!(
+        target(
+            &c,
+            &Method::POST,
+            "/v1/messages",
+            &[],
+            Some("https://api.openai.com/v1")
+        ),
+        Err(TargetError::NotAllowed(_))
+    ));
+}
+
 #[test]
 fn classification() {
     assert_eq!(PathClass::classify(&Method::HEAD, "/"), PathClass::HeadRoot);
