@@ -273,6 +273,7 @@ pub fn upstream_target(
                 };
                 concat(base.path(), path)
             }
+            Family::OpenAi if selected.is_some() => join_selected_openai(base.path(), path),
             Family::OpenAi => join_openai(base.path(), path),
         };
         (base, joined)
@@ -320,6 +321,16 @@ fn join_openai<'a>(base_path: &str, path: &'a str) -> Cow<'a, str> {
     match (base_path.strip_suffix("/v1"), path.starts_with("/v1/")) {
         (Some(before_v1), true) => concat(before_v1, path),
         (None, false) => Cow::Owned(format!("{base_path}/v1{path}")),
+        _ => concat(base_path, path),
+    }
+}
+
+/// A base the caller named (pi's provider base) is the one it would call without Relay,
+/// with its own path after it: a `/v1` both carry is given once, and none is added, so an
+/// OpenAI-compatible base such as `…/v1beta/openai` gets `…/v1beta/openai/chat/completions`.
+fn join_selected_openai<'a>(base_path: &str, path: &'a str) -> Cow<'a, str> {
+    match (base_path.strip_suffix("/v1"), path.starts_with("/v1/")) {
+        (Some(before_v1), true) => concat(before_v1, path),
         _ => concat(base_path, path),
     }
 }

@@ -207,6 +207,47 @@ fn selected_bases_must_be_allowed() {
     );
 }
 
+/// A base the caller names is joined as the caller would join it: a shared `/v1` once, and
+/// no `/v1` added to a base without one (the configured base of the same shape gets one).
+#[test]
+fn a_named_base_gets_the_path_as_its_caller_would_send_it() {
+    let mut c = config("https://api.openai.com/v1", "https://api.anthropic.com");
+    c.allowed_base_urls = vec![
+        BaseUrl::parse("https://gemini.test/v1beta/openai").unwrap(),
+        BaseUrl::parse("https://compat.test/v1").unwrap(),
+    ];
+    let named = |base: &str, path: &str| {
+        target(&c, &Method::POST, path, &[], Some(base))
+            .unwrap()
+            .uri
+            .to_string()
+    };
+    assert_eq!(
+        named("https://gemini.test/v1beta/openai", "/chat/completions"),
+        "https://gemini.test/v1beta/openai/chat/completions"
+    );
+    assert_eq!(
+        named("https://gemini.test/v1beta/openai", "/responses"),
+        "https://gemini.test/v1beta/openai/responses"
+    );
+    assert_eq!(
+        named("https://compat.test/v1", "/v1/chat/completions"),
+        "https://compat.test/v1/chat/completions"
+    );
+    assert_eq!(
+        named("https://compat.test/v1", "/chat/completions"),
+        "https://compat.test/v1/chat/completions"
+    );
+    let configured = config(
+        "https://gemini.test/v1beta/openai",
+        "https://api.anthropic.com",
+    );
+    assert_eq!(
+        url(&configured, &Method::POST, "/chat/completions", &[]),
+        "https://gemini.test/v1beta/openai/v1/chat/completions"
+    );
+}
+
 /// pi names its provider's base on every request; naming the family's configured base is
 /// allowed without listing it, and still counts as selected (so no daemon key is added).
 /// The other family's configured base is not the family's own, and stays refused.
@@ -222,7 +263,10 @@ fn the_configured_base_of_the_family_may_be_named() {
     )
     .unwrap();
     assert_eq!(named.base, UpstreamBase::Selected);
-    assert_eq!(named.uri.to_string(), "https://api.anthropic.com/v1/messages");
+    assert_eq!(
+        named.uri.to_string(),
+        "https://api.anthropic.com/v1/messages"
+    );
     let openai = target(
         &c,
         &Method::POST,
