@@ -35,7 +35,7 @@ const LIFECYCLE_SOURCE: &str = "crates/relay-logging/src/lifecycle.rs";
 const PROVIDER_FAILURE_SOURCE: &str = "crates/relay-logging/src/rate_limit.rs";
 
 /// Every environment variable a Relay binary reads: name, who reads it, what it does.
-pub(crate) const ENVIRONMENT: [(&str, &str, &str); 23] = [
+pub(crate) const ENVIRONMENT: [(&str, &str, &str); 25] = [
     (
         "RELAY_CLIENT_TOKEN",
         "relay-mcp, relay-hook, relay-doctor",
@@ -120,6 +120,16 @@ pub(crate) const ENVIRONMENT: [(&str, &str, &str); 23] = [
         "ProgramData",
         "all binaries (Windows)",
         "The parent of the system configuration directory, `%ProgramData%\\relay`.",
+    ),
+    (
+        "NO_PROXY",
+        "relayd, relay-worker, relay-doctor",
+        "Hosts that `[upstream] proxy_url` is not used for (`no_proxy` when unset); relay-mcp passes both spellings to the worker.",
+    ),
+    (
+        "no_proxy",
+        "relayd, relay-worker, relay-doctor",
+        "`NO_PROXY` as many tools spell it; read when `NO_PROXY` is unset.",
     ),
     (
         "SSL_CERT_FILE",
