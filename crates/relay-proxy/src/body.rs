@@ -121,6 +121,8 @@ enum RequestInner {
         idle: IdleTimer,
         /// Held while the body is: see [`Upload`].
         held: Arc<()>,
+        /// The body is an HTTP/2 stream's, whose end must be its END_STREAM flag.
+        http2: bool,
     },
 }
 
@@ -178,8 +180,20 @@ impl RequestBody {
                 limit,
                 idle: IdleTimer::new(idle),
                 held: Arc::new(()),
+                http2: false,
             },
         }
+    }
+
+    /// Says which HTTP version the body comes over. hyper ends an HTTP/2 request body
+    /// cleanly when the client resets the stream with `NO_ERROR` (an early response, in
+    /// HTTP/2's terms), so a body cut off by a reset would otherwise reach the provider as
+    /// a complete request; over HTTP/2, a body that ends without END_STREAM fails instead.
+    pub fn over(mut self, version: http::Version) -> RequestBody {
+        if let RequestInner::Streaming { http2, .. } = &mut self.inner {
+            *http2 = version == http::Version::HTTP_2;
+        }
+        self
     }
 
     /// The same body to send again: the chunks of it already read (`read`, in order), then
@@ -224,8 +238,9 @@ impl Body for RequestBody {
                 remaining,
                 limit,
                 idle,
+                http2,
                 ..
-            } => match Pin::new(incoming).poll_frame(cx) {
+            } => match Pin::new(&mut *incoming).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     idle.touch();
                     if let Some(data) = frame.data_ref() {
@@ -238,6 +253,12 @@ impl Body for RequestBody {
                     Poll::Ready(Some(Ok(frame)))
                 }
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Transport(e.into())))),
+                // h2 tells a stream that ended with END_STREAM from one that was reset.
+                Poll::Ready(None) if *http2 && !incoming.is_end_stream() => {
+                    Poll::Ready(Some(Err(BodyError::Transport(
+                        "the client reset the stream before the body's end".into(),
+                    ))))
+                }
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => idle.poll_expired(cx).map(|e| Some(Err(e))),
             },

@@ -163,6 +163,7 @@ impl Prologue<'_> {
             RequestBody::empty()
         } else {
             RequestBody::streaming(incoming, self.max_body_bytes, self.stream_idle)
+                .over(parts.version)
         };
         Checked {
             parts,

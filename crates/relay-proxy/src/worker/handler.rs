@@ -280,7 +280,9 @@ impl WorkerHandler {
         if content_length(req.headers()).is_some_and(|len| len > limit) {
             return payload_too_large(limit);
         }
-        let body = RequestBody::streaming(req.into_body(), limit, self.limits.stream_idle);
+        let version = req.version();
+        let body =
+            RequestBody::streaming(req.into_body(), limit, self.limits.stream_idle).over(version);
         let bytes = match body.collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(BodyError::TooLarge { limit }) => return payload_too_large(limit),

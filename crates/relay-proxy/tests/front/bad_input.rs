@@ -746,3 +746,66 @@ async fn websocket_wrong_methods_and_unknown_paths_are_refused_with_json() {
     }
     assert!(!tripwire.was_touched().await);
 }
+
+/// An HTTP/2 client that resets its stream with `NO_ERROR` part-way through a body of
+/// unknown length has not sent a complete request, and the provider must not get one: hyper
+/// ends such a body as if it were whole, so the reset must be told from END_STREAM.
+#[tokio::test]
+async fn an_http2_body_cut_off_by_a_reset_never_reaches_the_provider_whole() {
+    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let relay = Setup::new(&format!("http://{}", provider.local_addr().unwrap()))
+        .start()
+        .await;
+    let tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let req = http::Request::builder()
+        .method(Method::POST)
+        .uri(relay.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    let (_answer, mut upload) = client.send_request(req, false).unwrap();
+    upload
+        .send_data(Bytes::from_static(b"{\"model\":\"truncated-"), false)
+        .unwrap();
+
+    // The provider gets the head and the first bytes; then the client resets the stream.
+    let (mut upstream, _) = tokio::time::timeout(WAIT, provider.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut received = Vec::new();
+    while !received.windows(10).any(|w| w == b"truncated-") {
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(
+            WAIT,
+            tokio::io::AsyncReadExt::read(&mut upstream, &mut chunk),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_ne!(n, 0, "the request ended early: {received:?}");
+        received.extend_from_slice(&chunk[..n]);
+    }
+    upload.send_reset(h2::Reason::NO_ERROR);
+
+    // The provider's connection ends without the terminating chunk.
+    let mut rest = Vec::new();
+    tokio::time::timeout(
+        WAIT,
+        tokio::io::AsyncReadExt::read_to_end(&mut upstream, &mut rest),
+    )
+    .await
+    .unwrap()
+    .ok();
+    received.extend_from_slice(&rest);
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.contains("transfer-encoding: chunked"), "{text}");
+    assert!(
+        !text.ends_with("0\r\n\r\n"),
+        "the provider got a complete request: {text}"
+    );
+}
