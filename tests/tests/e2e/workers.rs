@@ -506,3 +506,68 @@ async fn with_the_default_activation_wait_an_early_request_waits_for_the_worker(
     drop(mcp);
     Ok(())
 }
+
+/// A body sent in pieces, of a length it does not declare: HTTP/2 then sends no
+/// `content-length`.
+struct Pieces(std::collections::VecDeque<bytes::Bytes>);
+
+impl hyper::body::Body for Pieces {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(
+            self.0
+                .pop_front()
+                .map(|piece| Ok(hyper::body::Frame::data(piece))),
+        )
+    }
+}
+
+/// An HTTP/2 client's body of unknown length reaches the provider through the worker whole.
+/// The hop to the worker is HTTP/1.1, where such a body goes chunked; sent with the
+/// client's HTTP/2 version, hyper's HTTP/1 client had sent it empty.
+#[tokio::test]
+async fn an_http2_body_of_unknown_length_reaches_the_provider_through_the_worker_whole()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let user = user_for(&stand_in)?;
+    let (relayd, token, _mcp, worker) = with_a_ready_worker(
+        Relayd::builder()?.config(worker_config(&stand_in, "")),
+        &user,
+    )
+    .await?;
+    let marker = marker("h2-body")?;
+    let pieces = [
+        r#"{"model":"m","max_tokens":16,"#.to_owned(),
+        format!(r#""messages":[{{"role":"user","content":"{marker}"}}]}}"#),
+    ];
+    let whole = pieces.concat();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Pieces>();
+    let req = http::Request::post(format!("http://{}/v1/messages", relayd.addr()))
+        .header("x-relay-client-token", &token)
+        .header("x-api-key", "sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(Pieces(pieces.into_iter().map(bytes::Bytes::from).collect()))?;
+    let res = client.request(req).await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let id = stand_in_id(res.headers())?;
+    http_body_util::BodyExt::collect(res.into_body()).await?;
+    let recorded = stand_in
+        .request(id)
+        .ok_or_else(|| anyhow::anyhow!("the stand-in did not record the request"))?;
+    assert!(recorded.body_complete);
+    assert_eq!(recorded.body, whole.as_bytes());
+    assert!(procfs::owns_connection(
+        worker,
+        recorded.peer,
+        stand_in.addr()
+    ));
+    Ok(())
+}

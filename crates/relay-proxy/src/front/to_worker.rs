@@ -31,6 +31,10 @@ impl Front {
         if let Some(path) = req.uri().path_and_query() {
             *req.uri_mut() = http::Uri::from(path.clone());
         }
+        // The worker hop is HTTP/1.1, whatever the client spoke: hyper's HTTP/1 client frames
+        // a body of unknown length as chunked only in an HTTP/1.1 request, and would send an
+        // HTTP/2 client's streamed body as an empty one.
+        *req.version_mut() = http::Version::HTTP_11;
         if let Ok(host) = HeaderValue::from_str(&worker.endpoint) {
             req.headers_mut().insert(header::HOST, host);
         }
