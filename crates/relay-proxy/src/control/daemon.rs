@@ -25,14 +25,62 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::client::encode_fields;
 use super::wire::{Transport, TransportError, ws_config};
+use crate::per_address::{Hold, PerAddress};
 use crate::body::ResponseBody;
 use crate::shell::{Outbound, Shell};
 
-/// Control sessions that may be in their handshake at once, across the daemon and from
-/// every peer, loopback included: between the upgrade and the handshake's end (the
+/// Control sessions that may be in their handshake at once from loopback peers, and as many
+/// again from all other peers together: between the upgrade and the handshake's end (the
 /// registration handed to the broker, or a refusal). Each phase of a handshake ends within
 /// the challenge lifetime, so a peer that never answers holds its place for at most two.
+/// The two pools are apart so that remote peers holding handshakes open can never lock the
+/// machine's own users out.
 pub const MAX_HANDSHAKES: usize = 64;
+
+/// Handshakes one non-loopback address may have at once, so that a few addresses cannot
+/// take every remote place.
+pub const MAX_HANDSHAKES_PER_ADDRESS: u64 = 4;
+
+/// The places for control sessions in their handshake.
+struct HandshakePlaces {
+    local: Arc<tokio::sync::Semaphore>,
+    remote: Arc<tokio::sync::Semaphore>,
+    per_address: Arc<PerAddress>,
+}
+
+/// One handshake's place, given back when it drops.
+struct HandshakePlace {
+    _pool: tokio::sync::OwnedSemaphorePermit,
+    _address: Option<Hold>,
+}
+
+impl HandshakePlaces {
+    fn new() -> HandshakePlaces {
+        HandshakePlaces {
+            local: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
+            remote: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
+            per_address: PerAddress::new("control handshakes per address"),
+        }
+    }
+
+    /// A place for a handshake from `ip`, or `None` when its pool, or its address's share
+    /// of the remote pool, is full.
+    fn take(&self, ip: IpAddr) -> Option<HandshakePlace> {
+        if ip.is_loopback() {
+            let pool = self.local.clone().try_acquire_owned().ok()?;
+            return Some(HandshakePlace {
+                _pool: pool,
+                _address: None,
+            });
+        }
+        let address = self.per_address.hold(ip, 1, MAX_HANDSHAKES_PER_ADDRESS)?;
+        let pool = self.remote.clone().try_acquire_owned().ok()?;
+        Some(HandshakePlace {
+            _pool: pool,
+            _address: Some(address),
+        })
+    }
+}
 
 /// Everything the daemon's control plane needs, fixed at start-up.
 pub struct ControlOptions {
@@ -69,8 +117,8 @@ pub struct ControlPlane {
     handshakes: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
     /// Open sessions per non-loopback address.
     sessions_per_ip: Mutex<HashMap<IpAddr, u32>>,
-    /// Places for sessions in their handshake, at most [`MAX_HANDSHAKES`].
-    handshaking: Arc<tokio::sync::Semaphore>,
+    /// Places for sessions in their handshake.
+    handshaking: HandshakePlaces,
     tasks: Mutex<JoinSet<()>>,
 }
 
@@ -114,7 +162,7 @@ impl ControlPlane {
             next_conn: AtomicU64::new(1),
             handshakes: Mutex::new(HashMap::new()),
             sessions_per_ip: Mutex::new(HashMap::new()),
-            handshaking: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
+            handshaking: HandshakePlaces::new(),
             tasks: Mutex::new(JoinSet::new()),
         })
     }
@@ -172,9 +220,9 @@ impl ControlPlane {
         if let Some(refused) = self.refuse_over_rate(ip, role) {
             return refused;
         }
-        // The place is taken before the upgrade is answered, so a peer holding handshakes
-        // open cannot make the daemon keep more than MAX_HANDSHAKES of them.
-        let Ok(handshaking) = self.handshaking.clone().try_acquire_owned() else {
+        // The place is taken before the upgrade is answered, so peers holding handshakes
+        // open cannot make the daemon keep more than its places.
+        let Some(handshaking) = self.handshaking.take(ip) else {
             let retry_after = self.options.challenge_ttl.as_secs().max(1);
             tracing::warn!(
                 event = "control_upgrade_refused",
@@ -288,7 +336,7 @@ impl ControlPlane {
         mut transport: Transport<S>,
         role: Role,
         peer: SocketAddr,
-        handshaking: tokio::sync::OwnedSemaphorePermit,
+        handshaking: HandshakePlace,
     ) where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {

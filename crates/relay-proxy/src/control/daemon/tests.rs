@@ -122,3 +122,36 @@ async fn a_remote_address_past_its_handshakes_per_window_gets_429_and_is_counted
         "{text}"
     );
 }
+
+/// Two remote addresses holding every handshake they can (the attack that locked every
+/// client out, loopback included) get a few places each; loopback keeps all of its own, and
+/// each place comes back when its handshake ends.
+#[test]
+fn remote_peers_holding_handshakes_cannot_lock_out_loopback_or_other_addresses() {
+    let places = HandshakePlaces::new();
+    let attackers: [IpAddr; 2] = ["10.77.2.2".parse().unwrap(), "10.77.2.3".parse().unwrap()];
+    let mut held = Vec::new();
+    for ip in attackers {
+        while let Some(place) = places.take(ip) {
+            held.push(place);
+            assert!(held.len() <= 2 * MAX_HANDSHAKES_PER_ADDRESS as usize);
+        }
+    }
+    assert_eq!(held.len(), 2 * MAX_HANDSHAKES_PER_ADDRESS as usize);
+    let legitimate: IpAddr = "10.77.1.5".parse().unwrap();
+    assert!(places.take(legitimate).is_some());
+    let loopback: Vec<HandshakePlace> = (0..MAX_HANDSHAKES)
+        .map(|_| places.take(IpAddr::from([127, 0, 0, 1])).unwrap())
+        .collect();
+    assert!(places.take(IpAddr::from([127, 0, 0, 1])).is_none());
+    drop(loopback);
+    assert!(places.take(IpAddr::from([127, 0, 0, 1])).is_some());
+
+    // Many addresses together still fill only the remote pool.
+    let many: Vec<HandshakePlace> = (0..=255u8)
+        .filter_map(|last| places.take(IpAddr::from([10, 9, 0, last])))
+        .collect();
+    assert_eq!(many.len() + held.len(), MAX_HANDSHAKES);
+    drop(held);
+    assert!(places.take(attackers[0]).is_some());
+}
