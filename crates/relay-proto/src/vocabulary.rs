@@ -103,6 +103,8 @@ pub enum DisconnectReason {
     PeerClosed,
     /// A malformed or unexpected message, or a failed send.
     CommunicationFailed,
+    /// The connection broke without a close: the peer was killed, or the network failed.
+    ConnectionLost,
 }
 
 impl DisconnectReason {
@@ -110,7 +112,10 @@ impl DisconnectReason {
     pub fn for_mcp(self) -> McpDisconnectReason {
         match self {
             DisconnectReason::PongTimeout => McpDisconnectReason::PongTimeout,
-            DisconnectReason::PeerClosed => McpDisconnectReason::PeerClosed,
+            // An MCP that was killed sent nothing wrong: it is gone, as if it had closed.
+            DisconnectReason::PeerClosed | DisconnectReason::ConnectionLost => {
+                McpDisconnectReason::PeerClosed
+            }
             DisconnectReason::CommunicationFailed => McpDisconnectReason::ProtocolViolation,
         }
     }
@@ -120,7 +125,7 @@ impl DisconnectReason {
         match self {
             DisconnectReason::PongTimeout => WorkerDisconnectReason::PongTimeout,
             DisconnectReason::PeerClosed => WorkerDisconnectReason::PeerClosed,
-            DisconnectReason::CommunicationFailed => {
+            DisconnectReason::CommunicationFailed | DisconnectReason::ConnectionLost => {
                 WorkerDisconnectReason::WorkerCommunicationFailed
             }
         }

@@ -79,6 +79,16 @@ fn a_disconnect_is_spelled_in_each_role_s_words() {
         DisconnectReason::CommunicationFailed.for_mcp().as_str(),
         "protocol_violation"
     );
+    // A killed peer: the worker's words keep saying communication failed, the MCP's say
+    // the peer is gone, not that it broke the protocol.
+    assert_eq!(
+        DisconnectReason::ConnectionLost.for_worker().as_str(),
+        "worker_communication_failed"
+    );
+    assert_eq!(
+        DisconnectReason::ConnectionLost.for_mcp().as_str(),
+        "peer_closed"
+    );
     for reason in [DisconnectReason::PongTimeout, DisconnectReason::PeerClosed] {
         assert_eq!(reason.for_mcp().as_str(), reason.for_worker().as_str());
     }

@@ -150,6 +150,7 @@ fn disconnect_reason(error: &TransportError) -> DisconnectReason {
     match error {
         TransportError::Closed => DisconnectReason::PeerClosed,
         TransportError::Timeout => DisconnectReason::PongTimeout,
+        error if is_peer_gone(error) => DisconnectReason::ConnectionLost,
         _ => DisconnectReason::CommunicationFailed,
     }
 }
