@@ -25,8 +25,8 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::client::encode_fields;
 use super::wire::{Transport, TransportError, ws_config};
-use crate::per_address::{Hold, PerAddress};
 use crate::body::ResponseBody;
+use crate::per_address::{Hold, PerAddress};
 use crate::shell::{Outbound, Shell};
 
 /// Control sessions that may be in their handshake at once from loopback peers, and as many
