@@ -42,3 +42,26 @@ fn output_to_a_pipe_whose_reader_has_gone_ends_quietly() {
     assert_eq!(output.status.code(), Some(0), "stderr: {stderr}");
     assert_eq!(stderr, "");
 }
+
+/// clap's own output (`--help`, `--version`) follows the same rule.
+#[test]
+fn help_to_a_full_disk_fails_with_a_line_on_stderr() {
+    for flag in ["--help", "--version"] {
+        let full = std::fs::File::options()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_relayd"))
+            .arg(flag)
+            .stdout(Stdio::from(full))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{flag}: {stderr}");
+        assert!(
+            stderr.starts_with("relayd: could not write the output to stdout: "),
+            "{flag}: {stderr}"
+        );
+    }
+}

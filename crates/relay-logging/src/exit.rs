@@ -15,11 +15,15 @@ pub const EXIT_USAGE: u8 = 64;
 pub fn clap_exit(binary: &str, error: &clap::Error) -> ExitCode {
     use clap::error::{ContextKind, ErrorKind};
     match error.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            // Nothing sensible is left to do if stdout is closed.
-            let _ = error.print();
-            ExitCode::SUCCESS
-        }
+        // As for any command's output: a reader that has gone took what it wanted, and
+        // any other failure to write is said on stderr.
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => match error.print() {
+            Err(failed) if failed.kind() != std::io::ErrorKind::BrokenPipe => {
+                crate::say!("{binary}: could not write the output to stdout: {failed}");
+                ExitCode::FAILURE
+            }
+            _ => ExitCode::SUCCESS,
+        },
         ErrorKind::ValueValidation => {
             let flag = error
                 .get(ContextKind::InvalidArg)
