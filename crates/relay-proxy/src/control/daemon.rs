@@ -145,6 +145,16 @@ fn is_peer_gone(error: &TransportError) -> bool {
     )
 }
 
+/// Why a session ended when a send to the peer failed: its connection broke, or the send
+/// itself did.
+fn send_failure(error: &TransportError) -> DisconnectReason {
+    if is_peer_gone(error) {
+        DisconnectReason::ConnectionLost
+    } else {
+        DisconnectReason::CommunicationFailed
+    }
+}
+
 /// Why a session ended, for the broker and the logs.
 fn disconnect_reason(error: &TransportError) -> DisconnectReason {
     match error {
@@ -618,8 +628,8 @@ impl ControlPlane {
                 out = outbound.recv() => match out {
                     Some(Outbound::Message(message)) => {
                         let refused = matches!(*message, Message::Refused(_));
-                        if transport.send(&message).await.is_err() {
-                            return DisconnectReason::CommunicationFailed;
+                        if let Err(error) = transport.send(&message).await {
+                            return send_failure(&error);
                         }
                         if refused {
                             transport.close(CloseCode::Policy, "refused").await;
@@ -651,8 +661,8 @@ impl ControlPlane {
                     }
                 },
                 _ = ping.tick() => {
-                    if transport.ping().await.is_err() {
-                        return DisconnectReason::CommunicationFailed;
+                    if let Err(error) = transport.ping().await {
+                        return send_failure(&error);
                     }
                 }
                 // A remote peer that sent nothing, not even a pong, for a ping interval and
