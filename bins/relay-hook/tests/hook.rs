@@ -1249,11 +1249,27 @@ async fn https_verifies_the_daemon_against_the_extra_ca_file() {
     )
     .token(&token)
     .env("RELAY_EXTRA_CA_FILE", dir.path().join("missing.pem"))
-    .stdin(payload)
+    .stdin(payload.clone())
     .run()
     .await;
     assert_eq!(run.code, Some(2), "{run:?}");
     assert!(run.stderr.contains("missing.pem"), "{run:?}");
+    assert_eq!(daemon.seen().len(), 2);
+
+    // So is one that never ends: it is not read until the agent's own timeout kills the
+    // hook (which would let the tool run) or the memory is full.
+    let run = Hook::new(
+        "claude",
+        &format!("https://localhost:{}", daemon.addr.port()),
+    )
+    .token(&token)
+    .env("RELAY_EXTRA_CA_FILE", "/dev/zero")
+    .stdin(payload)
+    .run()
+    .await;
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(run.stderr.contains("/dev/zero"), "{run:?}");
+    assert!(run.elapsed < Duration::from_secs(5), "{run:?}");
     assert_eq!(daemon.seen().len(), 2);
 }
 

@@ -27,6 +27,8 @@ pub enum TlsError {
         #[source]
         source: rustls::pki_types::pem::Error,
     },
+    #[error("{path} is larger than {MAX_PEM_BYTES} bytes, more than any certificate or key file")]
+    TooLarge { path: PathBuf },
     #[error("{path} holds no certificate")]
     NoCertificate { path: PathBuf },
     #[error("cannot read the private key from {path}: {source}")]
@@ -103,9 +105,33 @@ pub fn client_config(extra_ca_file: Option<&Path>) -> Result<ClientConfig, TlsEr
         .with_no_client_auth())
 }
 
+/// The largest PEM file read: a system CA bundle is a few hundred KiB.
+const MAX_PEM_BYTES: u64 = 4 << 20;
+
+/// Reads a PEM file of at most [`MAX_PEM_BYTES`]: a path such as `/dev/zero` must not make a
+/// hook read without end (and so outlive its agent's timeout) or fill the memory.
+fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
+    use std::io::Read as _;
+    let io = |source| TlsError::Certificates {
+        path: path.to_owned(),
+        source: rustls::pki_types::pem::Error::Io(source),
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
+        return Err(TlsError::TooLarge {
+            path: path.to_owned(),
+        });
+    }
+    Ok(bytes)
+}
+
 fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
+    let pem = read_pem(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|source| TlsError::Certificates {
             path: path.to_owned(),
             source,
@@ -122,10 +148,11 @@ fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsErr
 /// HTTP/2 and HTTP/1.1 by ALPN.
 pub fn server_config_from_files(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> {
     let chain = read_certificates(cert)?;
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|source| TlsError::PrivateKey {
-        path: key.to_owned(),
-        source,
-    })?;
+    let key =
+        PrivateKeyDer::from_pem_slice(&read_pem(key)?).map_err(|source| TlsError::PrivateKey {
+            path: key.to_owned(),
+            source,
+        })?;
     server_config(chain, key)
 }
 

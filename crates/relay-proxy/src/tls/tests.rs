@@ -28,3 +28,12 @@ fn other_errors_keep_their_own_words() {
     let error = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
     assert_eq!(describe_handshake_error(&error), "reset by peer");
 }
+
+/// A CA file that never ends (`/dev/zero`) is refused after a bounded read, not read until
+/// the memory is full.
+#[test]
+fn a_ca_file_without_end_is_refused_after_a_bounded_read() {
+    let error = client_config(Some(Path::new("/dev/zero"))).unwrap_err();
+    assert!(matches!(error, TlsError::TooLarge { .. }), "{error}");
+    assert!(error.to_string().contains("/dev/zero"), "{error}");
+}
