@@ -13,8 +13,8 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use relay_identity::bundle::{
-    BundleEntry, Difference, EntryKind, MANIFEST_PATH, bundle_digest, compare, hashes,
-    parse_manifest, walk_bundle_dir,
+    BundleEntry, Difference, EntryKind, MANIFEST_PATH, ancestors_of, bundle_digest, compare,
+    hashes, parse_manifest, walk_bundle_dir,
 };
 
 /// The outcome of a check.
@@ -134,15 +134,50 @@ pub(crate) fn check(files: &BTreeMap<String, Vec<u8>>, expected: &str) -> Report
     report
 }
 
-/// What makes a bundle unsafe to deploy read-only, whatever its bytes: an entry that is
-/// not a plain file or directory (a symbolic link could point anywhere), or whose name is
-/// not UTF-8; an entry a user other than its owner may change; one not every user can read
-/// (an agent run by another user would then run without Relay, and say nothing); and one
-/// owned by a user other than root and `euid`, who could change it. In byte order of the
-/// path.
-pub(crate) fn unsafe_entries(entries: &[BundleEntry], euid: u32) -> Vec<(String, String)> {
-    let mut found = Vec::new();
-    for entry in entries {
+/// What makes a bundle unsafe to deploy read-only, whatever its bytes. Inside it (`inside`):
+/// an entry that is not a plain file or directory (a symbolic link could point anywhere),
+/// or whose name is not UTF-8; an entry a user other than its owner may change; one not
+/// every user can read (an agent run by another user would then run without Relay, and say
+/// nothing); and one owned by a user other than root and `euid`, who could change it. Above
+/// it (`above`, the directories from the root down): one not every user may pass through,
+/// and one another user could replace the bundle in (writable by others without the sticky
+/// bit, or owned by a user other than root and `euid`). The directories above come first,
+/// then the bundle's entries in byte order of the path.
+pub(crate) fn unsafe_entries(
+    inside: &[BundleEntry],
+    above: &[BundleEntry],
+    euid: u32,
+) -> Vec<(String, String)> {
+    let owner = |entry: &BundleEntry, what: &str| {
+        (entry.uid != 0 && entry.uid != euid)
+            .then(|| format!("owned by uid {}, who could {what}", entry.uid))
+    };
+    let mut found: Vec<(String, String)> = Vec::new();
+    let mut report = |entry: &BundleEntry, problems: Vec<String>| {
+        if !problems.is_empty() {
+            found.push((entry.path.clone(), problems.join("; ")));
+        }
+    };
+    for entry in above {
+        let mut problems = Vec::new();
+        if entry.mode & 0o001 == 0 {
+            problems.push(format!(
+                "not searchable by every user (mode {:04o}), so agents run by other users cannot reach the bundle",
+                entry.mode
+            ));
+        }
+        if entry.mode & 0o022 != 0 && entry.mode & 0o1000 == 0 {
+            problems.push(format!(
+                "writable by users other than its owner (mode {:04o}), who could replace the bundle",
+                entry.mode
+            ));
+        }
+        problems.extend(owner(entry, "replace the bundle"));
+        report(entry, problems);
+    }
+    let mut inside: Vec<&BundleEntry> = inside.iter().collect();
+    inside.sort_by(|a, b| a.path.cmp(&b.path));
+    for entry in inside {
         let mut problems = Vec::new();
         if !matches!(entry.kind, EntryKind::File | EntryKind::Dir) {
             problems.push(format!(
@@ -167,18 +202,13 @@ pub(crate) fn unsafe_entries(entries: &[BundleEntry], euid: u32) -> Vec<(String,
                     entry.mode
                 ));
             }
-            if entry.uid != 0 && entry.uid != euid {
-                problems.push(format!("owned by uid {}, who can change it", entry.uid));
-            }
+            problems.extend(owner(entry, "change it"));
         }
         if !entry.utf8 {
             problems.push("its name is not UTF-8".to_owned());
         }
-        if !problems.is_empty() {
-            found.push((entry.path.clone(), problems.join("; ")));
-        }
+        report(entry, problems);
     }
-    found.sort();
     found
 }
 
@@ -186,8 +216,14 @@ pub(crate) fn unsafe_entries(entries: &[BundleEntry], euid: u32) -> Vec<(String,
 pub(crate) fn run(dir: &Path, expected: &str, json: bool) -> anyhow::Result<bool> {
     let walked = walk_bundle_dir(dir)
         .with_context(|| format!("reading the managed bundle {}", dir.display()))?;
+    let above = ancestors_of(dir)
+        .with_context(|| format!("reading the directories above {}", dir.display()))?;
     let mut report = check(&walked.files, expected);
-    report.unsafe_entries = unsafe_entries(&walked.entries, relay_identity::store::current_euid());
+    report.unsafe_entries = unsafe_entries(
+        &walked.entries,
+        &above,
+        relay_identity::store::current_euid(),
+    );
     let text = if json {
         format!("{}\n", report.to_json())
     } else {

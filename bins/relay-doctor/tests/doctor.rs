@@ -354,6 +354,14 @@ fn usage_errors_exit_64_with_one_line() {
     }
 }
 
+/// A temporary directory every user may pass through, as a deployment's directories are
+/// (tempfile makes them 0700, which the check reports).
+fn readable_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
 /// Writes a small bundle with its manifest and returns its digest.
 fn write_bundle(dir: &Path) -> String {
     use relay_identity::bundle::{MANIFEST_PATH, bundle_digest, render_manifest};
@@ -380,7 +388,7 @@ fn write_bundle(dir: &Path) -> String {
 
 #[test]
 fn managed_bundle_check_reports_and_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = readable_tempdir();
     let bundle = dir.path().join("bundle");
     let digest = write_bundle(&bundle);
     let path = bundle.to_str().unwrap();
@@ -438,7 +446,7 @@ fn managed_bundle_check_reports_and_changes_nothing() {
 /// link. The check names each, exits 1, and changes nothing.
 #[test]
 fn managed_bundle_check_reports_what_makes_a_matching_bundle_unsafe() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = readable_tempdir();
     let bundle = dir.path().join("bundle");
     let digest = write_bundle(&bundle);
     let path = bundle.to_str().unwrap();
@@ -475,6 +483,22 @@ fn managed_bundle_check_reports_what_makes_a_matching_bundle_unsafe() {
     assert_eq!(
         fs::metadata(&index).unwrap().permissions().mode() & 0o777,
         0o666
+    );
+
+    // A directory above the bundle that other users cannot pass through hides it too.
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+    let output = doctor(&[
+        "--managed-bundle",
+        path,
+        "--managed-bundle-sha256",
+        &digest,
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["unsafe"][0]["path"],
+        dir.path().canonicalize().unwrap().to_str().unwrap(),
+        "{report}"
     );
 }
 

@@ -337,7 +337,15 @@ pub(crate) fn run(
     };
     let files = generate(&options);
     match write::write_bundle(output, &files) {
-        Ok(_) => crate::admin::print_stdout(&format!("{}\n", digest(&files))),
+        Ok(_) => {
+            for (dir, mode) in write::hidden_by(output) {
+                relay_logging::say!(
+                    "relayd: warning: {} is not searchable by every user (mode {mode:04o}): agents run by other users will not find the bundle",
+                    dir.display()
+                );
+            }
+            crate::admin::print_stdout(&format!("{}\n", digest(&files)))
+        }
         Err(error) => {
             relay_logging::say!("relayd: {error}");
             ExitCode::FAILURE

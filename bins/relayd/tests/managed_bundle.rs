@@ -23,6 +23,18 @@ fn relayd(home: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// A temporary directory every user may pass through, as a deployment's are: tempfile makes
+/// them 0700, which relayd warns about.
+fn readable_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    dir
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -48,7 +60,7 @@ fn args<'a>(output: &'a str, address: &'a str) -> Vec<&'a str> {
 
 #[test]
 fn stdout_is_the_digest_and_the_bytes_are_the_same_everywhere() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = readable_tempdir();
     let (home_a, home_b) = (dir.path().join("ann"), dir.path().join("bob"));
     std::fs::create_dir_all(&home_a).unwrap();
     std::fs::create_dir_all(&home_b).unwrap();
@@ -165,11 +177,11 @@ fn mode(path: &Path) -> u32 {
 }
 
 /// Every user must read the bundle, whatever the administrator's umask: the directories
-/// relayd makes above it, an empty directory it fills, and everything inside are 0755 and
-/// 0644. Otherwise an agent run by another user goes without Relay, and says nothing.
+/// relayd makes above it, and everything inside, are 0755 and 0644. Otherwise an agent run
+/// by another user goes without Relay, and says nothing.
 #[test]
 fn every_user_can_read_the_bundle_whatever_the_umask() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = readable_tempdir();
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let fresh = dir.path().join("new/parents/bundle");
@@ -178,6 +190,7 @@ fn every_user_can_read_the_bundle_whatever_the_umask() {
         &args(fresh.to_str().unwrap(), "http://127.0.0.1:47632"),
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stderr), "");
     for path in [
         dir.path().join("new"),
         dir.path().join("new/parents"),
@@ -195,8 +208,20 @@ fn every_user_can_read_the_bundle_whatever_the_umask() {
         &home,
         &args(empty.to_str().unwrap(), "http://127.0.0.1:47632"),
     );
+    // An existing directory is its owner's (a group may share it; it may not be relayd's
+    // to change): relayd fills it, keeps its mode, and says that other users cannot reach
+    // the bundle through it.
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(mode(&empty), 0o755);
+    assert_eq!(mode(&empty), 0o700);
+    let warning = text(&out.stderr);
+    assert!(
+        warning.starts_with(&format!(
+            "relayd: warning: {} is not searchable by every user (mode 0700)",
+            empty.display()
+        )),
+        "{warning}"
+    );
+    assert_eq!(text(&out.stdout).len(), 65);
 }
 
 /// A fixed path that is a symbolic link to the bundle (a versioned deployment) is judged

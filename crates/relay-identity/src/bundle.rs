@@ -278,6 +278,30 @@ pub fn walk_bundle_dir(dir: &Path) -> Result<BundleDir, BundleReadError> {
     Ok(walked)
 }
 
+/// The directories above `dir`, from the root down, each named by its full path: those a
+/// reader passes through to reach the bundle (symbolic links resolved).
+pub fn ancestors_of(dir: &Path) -> Result<Vec<BundleEntry>, BundleReadError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BundleReadError::Io { path, source }
+    };
+    let canonical = std::fs::canonicalize(dir).map_err(io(dir))?;
+    let mut found = Vec::new();
+    let mut current = canonical.parent();
+    while let Some(path) = current {
+        let meta = std::fs::metadata(path).map_err(io(path))?;
+        found.push(entry(
+            path.display().to_string(),
+            path.to_path_buf(),
+            &meta,
+            true,
+        ));
+        current = path.parent();
+    }
+    found.reverse();
+    Ok(found)
+}
+
 fn entry(path: String, full: PathBuf, meta: &std::fs::Metadata, utf8: bool) -> BundleEntry {
     let file_type = meta.file_type();
     let kind = if file_type.is_symlink() {

@@ -239,6 +239,12 @@ impl Deployment {
         let bundle_dir = tempfile::Builder::new()
             .prefix("relay-e2e-bundle-")
             .tempdir()?;
+        // Every user may pass through a deployment's directories; relay-doctor refuses a
+        // bundle under one that is 0700, as tempfile makes them.
+        std::fs::set_permissions(
+            bundle_dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )?;
         let deployment = Deployment {
             stand_in,
             tap,

@@ -106,7 +106,12 @@ fn a_bundle_root_owns_and_everyone_reads_is_safe() {
         entry("SHA256SUMS", EntryKind::File, 0o444, 1000),
     ];
     // uid 1000 runs the check: its own files are its to change anyway.
-    assert_eq!(unsafe_entries(&entries, 1000), Vec::new());
+    let above = [
+        entry("/", EntryKind::Dir, 0o755, 0),
+        entry("/tmp", EntryKind::Dir, 0o1777, 0),
+        entry("/tmp/deploy", EntryKind::Dir, 0o2755, 1000),
+    ];
+    assert_eq!(unsafe_entries(&entries, &above, 1000), Vec::new());
 }
 
 #[test]
@@ -122,7 +127,7 @@ fn what_another_user_could_change_or_not_read_is_unsafe() {
         entry("pi/fifo", EntryKind::Special, 0o644, 0),
         not_utf8,
     ];
-    let found = unsafe_entries(&entries, 0);
+    let found = unsafe_entries(&entries, &[], 0);
     let expected: Vec<(String, String)> = [
         (".", "not readable by every user (mode 0700)"),
         ("b\u{fffd}d", "its name is not UTF-8"),
@@ -133,7 +138,7 @@ fn what_another_user_could_change_or_not_read_is_unsafe() {
             "writable by users other than its owner (mode 0666)",
         ),
         ("pi/link.ts", "a symbolic link, which a bundle never holds"),
-        ("pi/theirs.ts", "owned by uid 65534, who can change it"),
+        ("pi/theirs.ts", "owned by uid 65534, who could change it"),
     ]
     .into_iter()
     .map(|(p, w)| (p.to_owned(), w.to_owned()))
@@ -152,4 +157,32 @@ fn a_bundle_without_its_manifest_says_other_files_may_differ() {
         text.contains("(other files may differ too: SHA256SUMS is what names them)"),
         "{text}"
     );
+}
+
+/// Above the bundle: a directory other users cannot pass through hides it (a `umask 077`
+/// parent), and one they may write in without the sticky bit, or own, lets them replace it.
+#[test]
+fn directories_above_that_hide_the_bundle_or_let_others_replace_it_are_unsafe() {
+    let above = [
+        entry("/", EntryKind::Dir, 0o755, 0),
+        entry("/srv", EntryKind::Dir, 0o700, 0),
+        entry("/srv/shared", EntryKind::Dir, 0o777, 0),
+        entry("/srv/shared/ann", EntryKind::Dir, 0o755, 1000),
+    ];
+    let found = unsafe_entries(&[], &above, 0);
+    let expected: Vec<(String, String)> = [
+        (
+            "/srv",
+            "not searchable by every user (mode 0700), so agents run by other users cannot reach the bundle",
+        ),
+        (
+            "/srv/shared",
+            "writable by users other than its owner (mode 0777), who could replace the bundle",
+        ),
+        ("/srv/shared/ann", "owned by uid 1000, who could replace the bundle"),
+    ]
+    .into_iter()
+    .map(|(p, w)| (p.to_owned(), w.to_owned()))
+    .collect();
+    assert_eq!(found, expected);
 }

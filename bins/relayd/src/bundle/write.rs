@@ -54,9 +54,9 @@ pub(crate) fn write_bundle(
         return Ok(outcome);
     }
     if output.exists() {
-        // An existing empty directory: fill it in place, readable by every user whatever
-        // the umask it was made with.
-        set_permissions(output, 0o755)?;
+        // An existing empty directory: fill it in place. Its mode is its owner's choice
+        // (a group may share it, and it may not be ours to change); `hidden_by` says when it
+        // keeps other users out.
         write_files(output, files)?;
         return Ok(WriteOutcome::Written);
     }
@@ -154,6 +154,24 @@ fn write_files(root: &Path, files: &[BundleFile]) -> Result<(), WriteError> {
         set_permissions(&path, 0o644)?;
     }
     Ok(())
+}
+
+/// The directories on the way to `output`, itself included, that not every user may pass
+/// through: each hides the bundle from agents run by other users. Those relayd creates are
+/// 0755; those that existed keep their owner's mode, so the caller says so instead.
+pub(crate) fn hidden_by(output: &Path) -> Vec<(PathBuf, u32)> {
+    let mut on_the_way: Vec<(PathBuf, u32)> = relay_identity::bundle::ancestors_of(output)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|dir| (dir.full, dir.mode))
+        .collect();
+    #[cfg(unix)]
+    if let Ok(meta) = std::fs::metadata(output) {
+        use std::os::unix::fs::MetadataExt as _;
+        on_the_way.push((output.to_path_buf(), meta.mode() & 0o7777));
+    }
+    on_the_way.retain(|(_, mode)| cfg!(unix) && mode & 0o001 == 0);
+    on_the_way
 }
 
 /// Creates `dir` and the directories above it that are missing, each 0755 whatever the
