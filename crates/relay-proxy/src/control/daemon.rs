@@ -29,16 +29,20 @@ use crate::body::ResponseBody;
 use crate::per_address::{Hold, PerAddress};
 use crate::shell::{Outbound, Shell};
 
-/// Control sessions that may be in their handshake at once from loopback peers, and as many
-/// again from all other peers together: between the upgrade and the handshake's end (the
-/// registration handed to the broker, or a refusal). Each phase of a handshake ends within
-/// the challenge lifetime, so a peer that never answers holds its place for at most two.
-/// The two pools are apart so that remote peers holding handshakes open can never lock the
-/// machine's own users out.
+/// Control sessions that may be in their handshake at once from loopback peers: between the
+/// upgrade and the handshake's end (the registration handed to the broker, or a refusal).
+/// Each phase of a handshake ends within the challenge lifetime, so a peer that never
+/// answers holds its place for at most two. Remote peers have places of their own
+/// ([`MAX_REMOTE_HANDSHAKES`]), so that remote peers holding handshakes open can never lock
+/// the machine's own users out.
 pub const MAX_HANDSHAKES: usize = 64;
 
-/// Handshakes one non-loopback address may have at once, so that a few addresses cannot
-/// take every remote place.
+/// Control sessions that may be in their handshake at once from all non-loopback peers
+/// together.
+pub const MAX_REMOTE_HANDSHAKES: usize = 256;
+
+/// Handshakes one non-loopback address may have at once, so that it takes 64 addresses,
+/// each holding silent handshakes open, to fill the remote places.
 pub const MAX_HANDSHAKES_PER_ADDRESS: u64 = 4;
 
 /// The places for control sessions in their handshake.
@@ -58,7 +62,7 @@ impl HandshakePlaces {
     fn new() -> HandshakePlaces {
         HandshakePlaces {
             local: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
-            remote: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
+            remote: Arc::new(tokio::sync::Semaphore::new(MAX_REMOTE_HANDSHAKES)),
             per_address: PerAddress::new("control handshakes per address"),
         }
     }

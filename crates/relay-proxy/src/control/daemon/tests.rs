@@ -147,11 +147,13 @@ fn remote_peers_holding_handshakes_cannot_lock_out_loopback_or_other_addresses()
     drop(loopback);
     assert!(places.take(IpAddr::from([127, 0, 0, 1])).is_some());
 
-    // Many addresses together still fill only the remote pool.
+    // Many addresses together fill only the remote places, and it takes many.
     let many: Vec<HandshakePlace> = (0..=255u8)
-        .filter_map(|last| places.take(IpAddr::from([10, 9, 0, last])))
+        .flat_map(|third| (0..=255u8).map(move |last| IpAddr::from([10, 9, third, last])))
+        .filter_map(|ip| places.take(ip))
         .collect();
-    assert_eq!(many.len() + held.len(), MAX_HANDSHAKES);
+    assert_eq!(many.len() + held.len(), MAX_REMOTE_HANDSHAKES);
+    assert!(MAX_REMOTE_HANDSHAKES / MAX_HANDSHAKES_PER_ADDRESS as usize >= 64);
     drop(held);
     assert!(places.take(attackers[0]).is_some());
 }
