@@ -354,6 +354,13 @@ fn usage_errors_exit_64_with_one_line() {
     }
 }
 
+/// `relay-doctor --managed-bundle <path> --managed-bundle-sha256 <digest>`, then `extra`.
+fn check_bundle(path: &str, digest: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["--managed-bundle", path, "--managed-bundle-sha256", digest];
+    args.extend_from_slice(extra);
+    doctor(&args)
+}
+
 /// A temporary directory every user may pass through, as a deployment's directories are
 /// (tempfile makes them 0700, which the check reports).
 fn readable_tempdir() -> tempfile::TempDir {
@@ -393,7 +400,7 @@ fn managed_bundle_check_reports_and_changes_nothing() {
     let digest = write_bundle(&bundle);
     let path = bundle.to_str().unwrap();
 
-    let ok = doctor(&["--managed-bundle", path, "--managed-bundle-sha256", &digest]);
+    let ok = check_bundle(path, &digest, &[]);
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
     assert!(text(&ok.stdout).starts_with("ok: "), "{ok:?}");
 
@@ -401,13 +408,7 @@ fn managed_bundle_check_reports_and_changes_nothing() {
     std::fs::write(bundle.join("pi/extension-v1/extra.ts"), b"x").unwrap();
     std::fs::remove_file(bundle.join("codex/settings-v1/config.toml")).unwrap();
     let before = relay_identity::bundle::read_bundle_dir(&bundle).unwrap();
-    let bad = doctor(&[
-        "--managed-bundle",
-        path,
-        "--managed-bundle-sha256",
-        &digest,
-        "--json",
-    ]);
+    let bad = check_bundle(path, &digest, &["--json"]);
     assert_eq!(bad.status.code(), Some(1), "{bad:?}");
     let report: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
     assert_eq!(report["ok"], false);
@@ -428,7 +429,7 @@ fn managed_bundle_check_reports_and_changes_nothing() {
         before
     );
 
-    let text_report = doctor(&["--managed-bundle", path, "--managed-bundle-sha256", &digest]);
+    let text_report = check_bundle(path, &digest, &[]);
     assert_eq!(text_report.status.code(), Some(1));
     assert!(text(&text_report.stdout).contains("missing codex/settings-v1/config.toml"));
 
@@ -455,13 +456,7 @@ fn managed_bundle_check_reports_what_makes_a_matching_bundle_unsafe() {
     fs::set_permissions(&index, fs::Permissions::from_mode(0o666)).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", bundle.join("pi/extension-v1/link.ts")).unwrap();
 
-    let output = doctor(&[
-        "--managed-bundle",
-        path,
-        "--managed-bundle-sha256",
-        &digest,
-        "--json",
-    ]);
+    let output = check_bundle(path, &digest, &["--json"]);
     assert_eq!(output.status.code(), Some(1), "{output:?}");
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["ok"], false);
@@ -474,7 +469,7 @@ fn managed_bundle_check_reports_what_makes_a_matching_bundle_unsafe() {
             {"path": "pi/extension-v1/link.ts", "problem": "a symbolic link, which a bundle never holds"},
         ])
     );
-    let text_report = doctor(&["--managed-bundle", path, "--managed-bundle-sha256", &digest]);
+    let text_report = check_bundle(path, &digest, &[]);
     assert_eq!(text_report.status.code(), Some(1));
     assert!(
         text(&text_report.stdout).starts_with("unsafe: the bundle's files match sha256"),
@@ -487,13 +482,7 @@ fn managed_bundle_check_reports_what_makes_a_matching_bundle_unsafe() {
 
     // A directory above the bundle that other users cannot pass through hides it too.
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
-    let output = doctor(&[
-        "--managed-bundle",
-        path,
-        "--managed-bundle-sha256",
-        &digest,
-        "--json",
-    ]);
+    let output = check_bundle(path, &digest, &["--json"]);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(
         report["unsafe"][0]["path"],
