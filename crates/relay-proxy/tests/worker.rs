@@ -35,7 +35,7 @@ use relay_proxy::worker::{
 };
 use relay_testkit::{
     ANTHROPIC_MESSAGES_SSE, Behaviour, CannedResponse, FIXTURE_REQUEST_NAMES, OPENAI_CHAT_SSE,
-    OPENAI_RESPONSES_SSE, StandIn, eventually, fixture_request,
+    OPENAI_RESPONSES_SSE, StandIn, eventually, eventually_some, fixture_request,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use serde_json::Value;
@@ -1263,6 +1263,12 @@ struct Collected {
 }
 
 impl Collected {
+    fn clear(&self) {
+        relay_logging::sync::lock(&self.seen, "test observations")
+            .unwrap()
+            .clear();
+    }
+
     fn all(&self) -> Vec<relay_plugins::atof::Observation> {
         relay_logging::sync::lock(&self.seen, "test observations")
             .unwrap()
@@ -1801,5 +1807,45 @@ async fn a_gzip_body_that_ends_early_is_undecodable_not_too_large() {
         Bytes::new(),
     ] {
         forwarded_unless_a_rule_needs_it(&stand_in, "gzip", body).await;
+    }
+}
+
+/// The status the `llm` record ends with when the client closes before the body's end:
+/// 499 for an answer that was going well, but an error status it had already received
+/// stays (an SDK reads a 429's head and closes to retry), so traces agree with the metrics
+/// and the harness.
+#[tokio::test]
+async fn a_client_closing_an_error_answer_early_keeps_its_status_in_the_record() {
+    let stand_in = StandIn::start().await.unwrap();
+    let (worker, seen) = worker_with_plugins(&stand_in, OBSERVE).await;
+    let ended_with = |seen: &Collected| {
+        seen.all().into_iter().find_map(|o| match o {
+            relay_plugins::atof::Observation::ModelRequestEnd(end) => {
+                Some((end.status, end.truncated))
+            }
+            _ => None,
+        })
+    };
+    for (status, recorded) in [(StatusCode::TOO_MANY_REQUESTS, 429), (StatusCode::OK, 499)] {
+        seen.clear();
+        stand_in.set_behaviour(Behaviour {
+            status: Some(CannedResponse::json(
+                status,
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#,
+            )),
+            chunk_size: Some(4),
+            pace: Some(Duration::from_millis(50)),
+            ..Behaviour::default()
+        });
+        let res = worker
+            .client
+            .request(stream_request(&worker, "/v1/messages"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), status);
+        // The head is read; the body is left, as an SDK about to retry does.
+        drop(res);
+        let ended = eventually_some(WAIT, || async { ended_with(&seen) }).await;
+        assert_eq!(ended, Some((recorded, true)), "{status}");
     }
 }

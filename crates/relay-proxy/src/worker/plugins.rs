@@ -619,7 +619,14 @@ impl BodyTap for Tap {
                 .ok();
             Some(UsageFacts::new(&usage, cost.as_ref()))
         });
-        let status = if end == BodyEnd::Dropped { 499 } else { status };
+        // A client that goes away mid-answer is 499; but an error status it had already
+        // received stays what it was (an SDK reads a 429's head, then closes to retry), so
+        // traces say what metrics and the harness saw.
+        let status = if end == BodyEnd::Dropped && status < 400 {
+            499
+        } else {
+            status
+        };
         // The error the stream named says more than the break that may have followed it.
         let report = report.unwrap_or_else(|| UsageReport::empty(exchange.format));
         let error = report
