@@ -122,10 +122,28 @@ pub(crate) struct Poster {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Attempt {
     Delivered,
-    /// A network error, a timeout, 408, 429 or a 5xx: worth another try.
-    Retry,
-    /// Any other status: the collector refuses the batch; retrying would not help.
+    /// A network error or a timeout: worth another try after the backoff.
+    Unreachable,
+    /// 429, 502, 503 or 504, the statuses OTLP/HTTP says to retry: worth another try, after
+    /// the collector's `Retry-After` when it gave one.
+    Busy(StatusCode, Option<Duration>),
+    /// Any other status: the collector refuses the batch; OTLP/HTTP says not to retry it.
     Refused(StatusCode),
+}
+
+/// The longest `Retry-After` waited for: the batch holds the queue behind it meanwhile.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// A `Retry-After` in seconds, at most [`MAX_RETRY_AFTER`]; a date or anything else is none.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
 }
 
 impl Poster {
@@ -166,21 +184,26 @@ impl Poster {
         let exchange = async {
             let res = self.client.request(req).await.ok()?;
             let status = res.status();
+            let wait = retry_after(res.headers());
             // Read the answer to the end so the connection goes back to the pool.
             let _ = res.into_body().collect().await;
-            Some(status)
+            Some((status, wait))
         };
         match tokio::time::timeout(self.timeout, exchange).await {
-            Ok(Some(status)) if status.is_success() => Attempt::Delivered,
-            Ok(Some(status))
-                if status.is_server_error()
-                    || status == StatusCode::TOO_MANY_REQUESTS
-                    || status == StatusCode::REQUEST_TIMEOUT =>
+            Ok(Some((status, _))) if status.is_success() => Attempt::Delivered,
+            Ok(Some((status, wait)))
+                if matches!(
+                    status,
+                    StatusCode::TOO_MANY_REQUESTS
+                        | StatusCode::BAD_GATEWAY
+                        | StatusCode::SERVICE_UNAVAILABLE
+                        | StatusCode::GATEWAY_TIMEOUT
+                ) =>
             {
-                Attempt::Retry
+                Attempt::Busy(status, wait)
             }
-            Ok(Some(status)) => Attempt::Refused(status),
-            Ok(None) | Err(_) => Attempt::Retry,
+            Ok(Some((status, _))) => Attempt::Refused(status),
+            Ok(None) | Err(_) => Attempt::Unreachable,
         }
     }
 
@@ -191,7 +214,7 @@ impl Poster {
         let cap = Duration::from_millis(delivery.retry_max_ms);
         let mut attempt = 1;
         loop {
-            match self.post(body.clone()).await {
+            let wait = match self.post(body.clone()).await {
                 Attempt::Delivered => {
                     counters.add_written(n);
                     return;
@@ -206,15 +229,20 @@ impl Poster {
                     counters.add_dropped(n, "refused");
                     return;
                 }
-                Attempt::Retry if attempt >= delivery.max_attempts.max(1) => {
+                Attempt::Unreachable if attempt >= delivery.max_attempts.max(1) => {
                     counters.add_dropped(n, "collector_unreachable");
                     return;
                 }
-                Attempt::Retry => {
-                    tokio::time::sleep(backoff(attempt, initial, cap)).await;
-                    attempt += 1;
+                // The collector answered every attempt, that it could not take the batch.
+                Attempt::Busy(..) if attempt >= delivery.max_attempts.max(1) => {
+                    counters.add_dropped(n, "collector_unavailable");
+                    return;
                 }
-            }
+                Attempt::Busy(_, Some(wait)) => wait,
+                Attempt::Unreachable | Attempt::Busy(_, None) => backoff(attempt, initial, cap),
+            };
+            tokio::time::sleep(wait).await;
+            attempt += 1;
         }
     }
 }

@@ -42,6 +42,14 @@ struct Received {
 async fn stand_in(
     statuses: Vec<StatusCode>,
 ) -> std::io::Result<(SocketAddr, mpsc::UnboundedReceiver<Received>)> {
+    stand_in_answering(statuses.into_iter().map(|status| (status, None)).collect()).await
+}
+
+/// A collector on `127.0.0.1:0` answering the given statuses, each with its `Retry-After`
+/// when it has one, in turn, then 200.
+async fn stand_in_answering(
+    statuses: Vec<(StatusCode, Option<&'static str>)>,
+) -> std::io::Result<(SocketAddr, mpsc::UnboundedReceiver<Received>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -69,9 +77,9 @@ async fn stand_in(
                         .await
                         .map(|b| b.to_bytes())
                         .unwrap_or_default();
-                    let status = relay_logging::sync::lock(&statuses, "test")
+                    let (status, retry_after) = relay_logging::sync::lock(&statuses, "test")
                         .and_then(|mut s| s.pop_front())
-                        .unwrap_or(StatusCode::OK);
+                        .unwrap_or((StatusCode::OK, None));
                     let _ = tx.send(Received {
                         path,
                         content_type,
@@ -80,6 +88,12 @@ async fn stand_in(
                     });
                     let mut res = Response::new(Full::new(Bytes::new()));
                     *res.status_mut() = status;
+                    if let Some(after) = retry_after {
+                        res.headers_mut().insert(
+                            http::header::RETRY_AFTER,
+                            http::HeaderValue::from_static(after),
+                        );
+                    }
                     Ok::<_, Infallible>(res)
                 }
             });
@@ -213,6 +227,55 @@ async fn a_failed_batch_is_retried_until_it_is_delivered() -> TestResult {
     }
     assert_eq!(sinks.stats()[0].1.written, 1);
     assert_eq!(sinks.stats()[0].1.dropped, 0);
+    sinks.shutdown(WAIT).await?;
+    Ok(())
+}
+
+/// OTLP/HTTP retries only 429, 502, 503 and 504: a 500 or a 501 is a refusal, sent once.
+#[tokio::test]
+async fn a_server_error_other_than_busy_is_not_retried() -> TestResult {
+    for status in [
+        StatusCode::INTERNAL_SERVER_ERROR,
+        StatusCode::NOT_IMPLEMENTED,
+    ] {
+        let (addr, mut rx) = stand_in(vec![status]).await?;
+        let config = SinksConfig {
+            sinks: vec![http_sink(addr, delivery(10))],
+            otlp: None,
+        };
+        let sinks = Sinks::start(&config, &ctx())?;
+        sinks.record("{\"n\":1}");
+        sinks.flush(WAIT).await?;
+        next(&mut rx).await?;
+        assert_eq!(sinks.stats()[0].1.dropped, 1, "{status}");
+        assert!(rx.try_recv().is_err(), "{status} was retried");
+        sinks.shutdown(WAIT).await?;
+    }
+    Ok(())
+}
+
+/// A busy collector's `Retry-After` is waited for, instead of the backoff (10 ms here).
+#[tokio::test]
+async fn a_busy_collector_is_tried_again_after_its_retry_after() -> TestResult {
+    let (addr, mut rx) =
+        stand_in_answering(vec![(StatusCode::SERVICE_UNAVAILABLE, Some("1"))]).await?;
+    let config = SinksConfig {
+        sinks: vec![http_sink(addr, delivery(10))],
+        otlp: None,
+    };
+    let sinks = Sinks::start(&config, &ctx())?;
+    sinks.record("{\"n\":1}");
+    // The flush waits for the delivery: the refused attempt, the wait, the second one.
+    let started = tokio::time::Instant::now();
+    sinks.flush(WAIT).await?;
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "delivered after {:?}",
+        started.elapsed()
+    );
+    next(&mut rx).await?;
+    next(&mut rx).await?;
+    assert_eq!(sinks.stats()[0].1.written, 1);
     sinks.shutdown(WAIT).await?;
     Ok(())
 }
