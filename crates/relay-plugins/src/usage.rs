@@ -624,7 +624,7 @@ fn normalise(format: WireFormat, raw: &Raw) -> Usage {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 /// True when a Chat chunk's text gives a choice a finish reason: `"finish_reason"` followed,
@@ -632,17 +632,12 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// the last of a choice has.
 fn has_finish_reason(chunk: &[u8]) -> bool {
     const NAME: &[u8] = b"\"finish_reason\"";
-    let mut rest = chunk;
-    while let Some(at) = rest.windows(NAME.len()).position(|w| w == NAME) {
-        rest = &rest[at + NAME.len()..];
-        let value = rest.trim_ascii_start();
-        if let Some(value) = value.strip_prefix(b":")
-            && value.trim_ascii_start().starts_with(b"\"")
-        {
-            return true;
-        }
-    }
-    false
+    memchr::memmem::find_iter(chunk, NAME).any(|at| {
+        chunk[at + NAME.len()..]
+            .trim_ascii_start()
+            .strip_prefix(b":")
+            .is_some_and(|value| value.trim_ascii_start().starts_with(b"\""))
+    })
 }
 
 // The wire shapes, only the fields read here; every other field is ignored.
