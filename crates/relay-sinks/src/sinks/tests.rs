@@ -18,13 +18,14 @@ use relay_plugins::Usage;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use crate::SinkError;
 use crate::config::{
     DeliveryConfig, FileSinkConfig, HttpSinkConfig, OtlpConfig, SinkConfig, SinkContext,
     SinksConfig,
 };
 use crate::genai::{GenAiFacts, Operation, genai_attributes, span_name};
 use crate::otlp::{IdGenerator, SpanData, SpanKind, SpanStatus};
-use crate::sinks::Sinks;
+use crate::sinks::{SinkHandle, Sinks};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -138,6 +139,15 @@ fn retrying_for_long() -> DeliveryConfig {
     }
 }
 
+/// The sinks with one HTTP sink toward `addr`, started.
+fn start_http(addr: SocketAddr, delivery: DeliveryConfig) -> Result<SinkHandle, SinkError> {
+    let config = SinksConfig {
+        sinks: vec![http_sink(addr, delivery)],
+        otlp: None,
+    };
+    Sinks::start(&config, &ctx())
+}
+
 fn http_sink(addr: SocketAddr, delivery: DeliveryConfig) -> SinkConfig {
     SinkConfig::Http(HttpSinkConfig {
         url: format!("http://{addr}/ingest"),
@@ -158,11 +168,7 @@ fn ctx() -> SinkContext {
 #[tokio::test]
 async fn the_http_sink_posts_batches_of_json_lines() -> TestResult {
     let (addr, mut rx) = stand_in(vec![]).await?;
-    let config = SinksConfig {
-        sinks: vec![http_sink(addr, delivery(3))],
-        otlp: None,
-    };
-    let sinks = Sinks::start(&config, &ctx())?;
+    let sinks = start_http(addr, delivery(3))?;
     for n in 0..7 {
         sinks.record(format!("{{\"n\":{n}}}"));
     }
@@ -195,11 +201,7 @@ async fn a_batch_is_sent_when_its_first_record_has_waited_long_enough() -> TestR
     let (addr, mut rx) = stand_in(vec![]).await?;
     let mut short = delivery(100);
     short.batch_max_delay_ms = 20;
-    let config = SinksConfig {
-        sinks: vec![http_sink(addr, short)],
-        otlp: None,
-    };
-    let sinks = Sinks::start(&config, &ctx())?;
+    let sinks = start_http(addr, short)?;
     sinks.record("{\"late\":true}");
     // No flush: the timer alone sends it.
     let received = next(&mut rx).await?;
@@ -215,11 +217,7 @@ async fn a_failed_batch_is_retried_until_it_is_delivered() -> TestResult {
         StatusCode::TOO_MANY_REQUESTS,
     ])
     .await?;
-    let config = SinksConfig {
-        sinks: vec![http_sink(addr, delivery(10))],
-        otlp: None,
-    };
-    let sinks = Sinks::start(&config, &ctx())?;
+    let sinks = start_http(addr, delivery(10))?;
     sinks.record("{\"n\":1}");
     sinks.flush(WAIT).await?;
     for _ in 0..3 {
@@ -239,11 +237,7 @@ async fn a_server_error_other_than_busy_is_not_retried() -> TestResult {
         StatusCode::NOT_IMPLEMENTED,
     ] {
         let (addr, mut rx) = stand_in(vec![status]).await?;
-        let config = SinksConfig {
-            sinks: vec![http_sink(addr, delivery(10))],
-            otlp: None,
-        };
-        let sinks = Sinks::start(&config, &ctx())?;
+        let sinks = start_http(addr, delivery(10))?;
         sinks.record("{\"n\":1}");
         sinks.flush(WAIT).await?;
         next(&mut rx).await?;
@@ -259,11 +253,7 @@ async fn a_server_error_other_than_busy_is_not_retried() -> TestResult {
 async fn a_busy_collector_is_tried_again_after_its_retry_after() -> TestResult {
     let (addr, mut rx) =
         stand_in_answering(vec![(StatusCode::SERVICE_UNAVAILABLE, Some("1"))]).await?;
-    let config = SinksConfig {
-        sinks: vec![http_sink(addr, delivery(10))],
-        otlp: None,
-    };
-    let sinks = Sinks::start(&config, &ctx())?;
+    let sinks = start_http(addr, delivery(10))?;
     sinks.record("{\"n\":1}");
     // The flush waits for the delivery: the refused attempt, the wait, the second one.
     let started = tokio::time::Instant::now();
@@ -283,11 +273,7 @@ async fn a_busy_collector_is_tried_again_after_its_retry_after() -> TestResult {
 #[tokio::test]
 async fn a_refused_batch_is_dropped_without_retry() -> TestResult {
     let (addr, mut rx) = stand_in(vec![StatusCode::BAD_REQUEST]).await?;
-    let config = SinksConfig {
-        sinks: vec![http_sink(addr, delivery(10))],
-        otlp: None,
-    };
-    let sinks = Sinks::start(&config, &ctx())?;
+    let sinks = start_http(addr, delivery(10))?;
     sinks.record("{\"n\":1}");
     sinks.record("{\"n\":2}");
     sinks.flush(WAIT).await?;
@@ -306,11 +292,7 @@ async fn while_the_collector_is_down_record_never_blocks_and_drops_are_counted()
     let addr = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
     let mut slow = retrying_for_long();
     slow.queue_capacity = 4;
-    let config = SinksConfig {
-        sinks: vec![http_sink(addr, slow)],
-        otlp: None,
-    };
-    let sinks = Sinks::start(&config, &ctx())?;
+    let sinks = start_http(addr, slow)?;
     let started = Instant::now();
     for n in 0..1_000 {
         sinks.record(format!("{{\"n\":{n}}}"));
