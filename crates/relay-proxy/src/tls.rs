@@ -111,14 +111,12 @@ const MAX_PEM_BYTES: u64 = 4 << 20;
 /// Reads a PEM file of at most [`MAX_PEM_BYTES`]: a path such as `/dev/zero` must not make a
 /// hook read without end (and so outlive its agent's timeout) or fill the memory.
 fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
-    use std::io::Read as _;
     let io = |source| TlsError::Certificates {
         path: path.to_owned(),
         source: rustls::pki_types::pem::Error::Io(source),
     };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes))
+    let bytes = std::fs::File::open(path)
+        .and_then(|mut file| relay_identity::store::read_bounded(&mut file, MAX_PEM_BYTES))
         .map_err(io)?;
     if bytes.len() as u64 > MAX_PEM_BYTES {
         return Err(TlsError::TooLarge {
