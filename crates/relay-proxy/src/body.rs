@@ -172,7 +172,17 @@ impl RequestBody {
         }
     }
 
-    pub fn streaming(incoming: Incoming, limit: u64, idle: Duration) -> RequestBody {
+    /// A body streamed from the client over HTTP `version`, at most `limit` bytes, failing
+    /// after `idle` without a byte. hyper ends an HTTP/2 request body cleanly when the
+    /// client resets the stream with `NO_ERROR` (an early response, in HTTP/2's terms), so
+    /// a body cut off by a reset would reach the provider as a complete request: over
+    /// HTTP/2, a body that ends without END_STREAM fails instead.
+    pub fn streaming(
+        incoming: Incoming,
+        version: http::Version,
+        limit: u64,
+        idle: Duration,
+    ) -> RequestBody {
         RequestBody {
             inner: RequestInner::Streaming {
                 incoming,
@@ -180,20 +190,9 @@ impl RequestBody {
                 limit,
                 idle: IdleTimer::new(idle),
                 held: Arc::new(()),
-                http2: false,
+                http2: version == http::Version::HTTP_2,
             },
         }
-    }
-
-    /// Says which HTTP version the body comes over. hyper ends an HTTP/2 request body
-    /// cleanly when the client resets the stream with `NO_ERROR` (an early response, in
-    /// HTTP/2's terms), so a body cut off by a reset would otherwise reach the provider as
-    /// a complete request; over HTTP/2, a body that ends without END_STREAM fails instead.
-    pub fn over(mut self, version: http::Version) -> RequestBody {
-        if let RequestInner::Streaming { http2, .. } = &mut self.inner {
-            *http2 = version == http::Version::HTTP_2;
-        }
-        self
     }
 
     /// The same body to send again: the chunks of it already read (`read`, in order), then

@@ -162,8 +162,12 @@ impl Prologue<'_> {
         let body = if parts.method == Method::GET || parts.method == Method::HEAD {
             RequestBody::empty()
         } else {
-            RequestBody::streaming(incoming, self.max_body_bytes, self.stream_idle)
-                .over(parts.version)
+            RequestBody::streaming(
+                incoming,
+                parts.version,
+                self.max_body_bytes,
+                self.stream_idle,
+            )
         };
         Checked {
             parts,

@@ -91,7 +91,7 @@ const IDLE: Duration = Duration::from_secs(5);
 #[tokio::test]
 async fn a_request_body_passes_unchanged_up_to_its_limit_and_fails_beyond() {
     let upload = upload().await;
-    let mut body = RequestBody::streaming(upload.incoming, 10, IDLE);
+    let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 10, IDLE);
     send(&upload.chunks, b"abcd").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "abcd");
     send(&upload.chunks, b"efghij").await;
@@ -110,7 +110,7 @@ async fn a_request_body_passes_unchanged_up_to_its_limit_and_fails_beyond() {
 #[tokio::test]
 async fn a_request_body_ends_cleanly_when_the_client_ends_it() {
     let upload = upload().await;
-    let mut body = RequestBody::streaming(upload.incoming, 100, IDLE);
+    let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 100, IDLE);
     send(&upload.chunks, b"{}").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "{}");
     drop(upload.chunks);
@@ -120,7 +120,7 @@ async fn a_request_body_ends_cleanly_when_the_client_ends_it() {
 #[tokio::test]
 async fn a_request_body_cut_by_the_client_fails() {
     let mut upload = upload().await;
-    let mut body = RequestBody::streaming(upload.incoming, 100, IDLE);
+    let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 100, IDLE);
     send(&upload.chunks, b"part").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "part");
     upload.tasks.shutdown().await;
@@ -133,7 +133,7 @@ async fn a_request_body_cut_by_the_client_fails() {
 #[tokio::test(start_paused = true)]
 async fn a_request_body_without_a_byte_for_the_idle_time_fails() {
     let upload = upload().await;
-    let mut body = RequestBody::streaming(upload.incoming, 100, IDLE);
+    let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 100, IDLE);
     // A byte every 4 s keeps it alive well past one idle time.
     let started = Instant::now();
     for _ in 0..5 {

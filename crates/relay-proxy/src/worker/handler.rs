@@ -281,8 +281,7 @@ impl WorkerHandler {
             return payload_too_large(limit);
         }
         let version = req.version();
-        let body =
-            RequestBody::streaming(req.into_body(), limit, self.limits.stream_idle).over(version);
+        let body = RequestBody::streaming(req.into_body(), version, limit, self.limits.stream_idle);
         let bytes = match body.collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(BodyError::TooLarge { limit }) => return payload_too_large(limit),
