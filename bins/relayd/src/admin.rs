@@ -168,7 +168,7 @@ fn report(done: &Done) -> ExitCode {
                 .iter()
                 .map(|line| format!("{line}\n"))
                 .collect();
-            let printed = print_stdout(&text);
+            let printed = crate::print_stdout(&text);
             if list.bindings.is_empty() && list.blocked.is_empty() {
                 relay_logging::say!("(no bindings)");
             }
@@ -178,7 +178,7 @@ fn report(done: &Done) -> ExitCode {
             printed
         }
         Done::Acted(outcome) => {
-            let printed = print_stdout(&format!("{}\n", describe_online(outcome)));
+            let printed = crate::print_stdout(&format!("{}\n", describe_online(outcome)));
             if !outcome.persisted {
                 let error = BindingsError::NotPersisted {
                     error: outcome.persist_error.clone().unwrap_or_default(),
@@ -192,22 +192,10 @@ fn report(done: &Done) -> ExitCode {
             action,
             fingerprint,
             outcome,
-        } => print_stdout(&format!(
+        } => crate::print_stdout(&format!(
             "{}\n",
             describe_offline(*action, fingerprint, outcome)
         )),
-    }
-}
-
-/// Prints a command's output and gives the command's exit status: success, or failure
-/// said on stderr when stdout could not take it.
-pub(crate) fn print_stdout(text: &str) -> ExitCode {
-    match relay_logging::print_out(text) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            relay_logging::say!("relayd: could not write the output to stdout: {error}");
-            ExitCode::FAILURE
-        }
     }
 }
 

@@ -344,7 +344,7 @@ pub(crate) fn run(
                     dir.display()
                 );
             }
-            crate::admin::print_stdout(&format!("{}\n", digest(&files)))
+            crate::print_stdout(&format!("{}\n", digest(&files)))
         }
         Err(error) => {
             relay_logging::say!("relayd: {error}");

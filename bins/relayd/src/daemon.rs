@@ -516,7 +516,7 @@ pub(crate) fn identity_show(cli: &Cli) -> ExitCode {
         Ok(relay_identity::format_pin(&origin, &key.public_key()))
     };
     match run() {
-        Ok(pin) => crate::admin::print_stdout(&pin),
+        Ok(pin) => crate::print_stdout(&pin),
         Err(error) => {
             relay_logging::say!("relayd: {}", relay_proxy::error_chain(error.as_ref()));
             ExitCode::FAILURE

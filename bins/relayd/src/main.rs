@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         None => daemon::run(&cli),
         Some(cli::Command::Config {
             command: cli::ConfigCommand::Defaults,
-        }) => admin::print_stdout(&relay_proxy::config::Config::defaults_toml()),
+        }) => print_stdout(&relay_proxy::config::Config::defaults_toml()),
         Some(cli::Command::Identity {
             command: cli::IdentityCommand::Show,
         }) => daemon::identity_show(&cli),
@@ -37,5 +37,17 @@ fn main() -> ExitCode {
             platform,
             agent,
         }) => bundle::run(output, daemon_address, bin_dir, platform, agent),
+    }
+}
+
+/// Prints a command's output and gives the command's exit status: success, or failure
+/// said on stderr when stdout could not take it.
+pub(crate) fn print_stdout(text: &str) -> ExitCode {
+    match relay_logging::print_out(text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            relay_logging::say!("relayd: could not write the output to stdout: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
