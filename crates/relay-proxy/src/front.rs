@@ -248,9 +248,11 @@ impl Front {
                 None => local(not_found()),
             },
             PathClass::Model { family, responses } => {
-                Next::Model(Box::pin(self.model(req, conn, family, responses)))
+                Next::Model(crate::boxed(|| self.model(req, conn, family, responses)))
             }
-            PathClass::Hook(agent) => Next::Hook(Box::pin(self.hook(req, agent, conn.peer.ip()))),
+            PathClass::Hook(agent) => {
+                Next::Hook(crate::boxed(|| self.hook(req, agent, conn.peer.ip())))
+            }
             PathClass::MethodNotAllowed { allow } => local(method_not_allowed(allow)),
             PathClass::NotFound => local(not_found()),
         }

@@ -41,3 +41,14 @@ pub mod worker_client;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub use error_chain::error_chain;
+
+/// The future `make` builds, pinned in a box it is built in.
+///
+/// `Box::pin(route(req))` builds the future on the stack and then copies the whole of it
+/// into the box: its size is that of its largest state (kilobytes for a request's route),
+/// though a future that has not started holds only its arguments. Allocating first lets
+/// the compiler build it where it stays.
+#[inline(always)]
+pub(crate) fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
+}

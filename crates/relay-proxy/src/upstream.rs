@@ -900,7 +900,7 @@ impl UpstreamClient {
     ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send {
         // Boxed, as hyper-util's client boxed its own: the sending future is 1.8 KB, and a
         // caller's future that holds this one holds only a pointer to it.
-        let sending = Box::pin(self.inner.send(req));
+        let sending = crate::boxed(|| self.inner.send(req));
         let limit = self.inner.response_timeout;
         async move {
             match limit {

@@ -42,7 +42,7 @@ impl Front {
         let waiting = Instant::now();
         // Boxed: inline, the worker client's future (pooled sends, a connect) would sit in
         // every model and hook request's future, also those that never go to a worker.
-        let sending = Box::pin(shell.workers().send(worker, req));
+        let sending = crate::boxed(|| shell.workers().send(worker, req));
         let result = if response_timeout.is_zero() {
             Ok(sending.await)
         } else {

@@ -162,9 +162,9 @@ impl WorkerHandler {
         }
         match PathClass::classify(req.method(), req.uri().path()) {
             PathClass::Model { family, responses } => {
-                Next::Model(Box::pin(self.model(req, family, responses)))
+                Next::Model(crate::boxed(|| self.model(req, family, responses)))
             }
-            PathClass::Hook(agent) => Next::Hook(Box::pin(self.hook(req, agent))),
+            PathClass::Hook(agent) => Next::Hook(crate::boxed(|| self.hook(req, agent))),
             PathClass::MethodNotAllowed { allow } => Next::answered(method_not_allowed(allow)),
             // The daemon's own status, control and probe routes do not exist here.
             _ => Next::answered(error(
