@@ -21,9 +21,7 @@ pub(crate) fn content_length(headers: &HeaderMap) -> Option<u64> {
 
 /// A `Content-Length` value, when it parses.
 pub(crate) fn length(value: Option<&HeaderValue>) -> Option<u64> {
-    value
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
+    value.and_then(|v| headers::decimal(v.as_bytes().trim_ascii()))
 }
 
 /// The answer to a head the framing watcher refused, `None` for a clean one: 400 for a

@@ -288,10 +288,7 @@ impl ConnState {
         }
         match length {
             None => Framing::Head(Vec::new()),
-            Some(text) => match std::str::from_utf8(text)
-                .ok()
-                .and_then(|t| t.parse::<u64>().ok())
-            {
+            Some(text) => match crate::headers::decimal(text) {
                 Some(0) => Framing::Head(Vec::new()),
                 Some(n) => Framing::Fixed(n),
                 // hyper refuses a length it cannot read.

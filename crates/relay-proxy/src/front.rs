@@ -31,6 +31,7 @@ use crate::body::ResponseBody;
 use crate::config::Config;
 use crate::control::daemon::ControlPlane;
 use crate::forward::method_not_allowed;
+use crate::headers::decimal;
 use crate::metrics::{Destination, Metrics, RouteLabel};
 use crate::routes::{Family, ModelFamily, PathClass};
 use crate::server::{ConnContext, Handler, MAX_REQUEST_HEADERS, Next};
@@ -320,9 +321,8 @@ impl Front {
     fn serves(&self, authority: &str, conn: &ConnContext) -> bool {
         // Compared without case and without copying: this runs for every request.
         let (host, port) = match authority.rsplit_once(':') {
-            // Digits only: Rust's integer parse also takes a leading `+`.
-            Some((host, port)) => match port.parse::<u16>() {
-                Ok(port_number) if !port.starts_with('+') => (host, Some(port_number)),
+            Some((host, port)) => match decimal(port.as_bytes()).map(u16::try_from) {
+                Some(Ok(port)) => (host, Some(port)),
                 _ => return false,
             },
             None => (authority, None),

@@ -56,6 +56,20 @@ pub enum Toward {
     Provider,
 }
 
+/// A decimal number of digits only, as HTTP writes a length or a port: `None` when empty,
+/// when any byte is not a digit (a sign too, which `str::parse` would take), or past
+/// `u64`. Also cheaper than `str::parse`, which is generic over the radix, and needs no
+/// UTF-8 check first.
+pub(crate) fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
 /// Readies the headers of a request for forwarding, in place: drops hop-by-hop headers,
 /// names listed in `Connection`, `host`, `content-length` (outgoing framing comes from the
 /// body), `expect` (Relay answers `100-continue` itself), and Relay's own headers as

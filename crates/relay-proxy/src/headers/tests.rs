@@ -362,3 +362,32 @@ fn content_codings_join_every_line_in_order() {
     );
     assert_eq!(content_codings(&headers).as_deref(), Some("gz\u{fffd}ip"));
 }
+
+#[test]
+fn a_decimal_is_digits_only() {
+    assert_eq!(decimal(b"0"), Some(0));
+    assert_eq!(decimal(b"047900"), Some(47_900));
+    assert_eq!(decimal(b"18446744073709551615"), Some(u64::MAX));
+    for refused in [
+        &b""[..],
+        b"+5",
+        b"-5",
+        b" 5",
+        b"5 ",
+        b"5,5",
+        b"0x10",
+        b"\xd9\xa5",
+        b"18446744073709551616",
+    ] {
+        assert_eq!(decimal(refused), None, "{:?}", String::from_utf8_lossy(refused));
+    }
+}
+
+proptest::proptest! {
+    /// Beside the standard library's parse, which takes a sign as well.
+    #[test]
+    fn a_decimal_reads_as_the_standard_parse_without_a_sign(text in "[+0-9a]{0,22}") {
+        let std = text.parse::<u64>().ok().filter(|_| !text.starts_with('+'));
+        proptest::prop_assert_eq!(decimal(text.as_bytes()), std);
+    }
+}
