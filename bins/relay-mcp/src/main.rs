@@ -191,12 +191,11 @@ fn prepare(
 }
 
 /// The remote worker's network hint (§9), from `RELAY_WORKER_ADVERTISE_ADDRESS` and
-/// `RELAY_WORKER_PORT`. A port that is not a number is a configuration error: ignored, it
-/// would put the worker on a random port that a firewall opened for the intended one blocks.
+/// `RELAY_WORKER_PORT`. A value the daemon can never accept is a configuration error, named
+/// at start: ignored or passed on, it would leave every worker refused (or on a random port
+/// that a firewall opened for the intended one blocks) and relaunched with backoff for the
+/// whole session, with the reason only in the worker's log.
 fn worker_hint(env: &impl Env) -> Result<Option<WorkerHint>, String> {
-    let address = env
-        .non_empty(names::RELAY_WORKER_ADVERTISE_ADDRESS)
-        .map(|v| v.to_string_lossy().into_owned());
     let port = match env.non_empty(names::RELAY_WORKER_PORT) {
         None => None,
         Some(text) => {
@@ -209,13 +208,57 @@ fn worker_hint(env: &impl Env) -> Result<Option<WorkerHint>, String> {
             })?)
         }
     };
-    if address.is_none() && port.is_none() {
-        return Ok(None);
+    let address = match env.non_empty(names::RELAY_WORKER_ADVERTISE_ADDRESS) {
+        None => None,
+        Some(text) => Some(advertise_address(&text.to_string_lossy())?),
+    };
+    match (address, port) {
+        (None, None) => Ok(None),
+        // The worker would advertise 127.0.0.1, which a remote daemon refuses.
+        (None, Some(_)) => Err(format!(
+            "{}: set without {}, which a remote worker needs: the address the daemon reaches it at",
+            names::RELAY_WORKER_PORT,
+            names::RELAY_WORKER_ADVERTISE_ADDRESS
+        )),
+        (Some(address), port) => Ok(Some(WorkerHint {
+            advertise_address: Some(Text::truncated(&address.to_string())),
+            port,
+        })),
     }
-    Ok(Some(WorkerHint {
-        advertise_address: address.map(|a| Text::truncated(&a)),
-        port,
-    }))
+}
+
+/// An advertised worker address: an IPv4 address the daemon may connect to. The daemon
+/// connects only to an address, never to a name, and never to a loopback, link-local,
+/// multicast, unspecified or broadcast one for a remote worker (§5.5).
+fn advertise_address(text: &str) -> Result<std::net::Ipv4Addr, String> {
+    let name = names::RELAY_WORKER_ADVERTISE_ADDRESS;
+    let address: std::net::IpAddr = text.trim().parse().map_err(|_| {
+        format!("{name}: {text:?} is not an IP address (a host name is not accepted: the daemon connects to addresses only)")
+    })?;
+    let std::net::IpAddr::V4(address) = address else {
+        return Err(format!(
+            "{name}: {text:?} is an IPv6 address; relayd reaches workers over IPv4 only"
+        ));
+    };
+    let kind = if address.is_loopback() {
+        Some("a loopback")
+    } else if address.is_link_local() {
+        Some("a link-local")
+    } else if address.is_multicast() {
+        Some("a multicast")
+    } else if address.is_unspecified() {
+        Some("the unspecified")
+    } else if address.is_broadcast() {
+        Some("the broadcast")
+    } else {
+        None
+    };
+    match kind {
+        Some(kind) => Err(format!(
+            "{name}: {text:?} is {kind} address, which the daemon never accepts for a remote worker; give this machine's address as the daemon sees it"
+        )),
+        None => Ok(address),
+    }
 }
 
 #[cfg(test)]

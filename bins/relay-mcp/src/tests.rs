@@ -21,6 +21,50 @@ fn a_worker_port_that_is_not_a_number_is_a_configuration_error_naming_it() {
     assert_eq!(worker_hint(&env).unwrap(), None);
 }
 
+/// An advertised address the daemon can never accept is a configuration error at start,
+/// naming the variable: otherwise every worker is refused and relaunched with backoff for
+/// as long as the session lasts, and the reason is only in the worker's log.
+#[test]
+fn an_advertised_address_the_daemon_always_refuses_is_a_configuration_error_naming_it() {
+    for address in [
+        "client.example.com",
+        "[::1]",
+        "::1",
+        "::ffff:127.0.0.1",
+        "fe80::1",
+        "10.0.0.2:9443",
+        "127.0.0.1",
+        "127.0.0.2",
+        "0.0.0.0",
+        "169.254.10.1",
+        "224.0.0.1",
+        "255.255.255.255",
+    ] {
+        let env = MapEnv::new()
+            .with(names::RELAY_WORKER_ADVERTISE_ADDRESS, address)
+            .with(names::RELAY_WORKER_PORT, "9443");
+        let error = worker_hint(&env).unwrap_err();
+        assert!(
+            error.starts_with("RELAY_WORKER_ADVERTISE_ADDRESS: "),
+            "{address}: {error}"
+        );
+        assert!(error.contains(address), "{error}");
+    }
+    // A port without an address would advertise 127.0.0.1, which a remote daemon refuses.
+    let env = MapEnv::new().with(names::RELAY_WORKER_PORT, "9443");
+    let error = worker_hint(&env).unwrap_err();
+    assert!(error.starts_with("RELAY_WORKER_PORT: "), "{error}");
+    assert!(error.contains("RELAY_WORKER_ADVERTISE_ADDRESS"), "{error}");
+    // Surrounding blanks are no error, and are not sent.
+    let env = MapEnv::new().with(names::RELAY_WORKER_ADVERTISE_ADDRESS, " 10.0.0.2 ");
+    let hint = worker_hint(&env).unwrap().unwrap();
+    assert_eq!(
+        hint.advertise_address.as_ref().map(|a| a.as_str()),
+        Some("10.0.0.2")
+    );
+    assert_eq!(hint.port, None);
+}
+
 /// The variables `header_env` may not name are the route credential and Claude Code's
 /// header list, as relay-identity spells them: relay-plugins keeps its own copy.
 #[test]
