@@ -231,27 +231,9 @@ impl ControlPlane {
             );
             return res;
         };
-        let ip = peer.ip();
-        if let Some(refused) = self.refuse_over_rate(ip, role) {
-            return refused;
-        }
-        // The place is taken before the upgrade is answered, so peers holding handshakes
-        // open cannot make the daemon keep more than its places.
-        let Some(handshaking) = self.handshaking.take(ip) else {
-            let retry_after = self.options.challenge_ttl.as_secs().max(1);
-            tracing::warn!(
-                event = "control_upgrade_refused",
-                reason = "handshakes_full",
-                peer = %ip,
-                retry_after_secs = retry_after,
-                "control upgrade refused: too many sessions in their handshake"
-            );
-            return crate::answers::retry_later(
-                StatusCode::SERVICE_UNAVAILABLE,
-                relay_proto::ErrorKind::RelayTooManyRequests,
-                "too many control sessions are in their handshake",
-                retry_after,
-            );
+        let handshaking = match self.admit(peer.ip(), role) {
+            Ok(place) => place,
+            Err(refused) => return *refused,
         };
         let on_upgrade = hyper::upgrade::on(&mut req);
         let plane = self.clone();
@@ -279,6 +261,37 @@ impl ControlPlane {
             headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
         }
         res
+    }
+
+    /// A place for a handshake from `ip`, or the answer that turns the upgrade away: 503
+    /// when its pool or its address's share of places is full, 429 past the address's
+    /// handshakes per window. The place is taken before the upgrade is answered, so peers
+    /// holding handshakes open cannot make the daemon keep more than its places; and it is
+    /// taken before the handshake is counted, because an upgrade turned away for want of a
+    /// place opened no handshake. Counted, the quick retries of a site behind one NAT
+    /// address that reconnects all at once (after a daemon restart) used up its window
+    /// four times faster than its handshakes did, and its workers outlived their grace.
+    fn admit(&self, ip: IpAddr, role: Role) -> Result<HandshakePlace, Box<Response<ResponseBody>>> {
+        let Some(place) = self.handshaking.take(ip) else {
+            let retry_after = self.options.challenge_ttl.as_secs().max(1);
+            tracing::warn!(
+                event = "control_upgrade_refused",
+                reason = "handshakes_full",
+                peer = %ip,
+                retry_after_secs = retry_after,
+                "control upgrade refused: too many sessions in their handshake"
+            );
+            return Err(Box::new(crate::answers::retry_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                relay_proto::ErrorKind::RelayTooManyRequests,
+                "too many control sessions are in their handshake",
+                retry_after,
+            )));
+        };
+        if let Some(refused) = self.refuse_over_rate(ip, role) {
+            return Err(Box::new(refused));
+        }
+        Ok(place)
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {

@@ -157,3 +157,31 @@ fn remote_peers_holding_handshakes_cannot_lock_out_loopback_or_other_addresses()
     drop(held);
     assert!(places.take(attackers[0]).is_some());
 }
+
+/// A site behind one NAT address reconnects all at once after a daemon restart: the
+/// upgrades past the address's few handshake places get 503 and retry a moment later. Those
+/// turned away opened no handshake, so they must not use up the address's handshakes per
+/// window; counted, every session past the first few got 429 until the window passed, and
+/// the site's workers outlived their reconnect grace.
+#[tokio::test]
+async fn upgrades_turned_away_for_want_of_a_place_do_not_count_against_the_window() {
+    let (control, _metrics, _state) = limited_control(16);
+    let site = ip(198, 51, 100, 9);
+    let held: Vec<HandshakePlace> = (0..MAX_HANDSHAKES_PER_ADDRESS)
+        .map(|_| control.admit(site, Role::Mcp).ok().unwrap())
+        .collect();
+    for _ in 0..40 {
+        let refused = control.admit(site, Role::Worker).err().unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    drop(held);
+    // The window has room for the twelve handshakes the four did not use, and no more.
+    for n in 0..12 {
+        assert!(
+            control.admit(site, Role::Mcp).is_ok(),
+            "handshake {n} after the places came back"
+        );
+    }
+    let refused = control.admit(site, Role::Mcp).err().unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+}
