@@ -298,6 +298,11 @@ async fn a_handshake_refusal_is_sent_logged_and_closes_the_session() {
         Some(relay_proto::RefusedCode::EndpointNotAllowed),
         "{refused}"
     );
+    // The worker is told why, so its log says what to change.
+    assert!(
+        refused.to_string().contains("must listen on 127.0.0.1"),
+        "{refused}"
+    );
     let log = capture.contents();
     let line = log
         .lines()

@@ -3,7 +3,7 @@
 //! frames between the socket and the [`Shell`].
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -385,8 +385,19 @@ impl ControlPlane {
                     .await;
                 self.shell.detach(conn, reason);
             }
-            Err(HandshakeError::Refused { code, fingerprint }) => {
-                refuse(&self.shell, &mut transport, role, code, ip, fingerprint).await;
+            Err(HandshakeError::Refused {
+                code,
+                fingerprint,
+                text,
+            }) => {
+                let refusal = Refusal {
+                    role,
+                    code,
+                    peer: ip,
+                    fingerprint,
+                    text,
+                };
+                refuse(&self.shell, &mut transport, refusal).await;
             }
             Err(HandshakeError::Close { code, reason }) => {
                 // A malformed or out-of-order frame is closed with its reason, logged; a
@@ -580,11 +591,12 @@ impl ControlPlane {
                 peer: ip,
             },
             Pending::Worker(fields) => {
-                if !self.endpoint_allowed(fields.endpoint.as_str(), ip) {
-                    return Err(HandshakeError::refused(
-                        RefusedCode::EndpointNotAllowed,
-                        Some(fingerprint),
-                    ));
+                if let Err(refusal) = self.check_endpoint(fields.endpoint.as_str(), ip) {
+                    return Err(HandshakeError::Refused {
+                        code: RefusedCode::EndpointNotAllowed,
+                        fingerprint: Some(fingerprint),
+                        text: Some(refusal.to_string()),
+                    });
                 }
                 Input::WorkerRegister {
                     conn,
@@ -610,8 +622,8 @@ impl ControlPlane {
     /// §5.5: `127.0.0.1` for a loopback session; for a remote one the peer's own address or
     /// one in `worker_networks`, and never a loopback, link-local, multicast, unspecified
     /// or daemon-owned address.
-    fn endpoint_allowed(&self, endpoint: &str, peer: IpAddr) -> bool {
-        endpoint_allowed(
+    fn check_endpoint(&self, endpoint: &str, peer: IpAddr) -> Result<(), EndpointRefusal> {
+        check_endpoint(
             endpoint,
             peer,
             &self.options.worker_networks,
@@ -700,6 +712,8 @@ enum HandshakeError {
     Refused {
         code: RefusedCode,
         fingerprint: Option<Fingerprint>,
+        /// What the peer is told beside the code; the code's name when `None`.
+        text: Option<String>,
     },
     /// Not a well-formed handshake: closed without a refusal.
     Close {
@@ -712,7 +726,11 @@ enum HandshakeError {
 
 impl HandshakeError {
     fn refused(code: RefusedCode, fingerprint: Option<Fingerprint>) -> HandshakeError {
-        HandshakeError::Refused { code, fingerprint }
+        HandshakeError::Refused {
+            code,
+            fingerprint,
+            text: None,
+        }
     }
 
     fn close(code: CloseCode, reason: &'static str) -> HandshakeError {
@@ -758,17 +776,28 @@ fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
     })
 }
 
-/// Sends a typed refusal, logs it, counts it in `/metrics`, and closes (§5.8).
-async fn refuse<S>(
-    shell: &Shell,
-    transport: &mut Transport<S>,
+/// A refusal of a handshake, as [`refuse`] sends and logs it.
+struct Refusal {
     role: Role,
     code: RefusedCode,
     peer: IpAddr,
     fingerprint: Option<Fingerprint>,
-) where
+    /// What the peer is told beside the code; the code's name when `None`.
+    text: Option<String>,
+}
+
+/// Sends a typed refusal, logs it, counts it in `/metrics`, and closes (§5.8).
+async fn refuse<S>(shell: &Shell, transport: &mut Transport<S>, refusal: Refusal)
+where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
+    let Refusal {
+        role,
+        code,
+        peer,
+        fingerprint,
+        text,
+    } = refusal;
     shell.record_refusal(code);
     let fp = fingerprint.map(|f| f.to_hex());
     relay_logging::Lifecycle::ControlRegistrationRefused {
@@ -780,11 +809,36 @@ async fn refuse<S>(
     .emit();
     let refused = Message::Refused(Refused {
         code: code.code(),
-        text: Text::truncated(code.as_str()),
+        text: Text::truncated(text.as_deref().unwrap_or(code.as_str())),
         supported: SUPPORTED_PROTOCOLS,
     });
     let _ = transport.send(&refused).await;
     transport.close(CloseCode::Policy, "refused").await;
+}
+
+/// Why a worker endpoint is refused (§5.5). Its text goes back to the worker in `Refused`,
+/// so the worker's log, which is all a user on a remote client machine can read, says what
+/// to change; the host in it is the parsed address, never the worker's own text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointRefusal {
+    #[error("the worker endpoint must be an IPv4 address and a port other than 0")]
+    Malformed,
+    #[error(
+        "a worker whose control session comes from the daemon's own loopback must listen on 127.0.0.1"
+    )]
+    NotLoopback,
+    #[error(
+        "the worker advertises {host}, a {kind} address, which the daemon never connects to for a remote worker: set RELAY_WORKER_ADVERTISE_ADDRESS to this machine's address as the daemon sees it"
+    )]
+    Unusable { host: Ipv4Addr, kind: &'static str },
+    #[error(
+        "the worker advertises {host}, an address of the daemon's own host: set RELAY_WORKER_ADVERTISE_ADDRESS to this machine's address as the daemon sees it"
+    )]
+    Own { host: Ipv4Addr },
+    #[error(
+        "the worker advertises {host}, but the daemon sees its control session come from {peer}, and {host} is not in the daemon's worker_networks: advertise {peer} if the daemon can connect to the worker there (behind NAT, only with the worker port forwarded to this machine), or have the administrator list this network in worker_networks"
+    )]
+    NotThePeer { host: Ipv4Addr, peer: IpAddr },
 }
 
 /// The endpoint rule of §5.5, as a pure function.
@@ -794,28 +848,56 @@ pub fn endpoint_allowed(
     networks: &[ipnet::Ipv4Net],
     own: &[IpAddr],
 ) -> bool {
+    check_endpoint(endpoint, peer, networks, own).is_ok()
+}
+
+/// [`endpoint_allowed`], saying why not.
+pub fn check_endpoint(
+    endpoint: &str,
+    peer: IpAddr,
+    networks: &[ipnet::Ipv4Net],
+    own: &[IpAddr],
+) -> Result<(), EndpointRefusal> {
     let Ok(addr) = endpoint.parse::<SocketAddr>() else {
-        return false;
+        return Err(EndpointRefusal::Malformed);
     };
     let IpAddr::V4(host) = addr.ip() else {
-        return false;
+        return Err(EndpointRefusal::Malformed);
     };
     if addr.port() == 0 {
-        return false;
+        return Err(EndpointRefusal::Malformed);
     }
     if peer.is_loopback() {
-        return host == std::net::Ipv4Addr::LOCALHOST;
+        return if host == Ipv4Addr::LOCALHOST {
+            Ok(())
+        } else {
+            Err(EndpointRefusal::NotLoopback)
+        };
     }
-    if host.is_loopback()
-        || host.is_link_local()
-        || host.is_multicast()
-        || host.is_unspecified()
-        || host.is_broadcast()
-        || own.contains(&IpAddr::V4(host))
-    {
-        return false;
+    let kind = if host.is_loopback() {
+        Some("loopback")
+    } else if host.is_link_local() {
+        Some("link-local")
+    } else if host.is_multicast() {
+        Some("multicast")
+    } else if host.is_unspecified() {
+        Some("unspecified")
+    } else if host.is_broadcast() {
+        Some("broadcast")
+    } else {
+        None
+    };
+    if let Some(kind) = kind {
+        return Err(EndpointRefusal::Unusable { host, kind });
     }
-    IpAddr::V4(host) == peer || networks.iter().any(|net| net.contains(&host))
+    if own.contains(&IpAddr::V4(host)) {
+        return Err(EndpointRefusal::Own { host });
+    }
+    if IpAddr::V4(host) == peer || networks.iter().any(|net| net.contains(&host)) {
+        Ok(())
+    } else {
+        Err(EndpointRefusal::NotThePeer { host, peer })
+    }
 }
 
 #[cfg(test)]

@@ -185,3 +185,60 @@ async fn upgrades_turned_away_for_want_of_a_place_do_not_count_against_the_windo
     let refused = control.admit(site, Role::Mcp).err().unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// A refused endpoint says why, and what to change, in terms a user on the client machine
+/// can act on; the worker's log is where they read it.
+#[test]
+fn a_refused_endpoint_says_why_and_what_to_change() {
+    let peer = ip(10, 77, 2, 2);
+    let networks = ["10.1.0.0/16".parse().unwrap()];
+    let own = [ip(10, 77, 1, 1)];
+    let why = |endpoint: &str| {
+        check_endpoint(endpoint, peer, &networks, &own)
+            .unwrap_err()
+            .to_string()
+    };
+    // Behind NAT: the private address is not the one the daemon sees.
+    let nat = why("192.168.77.2:9443");
+    for part in ["192.168.77.2", "10.77.2.2", "worker_networks", "NAT"] {
+        assert!(nat.contains(part), "{part}: {nat}");
+    }
+    assert_eq!(
+        check_endpoint("192.168.77.2:9443", peer, &networks, &own),
+        Err(EndpointRefusal::NotThePeer {
+            host: Ipv4Addr::new(192, 168, 77, 2),
+            peer,
+        })
+    );
+    let own_host = why("10.77.1.1:9443");
+    assert!(own_host.contains("daemon's own host"), "{own_host}");
+    for (endpoint, kind) in [
+        ("127.0.0.1:9443", "loopback"),
+        ("169.254.1.1:9443", "link-local"),
+        ("224.0.0.9:9443", "multicast"),
+        ("0.0.0.0:9443", "unspecified"),
+        ("255.255.255.255:9443", "broadcast"),
+    ] {
+        let text = why(endpoint);
+        assert!(text.contains(kind), "{endpoint}: {text}");
+        assert!(text.contains("RELAY_WORKER_ADVERTISE_ADDRESS"), "{text}");
+    }
+    for endpoint in [
+        "client.example:9443",
+        "[::1]:9443",
+        "[::ffff:127.0.0.1]:9443",
+        "10.77.2.2:0",
+    ] {
+        assert_eq!(
+            check_endpoint(endpoint, peer, &networks, &own),
+            Err(EndpointRefusal::Malformed),
+            "{endpoint}"
+        );
+    }
+    assert_eq!(
+        check_endpoint("10.77.2.2:9443", peer, &networks, &own),
+        Ok(())
+    );
+    // The text fits a `Refused` whole.
+    assert!(nat.len() <= 2048);
+}
