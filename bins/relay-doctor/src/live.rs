@@ -170,7 +170,17 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
     let worker_ready = worker.status == Status::Ok;
     let worker_checked = worker.status != Status::Skip;
     checks.push(worker);
-    checks.push(judge_reachable(daemon, worker_checked, worker_ready));
+    let advertised = inputs
+        .env
+        .non_empty(names::RELAY_WORKER_ADVERTISE_ADDRESS)
+        .map(|v| v.to_string_lossy().into_owned());
+    checks.push(judge_reachable(
+        daemon,
+        route.as_ref(),
+        advertised.as_deref(),
+        worker_checked,
+        worker_ready,
+    ));
     Report {
         mode: Mode::Live,
         checks,
@@ -446,30 +456,56 @@ pub(crate) fn judge_worker(
     .with(details(Some(&status)))
 }
 
+/// Whether the daemon can reach this user's worker. For a remote daemon a route whose last
+/// activation failed is the very case to catch: a worker the daemon cannot connect to
+/// (firewall, NAT, VPN) or whose endpoint it refuses never becomes ready, so the check
+/// fails there instead of being skipped for want of a worker. `advertised` is
+/// `RELAY_WORKER_ADVERTISE_ADDRESS` in this environment.
 pub(crate) fn judge_reachable(
     daemon: &DaemonAddress,
+    route: Option<&RouteStatus>,
+    advertised: Option<&str>,
     worker_checked: bool,
     worker_ready: bool,
 ) -> Check {
     const ID: &str = "live.worker_reachable";
+    const INBOUND: &str = "let inbound connections from the daemon reach RELAY_WORKER_ADVERTISE_ADDRESS:RELAY_WORKER_PORT on this machine (firewall, NAT, VPN); otherwise activation fails with readiness_probe_failed";
     if daemon.is_loopback() {
         return Check::skip(
             ID,
             "a local daemon: the worker listens on this machine's loopback",
         );
     }
-    if !worker_checked {
+    let details = json!({ "advertise_address": advertised });
+    if worker_checked {
+        return if worker_ready {
+            Check::ok(
+                ID,
+                "the daemon reaches the worker's endpoint: a worker counts as ready only while the daemon's readiness probe of its endpoint succeeds",
+            )
+        } else {
+            Check::fail(ID, "the daemon does not report the worker ready, so it cannot be shown to reach the worker's endpoint")
+                .next(INBOUND)
+        }
+        .with(details);
+    }
+    // `pass_through` with `worker_unavailable`: the last activation failed, and the daemon
+    // retries with backoff.
+    let activation_failed = route.is_some_and(|r| {
+        r.route_mode == RouteMode::PassThrough
+            && r.reason == Some(PassThroughReason::WorkerUnavailable)
+            && r.state == relay_proto::RouteState::PassThrough
+    });
+    if !activation_failed {
         return Check::skip(ID, "not checked: there is no worker to reach");
     }
-    if worker_ready {
-        Check::ok(
-            ID,
-            "the daemon reaches the worker's endpoint: a worker counts as ready only while the daemon's readiness probe of its endpoint succeeds",
-        )
-    } else {
-        Check::fail(ID, "the daemon does not report the worker ready, so it cannot be shown to reach the worker's endpoint")
-            .next("let inbound connections from the daemon reach RELAY_WORKER_ADVERTISE_ADDRESS:RELAY_WORKER_PORT on this machine (firewall, NAT, VPN); otherwise activation fails with readiness_probe_failed")
+    match advertised {
+        None => Check::fail(ID, "the last worker activation failed, and RELAY_WORKER_ADVERTISE_ADDRESS is not set here: a remote daemon refuses a worker that does not advertise this machine's address")
+            .next("set RELAY_WORKER_ADVERTISE_ADDRESS (and RELAY_WORKER_PORT) in the environment relay-mcp runs in, to this machine's address as the daemon sees it; then restart the harness session"),
+        Some(address) => Check::fail(ID, format!("the last worker activation failed: the daemon cannot connect to the worker at {address}, or refuses that address (endpoint_not_allowed in the worker's log)"))
+            .next(format!("{INBOUND}; behind NAT, the address must be the one the daemon sees, or lie in the daemon's worker_networks")),
     }
+    .with(details)
 }
 
 #[cfg(test)]

@@ -209,13 +209,75 @@ fn a_remote_daemon_that_hides_worker_status_is_judged_from_the_route() {
 
 #[test]
 fn reachability_applies_to_remote_daemons_only() {
-    assert_eq!(judge_reachable(&local(), true, true).status, Status::Skip);
     assert_eq!(
-        judge_reachable(&remote(), false, false).status,
+        judge_reachable(&local(), None, None, true, true).status,
         Status::Skip
     );
-    assert_eq!(judge_reachable(&remote(), true, true).status, Status::Ok);
-    let unreachable = judge_reachable(&remote(), true, false);
+    assert_eq!(
+        judge_reachable(&remote(), None, None, false, false).status,
+        Status::Skip
+    );
+    assert_eq!(
+        judge_reachable(&remote(), None, Some("10.0.0.2"), true, true).status,
+        Status::Ok
+    );
+    let unreachable = judge_reachable(&remote(), None, Some("10.0.0.2"), true, false);
     assert_eq!(unreachable.status, Status::Fail);
     assert!(unreachable.next_step.unwrap().contains("RELAY_WORKER_PORT"));
+}
+
+/// A remote route whose last activation failed has no worker to look at, and that is the
+/// case the check is for (a worker behind NAT or a firewall never becomes ready): it fails
+/// naming the cause, instead of being skipped for want of a worker.
+#[test]
+fn a_remote_route_whose_activation_failed_fails_reachability_naming_the_cause() {
+    let (_, failed) = judge_route(&route(
+        "pass_through",
+        Some("worker_unavailable"),
+        "pass_through",
+    ));
+    let failed = failed.unwrap();
+    let check = judge_reachable(&remote(), Some(&failed), Some("10.0.0.2"), false, false);
+    assert_eq!(check.status, Status::Fail);
+    assert!(check.summary.contains("10.0.0.2"), "{}", check.summary);
+    assert!(
+        check.summary.contains("cannot connect"),
+        "{}",
+        check.summary
+    );
+    let next = check.next_step.unwrap();
+    assert!(next.contains("RELAY_WORKER_PORT"), "{next}");
+    assert!(next.contains("worker_networks"), "{next}");
+    assert_eq!(check.details["advertise_address"], "10.0.0.2");
+
+    // Without the address in this environment, that is named first.
+    let check = judge_reachable(&remote(), Some(&failed), None, false, false);
+    assert_eq!(check.status, Status::Fail);
+    assert!(
+        check
+            .summary
+            .contains("RELAY_WORKER_ADVERTISE_ADDRESS is not set"),
+        "{}",
+        check.summary
+    );
+
+    // A local daemon, or a route that is not failing to activate, is still skipped.
+    assert_eq!(
+        judge_reachable(&local(), Some(&failed), None, false, false).status,
+        Status::Skip
+    );
+    for (mode, reason, state) in [
+        ("pass_through", Some("no_live_session"), "empty"),
+        ("pass_through", Some("unbound_credential"), "none"),
+        (
+            "pass_through",
+            Some("configured_pass_through"),
+            "pass_through",
+        ),
+        ("pass_through", Some("worker_unavailable"), "draining"),
+    ] {
+        let (_, other) = judge_route(&route(mode, reason, state));
+        let check = judge_reachable(&remote(), other.as_ref(), Some("10.0.0.2"), false, false);
+        assert_eq!(check.status, Status::Skip, "{reason:?} {state}");
+    }
 }
