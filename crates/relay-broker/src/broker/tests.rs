@@ -275,6 +275,34 @@ impl Scenario {
         )
     }
 
+    /// An MCP from `peer` whose environment names a remote worker at `advertise:port`.
+    fn mcp_hinting(
+        &mut self,
+        conn: u64,
+        route: char,
+        token: &str,
+        peer: IpAddr,
+        advertise: &str,
+        port: u16,
+    ) -> &mut Self {
+        self.step(
+            &format!(
+                "mcp c{conn} registers {route} with {token} from {peer}, hinting {advertise}:{port}"
+            ),
+            Input::McpRegister {
+                conn: ConnId(conn),
+                fingerprint: fp(route),
+                digest: digest(token),
+                instance: Id([conn as u8; 16]),
+                peer,
+                hint: Some(WorkerHint {
+                    advertise_address: Some(Text::truncated(advertise)),
+                    port: Some(port),
+                }),
+            },
+        )
+    }
+
     fn resume(&mut self, conn: u64, old_conn: u64, route: char) -> &mut Self {
         let (session_id, resume_token) = self.sessions[&old_conn];
         self.step(
@@ -3354,4 +3382,43 @@ fn tombstones_per_identity_are_capped() {
     let tombstones = s.broker.bindings().iter().filter(|b| b.tombstone).count();
     assert_eq!(tombstones, 8);
     s.out.clear();
+}
+
+/// A remote MCP's hint puts its worker on every interface at the hinted port; the same hint
+/// from a session on the daemon's loopback is ignored, because a worker of a loopback
+/// session is accepted on 127.0.0.1 only: honoured, it had every worker refused and
+/// relaunched for the whole session, each listening on every interface of the machine.
+#[test]
+fn a_worker_hint_counts_only_for_a_remote_session() {
+    let mut s = Scenario::new();
+    s.mcp_hinting(
+        1,
+        'A',
+        "a1",
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        "10.77.1.2",
+        9443,
+    )
+    .mcp_hinting(
+        2,
+        'B',
+        "b1",
+        IpAddr::V4(Ipv4Addr::new(10, 77, 1, 2)),
+        "10.77.1.2",
+        9443,
+    );
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1 from 127.0.0.1, hinting 10.77.1.2:9443
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > mcp c2 registers B with b1 from 10.77.1.2, hinting 10.77.1.2:9443
+          persist
+          event mcp_control_connected B
+          event mcp_added B refs=1
+          event worker_staged B #7
+          c2 <- Registered(session #5, LaunchWorker(grant #7 bind [0, 0, 0, 0]:9443))
+    "#]]);
 }

@@ -47,7 +47,15 @@ impl Broker {
             .or_else(|| route.sessions.iter().find(|s| connected(self, s)).copied())?;
         let activation_id = self.entropy.id();
         let token = self.entropy.secret();
-        let hint = self.sessions.get(&owner).and_then(|s| s.hint.clone());
+        // A worker of a session on the daemon's loopback is accepted on 127.0.0.1 only (§5.5),
+        // so a hint from such a session (a remote set-up's environment on the daemon's own
+        // host) is ignored: honoured, every worker was refused and relaunched for the whole
+        // session, each listening on every interface of the machine meanwhile.
+        let hint = self
+            .sessions
+            .get(&owner)
+            .filter(|s| !s.peer.is_loopback())
+            .and_then(|s| s.hint.clone());
         let (bind_ip, port, advertise_address) = match hint {
             Some(hint) => ([0, 0, 0, 0], hint.port.unwrap_or(0), hint.advertise_address),
             None => ([127, 0, 0, 1], 0, None),
