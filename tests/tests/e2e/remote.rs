@@ -9,7 +9,8 @@
 //! non-loopback daemon are each refused with a message that names the cause; cutting the
 //! veth for less than the reconnect grace recovers the same worker, for longer a new
 //! worker takes over; a daemon restart on the same address with the same state is
-//! survived; one remote address cannot fill the daemon's hook-body budget.
+//! survived; one remote address cannot fill the daemon's hook-body budget; a worker that
+//! advertises an address behind NAT is told why it is refused, and the doctor says so.
 //!
 //! The namespaces need root (CI runs `cargo xtask e2e` as root): when they cannot be
 //! created the test fails, naming what is missing; it never skips. Nothing but the two
@@ -921,6 +922,102 @@ async fn remote_refusals_name_their_cause() -> anyhow::Result<()> {
 
     let stderr = hook_stderr(&net, &client, &plain, None).await?;
     assert!(stderr.contains("https"), "relay-hook: {stderr}");
+    Ok(())
+}
+
+/// A worker that advertises its address behind NAT (not the one its control session comes
+/// from) is told why it is refused, in its own log, which is all a user on a client machine
+/// can read; `relay-doctor --live` there fails the reachability check naming that address,
+/// instead of skipping it for want of a worker; and an address the daemon can never accept
+/// stops relay-mcp at start, naming the variable.
+#[tokio::test]
+async fn remote_a_worker_behind_nat_is_told_why_and_the_doctor_says_so() -> anyhow::Result<()> {
+    let net = Net::create()?;
+    let pki = Pki::generate(&net)?;
+    let daemon = Daemon::start(&net, &pki, "daemon", DAEMON_PORT).await?;
+    let client = Client::new(&net)?;
+    let origin = net.daemon_origin(DAEMON_PORT);
+    let private = Ipv4Addr::new(192, 168, 77, 2);
+
+    let mut mcp = client.spawn_mcp_advertising(private, &origin, &pki.path("ca.pem"))?;
+    mcp.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
+    let context = || {
+        format!(
+            "--- relayd ---\n{}\n{}",
+            daemon.logs().text(),
+            client.user.worker_log_text()
+        )
+    };
+    let told = format!(
+        "the worker advertises {private}, but the daemon sees its control session come from {}",
+        net.cli_ip
+    );
+    relay_testkit::eventually_some(WORKER_TIMEOUT, || async {
+        client.user.worker_log_text().contains(&told).then_some(())
+    })
+    .await
+    .ok_or_else(|| anyhow::anyhow!("no worker log says {told:?}\n{}", context()))?;
+    assert!(
+        daemon.logs().events_named("worker_ready").is_empty(),
+        "{}",
+        context()
+    );
+
+    // The doctor, run as that user in the client namespace with the same address.
+    let doctor = || async {
+        let mut command = net.command(&net.cli, &relay_e2e::binary("relay-doctor").ok()?);
+        command
+            .args(["--live", "--daemon-address", &origin, "--json"])
+            .env("HOME", client.user.home())
+            .env("XDG_CONFIG_HOME", client.user.xdg_config_home())
+            .env("RELAY_SYSTEM_CONFIG_DIR", client.user.system_config_dir())
+            .env("RELAY_CLIENT_TOKEN", &client.token)
+            .env("RELAY_EXTRA_CA_FILE", pki.path("ca.pem"))
+            .env("RELAY_WORKER_ADVERTISE_ADDRESS", private.to_string())
+            .stdout(Stdio::piped());
+        let out = tokio::time::timeout(CLI_TIMEOUT, command.output())
+            .await
+            .ok()?
+            .ok()?;
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let check = super::support::report_check(&report, "live.worker_reachable").clone();
+        (out.status.code() == Some(1) && check["status"] == "fail").then_some(check)
+    };
+    // Between relaunches the route passes through; the doctor fails the check once it does.
+    let check = relay_testkit::eventually_some(WORKER_TIMEOUT, doctor)
+        .await
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "the doctor never failed live.worker_reachable\n{}",
+                context()
+            )
+        })?;
+    let summary = check["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains(&private.to_string()), "{check}");
+    assert!(
+        check["next_step"]
+            .as_str()
+            .is_some_and(|next| next.contains("worker_networks")),
+        "{check}"
+    );
+    drop(mcp);
+
+    // An address the daemon never accepts stops relay-mcp at once.
+    let mut command = net.command(&net.cli, &relay_e2e::binary("relay-mcp")?);
+    command
+        .args(["--daemon-address", &origin])
+        .env("HOME", client.user.home())
+        .env("XDG_CONFIG_HOME", client.user.xdg_config_home())
+        .env("RELAY_CLIENT_TOKEN", &client.token)
+        .env("RELAY_WORKER_ADVERTISE_ADDRESS", "::ffff:127.0.0.1")
+        .stderr(Stdio::piped());
+    let out = tokio::time::timeout(CLI_TIMEOUT, command.output()).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("RELAY_WORKER_ADVERTISE_ADDRESS"),
+        "relay-mcp: {stderr}"
+    );
     Ok(())
 }
 
