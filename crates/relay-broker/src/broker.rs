@@ -702,12 +702,17 @@ impl Broker {
 
     /// Sends `Refused` and closes, forgetting the connection.
     fn refuse_existing(&mut self, conn: ConnId, code: RefusedCode) {
+        self.refuse_existing_saying(conn, code, code.as_str());
+    }
+
+    /// [`Broker::refuse_existing`] with `text` for the peer's log beside the code.
+    fn refuse_existing_saying(&mut self, conn: ConnId, code: RefusedCode, text: &str) {
         self.conns.remove(&conn);
         self.send(
             conn,
             Message::Refused(Refused {
                 code: code.code(),
-                text: Text::truncated(code.as_str()),
+                text: Text::truncated(text),
                 supported: SUPPORTED_PROTOCOLS,
             }),
         );

@@ -216,7 +216,12 @@ impl Scenario {
                 )
             }
             Message::Refused(refused) => {
-                format!("Refused({})", refused.reason().map_or("?", |r| r.as_str()))
+                let code = refused.reason().map_or("?", |r| r.as_str());
+                if refused.text.as_str() == code {
+                    format!("Refused({code})")
+                } else {
+                    format!("Refused({code}: {})", refused.text.as_str())
+                }
             }
             Message::LaunchStatusIs(status) => format!(
                 "LaunchStatusIs({} {})",
@@ -1121,7 +1126,7 @@ fn readiness_probe_failing_through_the_startup_progress_time_fails_the_activatio
           event worker_startup_pending A 1000ms
         > probe of #5 says Failed
           forget #5
-          c2 <- Refused(generation_revoked)
+          c2 <- Refused(generation_revoked: generation_revoked: the daemon could not reach this worker at the endpoint it registered (readiness_probe_failed); for a remote daemon, let inbound connections from the daemon reach RELAY_WORKER_ADVERTISE_ADDRESS:RELAY_WORKER_PORT on this machine (firewall, NAT, VPN))
           close c2
           event worker_activation_failed A readiness_probe_failed retry_after=1000ms
           c1 <- UsePassThrough

@@ -12,6 +12,9 @@ use super::{Broker, GenStatus, Grant, GrantState, RouteState, Timer};
 use crate::io::{Event, Output};
 use crate::types::{BrokerConfig, Fingerprint};
 
+/// What a worker whose readiness probe kept failing through its start-up is told.
+const UNREACHABLE_WORKER: &str = "generation_revoked: the daemon could not reach this worker at the endpoint it registered (readiness_probe_failed); for a remote daemon, let inbound connections from the daemon reach RELAY_WORKER_ADVERTISE_ADDRESS:RELAY_WORKER_PORT on this machine (firewall, NAT, VPN)";
+
 impl Broker {
     /// `Activating`, with a grant for `prefer` (or any connected MCP). Returns the grant when
     /// it went to `prefer`, for embedding in its `Registered`.
@@ -137,7 +140,15 @@ impl Broker {
         if let Some(RouteState::Activating { grant, worker, .. }) = self.state(fp).cloned() {
             activation_id = grant;
             if let Some(worker) = worker {
-                self.revoke_generation(worker, WorkerRemovedReason::Crashed);
+                // A worker the daemon cannot reach is up and registered, and all its log
+                // would say is that it was revoked; the user on a remote client machine
+                // cannot read the daemon's log, so the worker is told why.
+                let why = if reason == FailureReason::ReadinessProbeFailed {
+                    UNREACHABLE_WORKER
+                } else {
+                    RefusedCode::GenerationRevoked.as_str()
+                };
+                self.revoke_generation_saying(worker, WorkerRemovedReason::Crashed, why);
             }
             if let Some(grant) = grant
                 && let Some(g) = self.grants.get_mut(&grant)
@@ -276,13 +287,23 @@ impl Broker {
 
     /// Retires the generation and tells its worker, if connected, that it is done.
     pub(super) fn revoke_generation(&mut self, worker: Id, reason: WorkerRemovedReason) {
+        self.revoke_generation_saying(worker, reason, RefusedCode::GenerationRevoked.as_str());
+    }
+
+    /// [`Broker::revoke_generation`], telling the worker `why` in its refusal.
+    pub(super) fn revoke_generation_saying(
+        &mut self,
+        worker: Id,
+        reason: WorkerRemovedReason,
+        why: &str,
+    ) {
         let conn = self
             .generations
             .get_mut(&worker)
             .and_then(|g| g.conn.take());
         self.retire_generation(worker, reason);
         if let Some(conn) = conn {
-            self.refuse_existing(conn, RefusedCode::GenerationRevoked);
+            self.refuse_existing_saying(conn, RefusedCode::GenerationRevoked, why);
         }
     }
 }
