@@ -37,7 +37,7 @@ fn main() -> ExitCode {
         Ok(started) => started,
         Err(exit) => return exit,
     };
-    let hint = match worker_hint(&env) {
+    let hint = match worker_hint(&cli.daemon_address, &env) {
         Ok(hint) => hint,
         Err(error) => return relay_logging::usage_exit("relay-mcp", &error),
     };
@@ -195,7 +195,13 @@ fn prepare(
 /// at start: ignored or passed on, it would leave every worker refused (or on a random port
 /// that a firewall opened for the intended one blocks) and relaunched with backoff for the
 /// whole session, with the reason only in the worker's log.
-fn worker_hint(env: &impl Env) -> Result<Option<WorkerHint>, String> {
+///
+/// Both are for a remote daemon only: a local one runs its users' workers on loopback and
+/// ignores a hint, so a remote set-up's environment on the daemon's own host is no error.
+fn worker_hint(daemon: &DaemonAddress, env: &impl Env) -> Result<Option<WorkerHint>, String> {
+    if daemon.is_loopback() {
+        return Ok(None);
+    }
     let port = match env.non_empty(names::RELAY_WORKER_PORT) {
         None => None,
         Some(text) => {

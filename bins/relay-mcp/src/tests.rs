@@ -2,23 +2,27 @@ use relay_identity::{MapEnv, names};
 
 use super::worker_hint;
 
+fn remote() -> relay_identity::DaemonAddress {
+    relay_identity::DaemonAddress::parse("https://10.0.0.1:8443").unwrap()
+}
+
 #[test]
 fn a_worker_port_that_is_not_a_number_is_a_configuration_error_naming_it() {
     for port in ["8443x", "70000", "-1"] {
         let env = MapEnv::new().with(names::RELAY_WORKER_PORT, port);
-        let error = worker_hint(&env).unwrap_err();
+        let error = worker_hint(&remote(), &env).unwrap_err();
         assert!(error.starts_with("RELAY_WORKER_PORT: "), "{error}");
         assert!(error.contains(port), "{error}");
     }
     let env = MapEnv::new()
         .with(names::RELAY_WORKER_PORT, "9443")
         .with(names::RELAY_WORKER_ADVERTISE_ADDRESS, "10.0.0.2");
-    let hint = worker_hint(&env).unwrap().unwrap();
+    let hint = worker_hint(&remote(), &env).unwrap().unwrap();
     assert_eq!(hint.port, Some(9443));
-    assert_eq!(worker_hint(&MapEnv::new()).unwrap(), None);
+    assert_eq!(worker_hint(&remote(), &MapEnv::new()).unwrap(), None);
     // Empty is unset.
     let env = MapEnv::new().with(names::RELAY_WORKER_PORT, "");
-    assert_eq!(worker_hint(&env).unwrap(), None);
+    assert_eq!(worker_hint(&remote(), &env).unwrap(), None);
 }
 
 /// An advertised address the daemon can never accept is a configuration error at start,
@@ -43,7 +47,7 @@ fn an_advertised_address_the_daemon_always_refuses_is_a_configuration_error_nami
         let env = MapEnv::new()
             .with(names::RELAY_WORKER_ADVERTISE_ADDRESS, address)
             .with(names::RELAY_WORKER_PORT, "9443");
-        let error = worker_hint(&env).unwrap_err();
+        let error = worker_hint(&remote(), &env).unwrap_err();
         assert!(
             error.starts_with("RELAY_WORKER_ADVERTISE_ADDRESS: "),
             "{address}: {error}"
@@ -52,17 +56,31 @@ fn an_advertised_address_the_daemon_always_refuses_is_a_configuration_error_nami
     }
     // A port without an address would advertise 127.0.0.1, which a remote daemon refuses.
     let env = MapEnv::new().with(names::RELAY_WORKER_PORT, "9443");
-    let error = worker_hint(&env).unwrap_err();
+    let error = worker_hint(&remote(), &env).unwrap_err();
     assert!(error.starts_with("RELAY_WORKER_PORT: "), "{error}");
     assert!(error.contains("RELAY_WORKER_ADVERTISE_ADDRESS"), "{error}");
     // Surrounding blanks are no error, and are not sent.
     let env = MapEnv::new().with(names::RELAY_WORKER_ADVERTISE_ADDRESS, " 10.0.0.2 ");
-    let hint = worker_hint(&env).unwrap().unwrap();
+    let hint = worker_hint(&remote(), &env).unwrap().unwrap();
     assert_eq!(
         hint.advertise_address.as_ref().map(|a| a.as_str()),
         Some("10.0.0.2")
     );
     assert_eq!(hint.port, None);
+}
+
+/// A local daemon runs its users' workers on loopback and ignores a hint, so the remote
+/// variables, even ones a remote daemon would refuse, are no error beside it and send none.
+#[test]
+fn the_worker_variables_are_not_read_for_a_local_daemon() {
+    let env = MapEnv::new()
+        .with(names::RELAY_WORKER_ADVERTISE_ADDRESS, "127.0.0.1")
+        .with(names::RELAY_WORKER_PORT, "9443");
+    assert!(worker_hint(&remote(), &env).is_err());
+    for local in ["http://127.0.0.1:47632", "http://localhost:47632"] {
+        let daemon = relay_identity::DaemonAddress::parse(local).unwrap();
+        assert_eq!(worker_hint(&daemon, &env).unwrap(), None, "{local}");
+    }
 }
 
 /// The variables `header_env` may not name are the route credential and Claude Code's

@@ -379,7 +379,12 @@ fn a_decimal_is_digits_only() {
         b"\xd9\xa5",
         b"18446744073709551616",
     ] {
-        assert_eq!(decimal(refused), None, "{:?}", String::from_utf8_lossy(refused));
+        assert_eq!(
+            decimal(refused),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(refused)
+        );
     }
 }
 
