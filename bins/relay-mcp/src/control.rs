@@ -90,8 +90,12 @@ struct Launched {
 
 /// How a connected session ended.
 enum Ended {
-    /// The transport dropped or the daemon is stopping: resume within the grace.
+    /// The transport dropped: resume within the grace.
     Dropped,
+    /// The daemon is stopping. It keeps no MCP session across a restart, so the next
+    /// attempt registers anew: a resume would only be refused, and would spend one of the
+    /// handshakes that a site behind one address shares in each window.
+    Stopping,
     /// The harness session ended and the reference was released.
     Released,
     /// The route is revoked or blocked: stop for good.
@@ -325,6 +329,7 @@ impl Control {
                         session = Some((id, token, Instant::now()));
                     }
                 }
+                Ended::Stopping => session = None,
             }
         }
     }
@@ -353,7 +358,7 @@ impl Control {
                 frame = transport.recv_alive(silence) => match frame {
                     Ok(None) => {}
                     Ok(Some(frame)) => match frame.message {
-                        Message::DaemonStopping { .. } => return Ended::Dropped,
+                        Message::DaemonStopping { .. } => return Ended::Stopping,
                         Message::Refused(refused) => {
                             tracing::warn!(event = "control_session_ended", reason = refused.text.as_str(), "the daemon ended the session");
                             return match refused.reason() {

@@ -395,6 +395,21 @@ async fn sigterm_leaves_the_clients_running_and_they_resume_when_relayd_returns(
     assert_eq!(field(&settled[1], "route_mode"), "worker", "{settled:?}");
     let log = user.worker_log_text();
     assert!(log.contains("daemon_stopping"), "{log}");
+    // The daemon keeps no MCP session across a restart: relay-mcp registers anew rather than
+    // spending a handshake on a resume that would be refused.
+    let mcp_openings: Vec<_> = relay_e2e::ws::control_sessions(&tap.exchanges())
+        .into_iter()
+        .filter(|s| s.path == MCP_PATH)
+        .filter_map(|s| s.from_client.get(1).map(Message::kind))
+        .collect();
+    assert_eq!(
+        mcp_openings,
+        [
+            relay_proto::Kind::RegisterMcp,
+            relay_proto::Kind::RegisterMcp
+        ],
+        "the MCP's message after Hello on each control session"
+    );
     super::support::assert_serves_mcp(&mut mcp, 3).await?;
     Ok(())
 }
