@@ -268,7 +268,10 @@ impl Control {
                     if error.is_unreachable() {
                         self.daemon_down();
                     }
-                    let delay = backoff.next_delay();
+                    // A 429 says when this address may open a handshake again.
+                    let delay = backoff
+                        .next_delay()
+                        .max(error.retry_after().unwrap_or_default());
                     let settle_by = tokio::time::Instant::from_std(started + SETTLE_WITHIN);
                     let pending = *self.settled.borrow() == Settled::Pending;
                     tokio::select! {

@@ -426,8 +426,11 @@ impl Life {
             Duration::from_millis(self.timers.reconnect_first_ms),
             Duration::from_millis(self.timers.reconnect_cap_ms),
         );
+        // What a 429 asked to wait: until then another attempt is refused too.
+        let mut asked = Duration::ZERO;
         loop {
-            tokio::time::sleep(backoff.next_delay()).await;
+            let delay = backoff.next_delay().max(std::mem::take(&mut asked));
+            tokio::time::sleep(delay.min(deadline.saturating_duration_since(Instant::now()))).await;
             let left = deadline.saturating_duration_since(Instant::now());
             anyhow::ensure!(!left.is_zero(), "no daemon control for {grace:?}: exiting");
             let attempt = left.min(Duration::from_millis(
@@ -463,7 +466,10 @@ impl Life {
                 {
                     return Err(refusal_context(&self.client, error));
                 }
-                Err(error) => tracing::debug!(%error, "resume attempt failed"),
+                Err(error) => {
+                    asked = error.retry_after().unwrap_or_default();
+                    tracing::debug!(%error, "resume attempt failed");
+                }
             }
         }
     }

@@ -175,6 +175,25 @@ impl ConnectError {
             )
     }
 
+    /// How long the daemon asked this client to wait before its next handshake: the
+    /// `Retry-After` of a 429, which comes once this address has opened all the handshakes
+    /// its window allows, and gives the time until one of them leaves the window; another
+    /// attempt before then is refused too, and only writes one more warning in the daemon's
+    /// log. A 503 for want of a handshake place is not waited on: places free within
+    /// moments. At most [`MAX_RETRY_AFTER`], whatever the answer says, as it comes before
+    /// the daemon has proved its key.
+    pub fn retry_after(&self) -> Option<Duration> {
+        let ConnectError::Handshake(tokio_tungstenite::tungstenite::Error::Http(res)) = self else {
+            return None;
+        };
+        if res.status() != http::StatusCode::TOO_MANY_REQUESTS {
+            return None;
+        }
+        let seconds =
+            crate::headers::decimal(res.headers().get(http::header::RETRY_AFTER)?.as_bytes())?;
+        Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
+    }
+
     pub fn refused_code(&self) -> Option<RefusedCode> {
         match self {
             ConnectError::Refused { code, .. } => *code,
@@ -182,6 +201,10 @@ impl ConnectError {
         }
     }
 }
+
+/// The longest wait a 429's `Retry-After` may impose ([`ConnectError::retry_after`]): the
+/// longest handshake window the daemon would set by default is 15 s.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// Opens a control session and registers; at most `limit` for the whole handshake.
 pub async fn connect(
@@ -390,3 +413,6 @@ impl Backoff {
         delay
     }
 }
+
+#[cfg(test)]
+mod tests;
