@@ -246,22 +246,9 @@ fn advertise_address(text: &str) -> Result<std::net::Ipv4Addr, String> {
             "{name}: {text:?} is an IPv6 address; relayd reaches workers over IPv4 only"
         ));
     };
-    let kind = if address.is_loopback() {
-        Some("a loopback")
-    } else if address.is_link_local() {
-        Some("a link-local")
-    } else if address.is_multicast() {
-        Some("a multicast")
-    } else if address.is_unspecified() {
-        Some("the unspecified")
-    } else if address.is_broadcast() {
-        Some("the broadcast")
-    } else {
-        None
-    };
-    match kind {
+    match relay_proxy::control::daemon::never_a_remote_worker(address) {
         Some(kind) => Err(format!(
-            "{name}: {text:?} is {kind} address, which the daemon never accepts for a remote worker; give this machine's address as the daemon sees it"
+            "{name}: {text:?} is {kind}, which the daemon never accepts for a remote worker; give this machine's address as the daemon sees it"
         )),
         None => Ok(address),
     }

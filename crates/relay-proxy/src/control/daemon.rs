@@ -828,7 +828,7 @@ pub enum EndpointRefusal {
     )]
     NotLoopback,
     #[error(
-        "the worker advertises {host}, a {kind} address, which the daemon never connects to for a remote worker: set RELAY_WORKER_ADVERTISE_ADDRESS to this machine's address as the daemon sees it"
+        "the worker advertises {host}, {kind}, which the daemon never connects to for a remote worker: set RELAY_WORKER_ADVERTISE_ADDRESS to this machine's address as the daemon sees it"
     )]
     Unusable { host: Ipv4Addr, kind: &'static str },
     #[error(
@@ -839,6 +839,26 @@ pub enum EndpointRefusal {
         "the worker advertises {host}, but the daemon sees its control session come from {peer}, and {host} is not in the daemon's worker_networks: advertise {peer} if the daemon can connect to the worker there (behind NAT, only with the worker port forwarded to this machine), or have the administrator list this network in worker_networks"
     )]
     NotThePeer { host: Ipv4Addr, peer: IpAddr },
+}
+
+/// What kind of address `host` is when the daemon never accepts it for a remote worker,
+/// whatever the session's peer (`"a loopback address"`, `"the unspecified address"`);
+/// `None` for an address it may accept. relay-mcp checks `RELAY_WORKER_ADVERTISE_ADDRESS`
+/// with it at start.
+pub fn never_a_remote_worker(host: Ipv4Addr) -> Option<&'static str> {
+    if host.is_loopback() {
+        Some("a loopback address")
+    } else if host.is_link_local() {
+        Some("a link-local address")
+    } else if host.is_multicast() {
+        Some("a multicast address")
+    } else if host.is_unspecified() {
+        Some("the unspecified address")
+    } else if host.is_broadcast() {
+        Some("the broadcast address")
+    } else {
+        None
+    }
 }
 
 /// The endpoint rule of §5.5, as a pure function.
@@ -874,20 +894,7 @@ pub fn check_endpoint(
             Err(EndpointRefusal::NotLoopback)
         };
     }
-    let kind = if host.is_loopback() {
-        Some("loopback")
-    } else if host.is_link_local() {
-        Some("link-local")
-    } else if host.is_multicast() {
-        Some("multicast")
-    } else if host.is_unspecified() {
-        Some("unspecified")
-    } else if host.is_broadcast() {
-        Some("broadcast")
-    } else {
-        None
-    };
-    if let Some(kind) = kind {
+    if let Some(kind) = never_a_remote_worker(host) {
         return Err(EndpointRefusal::Unusable { host, kind });
     }
     if own.contains(&IpAddr::V4(host)) {
