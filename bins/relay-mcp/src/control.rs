@@ -269,9 +269,8 @@ impl Control {
                         self.daemon_down();
                     }
                     // A 429 says when this address may open a handshake again.
-                    let delay = backoff
-                        .next_delay()
-                        .max(error.retry_after().unwrap_or_default());
+                    let asked = error.retry_after(&self.identity.daemon, grace);
+                    let delay = backoff.next_delay().max(asked.unwrap_or_default());
                     let settle_by = tokio::time::Instant::from_std(started + SETTLE_WITHIN);
                     let pending = *self.settled.borrow() == Settled::Pending;
                     tokio::select! {

@@ -429,8 +429,14 @@ impl Life {
         // What a 429 asked to wait: until then another attempt is refused too.
         let mut asked = Duration::ZERO;
         loop {
-            let delay = backoff.next_delay().max(std::mem::take(&mut asked));
-            tokio::time::sleep(delay.min(deadline.saturating_duration_since(Instant::now()))).await;
+            // The wait a 429 asked for never takes the time of a last attempt in the grace.
+            let last_chance = deadline
+                .saturating_duration_since(Instant::now())
+                .saturating_sub(Duration::from_millis(
+                    self.timers.reconnect_attempt_timeout_ms,
+                ));
+            let wait = std::mem::take(&mut asked).min(last_chance);
+            tokio::time::sleep(backoff.next_delay().max(wait)).await;
             let left = deadline.saturating_duration_since(Instant::now());
             anyhow::ensure!(!left.is_zero(), "no daemon control for {grace:?}: exiting");
             let attempt = left.min(Duration::from_millis(
@@ -467,7 +473,9 @@ impl Life {
                     return Err(refusal_context(&self.client, error));
                 }
                 Err(error) => {
-                    asked = error.retry_after().unwrap_or_default();
+                    asked = error
+                        .retry_after(&self.client.daemon, grace)
+                        .unwrap_or_default();
                     tracing::debug!(%error, "resume attempt failed");
                 }
             }

@@ -180,18 +180,27 @@ impl ConnectError {
     /// its window allows, and gives the time until one of them leaves the window; another
     /// attempt before then is refused too, and only writes one more warning in the daemon's
     /// log. A 503 for want of a handshake place is not waited on: places free within
-    /// moments. At most [`MAX_RETRY_AFTER`], whatever the answer says, as it comes before
-    /// the daemon has proved its key.
-    pub fn retry_after(&self) -> Option<Duration> {
+    /// moments.
+    ///
+    /// The answer comes before the daemon has proved its key, so whoever answers can ask
+    /// for anything: the wait is at most half of `grace`, the time a client has to get
+    /// back, and [`MAX_RETRY_AFTER`]; and none from a loopback daemon, which never limits
+    /// loopback peers, so a 429 there is not relayd's (another local user on its port while
+    /// it restarts, say).
+    pub fn retry_after(&self, daemon: &DaemonAddress, grace: Duration) -> Option<Duration> {
         let ConnectError::Handshake(tokio_tungstenite::tungstenite::Error::Http(res)) = self else {
             return None;
         };
-        if res.status() != http::StatusCode::TOO_MANY_REQUESTS {
+        if daemon.is_loopback() || res.status() != http::StatusCode::TOO_MANY_REQUESTS {
             return None;
         }
         let seconds =
             crate::headers::decimal(res.headers().get(http::header::RETRY_AFTER)?.as_bytes())?;
-        Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
+        Some(
+            Duration::from_secs(seconds)
+                .min(MAX_RETRY_AFTER)
+                .min(grace / 2),
+        )
     }
 
     pub fn refused_code(&self) -> Option<RefusedCode> {

@@ -831,12 +831,11 @@ pub enum EndpointRefusal {
         "the worker advertises {host}, {kind}, which the daemon never connects to for a remote worker: set RELAY_WORKER_ADVERTISE_ADDRESS to this machine's address as the daemon sees it"
     )]
     Unusable { host: Ipv4Addr, kind: &'static str },
+    /// Also the refusal of one of the daemon's own addresses, in the same words: it comes
+    /// before the grant is checked, so its peer is not yet known to hold one, and must not
+    /// learn which addresses are the daemon's.
     #[error(
-        "the worker advertises {host}, an address of the daemon's own host: set RELAY_WORKER_ADVERTISE_ADDRESS to this machine's address as the daemon sees it"
-    )]
-    Own { host: Ipv4Addr },
-    #[error(
-        "the worker advertises {host}, but the daemon sees its control session come from {peer}, and {host} is not in the daemon's worker_networks: advertise {peer} if the daemon can connect to the worker there (behind NAT, only with the worker port forwarded to this machine), or have the administrator list this network in worker_networks"
+        "the worker advertises {host}, but the daemon sees its control session come from {peer}: advertise {peer} if the daemon can connect to the worker there (behind NAT, only with the worker port forwarded to this machine), or have the administrator list this network in worker_networks"
     )]
     NotThePeer { host: Ipv4Addr, peer: IpAddr },
 }
@@ -898,7 +897,7 @@ pub fn check_endpoint(
         return Err(EndpointRefusal::Unusable { host, kind });
     }
     if own.contains(&IpAddr::V4(host)) {
-        return Err(EndpointRefusal::Own { host });
+        return Err(EndpointRefusal::NotThePeer { host, peer });
     }
     if IpAddr::V4(host) == peer || networks.iter().any(|net| net.contains(&host)) {
         Ok(())

@@ -210,8 +210,20 @@ fn a_refused_endpoint_says_why_and_what_to_change() {
             peer,
         })
     );
-    let own_host = why("10.77.1.1:9443");
-    assert!(own_host.contains("daemon's own host"), "{own_host}");
+    // The daemon's own address is refused in the same words as any other that is not the
+    // peer's: the refusal comes before the grant is checked, and must not tell anyone who
+    // opens a handshake which addresses belong to the daemon's host.
+    assert_eq!(
+        check_endpoint("10.77.1.1:9443", peer, &networks, &own),
+        Err(EndpointRefusal::NotThePeer {
+            host: Ipv4Addr::new(10, 77, 1, 1),
+            peer,
+        })
+    );
+    assert_eq!(
+        why("10.77.1.1:9443").replace("10.77.1.1", "HOST"),
+        why("10.77.1.9:9443").replace("10.77.1.9", "HOST")
+    );
     for (endpoint, kind) in [
         ("127.0.0.1:9443", "loopback"),
         ("169.254.1.1:9443", "link-local"),
