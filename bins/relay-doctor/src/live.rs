@@ -500,9 +500,9 @@ pub(crate) fn judge_reachable(
         return Check::skip(ID, "not checked: there is no worker to reach");
     }
     match advertised {
-        None => Check::fail(ID, "the last worker activation failed, and RELAY_WORKER_ADVERTISE_ADDRESS is not set here: a remote daemon refuses a worker that does not advertise this machine's address")
-            .next("set RELAY_WORKER_ADVERTISE_ADDRESS (and RELAY_WORKER_PORT) in the environment relay-mcp runs in, to this machine's address as the daemon sees it; then restart the harness session"),
-        Some(address) => Check::fail(ID, format!("the last worker activation failed: the daemon cannot connect to the worker at {address}, or refuses that address (endpoint_not_allowed in the worker's log)"))
+        None => Check::fail(ID, "the last worker activation failed, and RELAY_WORKER_ADVERTISE_ADDRESS is not set in this environment: if relay-mcp runs without it too, a remote daemon refuses every worker, as none advertises this machine's address")
+            .next("set RELAY_WORKER_ADVERTISE_ADDRESS (and RELAY_WORKER_PORT) in the environment relay-mcp runs in, to this machine's address as the daemon sees it, and restart the harness session; if it is set there, the worker's log (relay/logs/worker-*.log under XDG_CONFIG_HOME, or ~/.config) says why the activation failed"),
+        Some(address) => Check::fail(ID, format!("the last worker activation failed; for a remote daemon the likeliest cause is that it cannot connect to the worker at {address}, or refuses that address: the worker's log (relay/logs/worker-*.log under XDG_CONFIG_HOME, or ~/.config) says which, or names another cause (its plugin configuration, a port another user's worker holds)"))
             .next(format!("{INBOUND}; behind NAT, the address must be the one the daemon sees, or lie in the daemon's worker_networks")),
     }
     .with(details)
