@@ -267,17 +267,8 @@ impl Scenario {
     }
 
     fn mcp_from(&mut self, conn: u64, route: char, token: &str, peer: IpAddr) -> &mut Self {
-        self.step(
-            &format!("mcp c{conn} registers {route} with {token}"),
-            Input::McpRegister {
-                conn: ConnId(conn),
-                fingerprint: fp(route),
-                digest: digest(token),
-                instance: Id([conn as u8; 16]),
-                peer,
-                hint: None,
-            },
-        )
+        let label = format!("mcp c{conn} registers {route} with {token}");
+        self.mcp_registers(&label, conn, route, token, peer, None)
     }
 
     /// An MCP from `peer` whose environment names a remote worker at `advertise:port`.
@@ -290,20 +281,34 @@ impl Scenario {
         advertise: &str,
         port: u16,
     ) -> &mut Self {
+        let label = format!(
+            "mcp c{conn} registers {route} with {token} from {peer}, hinting {advertise}:{port}"
+        );
+        let hint = WorkerHint {
+            advertise_address: Some(Text::truncated(advertise)),
+            port: Some(port),
+        };
+        self.mcp_registers(&label, conn, route, token, peer, Some(hint))
+    }
+
+    fn mcp_registers(
+        &mut self,
+        label: &str,
+        conn: u64,
+        route: char,
+        token: &str,
+        peer: IpAddr,
+        hint: Option<WorkerHint>,
+    ) -> &mut Self {
         self.step(
-            &format!(
-                "mcp c{conn} registers {route} with {token} from {peer}, hinting {advertise}:{port}"
-            ),
+            label,
             Input::McpRegister {
                 conn: ConnId(conn),
                 fingerprint: fp(route),
                 digest: digest(token),
                 instance: Id([conn as u8; 16]),
                 peer,
-                hint: Some(WorkerHint {
-                    advertise_address: Some(Text::truncated(advertise)),
-                    port: Some(port),
-                }),
+                hint,
             },
         )
     }
