@@ -126,7 +126,7 @@ enum Attempt {
     Unreachable,
     /// 429, 502, 503 or 504, the statuses OTLP/HTTP says to retry: worth another try, after
     /// the collector's `Retry-After` when it gave one.
-    Busy(StatusCode, Option<Duration>),
+    Busy(Option<Duration>),
     /// Any other status: the collector refuses the batch; OTLP/HTTP says not to retry it.
     Refused(StatusCode),
 }
@@ -191,17 +191,13 @@ impl Poster {
         };
         match tokio::time::timeout(self.timeout, exchange).await {
             Ok(Some((status, _))) if status.is_success() => Attempt::Delivered,
-            Ok(Some((status, wait)))
-                if matches!(
-                    status,
-                    StatusCode::TOO_MANY_REQUESTS
-                        | StatusCode::BAD_GATEWAY
-                        | StatusCode::SERVICE_UNAVAILABLE
-                        | StatusCode::GATEWAY_TIMEOUT
-                ) =>
-            {
-                Attempt::Busy(status, wait)
-            }
+            Ok(Some((
+                StatusCode::TOO_MANY_REQUESTS
+                | StatusCode::BAD_GATEWAY
+                | StatusCode::SERVICE_UNAVAILABLE
+                | StatusCode::GATEWAY_TIMEOUT,
+                wait,
+            ))) => Attempt::Busy(wait),
             Ok(Some((status, _))) => Attempt::Refused(status),
             Ok(None) | Err(_) => Attempt::Unreachable,
         }
@@ -234,12 +230,12 @@ impl Poster {
                     return;
                 }
                 // The collector answered every attempt, that it could not take the batch.
-                Attempt::Busy(..) if attempt >= delivery.max_attempts.max(1) => {
+                Attempt::Busy(_) if attempt >= delivery.max_attempts.max(1) => {
                     counters.add_dropped(n, "collector_unavailable");
                     return;
                 }
-                Attempt::Busy(_, Some(wait)) => wait,
-                Attempt::Unreachable | Attempt::Busy(_, None) => backoff(attempt, initial, cap),
+                Attempt::Busy(Some(wait)) => wait,
+                Attempt::Unreachable | Attempt::Busy(None) => backoff(attempt, initial, cap),
             };
             tokio::time::sleep(wait).await;
             attempt += 1;
