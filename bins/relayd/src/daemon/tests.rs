@@ -2,7 +2,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use relay_identity::{MapEnv, names};
 use relay_proxy::config::Config;
-use relay_proxy::control::daemon::endpoint_allowed;
+use relay_proxy::control::daemon::check_endpoint;
 
 use super::{own_addresses, provider_keys};
 
@@ -52,29 +52,14 @@ fn a_remote_worker_cannot_name_an_interface_address_of_the_daemon_host() {
     let networks = ["192.168.1.0/24".parse().unwrap_or_else(|_| unreachable!())];
     let before = own_addresses(Ipv4Addr::UNSPECIFIED, "relay.example", &[]);
     assert!(
-        endpoint_allowed("192.168.1.20:47700", lan, &networks, &before),
+        check_endpoint("192.168.1.20:47700", lan, &networks, &before).is_ok(),
         "without the interfaces the daemon's host passes for a remote worker"
     );
     let own = own_addresses(Ipv4Addr::UNSPECIFIED, "relay.example", &[lan]);
-    assert!(!endpoint_allowed(
-        "192.168.1.20:47700",
-        lan,
-        &networks,
-        &own
-    ));
-    assert!(!endpoint_allowed(
-        "192.168.1.20:47700",
-        v4(192, 168, 1, 30),
-        &networks,
-        &own
-    ));
+    assert!(check_endpoint("192.168.1.20:47700", lan, &networks, &own).is_err());
+    assert!(check_endpoint("192.168.1.20:47700", v4(192, 168, 1, 30), &networks, &own).is_err());
     // Another host of the network is still a fine worker.
-    assert!(endpoint_allowed(
-        "192.168.1.30:47700",
-        v4(192, 168, 1, 30),
-        &networks,
-        &own
-    ));
+    assert!(check_endpoint("192.168.1.30:47700", v4(192, 168, 1, 30), &networks, &own).is_ok());
 }
 
 /// A key that systemd's `LoadCredential=` placed in the service's credentials directory is

@@ -390,14 +390,17 @@ impl ControlPlane {
                 fingerprint,
                 text,
             }) => {
-                let refusal = Refusal {
+                let told = text.as_deref().unwrap_or(code.as_str());
+                refuse(
+                    &self.shell,
+                    &mut transport,
                     role,
                     code,
-                    peer: ip,
+                    ip,
                     fingerprint,
-                    text,
-                };
-                refuse(&self.shell, &mut transport, refusal).await;
+                    told,
+                )
+                .await;
             }
             Err(HandshakeError::Close { code, reason }) => {
                 // A malformed or out-of-order frame is closed with its reason, logged; a
@@ -776,28 +779,19 @@ fn session_input(role: Role, conn: ConnId, message: Message) -> Option<Input> {
     })
 }
 
-/// A refusal of a handshake, as [`refuse`] sends and logs it.
-struct Refusal {
+/// Sends a typed refusal saying `text` beside the code, logs it, counts it in `/metrics`,
+/// and closes (§5.8).
+async fn refuse<S>(
+    shell: &Shell,
+    transport: &mut Transport<S>,
     role: Role,
     code: RefusedCode,
     peer: IpAddr,
     fingerprint: Option<Fingerprint>,
-    /// What the peer is told beside the code; the code's name when `None`.
-    text: Option<String>,
-}
-
-/// Sends a typed refusal, logs it, counts it in `/metrics`, and closes (§5.8).
-async fn refuse<S>(shell: &Shell, transport: &mut Transport<S>, refusal: Refusal)
-where
+    text: &str,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let Refusal {
-        role,
-        code,
-        peer,
-        fingerprint,
-        text,
-    } = refusal;
     shell.record_refusal(code);
     let fp = fingerprint.map(|f| f.to_hex());
     relay_logging::Lifecycle::ControlRegistrationRefused {
@@ -809,7 +803,7 @@ where
     .emit();
     let refused = Message::Refused(Refused {
         code: code.code(),
-        text: Text::truncated(text.as_deref().unwrap_or(code.as_str())),
+        text: Text::truncated(text),
         supported: SUPPORTED_PROTOCOLS,
     });
     let _ = transport.send(&refused).await;
@@ -860,17 +854,8 @@ pub fn never_a_remote_worker(host: Ipv4Addr) -> Option<&'static str> {
     }
 }
 
-/// The endpoint rule of §5.5, as a pure function.
-pub fn endpoint_allowed(
-    endpoint: &str,
-    peer: IpAddr,
-    networks: &[ipnet::Ipv4Net],
-    own: &[IpAddr],
-) -> bool {
-    check_endpoint(endpoint, peer, networks, own).is_ok()
-}
-
-/// [`endpoint_allowed`], saying why not.
+/// The endpoint rule of §5.5, as a pure function: `Ok` for an endpoint the daemon may
+/// call, or why not.
 pub fn check_endpoint(
     endpoint: &str,
     peer: IpAddr,

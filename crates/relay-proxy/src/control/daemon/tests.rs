@@ -9,7 +9,7 @@ fn ip(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
 #[test]
 fn a_loopback_session_may_only_name_127_0_0_1() {
     let peer = ip(127, 0, 0, 1);
-    assert!(endpoint_allowed("127.0.0.1:40001", peer, &[], &[]));
+    assert!(check_endpoint("127.0.0.1:40001", peer, &[], &[]).is_ok());
     for endpoint in [
         "127.0.0.2:40001",
         "10.0.0.5:40001",
@@ -19,7 +19,10 @@ fn a_loopback_session_may_only_name_127_0_0_1() {
         "[::1]:40001",
         "garbage",
     ] {
-        assert!(!endpoint_allowed(endpoint, peer, &[], &[]), "{endpoint}");
+        assert!(
+            check_endpoint(endpoint, peer, &[], &[]).is_err(),
+            "{endpoint}"
+        );
     }
 }
 
@@ -28,8 +31,8 @@ fn a_remote_worker_names_its_own_address_or_an_allowed_network() {
     let peer = ip(10, 0, 0, 7);
     let networks = ["10.1.0.0/16".parse().unwrap()];
     let own = [ip(10, 0, 0, 1)];
-    assert!(endpoint_allowed("10.0.0.7:47700", peer, &networks, &own));
-    assert!(endpoint_allowed("10.1.2.3:47700", peer, &networks, &own));
+    assert!(check_endpoint("10.0.0.7:47700", peer, &networks, &own).is_ok());
+    assert!(check_endpoint("10.1.2.3:47700", peer, &networks, &own).is_ok());
     for endpoint in [
         "10.0.0.8:47700",
         "127.0.0.1:47700",
@@ -40,13 +43,13 @@ fn a_remote_worker_names_its_own_address_or_an_allowed_network() {
         "10.0.0.1:47700",
     ] {
         assert!(
-            !endpoint_allowed(endpoint, peer, &networks, &own),
+            check_endpoint(endpoint, peer, &networks, &own).is_err(),
             "{endpoint}"
         );
     }
     // The daemon's own address stays refused even inside an allowed network.
     let networks = ["10.0.0.0/8".parse().unwrap()];
-    assert!(!endpoint_allowed("10.0.0.1:47700", peer, &networks, &own));
+    assert!(check_endpoint("10.0.0.1:47700", peer, &networks, &own).is_err());
 }
 
 /// A control plane with `challenge_limit` handshakes per 15 s window, and its metrics.
