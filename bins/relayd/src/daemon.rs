@@ -293,10 +293,11 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         shutdown,
     )
     .await;
-    if !report.drained {
+    if !report.drained() {
         tracing::warn!(
             event = "drain_deadline_passed",
             drain = ?config.daemon.timers.drain_secs.get(),
+            unfinished = report.unfinished,
             "accepted requests did not complete in the drain time"
         );
     }
@@ -309,7 +310,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     let _ = shell_task.await;
     Lifecycle::DaemonStopped {
         uptime_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        unfinished_requests: u64::try_from(front.metrics().open_streams()).unwrap_or(0),
+        unfinished_requests: u64::try_from(report.unfinished).unwrap_or(u64::MAX),
     }
     .emit();
     Ok(())

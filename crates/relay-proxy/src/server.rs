@@ -155,8 +155,17 @@ impl Default for Linger {
 /// How a server stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeReport {
-    /// False when some request was still running at the end of the drain timeout.
-    pub drained: bool,
+    /// Connections still answering when the drain time ran out, whose requests were cut
+    /// off: one request each on HTTP/1; an HTTP/2 connection counts once however many
+    /// streams it had open.
+    pub unfinished: usize,
+}
+
+impl ServeReport {
+    /// Every accepted request finished within the drain time.
+    pub fn drained(&self) -> bool {
+        self.unfinished == 0
+    }
 }
 
 /// Serves `listener` until `shutdown` resolves, then stops accepting, lets accepted
@@ -249,11 +258,12 @@ pub async fn serve<H: Handler>(
     }
     drop(listener);
     let _ = stop.send(());
-    let drained = tokio::time::timeout(options.drain_timeout, stop.closed())
-        .await
-        .is_ok();
+    let unfinished = match tokio::time::timeout(options.drain_timeout, stop.closed()).await {
+        Ok(()) => 0,
+        Err(_) => stop.receiver_count(),
+    };
     tasks.shutdown().await;
-    ServeReport { drained }
+    ServeReport { unfinished }
 }
 
 /// How many connections each peer address holds, for [`PeerLimit`].

@@ -362,8 +362,44 @@ async fn connections_whose_protocol_is_not_known_yet_close_when_the_server_stops
     assert_eq!(read_status(&mut served).await, Some(200));
     stop.send(()).unwrap();
     let report = tokio::time::timeout(WAIT, server).await.unwrap().unwrap();
-    assert!(report.drained, "a connection held the drain");
+    assert!(report.drained(), "a connection held the drain");
     let deadline = Instant::now() + WAIT;
     assert!(closed_before(&mut silent, deadline).await);
     assert!(closed_before(&mut partial, deadline).await);
+}
+
+/// A request still running when the drain time runs out is cut off and counted; an idle
+/// keep-alive connection beside it closes and is not.
+#[tokio::test]
+async fn a_request_running_past_the_drain_time_is_counted_as_unfinished() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        listener,
+        options(30.0, 30.0),
+        Arc::new(Echo),
+        async move {
+            stopped.await.ok();
+        },
+    ));
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    assert_eq!(read_status(&mut idle).await, Some(200));
+    // hyper asks for the body once the handler reads it: the request is in flight.
+    let mut running = TcpStream::connect(addr).await.unwrap();
+    running
+        .write_all(
+            b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    assert_eq!(read_status(&mut running).await, Some(100));
+    running.write_all(b"{}").await.unwrap();
+    stop.send(()).unwrap();
+    let report = tokio::time::timeout(WAIT, server).await.unwrap().unwrap();
+    assert_eq!(report.unfinished, 1);
+    assert!(!report.drained());
 }
