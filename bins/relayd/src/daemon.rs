@@ -513,7 +513,15 @@ pub(crate) fn identity_show(cli: &Cli) -> ExitCode {
         let origin = relay_identity::Origin::parse(&origin)?;
         let dir = state_dir(cli, &env).map_err(anyhow::Error::msg)?;
         relay_identity::store::ensure_private_dir(&dir)?;
-        let (key, _) = SigningKey::load_or_create(&dir.join("daemon-identity.pk8"))?;
+        let (key, outcome) = SigningKey::load_or_create(&dir.join("daemon-identity.pk8"))?;
+        // Provisioning before the daemon's first start is meant to work; a mistyped
+        // --state-dir must not hand out a key no daemon uses without a word.
+        if outcome == relay_identity::KeyFileOutcome::Created {
+            relay_logging::say!(
+                "relayd: {} held no daemon key: made a new one, which a daemon started with this state directory will use",
+                dir.display()
+            );
+        }
         Ok(relay_identity::format_pin(&origin, &key.public_key()))
     };
     match run() {

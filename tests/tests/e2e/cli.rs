@@ -433,11 +433,18 @@ async fn identity_show_prints_a_stable_pin_line_pair() -> anyhow::Result<()> {
     );
     let mode = std::fs::metadata(&key_file)?.permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "{}", key_file.display());
+    // Making the key is said, so a mistyped --state-dir does not pass unnoticed.
+    assert!(
+        first.stderr.contains("held no daemon key: made a new one"),
+        "{:?}",
+        first.stderr
+    );
 
-    // A second run with the same state directory shows the same key.
+    // A second run with the same state directory shows the same key, and makes none.
     let second = builder.output(CLI_TIMEOUT).await?;
     assert_eq!(second.status.code(), Some(0), "{second:?}");
     assert_eq!(second.stdout, first.stdout);
+    assert_eq!(second.stderr, "");
     Ok(())
 }
 
