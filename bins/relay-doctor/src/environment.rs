@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
 use relay_identity::{
-    CredentialSource, Env, PinStore, RouteToken, StatePaths, names, parse_pin,
+    CredentialSource, Env, PinStore, RouteToken, SigningKey, StatePaths, names, parse_pin,
     provisioned_daemon_key_file, resolve_credential, store, system_config_dir,
 };
 use relay_proxy::config::{Config, ConfigError, ConfigSources};
@@ -70,7 +70,7 @@ impl<'a, E: Env> Inputs<'a, E> {
 /// Every check of the environment report, in the documented order.
 pub(crate) fn report<E: Env>(inputs: &Inputs<'_, E>) -> Report {
     let token = resolve_token(inputs);
-    let mut checks = vec![state_dir(inputs)];
+    let mut checks = vec![state_dir(inputs), machine_identity(inputs)];
     checks.push(token.check.clone());
     checks.push(custom_headers(inputs.env, &token));
     checks.push(trust_pins(inputs));
@@ -168,6 +168,42 @@ pub(crate) fn state_dir<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         ),
     )
     .with(details)
+}
+
+/// `<base>/relay/daemon/machine-identity.pk8`, the key relay-mcp and the worker sign their
+/// handshakes with, read with the checks they apply: a key they refuse leaves every session
+/// of this user passing through.
+pub(crate) fn machine_identity<E: Env>(inputs: &Inputs<'_, E>) -> Check {
+    const ID: &str = "machine_identity";
+    let Some(paths) = &inputs.paths else {
+        return Check::skip(ID, "no state directory");
+    };
+    let file = paths.machine_key_file();
+    if matches!(fs::symlink_metadata(&file), Err(err) if err.kind() == std::io::ErrorKind::NotFound)
+    {
+        return Check::skip(
+            ID,
+            format!(
+                "{} does not exist yet: relay-mcp makes it on first use",
+                file.display()
+            ),
+        )
+        .with(json!({ "file": display(&file), "present": false }));
+    }
+    match SigningKey::load(&file) {
+        Ok(key) => Check::ok(
+            ID,
+            format!("{} is a usable key, private to this user", file.display()),
+        )
+        .with(json!({
+            "file": display(&file),
+            "present": true,
+            "fingerprint": key.fingerprint().to_string(),
+        })),
+        Err(error) => Check::fail(ID, format!("relay-mcp would refuse it: {error}"))
+            .next("fix the key file as the message says: until then every session of this user passes through")
+            .with(json!({ "file": display(&file), "present": true })),
+    }
 }
 
 /// The resolved token (kept only in memory) and its check.

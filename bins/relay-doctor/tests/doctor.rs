@@ -585,6 +585,7 @@ fn report_of_a_machine_in_order_passes_with_exit_0() {
         ids,
         [
             "state_dir",
+            "machine_identity",
             "token",
             "anthropic_custom_headers",
             "trust_pins",

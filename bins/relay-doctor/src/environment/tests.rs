@@ -74,6 +74,28 @@ fn state_dir_is_judged_by_existence_owner_and_mode() {
 }
 
 #[test]
+fn the_machine_key_is_judged_as_relay_mcp_reads_it() {
+    let f = Fixture::new();
+    let env = f.env();
+    let check = || machine_identity(&Inputs::new(&env, euid()));
+    assert_eq!(check().status, Status::Skip);
+    assert_eq!(check().details["present"], false);
+    let file = f.relay().join("daemon/machine-identity.pk8");
+    let (key, _) = SigningKey::load_or_create(&file).unwrap();
+    let usable = check();
+    assert_eq!(usable.status, Status::Ok);
+    assert_eq!(usable.details["fingerprint"], key.fingerprint().to_string());
+    // relay-mcp refuses a key others can read, and so does the doctor.
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+    let open = check();
+    assert_eq!(open.status, Status::Fail);
+    assert!(open.summary.contains("chmod 600"), "{}", open.summary);
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(&file, b"not a key").unwrap();
+    assert_eq!(check().status, Status::Fail);
+}
+
+#[test]
 fn no_base_directory_fails_the_state_and_token_checks() {
     let env = MapEnv::new();
     let inputs = Inputs::new(&env, euid());
