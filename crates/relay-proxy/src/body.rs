@@ -8,7 +8,9 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -79,9 +81,10 @@ impl IdleTimer {
         }
     }
 
-    /// A chunk came: the next wait is timed from its own start.
-    fn touch(&mut self) {
-        self.waiting_since = None;
+    /// A chunk came: the next wait is timed from its own start. Returns when the wait it
+    /// ended began, if the stream had waited.
+    fn touch(&mut self) -> Option<Instant> {
+        self.waiting_since.take()
     }
 
     /// Ready with an error once the stream has really been waiting for the whole time.
@@ -119,20 +122,117 @@ enum RequestInner {
         remaining: u64,
         limit: u64,
         idle: IdleTimer,
-        /// Held while the body is: see [`Upload`].
-        held: Arc<()>,
+        /// Ends the upload when the body's end is read, or the body dropped: see [`Upload`].
+        upload: UploadEnd,
         /// The body is an HTTP/2 stream's, whose end must be its END_STREAM flag.
         http2: bool,
     },
 }
 
-/// Tells whether a streaming request body is still being read from the client. hyper drops
-/// the body it sends once its end has been read.
-pub(crate) struct Upload(Weak<()>);
+/// Watches a streaming request body's upload: whether it is over (its end has been read, or
+/// the body dropped, as hyper drops the body it sends once it has it all), and how long it
+/// has waited for the client's bytes.
+pub(crate) struct Upload(Arc<UploadSignal>);
+
+#[derive(Default)]
+struct UploadSignal {
+    over: AtomicBool,
+    /// When the body first waited for the client: the times below count from it.
+    first_wait: OnceLock<Instant>,
+    /// Microseconds (+1) since `first_wait` when the current wait for the client began; 0
+    /// while the body is not waiting for it.
+    waiting_since: AtomicU64,
+    /// Microseconds spent waiting for the client in waits that have ended.
+    waited: AtomicU64,
+}
 
 impl Upload {
     pub(crate) fn is_over(&self) -> bool {
-        self.0.strong_count() == 0
+        self.0.over.load(Ordering::Acquire)
+    }
+
+    /// How long the body has waited for the client's bytes, up to `now`.
+    fn client_time(&self, now: Instant) -> Duration {
+        let Some(first) = self.0.first_wait.get() else {
+            return Duration::ZERO;
+        };
+        let waited = self.0.waited.load(Ordering::Relaxed);
+        let since = self.0.waiting_since.load(Ordering::Relaxed);
+        let waiting = match since {
+            0 => 0,
+            since => micros(now.saturating_duration_since(*first)).saturating_sub(since - 1),
+        };
+        Duration::from_micros(waited + waiting)
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Waits for `answer`, but for no longer than `limit` of time spent waiting on the other
+/// side: time the request's body spends waiting for the client's bytes is not counted (the
+/// other side cannot answer a request it has not had whole, and an upload that stalls is the
+/// client's doing, cut by the body's own idle timer), while time the other side takes to
+/// accept the body, and to answer it, is. `None` when the time ran out.
+pub(crate) async fn answer_within<T>(
+    limit: Duration,
+    upload: Option<Upload>,
+    answer: impl Future<Output = T>,
+) -> Option<T> {
+    let client_time = |now| {
+        upload
+            .as_ref()
+            .map_or(Duration::ZERO, |u| u.client_time(now))
+    };
+    let started = Instant::now();
+    let before = client_time(started);
+    // Set for the earliest the time can run out, and moved on, when it fires, by the time
+    // the client was waited for meanwhile: no wake per chunk.
+    let clock = async {
+        let mut deadline = started + limit;
+        loop {
+            tokio::time::sleep_until(deadline).await;
+            let now = Instant::now();
+            deadline = started + limit + client_time(now).saturating_sub(before);
+            if now >= deadline {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        biased;
+        answer = answer => Some(answer),
+        () = clock => None,
+    }
+}
+
+/// The body's end of an [`Upload`].
+struct UploadEnd(Arc<UploadSignal>);
+
+impl UploadEnd {
+    fn end(&self) {
+        self.0.over.store(true, Ordering::Release);
+    }
+
+    /// The body began waiting for the client at `at`.
+    fn wait_began(&self, at: Instant) {
+        let first = *self.0.first_wait.get_or_init(|| at);
+        let since = micros(at.saturating_duration_since(first));
+        self.0.waiting_since.store(since + 1, Ordering::Relaxed);
+    }
+
+    /// The wait that began at `began` has ended.
+    fn wait_ended(&self, began: Instant) {
+        let waited = micros(began.elapsed());
+        self.0.waited.fetch_add(waited, Ordering::Relaxed);
+        self.0.waiting_since.store(0, Ordering::Relaxed);
+    }
+}
+
+impl Drop for UploadEnd {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
@@ -189,7 +289,7 @@ impl RequestBody {
                 remaining: limit,
                 limit,
                 idle: IdleTimer::new(idle),
-                held: Arc::new(()),
+                upload: UploadEnd(Arc::default()),
                 http2: version == http::Version::HTTP_2,
             },
         }
@@ -207,10 +307,11 @@ impl RequestBody {
     }
 
     /// For a body streamed from the client: whether it is still being read. Empty and full
-    /// bodies are already in memory.
+    /// bodies are already in memory, and so is one whose end has already arrived.
     pub(crate) fn upload(&self) -> Option<Upload> {
         match &self.inner {
-            RequestInner::Streaming { held, .. } => Some(Upload(Arc::downgrade(held))),
+            RequestInner::Streaming { incoming, .. } if incoming.is_end_stream() => None,
+            RequestInner::Streaming { upload, .. } => Some(Upload(upload.0.clone())),
             RequestInner::Again { rest, .. } => rest.upload(),
             RequestInner::Empty | RequestInner::Full(_) => None,
         }
@@ -237,17 +338,22 @@ impl Body for RequestBody {
                 remaining,
                 limit,
                 idle,
+                upload,
                 http2,
-                ..
             } => match Pin::new(&mut *incoming).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
-                    idle.touch();
+                    if let Some(began) = idle.touch() {
+                        upload.wait_ended(began);
+                    }
                     if let Some(data) = frame.data_ref() {
                         let len = data.len() as u64;
                         if len > *remaining {
                             return Poll::Ready(Some(Err(BodyError::TooLarge { limit: *limit })));
                         }
                         *remaining -= len;
+                    }
+                    if incoming.is_end_stream() {
+                        upload.end();
                     }
                     Poll::Ready(Some(Ok(frame)))
                 }
@@ -258,8 +364,21 @@ impl Body for RequestBody {
                         "the client reset the stream before the body's end".into(),
                     ))))
                 }
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => idle.poll_expired(cx).map(|e| Some(Err(e))),
+                Poll::Ready(None) => {
+                    if let Some(began) = idle.touch() {
+                        upload.wait_ended(began);
+                    }
+                    upload.end();
+                    Poll::Ready(None)
+                }
+                Poll::Pending => {
+                    let waited = idle.waiting_since.is_some();
+                    let expired = idle.poll_expired(cx);
+                    if !waited && let Some(began) = idle.waiting_since {
+                        upload.wait_began(began);
+                    }
+                    expired.map(|e| Some(Err(e)))
+                }
             },
         }
     }

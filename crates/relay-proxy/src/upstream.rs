@@ -32,7 +32,7 @@ use tokio::sync::watch;
 use tower_service::Service as _;
 
 use crate::BoxError;
-use crate::body::{BodyError, RequestBody, Upload};
+use crate::body::{BodyError, RequestBody, Upload, answer_within};
 use crate::error_chain::causes;
 use crate::headers::{Toward, strip_request_headers};
 use crate::sockets::{Budget, Budgeted, NoRoom};
@@ -898,16 +898,16 @@ impl UpstreamClient {
         &self,
         req: Request<RequestBody>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send {
+        let limit = self.inner.response_timeout;
+        let upload = limit.and_then(|_| req.body().upload());
         // Boxed, as hyper-util's client boxed its own: the sending future is 1.8 KB, and a
         // caller's future that holds this one holds only a pointer to it.
         let sending = crate::boxed(|| self.inner.send(req));
-        let limit = self.inner.response_timeout;
         async move {
             match limit {
-                Some(limit) => match tokio::time::timeout(limit, sending).await {
-                    Ok(result) => result,
-                    Err(_) => Err(UpstreamError::ResponseHeadTimeout),
-                },
+                Some(limit) => answer_within(limit, upload, sending)
+                    .await
+                    .unwrap_or(Err(UpstreamError::ResponseHeadTimeout)),
                 None => sending.await,
             }
         }

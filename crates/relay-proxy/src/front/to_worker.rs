@@ -10,7 +10,7 @@ use relay_proto::ErrorKind;
 
 use super::Front;
 use crate::answers::{error, upstream_error, worker_failed};
-use crate::body::{BodyError, RequestBody, ResponseBody};
+use crate::body::{BodyError, RequestBody, ResponseBody, answer_within};
 use crate::headers::{WORKER_REFUSED, WORKER_UPSTREAM_FAILED};
 use crate::upstream::{UpstreamBody, UpstreamError};
 use crate::worker_client::{WorkerSendError, WorkerTarget};
@@ -39,18 +39,21 @@ impl Front {
             req.headers_mut().insert(header::HOST, host);
         }
         let response_timeout = self.config().upstream.response_timeout_secs.get();
+        let upload = (!response_timeout.is_zero())
+            .then(|| req.body().upload())
+            .flatten();
         let waiting = Instant::now();
         // Boxed: inline, the worker client's future (pooled sends, a connect) would sit in
         // every model and hook request's future, also those that never go to a worker.
         let sending = crate::boxed(|| shell.workers().send(worker, req));
         let result = if response_timeout.is_zero() {
-            Ok(sending.await)
+            Some(sending.await)
         } else {
-            tokio::time::timeout(response_timeout + WORKER_BACKSTOP, sending).await
+            answer_within(response_timeout + WORKER_BACKSTOP, upload, sending).await
         };
         // The wait for the worker's head, which the overhead metric leaves out, failed or not.
         let waited = waiting.elapsed();
-        let Ok(result) = result else {
+        let Some(result) = result else {
             self.log_worker_failure(
                 route,
                 fingerprint,

@@ -1201,6 +1201,107 @@ async fn an_upload_goes_on_up_its_http2_stream_after_an_early_answer_head() {
     arrived_whole(res, &mut seen, 200_000).await;
 }
 
+/// Over HTTP/2 as over HTTP/1.1, the provider's time to answer leaves out the time spent
+/// waiting for the client's upload: an upload slower than that time is answered, a provider
+/// that has it all and says nothing is cut that long after the upload's end, and one that
+/// takes none of a body the client has sent is cut that long after the request.
+#[tokio::test]
+async fn over_http2_the_response_head_timeout_leaves_out_the_wait_for_the_client() {
+    let limit = Duration::from_millis(200);
+    let timed = |roots| {
+        let options = UpstreamOptions {
+            response_timeout: Some(limit),
+            ..options()
+        };
+        UpstreamClient::with_tls(&options, client_tls(roots))
+    };
+    // Five chunks 100 ms apart, then the body's end: when it ended.
+    let slowly = |chunks: mpsc::Sender<crate::body::tests::Chunk>| async move {
+        let mut every = tokio::time::interval(Duration::from_millis(100));
+        for _ in 0..5 {
+            every.tick().await;
+            chunks.send(chunk(1000)).await.unwrap();
+        }
+        drop(chunks);
+        Instant::now()
+    };
+
+    let (base, roots, mut seen) = h2_provider_counting_uploads(false).await;
+    let client = timed(roots);
+    let upload = crate::body::tests::upload().await;
+    let body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 1 << 20, WAIT);
+    let (res, _) = tokio::join!(
+        client.send(post(&format!("{base}/v1/messages"), body)),
+        slowly(upload.chunks)
+    );
+    arrived_whole(res.unwrap(), &mut seen, 5000).await;
+
+    let (base, roots, _) = h2_serving(|_, tls| async move {
+        let mut conn = h2::server::handshake(tls).await.unwrap();
+        while let Some(Ok((req, respond))) = conn.accept().await {
+            tokio::spawn(async move {
+                let mut body = req.into_body();
+                while let Some(Ok(data)) = body.data().await {
+                    let _ = body.flow_control().release_capacity(data.len());
+                }
+                // It has the whole request, and never answers.
+                std::future::pending::<()>().await;
+                drop(respond);
+            });
+        }
+    })
+    .await;
+    let client = timed(roots);
+    let upload = crate::body::tests::upload().await;
+    let body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 1 << 20, WAIT);
+    let (res, ended) = tokio::join!(
+        client.send(post(&format!("{base}/v1/messages"), body)),
+        slowly(upload.chunks)
+    );
+    assert!(
+        matches!(res, Err(UpstreamError::ResponseHeadTimeout)),
+        "{res:?}"
+    );
+    let after = ended.elapsed();
+    assert!(after >= limit - Duration::from_millis(50), "{after:?}");
+
+    // A provider that opens no window for the body: the upload waits on it, not on the
+    // client, whose whole body is there.
+    let (base, roots, _) = h2_serving(|_, tls| async move {
+        let mut conn = h2::server::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, Bytes>(tls)
+            .await
+            .unwrap();
+        let mut held = Vec::new();
+        while let Some(Ok(stream)) = conn.accept().await {
+            held.push(stream);
+        }
+    })
+    .await;
+    let client = timed(roots);
+    let upload = crate::body::tests::upload().await;
+    let body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 1 << 20, WAIT);
+    upload.chunks.send(chunk(1000)).await.unwrap();
+    drop(upload.chunks);
+    let started = Instant::now();
+    let res = tokio::time::timeout(
+        WAIT,
+        client.send(post(&format!("{base}/v1/messages"), body)),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(res, Err(UpstreamError::ResponseHeadTimeout)),
+        "{res:?}"
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= limit - Duration::from_millis(50) && took < WAIT,
+        "{took:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_upload_over_its_limit_fails_and_its_http2_stream_is_cancelled() {
     let (base, roots, mut seen) = h2_provider_counting_uploads(false).await;

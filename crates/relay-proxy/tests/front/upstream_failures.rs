@@ -5,9 +5,10 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use relay_testkit::{Behaviour, StandIn};
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::support::{Setup, WAIT, base, secs_f64};
+use crate::support::{Setup, WAIT, base, read_response, secs_f64};
 
 #[tokio::test]
 async fn a_refused_connection_is_502_upstream_unreachable() {
@@ -117,6 +118,50 @@ async fn a_response_head_timeout_is_504_and_cancels_the_provider_request() {
     let answer = relay.post("/v1/messages", &[], r#"{"stream":true}"#).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.body, relay_testkit::ANTHROPIC_MESSAGES_SSE);
+}
+
+/// The provider's time to answer starts once it has the whole request: an upload slower
+/// than that time, never idle, is answered, and a provider that then says nothing is still
+/// cut that long after the upload's end.
+#[tokio::test]
+async fn the_response_head_timeout_leaves_out_a_slow_upload() {
+    let stand_in = StandIn::start().await.unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.config.upstream.response_timeout_secs = secs_f64(0.3);
+    let relay = setup.start().await;
+    let body = br#"{"stream":false}"#;
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        relay.host(),
+        body.len()
+    );
+    // A byte every 60 ms: the upload takes about a second, three times the limit.
+    let head = head.as_str();
+    let trickle = |mut stream: TcpStream| async move {
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut every = tokio::time::interval(Duration::from_millis(60));
+        for byte in body {
+            every.tick().await;
+            stream.write_all(&[*byte]).await.unwrap();
+        }
+        (stream, Instant::now())
+    };
+    let (mut stream, _) = trickle(relay.connect().await).await;
+    assert_eq!(read_response(&mut stream).await.status, 200);
+
+    stand_in.set_behaviour(Behaviour {
+        hang_before_headers: true,
+        ..Behaviour::default()
+    });
+    let (mut stream, ended) = trickle(relay.connect().await).await;
+    read_response(&mut stream)
+        .await
+        .assert_error(504, "relay_upstream_timeout");
+    let took = ended.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
 }
 
 /// A base whose host does not resolve is unreachable, not a timeout.
