@@ -187,6 +187,10 @@ struct Binding {
     fingerprint: Fingerprint,
     last_use: Instant,
     tombstone_until: Option<Instant>,
+    /// The state write that makes a new binding durable, while it is pending: its MCP's
+    /// registration waits for it, and so do requests that carry the credential, as they do
+    /// for the worker it is about to start.
+    awaiting_write: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -290,6 +294,7 @@ impl Broker {
                     fingerprint: b.fingerprint,
                     last_use: b.last_use,
                     tombstone_until: b.tombstone_until,
+                    awaiting_write: None,
                 },
             );
             if b.tombstone_until.is_none() {

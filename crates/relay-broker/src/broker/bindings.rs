@@ -21,6 +21,7 @@ impl Broker {
                         fingerprint: fp,
                         last_use: now,
                         tombstone_until: Some(now + self.config.binding_tombstone),
+                        awaiting_write: None,
                     },
                 );
             }
@@ -192,6 +193,12 @@ impl Broker {
                 if orphan {
                     self.routes.remove(&session.fingerprint);
                 }
+            }
+        }
+        // Also those whose MCP left meanwhile: nothing waits for them any more.
+        for binding in self.bindings.values_mut() {
+            if binding.awaiting_write.is_some_and(|write| write <= seq) {
+                binding.awaiting_write = None;
             }
         }
     }

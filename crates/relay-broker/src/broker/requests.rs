@@ -47,6 +47,7 @@ impl Broker {
         binding.last_use = now;
         self.last_use_dirty = true;
         let fp = binding.fingerprint;
+        let registering = binding.awaiting_write.is_some();
         let Some(route) = self.routes.get(&fp) else {
             return Decision::Unbound;
         };
@@ -67,7 +68,9 @@ impl Broker {
                 .map(|g| (w, g.endpoint.clone(), g.certificate, g.secret))
         });
         let starting = matches!(route.state, RouteState::Activating { .. }) && live;
-        let awaits_session = opening && !live && !route.opening_waited_in_vain;
+        // A first registration's binding is there before its session is (the session joins
+        // the route once the binding is durable): its requests wait as for the worker.
+        let awaits_session = !live && (registering || (opening && !route.opening_waited_in_vain));
         if worker.is_none() && may_wait && (starting || awaits_session) {
             return Decision::Wait;
         }

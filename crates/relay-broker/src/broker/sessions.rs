@@ -118,6 +118,7 @@ impl Broker {
                     fingerprint: fp,
                     last_use: now,
                     tombstone_until: None,
+                    awaiting_write: None,
                 },
             );
             self.route_mut_or_create(fp).digests.push(digest);
@@ -126,6 +127,9 @@ impl Broker {
         let session_id = self.entropy.id();
         let resume_token = self.entropy.secret();
         let pending_persist = new_binding.then(|| self.persist());
+        if let Some(binding) = self.bindings.get_mut(&digest) {
+            binding.awaiting_write = pending_persist;
+        }
         self.sessions.insert(
             session_id,
             Session {

@@ -2217,6 +2217,42 @@ fn a_registration_waits_for_its_binding_to_be_durable() {
     "#]]);
 }
 
+/// Between a first registration and its state write the credential is bound but its
+/// session has not joined the route: requests wait, as for the worker about to start,
+/// instead of passing through unobserved; one that has waited its time passes through.
+#[test]
+fn requests_during_a_first_registrations_state_write_wait_for_its_worker() {
+    let mut s = Scenario::new();
+    s.auto_persist = false;
+    s.mcp(1, 'A', "a1")
+        .request("a1", RequestKind::Model, false)
+        .request("a1", RequestKind::Hook, false)
+        .request("a1", RequestKind::Model, true);
+    let seq = s.last_seq;
+    s.step(
+        "the state write succeeds",
+        Input::Persisted { seq, ok: true },
+    )
+    .request("a1", RequestKind::Model, false);
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+        > Model request with a1
+          = wait
+        > Hook request with a1
+          = wait
+        > Model request with a1 (waited)
+          = pass through (no_live_session, retry after 1000ms)
+        > the state write succeeds
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > Model request with a1
+          = wait
+    "#]]);
+}
+
 #[test]
 fn a_credential_is_known_once_registered_even_before_its_binding_is_durable() {
     let mut s = Scenario::new();
