@@ -2,7 +2,9 @@
 //! bounded.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
+use regex::Regex;
 use serde_json::{Map, Value};
 
 /// Rewrites secrets out of text before it enters a record.
@@ -37,10 +39,122 @@ impl Redactor for NoRedaction {
 
 /// Redacts then truncates one text field; `true` when it was cut.
 pub(super) fn text(redactor: &dyn Redactor, raw: &str, max_bytes: usize) -> (Value, bool) {
-    let redacted = redactor.redact(raw);
+    let redacted = redact_text(redactor, raw);
     let (kept, cut) = truncate(&redacted, max_bytes);
     (Value::String(kept.to_owned()), cut)
 }
+
+/// A text as a record holds it: through the redactor, then without the credentials free
+/// text names ([`hide_named_in_text`]).
+fn redact_text<'a>(redactor: &dyn Redactor, raw: &'a str) -> Cow<'a, str> {
+    match redactor.redact(raw) {
+        Cow::Borrowed(text) => hide_named_in_text(text),
+        Cow::Owned(text) => Cow::Owned(hide_named_in_text(&text).into_owned()),
+    }
+}
+
+/// Free text (a tool's output of `env` or `cat .env`, a command line, a header block) with
+/// every value that a name says is a credential replaced, as a JSON field of that name
+/// would be: `GITHUB_TOKEN=…`, `PGPASSWORD="…"`, `password: …`, `x-relay-client-token: …`,
+/// `--password=…`; and a URL's password (`postgres://app:…@db`) and curl's `-u user:…`.
+/// After `=` a value ends at a blank unless quoted; after `:` (a header, YAML) it is the
+/// rest of the line. Applied twice it changes nothing more.
+fn hide_named_in_text(text: &str) -> Cow<'_, str> {
+    let (Some(named), Some(userinfo)) = (&*NAMED, &*USERINFO) else {
+        return Cow::Borrowed(text);
+    };
+    let mut hidden: Vec<(usize, usize)> = Vec::new();
+    for found in named.find_iter(text) {
+        let head = found.as_str();
+        let name_end = head
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+            .unwrap_or(head.len());
+        let name = &head[..name_end];
+        // `tokens` alone, a credential as a JSON field's whole name, is a count in prose
+        // and in printed usage (`Input tokens: 1234`).
+        if name.eq_ignore_ascii_case("tokens")
+            || !might_name_a_credential(name)
+            || !names_a_credential(name)
+        {
+            continue;
+        }
+        let rest = &text[found.end()..];
+        let by_colon = head.trim_end_matches([' ', '\t']).ends_with(':');
+        let len = match rest.chars().next() {
+            // Hidden already.
+            _ if rest.starts_with(CREDENTIAL_FIELD) => CREDENTIAL_FIELD.len(),
+            Some(quote @ ('"' | '\'')) => rest[1..].find([quote, '\n']).map_or(rest.len(), |end| {
+                end + 1 + usize::from(rest[1 + end..].starts_with(quote))
+            }),
+            _ if by_colon => rest.find(['\r', '\n']).unwrap_or(rest.len()),
+            _ => rest
+                .find(|c: char| {
+                    c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | ')')
+                })
+                .unwrap_or(rest.len()),
+        };
+        if len > 0 {
+            hidden.push((found.end(), found.end() + len));
+        }
+    }
+    for found in userinfo.find_iter(text) {
+        let rest = &text[found.end()..];
+        let len = rest
+            .find(|c: char| {
+                c.is_whitespace() || (found.as_str().contains("://") && matches!(c, '@' | '/'))
+            })
+            .unwrap_or(rest.len());
+        if len > 0 {
+            hidden.push((found.end(), found.end() + len));
+        }
+    }
+    if hidden.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    hidden.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in hidden {
+        if end <= at {
+            continue;
+        }
+        out.push_str(&text[at..start.max(at)]);
+        out.push_str(CREDENTIAL_FIELD);
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    Cow::Owned(out)
+}
+
+/// Whether `name` holds a word [`names_a_credential`] looks for: a look without allocating,
+/// for the many names free text holds (every `"field":` of a JSON document printed as text).
+fn might_name_a_credential(name: &str) -> bool {
+    const PARTS: [&[u8]; 9] = [
+        b"key",
+        b"token",
+        b"secret",
+        b"pass",
+        b"pwd",
+        b"auth",
+        b"credential",
+        b"cookie",
+        b"connection",
+    ];
+    let name = name.as_bytes();
+    PARTS.iter().any(|part| {
+        name.windows(part.len())
+            .any(|w| w.eq_ignore_ascii_case(part))
+    })
+}
+
+/// A name and what separates it from its value. The patterns are constants, which the
+/// tests compile.
+static NAMED: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r#"[A-Za-z][A-Za-z0-9_.-]*["']?[ \t]*[=:][ \t]*"#).ok());
+/// A URL up to its password, or curl's `-u`/`--user` up to the password.
+static USERINFO: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]+:|(?:^|[ \t])(?:-u|--user)[ =]+[^\s:]+:").ok()
+});
 
 /// Redacts every string (keys too) of a JSON value; when its serialisation exceeds
 /// `max_bytes` it becomes a string holding the first `max_bytes` of that serialisation.
@@ -58,7 +172,7 @@ pub(super) fn json(redactor: &dyn Redactor, raw: &Value, max_bytes: usize) -> (V
 
 fn redact_value(redactor: &dyn Redactor, value: &Value) -> Value {
     match value {
-        Value::String(s) => Value::String(redactor.redact(s).into_owned()),
+        Value::String(s) => Value::String(redact_text(redactor, s).into_owned()),
         Value::Array(items) => Value::Array(
             items
                 .iter()

@@ -958,3 +958,65 @@ fn credential_names_are_read_in_words() {
         assert_eq!(kept[name], "plain", "{name}");
     }
 }
+
+/// Free text names credentials too (a tool's output of `env`, a command line, a header
+/// block): what a name says is one is hidden as a field of that name would be, with or
+/// without a redaction component, and text that only looks alike keeps its words.
+#[test]
+fn credentials_named_in_free_text_are_hidden() {
+    let token = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let env = format!(
+        "HOME=/home/dev\nRELAY_CLIENT_TOKEN={token}\nANTHROPIC_CUSTOM_HEADERS=x-relay-client-token: {token}\nGITHUB_TOKEN=plaintoken999\nDATABASE_URL=postgres://app:dbpassw0rd@db:5432/app\nmax_tokens=4096\n"
+    );
+    let (kept, _) = content::text(&content::NoRedaction, &env, 1 << 20);
+    let kept = kept.as_str().unwrap();
+    for secret in [token, "plaintoken999", "dbpassw0rd"] {
+        assert!(!kept.contains(secret), "{secret} in {kept}");
+    }
+    for plain in [
+        "HOME=/home/dev",
+        "max_tokens=4096",
+        "postgres://app:",
+        "@db:5432/app",
+    ] {
+        assert!(kept.contains(plain), "{plain} lost from {kept}");
+    }
+    for (raw, hidden) in [
+        ("PGPASSWORD=S3cretPw!! psql -h db", "S3cretPw!!"),
+        ("export API_KEY=\"a b c\" && run", "a b c"),
+        ("curl -u user:hunter2pass https://x", "hunter2pass"),
+        ("curl --user=user:hunter2pass https://x", "hunter2pass"),
+        ("mysql --password=hunter2 -u root", "hunter2"),
+        (
+            "Authorization: Basic dXNlcjpwYXNz\r\nHost: x",
+            "dXNlcjpwYXNz",
+        ),
+        ("my password: hunter2 now", "hunter2"),
+        ("{\"access_token\": \"abc123\", \"n\": 1}", "abc123"),
+    ] {
+        let (kept, _) = content::text(&content::NoRedaction, raw, 1 << 20);
+        let kept = kept.as_str().unwrap();
+        assert!(!kept.contains(hidden), "{hidden} in {kept}");
+        assert!(kept.contains("[REDACTED:credential]"), "{kept}");
+        // Hiding again changes nothing more.
+        let (again, _) = content::text(&content::NoRedaction, kept, 1 << 20);
+        assert_eq!(again.as_str().unwrap(), kept);
+    }
+    for plain in [
+        "see https://example.com/a:b and ratio 3:4",
+        "Input tokens: 1234, max_tokens: 100, the tokenizer: fast",
+        "git push -u origin main",
+        "key: value, keyboard: yes",
+    ] {
+        let (kept, _) = content::text(&content::NoRedaction, plain, 1 << 20);
+        assert_eq!(kept.as_str().unwrap(), plain);
+    }
+    // Inside JSON content, in a string of any field.
+    let raw = json!({ "tool_response": { "stdout": format!("GITHUB_TOKEN=plaintoken999\nRELAY_CLIENT_TOKEN={token}") } });
+    let (kept, _) = content::json(&content::NoRedaction, &raw, 1 << 20);
+    let text = kept.to_string();
+    assert!(
+        !text.contains("plaintoken999") && !text.contains(token),
+        "{text}"
+    );
+}
