@@ -44,7 +44,7 @@ pub(crate) const ENVIRONMENT: [(&str, &str, &str); 25] = [
     (
         "RELAY_LOG",
         "all binaries",
-        "Log level or filter (`error`, `warn`, `info`, `debug`, `trace`); `--log-level` and `[daemon.logging] level` take precedence for relayd.",
+        "Log level or filter (`error`, `warn`, `info`, `debug`, `trace`); it takes precedence over a config file's level (`[daemon.logging] level` for relayd, `[logging] level` for the others), and relayd's `--log-level` over it.",
     ),
     (
         "RELAY_LOG_FORMAT",
