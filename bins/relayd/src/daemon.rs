@@ -195,6 +195,15 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         advertised.port = local.port();
     }
     let descriptors = Descriptors::share(open_file_limit, config.daemon.max_connections);
+    if descriptors.accepted < config.daemon.max_connections {
+        tracing::warn!(
+            event = "max_connections_lowered",
+            configured = config.daemon.max_connections,
+            max_connections = descriptors.accepted,
+            open_file_limit,
+            "the open-file limit leaves room for fewer connections than max_connections: raise the limit (LimitNOFILE= under systemd, ulimit -n) to accept as many"
+        );
+    }
     let upstream = UpstreamClient::new(&UpstreamOptions::from_config(
         &config.upstream,
         env,
