@@ -14,7 +14,8 @@ use relay_proxy::front::{Advertised, Mode};
 #[derive(Debug, clap::Parser)]
 #[command(name = "relayd", version)]
 pub(crate) struct Cli {
-    /// IPv4 address to listen on; anything but 127.0.0.1 needs --advertise-address.
+    /// IPv4 address to listen on; a non-loopback one needs --advertise-address, and another
+    /// loopback one than 127.0.0.1 needs --tls-cert and --tls-key.
     #[arg(long, value_name = "IPV4", default_value = "127.0.0.1", value_parser = parse_bind)]
     pub(crate) bind: Ipv4Addr,
 
@@ -164,6 +165,10 @@ pub(crate) struct DaemonSettings {
 pub(crate) enum FlagError {
     #[error("--bind {0} is not loopback, so --advertise-address is required")]
     AdvertiseRequired(Ipv4Addr),
+    #[error(
+        "--bind {0}: clients reach a plain http daemon only at 127.0.0.1, so bind 127.0.0.1, or serve https there with --tls-cert and --tls-key"
+    )]
+    PlainHttpOnlyOn127(Ipv4Addr),
     /// The reason only: the address could carry a password in its user info.
     #[error("invalid value for '--advertise-address': {0}")]
     BadAdvertised(String),
@@ -229,6 +234,10 @@ impl Cli {
         let Some(text) = &self.advertise_address else {
             if !self.bind.is_loopback() {
                 return Err(FlagError::AdvertiseRequired(self.bind));
+            }
+            // Clients dial plain http only at 127.0.0.1 (or localhost).
+            if !tls && self.bind != Ipv4Addr::LOCALHOST {
+                return Err(FlagError::PlainHttpOnlyOn127(self.bind));
             }
             return Ok(Advertised {
                 https: tls,

@@ -87,6 +87,41 @@ fn identity_show_takes_the_origin_its_pin_is_for() {
     assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
 }
 
+/// Clients dial plain http only at 127.0.0.1: another loopback address serves https, or
+/// names the origin clients dial.
+#[test]
+fn another_loopback_bind_needs_tls_or_an_advertised_origin() {
+    let other = parse(&["--bind", "127.0.0.2"]).unwrap();
+    assert_eq!(
+        other.advertised(true).unwrap_err(),
+        FlagError::PlainHttpOnlyOn127(Ipv4Addr::new(127, 0, 0, 2))
+    );
+    let tls = parse(&[
+        "--bind",
+        "127.0.0.2",
+        "--tls-cert",
+        "/etc/relay/cert.pem",
+        "--tls-key",
+        "/etc/relay/key.pem",
+    ])
+    .unwrap();
+    assert_eq!(
+        tls.advertised(true).unwrap().origin(),
+        "https://127.0.0.2:47632"
+    );
+    let named = parse(&[
+        "--bind",
+        "127.0.0.2",
+        "--advertise-address",
+        "http://localhost:47632",
+    ])
+    .unwrap();
+    assert_eq!(
+        named.advertised(true).unwrap().origin(),
+        "http://localhost:47632"
+    );
+}
+
 #[test]
 fn bindings_commands_need_their_fingerprint() {
     for args in [
