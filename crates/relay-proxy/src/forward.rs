@@ -148,6 +148,8 @@ impl Prologue<'_> {
         }
         let selected = match found.upstream_base_url {
             None => None,
+            // Two selectors name no one base, whichever a reader would take.
+            Some(_) if found.upstream_base_urls > 1 => return Err(Refused::UpstreamNotAllowed),
             Some(value) => Some(value.to_str().map_err(|_| Refused::UpstreamNotAllowed)?),
         };
         upstream_target(self.upstream, family, found, selected, req.uri()).map_err(|e| match e {

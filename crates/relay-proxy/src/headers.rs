@@ -243,6 +243,8 @@ pub struct ModelHeaders<'a> {
     /// An `Upgrade` value that names `websocket`.
     pub websocket: bool,
     pub upstream_base_url: Option<&'a HeaderValue>,
+    /// How many `x-relay-upstream-base-url` lines there are: more than one selects no base.
+    pub upstream_base_urls: usize,
     pub client_token: CredentialHeader<'a>,
     pub authorization: Option<&'a HeaderValue>,
     pub anthropic_version: bool,
@@ -258,6 +260,7 @@ impl std::fmt::Debug for ModelHeaders<'_> {
             .field("content_length", &self.content_length)
             .field("websocket", &self.websocket)
             .field("upstream_base_url", &self.upstream_base_url)
+            .field("upstream_base_urls", &self.upstream_base_urls)
             .field("client_token", &self.client_token)
             .field("authorization", &self.authorization.is_some())
             .field("anthropic_version", &self.anthropic_version)
@@ -282,6 +285,7 @@ impl<'a> ModelHeaders<'a> {
             } else if name == CLIENT_TOKEN {
                 found.client_token = found.client_token.and(value);
             } else if name == UPSTREAM_BASE_URL {
+                found.upstream_base_urls += 1;
                 found.upstream_base_url.get_or_insert(value);
             } else if name == ANTHROPIC_VERSION {
                 found.anthropic_version = true;

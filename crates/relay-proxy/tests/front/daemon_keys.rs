@@ -197,6 +197,18 @@ async fn each_failing_condition_keeps_the_keys_out() {
             .await;
         answer.assert_error(400, "relay_upstream_not_allowed");
     }
+    // Two selectors, even of one allowed base, select none.
+    let answer = relay
+        .post(
+            "/v1/chat/completions",
+            &[
+                ("x-relay-upstream-base-url", &selected.base_url()),
+                ("x-relay-upstream-base-url", &selected.base_url()),
+            ],
+            "{}",
+        )
+        .await;
+    answer.assert_error(400, "relay_upstream_not_allowed");
     assert_eq!(stand_in.request_count(), 0);
     assert_eq!(selected.request_count(), 0);
 }
