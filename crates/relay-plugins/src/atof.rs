@@ -404,12 +404,19 @@ impl Recorder {
                 let reason = hook_reason(hook).map(|r| json!({ "reason": r }));
                 self.end_session(at, &sid, reason.unwrap_or_else(|| json!({})));
             }
+            // A turn's hooks are marks named after their event too, like every hook that
+            // is not a session's or a tool's, under the turn they open or close.
             Role::TurnStart => {
                 self.finish_turn(at, &sid, ClosedBy::Superseded.data(), ClosedBy::Superseded);
                 self.open_turn(at, &sid, hook);
+                self.hook_mark(at, &sid, hook);
             }
-            Role::TurnStartIfNone if !self.has_turn(&sid) => self.open_turn(at, &sid, hook),
+            Role::TurnStartIfNone if !self.has_turn(&sid) => {
+                self.open_turn(at, &sid, hook);
+                self.hook_mark(at, &sid, hook);
+            }
             Role::TurnEnd if self.has_turn(&sid) => {
+                self.hook_mark(at, &sid, hook);
                 let mut data = self.content();
                 data.text(
                     "response",
