@@ -335,10 +335,12 @@ fn workers_listen_with_small_limits_and_a_per_peer_cap() {
     assert!(options.tls.is_some());
 }
 
-/// A connection whose first bytes have not yet told its protocol (nothing sent, or part of
-/// HTTP/2's preface) does not hold a stop: it is closed at once, and the drain ends.
-#[tokio::test]
-async fn connections_whose_protocol_is_not_known_yet_close_when_the_server_stops() {
+/// An `Echo` server that stops when told, and its report.
+async fn stoppable() -> (
+    SocketAddr,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<relay_proxy::server::ServeReport>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -350,6 +352,14 @@ async fn connections_whose_protocol_is_not_known_yet_close_when_the_server_stops
             stopped.await.ok();
         },
     ));
+    (addr, stop, server)
+}
+
+/// A connection whose first bytes have not yet told its protocol (nothing sent, or part of
+/// HTTP/2's preface) does not hold a stop: it is closed at once, and the drain ends.
+#[tokio::test]
+async fn connections_whose_protocol_is_not_known_yet_close_when_the_server_stops() {
+    let (addr, stop, server) = stoppable().await;
     let mut silent = TcpStream::connect(addr).await.unwrap();
     let mut partial = TcpStream::connect(addr).await.unwrap();
     partial.write_all(b"PRI * HT").await.unwrap();
@@ -372,17 +382,7 @@ async fn connections_whose_protocol_is_not_known_yet_close_when_the_server_stops
 /// keep-alive connection beside it closes and is not.
 #[tokio::test]
 async fn a_request_running_past_the_drain_time_is_counted_as_unfinished() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(serve(
-        listener,
-        options(30.0, 30.0),
-        Arc::new(Echo),
-        async move {
-            stopped.await.ok();
-        },
-    ));
+    let (addr, stop, server) = stoppable().await;
     let mut idle = TcpStream::connect(addr).await.unwrap();
     idle.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
         .await

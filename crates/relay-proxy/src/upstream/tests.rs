@@ -1215,25 +1215,30 @@ async fn over_http2_the_response_head_timeout_leaves_out_the_wait_for_the_client
         };
         UpstreamClient::with_tls(&options, client_tls(roots))
     };
-    // Five chunks 100 ms apart, then the body's end: when it ended.
-    let slowly = |chunks: mpsc::Sender<crate::body::tests::Chunk>| async move {
-        let mut every = tokio::time::interval(Duration::from_millis(100));
-        for _ in 0..5 {
-            every.tick().await;
-            chunks.send(chunk(1000)).await.unwrap();
-        }
-        drop(chunks);
-        Instant::now()
+    // A POST whose body comes in five chunks 100 ms apart: its answer, and when the body
+    // ended.
+    let slow_post = |base: String, roots| async move {
+        let client = timed(roots);
+        let upload = crate::body::tests::upload().await;
+        let body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 1 << 20, WAIT);
+        let chunks = upload.chunks;
+        let slowly = async move {
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            for _ in 0..5 {
+                every.tick().await;
+                chunks.send(chunk(1000)).await.unwrap();
+            }
+            drop(chunks);
+            Instant::now()
+        };
+        tokio::join!(
+            client.send(post(&format!("{base}/v1/messages"), body)),
+            slowly
+        )
     };
 
     let (base, roots, mut seen) = h2_provider_counting_uploads(false).await;
-    let client = timed(roots);
-    let upload = crate::body::tests::upload().await;
-    let body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 1 << 20, WAIT);
-    let (res, _) = tokio::join!(
-        client.send(post(&format!("{base}/v1/messages"), body)),
-        slowly(upload.chunks)
-    );
+    let (res, _) = slow_post(base, roots).await;
     arrived_whole(res.unwrap(), &mut seen, 5000).await;
 
     let (base, roots, _) = h2_serving(|_, tls| async move {
@@ -1251,13 +1256,7 @@ async fn over_http2_the_response_head_timeout_leaves_out_the_wait_for_the_client
         }
     })
     .await;
-    let client = timed(roots);
-    let upload = crate::body::tests::upload().await;
-    let body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 1 << 20, WAIT);
-    let (res, ended) = tokio::join!(
-        client.send(post(&format!("{base}/v1/messages"), body)),
-        slowly(upload.chunks)
-    );
+    let (res, ended) = slow_post(base, roots).await;
     assert!(
         matches!(res, Err(UpstreamError::ResponseHeadTimeout)),
         "{res:?}"
