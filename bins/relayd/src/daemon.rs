@@ -107,6 +107,9 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<(Prepared, bool), String> {
     relay_logging::init(&log, std::io::stderr).map_err(|e| e.to_string())?;
     // Read before anything is created, so that a wrong file is a usage error like any other.
     let keys = provider_keys(&config, env)?;
+    if let Some((_, key)) = &settings.tls {
+        warn_if_others_can_read(key);
+    }
     let tls = match &settings.tls {
         Some((cert, key)) => Some(Arc::new(
             relay_proxy::tls::server_config_from_files(cert, key).map_err(|e| {
@@ -510,6 +513,25 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
             _ = hup.recv() => {}
         }
     })
+}
+
+/// Says so when every user of the machine can read the daemon's TLS key (a key left 0644),
+/// and so could pose as the daemon to its clients. A warning, not a refusal: group access
+/// (`root:relay 0640`) is how keys are commonly shared with a service account.
+fn warn_if_others_can_read(key: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Ok(metadata) = std::fs::metadata(key) else {
+        return;
+    };
+    let mode = metadata.permissions().mode() & 0o7777;
+    if mode & 0o004 != 0 {
+        tracing::warn!(
+            event = "tls_key_readable_by_others",
+            file = %key.display(),
+            mode = format!("{mode:04o}"),
+            "every user of this machine can read the TLS key, and so could pose as the daemon: chmod o-rwx it"
+        );
+    }
 }
 
 pub(crate) fn identity_show(cli: &Cli) -> ExitCode {

@@ -95,3 +95,28 @@ fn a_key_file_in_the_services_credentials_directory_is_checked_as_systemd_writes
         assert!(refused.contains("insecure_permissions"), "{refused}");
     }
 }
+
+/// A TLS key every user can read is said at start; one shared with a group is not.
+#[test]
+fn a_tls_key_others_can_read_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key.pem");
+    std::fs::write(&key, "not read here").unwrap();
+    let logged = |mode: u32| {
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+        let capture = relay_logging::LogCapture::new();
+        let config = relay_logging::LogConfig {
+            level: "warn".to_owned(),
+            format: relay_logging::LogFormat::Jsonl,
+        };
+        let dispatch = relay_logging::subscriber(&config, capture.clone()).unwrap();
+        tracing::dispatcher::with_default(&dispatch, || super::warn_if_others_can_read(&key));
+        capture.contents()
+    };
+    let open = logged(0o644);
+    assert!(open.contains("tls_key_readable_by_others"), "{open}");
+    assert!(open.contains("0644"), "{open}");
+    assert_eq!(logged(0o640), "");
+    assert_eq!(logged(0o600), "");
+}
