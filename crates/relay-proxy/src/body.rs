@@ -134,8 +134,11 @@ enum RequestInner {
 /// has waited for the client's bytes.
 pub(crate) struct Upload(Arc<UploadSignal>);
 
-#[derive(Default)]
 struct UploadSignal {
+    /// The most one wait counts as the client's: the stream idle time, after which the
+    /// body fails if it is being read. A body that is not read again (its sender stalled on
+    /// the other side) must not hold the other side's clock for ever.
+    cap: Duration,
     over: AtomicBool,
     /// When the body first waited for the client: the times below count from it.
     first_wait: OnceLock<Instant>,
@@ -160,9 +163,11 @@ impl Upload {
         let since = self.0.waiting_since.load(Ordering::Relaxed);
         let waiting = match since {
             0 => 0,
-            since => micros(now.saturating_duration_since(*first)).saturating_sub(since - 1),
+            since => micros(now.saturating_duration_since(*first))
+                .saturating_sub(since - 1)
+                .min(micros(self.0.cap)),
         };
-        Duration::from_micros(waited + waiting)
+        Duration::from_micros(waited.saturating_add(waiting))
     }
 }
 
@@ -224,7 +229,7 @@ impl UploadEnd {
 
     /// The wait that began at `began` has ended.
     fn wait_ended(&self, began: Instant) {
-        let waited = micros(began.elapsed());
+        let waited = micros(began.elapsed().min(self.0.cap));
         self.0.waited.fetch_add(waited, Ordering::Relaxed);
         self.0.waiting_since.store(0, Ordering::Relaxed);
     }
@@ -232,6 +237,13 @@ impl UploadEnd {
 
 impl Drop for UploadEnd {
     fn drop(&mut self) {
+        // A body dropped while it waited for the client waits no more.
+        let since = self.0.waiting_since.load(Ordering::Relaxed);
+        if since != 0
+            && let Some(first) = self.0.first_wait.get()
+        {
+            self.wait_ended(*first + Duration::from_micros(since - 1));
+        }
         self.end();
     }
 }
@@ -289,7 +301,13 @@ impl RequestBody {
                 remaining: limit,
                 limit,
                 idle: IdleTimer::new(idle),
-                upload: UploadEnd(Arc::default()),
+                upload: UploadEnd(Arc::new(UploadSignal {
+                    cap: idle,
+                    over: AtomicBool::new(false),
+                    first_wait: OnceLock::new(),
+                    waiting_since: AtomicU64::new(0),
+                    waited: AtomicU64::new(0),
+                })),
                 http2: version == http::Version::HTTP_2,
             },
         }
@@ -297,12 +315,27 @@ impl RequestBody {
 
     /// The same body to send again: the chunks of it already read (`read`, in order), then
     /// the rest of `rest`.
-    pub(crate) fn again(read: Vec<Bytes>, rest: RequestBody) -> RequestBody {
+    pub(crate) fn again(read: Vec<Bytes>, mut rest: RequestBody) -> RequestBody {
+        // What was read goes first, so the client is not what it waits for until then.
+        rest.stop_waiting();
         RequestBody {
             inner: RequestInner::Again {
                 read: read.into(),
                 rest: Box::new(rest),
             },
+        }
+    }
+
+    /// Ends a wait for the client's bytes that nobody will end by reading the body.
+    fn stop_waiting(&mut self) {
+        match &mut self.inner {
+            RequestInner::Streaming { idle, upload, .. } => {
+                if let Some(began) = idle.touch() {
+                    upload.wait_ended(began);
+                }
+            }
+            RequestInner::Again { rest, .. } => rest.stop_waiting(),
+            RequestInner::Empty | RequestInner::Full(_) => {}
         }
     }
 

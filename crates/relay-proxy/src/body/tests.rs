@@ -277,3 +277,41 @@ fn a_body_error_is_found_through_wrappers() {
         "body exceeds the limit of 3 bytes"
     );
 }
+
+/// The other side's time leaves out a wait for the client only while the body waits: a body
+/// that is not read again (it went back to be sent again, was dropped, or its reader stalled
+/// on the other side) gives that time back, at the latest after the stream idle time.
+#[tokio::test(start_paused = true)]
+async fn a_wait_for_the_client_that_nobody_ends_counts_no_longer_than_the_idle_time() {
+    let limit = Duration::from_secs(1);
+    for case in ["sent again", "dropped", "not read again"] {
+        let upload = upload().await;
+        let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 100, IDLE);
+        // One look that finds nothing: a wait for the client begins.
+        let looked = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx)));
+        assert!(looked.await.is_pending(), "{case}");
+        let watch = body.upload().unwrap();
+        let kept = match case {
+            "sent again" => Some(RequestBody::again(Vec::new(), body)),
+            "dropped" => {
+                drop(body);
+                None
+            }
+            _ => Some(body),
+        };
+        let started = Instant::now();
+        let answer = answer_within(limit, Some(watch), std::future::pending::<()>()).await;
+        assert!(answer.is_none(), "{case}");
+        let took = started.elapsed();
+        let most = if case == "not read again" {
+            limit + IDLE
+        } else {
+            limit
+        };
+        assert!(
+            took >= limit && took <= most + Duration::from_millis(10),
+            "{case}: {took:?}"
+        );
+        drop(kept);
+    }
+}
