@@ -74,6 +74,13 @@ impl Broker {
         if worker.is_none() && may_wait && (starting || awaits_session) {
             return Decision::Wait;
         }
+        if waited && registering {
+            // The write outlasted a whole wait (a stuck disk): the next requests pass at
+            // once rather than each waiting in vain.
+            if let Some(binding) = self.bindings.get_mut(&digest) {
+                binding.awaiting_write = None;
+            }
+        }
         let (reason, retry_after) = if self.config.pass_through {
             (
                 PassThroughReason::ConfiguredPassThrough,

@@ -2219,7 +2219,8 @@ fn a_registration_waits_for_its_binding_to_be_durable() {
 
 /// Between a first registration and its state write the credential is bound but its
 /// session has not joined the route: requests wait, as for the worker about to start,
-/// instead of passing through unobserved; one that has waited its time passes through.
+/// instead of passing through unobserved; one that has waited its time passes through, and
+/// so, without waiting, do the next ones until the write ends (a stuck disk).
 #[test]
 fn requests_during_a_first_registrations_state_write_wait_for_its_worker() {
     let mut s = Scenario::new();
@@ -2227,7 +2228,8 @@ fn requests_during_a_first_registrations_state_write_wait_for_its_worker() {
     s.mcp(1, 'A', "a1")
         .request("a1", RequestKind::Model, false)
         .request("a1", RequestKind::Hook, false)
-        .request("a1", RequestKind::Model, true);
+        .request("a1", RequestKind::Model, true)
+        .request("a1", RequestKind::Model, false);
     let seq = s.last_seq;
     s.step(
         "the state write succeeds",
@@ -2243,6 +2245,8 @@ fn requests_during_a_first_registrations_state_write_wait_for_its_worker() {
         > Hook request with a1
           = wait
         > Model request with a1 (waited)
+          = pass through (no_live_session, retry after 1000ms)
+        > Model request with a1
           = pass through (no_live_session, retry after 1000ms)
         > the state write succeeds
           event mcp_added A refs=1
