@@ -56,15 +56,24 @@ fn redact_text<'a>(redactor: &dyn Redactor, raw: &'a str) -> Cow<'a, str> {
 /// Free text (a tool's output of `env` or `cat .env`, a command line, a header block) with
 /// every value that a name says is a credential replaced, as a JSON field of that name
 /// would be: `GITHUB_TOKEN=…`, `PGPASSWORD="…"`, `password: …`, `x-relay-client-token: …`,
-/// `--password=…`; and a URL's password (`postgres://app:…@db`) and curl's `-u user:…`.
-/// After `=` a value ends at a blank unless quoted; after `:` (a header, YAML) it is the
-/// rest of the line. Applied twice it changes nothing more.
+/// `--password=…` and `--password …`; and a URL's password (`postgres://app:…@db`), curl's
+/// `-u user:…` and a `.netrc` password.
+/// A value is what a quote opens and closes; unquoted, after `:` at the start of a line (a
+/// header, YAML) it is the rest of the line, and elsewhere it ends at a blank. Applied twice
+/// it changes nothing more. Linear in the text: a name inside a value already hidden is not
+/// looked at again.
 fn hide_named_in_text(text: &str) -> Cow<'_, str> {
-    let (Some(named), Some(userinfo)) = (&*NAMED, &*USERINFO) else {
+    let (Some(named), Some(after_user), Some(spaced)) = (&*NAMED, &*AFTER_USER, &*SPACED) else {
         return Cow::Borrowed(text);
     };
     let mut hidden: Vec<(usize, usize)> = Vec::new();
+    let mut hidden_to = 0;
+    // Where the line of the last name looked at starts, found going forward only.
+    let (mut line_start, mut scanned_to) = (0, 0);
     for found in named.find_iter(text) {
+        if found.start() < hidden_to {
+            continue;
+        }
         let head = found.as_str();
         let name_end = head
             .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
@@ -79,33 +88,28 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
             continue;
         }
         let rest = &text[found.end()..];
+        // `token == expected`: a comparison, not a value.
+        if rest.starts_with('=') {
+            continue;
+        }
+        if let Some(newline) = text[scanned_to..found.start()].rfind('\n') {
+            line_start = scanned_to + newline + 1;
+        }
+        scanned_to = found.start();
         let by_colon = head.trim_end_matches([' ', '\t']).ends_with(':');
-        let len = match rest.chars().next() {
-            // Hidden already.
-            _ if rest.starts_with(CREDENTIAL_FIELD) => CREDENTIAL_FIELD.len(),
-            Some(quote @ ('"' | '\'')) => rest[1..].find([quote, '\n']).map_or(rest.len(), |end| {
-                end + 1 + usize::from(rest[1 + end..].starts_with(quote))
-            }),
-            _ if by_colon => rest.find(['\r', '\n']).unwrap_or(rest.len()),
-            _ => rest
-                .find(|c: char| {
-                    c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | ')')
-                })
-                .unwrap_or(rest.len()),
-        };
+        let starts_line = text[line_start..found.start()].trim().is_empty();
+        let len = value_len(rest, by_colon && starts_line);
         if len > 0 {
             hidden.push((found.end(), found.end() + len));
+            hidden_to = found.end() + len;
         }
     }
-    for found in userinfo.find_iter(text) {
-        let rest = &text[found.end()..];
-        let len = rest
-            .find(|c: char| {
-                c.is_whitespace() || (found.as_str().contains("://") && matches!(c, '@' | '/'))
-            })
-            .unwrap_or(rest.len());
-        if len > 0 {
-            hidden.push((found.end(), found.end() + len));
+    for caps in after_user
+        .captures_iter(text)
+        .chain(spaced.captures_iter(text))
+    {
+        if let Some(value) = caps.get(1).or_else(|| caps.get(2)) {
+            hidden.push((value.start(), value.end()));
         }
     }
     if hidden.is_empty() {
@@ -115,15 +119,45 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     for (start, end) in hidden {
-        if end <= at {
+        if start < at {
             continue;
         }
-        out.push_str(&text[at..start.max(at)]);
+        out.push_str(&text[at..start]);
         out.push_str(CREDENTIAL_FIELD);
         at = end;
     }
     out.push_str(&text[at..]);
     Cow::Owned(out)
+}
+
+/// How long the value at the start of `rest` is: see [`hide_named_in_text`].
+fn value_len(rest: &str, to_line_end: bool) -> usize {
+    if rest.starts_with(CREDENTIAL_FIELD) {
+        return CREDENTIAL_FIELD.len();
+    }
+    match rest.chars().next() {
+        Some(quote @ ('"' | '\'')) => {
+            // To the closing quote, a backslash escaping the next character; at most to the
+            // line's end.
+            let mut escaped = false;
+            for (at, c) in rest.char_indices().skip(1) {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == '\n' {
+                    return at;
+                } else if c == quote {
+                    return at + 1;
+                }
+            }
+            rest.len()
+        }
+        _ if to_line_end => rest.find(['\r', '\n']).unwrap_or(rest.len()),
+        _ => rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '&'))
+            .unwrap_or(rest.len()),
+    }
 }
 
 /// Whether `name` holds a word [`names_a_credential`] looks for: a look without allocating,
@@ -151,9 +185,21 @@ fn might_name_a_credential(name: &str) -> bool {
 /// tests compile.
 static NAMED: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r#"[A-Za-z][A-Za-z0-9_.-]*["']?[ \t]*[=:][ \t]*"#).ok());
-/// A URL up to its password, or curl's `-u`/`--user` up to the password.
-static USERINFO: LazyLock<Option<Regex>> = LazyLock::new(|| {
-    Regex::new(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]+:|(?:^|[ \t])(?:-u|--user)[ =]+[^\s:]+:").ok()
+/// The password after a user: a URL's (`scheme://user:…@`, the user may be empty) and curl's
+/// (`-u user:…`, `--user=user:…`, `-uuser:…`).
+static AFTER_USER: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(
+        r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#@]+)@|(?:^|[ \t])(?:-u|--user)[ =]*[^\s:]+:(\S+)",
+    )
+    .ok()
+});
+/// A value after a blank: a command-line flag named for a credential (`--password …`), and
+/// a `.netrc` password (`machine … password …`, or a line of its own).
+static SPACED: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(
+        r"(?m)(?:(?:^|[ \t])--(?:password|passwd|token|secret|api-key|api_key|access-token|auth-token)|^[ \t]*(?:(?:machine|default)[ \t][^\n]*?[ \t])?password)[ \t]+([^\s-]\S*)",
+    )
+    .ok()
 });
 
 /// Redacts every string (keys too) of a JSON value; when its serialisation exceeds

@@ -1014,6 +1014,15 @@ fn credentials_named_in_free_text_are_hidden() {
         ),
         ("my password: hunter2 now", "hunter2"),
         ("{\"access_token\": \"abc123\", \"n\": 1}", "abc123"),
+        ("REDIS_URL=redis://:s3cretpw@redis:6379", "s3cretpw"),
+        ("mysql --password s3cretpw -h db", "s3cretpw"),
+        ("curl -uuser:hunter2pass https://x", "hunter2pass"),
+        (
+            "machine api.github.com login me password ghp_netrc123",
+            "ghp_netrc123",
+        ),
+        ("DB_PASSWORD=Pa55;word,more", ";word,more"),
+        ("{\"password\": \"ab\\\"cdtail\"}", "cdtail"),
     ] {
         let (kept, _) = content::text(&content::NoRedaction, raw, 1 << 20);
         let kept = kept.as_str().unwrap();
@@ -1028,10 +1037,36 @@ fn credentials_named_in_free_text_are_hidden() {
         "Input tokens: 1234, max_tokens: 100, the tokenizer: fast",
         "git push -u origin main",
         "key: value, keyboard: yes",
+        "curl http://localhost:8080/v1 and https://example.com:443/x",
+        "if token == expected { go() }",
     ] {
         let (kept, _) = content::text(&content::NoRedaction, plain, 1 << 20);
         assert_eq!(kept.as_str().unwrap(), plain);
     }
+    // Source code keeps its words, past the name's own value.
+    let (kept, _) = content::text(
+        &content::NoRedaction,
+        "fn connect(password: &str, host: &str) -> Conn",
+        1 << 20,
+    );
+    assert!(
+        kept.as_str().unwrap().contains("host: &str) -> Conn"),
+        "{kept}"
+    );
+    // Linear in the text, however many names it repeats: read again from each one, these
+    // would take minutes.
+    for unit in ["token=", "password:", "\"auth\":true,"] {
+        let long = unit.repeat(400_000 / unit.len());
+        let (kept, _) = content::text(&content::NoRedaction, &long, 1 << 20);
+        assert!(
+            kept.as_str().unwrap().contains("[REDACTED:credential]"),
+            "{unit}"
+        );
+    }
+    let odd = "\",:// -u password=/x,password://\"";
+    let (once, _) = content::text(&content::NoRedaction, odd, 1 << 20);
+    let (twice, _) = content::text(&content::NoRedaction, once.as_str().unwrap(), 1 << 20);
+    assert_eq!(once, twice);
     // Inside JSON content, in a string of any field.
     let raw = json!({ "tool_response": { "stdout": format!("GITHUB_TOKEN=plaintoken999\nRELAY_CLIENT_TOKEN={token}") } });
     let (kept, _) = content::json(&content::NoRedaction, &raw, 1 << 20);
