@@ -67,6 +67,11 @@ pub struct GenAiFacts<'a> {
     pub tool_name: Option<&'a str>,
     /// The tool call id.
     pub tool_call_id: Option<&'a str>,
+    /// The request asked for a streamed answer (`gen_ai.request.stream`, set only then).
+    pub stream: bool,
+    /// Seconds from the request to the answer's first chunk, for a streamed answer
+    /// (`gen_ai.response.time_to_first_chunk`).
+    pub time_to_first_chunk: Option<f64>,
 }
 
 impl<'a> GenAiFacts<'a> {
@@ -86,6 +91,8 @@ impl<'a> GenAiFacts<'a> {
             agent_name: None,
             tool_name: None,
             tool_call_id: None,
+            stream: false,
+            time_to_first_chunk: None,
         }
     }
 }
@@ -133,6 +140,15 @@ pub fn genai_attributes(facts: &GenAiFacts<'_>) -> Vec<Attribute> {
     }
     if let Some(port) = facts.server_port {
         out.push(Attribute::int("server.port", port));
+    }
+    if facts.stream {
+        out.push(Attribute::bool("gen_ai.request.stream", true));
+        if let Some(seconds) = facts.time_to_first_chunk {
+            out.push(Attribute::float(
+                "gen_ai.response.time_to_first_chunk",
+                seconds,
+            ));
+        }
     }
     if !facts.finish_reasons.is_empty() {
         out.push(Attribute::strs(

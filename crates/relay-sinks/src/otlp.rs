@@ -124,6 +124,22 @@ impl Attribute {
             value: AttrValue::Int(i64::try_from(value).unwrap_or(i64::MAX)),
         }
     }
+
+    /// A boolean attribute.
+    pub fn bool(key: &'static str, value: bool) -> Self {
+        Attribute {
+            key: Cow::Borrowed(key),
+            value: AttrValue::Bool(value),
+        }
+    }
+
+    /// A floating-point attribute.
+    pub fn float(key: &'static str, value: f64) -> Self {
+        Attribute {
+            key: Cow::Borrowed(key),
+            value: AttrValue::Float(value),
+        }
+    }
 }
 
 /// The role of a span.

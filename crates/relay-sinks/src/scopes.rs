@@ -192,9 +192,20 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
     let harness = text(open.metadata.as_ref(), "harness");
     let usage = usage_of(&end.data);
     let route = open.data.get("route").and_then(Value::as_str);
-    let provider = route
-        .and_then(WireFormat::from_path)
-        .map(WireFormat::provider_name);
+    let provider = match category {
+        // A session's provider is its harness's: Claude Code speaks Anthropic's API through
+        // Relay, Codex OpenAI's; pi may speak to any, so its sessions name none.
+        Category::Agent => match harness {
+            Some("claude-code") => Some("anthropic"),
+            Some("codex") => Some("openai"),
+            _ => None,
+        },
+        _ => route
+            .and_then(WireFormat::from_path)
+            .map(WireFormat::provider_name),
+    };
+    let stream =
+        category == Category::Llm && open.data.get("stream").and_then(Value::as_bool) == Some(true);
     let (operation, kind) = match category {
         Category::Agent => (Some(Operation::InvokeAgent), SpanKind::Internal),
         Category::Llm => (Some(Operation::Chat), SpanKind::Client),
@@ -223,6 +234,12 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
                 agent_name: harness,
                 tool_name: (operation == Operation::ExecuteTool).then_some(end.name.as_str()),
                 tool_call_id: text(open.profile.as_ref(), "tool_call_id"),
+                stream,
+                time_to_first_chunk: end
+                    .data
+                    .get("time_to_first_byte_ms")
+                    .and_then(Value::as_f64)
+                    .map(|ms| ms / 1000.0),
             };
             (span_name(&facts), genai_attributes(&facts))
         }

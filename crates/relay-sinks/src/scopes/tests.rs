@@ -191,6 +191,24 @@ fn every_scope_is_one_span_with_the_scopes_parent_links_in_one_trace() {
         attr(chat, "openinference.span.kind"),
         Some(&AttrValue::Str("LLM".to_owned()))
     );
+    // A streamed request says so, with the time to its first chunk in seconds.
+    assert_eq!(
+        attr(chat, "gen_ai.request.stream"),
+        Some(&AttrValue::Bool(true))
+    );
+    assert_eq!(
+        attr(chat, "gen_ai.response.time_to_first_chunk"),
+        Some(&AttrValue::Float(0.003))
+    );
+    // The session's span names its harness's provider.
+    let agent = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent claude-code")
+        .unwrap();
+    assert_eq!(
+        attr(agent, "gen_ai.provider.name"),
+        Some(&AttrValue::Str("anthropic".to_owned()))
+    );
     let tool = spans
         .iter()
         .find(|s| s.name == "execute_tool Bash")
