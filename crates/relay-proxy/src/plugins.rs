@@ -58,6 +58,7 @@ impl Plugins {
             Ok(relay_plugins::config::DirectoryFacts {
                 is_dir: metadata.is_dir(),
                 mode: permission_bits(&metadata),
+                owned_by_another_user: owned_by_another_user(&metadata),
             })
         })
     }
@@ -69,6 +70,12 @@ impl Plugins {
 }
 
 #[cfg(unix)]
+fn owned_by_another_user(metadata: &std::fs::Metadata) -> bool {
+    let owner = std::os::unix::fs::MetadataExt::uid(metadata);
+    owner != 0 && owner != relay_identity::store::current_euid()
+}
+
+#[cfg(unix)]
 fn permission_bits(metadata: &std::fs::Metadata) -> u32 {
     std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o7777
 }
@@ -77,6 +84,11 @@ fn permission_bits(metadata: &std::fs::Metadata) -> u32 {
 #[cfg(not(unix))]
 fn permission_bits(_: &std::fs::Metadata) -> u32 {
     0o700
+}
+
+#[cfg(not(unix))]
+fn owned_by_another_user(_: &std::fs::Metadata) -> bool {
+    false
 }
 
 /// The file's text, `None` when it does not exist; at most `MAX_PLUGIN_FILE_BYTES`.

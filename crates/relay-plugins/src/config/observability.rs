@@ -99,6 +99,8 @@ pub struct DirectoryFacts {
     pub is_dir: bool,
     /// The permission bits, with the sticky bit (`0o1000`).
     pub mode: u32,
+    /// Another user than the worker's, and not root, owns it: that user may write in it.
+    pub owned_by_another_user: bool,
 }
 
 /// Why a sink directory is refused.
@@ -111,12 +113,19 @@ pub enum SinkDirectoryProblem {
 }
 
 /// The directory rule of SPEC §8.1: a directory writable by others is refused unless it has
-/// the sticky bit (then nobody can replace another user's file in it).
+/// the sticky bit (then nobody can replace another user's file in it). Others are every
+/// user, and the directory's owner when that is another user than the worker's (root
+/// excepted, who can replace anything anyway). Group write is allowed: a group of one's own
+/// (a user private group) is the common case, and an administrator who shares a group
+/// with others shares it on purpose.
 pub fn check_sink_directory(facts: &DirectoryFacts) -> Result<(), SinkDirectoryProblem> {
     if !facts.is_dir {
         return Err(SinkDirectoryProblem::NotADirectory);
     }
-    if facts.mode & 0o002 != 0 && facts.mode & 0o1000 == 0 {
+    let sticky = facts.mode & 0o1000 != 0;
+    let others_write =
+        facts.mode & 0o002 != 0 || (facts.owned_by_another_user && facts.mode & 0o200 != 0);
+    if others_write && !sticky {
         return Err(SinkDirectoryProblem::WritableByOthers);
     }
     Ok(())

@@ -476,7 +476,11 @@ fn errors_never_quote_values() {
 
 #[test]
 fn sink_directories_writable_by_others_need_the_sticky_bit() {
-    let dir = |mode| DirectoryFacts { is_dir: true, mode };
+    let dir = |mode| DirectoryFacts {
+        is_dir: true,
+        mode,
+        owned_by_another_user: false,
+    };
     assert_eq!(check_sink_directory(&dir(0o755)), Ok(()));
     assert_eq!(check_sink_directory(&dir(0o700)), Ok(()));
     assert_eq!(check_sink_directory(&dir(0o775)), Ok(()));
@@ -492,10 +496,23 @@ fn sink_directories_writable_by_others_need_the_sticky_bit() {
     assert_eq!(
         check_sink_directory(&DirectoryFacts {
             is_dir: false,
-            mode: 0o600
+            mode: 0o600,
+            owned_by_another_user: false,
         }),
         Err(SinkDirectoryProblem::NotADirectory)
     );
+    // Another user's directory is theirs to write in: they could replace the record file.
+    let theirs = |mode| DirectoryFacts {
+        is_dir: true,
+        mode,
+        owned_by_another_user: true,
+    };
+    assert_eq!(
+        check_sink_directory(&theirs(0o755)),
+        Err(SinkDirectoryProblem::WritableByOthers)
+    );
+    assert_eq!(check_sink_directory(&theirs(0o1755)), Ok(()));
+    assert_eq!(check_sink_directory(&theirs(0o555)), Ok(()));
 }
 
 #[test]
@@ -511,7 +528,11 @@ fn sink_directories_are_checked_with_errors_naming_the_field() {
         asked.clear();
         plugins.check_sink_directories(|dir| {
             asked.push(dir.to_owned());
-            Ok(DirectoryFacts { is_dir: true, mode })
+            Ok(DirectoryFacts {
+                is_dir: true,
+                mode,
+                owned_by_another_user: false,
+            })
         })
     };
     assert!(inspect(0o1777).is_ok());

@@ -48,6 +48,22 @@ fn a_directory_writable_by_others_needs_the_sticky_bit() {
         check_directory(&file(0o755, 0)),
         Err(UnsafePathReason::NotADirectory)
     );
+    // Owned by another user than this process's (and not root): they may write in it.
+    let theirs = PathFacts {
+        uid: rustix::process::geteuid().as_raw() + 1,
+        ..dir(0o755)
+    };
+    assert_eq!(
+        check_directory(&theirs),
+        Err(UnsafePathReason::WritableByOthers)
+    );
+    assert_eq!(
+        check_directory(&PathFacts {
+            mode: 0o1755,
+            ..theirs
+        }),
+        Ok(())
+    );
 }
 
 #[test]
