@@ -1065,5 +1065,8 @@ fn usage_json(usage: &UsageFacts) -> Value {
     if let Some(cost) = usage.cost {
         out.insert("cost_usd".to_owned(), json!(cost.to_string()));
     }
+    if let Some(error) = &usage.cost_error {
+        out.insert("cost_error".to_owned(), json!(bounded_id(error)));
+    }
     Value::Object(out)
 }

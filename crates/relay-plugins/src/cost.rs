@@ -353,6 +353,11 @@ impl PriceTable {
         Self { models }
     }
 
+    /// True when no model is priced: costs are not asked for.
+    pub fn is_empty(&self) -> bool {
+        self.models.is_empty()
+    }
+
     /// The entry that prices `model`, with its key.
     pub fn lookup(&self, model: &str) -> Option<(&str, &Price)> {
         if let Some((key, price)) = self.models.get_key_value(model) {

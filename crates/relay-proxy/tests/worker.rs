@@ -1607,6 +1607,40 @@ async fn the_response_tap_reports_usage_status_and_time_to_first_byte() {
     }
 }
 
+/// With a price table, a request it cannot price says why, rather than leaving its cost
+/// out as if it were free; one it prices has its cost and no error; without a table
+/// nobody asked, and neither is there.
+#[tokio::test]
+async fn a_request_the_price_table_cannot_price_says_why() {
+    let stand_in = StandIn::start().await.unwrap();
+    let prices = |model: &str| {
+        format!("{OBSERVE}[components.config.prices.\"{model}\"]\ninput = 1\noutput = 2\n")
+    };
+    for (plugins, cost, error) in [
+        (prices("other"), false, Some(r#"no price for model "m""#)),
+        (prices("m"), true, None),
+        (OBSERVE.to_owned(), false, None),
+    ] {
+        let (worker, seen) = worker_with_plugins(&stand_in, &plugins).await;
+        let res = worker
+            .client
+            .request(stream_request(&worker, "/v1/messages"))
+            .await
+            .unwrap();
+        receive_body(res.into_body()).await;
+        let usage = || {
+            seen.all().into_iter().find_map(|o| match o {
+                relay_plugins::atof::Observation::ModelRequestEnd(end) => end.usage,
+                _ => None,
+            })
+        };
+        assert!(eventually(WAIT, || usage().is_some()).await);
+        let usage = usage().unwrap();
+        assert_eq!(usage.cost.is_some(), cost, "{plugins}");
+        assert_eq!(usage.cost_error.as_deref(), error, "{plugins}");
+    }
+}
+
 #[tokio::test]
 async fn terminal_hooks_wait_for_the_records_and_others_do_not() {
     let stand_in = StandIn::start().await.unwrap();

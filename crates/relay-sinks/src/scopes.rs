@@ -263,6 +263,14 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
     {
         attributes.push(Attribute::str("relay.cost_usd", cost));
     }
+    if let Some(error) = end
+        .data
+        .get("usage")
+        .and_then(|u| u.get("cost_error"))
+        .and_then(Value::as_str)
+    {
+        attributes.push(Attribute::str("relay.cost_error", error));
+    }
     // A failure names its type in `error.type`, as the conventions require: the HTTP
     // status, the error a stream reported after its successful head (or the break of its
     // body), or `_OTHER` (their fallback) for a failed tool. A success leaves the status

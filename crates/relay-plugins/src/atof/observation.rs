@@ -84,7 +84,7 @@ pub struct ModelRequestStart {
 
 /// Usage of one model request, as the usage parser reports it (every count optional: not
 /// every provider reports every figure).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct UsageFacts {
     /// Input tokens that were neither read from nor written to a prompt cache.
     pub uncached_input_tokens: Option<u64>,
@@ -97,6 +97,10 @@ pub struct UsageFacts {
     pub reasoning_tokens: Option<u64>,
     /// Cost of this request, when a price table prices it; written as a decimal string.
     pub cost: Option<Usd>,
+    /// Why a price table that is there gives this request no cost (a model it does not
+    /// list, or a bucket with tokens and no price), so that a missing cost is not read as
+    /// a free request.
+    pub cost_error: Option<String>,
 }
 
 impl UsageFacts {
@@ -116,6 +120,7 @@ impl UsageFacts {
             output_tokens: Some(usage.genai_output_tokens()),
             reasoning_tokens: usage.reasoning,
             cost,
+            cost_error: None,
         }
     }
 }

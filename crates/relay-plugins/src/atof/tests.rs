@@ -779,7 +779,10 @@ fn a_session_end_carries_its_requests_usage_and_exact_cost() {
             output: 5,
             reasoning: None,
         };
-        let facts = UsageFacts::new_totals(&usage, picos.map(crate::Usd::from_picos));
+        let mut facts = UsageFacts::new_totals(&usage, picos.map(crate::Usd::from_picos));
+        if picos.is_none() {
+            facts.cost_error = Some("no price for model claude-sonnet-4-5".to_owned());
+        }
         s.step(
             "end",
             Observation::ModelRequestEnd(ModelRequestEnd {
@@ -797,6 +800,14 @@ fn a_session_end_carries_its_requests_usage_and_exact_cost() {
             }),
         );
     }
+    // The unpriced request's own end says why it has no cost.
+    let unpriced: Vec<&str> = s.out.lines().filter(|l| l.contains("cost_error")).collect();
+    assert_eq!(unpriced.len(), 1, "{}", s.out);
+    assert!(
+        unpriced[0].contains(r#""cost_error":"no price for model claude-sonnet-4-5""#),
+        "{}",
+        unpriced[0]
+    );
     s.hook(Agent::ClaudeCode, "SessionEnd");
     let last = s.out.lines().last().unwrap().trim();
     let end: Value = serde_json::from_str(last).unwrap();

@@ -609,15 +609,19 @@ impl BodyTap for Tap {
         let truncated = end != BodyEnd::Complete || report.as_ref().is_none_or(|r| r.truncated);
         let facts = report.as_ref().and_then(|report| {
             let usage = report.usage?;
-            let cost = exchange
-                .prices
-                .cost_for(
-                    report.response_model.as_deref(),
-                    exchange.request_model.as_deref(),
-                    &usage,
-                )
-                .ok();
-            Some(UsageFacts::new(&usage, cost.as_ref()))
+            let cost = exchange.prices.cost_for(
+                report.response_model.as_deref(),
+                exchange.request_model.as_deref(),
+                &usage,
+            );
+            let mut facts = UsageFacts::new(&usage, cost.as_ref().ok());
+            // With no price table nobody asked for a cost; with one, its absence is said.
+            if let Err(error) = cost
+                && !exchange.prices.is_empty()
+            {
+                facts.cost_error = Some(error.to_string());
+            }
+            Some(facts)
         });
         // A client that goes away mid-answer is 499; but an error status it had already
         // received stays what it was (an SDK reads a 429's head, then closes to retry), so
