@@ -159,8 +159,10 @@ impl Upload {
         let Some(first) = self.0.first_wait.get() else {
             return Duration::ZERO;
         };
-        let waited = self.0.waited.load(Ordering::Relaxed);
-        let since = self.0.waiting_since.load(Ordering::Relaxed);
+        // The open wait first: one that ends between the two reads is then counted twice
+        // (late, and capped) rather than not at all (early).
+        let since = self.0.waiting_since.load(Ordering::Acquire);
+        let waited = self.0.waited.load(Ordering::Acquire);
         let waiting = match since {
             0 => 0,
             since => micros(now.saturating_duration_since(*first))
@@ -230,8 +232,8 @@ impl UploadEnd {
     /// The wait that began at `began` has ended.
     fn wait_ended(&self, began: Instant) {
         let waited = micros(began.elapsed().min(self.0.cap));
-        self.0.waited.fetch_add(waited, Ordering::Relaxed);
-        self.0.waiting_since.store(0, Ordering::Relaxed);
+        self.0.waited.fetch_add(waited, Ordering::Release);
+        self.0.waiting_since.store(0, Ordering::Release);
     }
 }
 

@@ -13,6 +13,9 @@ pub enum UnsafePathReason {
     /// the file.
     #[error("writable by others without the sticky bit")]
     WritableByOthers,
+    /// Another user owns the directory: they could replace or remove the file.
+    #[error("owned by another user, who could replace or remove the record file")]
+    OwnedByAnotherUser,
     /// The file is not a regular file.
     #[error("not a regular file")]
     NotRegularFile,

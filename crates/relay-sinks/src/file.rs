@@ -57,6 +57,7 @@ pub fn check_directory(facts: &PathFacts) -> Result<(), UnsafePathReason> {
     check_sink_directory(&facts).map_err(|problem| match problem {
         SinkDirectoryProblem::NotADirectory => UnsafePathReason::NotADirectory,
         SinkDirectoryProblem::WritableByOthers => UnsafePathReason::WritableByOthers,
+        SinkDirectoryProblem::OwnedByAnotherUser => UnsafePathReason::OwnedByAnotherUser,
     })
 }
 

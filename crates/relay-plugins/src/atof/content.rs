@@ -58,10 +58,12 @@ fn redact_text<'a>(redactor: &dyn Redactor, raw: &'a str) -> Cow<'a, str> {
 /// would be: `GITHUB_TOKEN=…`, `PGPASSWORD="…"`, `password: …`, `x-relay-client-token: …`,
 /// `--password=…` and `--password …`; and a URL's password (`postgres://app:…@db`), curl's
 /// `-u user:…` and a `.netrc` password.
-/// A value is what a quote opens and closes; unquoted, after `:` at the start of a line (a
-/// header, YAML) it is the rest of the line, and elsewhere it ends at a blank. Applied twice
-/// it changes nothing more. Linear in the text: a name inside a value already hidden is not
-/// looked at again.
+/// A value is what a quote opens and closes. Unquoted, after `:` at the start of a line (a
+/// header, YAML) it is the rest of the line; elsewhere it ends at a blank, and also at the
+/// quote that opened just before the name (`"PASSWORD=…"`) or, in a query string, at `&`;
+/// an authentication scheme (`Basic`, `Bearer`, …) takes the word after it along.
+/// Applied twice it changes nothing more. Linear in the text: a name inside a value already
+/// hidden is not looked at again.
 fn hide_named_in_text(text: &str) -> Cow<'_, str> {
     let (Some(named), Some(after_user), Some(spaced)) = (&*NAMED, &*AFTER_USER, &*SPACED) else {
         return Cow::Borrowed(text);
@@ -97,19 +99,30 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
         }
         scanned_to = found.start();
         let by_colon = head.trim_end_matches([' ', '\t']).ends_with(':');
-        let starts_line = text[line_start..found.start()].trim().is_empty();
-        let len = value_len(rest, by_colon && starts_line);
+        let before = text[..found.start()].chars().next_back();
+        let end = if by_colon && text[line_start..found.start()].trim().is_empty() {
+            End::LineEnd
+        } else {
+            End::Blank {
+                quote: before.filter(|c| matches!(c, '"' | '\'')),
+                ampersand: matches!(before, Some('?' | '&')),
+            }
+        };
+        let len = value_len(rest, end);
         if len > 0 {
             hidden.push((found.end(), found.end() + len));
             hidden_to = found.end() + len;
         }
     }
-    for caps in after_user
-        .captures_iter(text)
-        .chain(spaced.captures_iter(text))
-    {
+    for caps in after_user.captures_iter(text) {
         if let Some(value) = caps.get(1).or_else(|| caps.get(2)) {
             hidden.push((value.start(), value.end()));
+        }
+    }
+    for caps in spaced.captures_iter(text) {
+        if let Some(value) = caps.get(1) {
+            let len = value_len(&text[value.start()..], End::blank());
+            hidden.push((value.start(), value.start() + len));
         }
     }
     if hidden.is_empty() {
@@ -120,6 +133,8 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
     let mut at = 0;
     for (start, end) in hidden {
         if start < at {
+            // Within one already hidden: it hides on to the further end.
+            at = at.max(end);
             continue;
         }
         out.push_str(&text[at..start]);
@@ -130,13 +145,37 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Where an unquoted value ends.
+#[derive(Clone, Copy)]
+enum End {
+    /// At the line's end.
+    LineEnd,
+    /// At a blank, or at this quote, or at `&` in a query string.
+    Blank {
+        quote: Option<char>,
+        ampersand: bool,
+    },
+}
+
+impl End {
+    fn blank() -> End {
+        End::Blank {
+            quote: None,
+            ampersand: false,
+        }
+    }
+}
+
+/// Authentication schemes whose next word is the credential (`Authorization: Basic …`).
+const AUTH_SCHEMES: [&str; 6] = ["basic", "bearer", "digest", "token", "negotiate", "ntlm"];
+
 /// How long the value at the start of `rest` is: see [`hide_named_in_text`].
-fn value_len(rest: &str, to_line_end: bool) -> usize {
+fn value_len(rest: &str, end: End) -> usize {
     if rest.starts_with(CREDENTIAL_FIELD) {
         return CREDENTIAL_FIELD.len();
     }
-    match rest.chars().next() {
-        Some(quote @ ('"' | '\'')) => {
+    match (rest.chars().next(), end) {
+        (Some(quote @ ('"' | '\'')), _) => {
             // To the closing quote, a backslash escaping the next character; at most to the
             // line's end.
             let mut escaped = false;
@@ -153,10 +192,27 @@ fn value_len(rest: &str, to_line_end: bool) -> usize {
             }
             rest.len()
         }
-        _ if to_line_end => rest.find(['\r', '\n']).unwrap_or(rest.len()),
-        _ => rest
-            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '&'))
-            .unwrap_or(rest.len()),
+        (_, End::LineEnd) => rest.find(['\r', '\n']).unwrap_or(rest.len()),
+        (_, End::Blank { quote, ampersand }) => {
+            let word = |from: usize| {
+                from + rest[from..]
+                    .find(|c: char| {
+                        c.is_whitespace() || Some(c) == quote || (ampersand && c == '&')
+                    })
+                    .unwrap_or(rest.len() - from)
+            };
+            let first = word(0);
+            let scheme = AUTH_SCHEMES
+                .iter()
+                .any(|s| rest[..first].eq_ignore_ascii_case(s));
+            let after =
+                first + rest[first..].len() - rest[first..].trim_start_matches([' ', '\t']).len();
+            if scheme && after > first && after < rest.len() {
+                word(after)
+            } else {
+                first
+            }
+        }
     }
 }
 
@@ -197,7 +253,7 @@ static AFTER_USER: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// a `.netrc` password (`machine … password …`, or a line of its own).
 static SPACED: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(
-        r"(?m)(?:(?:^|[ \t])--(?:password|passwd|token|secret|api-key|api_key|access-token|auth-token)|^[ \t]*(?:(?:machine|default)[ \t][^\n]*?[ \t])?password)[ \t]+([^\s-]\S*)",
+        r"(?m)(?:(?:^|[ \t])--(?:password|passwd|token|secret|api-key|api_key|access-token|auth-token)|^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password)[ \t]+([^\s-]\S*)",
     )
     .ok()
 });

@@ -1033,6 +1033,16 @@ fn credentials_named_in_free_text_are_hidden() {
             "ghp_netrc123",
         ),
         ("DB_PASSWORD=Pa55;word,more", ";word,more"),
+        ("DB_PASSWORD=Pa55&word", "&word"),
+        ("PASSWORD=ab\"cd", "cd"),
+        (
+            "curl -H \"Authorization: Basic dXNlcjpwYXNz\" https://x",
+            "dXNlcjpwYXNz",
+        ),
+        ("> Authorization: Bearer abc.def.ghi", "abc.def.ghi"),
+        ("curl -u token:p4ss&w0rd https://x", "w0rd"),
+        ("mysql --password \"s3cret pw\" -h db", "pw"),
+        ("  login me password ghp_netrc456", "ghp_netrc456"),
         ("{\"password\": \"ab\\\"cdtail\"}", "cdtail"),
     ] {
         let (kept, _) = content::text(&content::NoRedaction, raw, 1 << 20);
@@ -1053,6 +1063,17 @@ fn credentials_named_in_free_text_are_hidden() {
     ] {
         let (kept, _) = content::text(&content::NoRedaction, plain, 1 << 20);
         assert_eq!(kept.as_str().unwrap(), plain);
+    }
+    // A value ends where the text around it says: the quote that opened before its name,
+    // or the next parameter of a query string.
+    for (raw, kept_after) in [
+        ("{\"cmd\":\"PASSWORD=abc\",\"x\":1}", "\",\"x\":1}"),
+        ("GET /cb?token=abc&user=me HTTP/1.1", "&user=me HTTP/1.1"),
+    ] {
+        let (kept, _) = content::text(&content::NoRedaction, raw, 1 << 20);
+        let kept = kept.as_str().unwrap();
+        assert!(!kept.contains("abc"), "{kept}");
+        assert!(kept.ends_with(kept_after), "{kept}");
     }
     // Source code keeps its words, past the name's own value.
     let (kept, _) = content::text(

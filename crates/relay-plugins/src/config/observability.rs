@@ -110,22 +110,25 @@ pub enum SinkDirectoryProblem {
     NotADirectory,
     #[error("writable by other users without the sticky bit")]
     WritableByOthers,
+    #[error("owned by another user, who could replace or remove the record file")]
+    OwnedByAnotherUser,
 }
 
 /// The directory rule of SPEC §8.1: a directory writable by others is refused unless it has
-/// the sticky bit (then nobody can replace another user's file in it). Others are every
-/// user, and the directory's owner when that is another user than the worker's (root
-/// excepted, who can replace anything anyway). Group write is allowed: a group of one's own
-/// (a user private group) is the common case, and an administrator who shares a group
-/// with others shares it on purpose.
+/// the sticky bit (then nobody can replace another user's file in it). A directory that
+/// another user owns (root excepted, who can replace anything anyway) is refused whatever
+/// its mode: its owner may rename or remove any file in it, sticky or not, and may give
+/// itself write access at will. Group write is allowed: a group of one's own (a user
+/// private group) is the common case, and an administrator who shares a group with others
+/// shares it on purpose.
 pub fn check_sink_directory(facts: &DirectoryFacts) -> Result<(), SinkDirectoryProblem> {
     if !facts.is_dir {
         return Err(SinkDirectoryProblem::NotADirectory);
     }
-    let sticky = facts.mode & 0o1000 != 0;
-    let others_write =
-        facts.mode & 0o002 != 0 || (facts.owned_by_another_user && facts.mode & 0o200 != 0);
-    if others_write && !sticky {
+    if facts.owned_by_another_user {
+        return Err(SinkDirectoryProblem::OwnedByAnotherUser);
+    }
+    if facts.mode & 0o002 != 0 && facts.mode & 0o1000 == 0 {
         return Err(SinkDirectoryProblem::WritableByOthers);
     }
     Ok(())

@@ -501,18 +501,20 @@ fn sink_directories_writable_by_others_need_the_sticky_bit() {
         }),
         Err(SinkDirectoryProblem::NotADirectory)
     );
-    // Another user's directory is theirs to write in: they could replace the record file.
-    let theirs = |mode| DirectoryFacts {
-        is_dir: true,
-        mode,
-        owned_by_another_user: true,
-    };
-    assert_eq!(
-        check_sink_directory(&theirs(0o755)),
-        Err(SinkDirectoryProblem::WritableByOthers)
-    );
-    assert_eq!(check_sink_directory(&theirs(0o1755)), Ok(()));
-    assert_eq!(check_sink_directory(&theirs(0o555)), Ok(()));
+    // Another user's directory is theirs: they could replace or remove the record file,
+    // sticky bit or not, and make it writable at will.
+    for mode in [0o755, 0o1755, 0o555, 0o700] {
+        let theirs = DirectoryFacts {
+            is_dir: true,
+            mode,
+            owned_by_another_user: true,
+        };
+        assert_eq!(
+            check_sink_directory(&theirs),
+            Err(SinkDirectoryProblem::OwnedByAnotherUser),
+            "{mode:o}"
+        );
+    }
 }
 
 #[test]

@@ -55,14 +55,14 @@ fn a_directory_writable_by_others_needs_the_sticky_bit() {
     };
     assert_eq!(
         check_directory(&theirs),
-        Err(UnsafePathReason::WritableByOthers)
+        Err(UnsafePathReason::OwnedByAnotherUser)
     );
     assert_eq!(
         check_directory(&PathFacts {
             mode: 0o1755,
             ..theirs
         }),
-        Ok(())
+        Err(UnsafePathReason::OwnedByAnotherUser)
     );
 }
 
