@@ -255,21 +255,14 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
     if let Some(parent) = open.parent_uuid {
         attributes.push(Attribute::str("relay.atof.parent_uuid", parent));
     }
-    if let Some(cost) = end
-        .data
-        .get("usage")
-        .and_then(|u| u.get("cost_usd"))
-        .and_then(Value::as_str)
-    {
-        attributes.push(Attribute::str("relay.cost_usd", cost));
-    }
-    if let Some(error) = end
-        .data
-        .get("usage")
-        .and_then(|u| u.get("cost_error"))
-        .and_then(Value::as_str)
-    {
-        attributes.push(Attribute::str("relay.cost_error", error));
+    for (field, key) in [
+        ("cost_usd", "relay.cost_usd"),
+        ("cost_error", "relay.cost_error"),
+    ] {
+        let value = end.data.get("usage").and_then(|u| u.get(field));
+        if let Some(value) = value.and_then(Value::as_str) {
+            attributes.push(Attribute::str(key, value));
+        }
     }
     // A failure names its type in `error.type`, as the conventions require: the HTTP
     // status, the error a stream reported after its successful head (or the break of its
