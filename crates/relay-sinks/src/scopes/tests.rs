@@ -306,3 +306,30 @@ fn a_stream_that_failed_after_its_head_is_an_error_span() {
         );
     }
 }
+
+/// A request's cost reaches its span, and so does the reason a price table gave it none.
+#[test]
+fn the_cost_or_why_there_is_none_reaches_the_span() {
+    for (cost, error) in [
+        (Some(relay_plugins::Usd::from_picos(47_610_000_000)), None),
+        (None, Some("no price for model \"claude-sonnet-4-5\"")),
+    ] {
+        let mut steps = request(None);
+        if let Some(Observation::ModelRequestEnd(end)) = steps.last_mut()
+            && let Some(usage) = &mut end.usage
+        {
+            usage.cost = cost;
+            usage.cost_error = error.map(str::to_owned);
+        }
+        let (_, spans) = spans_of(steps);
+        let chat = spans.iter().find(|s| s.name.starts_with("chat")).unwrap();
+        assert_eq!(
+            attr(chat, "relay.cost_usd"),
+            cost.map(|c| AttrValue::Str(c.to_string())).as_ref()
+        );
+        assert_eq!(
+            attr(chat, "relay.cost_error"),
+            error.map(|e| AttrValue::Str(e.to_owned())).as_ref()
+        );
+    }
+}
