@@ -181,12 +181,16 @@ fn micros(duration: Duration) -> u64 {
 /// side: time the request's body spends waiting for the client's bytes is not counted (the
 /// other side cannot answer a request it has not had whole, and an upload that stalls is the
 /// client's doing, cut by the body's own idle timer), while time the other side takes to
-/// accept the body, and to answer it, is. `None` when the time ran out.
+/// accept the body, and to answer it, is. `None` when the time ran out; with no `limit`,
+/// the answer however long it takes.
 pub(crate) async fn answer_within<T>(
-    limit: Duration,
+    limit: Option<Duration>,
     upload: Option<Upload>,
     answer: impl Future<Output = T>,
 ) -> Option<T> {
+    let Some(limit) = limit else {
+        return Some(answer.await);
+    };
     let client_time = |now| {
         upload
             .as_ref()
@@ -227,6 +231,14 @@ impl UploadEnd {
         let first = *self.0.first_wait.get_or_init(|| at);
         let since = micros(at.saturating_duration_since(first));
         self.0.waiting_since.store(since + 1, Ordering::Relaxed);
+    }
+
+    /// A chunk, or the end, came (or nobody will read the body to see one): the wait the
+    /// idle timer was timing, if any, is over.
+    fn wait_over(&self, idle: &mut IdleTimer) {
+        if let Some(began) = idle.touch() {
+            self.wait_ended(began);
+        }
     }
 
     /// The wait that began at `began` has ended.
@@ -331,11 +343,7 @@ impl RequestBody {
     /// Ends a wait for the client's bytes that nobody will end by reading the body.
     fn stop_waiting(&mut self) {
         match &mut self.inner {
-            RequestInner::Streaming { idle, upload, .. } => {
-                if let Some(began) = idle.touch() {
-                    upload.wait_ended(began);
-                }
-            }
+            RequestInner::Streaming { idle, upload, .. } => upload.wait_over(idle),
             RequestInner::Again { rest, .. } => rest.stop_waiting(),
             RequestInner::Empty | RequestInner::Full(_) => {}
         }
@@ -377,9 +385,7 @@ impl Body for RequestBody {
                 http2,
             } => match Pin::new(&mut *incoming).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
-                    if let Some(began) = idle.touch() {
-                        upload.wait_ended(began);
-                    }
+                    upload.wait_over(idle);
                     if let Some(data) = frame.data_ref() {
                         let len = data.len() as u64;
                         if len > *remaining {
@@ -400,9 +406,7 @@ impl Body for RequestBody {
                     ))))
                 }
                 Poll::Ready(None) => {
-                    if let Some(began) = idle.touch() {
-                        upload.wait_ended(began);
-                    }
+                    upload.wait_over(idle);
                     upload.end();
                     Poll::Ready(None)
                 }

@@ -904,12 +904,9 @@ impl UpstreamClient {
         // caller's future that holds this one holds only a pointer to it.
         let sending = crate::boxed(|| self.inner.send(req));
         async move {
-            match limit {
-                Some(limit) => answer_within(limit, upload, sending)
-                    .await
-                    .unwrap_or(Err(UpstreamError::ResponseHeadTimeout)),
-                None => sending.await,
-            }
+            answer_within(limit, upload, sending)
+                .await
+                .unwrap_or(Err(UpstreamError::ResponseHeadTimeout))
         }
     }
 }

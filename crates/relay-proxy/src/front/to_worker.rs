@@ -39,18 +39,13 @@ impl Front {
             req.headers_mut().insert(header::HOST, host);
         }
         let response_timeout = self.config().upstream.response_timeout_secs.get();
-        let upload = (!response_timeout.is_zero())
-            .then(|| req.body().upload())
-            .flatten();
+        let limit = (!response_timeout.is_zero()).then(|| response_timeout + WORKER_BACKSTOP);
+        let upload = limit.and_then(|_| req.body().upload());
         let waiting = Instant::now();
         // Boxed: inline, the worker client's future (pooled sends, a connect) would sit in
         // every model and hook request's future, also those that never go to a worker.
         let sending = crate::boxed(|| shell.workers().send(worker, req));
-        let result = if response_timeout.is_zero() {
-            Some(sending.await)
-        } else {
-            answer_within(response_timeout + WORKER_BACKSTOP, upload, sending).await
-        };
+        let result = answer_within(limit, upload, sending).await;
         // The wait for the worker's head, which the overhead metric leaves out, failed or not.
         let waited = waiting.elapsed();
         let Some(result) = result else {
