@@ -53,14 +53,8 @@ impl Plugins {
     /// component, its `directory` field and the file. The worker runs this before it opens
     /// any sink, and `relay-doctor` reports the same error.
     pub fn check_sink_directories(&self) -> Result<(), PluginConfigError> {
-        self.inner.check_sink_directories(|dir| {
-            let metadata = std::fs::metadata(dir)?;
-            Ok(relay_plugins::config::DirectoryFacts {
-                is_dir: metadata.is_dir(),
-                mode: permission_bits(&metadata),
-                owned_by_another_user: owned_by_another_user(&metadata),
-            })
-        })
+        self.inner
+            .check_sink_directories(|dir| Ok(directory_facts(&std::fs::metadata(dir)?)))
     }
 
     /// The validated configuration, with the typed component configurations.
@@ -70,25 +64,25 @@ impl Plugins {
 }
 
 #[cfg(unix)]
-fn owned_by_another_user(metadata: &std::fs::Metadata) -> bool {
-    let owner = std::os::unix::fs::MetadataExt::uid(metadata);
-    owner != 0 && owner != relay_identity::store::current_euid()
-}
-
-#[cfg(unix)]
-fn permission_bits(metadata: &std::fs::Metadata) -> u32 {
-    std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o7777
+fn directory_facts(metadata: &std::fs::Metadata) -> relay_plugins::config::DirectoryFacts {
+    use std::os::unix::fs::MetadataExt as _;
+    relay_plugins::config::DirectoryFacts {
+        is_dir: metadata.is_dir(),
+        mode: metadata.mode() & 0o7777,
+        owner: metadata.uid(),
+        euid: relay_identity::store::current_euid(),
+    }
 }
 
 /// Elsewhere the directory's ACL is the operating system's business.
 #[cfg(not(unix))]
-fn permission_bits(_: &std::fs::Metadata) -> u32 {
-    0o700
-}
-
-#[cfg(not(unix))]
-fn owned_by_another_user(_: &std::fs::Metadata) -> bool {
-    false
+fn directory_facts(metadata: &std::fs::Metadata) -> relay_plugins::config::DirectoryFacts {
+    relay_plugins::config::DirectoryFacts {
+        is_dir: metadata.is_dir(),
+        mode: 0o700,
+        owner: 0,
+        euid: 0,
+    }
 }
 
 /// The file's text, `None` when it does not exist; at most `MAX_PLUGIN_FILE_BYTES`.

@@ -52,7 +52,8 @@ pub fn check_directory(facts: &PathFacts) -> Result<(), UnsafePathReason> {
     let facts = DirectoryFacts {
         is_dir: facts.is_dir,
         mode: facts.mode,
-        owned_by_another_user: facts.uid != 0 && facts.uid != rustix::process::geteuid().as_raw(),
+        owner: facts.uid,
+        euid: rustix::process::geteuid().as_raw(),
     };
     check_sink_directory(&facts).map_err(|problem| match problem {
         SinkDirectoryProblem::NotADirectory => UnsafePathReason::NotADirectory,

@@ -99,8 +99,10 @@ pub struct DirectoryFacts {
     pub is_dir: bool,
     /// The permission bits, with the sticky bit (`0o1000`).
     pub mode: u32,
-    /// Another user than the worker's, and not root, owns it: that user may write in it.
-    pub owned_by_another_user: bool,
+    /// The directory's owner.
+    pub owner: u32,
+    /// The user the worker runs as.
+    pub euid: u32,
 }
 
 /// Why a sink directory is refused.
@@ -125,7 +127,7 @@ pub fn check_sink_directory(facts: &DirectoryFacts) -> Result<(), SinkDirectoryP
     if !facts.is_dir {
         return Err(SinkDirectoryProblem::NotADirectory);
     }
-    if facts.owned_by_another_user {
+    if facts.owner != 0 && facts.owner != facts.euid {
         return Err(SinkDirectoryProblem::OwnedByAnotherUser);
     }
     if facts.mode & 0o002 != 0 && facts.mode & 0o1000 == 0 {

@@ -479,7 +479,8 @@ fn sink_directories_writable_by_others_need_the_sticky_bit() {
     let dir = |mode| DirectoryFacts {
         is_dir: true,
         mode,
-        owned_by_another_user: false,
+        owner: 0,
+        euid: 0,
     };
     assert_eq!(check_sink_directory(&dir(0o755)), Ok(()));
     assert_eq!(check_sink_directory(&dir(0o700)), Ok(()));
@@ -497,7 +498,8 @@ fn sink_directories_writable_by_others_need_the_sticky_bit() {
         check_sink_directory(&DirectoryFacts {
             is_dir: false,
             mode: 0o600,
-            owned_by_another_user: false,
+            owner: 0,
+            euid: 0,
         }),
         Err(SinkDirectoryProblem::NotADirectory)
     );
@@ -507,7 +509,8 @@ fn sink_directories_writable_by_others_need_the_sticky_bit() {
         let theirs = DirectoryFacts {
             is_dir: true,
             mode,
-            owned_by_another_user: true,
+            owner: 1000,
+            euid: 0,
         };
         assert_eq!(
             check_sink_directory(&theirs),
@@ -533,7 +536,8 @@ fn sink_directories_are_checked_with_errors_naming_the_field() {
             Ok(DirectoryFacts {
                 is_dir: true,
                 mode,
-                owned_by_another_user: false,
+                owner: 0,
+                euid: 0,
             })
         })
     };
