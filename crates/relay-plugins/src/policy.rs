@@ -38,6 +38,16 @@ impl Agent {
         Agent::ALL.into_iter().find(|a| a.as_str() == text)
     }
 
+    /// The one API the harness speaks through Relay, if it has one: Claude Code Anthropic's
+    /// Messages, Codex OpenAI's Responses; pi speaks to whichever provider it is given.
+    pub fn wire_format(self) -> Option<crate::WireFormat> {
+        match self {
+            Agent::ClaudeCode => Some(crate::WireFormat::AnthropicMessages),
+            Agent::Codex => Some(crate::WireFormat::OpenAiResponses),
+            Agent::Pi => None,
+        }
+    }
+
     /// Whether a deny on `event` stops the harness (SPEC §7.1): Claude Code and Codex
     /// `PreToolUse`, `PermissionRequest`, `UserPromptSubmit`; pi `tool_call`, `user_bash`.
     pub fn is_blocking_event(self, event: &str) -> bool {

@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use relay_plugins::atof::{Category, Record, RecordKind};
-use relay_plugins::{Usage, WireFormat};
+use relay_plugins::{Agent, Usage, WireFormat};
 use serde_json::Value;
 
 use crate::genai::{GenAiFacts, Operation, genai_attributes, span_name};
@@ -192,18 +192,12 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
     let harness = text(open.metadata.as_ref(), "harness");
     let usage = usage_of(&end.data);
     let route = open.data.get("route").and_then(Value::as_str);
-    let provider = match category {
-        // A session's provider is its harness's: Claude Code speaks Anthropic's API through
-        // Relay, Codex OpenAI's; pi may speak to any, so its sessions name none.
-        Category::Agent => match harness {
-            Some("claude-code") => Some("anthropic"),
-            Some("codex") => Some("openai"),
-            _ => None,
-        },
-        _ => route
-            .and_then(WireFormat::from_path)
-            .map(WireFormat::provider_name),
+    // A session's provider is that of the API its harness speaks; a request's, its route's.
+    let format = match category {
+        Category::Agent => harness.and_then(Agent::parse).and_then(Agent::wire_format),
+        _ => route.and_then(WireFormat::from_path),
     };
+    let provider = format.map(WireFormat::provider_name);
     let stream =
         category == Category::Llm && open.data.get("stream").and_then(Value::as_bool) == Some(true);
     let (operation, kind) = match category {

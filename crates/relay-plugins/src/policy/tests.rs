@@ -10,6 +10,7 @@ use expect_test::{Expect, expect};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::WireFormat;
 use crate::config::Plugins;
 
 /// The policy of a `[components.config]` body.
@@ -459,4 +460,19 @@ fn a_deny_is_only_ever_decided_on_a_blocking_event() {
             );
         }
     }
+}
+
+#[test]
+fn a_harness_names_the_api_it_speaks_when_it_has_one() {
+    assert_eq!(
+        Agent::ClaudeCode
+            .wire_format()
+            .map(WireFormat::provider_name),
+        Some("anthropic")
+    );
+    assert_eq!(
+        Agent::Codex.wire_format().map(WireFormat::provider_name),
+        Some("openai")
+    );
+    assert_eq!(Agent::Pi.wire_format(), None);
 }
