@@ -83,10 +83,7 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
         let name = &head[..name_end];
         // `tokens` alone, a credential as a JSON field's whole name, is a count in prose
         // and in printed usage (`Input tokens: 1234`).
-        if name.eq_ignore_ascii_case("tokens")
-            || !might_name_a_credential(name)
-            || !names_a_credential(name)
-        {
+        if name.eq_ignore_ascii_case("tokens") || !names_a_credential(name) {
             continue;
         }
         let rest = &text[found.end()..];
@@ -216,27 +213,6 @@ fn value_len(rest: &str, end: End) -> usize {
     }
 }
 
-/// Whether `name` holds a word [`names_a_credential`] looks for: a look without allocating,
-/// for the many names free text holds (every `"field":` of a JSON document printed as text).
-fn might_name_a_credential(name: &str) -> bool {
-    const PARTS: [&[u8]; 9] = [
-        b"key",
-        b"token",
-        b"secret",
-        b"pass",
-        b"pwd",
-        b"auth",
-        b"credential",
-        b"cookie",
-        b"connection",
-    ];
-    let name = name.as_bytes();
-    PARTS.iter().any(|part| {
-        name.windows(part.len())
-            .any(|w| w.eq_ignore_ascii_case(part))
-    })
-}
-
 /// A name and what separates it from its value. The patterns are constants, which the
 /// tests compile.
 static NAMED: LazyLock<Option<Regex>> =
@@ -350,50 +326,78 @@ fn is_schema(fields: &Map<String, Value>) -> bool {
 /// `ACCESS_TOKEN`, `access-token` and `AWSSecretKey` are read as words), without a
 /// trailing number or version (`API_KEY_2`, `token_v2`).
 fn names_a_credential(name: &str) -> bool {
-    /// Whole names, and the words a name may end in: `secret_key` matches `SECRET_KEY`
-    /// and `STRIPE_SECRET_KEY`.
-    const WORDS: [&str; 30] = [
-        "apikey",
-        "api_key",
-        "api_keys",
-        "token",
-        "secret",
-        "secrets",
-        "password",
-        "passwords",
-        "passwd",
-        "pwd",
-        "pass",
-        "passphrase",
-        "auth",
-        "authtoken",
-        "apitoken",
-        "accesstoken",
-        "secretkey",
-        "credential",
-        "credentials",
-        "secret_key",
-        "secret_key_base",
-        "private_key",
-        "access_key",
-        "signing_key",
-        "subscription_key",
-        "functions_key",
-        "auth_key",
-        "account_key",
-        "encryption_key",
-        "connection_string",
-    ];
-    /// Endings that need no word boundary before them.
-    const GLUED: [&str; 5] = ["authorization", "cookie", "password", "passwd", "secret"];
+    // Most names hold none of the parts of the words below (every `"field":` of a JSON
+    // document, every name free text holds): they are passed over without being read in
+    // words, which allocates.
+    let bytes = name.as_bytes();
+    if !CREDENTIAL_PARTS.iter().any(|part| {
+        bytes
+            .windows(part.len())
+            .any(|w| w.eq_ignore_ascii_case(part))
+    }) {
+        return false;
+    }
     let name = words(name);
     // `tokens` alone: as an ending it is a count's name (`max_tokens`).
     name == "tokens"
-        || WORDS
+        || CREDENTIAL_WORDS
             .iter()
             .any(|w| name == *w || name.strip_suffix(w).is_some_and(|rest| rest.ends_with('_')))
-        || GLUED.iter().any(|ending| name.ends_with(ending))
+        || CREDENTIAL_ENDINGS
+            .iter()
+            .any(|ending| name.ends_with(ending))
 }
+
+/// A part of every word of [`CREDENTIAL_WORDS`] and [`CREDENTIAL_ENDINGS`].
+const CREDENTIAL_PARTS: [&[u8]; 9] = [
+    b"key",
+    b"token",
+    b"secret",
+    b"pass",
+    b"pwd",
+    b"auth",
+    b"credential",
+    b"cookie",
+    b"connection",
+];
+
+/// Whole names, and the words a name may end in: `secret_key` matches `SECRET_KEY` and
+/// `STRIPE_SECRET_KEY`.
+pub(super) const CREDENTIAL_WORDS: [&str; 30] = [
+    "apikey",
+    "api_key",
+    "api_keys",
+    "token",
+    "secret",
+    "secrets",
+    "password",
+    "passwords",
+    "passwd",
+    "pwd",
+    "pass",
+    "passphrase",
+    "auth",
+    "authtoken",
+    "apitoken",
+    "accesstoken",
+    "secretkey",
+    "credential",
+    "credentials",
+    "secret_key",
+    "secret_key_base",
+    "private_key",
+    "access_key",
+    "signing_key",
+    "subscription_key",
+    "functions_key",
+    "auth_key",
+    "account_key",
+    "encryption_key",
+    "connection_string",
+];
+/// Endings that need no word boundary before them.
+pub(super) const CREDENTIAL_ENDINGS: [&str; 5] =
+    ["authorization", "cookie", "password", "passwd", "secret"];
 
 /// `name` lowercased, its words joined by `_`, without a trailing number or version: a
 /// `-`, `.` or space is a word boundary, and so is a capital after a lower-case letter or

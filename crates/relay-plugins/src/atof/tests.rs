@@ -1108,3 +1108,16 @@ fn credentials_named_in_free_text_are_hidden() {
         "{text}"
     );
 }
+
+/// The quick look that passes most names over must let every credential word through.
+#[test]
+fn every_credential_word_gets_past_the_quick_look() {
+    for word in content::CREDENTIAL_WORDS
+        .iter()
+        .chain(&content::CREDENTIAL_ENDINGS)
+    {
+        let raw = json!({ word.to_ascii_uppercase(): "S3CRETVALUE" });
+        let (kept, _) = content::json(&content::NoRedaction, &raw, 1 << 20);
+        assert!(!kept.to_string().contains("S3CRETVALUE"), "{word}");
+    }
+}
