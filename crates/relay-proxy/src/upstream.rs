@@ -904,9 +904,12 @@ impl UpstreamClient {
         // caller's future that holds this one holds only a pointer to it.
         let sending = crate::boxed(|| self.inner.send(req));
         async move {
-            answer_within(limit, upload, sending)
-                .await
-                .unwrap_or(Err(UpstreamError::ResponseHeadTimeout))
+            match limit {
+                None => sending.await,
+                Some(limit) => answer_within(limit, upload, sending)
+                    .await
+                    .unwrap_or(Err(UpstreamError::ResponseHeadTimeout)),
+            }
         }
     }
 }

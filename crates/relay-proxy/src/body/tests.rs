@@ -300,7 +300,7 @@ async fn a_wait_for_the_client_that_nobody_ends_counts_no_longer_than_the_idle_t
             _ => Some(body),
         };
         let started = Instant::now();
-        let answer = answer_within(Some(limit), Some(watch), std::future::pending::<()>()).await;
+        let answer = answer_within(limit, Some(watch), std::future::pending::<()>()).await;
         assert!(answer.is_none(), "{case}");
         let took = started.elapsed();
         let most = if case == "not read again" {

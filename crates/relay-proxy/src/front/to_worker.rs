@@ -45,7 +45,10 @@ impl Front {
         // Boxed: inline, the worker client's future (pooled sends, a connect) would sit in
         // every model and hook request's future, also those that never go to a worker.
         let sending = crate::boxed(|| shell.workers().send(worker, req));
-        let result = answer_within(limit, upload, sending).await;
+        let result = match limit {
+            None => Some(sending.await),
+            Some(limit) => answer_within(limit, upload, sending).await,
+        };
         // The wait for the worker's head, which the overhead metric leaves out, failed or not.
         let waited = waiting.elapsed();
         let Some(result) = result else {
