@@ -83,6 +83,10 @@ struct Route {
     /// An opening hook waited for a session that did not come. Later ones pass at once until
     /// an MCP registers, so a user whose MCP cannot register does not wait on every prompt.
     opening_waited_in_vain: bool,
+    /// Its worker was launched at once because the one before it crashed, and none has
+    /// served a request since: if it too dies before serving, the next launch waits its
+    /// backoff, so a worker that crashes on start cannot be relaunched in a loop.
+    relaunched_after_crash: bool,
 }
 
 #[derive(Debug)]
@@ -592,6 +596,7 @@ impl Broker {
             attempt: 0,
             in_flight: 0,
             opening_waited_in_vain: false,
+            relaunched_after_crash: false,
         })
     }
 

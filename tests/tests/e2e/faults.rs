@@ -817,15 +817,8 @@ async fn failed_worker_starts_back_off_and_a_repaired_binary_resets_the_delay() 
     let answer = mcp.initialize("2025-11-25", EVENT_TIMEOUT).await?;
     assert_eq!(answer["result"]["protocolVersion"], "2025-11-25");
 
-    // It dies before serving anything: a failed start again, with the delay back at the
-    // base because a worker became ready in between (§5.4: reset once a worker is ready).
+    // It dies before serving anything: a crash, relaunched at once (§5.4).
     user.signal_worker(worker_pid, Signal::KILL)?;
-    let fourth = nth_event(relayd.logs(), "worker_activation_failed", 4, EVENT_TIMEOUT).await?;
-    assert_eq!(fourth["retry_after_ms"], 500, "{fourth}");
-    assert_eq!(
-        field(&fourth, "failure_reason"),
-        "worker_exited_before_serving"
-    );
     let removed = event_with(
         relayd.logs(),
         "worker_removed",
@@ -835,8 +828,25 @@ async fn failed_worker_starts_back_off_and_a_repaired_binary_resets_the_delay() 
     )
     .await?;
     assert_eq!(field(&removed, "reason"), "crashed", "{removed}");
-    let (again_id, again_pid) = nth_worker(&relayd, &user, 2).await?;
-    assert_ne!(again_id, worker_id);
+    let (relaunched_id, relaunched_pid) = nth_worker(&relayd, &user, 2).await?;
+    assert_ne!(relaunched_id, worker_id);
+    assert_eq!(
+        relayd.logs().events_named("worker_activation_failed").len(),
+        3,
+        "a crash relaunches without a failed start: {}",
+        context(&relayd, &user, &[&mcp])
+    );
+    // The relaunched worker dies before serving too: a failed start now, with the delay back
+    // at the base because a worker became ready in between (reset once a worker is ready).
+    user.signal_worker(relaunched_pid, Signal::KILL)?;
+    let fourth = nth_event(relayd.logs(), "worker_activation_failed", 4, EVENT_TIMEOUT).await?;
+    assert_eq!(fourth["retry_after_ms"], 500, "{fourth}");
+    assert_eq!(
+        field(&fourth, "failure_reason"),
+        "worker_exited_before_serving"
+    );
+    let (again_id, again_pid) = nth_worker(&relayd, &user, 3).await?;
+    assert_ne!(again_id, relaunched_id);
     assert_through_worker(
         &relayd,
         &stand_in,

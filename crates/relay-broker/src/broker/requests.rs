@@ -105,6 +105,7 @@ impl Broker {
         }
         match worker {
             Some((worker_id, endpoint, certificate_sha256, secret)) => {
+                route.relaunched_after_crash = false;
                 if let Some(g) = self.generations.get_mut(&worker_id) {
                     g.in_flight += 1;
                     g.served += 1;

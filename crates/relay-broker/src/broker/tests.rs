@@ -942,10 +942,23 @@ fn activation_failures_back_off_1_2_4_seconds_and_success_resets_the_delay() {
     .worker(4, 'A')
     .ready(4)
     .probe(4, ProbeOutcome::Ready);
-    // After success the next failure starts again at 1 s.
+    // A crash relaunches at once; the relaunched worker dying before it serves waits the
+    // delay, which started again at 1 s after the success.
     let grant = s.last_grant().0;
     s.step(
         "the worker's MCP sees it exit",
+        Input::McpWorkerExited {
+            conn: ConnId(1),
+            activation_id: grant,
+            reason: FailureReason::WorkerExitedBeforeReady,
+        },
+    )
+    .worker(5, 'A')
+    .ready(5)
+    .probe(5, ProbeOutcome::Ready);
+    let grant = s.last_grant().0;
+    s.step(
+        "the relaunched worker's MCP sees it exit too",
         Input::McpWorkerExited {
             conn: ConnId(1),
             activation_id: grant,
@@ -1011,6 +1024,24 @@ fn activation_failures_back_off_1_2_4_seconds_and_success_resets_the_delay() {
           persist
           c4 <- Refused(generation_revoked)
           close c4
+          event worker_staged A #17
+          c1 <- LaunchWorker(grant #17 bind [127, 0, 0, 1]:0)
+        > worker c5 registers A with grant #17
+          c5 <- Registered(worker #19, $20)
+          event worker_control_connected A #19
+        > worker c5 is ready
+          probe #19 with $20
+        > probe of #19 says Ready
+          event worker_added A #19 0ms
+          event worker_ready A #19
+          c1 <- RouteReady
+          persist
+        > the relaunched worker's MCP sees it exit too
+          forget #19
+          event worker_removed A #19 Crashed
+          persist
+          c5 <- Refused(generation_revoked)
+          close c5
           event worker_activation_failed A worker_exited_before_serving retry_after=1000ms
           c1 <- UsePassThrough
     "#]]);
@@ -1295,7 +1326,7 @@ fn a_control_drop_means_recovering_and_the_same_worker_resumes_after_a_fresh_pro
 }
 
 #[test]
-fn evidence_of_death_relaunches_at_once_when_the_worker_had_served() {
+fn evidence_of_death_relaunches_at_once_and_backs_off_only_when_it_dies_again_before_serving() {
     let mut s = Scenario::new();
     s.ready_route(1, 'A', "a1", 2)
         .request("a1", RequestKind::Model, false);
@@ -1386,12 +1417,26 @@ fn evidence_of_death_relaunches_at_once_when_the_worker_had_served() {
           event worker_staged A #7
           c1 <- LaunchWorker(grant #7 bind [127, 0, 0, 1]:0)
     "#]]);
-    // A worker that never served and dies: backoff.
+    // A worker that never served and dies: relaunched at once all the same. The relaunched
+    // one dying again before it serves waits the backoff, so a worker that crashes as soon
+    // as it is ready is not relaunched in a loop.
     let mut s = Scenario::new();
     s.ready_route(1, 'A', "a1", 2);
     let grant = s.grant(0).0;
     s.step(
         "its MCP sees it exit",
+        Input::McpWorkerExited {
+            conn: ConnId(1),
+            activation_id: grant,
+            reason: FailureReason::WorkerExitedBeforeReady,
+        },
+    )
+    .worker(3, 'A')
+    .ready(3)
+    .probe(3, ProbeOutcome::Ready);
+    let grant = s.last_grant().0;
+    s.step(
+        "the relaunched worker exits before serving too",
         Input::McpWorkerExited {
             conn: ConnId(1),
             activation_id: grant,
@@ -1421,6 +1466,24 @@ fn evidence_of_death_relaunches_at_once_when_the_worker_had_served() {
           persist
           c2 <- Refused(generation_revoked)
           close c2
+          event worker_staged A #7
+          c1 <- LaunchWorker(grant #7 bind [127, 0, 0, 1]:0)
+        > worker c3 registers A with grant #7
+          c3 <- Registered(worker #9, $10)
+          event worker_control_connected A #9
+        > worker c3 is ready
+          probe #9 with $10
+        > probe of #9 says Ready
+          event worker_added A #9 0ms
+          event worker_ready A #9
+          c1 <- RouteReady
+          persist
+        > the relaunched worker exits before serving too
+          forget #9
+          event worker_removed A #9 Crashed
+          persist
+          c3 <- Refused(generation_revoked)
+          close c3
           event worker_activation_failed A worker_exited_before_serving retry_after=1000ms
           c1 <- UsePassThrough
     "#]]);
@@ -2979,17 +3042,16 @@ fn backoff_doubles_up_to_the_cap_and_starts_again_after_a_published_worker() {
     s.worker(2, 'A').ready(2).probe(2, ProbeOutcome::Ready);
     let grant = s.last_grant().0;
     s.step(
-        "it dies before serving",
+        "it crashes, and is relaunched at once",
         Input::McpWorkerExited {
             conn: ConnId(1),
             activation_id: grant,
             reason: FailureReason::WorkerExitedBeforeReady,
         },
-    )
-    .advance(1000);
+    );
     let grant = s.last_grant().0;
     s.step(
-        "the next launch fails too",
+        "the relaunch fails",
         Input::McpActivationFailed {
             conn: ConnId(1),
             activation_id: grant,
@@ -3041,20 +3103,16 @@ fn backoff_doubles_up_to_the_cap_and_starts_again_after_a_published_worker() {
           event worker_ready A #13
           c1 <- RouteReady
           persist
-        > it dies before serving
+        > it crashes, and is relaunched at once
           forget #13
           event worker_removed A #13 Crashed
           persist
           c2 <- Refused(generation_revoked)
           close c2
-          event worker_activation_failed A worker_exited_before_serving retry_after=1000ms
-          c1 <- UsePassThrough
-        > clock +1000ms (t=10000ms)
-          event worker_relaunch_requested A attempt=1
           event worker_staged A #15
           c1 <- LaunchWorker(grant #15 bind [127, 0, 0, 1]:0)
-        > the next launch fails too
-          event worker_activation_failed A worker_exited_before_ready retry_after=2000ms
+        > the relaunch fails
+          event worker_activation_failed A worker_exited_before_ready retry_after=1000ms
           c1 <- UsePassThrough
     "#]]);
 }

@@ -240,6 +240,7 @@ impl Broker {
         self.clear_route_timers(fp);
         if let Some(route) = self.routes.get_mut(&fp) {
             route.state = RouteState::Empty;
+            route.relaunched_after_crash = false;
         }
     }
 

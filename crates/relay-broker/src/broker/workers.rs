@@ -470,8 +470,12 @@ impl Broker {
                 if w == worker =>
             {
                 self.revoke_generation(worker, WorkerRemovedReason::Crashed);
-                if served > 0 {
-                    // No backoff for a crash of a worker that served (§5.4).
+                let route = self.route_mut(fp);
+                let again = served == 0 && route.relaunched_after_crash;
+                if !again {
+                    // No backoff for a crash (§5.4): only one that dies again before serving
+                    // a request waits.
+                    route.relaunched_after_crash = true;
                     self.relaunch_or_empty(now, fp);
                 } else if self.routes.get(&fp).is_some_and(|r| !r.sessions.is_empty()) {
                     let activation_id = self.generations.get(&worker).and_then(|g| g.activation_id);
