@@ -417,7 +417,19 @@ where
                     write_line(&mut stdout, &answer).await?;
                 }
             }
-            Event::Line(None) => return Ok(()),
+            Event::Line(None) => {
+                // The client closed our stdin, which ends the session; every request it sent
+                // still gets its one answer, at once (a client that writes its requests and
+                // then closes, as a pipe does, reads the answer to `initialize` too). An
+                // answer nobody reads any more is nobody's failure.
+                for init in pending.drain(..) {
+                    let answer = Server::initialize_response(&init.id, init.protocol_version);
+                    if write_line(&mut stdout, &answer).await.is_err() {
+                        break;
+                    }
+                }
+                return Ok(());
+            }
             Event::Line(Some(Line::TooLong)) => {
                 write_line(&mut stdout, &Server::line_too_long_response()).await?;
             }

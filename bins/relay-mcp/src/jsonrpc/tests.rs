@@ -610,11 +610,19 @@ async fn serve_answers_at_once_when_settled_before_initialize() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn serve_returns_at_eof_even_with_initialize_pending() {
+async fn serve_answers_a_held_initialize_at_once_at_eof_and_returns() {
     let mut harness = Harness::start(std::future::pending(), Duration::from_secs(5));
     harness.send(&initialize_line(1, "2025-11-25")).await;
+    harness.send(&ping(2)).await;
+    assert_eq!(harness.recv().await["id"], 2, "ping is not held");
+    let started = harness.started;
     let rest = harness.finish().await;
-    assert!(rest.is_empty(), "a closed session gets no late answer");
+    assert_eq!(
+        parse_line(&rest),
+        expected_initialize(json!(1), "2025-11-25"),
+        "every request gets its answer, the held one too"
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO, "without waiting");
 }
 
 #[tokio::test(start_paused = true)]
