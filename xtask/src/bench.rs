@@ -5,7 +5,7 @@
 //! Then relayd, and nginx, each run alone under valgrind's callgrind, which counts the instructions of a request (module `instructions`).
 //! The worker phase (module `worker`) starts relayd in managed mode, times MCP sessions from `relay-mcp`'s start to a ready route, keeps one session live while `relay-loadgen` measures the path relayd → worker → stand-in and while `relay-hook` runs beside `/bin/true` (module `hook`).
 //! It prints every measure of the table in `relay_testkit::measures` beside its target, measured or not (module `report`), and writes the same as JSON to `target/bench/<timestamp>.json` and `target/bench/latest.json`.
-//! Every process it starts is killed when its handle drops, on success and on failure (module `procs`); the stand-ins also stop when this process's end of their standard input closes, and a worker left by a failed session is stopped by its pid.
+//! Every process it starts is stopped (SIGTERM, then SIGKILL) when its handle drops, on success and on failure (module `procs`); the stand-ins also stop when this process's end of their standard input closes, and a worker left by a failed session is stopped by its pid.
 
 mod apart;
 mod cpu;
@@ -23,7 +23,7 @@ mod worker;
 use std::{
     ffi::OsString,
     fs,
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     time::{Duration, Instant, SystemTime},
 };
@@ -35,7 +35,7 @@ use self::cpu::{CpuSnapshot, cpu_ticks_json, other_cpu_share, other_load_note};
 use self::nginx::Nginx;
 use self::pinning::Pinning;
 use self::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams, log_tail, run_loadgen};
-use crate::command::{cargo, project_root, seconds, step};
+use crate::command::{cargo, project_root, seconds, step, target_dir};
 
 /// The pass-through load run; the loadgen takes about a minute and a half at full scale.
 const LOADGEN_TIMEOUT: Duration = Duration::from_secs(300);
@@ -148,6 +148,8 @@ pub(crate) struct Options {
     pub(crate) only: Vec<String>,
     /// Leave every process free to run on any CPU, to compare with the pinned figures.
     pub(crate) unpinned: bool,
+    /// Measure Relay's binaries built with profile-guided optimisation (`cargo xtask pgo`).
+    pub(crate) pgo: bool,
 }
 
 impl Options {
@@ -158,6 +160,7 @@ impl Options {
             match arg.as_str() {
                 "--quick" => options.quick = true,
                 "--unpinned" => options.unpinned = true,
+                "--pgo" => options.pgo = true,
                 "--only" => {
                     let name = args.next().context("--only needs a scenario name")?;
                     let known = PASS_THROUGH_SCENARIOS
@@ -174,11 +177,21 @@ impl Options {
                     options.only.push(name.clone());
                 }
                 other => bail!(
-                    "unknown argument {other:?}; `cargo xtask bench` takes --quick, --unpinned and --only <scenario>"
+                    "unknown argument {other:?}; `cargo xtask bench` takes --quick, --unpinned, --pgo and --only <scenario>"
                 ),
             }
         }
         Ok(options)
+    }
+
+    /// The training run of `cargo xtask pgo`: `scenarios` at the quick scale, pinned as a
+    /// measuring run is, so the processes run as they will be measured.
+    pub(crate) fn training(scenarios: &[&str]) -> Options {
+        Options {
+            quick: true,
+            only: scenarios.iter().map(|s| (*s).to_owned()).collect(),
+            ..Options::default()
+        }
     }
 
     pub(crate) fn selected(&self, scenario: &str) -> bool {
@@ -203,13 +216,81 @@ impl Options {
     }
 }
 
+/// The plain release build of every binary the bench runs, in `<target>/release`.
+pub(crate) fn build_release() -> Result<()> {
+    step(&format!("cargo {}", BUILD.join(" ")), cargo(BUILD)?)
+}
+
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = Options::parse(args)?;
     let started = Instant::now();
     let root = project_root()?;
-    step(&format!("cargo {}", BUILD.join(" ")), cargo(BUILD)?)?;
+    build_release()?;
     let target_dir = target_dir(&root);
-    let bin_dir = target_dir.join("release");
+    let release = target_dir.join("release");
+    let bin_dir = if options.pgo {
+        let optimized = crate::pgo::build(&root)?;
+        let measured = target_dir.join("pgo").join("measured");
+        crate::pgo::with_binaries(&measured, &optimized, &release)?;
+        measured
+    } else {
+        release
+    };
+    let Measured {
+        rows,
+        mut notes,
+        mut document,
+    } = measure(&bin_dir, &options)?;
+    if options.pgo {
+        notes.push(format!(
+            "Relay's binaries were built with profile-guided optimisation (`cargo xtask pgo`), from {}",
+            bin_dir.display()
+        ));
+    }
+    println!("\n{}", report::table(&rows));
+    for note in &notes {
+        println!("note: {note}");
+    }
+
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .context("the clock is before 1970")?;
+    let (timestamp, file_stamp) = report::stamp(now.as_secs())?;
+    document["timestamp"] = json!(timestamp);
+    document["git_commit"] = json!(git_commit(&root));
+    document["pgo"] = json!(options.pgo);
+    document["notes"] = json!(notes);
+    document["measures"] = report::rows_json(&rows)?;
+    let out_dir = target_dir.join("bench");
+    fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let text = serde_json::to_string_pretty(&document).context("encoding the bench report")?;
+    let file = out_dir.join(format!("{file_stamp}.json"));
+    for path in [&file, &out_dir.join("latest.json")] {
+        fs::write(path, format!("{text}\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!(
+        "\nwrote {} and latest.json in {}",
+        file.display(),
+        seconds(started.elapsed())
+    );
+    Ok(())
+}
+
+/// What a run measured: the table's rows, the notes, and the JSON document without its
+/// stamps.
+pub(crate) struct Measured {
+    rows: Vec<(
+        &'static relay_testkit::measures::MeasureSpec,
+        Option<relay_testkit::measures::Measure>,
+    )>,
+    notes: Vec<String>,
+    document: Value,
+}
+
+/// Runs the phases `options` selects with the binaries in `bin_dir`.
+pub(crate) fn measure(bin_dir: &Path, options: &Options) -> Result<Measured> {
+    let bin_dir = bin_dir.to_path_buf();
     let pinning = Pinning::detect(options.unpinned);
     println!("\n==> {}", pinning.note);
 
@@ -244,7 +325,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             &pinning,
             &fast,
             &scratch,
-            &options,
+            options,
             &pass_through_scenarios,
         )?;
         measures.extend(report::measures(&phase.loadgen)?);
@@ -269,14 +350,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     };
     if options.selected(HTTPS_PROVIDER) {
         add(
-            https::run(&bin_dir, &pinning, &fast, &scratch, &options),
+            https::run(&bin_dir, &pinning, &fast, &scratch, options),
             "https_provider",
             "the HTTPS provider measures were not taken",
         );
     }
     if options.selected(STAND_IN_APART) {
         add(
-            apart::run(&bin_dir, &pinning, &options),
+            apart::run(&bin_dir, &pinning, options),
             "stand_in_apart",
             "the stand-in-apart measures were not taken",
         );
@@ -295,7 +376,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             &pinning,
             &fast,
             &scratch,
-            &options,
+            options,
             &worker_scenarios,
         )?;
         for loadgen in phase.loadgen.iter().chain(&phase.plugins_loadgen) {
@@ -318,34 +399,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         ));
     }
 
-    let rows = report::table_rows(measures);
-    println!("\n{}", report::table(&rows));
-    for note in &notes {
-        println!("note: {note}");
-    }
-
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .context("the clock is before 1970")?;
-    let (timestamp, file_stamp) = report::stamp(now.as_secs())?;
-    document["timestamp"] = json!(timestamp);
-    document["git_commit"] = json!(git_commit(&root));
-    document["notes"] = json!(notes);
-    document["measures"] = report::rows_json(&rows)?;
-    let out_dir = target_dir.join("bench");
-    fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let text = serde_json::to_string_pretty(&document).context("encoding the bench report")?;
-    let file = out_dir.join(format!("{file_stamp}.json"));
-    for path in [&file, &out_dir.join("latest.json")] {
-        fs::write(path, format!("{text}\n"))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    println!(
-        "\nwrote {} and latest.json in {}",
-        file.display(),
-        seconds(started.elapsed())
-    );
-    Ok(())
+    Ok(Measured {
+        rows: report::table_rows(measures),
+        notes,
+        document,
+    })
 }
 
 /// The notes of a loadgen report.
@@ -495,14 +553,6 @@ fn pass_through_phase(
         nginx: nginx_detail,
         notes,
     })
-}
-
-/// cargo's target directory: `CARGO_TARGET_DIR` when set (relative to the workspace root), else `target/`.
-fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => root.join(dir),
-        None => root.join("target"),
-    }
 }
 
 /// The commit measured, when git can tell (read-only).

@@ -26,6 +26,15 @@ pub(crate) fn project_root() -> Result<PathBuf> {
         .with_context(|| format!("{} has no parent directory", manifest_dir.display()))
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root) or
+/// `<root>/target`.
+pub(crate) fn target_dir(root: &std::path::Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty()) {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
 /// The cargo that runs this xtask (so the pinned toolchain is used), in the workspace root.
 pub(crate) fn cargo<const N: usize>(args: [&str; N]) -> Result<Command> {
     let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));

@@ -22,8 +22,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    command::{cargo, project_root, step},
-    e2e::target_dir,
+    command::{cargo, project_root, step, target_dir},
     package::BINARIES,
 };
 

@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::command::{cargo, project_root, step};
+use crate::command::{cargo, project_root, step, target_dir};
 
 /// The npm packages of the agent CLIs the e2e tests drive, pinned to the versions the
 /// fixtures in `shared/fixtures` were recorded with (SPEC §7.3 facts depend on them). Change
@@ -109,15 +109,6 @@ fn ensure_iproute2() -> Result<()> {
         bail!("apt-get installed iproute2 but `ip` is still not found");
     }
     Ok(())
-}
-
-/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace root) or
-/// `<root>/target`.
-pub(crate) fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty()) {
-        Some(dir) => root.join(dir),
-        None => root.join("target"),
-    }
 }
 
 /// Installs the pinned agent CLIs under `cache_dir` with npm unless all three are there

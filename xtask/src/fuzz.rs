@@ -8,12 +8,11 @@
 //! written under `target/fuzz/<target>/`, and the task fails when any target crashed.
 //! The engine is relay-fuzz's own mutation loop, which runs on the pinned stable toolchain.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::command::{cargo, project_root, step};
+use crate::command::{cargo, project_root, step, target_dir};
 
 /// What `cargo xtask fuzz` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,14 +88,6 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             target_dir.join("debug").join("relay-fuzz").display()
         )
     })
-}
-
-/// cargo's target directory: `CARGO_TARGET_DIR` when set (relative to the workspace root), else `target/`.
-fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR").filter(|dir| !dir.is_empty()) {
-        Some(dir) => root.join(dir),
-        None => root.join("target"),
-    }
 }
 
 #[cfg(test)]

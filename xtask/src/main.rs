@@ -17,12 +17,13 @@ mod docs;
 mod e2e;
 mod fuzz;
 mod package;
+mod pgo;
 mod tidy;
 
 use std::process::ExitCode;
 
 /// Every task with a one-line description, in the order `cargo xtask` prints them.
-const TASKS: [(&str, &str); 8] = [
+const TASKS: [(&str, &str); 9] = [
     (
         "ci",
         "fmt check, clippy, all tests (nextest when installed), then e2e; stops at the first failure",
@@ -32,7 +33,7 @@ const TASKS: [(&str, &str); 8] = [
         "installs the agent CLIs, builds the binaries and runs relay-e2e with RELAY_E2E=1",
     ),
     (
-        "bench [--quick] [--unpinned] [--only SCENARIO]...",
+        "bench [--quick] [--unpinned] [--pgo] [--only SCENARIO]...",
         "the performance measures of SPEC §12, beside a direct baseline and nginx",
     ),
     (
@@ -44,8 +45,12 @@ const TASKS: [(&str, &str); 8] = [
         "checks the service files in deploy/ with systemd-analyze, plistlib and xml.etree",
     ),
     (
-        "package [--target T]",
+        "package [--target T | --pgo]",
         "release archives with the binaries, deploy/, docs/ and SHA256SUMS in target/dist/",
+    ),
+    (
+        "pgo",
+        "the five release binaries built with profile-guided optimisation, in target/pgo/optimized/release",
     ),
     (
         "docs [--check]",
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         ("tidy", []) => tidy::run(),
         ("deploy-check", []) => deploy::run(),
         ("package", args) => package::run(args),
+        ("pgo", args) => pgo::run(args),
         ("docs", args) => docs::run(args),
         ("ci" | "tidy" | "deploy-check", extra) => Err(anyhow::anyhow!(
             "`cargo xtask {task}` takes no arguments, got {extra:?}"

@@ -19,10 +19,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::{
-    command::{cargo, project_root, step},
-    e2e::target_dir,
-};
+use crate::command::{cargo, project_root, step, target_dir};
 
 /// The binaries every archive carries, in `bin/`.
 pub(crate) const BINARIES: [&str; 5] = [
@@ -77,31 +74,49 @@ pub(crate) fn host_triple(rustc_version: &str) -> Option<&str> {
         .filter(|triple| !triple.is_empty())
 }
 
-/// The targets named by `--target TRIPLE` arguments; empty means the host's.
-pub(crate) fn parse_targets(args: &[String]) -> Result<Vec<String>> {
+/// What `cargo xtask package` was asked for: the targets named by `--target TRIPLE`
+/// arguments (empty means the host's), or `--pgo`, the host's binaries built with
+/// profile-guided optimisation.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Request {
+    pub(crate) targets: Vec<String>,
+    pub(crate) pgo: bool,
+}
+
+pub(crate) fn parse_request(args: &[String]) -> Result<Request> {
     let mut targets = Vec::new();
+    let mut pgo = false;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
-        if let Some(triple) = arg.strip_prefix("--target=") {
+        if arg == "--pgo" {
+            pgo = true;
+        } else if let Some(triple) = arg.strip_prefix("--target=") {
             targets.push(triple.to_owned());
         } else if arg == "--target" {
             let triple = args.next().context("--target needs a target triple")?;
             targets.push(triple.clone());
         } else {
-            bail!("`cargo xtask package` takes only `--target TRIPLE`, got {arg:?}");
+            bail!("`cargo xtask package` takes `--target TRIPLE` or `--pgo`, got {arg:?}");
         }
     }
     if targets.iter().any(String::is_empty) {
         bail!("--target needs a target triple");
     }
-    Ok(targets)
+    if pgo && !targets.is_empty() {
+        // The training run executes the binaries, so only the host's can be trained.
+        bail!("--pgo builds the host's binaries only, so it takes no --target");
+    }
+    Ok(Request { targets, pgo })
 }
 
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let root = project_root()?;
     let profile = Profile::from_env_value(std::env::var(ENV_PROFILE).ok().as_deref())?;
     let host = host()?;
-    let mut targets = parse_targets(args)?;
+    let Request { mut targets, pgo } = parse_request(args)?;
+    if pgo && profile == Profile::Debug {
+        bail!("--pgo builds release binaries, so {ENV_PROFILE} must not be `debug`");
+    }
     if targets.is_empty() {
         targets.push(host.clone());
     }
@@ -109,7 +124,12 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     fs::create_dir_all(&dist).with_context(|| format!("could not create {}", dist.display()))?;
     let mut archives = Vec::new();
     for triple in &targets {
-        let bin_dir = build(&root, profile, triple, triple == &host)?;
+        let bin_dir = if pgo {
+            crate::bench::build_release()?;
+            crate::pgo::build(&root)?
+        } else {
+            build(&root, profile, triple, triple == &host)?
+        };
         archives.push(assemble(&root, &bin_dir, &dist, triple)?);
     }
     for archive in &archives {
@@ -119,7 +139,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 }
 
 /// The host triple, from `rustc -vV`.
-fn host() -> Result<String> {
+pub(crate) fn host() -> Result<String> {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let output = Command::new(rustc)
         .arg("-vV")
@@ -263,13 +283,13 @@ fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>> {
         .with_context(|| format!("could not read {}", dir.display()))
 }
 
-fn copy(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy(from: &Path, to: &Path) -> Result<()> {
     fs::copy(from, to)
         .map(drop)
         .with_context(|| format!("could not copy {} to {}", from.display(), to.display()))
 }
 
-fn remove_dir_if_present(dir: &Path) -> Result<()> {
+pub(crate) fn remove_dir_if_present(dir: &Path) -> Result<()> {
     match fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -23,8 +23,6 @@ use super::procs::{
 
 /// How long nginx may take to accept connections and start its workers.
 const NGINX_START_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long nginx may take to stop after SIGTERM before it is killed.
-const NGINX_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where Debian puts the binary (not always on a non-root PATH).
 const DEBIAN_BINARY: &str = "/usr/sbin/nginx";
 /// Packages tried in order: the smallest build first.
@@ -274,19 +272,5 @@ impl Nginx {
 
     pub(super) fn pid(&self) -> u32 {
         self.process.pid()
-    }
-}
-
-impl Drop for Nginx {
-    /// SIGTERM first, so the master stops its workers (a killed master would leave them running), then the process handle kills and reaps whatever is left.
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.process.pid().to_string()])
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + NGINX_STOP_TIMEOUT;
-        while matches!(self.process.exited(), Ok(None)) && Instant::now() < deadline {
-            thread::sleep(Duration::from_millis(10));
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! The processes of a bench run: a child killed when its handle drops, the scratch directory, the stand-ins, relayd and the load generator.
+//! The processes of a bench run: a child stopped when its handle drops, the scratch directory, the stand-ins, relayd and the load generator.
 
 use std::{
     ffi::OsString,
@@ -24,6 +24,8 @@ const STAND_IN_START_TIMEOUT: Duration = Duration::from_secs(10);
 const RELAYD_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// The same under a wrapper such as valgrind, which starts it many times slower.
 const WRAPPED_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a process may take to stop after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Attempts at starting relayd, each on a fresh free port, when the port was taken in between.
 pub(super) const PORT_ATTEMPTS: usize = 5;
 /// Environment variables relayd reads that must not leak from the caller into a measurement.
@@ -70,7 +72,7 @@ pub(super) fn wrapped_command(wrapper: &[OsString], program: &Path, cpus: Option
     }
 }
 
-/// A child process that is killed and reaped when this drops.
+/// A child process that is stopped and reaped when this drops.
 #[derive(Debug)]
 pub(super) struct Process {
     name: String,
@@ -101,8 +103,20 @@ impl Process {
 }
 
 impl Drop for Process {
+    /// SIGTERM first, so the process stops as it would in service (nginx's master stops its
+    /// workers, relayd drains and exits, and a build instrumented for profile-guided
+    /// optimisation writes its profile on the way out), then SIGKILL for whatever is left
+    /// after [`STOP_TIMEOUT`].
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .stderr(Stdio::null())
+                .status();
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(10));
+            }
             // Killing may race with a natural exit; either way the process is gone after wait.
             let _ = self.child.kill();
         }

@@ -331,6 +331,7 @@ fn options_select_scenarios_and_refuse_unknown_ones() {
     let all = Options::parse(&[]).unwrap();
     assert!(!all.quick && !all.unpinned && all.selected("throughput") && all.selected("hook"));
     assert!(Options::parse(&["--unpinned".to_owned()]).unwrap().unpinned);
+    assert!(!all.pgo && Options::parse(&["--pgo".to_owned()]).unwrap().pgo);
     assert_eq!(Pinning::detect(true).relayd, None);
     assert!(all.scale_args().is_empty());
     let args: Vec<String> = [

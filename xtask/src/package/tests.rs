@@ -18,7 +18,7 @@ fn the_host_triple_comes_from_the_host_line() {
 
 #[test]
 fn targets_come_only_from_target_flags() -> Result<()> {
-    assert!(parse_targets(&[])?.is_empty());
+    assert_eq!(parse_request(&[])?, Request::default());
     let args = [
         "--target",
         "aarch64-unknown-linux-gnu",
@@ -26,12 +26,27 @@ fn targets_come_only_from_target_flags() -> Result<()> {
     ]
     .map(String::from);
     assert_eq!(
-        parse_targets(&args)?,
+        parse_request(&args)?.targets,
         ["aarch64-unknown-linux-gnu", "x86_64-apple-darwin"]
     );
-    assert!(parse_targets(&["--target".to_owned()]).is_err());
-    assert!(parse_targets(&["--target=".to_owned()]).is_err());
-    assert!(parse_targets(&["--release".to_owned()]).is_err());
+    assert!(parse_request(&["--target".to_owned()]).is_err());
+    assert!(parse_request(&["--target=".to_owned()]).is_err());
+    assert!(parse_request(&["--release".to_owned()]).is_err());
+    Ok(())
+}
+
+#[test]
+fn pgo_builds_the_hosts_binaries_only() -> Result<()> {
+    assert_eq!(
+        parse_request(&["--pgo".to_owned()])?,
+        Request {
+            targets: Vec::new(),
+            pgo: true
+        }
+    );
+    // The training run executes what it builds, so another target cannot be trained.
+    let across = ["--pgo", "--target", "aarch64-unknown-linux-gnu"].map(String::from);
+    assert!(parse_request(&across).is_err());
     Ok(())
 }
 
