@@ -16,11 +16,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::BoxError;
 use crate::conn::ActiveRequest;
+use crate::server::Linger;
 use crate::upstream::UpstreamBody;
 
 /// Why a body stopped early.
@@ -118,7 +120,7 @@ enum RequestInner {
         rest: Box<RequestBody>,
     },
     Streaming {
-        incoming: Incoming,
+        incoming: ClientBody,
         remaining: u64,
         limit: u64,
         idle: IdleTimer,
@@ -297,17 +299,13 @@ impl RequestBody {
         }
     }
 
-    /// A body streamed from the client over HTTP `version`, at most `limit` bytes, failing
-    /// after `idle` without a byte. hyper ends an HTTP/2 request body cleanly when the
-    /// client resets the stream with `NO_ERROR` (an early response, in HTTP/2's terms), so
-    /// a body cut off by a reset would reach the provider as a complete request: over
-    /// HTTP/2, a body that ends without END_STREAM fails instead.
-    pub fn streaming(
-        incoming: Incoming,
-        version: http::Version,
-        limit: u64,
-        idle: Duration,
-    ) -> RequestBody {
+    /// A body streamed from the client, at most `limit` bytes, failing after `idle` without
+    /// a byte. hyper ends an HTTP/2 request body cleanly when the client resets the stream
+    /// with `NO_ERROR` (an early response, in HTTP/2's terms), so a body cut off by a reset
+    /// would reach the provider as a complete request: over HTTP/2, a body that ends without
+    /// END_STREAM fails instead.
+    pub fn streaming(incoming: ClientBody, limit: u64, idle: Duration) -> RequestBody {
+        let http2 = incoming.http2;
         RequestBody {
             inner: RequestInner::Streaming {
                 incoming,
@@ -321,7 +319,7 @@ impl RequestBody {
                     waiting_since: AtomicU64::new(0),
                     waited: AtomicU64::new(0),
                 })),
-                http2: version == http::Version::HTTP_2,
+                http2,
             },
         }
     }
@@ -449,6 +447,95 @@ impl Body for RequestBody {
             RequestInner::Streaming { incoming, .. } => incoming.size_hint(),
         }
     }
+}
+
+/// A client's request body as hyper reads it.
+///
+/// Over HTTP/2 one dropped before its end (relayd answered early: a refusal before the body
+/// was read, a provider that answered before it had it all) is read to its end in the
+/// background and thrown away, within the bounds of HTTP/1's lingering close. Dropped at
+/// once, its stream would be reset with `NO_ERROR` after the answer, which HTTP/2 allows
+/// but some clients (Python's httpcore, curl) never take as the end of their upload: they
+/// wait for window to send the rest of a body larger than the stream window, and never read
+/// the answer.
+#[derive(Debug)]
+pub struct ClientBody {
+    /// Always there until the body drops.
+    incoming: Option<Incoming>,
+    http2: bool,
+}
+
+impl ClientBody {
+    pub fn new(incoming: Incoming, version: http::Version) -> ClientBody {
+        ClientBody {
+            incoming: Some(incoming),
+            http2: version == http::Version::HTTP_2,
+        }
+    }
+
+    /// `req` with its body as a `ClientBody`.
+    pub fn of(req: http::Request<Incoming>) -> http::Request<ClientBody> {
+        let version = req.version();
+        req.map(|incoming| ClientBody::new(incoming, version))
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match &mut self.get_mut().incoming {
+            Some(incoming) => Pin::new(incoming).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+    }
+}
+
+impl Drop for ClientBody {
+    fn drop(&mut self) {
+        if !self.http2 {
+            return;
+        }
+        let Some(incoming) = self.incoming.take() else {
+            return;
+        };
+        if incoming.is_end_stream() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(read_to_its_end(incoming, Linger::default()));
+        }
+    }
+}
+
+/// Reads and drops what is left of an HTTP/2 request body, until its end, an error, or the
+/// bounds of `linger`; the stream is released when this ends.
+async fn read_to_its_end(mut incoming: Incoming, linger: Linger) {
+    let reading = async {
+        let mut left = linger.bytes;
+        while let Some(Ok(frame)) = incoming.frame().await {
+            let read = frame.data_ref().map_or(0, |data| data.len() as u64);
+            left = left.saturating_sub(read);
+            if left == 0 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(linger.time, reading).await;
 }
 
 /// Something that must live exactly as long as a response stream: metrics of open

@@ -11,13 +11,12 @@ use std::time::Duration;
 
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use relay_proto::ErrorKind;
 
 use crate::answers::{
     error, length, payload_too_large, unsupported_media_type, upstream_not_allowed,
 };
-use crate::body::{RequestBody, ResponseBody};
+use crate::body::{ClientBody, RequestBody, ResponseBody};
 use crate::config::UpstreamConfig;
 use crate::headers::{self, ModelHeaders};
 use crate::routes::{ModelFamily, TargetError, UpstreamTarget, upstream_target};
@@ -159,17 +158,12 @@ impl Prologue<'_> {
     }
 
     /// The request split into its head and a forwarding body: GET and HEAD send none.
-    pub(crate) fn checked(&self, req: Request<Incoming>, target: UpstreamTarget) -> Checked {
+    pub(crate) fn checked(&self, req: Request<ClientBody>, target: UpstreamTarget) -> Checked {
         let (parts, incoming) = req.into_parts();
         let body = if parts.method == Method::GET || parts.method == Method::HEAD {
             RequestBody::empty()
         } else {
-            RequestBody::streaming(
-                incoming,
-                parts.version,
-                self.max_body_bytes,
-                self.stream_idle,
-            )
+            RequestBody::streaming(incoming, self.max_body_bytes, self.stream_idle)
         };
         Checked {
             parts,

@@ -27,7 +27,7 @@ use relay_proto::{ErrorKind, Role};
 use uuid::Uuid;
 
 use crate::answers::{error, framing_refusal, not_found, relay_response};
-use crate::body::ResponseBody;
+use crate::body::{ClientBody, ResponseBody};
 use crate::config::Config;
 use crate::control::daemon::ControlPlane;
 use crate::forward::method_not_allowed;
@@ -195,7 +195,7 @@ impl Front {
     /// A model or hook request comes back as the boxed future that forwards it.
     fn dispatch(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         conn: ConnContext,
     ) -> Next<Answer, impl Future<Output = Answer> + Send, impl Future<Output = Answer> + Send>
     {
@@ -387,7 +387,7 @@ impl Handler for Front {
     ) -> impl Future<Output = Response<ResponseBody>> + Send + 'static {
         let started = Instant::now();
         let metrics = self.metrics.clone();
-        let next = self.dispatch(req, conn);
+        let next = self.dispatch(ClientBody::of(req), conn);
         async move {
             let answer = match next {
                 Next::Answered(answer) => *answer,

@@ -91,7 +91,11 @@ const IDLE: Duration = Duration::from_secs(5);
 #[tokio::test]
 async fn a_request_body_passes_unchanged_up_to_its_limit_and_fails_beyond() {
     let upload = upload().await;
-    let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 10, IDLE);
+    let mut body = RequestBody::streaming(
+        ClientBody::new(upload.incoming, http::Version::HTTP_11),
+        10,
+        IDLE,
+    );
     send(&upload.chunks, b"abcd").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "abcd");
     send(&upload.chunks, b"efghij").await;
@@ -110,7 +114,11 @@ async fn a_request_body_passes_unchanged_up_to_its_limit_and_fails_beyond() {
 #[tokio::test]
 async fn a_request_body_ends_cleanly_when_the_client_ends_it() {
     let upload = upload().await;
-    let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 100, IDLE);
+    let mut body = RequestBody::streaming(
+        ClientBody::new(upload.incoming, http::Version::HTTP_11),
+        100,
+        IDLE,
+    );
     send(&upload.chunks, b"{}").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "{}");
     drop(upload.chunks);
@@ -120,7 +128,11 @@ async fn a_request_body_ends_cleanly_when_the_client_ends_it() {
 #[tokio::test]
 async fn a_request_body_cut_by_the_client_fails() {
     let mut upload = upload().await;
-    let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 100, IDLE);
+    let mut body = RequestBody::streaming(
+        ClientBody::new(upload.incoming, http::Version::HTTP_11),
+        100,
+        IDLE,
+    );
     send(&upload.chunks, b"part").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "part");
     upload.tasks.shutdown().await;
@@ -133,7 +145,11 @@ async fn a_request_body_cut_by_the_client_fails() {
 #[tokio::test(start_paused = true)]
 async fn a_request_body_without_a_byte_for_the_idle_time_fails() {
     let upload = upload().await;
-    let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 100, IDLE);
+    let mut body = RequestBody::streaming(
+        ClientBody::new(upload.incoming, http::Version::HTTP_11),
+        100,
+        IDLE,
+    );
     // A byte every 4 s keeps it alive well past one idle time.
     let started = Instant::now();
     for _ in 0..5 {
@@ -286,7 +302,11 @@ async fn a_wait_for_the_client_that_nobody_ends_counts_no_longer_than_the_idle_t
     let limit = Duration::from_secs(1);
     for case in ["sent again", "dropped", "not read again"] {
         let upload = upload().await;
-        let mut body = RequestBody::streaming(upload.incoming, http::Version::HTTP_11, 100, IDLE);
+        let mut body = RequestBody::streaming(
+            ClientBody::new(upload.incoming, http::Version::HTTP_11),
+            100,
+            IDLE,
+        );
         // One look that finds nothing: a wait for the client begins.
         let looked = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx)));
         assert!(looked.await.is_pending(), "{case}");

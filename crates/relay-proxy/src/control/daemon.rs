@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use relay_broker::{ConnId, Digest, Fingerprint, Input};
 use relay_identity::{HandshakeFields, PublicKey, RouteToken, Secret32, SigningKey, Transcript};
@@ -204,9 +203,9 @@ impl ControlPlane {
     }
 
     /// Answers a WebSocket upgrade on a control path and starts the session task.
-    pub fn upgrade(
+    pub fn upgrade<B>(
         self: &Arc<Self>,
-        mut req: Request<Incoming>,
+        mut req: Request<B>,
         role: Role,
         peer: SocketAddr,
     ) -> Response<ResponseBody> {

@@ -5,11 +5,11 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::body::ClientBody;
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use relay_broker::RequestKind;
 use relay_proto::{ErrorKind, PassThroughReason};
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -30,7 +30,7 @@ use crate::routes::Agent;
 impl Front {
     pub(super) async fn hook(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         agent: Agent,
         peer: IpAddr,
     ) -> Answer {
@@ -288,7 +288,7 @@ fn body_too_slow(within: Duration) -> Response<ResponseBody> {
 
 /// Reads a whole body of at most `limit` bytes, or answers 413.
 pub(super) async fn read_limited(
-    body: Incoming,
+    body: ClientBody,
     limit: u64,
 ) -> Result<Bytes, Response<ResponseBody>> {
     let limited = http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::body::ClientBody;
 use http::header;
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
-use hyper::body::Incoming;
 use relay_broker::{Fingerprint, RequestKind};
 use relay_proto::PassThroughReason;
 
@@ -26,7 +26,7 @@ use crate::upstream::{UpstreamBody, UpstreamError};
 impl Front {
     pub(super) async fn model(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         conn: ConnContext,
         family: ModelFamily,
         responses: bool,

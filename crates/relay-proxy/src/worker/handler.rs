@@ -21,7 +21,7 @@ use crate::answers::{
     content_length, error, framing_refusal, json, payload_too_large, relay_response, retry_later,
     upstream_error,
 };
-use crate::body::{BodyError, RequestBody, ResponseBody};
+use crate::body::{BodyError, ClientBody, RequestBody, ResponseBody};
 use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::forward::{Checked, Prologue, method_not_allowed, provider_request};
 use crate::headers::{ModelHeaders, WORKER_REFUSED, WORKER_SECRET, WORKER_UPSTREAM_FAILED};
@@ -209,7 +209,7 @@ impl WorkerHandler {
             return unavailable();
         };
         let checked = match prologue.target(&req, &found, family) {
-            Ok(target) => prologue.checked(req, target),
+            Ok(target) => prologue.checked(ClientBody::of(req), target),
             Err(refused) => return refused.answer(),
         };
         let (checked, exchange) = if let Some(plugins) = self.active_plugins() {
@@ -280,8 +280,11 @@ impl WorkerHandler {
         if content_length(req.headers()).is_some_and(|len| len > limit) {
             return payload_too_large(limit);
         }
-        let version = req.version();
-        let body = RequestBody::streaming(req.into_body(), version, limit, self.limits.stream_idle);
+        let body = RequestBody::streaming(
+            ClientBody::of(req).into_body(),
+            limit,
+            self.limits.stream_idle,
+        );
         let bytes = match body.collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(BodyError::TooLarge { limit }) => return payload_too_large(limit),

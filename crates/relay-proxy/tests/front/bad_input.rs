@@ -809,3 +809,90 @@ async fn an_http2_body_cut_off_by_a_reset_never_reaches_the_provider_whole() {
         "the provider got a complete request: {text}"
     );
 }
+
+/// An HTTP/2 request refused before its body was read (here for its `Origin`) still has
+/// its body read to its end after the answer, as HTTP/1's lingering close does: a client
+/// that sends its whole body before it reads the answer (Python's httpcore, curl) gets
+/// window for all of it, where a reset of the stream would leave it waiting for window
+/// that never comes.
+#[tokio::test]
+async fn an_http2_body_refused_early_is_still_read_to_its_end() {
+    let tripwire = Tripwire::new().await;
+    let relay = Setup::new(&tripwire.base_url()).start().await;
+    let (mut client, connection) = h2::client::handshake(relay.connect().await).await.unwrap();
+    tokio::spawn(connection);
+    let req = http::Request::builder()
+        .method(Method::POST)
+        .uri(relay.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("origin", "https://evil.example")
+        .body(())
+        .unwrap();
+    let (answer, mut upload) = client.send_request(req, false).unwrap();
+    let answer = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
+    assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+
+    send_as_the_window_allows(&mut upload).await;
+    assert!(!tripwire.was_touched().await);
+}
+
+/// The same when the provider answers before it has the whole body: the client's upload is
+/// read to its end after the answer, so it sees the provider's answer.
+#[tokio::test]
+async fn an_http2_body_a_provider_answered_early_is_still_read_to_its_end() {
+    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let relay = Setup::new(&format!("http://{}", provider.local_addr().unwrap()))
+        .start()
+        .await;
+    tokio::spawn(async move {
+        let (mut upstream, _) = provider.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut chunk = [0u8; 4096];
+            let n = tokio::io::AsyncReadExt::read(&mut upstream, &mut chunk)
+                .await
+                .unwrap();
+            assert_ne!(n, 0);
+            head.extend_from_slice(&chunk[..n]);
+        }
+        let answer = b"HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
+        upstream.write_all(answer).await.unwrap();
+        upstream.shutdown().await.unwrap();
+    });
+    let (mut client, connection) = h2::client::handshake(relay.connect().await).await.unwrap();
+    tokio::spawn(connection);
+    let req = http::Request::builder()
+        .method(Method::POST)
+        .uri(relay.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    let (answer, mut upload) = client.send_request(req, false).unwrap();
+    upload.send_data(Bytes::from_static(b"{"), false).unwrap();
+    let answer = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
+    assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+
+    send_as_the_window_allows(&mut upload).await;
+}
+
+/// Sends 256 KiB, four times the stream window, on `upload` as the window allows, the last
+/// chunk with END_STREAM; panics when no window comes or the stream ends first.
+async fn send_as_the_window_allows(upload: &mut h2::SendStream<Bytes>) {
+    let chunk = Bytes::from(vec![b' '; 16 * 1024]);
+    for n in 1..=16 {
+        upload.reserve_capacity(chunk.len());
+        let mut granted = 0;
+        while granted < chunk.len() {
+            let capacity =
+                tokio::time::timeout(WAIT, std::future::poll_fn(|cx| upload.poll_capacity(cx)))
+                    .await
+                    .unwrap_or_else(|_| panic!("no window for chunk {n}"));
+            granted += capacity
+                .unwrap_or_else(|| panic!("the stream closed before chunk {n}"))
+                .unwrap_or_else(|e| panic!("the stream failed before chunk {n}: {e}"));
+        }
+        upload.send_data(chunk.clone(), n == 16).unwrap();
+    }
+}
