@@ -66,6 +66,7 @@ pub(super) struct WorkerPhase {
 }
 
 /// Runs the worker phase against the fast stand-in: activation, then the loadgen's `scenarios` and the hook measure with one session live.
+/// It runs on a thread of its own, pinned as a client, so the caller's thread keeps its CPUs: a run that measures after this one (the bench after the training run of `cargo xtask pgo`) finds them all.
 pub(super) fn run(
     bin_dir: &Path,
     pinning: &Pinning,
@@ -74,7 +75,23 @@ pub(super) fn run(
     options: &Options,
     scenarios: &[&str],
 ) -> Result<WorkerPhase> {
-    // From here on this thread is a client, like the load generator: it polls the route and starts relay-hook.
+    thread::scope(|scope| {
+        scope
+            .spawn(|| run_as_client(bin_dir, pinning, fast, scratch, options, scenarios))
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+fn run_as_client(
+    bin_dir: &Path,
+    pinning: &Pinning,
+    fast: &StandIn,
+    scratch: &Scratch,
+    options: &Options,
+    scenarios: &[&str],
+) -> Result<WorkerPhase> {
+    // This thread is a client, like the load generator: it polls the route and starts relay-hook.
     if let Some(cpus) = pinning.loadgen.as_deref() {
         pin_current_thread(cpus)?;
     }
