@@ -523,11 +523,16 @@ impl Drop for ClientBody {
 }
 
 /// Reads and drops what is left of an HTTP/2 request body, until its end, an error, or the
-/// bounds of `linger`; the stream is released when this ends.
+/// bounds of `linger`: at most its bytes, and no wait of more than its time for the next
+/// frame. Over HTTP/1 the time bounds the whole close, since a lingering connection holds a
+/// connection permit; here it bounds each wait, since a client such as httpcore sends a
+/// large body over HTTP/2 slowly (a few MiB/s, one window at a time), and a stream that
+/// keeps sending holds no more than an upload in progress does. [`LINGER_MAX`] bounds the
+/// whole. The stream is released when this ends.
 async fn read_to_its_end(mut incoming: Incoming, linger: Linger) {
     let reading = async {
         let mut left = linger.bytes;
-        while let Some(Ok(frame)) = incoming.frame().await {
+        while let Ok(Some(Ok(frame))) = tokio::time::timeout(linger.time, incoming.frame()).await {
             let read = frame.data_ref().map_or(0, |data| data.len() as u64);
             left = left.saturating_sub(read);
             if left == 0 {
@@ -535,8 +540,11 @@ async fn read_to_its_end(mut incoming: Incoming, linger: Linger) {
             }
         }
     };
-    let _ = tokio::time::timeout(linger.time, reading).await;
+    let _ = tokio::time::timeout(LINGER_MAX, reading).await;
 }
+
+/// The longest an HTTP/2 body is read after its answer: 64 MiB at a little over 2 MiB/s.
+const LINGER_MAX: Duration = Duration::from_secs(30);
 
 /// Something that must live exactly as long as a response stream: metrics of open
 /// streams, the broker's in-flight count. Dropped when the body ends or is dropped.
