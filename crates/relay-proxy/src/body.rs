@@ -126,8 +126,6 @@ enum RequestInner {
         idle: IdleTimer,
         /// Ends the upload when the body's end is read, or the body dropped: see [`Upload`].
         upload: UploadEnd,
-        /// The body is an HTTP/2 stream's, whose end must be its END_STREAM flag.
-        http2: bool,
     },
 }
 
@@ -305,7 +303,6 @@ impl RequestBody {
     /// would reach the provider as a complete request: over HTTP/2, a body that ends without
     /// END_STREAM fails instead.
     pub fn streaming(incoming: ClientBody, limit: u64, idle: Duration) -> RequestBody {
-        let http2 = incoming.http2;
         RequestBody {
             inner: RequestInner::Streaming {
                 incoming,
@@ -319,7 +316,6 @@ impl RequestBody {
                     waiting_since: AtomicU64::new(0),
                     waited: AtomicU64::new(0),
                 })),
-                http2,
             },
         }
     }
@@ -379,7 +375,6 @@ impl Body for RequestBody {
                 limit,
                 idle,
                 upload,
-                http2,
             } => match Pin::new(&mut *incoming).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     upload.wait_over(idle);
@@ -397,7 +392,7 @@ impl Body for RequestBody {
                 }
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(BodyError::Transport(e.into())))),
                 // h2 tells a stream that ended with END_STREAM from one that was reset.
-                Poll::Ready(None) if *http2 && !incoming.is_end_stream() => {
+                Poll::Ready(None) if incoming.http2 && !incoming.is_end_stream() => {
                     Poll::Ready(Some(Err(BodyError::Transport(
                         "the client reset the stream before the body's end".into(),
                     ))))
@@ -462,6 +457,7 @@ impl Body for RequestBody {
 pub struct ClientBody {
     /// Always there until the body drops.
     incoming: Option<Incoming>,
+    /// The body is an HTTP/2 stream's, whose end must be its END_STREAM flag.
     http2: bool,
 }
 
