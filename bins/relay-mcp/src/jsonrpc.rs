@@ -412,22 +412,14 @@ where
                 tracing::debug!(reason, deferred = pending.len(), "mcp initialize released");
                 holding = false;
                 server.set_defer_initialize(false);
-                for init in pending.drain(..) {
-                    let answer = Server::initialize_response(&init.id, init.protocol_version);
-                    write_line(&mut stdout, &answer).await?;
-                }
+                answer_held(&mut pending, &mut stdout).await?;
             }
             Event::Line(None) => {
                 // The client closed our stdin, which ends the session; every request it sent
                 // still gets its one answer, at once (a client that writes its requests and
                 // then closes, as a pipe does, reads the answer to `initialize` too). An
                 // answer nobody reads any more is nobody's failure.
-                for init in pending.drain(..) {
-                    let answer = Server::initialize_response(&init.id, init.protocol_version);
-                    if write_line(&mut stdout, &answer).await.is_err() {
-                        break;
-                    }
-                }
+                let _ = answer_held(&mut pending, &mut stdout).await;
                 return Ok(());
             }
             Event::Line(Some(Line::TooLong)) => {
@@ -440,6 +432,18 @@ where
             },
         }
     }
+}
+
+/// Writes the answers of the held `initialize` requests, in the order they came.
+async fn answer_held<W: AsyncWrite + Unpin>(
+    pending: &mut Vec<PendingInitialize>,
+    stdout: &mut W,
+) -> io::Result<()> {
+    for init in pending.drain(..) {
+        let answer = Server::initialize_response(&init.id, init.protocol_version);
+        write_line(stdout, &answer).await?;
+    }
+    Ok(())
 }
 
 async fn write_line<W: AsyncWrite + Unpin>(stdout: &mut W, line: &[u8]) -> io::Result<()> {
