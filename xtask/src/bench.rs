@@ -290,18 +290,11 @@ pub(crate) struct Measured {
 
 /// Runs the phases `options` selects with the binaries in `bin_dir`.
 pub(crate) fn measure(bin_dir: &Path, options: &Options) -> Result<Measured> {
-    let bin_dir = bin_dir.to_path_buf();
     let pinning = Pinning::detect(options.unpinned);
     println!("\n==> {}", pinning.note);
 
     let scratch = Scratch::create()?;
-    let fast = StandIn::start(
-        &bin_dir,
-        pinning.stand_ins.as_deref(),
-        &[],
-        &scratch,
-        "fast",
-    )?;
+    let fast = StandIn::start(bin_dir, pinning.stand_ins.as_deref(), &[], &scratch, "fast")?;
     let mut notes = vec![pinning.note.clone()];
     notes.push(
         "2 cores are shared by the load generator, the stand-ins, relayd, nginx and the worker: absolute figures, throughput above all, are lower than on a machine where relayd has its cores; read each beside its direct baseline and nginx".to_owned(),
@@ -321,7 +314,7 @@ pub(crate) fn measure(bin_dir: &Path, options: &Options) -> Result<Measured> {
     let pass_through_scenarios = options.selected_of(&PASS_THROUGH_SCENARIOS);
     if !pass_through_scenarios.is_empty() {
         let phase = pass_through_phase(
-            &bin_dir,
+            bin_dir,
             &pinning,
             &fast,
             &scratch,
@@ -350,21 +343,21 @@ pub(crate) fn measure(bin_dir: &Path, options: &Options) -> Result<Measured> {
     };
     if options.selected(HTTPS_PROVIDER) {
         add(
-            https::run(&bin_dir, &pinning, &fast, &scratch, options),
+            https::run(bin_dir, &pinning, &fast, &scratch, options),
             "https_provider",
             "the HTTPS provider measures were not taken",
         );
     }
     if options.selected(STAND_IN_APART) {
         add(
-            apart::run(&bin_dir, &pinning, options),
+            apart::run(bin_dir, &pinning, options),
             "stand_in_apart",
             "the stand-in-apart measures were not taken",
         );
     }
     if options.selected(INSTRUCTIONS) {
         add(
-            instructions::run(&bin_dir, &pinning, &fast, &scratch),
+            instructions::run(bin_dir, &pinning, &fast, &scratch),
             "instructions",
             "instructions per request not counted",
         );
@@ -372,7 +365,7 @@ pub(crate) fn measure(bin_dir: &Path, options: &Options) -> Result<Measured> {
     let worker_scenarios = options.selected_of(&WORKER_SCENARIOS);
     if !worker_scenarios.is_empty() || PROCESS_MEASURES.iter().any(|m| options.selected(m)) {
         let phase = worker::run(
-            &bin_dir,
+            bin_dir,
             &pinning,
             &fast,
             &scratch,

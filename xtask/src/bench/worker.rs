@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use relay_testkit::measures::{Measure, MeasureId, SampleCounts};
@@ -66,7 +66,7 @@ pub(super) struct WorkerPhase {
 }
 
 /// Runs the worker phase against the fast stand-in: activation, then the loadgen's `scenarios` and the hook measure with one session live.
-/// It runs on a thread of its own, pinned as a client, so the caller's thread keeps its CPUs: a run that measures after this one (the bench after the training run of `cargo xtask pgo`) finds them all.
+/// Its thread is a client, like the load generator (it polls the route and starts relay-hook), so it runs on a thread of its own pinned where the load generator is, and the caller's thread keeps its CPUs: a run that measures after this one (the bench after the training run of `cargo xtask pgo`) finds them all.
 pub(super) fn run(
     bin_dir: &Path,
     pinning: &Pinning,
@@ -75,11 +75,8 @@ pub(super) fn run(
     options: &Options,
     scenarios: &[&str],
 ) -> Result<WorkerPhase> {
-    thread::scope(|scope| {
-        scope
-            .spawn(|| run_as_client(bin_dir, pinning, fast, scratch, options, scenarios))
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    on_thread_pinned_to(pinning.loadgen.as_deref(), || {
+        run_as_client(bin_dir, pinning, fast, scratch, options, scenarios)
     })
 }
 
@@ -91,10 +88,6 @@ fn run_as_client(
     options: &Options,
     scenarios: &[&str],
 ) -> Result<WorkerPhase> {
-    // This thread is a client, like the load generator: it polls the route and starts relay-hook.
-    if let Some(cpus) = pinning.loadgen.as_deref() {
-        pin_current_thread(cpus)?;
-    }
     // The worker's Anthropic upstream is a paced stand-in, whose streams the worker-open-streams scenario holds open; every other worker scenario uses the OpenAI routes and the fast one.
     let paced = StandIn::start(
         bin_dir,
@@ -622,19 +615,28 @@ fn pin_current_thread(cpus: &str) -> Result<()> {
 
 /// Spawns `command` from a short-lived thread pinned to `cpus`, so the process starts there without taskset's own exec inside the timed span; returns the instant just before the spawn.
 fn spawn_on(cpus: Option<&str>, name: &str, command: Command) -> Result<(Instant, Process)> {
-    let Some(cpus) = cpus else {
+    on_thread_pinned_to(cpus, || {
         let started = Instant::now();
-        return Ok((started, Process::spawn(name, command)?));
-    };
-    let cpus = cpus.to_owned();
-    let owned_name = name.to_owned();
-    thread::spawn(move || {
-        pin_current_thread(&cpus)?;
-        let started = Instant::now();
-        Ok((started, Process::spawn(&owned_name, command)?))
+        Ok((started, Process::spawn(name, command)?))
     })
-    .join()
-    .map_err(|_| anyhow!("the thread starting {name} panicked"))?
+}
+
+/// Runs `work` on a thread of its own, pinned to `cpus` when given: the processes it starts inherit that mask, and the caller's thread keeps its own.
+fn on_thread_pinned_to<T: Send>(
+    cpus: Option<&str>,
+    work: impl FnOnce() -> Result<T> + Send,
+) -> Result<T> {
+    thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                if let Some(cpus) = cpus {
+                    pin_current_thread(cpus)?;
+                }
+                work()
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// The relay-worker child of a relay-mcp, waiting briefly for it to appear.
