@@ -26,6 +26,15 @@ pub(crate) struct Upload {
 
 /// Starts an HTTP/1.1 request with a chunked body of unknown length and hands back the
 /// server side's `Incoming`.
+/// An HTTP/1 request body streamed from `incoming`, as the front makes one.
+pub(crate) fn streamed(incoming: Incoming, limit: u64, idle: Duration) -> RequestBody {
+    RequestBody::streaming(
+        ClientBody::new(incoming, http::Version::HTTP_11),
+        limit,
+        idle,
+    )
+}
+
 pub(crate) async fn upload() -> Upload {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     let (incoming_tx, incoming_rx) = oneshot::channel();
@@ -91,11 +100,7 @@ const IDLE: Duration = Duration::from_secs(5);
 #[tokio::test]
 async fn a_request_body_passes_unchanged_up_to_its_limit_and_fails_beyond() {
     let upload = upload().await;
-    let mut body = RequestBody::streaming(
-        ClientBody::new(upload.incoming, http::Version::HTTP_11),
-        10,
-        IDLE,
-    );
+    let mut body = streamed(upload.incoming, 10, IDLE);
     send(&upload.chunks, b"abcd").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "abcd");
     send(&upload.chunks, b"efghij").await;
@@ -114,11 +119,7 @@ async fn a_request_body_passes_unchanged_up_to_its_limit_and_fails_beyond() {
 #[tokio::test]
 async fn a_request_body_ends_cleanly_when_the_client_ends_it() {
     let upload = upload().await;
-    let mut body = RequestBody::streaming(
-        ClientBody::new(upload.incoming, http::Version::HTTP_11),
-        100,
-        IDLE,
-    );
+    let mut body = streamed(upload.incoming, 100, IDLE);
     send(&upload.chunks, b"{}").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "{}");
     drop(upload.chunks);
@@ -128,11 +129,7 @@ async fn a_request_body_ends_cleanly_when_the_client_ends_it() {
 #[tokio::test]
 async fn a_request_body_cut_by_the_client_fails() {
     let mut upload = upload().await;
-    let mut body = RequestBody::streaming(
-        ClientBody::new(upload.incoming, http::Version::HTTP_11),
-        100,
-        IDLE,
-    );
+    let mut body = streamed(upload.incoming, 100, IDLE);
     send(&upload.chunks, b"part").await;
     assert_eq!(next(&mut body).await.unwrap().unwrap(), "part");
     upload.tasks.shutdown().await;
@@ -145,11 +142,7 @@ async fn a_request_body_cut_by_the_client_fails() {
 #[tokio::test(start_paused = true)]
 async fn a_request_body_without_a_byte_for_the_idle_time_fails() {
     let upload = upload().await;
-    let mut body = RequestBody::streaming(
-        ClientBody::new(upload.incoming, http::Version::HTTP_11),
-        100,
-        IDLE,
-    );
+    let mut body = streamed(upload.incoming, 100, IDLE);
     // A byte every 4 s keeps it alive well past one idle time.
     let started = Instant::now();
     for _ in 0..5 {
@@ -302,11 +295,7 @@ async fn a_wait_for_the_client_that_nobody_ends_counts_no_longer_than_the_idle_t
     let limit = Duration::from_secs(1);
     for case in ["sent again", "dropped", "not read again"] {
         let upload = upload().await;
-        let mut body = RequestBody::streaming(
-            ClientBody::new(upload.incoming, http::Version::HTTP_11),
-            100,
-            IDLE,
-        );
+        let mut body = streamed(upload.incoming, 100, IDLE);
         // One look that finds nothing: a wait for the client begins.
         let looked = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx)));
         assert!(looked.await.is_pending(), "{case}");

@@ -12,7 +12,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
 
 use super::*;
-use crate::body::{BodyEnd, BodyTap, ClientBody, ResponseBody};
+use crate::body::tests::streamed;
+use crate::body::{BodyEnd, BodyTap, ResponseBody};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -1187,11 +1188,7 @@ async fn an_upload_goes_on_up_its_http2_stream_after_an_early_answer_head() {
     let (base, roots, mut seen) = h2_provider_counting_uploads(true).await;
     let client = trusting(roots);
     let upload = crate::body::tests::upload().await;
-    let body = RequestBody::streaming(
-        ClientBody::new(upload.incoming, http::Version::HTTP_11),
-        1 << 20,
-        WAIT,
-    );
+    let body = streamed(upload.incoming, 1 << 20, WAIT);
     upload.chunks.send(chunk(40_000)).await.unwrap();
     let res = client
         .send(post(&format!("{base}/v1/messages"), body))
@@ -1224,11 +1221,7 @@ async fn over_http2_the_response_head_timeout_leaves_out_the_wait_for_the_client
     let slow_post = |base: String, roots| async move {
         let client = timed(roots);
         let upload = crate::body::tests::upload().await;
-        let body = RequestBody::streaming(
-            ClientBody::new(upload.incoming, http::Version::HTTP_11),
-            1 << 20,
-            WAIT,
-        );
+        let body = streamed(upload.incoming, 1 << 20, WAIT);
         let chunks = upload.chunks;
         let slowly = async move {
             let mut every = tokio::time::interval(Duration::from_millis(100));
@@ -1288,11 +1281,7 @@ async fn over_http2_the_response_head_timeout_leaves_out_the_wait_for_the_client
     .await;
     let client = timed(roots);
     let upload = crate::body::tests::upload().await;
-    let body = RequestBody::streaming(
-        ClientBody::new(upload.incoming, http::Version::HTTP_11),
-        1 << 20,
-        WAIT,
-    );
+    let body = streamed(upload.incoming, 1 << 20, WAIT);
     upload.chunks.send(chunk(1000)).await.unwrap();
     drop(upload.chunks);
     let started = Instant::now();
@@ -1318,11 +1307,7 @@ async fn an_upload_over_its_limit_fails_and_its_http2_stream_is_cancelled() {
     let (base, roots, mut seen) = h2_provider_counting_uploads(false).await;
     let client = trusting(roots);
     let upload = crate::body::tests::upload().await;
-    let body = RequestBody::streaming(
-        ClientBody::new(upload.incoming, http::Version::HTTP_11),
-        10,
-        WAIT,
-    );
+    let body = streamed(upload.incoming, 10, WAIT);
     crate::body::tests::send(&upload.chunks, b"0123456789abcdef").await;
     let failed = client
         .send(post(&format!("{base}/v1/messages"), body))
@@ -1430,11 +1415,7 @@ async fn send_upload_past_the_window(client: &UpstreamClient, base: &str) -> Upl
         chunks,
         tasks,
     } = crate::body::tests::upload().await;
-    let body = RequestBody::streaming(
-        ClientBody::new(incoming, http::Version::HTTP_11),
-        1 << 20,
-        WAIT,
-    );
+    let body = streamed(incoming, 1 << 20, WAIT);
     let watch = body.upload().unwrap();
     chunks.send(chunk(40_000)).await.unwrap();
     let res = client
@@ -1531,12 +1512,8 @@ async fn an_http2_provider_is_told_the_length_of_a_body_whose_length_is_known() 
     let (incoming, _tasks) =
         incoming_of(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello")
             .await;
-    let streamed = RequestBody::streaming(
-        ClientBody::new(incoming, http::Version::HTTP_11),
-        1 << 20,
-        WAIT,
-    );
-    let res = client.send(post(&uri, streamed)).await.unwrap();
+    let sized = streamed(incoming, 1 << 20, WAIT);
+    let res = client.send(post(&uri, sized)).await.unwrap();
     assert_eq!(read_all(res).await.1, "5");
     // Neither a GET without a body, nor a chunked upload.
     let res = client.send(get(&uri)).await.unwrap();
@@ -1545,11 +1522,7 @@ async fn an_http2_provider_is_told_the_length_of_a_body_whose_length_is_known() 
         b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
     )
     .await;
-    let chunked = RequestBody::streaming(
-        ClientBody::new(incoming, http::Version::HTTP_11),
-        1 << 20,
-        WAIT,
-    );
+    let chunked = streamed(incoming, 1 << 20, WAIT);
     let res = client.send(post(&uri, chunked)).await.unwrap();
     assert_eq!(read_all(res).await.1, "none");
 }
@@ -1579,11 +1552,7 @@ async fn request_trailers_reach_an_http2_provider_without_hop_by_hop_names() {
         b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nkeep-alive: timeout=5\r\nx-checksum: abc\r\n\r\n",
     )
     .await;
-    let body = RequestBody::streaming(
-        ClientBody::new(incoming, http::Version::HTTP_11),
-        1 << 20,
-        WAIT,
-    );
+    let body = streamed(incoming, 1 << 20, WAIT);
     let sent = client.send(post(&format!("{base}/v1/messages"), body));
     let res = tokio::time::timeout(WAIT, sent)
         .await
@@ -1674,11 +1643,7 @@ async fn a_request_refused_unprocessed_is_sent_again_whole() {
         chunks,
         tasks: _tasks,
     } = crate::body::tests::upload().await;
-    let body = RequestBody::streaming(
-        ClientBody::new(incoming, http::Version::HTTP_11),
-        1 << 20,
-        WAIT,
-    );
+    let body = streamed(incoming, 1 << 20, WAIT);
     chunks.send(chunk(50_000)).await.unwrap();
     chunks.send(chunk(50_000)).await.unwrap();
     let uploading = async move {

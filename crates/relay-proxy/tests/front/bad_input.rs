@@ -11,7 +11,7 @@ use relay_testkit::{Behaviour, StandIn};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::{
-    Setup, Tripwire, WAIT, h2c_client, is_closed_within, non_loopback_ip, raw_exchange,
+    Relay, Setup, Tripwire, WAIT, h2c_client, is_closed_within, non_loopback_ip, raw_exchange,
     read_response,
 };
 
@@ -758,16 +758,7 @@ async fn an_http2_body_cut_off_by_a_reset_never_reaches_the_provider_whole() {
     let relay = Setup::new(&format!("http://{}", provider.local_addr().unwrap()))
         .start()
         .await;
-    let tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
-    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    let req = http::Request::builder()
-        .method(Method::POST)
-        .uri(relay.url("/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(())
-        .unwrap();
-    let (_answer, mut upload) = client.send_request(req, false).unwrap();
+    let (_answer, mut upload) = http2_upload(&relay, &[]).await;
     upload
         .send_data(Bytes::from_static(b"{\"model\":\"truncated-"), false)
         .unwrap();
@@ -819,16 +810,7 @@ async fn an_http2_body_cut_off_by_a_reset_never_reaches_the_provider_whole() {
 async fn an_http2_body_refused_early_is_still_read_to_its_end() {
     let tripwire = Tripwire::new().await;
     let relay = Setup::new(&tripwire.base_url()).start().await;
-    let (mut client, connection) = h2::client::handshake(relay.connect().await).await.unwrap();
-    tokio::spawn(connection);
-    let req = http::Request::builder()
-        .method(Method::POST)
-        .uri(relay.url("/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .header("origin", "https://evil.example")
-        .body(())
-        .unwrap();
-    let (answer, mut upload) = client.send_request(req, false).unwrap();
+    let (answer, mut upload) = http2_upload(&relay, &[("origin", "https://evil.example")]).await;
     let answer = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
     assert_eq!(answer.status(), StatusCode::FORBIDDEN);
 
@@ -861,20 +843,30 @@ async fn an_http2_body_a_provider_answered_early_is_still_read_to_its_end() {
         upstream.write_all(answer).await.unwrap();
         upstream.shutdown().await.unwrap();
     });
-    let (mut client, connection) = h2::client::handshake(relay.connect().await).await.unwrap();
-    tokio::spawn(connection);
-    let req = http::Request::builder()
-        .method(Method::POST)
-        .uri(relay.url("/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .body(())
-        .unwrap();
-    let (answer, mut upload) = client.send_request(req, false).unwrap();
+    let (answer, mut upload) = http2_upload(&relay, &[]).await;
     upload.send_data(Bytes::from_static(b"{"), false).unwrap();
     let answer = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
     assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
 
     send_as_the_window_allows(&mut upload).await;
+}
+
+/// Starts a JSON `POST /v1/chat/completions` with `headers` on a new HTTP/2 connection to
+/// `relay`, leaving its body to the caller.
+async fn http2_upload(
+    relay: &Relay,
+    headers: &[(&str, &str)],
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let (mut client, connection) = h2::client::handshake(relay.connect().await).await.unwrap();
+    tokio::spawn(connection);
+    let mut req = http::Request::builder()
+        .method(Method::POST)
+        .uri(relay.url("/v1/chat/completions"))
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    client.send_request(req.body(()).unwrap(), false).unwrap()
 }
 
 /// Sends 256 KiB, four times the stream window, on `upload` as the window allows, the last
