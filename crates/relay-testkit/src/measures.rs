@@ -41,6 +41,7 @@ pub enum MeasureId {
     WorkerBodyP50,
     WorkerBodyP99,
     CpuPassThrough,
+    PreemptionsPassThrough,
     InstructionsPassThrough,
     InstructionsAgentHeaders,
     CpuWorker,
@@ -327,6 +328,14 @@ pub const MEASURES: &[MeasureSpec] = &[
         "relayd's user + system time over its throughput blocks divided by the requests it completed, beside nginx's in the same run",
     ),
     row(
+        MeasureId::PreemptionsPassThrough,
+        "throughput",
+        "preemptions per proxied request, pass-through, c=64 (peer: nginx)",
+        Unit::PerRequest,
+        None,
+        "how often relayd's threads were switched off their CPU while they could still run (the sum of `nonvoluntary_ctxt_switches` over its threads in /proc) during its throughput blocks, divided by the requests it completed, beside nginx's: on two CPUs the stand-in shares relayd's, and each preemption is the stand-in, woken by relayd's write, taking the CPU from it",
+    ),
+    row(
         MeasureId::InstructionsPassThrough,
         "instructions",
         "instructions per proxied request, pass-through, c=1 (peer: nginx)",
@@ -457,6 +466,8 @@ pub enum Unit {
     Count,
     #[serde(rename = "MiB/s")]
     MebibytesPerSecond,
+    #[serde(rename = "/req")]
+    PerRequest,
 }
 
 impl Unit {
@@ -470,6 +481,7 @@ impl Unit {
             Unit::Kibibytes => "KiB",
             Unit::Count => "count",
             Unit::MebibytesPerSecond => "MiB/s",
+            Unit::PerRequest => "/req",
         }
     }
 
@@ -483,6 +495,7 @@ impl Unit {
             Unit::Kibibytes => " KiB",
             Unit::Count => "",
             Unit::MebibytesPerSecond => " MiB/s",
+            Unit::PerRequest => " /req",
         }
     }
 }

@@ -118,6 +118,29 @@ pub fn status_field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+/// How often a thread was preempted: the `nonvoluntary_ctxt_switches` line of its `/proc/<pid>/task/<tid>/status`.
+pub fn parse_preemptions(status: &str) -> Option<u64> {
+    status_field(status, "nonvoluntary_ctxt_switches")?
+        .parse()
+        .ok()
+}
+
+/// How often the threads of `pids` have been preempted, summed (a process's own `status` counts only its first thread). A thread that ends while it is read counts nothing; `None` once a process is gone.
+pub fn preemptions_of(pids: &[u32]) -> Option<u64> {
+    pids.iter()
+        .map(|pid| {
+            let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+            Some(
+                tasks
+                    .flatten()
+                    .filter_map(|task| fs::read_to_string(task.path().join("status")).ok())
+                    .filter_map(|status| parse_preemptions(&status))
+                    .sum::<u64>(),
+            )
+        })
+        .sum()
+}
+
 /// The `VmRSS:  1234 kB` line of `/proc/<pid>/status`, in bytes.
 pub fn parse_vm_rss(status: &str) -> Option<u64> {
     let mut words = status_field(status, "VmRSS")?.split_whitespace();

@@ -62,6 +62,18 @@ fn ticks_of_several_processes_are_summed() {
 }
 
 #[test]
+fn preemptions_are_read_from_each_thread_and_summed() {
+    let status =
+        "Name:\trelayd\nvoluntary_ctxt_switches:\t1700\nnonvoluntary_ctxt_switches:\t66336\n";
+    assert_eq!(parse_preemptions(status), Some(66336));
+    assert_eq!(parse_preemptions("Name:\tzombie\n"), None);
+    let own = std::process::id();
+    let one = preemptions_of(&[own]).unwrap();
+    assert!(preemptions_of(&[own, own]).unwrap() >= 2 * one);
+    assert_eq!(preemptions_of(&[u32::MAX]), None);
+}
+
+#[test]
 fn vm_rss_is_read_in_bytes() {
     let status = "Name:\trelayd\nVmPeak:\t  99999 kB\nVmRSS:\t   12345 kB\nThreads:\t3\n";
     assert_eq!(parse_vm_rss(status), Some(12345 * 1024));

@@ -16,17 +16,34 @@ use crate::samples::{Samples, Side, Sides, round_order, sample_counts};
 use crate::streams::mebibytes;
 use crate::{Interleave, Via};
 
-/// The servers' CPU time at one moment, in clock ticks: relayd's (with the worker's on the worker path) and the peer's.
+/// A counter of the servers at one moment: relayd's (with the worker's on the worker path) and the peer's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CpuTicks {
+pub(crate) struct Counters {
     relay: Option<u64>,
     peer: Option<u64>,
 }
 
-#[cfg(test)]
-impl CpuTicks {
-    pub(crate) fn new(relay: Option<u64>, peer: Option<u64>) -> CpuTicks {
-        CpuTicks { relay, peer }
+impl Counters {
+    #[cfg(test)]
+    pub(crate) fn new(relay: Option<u64>, peer: Option<u64>) -> Counters {
+        Counters { relay, peer }
+    }
+
+    /// What each server's counter grew by since `before`, divided by the requests it served in that window (it idles while the other paths run).
+    pub(crate) fn per_request(
+        before: Counters,
+        after: Counters,
+        relay_requests: u64,
+        peer_requests: u64,
+    ) -> (Option<f64>, Option<f64>) {
+        let per_request = |before: Option<u64>, after: Option<u64>, requests: u64| {
+            let grown = after?.checked_sub(before?)?;
+            (requests > 0).then(|| grown as f64 / requests as f64)
+        };
+        (
+            per_request(before.relay, after.relay, relay_requests),
+            per_request(before.peer, after.peer, peer_requests),
+        )
     }
 }
 
@@ -52,15 +69,19 @@ impl Ctx {
         sides
     }
 
-    pub(crate) fn cpu_ticks(&self, via: Via) -> CpuTicks {
-        let of = |pids: &[u32]| {
-            if pids.is_empty() {
-                None
-            } else {
-                procfs::ticks_of(pids)
-            }
-        };
-        CpuTicks {
+    /// The servers' CPU time now, in clock ticks.
+    pub(crate) fn cpu_ticks(&self, via: Via) -> Counters {
+        self.counters(via, procfs::ticks_of)
+    }
+
+    /// How often the servers' threads have been preempted until now.
+    fn preemptions(&self, via: Via) -> Counters {
+        self.counters(via, procfs::preemptions_of)
+    }
+
+    fn counters(&self, via: Via, read: fn(&[u32]) -> Option<u64>) -> Counters {
+        let of = |pids: &[u32]| if pids.is_empty() { None } else { read(pids) };
+        Counters {
             relay: of(&self.relay_pids(via)),
             peer: if via == Via::PassThrough {
                 of(&self.peer_pids)
@@ -81,23 +102,16 @@ impl Ctx {
     }
 }
 
-/// CPU time per request over a window in which each server handled only its own path's `requests` (it idles while the other paths run).
+/// CPU time per request, in microseconds, over a window in which each server handled only its own path's `requests`.
 pub(crate) fn cpu_per_request(
-    before: CpuTicks,
-    after: CpuTicks,
+    before: Counters,
+    after: Counters,
     relay_requests: u64,
     peer_requests: u64,
 ) -> Option<CpuPerRequest> {
-    let per_request = |before: Option<u64>, after: Option<u64>, requests: u64| {
-        let ticks = after?.checked_sub(before?)?;
-        (requests > 0)
-            .then(|| procfs::ticks_to_duration(ticks).as_secs_f64() * 1_000_000.0 / requests as f64)
-    };
-    let relay = per_request(before.relay, after.relay, relay_requests)?;
-    Some(CpuPerRequest::new(
-        relay,
-        per_request(before.peer, after.peer, peer_requests),
-    ))
+    let micros = |ticks: f64| ticks * procfs::CLOCK_TICK.as_secs_f64() * 1_000_000.0;
+    let (relay, peer) = Counters::per_request(before, after, relay_requests, peer_requests);
+    Some(CpuPerRequest::new(micros(relay?), peer.map(micros)))
 }
 
 /// What an interleaved scenario measured.
@@ -274,6 +288,8 @@ struct Throughput {
     totals: Sides<Block>,
     with_peer: bool,
     cpu: Option<CpuPerRequest>,
+    /// Times relayd's threads, and the peer's, were preempted per request.
+    preemptions: (Option<f64>, Option<f64>),
 }
 
 impl Throughput {
@@ -314,6 +330,7 @@ async fn throughput_rounds(ctx: &Ctx, via: Via) -> Result<Throughput> {
         }
     }
     let cpu_before = ctx.cpu_ticks(via);
+    let preempted_before = ctx.preemptions(via);
     let mut totals = Sides::<Block>::default();
     for round in 0..plan.throughput_rounds {
         for side in round_order(round, &sides) {
@@ -327,6 +344,7 @@ async fn throughput_rounds(ctx: &Ctx, via: Via) -> Result<Throughput> {
         }
     }
     let cpu_after = ctx.cpu_ticks(via);
+    let preempted_after = ctx.preemptions(via);
     if let Some(before) = before {
         sent += totals.relay.completed;
         before.ensure_all_went_to_worker(&destinations(ctx).await?, sent)?;
@@ -337,10 +355,17 @@ async fn throughput_rounds(ctx: &Ctx, via: Via) -> Result<Throughput> {
         totals.relay.completed,
         totals.peer.completed,
     );
+    let preemptions = Counters::per_request(
+        preempted_before,
+        preempted_after,
+        totals.relay.completed,
+        totals.peer.completed,
+    );
     Ok(Throughput {
         with_peer: sides.contains(&Side::Peer),
         totals,
         cpu,
+        preemptions,
     })
 }
 
@@ -372,6 +397,13 @@ pub(crate) async fn throughput(ctx: &Ctx) -> Result<Vec<Measure>> {
             Measure::relay_only(MeasureId::CpuPassThrough, cpu.relay_us)
                 .with_peer(cpu.peer_us)
                 .with_cpu(run.cpu)
+                .with_samples(run.counts()),
+        );
+    }
+    if let (Some(relay), peer) = run.preemptions {
+        rows.push(
+            Measure::relay_only(MeasureId::PreemptionsPassThrough, relay)
+                .with_peer(peer)
                 .with_samples(run.counts()),
         );
     }

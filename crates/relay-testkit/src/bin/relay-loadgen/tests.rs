@@ -350,28 +350,40 @@ async fn a_peer_runs_beside_relayd_and_cpu_is_counted_per_request() {
             MeasureId::ThroughputRate,
             MeasureId::ThroughputP99,
             MeasureId::CpuPassThrough,
+            MeasureId::PreemptionsPassThrough,
             MeasureId::RelaydRssAfterLoad
         ]
     );
-    assert!(rows[3].relay > 0.0, "{:?}", rows[3]);
+    assert!(rows[4].relay > 0.0, "{:?}", rows[4]);
     assert!(rows[0].peer.is_some_and(|rate| rate > 0.0));
     let cpu = &rows[2];
     assert_eq!(cpu.unit, Unit::Micros);
     assert_eq!(cpu.peer, cpu.cpu.unwrap().peer_us);
+    let preemptions = &rows[3];
+    assert_eq!(preemptions.unit, Unit::PerRequest);
+    assert!(preemptions.relay >= 0.0, "{preemptions:?}");
+    assert!(
+        preemptions.peer.is_some_and(|p| p >= 0.0),
+        "{preemptions:?}"
+    );
     assert!(rows[0].samples.unwrap().peer.is_some_and(|n| n > 0));
 }
 
 #[test]
 fn cpu_per_request_is_the_window_s_ticks_over_the_requests() {
-    use crate::scenarios::{CpuTicks, cpu_per_request};
-    let before = CpuTicks::new(Some(100), Some(50));
-    let after = CpuTicks::new(Some(300), Some(150));
+    use crate::scenarios::{Counters, cpu_per_request};
+    let before = Counters::new(Some(100), Some(50));
+    let after = Counters::new(Some(300), Some(150));
     // 200 ticks of 10 ms over 40,000 requests: 50 µs each; the peer 1 s over 20,000: 50 µs.
     let cpu = cpu_per_request(before, after, 40_000, 20_000).unwrap();
     assert!((cpu.relay_us - 50.0).abs() < 1e-9, "{cpu:?}");
+    assert_eq!(
+        Counters::per_request(before, after, 400, 50),
+        (Some(0.5), Some(2.0))
+    );
     assert_eq!(cpu.ratio, Some(1.0));
     assert_eq!(cpu_per_request(before, after, 0, 10), None);
-    let no_peer = cpu_per_request(before, CpuTicks::new(Some(300), None), 40_000, 0).unwrap();
+    let no_peer = cpu_per_request(before, Counters::new(Some(300), None), 40_000, 0).unwrap();
     assert_eq!(no_peer.peer_us, None);
     assert_eq!(cpu_per_request(after, before, 1, 1), None);
 }
