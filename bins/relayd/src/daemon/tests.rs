@@ -4,7 +4,7 @@ use relay_identity::{MapEnv, names};
 use relay_proxy::config::Config;
 use relay_proxy::control::daemon::check_endpoint;
 
-use super::{own_addresses, provider_keys};
+use super::{own_addresses, provider_keys, runtime_threads};
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
@@ -119,4 +119,18 @@ fn a_tls_key_others_can_read_is_warned_about() {
     assert!(open.contains("0644"), "{open}");
     assert_eq!(logged(0o640), "");
     assert_eq!(logged(0o600), "");
+}
+
+#[test]
+fn a_loopback_daemon_runs_one_event_loop_and_one_serving_other_machines_a_thread_per_cpu() {
+    assert_eq!(runtime_threads(Ipv4Addr::LOCALHOST).get(), 1);
+    assert_eq!(runtime_threads(Ipv4Addr::new(127, 0, 0, 2)).get(), 1);
+    assert_eq!(
+        runtime_threads(Ipv4Addr::new(10, 0, 0, 5)),
+        std::num::NonZeroUsize::MAX
+    );
+    assert_eq!(
+        runtime_threads(Ipv4Addr::UNSPECIFIED),
+        std::num::NonZeroUsize::MAX
+    );
 }

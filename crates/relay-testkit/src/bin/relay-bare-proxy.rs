@@ -2,7 +2,7 @@
 //!
 //! It does what relayd's pass-through costs at the least: hyper's server reads each request, hyper's client sends it on one upstream connection kept per client connection, and the answer comes back as it arrives.
 //! It checks nothing, rewrites nothing but the request target (origin form) and records nothing, so what relayd costs above it is Relay's own work, and what it costs above nginx is hyper's and tokio's.
-//! It allocates with jemalloc and sizes its runtime to the CPUs it may use, as relayd does.
+//! It allocates with jemalloc and runs one current-thread runtime, as relayd does on loopback.
 //!
 //! Prints `listening 127.0.0.1:<port>` once bound and serves until SIGTERM, SIGINT or the end of its standard input.
 // A developer's tool, not a daemon or a hook: a panic on an unwritable stderr is fine here.
@@ -37,28 +37,19 @@ struct Args {
     upstream: SocketAddr,
     /// On more than one CPU, a current-thread runtime per CPU, each on a thread of its own
     /// with a listener of its own on the same port (`SO_REUSEPORT`, the kernel spreading the
-    /// connections), instead of one multi-thread runtime: nginx's model, to compare with.
+    /// connections), instead of one: nginx's model with several workers, to compare with.
     #[arg(long)]
     reuseport: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    // The runtime relayd builds, by the rule of `relay_proxy::runtime::build` (this crate
-    // cannot depend on relay-proxy, whose tests use it): current-thread on one usable CPU,
-    // one worker thread per CPU otherwise, two when the count is unknown.
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    if args.reuseport && threads > 1 {
-        return serve_per_cpu(threads, &args);
+    // The runtime relayd builds on loopback: one current-thread runtime, however many CPUs.
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    if args.reuseport && cpus > 1 {
+        return serve_per_cpu(cpus, &args);
     }
-    let mut builder = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(threads);
-        builder
-    };
-    let runtime = builder
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
