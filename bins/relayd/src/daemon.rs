@@ -47,7 +47,9 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
         Ok(prepared) => prepared,
         Err(message) => return relay_logging::usage_exit("relayd", &message),
     };
-    let runtime = match relay_proxy::runtime::build(runtime_threads(prepared.settings.bind)) {
+    let https = prepared.tls.is_some();
+    let runtime = match relay_proxy::runtime::build(runtime_threads(prepared.settings.bind, https))
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             relay_logging::say!("relayd: cannot start the async runtime: {error}");
@@ -139,12 +141,13 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<(Prepared, bool), String> {
 
 /// The most threads relayd's runtime may run, by whom it serves.
 ///
-/// Bound to loopback it serves its own machine's agents, far fewer requests than one event
+/// Plain HTTP on loopback serves its own machine's agents, far fewer requests than one event
 /// loop can take, and one loop costs less CPU per request than a pool of threads that wake
-/// one another for work (docs/benchmarks.md). Bound to another address it serves other
-/// machines, and takes a thread per CPU for their load and their bursts of TLS handshakes.
-fn runtime_threads(bind: Ipv4Addr) -> std::num::NonZeroUsize {
-    if bind.is_loopback() {
+/// one another for work (docs/benchmarks.md). Over HTTPS it serves other machines (bound to
+/// their network, or reached through a tunnel to loopback), and takes a thread per CPU for
+/// their load and their bursts of TLS handshakes.
+fn runtime_threads(bind: Ipv4Addr, https: bool) -> std::num::NonZeroUsize {
+    if bind.is_loopback() && !https {
         std::num::NonZeroUsize::MIN
     } else {
         std::num::NonZeroUsize::MAX
