@@ -122,7 +122,7 @@ fn a_tls_key_others_can_read_is_warned_about() {
 }
 
 #[test]
-fn a_loopback_daemon_runs_one_event_loop_and_one_serving_other_machines_a_thread_per_cpu() {
+fn plain_http_on_loopback_runs_one_event_loop_and_https_a_thread_per_cpu() {
     assert_eq!(runtime_threads(Ipv4Addr::LOCALHOST, false).get(), 1);
     assert_eq!(runtime_threads(Ipv4Addr::new(127, 0, 0, 2), false).get(), 1);
     let every_cpu = std::num::NonZeroUsize::MAX;
