@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use relay_proto::{ErrorKind, Role};
 use uuid::Uuid;
 
@@ -382,12 +381,12 @@ impl Front {
 impl Handler for Front {
     fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         conn: ConnContext,
     ) -> impl Future<Output = Response<ResponseBody>> + Send + 'static {
         let started = Instant::now();
         let metrics = self.metrics.clone();
-        let next = self.dispatch(ClientBody::of(req), conn);
+        let next = self.dispatch(req, conn);
         async move {
             let answer = match next {
                 Next::Answered(answer) => *answer,

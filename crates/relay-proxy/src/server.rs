@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::BoxError;
 use crate::answers::close_after;
-use crate::body::ResponseBody;
+use crate::body::{ClientBody, ResponseBody};
 use crate::conn::{ConnIo, ConnState, Expiry, Keep};
 use crate::per_address::{Hold, PerAddress};
 use crate::tls_io::{Gather, ReadAhead};
@@ -53,7 +53,7 @@ pub struct ConnContext {
 pub trait Handler: Send + Sync + 'static {
     fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         conn: ConnContext,
     ) -> impl Future<Output = Response<ResponseBody>> + Send + 'static;
 }
@@ -498,7 +498,7 @@ impl Conn {
             .with_keep(keep, give_back);
         let service = service_fn(move |req| {
             let active = ctx.state.begin_request();
-            let handling = handler.clone().handle(req, ctx.clone());
+            let handling = handler.clone().handle(ClientBody::of(req), ctx.clone());
             let state = ctx.state.clone();
             async move {
                 let mut res = handling.await;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use relay_proxy::body::ClientBody;
 use relay_proxy::body::ResponseBody;
 use relay_proxy::conn::HeadVerdict;
 use relay_proxy::server::{ConnContext, Handler, PeerLimit, ServeOptions, serve};
@@ -35,7 +35,7 @@ struct Echo;
 impl Handler for Echo {
     async fn handle(
         self: Arc<Self>,
-        mut req: Request<Incoming>,
+        mut req: Request<ClientBody>,
         conn: ConnContext,
     ) -> Response<ResponseBody> {
         {

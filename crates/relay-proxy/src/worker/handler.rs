@@ -11,7 +11,6 @@ use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use relay_proto::ErrorKind;
 
 use super::identity::WorkerIdentity;
@@ -137,7 +136,7 @@ impl WorkerHandler {
     /// or hook request comes back as the boxed future that forwards it.
     fn dispatch(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         conn: ConnContext,
     ) -> Next<
         Response<ResponseBody>,
@@ -194,7 +193,7 @@ impl WorkerHandler {
 
     async fn model(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         family: ModelFamily,
         responses: bool,
     ) -> Response<ResponseBody> {
@@ -209,7 +208,7 @@ impl WorkerHandler {
             return unavailable();
         };
         let checked = match prologue.target(&req, &found, family) {
-            Ok(target) => prologue.checked(ClientBody::of(req), target),
+            Ok(target) => prologue.checked(req, target),
             Err(refused) => return refused.answer(),
         };
         let (checked, exchange) = if let Some(plugins) = self.active_plugins() {
@@ -272,7 +271,11 @@ impl WorkerHandler {
         }
     }
 
-    async fn hook(self: Arc<Self>, req: Request<Incoming>, agent: Agent) -> Response<ResponseBody> {
+    async fn hook(
+        self: Arc<Self>,
+        req: Request<ClientBody>,
+        agent: Agent,
+    ) -> Response<ResponseBody> {
         let Some(_in_flight) = self.state.admit(RequestKind::Hook) else {
             return unavailable();
         };
@@ -280,11 +283,7 @@ impl WorkerHandler {
         if content_length(req.headers()).is_some_and(|len| len > limit) {
             return payload_too_large(limit);
         }
-        let body = RequestBody::streaming(
-            ClientBody::of(req).into_body(),
-            limit,
-            self.limits.stream_idle,
-        );
+        let body = RequestBody::streaming(req.into_body(), limit, self.limits.stream_idle);
         let bytes = match body.collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(BodyError::TooLarge { limit }) => return payload_too_large(limit),
@@ -325,7 +324,7 @@ impl WorkerHandler {
 impl Handler for WorkerHandler {
     fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         conn: ConnContext,
     ) -> impl Future<Output = Response<ResponseBody>> + Send + 'static {
         let next = self.dispatch(req, conn);
