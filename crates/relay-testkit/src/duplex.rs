@@ -36,6 +36,15 @@ pub async fn answer_then_stop_reading(listener: TcpListener) -> io::Result<TcpSt
     Ok(stream)
 }
 
+/// Accepts one connection and, as soon as it has a request head, writes `answer` and closes
+/// the connection, the request body unread.
+pub async fn answer_then_close(listener: TcpListener, answer: &[u8]) -> io::Result<()> {
+    let (mut stream, _) = listener.accept().await?;
+    read_head(&mut stream).await?;
+    stream.write_all(answer).await?;
+    stream.shutdown().await
+}
+
 /// Accepts one connection and, as soon as it has a request head, answers `200` with
 /// `answer_len` bytes while it reads the request body (its `Content-Length`) to the end.
 /// Returns how many body bytes it read.

@@ -752,12 +752,7 @@ async fn websocket_wrong_methods_and_unknown_paths_are_refused_with_json() {
 /// ends such a body as if it were whole, so the reset must be told from END_STREAM.
 #[tokio::test]
 async fn an_http2_body_cut_off_by_a_reset_never_reaches_the_provider_whole() {
-    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-        .await
-        .unwrap();
-    let relay = Setup::new(&format!("http://{}", provider.local_addr().unwrap()))
-        .start()
-        .await;
+    let (relay, provider) = relay_before_a_raw_provider().await;
     let (_answer, mut upload) = http2_upload(&relay, &[]).await;
     upload
         .send_data(Bytes::from_static(b"{\"model\":\"truncated-"), false)
@@ -822,33 +817,28 @@ async fn an_http2_body_refused_early_is_still_read_to_its_end() {
 /// read to its end after the answer, so it sees the provider's answer.
 #[tokio::test]
 async fn an_http2_body_a_provider_answered_early_is_still_read_to_its_end() {
-    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-        .await
-        .unwrap();
-    let relay = Setup::new(&format!("http://{}", provider.local_addr().unwrap()))
-        .start()
-        .await;
-    tokio::spawn(async move {
-        let (mut upstream, _) = provider.accept().await.unwrap();
-        let mut head = Vec::new();
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let mut chunk = [0u8; 4096];
-            let n = tokio::io::AsyncReadExt::read(&mut upstream, &mut chunk)
-                .await
-                .unwrap();
-            assert_ne!(n, 0);
-            head.extend_from_slice(&chunk[..n]);
-        }
-        let answer = b"HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
-        upstream.write_all(answer).await.unwrap();
-        upstream.shutdown().await.unwrap();
-    });
+    let (relay, provider) = relay_before_a_raw_provider().await;
+    tokio::spawn(relay_testkit::duplex::answer_then_close(
+        provider,
+        b"HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+    ));
     let (answer, mut upload) = http2_upload(&relay, &[]).await;
     upload.send_data(Bytes::from_static(b"{"), false).unwrap();
     let answer = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
     assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
 
     send_as_the_window_allows(&mut upload).await;
+}
+
+/// relayd in front of a provider that is only a listening socket, for the test to answer.
+async fn relay_before_a_raw_provider() -> (Relay, tokio::net::TcpListener) {
+    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let relay = Setup::new(&format!("http://{}", provider.local_addr().unwrap()))
+        .start()
+        .await;
+    (relay, provider)
 }
 
 /// Starts a JSON `POST /v1/chat/completions` with `headers` on a new HTTP/2 connection to
