@@ -31,9 +31,12 @@ const PROBE_STRIKES: u8 = 2;
 mod bindings;
 mod requests;
 mod sessions;
+mod table;
 mod transitions;
 mod views;
 mod workers;
+
+use table::{Binding, Bindings};
 
 /// The state of one route (§5.4). Each variant carries that state's data.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,17 +189,6 @@ enum Party {
     Worker(Id),
 }
 
-#[derive(Debug)]
-struct Binding {
-    fingerprint: Fingerprint,
-    last_use: Instant,
-    tombstone_until: Option<Instant>,
-    /// The state write that makes a new binding durable, while it is pending: its MCP's
-    /// registration waits for it, and so do requests that carry the credential, as they do
-    /// for the worker it is about to start.
-    awaiting_write: Option<u64>,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Timer {
     Retry(Fingerprint),
@@ -219,7 +211,7 @@ pub struct Broker {
     config: BrokerConfig,
     entropy: Box<dyn Entropy>,
     routes: HashMap<Fingerprint, Route>,
-    bindings: HashMap<Digest, Binding>,
+    bindings: Bindings,
     blocked: HashSet<Fingerprint>,
     sessions: HashMap<Id, Session>,
     conns: HashMap<ConnId, Party>,
@@ -257,11 +249,17 @@ impl std::fmt::Debug for Broker {
 
 impl Broker {
     pub fn new(config: BrokerConfig, entropy: Box<dyn Entropy>) -> Broker {
+        // Per identity, a multiple of its token limit; overall, as many as a full route
+        // table of identities would hold at their own cap.
+        let per_identity = config
+            .max_tokens_per_identity
+            .saturating_mul(TOMBSTONES_PER_TOKEN);
+        let overall = config.max_routes.saturating_mul(per_identity);
         Broker {
+            bindings: Bindings::new(per_identity, overall),
             config,
             entropy,
             routes: HashMap::new(),
-            bindings: HashMap::new(),
             blocked: HashSet::new(),
             sessions: HashMap::new(),
             conns: HashMap::new(),
@@ -294,12 +292,7 @@ impl Broker {
             }
             self.bindings.insert(
                 b.digest,
-                Binding {
-                    fingerprint: b.fingerprint,
-                    last_use: b.last_use,
-                    tombstone_until: b.tombstone_until,
-                    awaiting_write: None,
-                },
+                Binding::restored(b.fingerprint, b.last_use, b.tombstone_until),
             );
             if b.tombstone_until.is_none() {
                 self.route_mut_or_create(b.fingerprint)
@@ -357,17 +350,17 @@ impl Broker {
 
     /// The state to persist: bindings, blocked fingerprints, live generations.
     pub fn snapshot(&self) -> PersistedState {
-        let mut bindings: Vec<PersistedBinding> = self
+        // In the digests' order already.
+        let bindings: Vec<PersistedBinding> = self
             .bindings
             .iter()
             .map(|(digest, b)| PersistedBinding {
                 digest: *digest,
                 fingerprint: b.fingerprint,
                 last_use: b.last_use,
-                tombstone_until: b.tombstone_until,
+                tombstone_until: b.tombstone_until(),
             })
             .collect();
-        bindings.sort_by_key(|b| b.digest);
         let mut blocked: Vec<Fingerprint> = self.blocked.iter().copied().collect();
         blocked.sort();
         let mut generations: Vec<PersistedGeneration> = self

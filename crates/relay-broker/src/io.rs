@@ -158,6 +158,11 @@ pub enum Event {
     RouteEvicted {
         fingerprint: Fingerprint,
     },
+    /// The tombstone table was full: the tombstones that expire first were dropped.
+    TombstonesDropped {
+        dropped: usize,
+        limit: usize,
+    },
     McpAdded {
         fingerprint: Fingerprint,
         instance: Id,

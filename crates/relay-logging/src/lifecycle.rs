@@ -245,6 +245,9 @@ pub enum Lifecycle<'a> {
         fingerprint: &'a str,
         max_routes: u64,
     },
+    /// The table of credential tombstones was full, so the ones that expire first were
+    /// dropped: their tokens no longer keep other identities away (warn).
+    CredentialTombstonesDropped { dropped: u64, max_tombstones: u64 },
     /// An MCP session became a reference of its route (info).
     McpAdded {
         fingerprint: &'a str,
@@ -457,6 +460,7 @@ impl Lifecycle<'_> {
             Lifecycle::MachineIdentityConflict { .. } => "machine_identity_conflict",
             Lifecycle::RouteCredentialEvicted { .. } => "route_credential_evicted",
             Lifecycle::RouteEvicted { .. } => "route_evicted",
+            Lifecycle::CredentialTombstonesDropped { .. } => "credential_tombstones_dropped",
             Lifecycle::McpAdded { .. } => "mcp_added",
             Lifecycle::McpRemoved { .. } => "mcp_removed",
             Lifecycle::McpControlConnected { .. } => "mcp_control_connected",
@@ -610,6 +614,15 @@ impl Lifecycle<'_> {
                 fingerprint = digest_prefix(fingerprint),
                 max_routes,
             ),
+            Lifecycle::CredentialTombstonesDropped {
+                dropped,
+                max_tombstones,
+            } => {
+                lifecycle_event!(WARN, name, "oldest credential tombstones dropped, the table is full";
+                    dropped,
+                    max_tombstones,
+                )
+            }
             Lifecycle::McpAdded {
                 fingerprint,
                 instance_id,

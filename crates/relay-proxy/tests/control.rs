@@ -40,13 +40,17 @@ const EVIL: &str = "evil\n{\"event\":\"daemon_stopped\",\"level\":\"INFO\"}";
 /// A daemon control plane on `127.0.0.1:<port>` with its shell running.
 struct Daemon {
     address: DaemonAddress,
-    _state: tempfile::TempDir,
+    state: tempfile::TempDir,
 }
 
 async fn start_daemon() -> Daemon {
+    start_daemon_with(BrokerConfig::default()).await
+}
+
+async fn start_daemon_with(config: BrokerConfig) -> Daemon {
     let state = tempfile::tempdir().unwrap();
     let shell = Shell::new(
-        BrokerConfig::default(),
+        config,
         StateStore::new(state.path()),
         Arc::new(Metrics::new()),
     )
@@ -97,7 +101,7 @@ async fn start_daemon() -> Daemon {
     });
     Daemon {
         address: DaemonAddress::parse(&format!("http://127.0.0.1:{}", local.port())).unwrap(),
-        _state: state,
+        state,
     }
 }
 
@@ -113,10 +117,18 @@ fn identity(daemon: &Daemon, key: &Arc<SigningKey>, pins: &tempfile::TempDir) ->
 
 /// An MCP registers and receives its launch grant.
 async fn mcp_with_grant(client: &ClientIdentity) -> (Session, relay_proto::Grant) {
+    mcp_with_grant_for(client, Bytes32([7; 32])).await
+}
+
+/// An MCP registers `credential` and receives its launch grant.
+async fn mcp_with_grant_for(
+    client: &ClientIdentity,
+    credential: Bytes32,
+) -> (Session, relay_proto::Grant) {
     let (session, registered) = connect(
         client,
         Registration::Mcp(RegisterMcpFields {
-            credential: Bytes32([7; 32]),
+            credential,
             worker_hint: None,
         }),
         WAIT,
@@ -365,4 +377,68 @@ async fn a_malformed_first_frame_closes_the_session_with_a_logged_reason() {
         .filter(|line| line.contains("control session closed before it registered"))
         .count();
     assert_eq!(closed, 3, "{log}");
+}
+
+/// The attack on the credential tombstones, through real handshakes: a local process mints
+/// one machine identity after another, registers a credential under each and releases it, so
+/// the full route table evicts route after route, each leaving a tombstone for 30 days. The
+/// state file, which every registration rewrites whole, must stop growing at the table's cap
+/// (2 routes × 1 token × 4 tombstones here), and the daemon must say it dropped the oldest.
+#[tokio::test(flavor = "current_thread")]
+async fn minted_identities_cannot_grow_the_state_file_without_bound() {
+    let (capture, dispatch) = capture_log();
+    let _default = tracing::dispatcher::set_default(&dispatch);
+    let daemon = start_daemon_with(BrokerConfig {
+        max_routes: 2,
+        max_tokens_per_identity: 1,
+        ..BrokerConfig::default()
+    })
+    .await;
+    let pins = tempfile::tempdir().unwrap();
+    for n in 0..20u8 {
+        let key = Arc::new(SigningKey::generate().unwrap());
+        let client = identity(&daemon, &key, &pins);
+        let (mut mcp, grant) = mcp_with_grant_for(&client, Bytes32([n; 32])).await;
+        // As relay-mcp leaves: `Release`, then the launch's status, whose answer says the
+        // daemon has handled the release, so the route is idle before the next identity.
+        mcp.send(&Message::Release).await.unwrap();
+        mcp.send(&Message::LaunchStatus {
+            activation_id: grant.activation_id,
+        })
+        .await
+        .unwrap();
+        loop {
+            let frame = mcp.recv_within(WAIT).await.unwrap();
+            if matches!(frame.message, Message::LaunchStatusIs(_)) {
+                break;
+            }
+        }
+    }
+    let store = StateStore::new(daemon.state.path());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let state = store.load().unwrap();
+        let tombstones = state
+            .bindings
+            .iter()
+            .filter(|b| b.tombstone_until.is_some())
+            .count();
+        assert!(tombstones <= 8, "{tombstones} tombstones in the state file");
+        // 18 routes were evicted; the last registration's write may still be on its way.
+        if tombstones == 8 && state.bindings.len() == 10 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the state file never settled: {} bindings",
+            state.bindings.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = capture.contents();
+    assert_eq!(
+        log.matches("\"credential_tombstones_dropped\"").count(),
+        10,
+        "{log}"
+    );
 }

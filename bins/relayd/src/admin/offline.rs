@@ -46,9 +46,15 @@ pub(super) fn list_stopped(dir: &Path) -> Result<BindingsList, BindingsError> {
     let store = StateStore::new(dir);
     let state = store.load()?;
     // What the view shows does not depend on the broker's settings, so a configuration
-    // file that does not parse does not keep an administrator from listing.
+    // file that does not parse does not keep an administrator from listing. Without
+    // limits, the restored broker keeps every tombstone of the file, as many as the
+    // daemon's own limits let it write.
     Ok(list_of(
-        BrokerConfig::default(),
+        BrokerConfig {
+            max_routes: usize::MAX,
+            max_tokens_per_identity: usize::MAX,
+            ..BrokerConfig::default()
+        },
         Instant::now(),
         state,
         |at| store.wall_ms(at),

@@ -7,53 +7,45 @@ use relay_proto::{
     ActivationCancelReason, Id, McpRemovedReason, Message, RefusedCode, Role, WorkerRemovedReason,
 };
 
-use super::{Binding, Broker, GrantState, RouteState, TOMBSTONES_PER_TOKEN, Timer};
+use super::{Broker, GrantState, RouteState, Timer};
 use crate::io::Event;
 use crate::types::{Digest, Fingerprint};
 
 impl Broker {
     pub(super) fn evict_route(&mut self, now: Instant, fp: Fingerprint) {
         if let Some(route) = self.routes.remove(&fp) {
-            for digest in route.digests {
-                self.bindings.insert(
-                    digest,
-                    Binding {
-                        fingerprint: fp,
-                        last_use: now,
-                        tombstone_until: Some(now + self.config.binding_tombstone),
-                        awaiting_write: None,
-                    },
-                );
-            }
             self.clear_route_timers(fp);
             self.event(Event::RouteEvicted { fingerprint: fp });
+            for digest in route.digests {
+                self.bury(now, digest);
+            }
             self.persist();
         }
     }
 
+    /// Takes a credential off its route and keeps it as a tombstone (§5.3).
     pub(super) fn tombstone(&mut self, now: Instant, digest: Digest) {
-        let Some(binding) = self.bindings.get_mut(&digest) else {
-            return;
-        };
-        binding.tombstone_until = Some(now + self.config.binding_tombstone);
-        let fp = binding.fingerprint;
-        if let Some(route) = self.routes.get_mut(&fp) {
+        if let Some(fp) = self.bury(now, digest)
+            && let Some(route) = self.routes.get_mut(&fp)
+        {
             route.digests.retain(|d| *d != digest);
         }
-        // A peer minting tokens for its own identity must not grow the table without bound:
-        // beyond the cap, the tombstones of that identity that expire first go.
-        let cap = self.config.max_tokens_per_identity * TOMBSTONES_PER_TOKEN;
-        let mut tombstones: Vec<(Instant, Digest)> = self
+    }
+
+    fn bury(&mut self, now: Instant, digest: Digest) -> Option<Fingerprint> {
+        let (fp, dropped) = self
             .bindings
-            .iter()
-            .filter(|(_, b)| b.fingerprint == fp)
-            .filter_map(|(d, b)| b.tombstone_until.map(|until| (until, *d)))
-            .collect();
-        if tombstones.len() > cap {
-            tombstones.sort();
-            for (_, digest) in &tombstones[..tombstones.len() - cap] {
-                self.bindings.remove(digest);
-            }
+            .bury(digest, now + self.config.binding_tombstone);
+        self.tombstones_dropped(dropped);
+        fp
+    }
+
+    pub(super) fn tombstones_dropped(&mut self, dropped: usize) {
+        if dropped > 0 {
+            self.event(Event::TombstonesDropped {
+                dropped,
+                limit: self.bindings.overall(),
+            });
         }
     }
 
@@ -62,9 +54,7 @@ impl Broker {
     /// retired generations with no connection and no request left. Returns whether the
     /// persisted state changed.
     pub(super) fn prune(&mut self, now: Instant) -> bool {
-        let before = self.bindings.len();
-        self.bindings
-            .retain(|_, b| b.tombstone_until.is_none_or(|until| until > now));
+        let pruned = self.bindings.prune(now);
         let generations = &self.generations;
         self.grants.retain(|_, grant| match grant.state {
             GrantState::Issued => true,
@@ -75,7 +65,7 @@ impl Broker {
         });
         self.generations
             .retain(|_, g| !g.status.is_revoked() || g.conn.is_some() || g.in_flight > 0);
-        self.bindings.len() != before
+        pruned
     }
 
     pub(super) fn on_revoke(&mut self, now: Instant, fp: Fingerprint, block: bool) {
@@ -138,7 +128,7 @@ impl Broker {
         let digests: Vec<Digest> = self
             .bindings
             .iter()
-            .filter(|(_, b)| b.fingerprint == fp && b.tombstone_until.is_none())
+            .filter(|(_, b)| b.fingerprint == fp && b.is_live())
             .map(|(d, _)| *d)
             .collect();
         for digest in digests {
@@ -172,7 +162,8 @@ impl Broker {
                 // blocking other identities (§5.3).
                 match session.replaced {
                     Some(previous) => {
-                        self.bindings.insert(session.digest, previous);
+                        let (_, dropped) = self.bindings.insert(session.digest, previous);
+                        self.tombstones_dropped(dropped);
                     }
                     None => {
                         self.bindings.remove(&session.digest);

@@ -27,11 +27,7 @@ impl Broker {
         let waited = waits && wait == Wait::Waited;
         let may_wait = waits && wait == Wait::Allowed;
         let opening = kind == RequestKind::OpeningHook;
-        let Some(binding) = self
-            .bindings
-            .get_mut(&digest)
-            .filter(|b| b.tombstone_until.is_none())
-        else {
+        let Some(binding) = self.bindings.get_mut(&digest).filter(|b| b.is_live()) else {
             // Its MCP may be registering this very credential for the first time.
             if opening && may_wait && !self.unbound_waited_in_vain.contains(&digest) {
                 return Decision::Wait;

@@ -35,7 +35,7 @@ impl Broker {
         // The credential binding (§5.3).
         let previous = self.bindings.get(&digest);
         if let Some(binding) = previous {
-            let expired = binding.tombstone_until.is_some_and(|until| until <= now);
+            let expired = binding.tombstone_until().is_some_and(|until| until <= now);
             if binding.fingerprint != fp && !expired {
                 return self.refuse(
                     conn,
@@ -45,8 +45,7 @@ impl Broker {
                 );
             }
         }
-        let new_binding =
-            previous.is_none_or(|b| b.tombstone_until.is_some() || b.fingerprint != fp);
+        let new_binding = previous.is_none_or(|b| !b.is_live() || b.fingerprint != fp);
         // Every refusal is decided before anything changes.
         let route = self.routes.get(&fp);
         if route.is_some_and(|r| r.sessions.len() >= self.config.max_sessions_per_route) {
@@ -112,15 +111,7 @@ impl Broker {
         let mut replaced = None;
         if new_binding {
             self.unbound_waited_in_vain.remove(&digest);
-            replaced = self.bindings.insert(
-                digest,
-                Binding {
-                    fingerprint: fp,
-                    last_use: now,
-                    tombstone_until: None,
-                    awaiting_write: None,
-                },
-            );
+            replaced = self.bindings.insert(digest, Binding::live(fp, now)).0;
             self.route_mut_or_create(fp).digests.push(digest);
         }
         self.touch_route(fp);

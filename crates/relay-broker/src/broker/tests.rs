@@ -536,6 +536,9 @@ fn describe_event(event: &Event) -> String {
             )
         }
         Event::RouteEvicted { fingerprint } => format!("route_evicted {}", fp_name(fingerprint)),
+        Event::TombstonesDropped { dropped, limit } => {
+            format!("credential_tombstones_dropped {dropped} of {limit}")
+        }
         Event::McpAdded {
             fingerprint,
             references,
@@ -3490,6 +3493,48 @@ fn tombstones_per_identity_are_capped() {
     let tombstones = s.broker.bindings().iter().filter(|b| b.tombstone).count();
     assert_eq!(tombstones, 8);
     s.out.clear();
+}
+
+/// The attack: identities cost nothing to mint, so a local process registers a token under
+/// one fresh identity after another and lets the full route table evict each route. Every
+/// eviction leaves a tombstone for 30 days, and every state write copies them all: the table
+/// must stop growing at its overall cap (3 routes × 8 per identity here), dropping the
+/// oldest, while the newest keep refusing other identities.
+#[test]
+fn minting_identities_cannot_grow_the_tombstones_without_bound() {
+    let mut s = Scenario::new();
+    let minted: Vec<char> = ('a'..='z').chain('0'..='9').collect();
+    for (n, id) in minted.iter().enumerate() {
+        s.mcp(100 + n as u64, *id, &format!("m{n}"))
+            .release(100 + n as u64);
+        s.advance(1_000);
+    }
+    let tombstones = s.broker.bindings().iter().filter(|b| b.tombstone).count();
+    assert_eq!(tombstones, 24);
+    assert_eq!(s.broker.bindings.tombstones(), 24);
+    assert!(
+        s.out
+            .contains("event credential_tombstones_dropped 1 of 24")
+    );
+    // The 33 evicted routes left 33 tombstones: the first 9 were dropped, the rest stand.
+    // A takes a dropped one (its route evicts one more, which drops m9); B may not take m10.
+    s.out.clear();
+    s.mcp(1, 'A', "m8").mcp(2, 'B', "m10");
+    s.check(expect![[r#"
+        > mcp c1 registers A with m8
+          event route_evicted 7
+          event credential_tombstones_dropped 1 of 24
+          persist
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #147
+          c1 <- Registered(session #145, LaunchWorker(grant #147 bind [127, 0, 0, 1]:0))
+        > mcp c2 registers B with m10
+          event control_registration_refused mcp credential_bound_elsewhere B
+          c2 <- Refused(credential_bound_elsewhere)
+          close c2
+    "#]]);
 }
 
 /// A remote MCP's hint puts its worker on every interface at the hinted port; the same hint

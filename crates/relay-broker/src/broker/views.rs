@@ -39,16 +39,13 @@ impl Broker {
     pub fn known_credential(&self, digest: &Digest) -> Option<Fingerprint> {
         self.bindings
             .get(digest)
-            .filter(|b| b.tombstone_until.is_none())
+            .filter(|b| b.is_live())
             .map(|b| b.fingerprint)
     }
 
     /// The route of a credential, or `None` when it is not bound.
     pub fn route_view(&self, digest: &Digest) -> Option<RouteView> {
-        let binding = self
-            .bindings
-            .get(digest)
-            .filter(|b| b.tombstone_until.is_none())?;
+        let binding = self.bindings.get(digest).filter(|b| b.is_live())?;
         let route = self.routes.get(&binding.fingerprint)?;
         let (state, worker) = match route.state {
             RouteState::Empty => (ViewState::Empty, None),
@@ -80,7 +77,7 @@ impl Broker {
                 fingerprint: b.fingerprint,
                 digest: *digest,
                 last_use: b.last_use,
-                tombstone: b.tombstone_until.is_some(),
+                tombstone: !b.is_live(),
                 blocked: self.blocked.contains(&b.fingerprint),
             })
             .collect();

@@ -66,6 +66,11 @@ impl Shell {
                 max_routes: self.max_routes as u64,
             }
             .emit(),
+            Event::TombstonesDropped { dropped, limit } => L::CredentialTombstonesDropped {
+                dropped: *dropped as u64,
+                max_tombstones: *limit as u64,
+            }
+            .emit(),
             Event::McpAdded {
                 fingerprint,
                 instance,

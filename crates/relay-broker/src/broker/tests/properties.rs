@@ -430,6 +430,8 @@ impl Model {
 
     fn check_invariants(&mut self) -> Result<(), TestCaseError> {
         let broker = &self.broker;
+        // The tombstones' index matches the bindings, within both caps.
+        prop_assert!(broker.bindings.index_holds());
         for (fp, route) in &broker.routes {
             // No route exceeds its token limit.
             prop_assert!(route.digests.len() <= broker.config.max_tokens_per_identity);

@@ -1,0 +1,227 @@
+//! The credential bindings, with their tombstones indexed by expiry, so that pruning and
+//! both of the table's caps touch only the tombstones they drop, never every binding.
+//!
+//! The caps: each identity keeps at most `per_identity` tombstones, and the whole table at
+//! most `overall`. Identities cost nothing to mint, so without the second a local process
+//! could grow the table for as long as tombstones live (register, leave the route to be
+//! evicted, repeat), and every state write would copy all of it. Beyond either cap, the
+//! tombstones that expire first go.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
+
+use crate::types::{Digest, Fingerprint};
+
+#[derive(Debug, Clone)]
+pub(super) struct Binding {
+    pub(super) fingerprint: Fingerprint,
+    pub(super) last_use: Instant,
+    /// Set only through [`Bindings`], which indexes it.
+    tombstone_until: Option<Instant>,
+    /// The state write that makes a new binding durable, while it is pending: its MCP's
+    /// registration waits for it, and so do requests that carry the credential, as they do
+    /// for the worker it is about to start.
+    pub(super) awaiting_write: Option<u64>,
+}
+
+impl Binding {
+    /// A binding in use from `now`.
+    pub(super) fn live(fingerprint: Fingerprint, now: Instant) -> Binding {
+        Binding::restored(fingerprint, now, None)
+    }
+
+    /// A binding as the state file kept it.
+    pub(super) fn restored(
+        fingerprint: Fingerprint,
+        last_use: Instant,
+        tombstone_until: Option<Instant>,
+    ) -> Binding {
+        Binding {
+            fingerprint,
+            last_use,
+            tombstone_until,
+            awaiting_write: None,
+        }
+    }
+
+    /// Until when it is a tombstone: it then blocks other identities only (§5.3).
+    pub(super) fn tombstone_until(&self) -> Option<Instant> {
+        self.tombstone_until
+    }
+
+    pub(super) fn is_live(&self) -> bool {
+        self.tombstone_until.is_none()
+    }
+}
+
+type Tombstone = (Instant, Digest);
+
+#[derive(Debug)]
+pub(super) struct Bindings {
+    /// Ordered, so a snapshot comes out in the state file's order without a sort, and a
+    /// look-up costs a few comparisons rather than a keyed hash.
+    map: BTreeMap<Digest, Binding>,
+    /// Every tombstone, the one that expires first first.
+    tombstones: BTreeSet<Tombstone>,
+    /// The same tombstones by identity.
+    tombstones_of: HashMap<Fingerprint, BTreeSet<Tombstone>>,
+    per_identity: usize,
+    overall: usize,
+}
+
+impl Bindings {
+    pub(super) fn new(per_identity: usize, overall: usize) -> Bindings {
+        Bindings {
+            map: BTreeMap::new(),
+            tombstones: BTreeSet::new(),
+            tombstones_of: HashMap::new(),
+            per_identity,
+            overall,
+        }
+    }
+
+    pub(super) fn get(&self, digest: &Digest) -> Option<&Binding> {
+        self.map.get(digest)
+    }
+
+    pub(super) fn get_mut(&mut self, digest: &Digest) -> Option<&mut Binding> {
+        self.map.get_mut(digest)
+    }
+
+    /// In the digests' order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&Digest, &Binding)> {
+        self.map.iter()
+    }
+
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Binding> {
+        self.map.values_mut()
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    #[cfg(test)]
+    pub(super) fn tombstones(&self) -> usize {
+        self.tombstones.len()
+    }
+
+    /// Whether the index holds exactly the table's tombstones, within both caps.
+    #[cfg(test)]
+    pub(super) fn index_holds(&self) -> bool {
+        let from_map: BTreeSet<Tombstone> = self
+            .map
+            .iter()
+            .filter_map(|(d, b)| b.tombstone_until.map(|until| (until, *d)))
+            .collect();
+        let by_identity: BTreeSet<Tombstone> =
+            self.tombstones_of.values().flatten().copied().collect();
+        let identities_right = self.tombstones_of.iter().all(|(fp, of)| {
+            !of.is_empty()
+                && of.len() <= self.per_identity
+                && of.iter().all(|(_, d)| self.map[d].fingerprint == *fp)
+        });
+        from_map == self.tombstones
+            && by_identity == self.tombstones
+            && identities_right
+            && self.tombstones.len() <= self.overall
+    }
+
+    /// The most tombstones the table keeps.
+    pub(super) fn overall(&self) -> usize {
+        self.overall
+    }
+
+    /// Inserts or replaces a binding, returning the one replaced and how many tombstones
+    /// of other identities the overall cap dropped to make room for it.
+    pub(super) fn insert(&mut self, digest: Digest, binding: Binding) -> (Option<Binding>, usize) {
+        let fingerprint = binding.fingerprint;
+        let until = binding.tombstone_until;
+        let replaced = self.map.insert(digest, binding);
+        if let Some(old) = &replaced {
+            self.unindex(digest, old);
+        }
+        let dropped = match until {
+            Some(until) => self.index(digest, fingerprint, until),
+            None => 0,
+        };
+        (replaced, dropped)
+    }
+
+    pub(super) fn remove(&mut self, digest: &Digest) -> Option<Binding> {
+        let removed = self.map.remove(digest)?;
+        self.unindex(*digest, &removed);
+        Some(removed)
+    }
+
+    /// Makes a binding a tombstone until `until`. Returns its identity, or `None` when
+    /// there is no such binding, and how many tombstones the overall cap dropped.
+    pub(super) fn bury(&mut self, digest: Digest, until: Instant) -> (Option<Fingerprint>, usize) {
+        let Some(binding) = self.map.get_mut(&digest) else {
+            return (None, 0);
+        };
+        let fingerprint = binding.fingerprint;
+        let previous = binding.tombstone_until.replace(until);
+        if let Some(previous) = previous {
+            self.forget(fingerprint, (previous, digest));
+        }
+        (Some(fingerprint), self.index(digest, fingerprint, until))
+    }
+
+    /// Drops the tombstones that have expired by `now`; true if there were any.
+    pub(super) fn prune(&mut self, now: Instant) -> bool {
+        let mut pruned = false;
+        while let Some(&(until, digest)) = self.tombstones.first()
+            && until <= now
+        {
+            self.remove(&digest);
+            pruned = true;
+        }
+        pruned
+    }
+
+    /// Indexes a new tombstone, then holds both caps. Returns how many tombstones the
+    /// overall cap dropped: those the identity's own cap drops are its own old ones.
+    fn index(&mut self, digest: Digest, fingerprint: Fingerprint, until: Instant) -> usize {
+        self.tombstones.insert((until, digest));
+        let of = self.tombstones_of.entry(fingerprint).or_default();
+        of.insert((until, digest));
+        while of.len() > self.per_identity
+            && let Some(oldest) = of.pop_first()
+        {
+            self.tombstones.remove(&oldest);
+            self.map.remove(&oldest.1);
+        }
+        if of.is_empty() {
+            self.tombstones_of.remove(&fingerprint);
+        }
+        let mut dropped = 0;
+        while self.tombstones.len() > self.overall
+            && let Some((_, oldest)) = self.tombstones.first().copied()
+        {
+            self.remove(&oldest);
+            dropped += 1;
+        }
+        dropped
+    }
+
+    fn unindex(&mut self, digest: Digest, binding: &Binding) {
+        if let Some(until) = binding.tombstone_until {
+            self.forget(binding.fingerprint, (until, digest));
+        }
+    }
+
+    fn forget(&mut self, fingerprint: Fingerprint, tombstone: Tombstone) {
+        self.tombstones.remove(&tombstone);
+        if let Some(of) = self.tombstones_of.get_mut(&fingerprint) {
+            of.remove(&tombstone);
+            if of.is_empty() {
+                self.tombstones_of.remove(&fingerprint);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
