@@ -14,7 +14,7 @@ use relay_proxy::config::{Config, ConfigSources};
 use relay_proxy::control::daemon::{ControlOptions, ControlPlane};
 use relay_proxy::front::{Front, FrontOptions, Mode, ProviderKeys};
 use relay_proxy::metrics::Metrics;
-use relay_proxy::server::{Linger, PeerLimit, ServeOptions, serve};
+use relay_proxy::server::{PeerLimit, ServeOptions, serve};
 use relay_proxy::shell::Shell;
 use relay_proxy::sockets::Descriptors;
 use relay_proxy::state::StateStore;
@@ -316,7 +316,6 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
                 max: config.daemon.max_connections_per_ip,
                 loopback: false,
             },
-            linger: Linger::default(),
         },
         front.clone(),
         shutdown,

@@ -22,7 +22,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::BoxError;
 use crate::conn::ActiveRequest;
-use crate::server::Linger;
+use crate::server::{LINGER_BYTES, LINGER_TIME};
 use crate::upstream::UpstreamBody;
 
 /// Why a body stopped early.
@@ -513,22 +513,22 @@ impl Drop for ClientBody {
             return;
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(read_to_its_end(incoming, Linger::default()));
+            runtime.spawn(read_to_its_end(incoming));
         }
     }
 }
 
 /// Reads and drops what is left of an HTTP/2 request body, until its end, an error, or the
-/// bounds of `linger`: at most its bytes, and no wait of more than its time for the next
-/// frame. Over HTTP/1 the time bounds the whole close, since a lingering connection holds a
+/// lingering close's bounds: at most [`LINGER_BYTES`], and no wait of more than
+/// [`LINGER_TIME`] for the next frame. Over HTTP/1 the time bounds the whole close, since a lingering connection holds a
 /// connection permit; here it bounds each wait, since a client such as httpcore sends a
 /// large body over HTTP/2 slowly (a few MiB/s, one window at a time), and a stream that
 /// keeps sending holds no more than an upload in progress does. [`LINGER_MAX`] bounds the
 /// whole. The stream is released when this ends.
-async fn read_to_its_end(mut incoming: Incoming, linger: Linger) {
+async fn read_to_its_end(mut incoming: Incoming) {
     let reading = async {
-        let mut left = linger.bytes;
-        while let Ok(Some(Ok(frame))) = tokio::time::timeout(linger.time, incoming.frame()).await {
+        let mut left = LINGER_BYTES;
+        while let Ok(Some(Ok(frame))) = tokio::time::timeout(LINGER_TIME, incoming.frame()).await {
             let read = frame.data_ref().map_or(0, |data| data.len() as u64);
             left = left.saturating_sub(read);
             if left == 0 {

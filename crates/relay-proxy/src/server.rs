@@ -96,8 +96,6 @@ pub struct ServeOptions {
     pub handshake_timeout: Duration,
     /// Connections at once from one peer address.
     pub per_peer: PeerLimit,
-    /// How an HTTP/1 connection that relayd closes is wound down.
-    pub linger: Linger,
 }
 
 impl Default for ServeOptions {
@@ -116,7 +114,6 @@ impl Default for ServeOptions {
                 max: daemon.max_connections_per_ip,
                 loopback: false,
             },
-            linger: Linger::default(),
         }
     }
 }
@@ -133,24 +130,13 @@ pub struct PeerLimit {
 
 /// Lingering close: after relayd closes an HTTP/1 connection on which it answered (a 413
 /// before the body was read, a 400, a 431), it reads and discards what the client still
-/// sends, for at most `time` and `bytes`, so a client that writes its whole body before
-/// reading gets the answer instead of a reset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Linger {
-    pub time: Duration,
-    pub bytes: u64,
-}
+/// sends, for at most [`LINGER_TIME`] and [`LINGER_BYTES`], so a client that writes its
+/// whole body before reading gets the answer instead of a reset.
+pub(crate) const LINGER_TIME: Duration = Duration::from_secs(5);
 
-impl Default for Linger {
-    /// 5 s and 64 MiB: twice the default model body limit, so a client that sent a body
-    /// somewhat over the limit still reads its 413.
-    fn default() -> Self {
-        Linger {
-            time: Duration::from_secs(5),
-            bytes: 64 * 1024 * 1024,
-        }
-    }
-}
+/// 64 MiB: twice the default model body limit, so a client that sent a body somewhat over
+/// the limit still reads its 413.
+pub(crate) const LINGER_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How a server stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -564,7 +550,7 @@ impl Conn {
                 // The connection future is gone by now, so a socket it did not hand to an
                 // upgrade has been given back already.
                 if let Ok((stream, keep)) = given_back.try_recv() {
-                    linger(stream, options.linger).await;
+                    linger(stream).await;
                     drop(keep);
                 }
             }
@@ -683,10 +669,10 @@ impl<W: Future + Unpin, G: Future + Unpin> Future for Guarded<W, G> {
     }
 }
 
-/// Lingering close (see [`Linger`]): closes the write side, then discards what the client
-/// still sends until it closes too or a bound is reached.
-async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, linger: Linger) {
-    let deadline = tokio::time::Instant::now() + linger.time;
+/// Lingering close (see [`LINGER_TIME`]): closes the write side, then discards what the
+/// client still sends until it closes too or a bound is reached.
+async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
+    let deadline = tokio::time::Instant::now() + LINGER_TIME;
     if !matches!(
         tokio::time::timeout_at(deadline, stream.shutdown()).await,
         Ok(Ok(()))
@@ -696,7 +682,7 @@ async fn linger<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, linger: Linger
     // Read into spare capacity, never zeroed: most connections end with the client's own
     // close, and thousands of streams closing at once would otherwise each fill 16 KiB.
     let mut sink = bytes::BytesMut::with_capacity(16 * 1024);
-    let mut left = linger.bytes;
+    let mut left = LINGER_BYTES;
     while left > 0 {
         sink.clear();
         match tokio::time::timeout_at(deadline, stream.read_buf(&mut sink)).await {

@@ -25,7 +25,7 @@ use crate::config::{Config, DaemonConfig, TimersConfig};
 use crate::forward::{Checked, Prologue, method_not_allowed, provider_request};
 use crate::headers::{ModelHeaders, WORKER_REFUSED, WORKER_SECRET, WORKER_UPSTREAM_FAILED};
 use crate::routes::{Agent, ModelFamily, PathClass};
-use crate::server::{ConnContext, Handler, Linger, Next, PeerLimit, ServeOptions};
+use crate::server::{ConnContext, Handler, Next, PeerLimit, ServeOptions};
 use crate::upstream::UpstreamClient;
 
 /// The readiness probe the daemon sends over the pinned connection (§5.5).
@@ -78,7 +78,6 @@ pub fn serve_options(identity: &WorkerIdentity, drain_timeout: Duration) -> Serv
             max: 1536,
             loopback: true,
         },
-        linger: Linger::default(),
     }
 }
 
