@@ -25,6 +25,10 @@ use crate::types::{BrokerConfig, ConnId, Digest, Entropy, Fingerprint};
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Tombstones kept per identity, as a multiple of its token limit.
 const TOMBSTONES_PER_TOKEN: usize = 4;
+/// The most tombstones kept in all, whatever the limits multiply to: about 72 MB of the
+/// state file, which leaves room below the size the daemon reads at start for the live
+/// bindings of the largest token limit.
+const MAX_TOMBSTONES: usize = 262_144;
 /// Readiness probe failures in a row that count as a failed probe (§5.1).
 const PROBE_STRIKES: u8 = 2;
 
@@ -250,11 +254,14 @@ impl std::fmt::Debug for Broker {
 impl Broker {
     pub fn new(config: BrokerConfig, entropy: Box<dyn Entropy>) -> Broker {
         // Per identity, a multiple of its token limit; overall, as many as a full route
-        // table of identities would hold at their own cap.
+        // table of identities would hold at their own cap, up to a ceiling.
         let per_identity = config
             .max_tokens_per_identity
             .saturating_mul(TOMBSTONES_PER_TOKEN);
-        let overall = config.max_routes.saturating_mul(per_identity);
+        let overall = config
+            .max_routes
+            .saturating_mul(per_identity)
+            .min(MAX_TOMBSTONES);
         Broker {
             bindings: Bindings::new(per_identity, overall),
             config,
@@ -290,10 +297,17 @@ impl Broker {
             if b.tombstone_until.is_some_and(|until| until <= now) {
                 continue;
             }
-            self.bindings.insert(
+            let replaced = self.bindings.restore(
                 b.digest,
                 Binding::restored(b.fingerprint, b.last_use, b.tombstone_until),
             );
+            // A file that names a digest twice keeps the last; a route lists it once.
+            if let Some(replaced) = replaced
+                && replaced.is_live()
+                && let Some(route) = self.routes.get_mut(&replaced.fingerprint)
+            {
+                route.digests.retain(|d| *d != b.digest);
+            }
             if b.tombstone_until.is_none() {
                 self.route_mut_or_create(b.fingerprint)
                     .digests
@@ -346,6 +360,20 @@ impl Broker {
         }
         self.timers
             .set(Timer::Flush, now + self.config.bindings_flush);
+    }
+
+    /// Holds the limits on tombstones over a restored state, as the daemon does when it
+    /// starts: a file written under larger limits, or before there was an overall one,
+    /// is trimmed, the tombstones that end first going, and written again. `restore`
+    /// alone keeps the file's tombstones as they are, for `relayd bindings` on a stopped
+    /// daemon, which may not know the limits it ran with.
+    pub fn trim_tombstones(&mut self) {
+        let before = self.bindings.len();
+        let dropped = self.bindings.trim();
+        self.tombstones_dropped(dropped);
+        if self.bindings.len() != before {
+            self.persist();
+        }
     }
 
     /// The state to persist: bindings, blocked fingerprints, live generations.

@@ -112,6 +112,7 @@ impl Shell {
         let drain = Duration::from_millis(config.timers.drain_ms);
         let mut broker = Broker::new(config, Box::new(OsEntropy));
         broker.restore(Instant::now(), persisted);
+        broker.trim_tombstones();
         let (persist, _) = watch::channel(0);
         Ok(Arc::new(Shell {
             broker: Mutex::new(broker),

@@ -23,21 +23,19 @@ impl Broker {
         }
     }
 
-    /// Takes a credential off its route and keeps it as a tombstone (§5.3).
-    pub(super) fn tombstone(&mut self, now: Instant, digest: Digest) {
-        if let Some(fp) = self.bury(now, digest)
-            && let Some(route) = self.routes.get_mut(&fp)
-        {
+    /// Takes a credential off `fp`'s route and keeps it as a tombstone (§5.3).
+    pub(super) fn tombstone(&mut self, now: Instant, fp: Fingerprint, digest: Digest) {
+        if let Some(route) = self.routes.get_mut(&fp) {
             route.digests.retain(|d| *d != digest);
         }
+        self.bury(now, digest);
     }
 
-    fn bury(&mut self, now: Instant, digest: Digest) -> Option<Fingerprint> {
-        let (fp, dropped) = self
+    fn bury(&mut self, now: Instant, digest: Digest) {
+        let (_, dropped) = self
             .bindings
             .bury(digest, now + self.config.binding_tombstone);
         self.tombstones_dropped(dropped);
-        fp
     }
 
     pub(super) fn tombstones_dropped(&mut self, dropped: usize) {
@@ -132,7 +130,7 @@ impl Broker {
             .map(|(d, _)| *d)
             .collect();
         for digest in digests {
-            self.tombstone(now, digest);
+            self.tombstone(now, fp, digest);
         }
         self.clear_route_timers(fp);
         self.routes.remove(&fp);
@@ -159,15 +157,22 @@ impl Broker {
                     route.digests.retain(|d| *d != session.digest);
                 }
                 // Put back what the registration replaced: a revived tombstone must keep
-                // blocking other identities (§5.3).
+                // blocking other identities (§5.3). Unless the binding is no longer the
+                // one it made: a tombstone of this identity meanwhile dropped by the
+                // table's cap may have been bound by another, whose binding stays.
+                let still_its_own = self
+                    .bindings
+                    .get(&session.digest)
+                    .is_some_and(|b| b.is_live() && b.fingerprint == session.fingerprint);
                 match session.replaced {
-                    Some(previous) => {
+                    Some(previous) if still_its_own => {
                         let (_, dropped) = self.bindings.insert(session.digest, previous);
                         self.tombstones_dropped(dropped);
                     }
-                    None => {
+                    None if still_its_own => {
                         self.bindings.remove(&session.digest);
                     }
+                    _ => {}
                 }
                 if let Some(conn) = session.conn {
                     self.conns.remove(&conn);

@@ -88,7 +88,7 @@ impl Broker {
             self.evict_route(now, victim);
         }
         if let Some(victim) = evict_token {
-            self.tombstone(now, victim);
+            self.tombstone(now, fp, victim);
             self.event(Event::CredentialEvicted {
                 fingerprint: fp,
                 digest: victim,

@@ -97,7 +97,6 @@ impl Bindings {
         self.map.values_mut()
     }
 
-    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.map.len()
     }
@@ -137,16 +136,24 @@ impl Bindings {
     /// of other identities the overall cap dropped to make room for it.
     pub(super) fn insert(&mut self, digest: Digest, binding: Binding) -> (Option<Binding>, usize) {
         let fingerprint = binding.fingerprint;
-        let until = binding.tombstone_until;
+        let buried = binding.tombstone_until.is_some();
+        let replaced = self.restore(digest, binding);
+        let dropped = if buried { self.hold(fingerprint) } else { 0 };
+        (replaced, dropped)
+    }
+
+    /// Inserts or replaces a binding as the state file has it, without holding the caps:
+    /// [`Bindings::trim`] does that once the whole file is in.
+    pub(super) fn restore(&mut self, digest: Digest, binding: Binding) -> Option<Binding> {
+        let (fingerprint, until) = (binding.fingerprint, binding.tombstone_until);
         let replaced = self.map.insert(digest, binding);
         if let Some(old) = &replaced {
             self.unindex(digest, old);
         }
-        let dropped = match until {
-            Some(until) => self.index(digest, fingerprint, until),
-            None => 0,
-        };
-        (replaced, dropped)
+        if let Some(until) = until {
+            self.index(fingerprint, (until, digest));
+        }
+        replaced
     }
 
     pub(super) fn remove(&mut self, digest: &Digest) -> Option<Binding> {
@@ -162,31 +169,53 @@ impl Bindings {
             return (None, 0);
         };
         let fingerprint = binding.fingerprint;
-        let previous = binding.tombstone_until.replace(until);
-        if let Some(previous) = previous {
+        if let Some(previous) = binding.tombstone_until.replace(until) {
             self.forget(fingerprint, (previous, digest));
         }
-        (Some(fingerprint), self.index(digest, fingerprint, until))
+        self.index(fingerprint, (until, digest));
+        (Some(fingerprint), self.hold(fingerprint))
     }
 
     /// Drops the tombstones that have expired by `now`; true if there were any.
     pub(super) fn prune(&mut self, now: Instant) -> bool {
         let mut pruned = false;
-        while let Some(&(until, digest)) = self.tombstones.first()
-            && until <= now
+        while self
+            .tombstones
+            .first()
+            .is_some_and(|(until, _)| *until <= now)
         {
-            self.remove(&digest);
+            self.drop_first();
             pruned = true;
         }
         pruned
     }
 
-    /// Indexes a new tombstone, then holds both caps. Returns how many tombstones the
-    /// overall cap dropped: those the identity's own cap drops are its own old ones.
-    fn index(&mut self, digest: Digest, fingerprint: Fingerprint, until: Instant) -> usize {
-        self.tombstones.insert((until, digest));
-        let of = self.tombstones_of.entry(fingerprint).or_default();
-        of.insert((until, digest));
+    /// Holds both caps over the whole table; returns how many tombstones the overall cap
+    /// dropped.
+    pub(super) fn trim(&mut self) -> usize {
+        let crowded: Vec<Fingerprint> = self
+            .tombstones_of
+            .iter()
+            .filter(|(_, of)| of.len() > self.per_identity)
+            .map(|(fp, _)| *fp)
+            .collect();
+        for fingerprint in crowded {
+            self.hold_identity(fingerprint);
+        }
+        self.hold_overall()
+    }
+
+    /// Holds both caps after `fingerprint` gained a tombstone. Returns how many tombstones
+    /// the overall cap dropped: those the identity's own cap drops are its own old ones.
+    fn hold(&mut self, fingerprint: Fingerprint) -> usize {
+        self.hold_identity(fingerprint);
+        self.hold_overall()
+    }
+
+    fn hold_identity(&mut self, fingerprint: Fingerprint) {
+        let Some(of) = self.tombstones_of.get_mut(&fingerprint) else {
+            return;
+        };
         while of.len() > self.per_identity
             && let Some(oldest) = of.pop_first()
         {
@@ -196,14 +225,33 @@ impl Bindings {
         if of.is_empty() {
             self.tombstones_of.remove(&fingerprint);
         }
+    }
+
+    fn hold_overall(&mut self) -> usize {
         let mut dropped = 0;
-        while self.tombstones.len() > self.overall
-            && let Some((_, oldest)) = self.tombstones.first().copied()
-        {
-            self.remove(&oldest);
+        while self.tombstones.len() > self.overall {
+            self.drop_first();
             dropped += 1;
         }
         dropped
+    }
+
+    /// Drops the tombstone that ends first. It leaves the index before the map, so the
+    /// loops above end even if the two ever disagreed.
+    fn drop_first(&mut self) {
+        if let Some((until, digest)) = self.tombstones.pop_first()
+            && let Some(binding) = self.map.remove(&digest)
+        {
+            self.forget(binding.fingerprint, (until, digest));
+        }
+    }
+
+    fn index(&mut self, fingerprint: Fingerprint, tombstone: Tombstone) {
+        self.tombstones.insert(tombstone);
+        self.tombstones_of
+            .entry(fingerprint)
+            .or_default()
+            .insert(tombstone);
     }
 
     fn unindex(&mut self, digest: Digest, binding: &Binding) {

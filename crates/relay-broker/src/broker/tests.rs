@@ -3537,6 +3537,104 @@ fn minting_identities_cannot_grow_the_tombstones_without_bound() {
     "#]]);
 }
 
+/// A state file written before there was an overall cap, or under larger limits, is
+/// trimmed when the daemon starts, said in the log, and written again.
+#[test]
+fn a_restored_state_over_the_caps_is_trimmed_and_written_again() {
+    let mut s = Scenario::new();
+    let now = s.now;
+    let tombstone = |n: u8| PersistedBinding {
+        digest: digest(&format!("m{n}")),
+        fingerprint: Fingerprint([n; 32]),
+        last_use: now,
+        tombstone_until: Some(now + Duration::from_secs(u64::from(n) + 60)),
+    };
+    s.broker.restore(
+        now,
+        PersistedState {
+            bindings: (1..=30).map(tombstone).collect(),
+            ..PersistedState::default()
+        },
+    );
+    assert_eq!(s.broker.bindings().len(), 30);
+    let _ = writeln!(s.out, "> the daemon trims what it restored");
+    s.broker.trim_tombstones();
+    s.drain();
+    assert_eq!(s.broker.bindings().len(), 24);
+    assert!(s.broker.bindings.index_holds());
+    // The six that end first went.
+    let kept = |name: &str| s.broker.bindings().iter().any(|b| b.digest == digest(name));
+    assert!(!kept("m6") && kept("m7") && kept("m30"));
+    s.check(expect![[r#"
+        > the daemon trims what it restored
+          event credential_tombstones_dropped 6 of 24
+          persist
+    "#]]);
+}
+
+/// A registration whose state write fails undoes its binding, but only its own: while the
+/// write was pending, the full route table evicted the route, the overall cap dropped the
+/// tombstone that left, and another identity bound the token. That binding stays.
+#[test]
+fn a_failed_write_leaves_another_identitys_binding_of_the_token_alone() {
+    let mut config = test_config();
+    config.max_routes = 1;
+    config.max_tokens_per_identity = 1;
+    let mut s = Scenario::with(config);
+    s.auto_persist = false;
+    s.mcp(1, 'B', "t1");
+    let b_write = s.last_seq;
+    for (n, id) in ['c', 'd', 'e', 'f', 'g'].into_iter().enumerate() {
+        s.mcp(10 + n as u64, id, &format!("x{n}"));
+    }
+    s.mcp(2, 'A', "t1");
+    let a_write = s.last_seq;
+    s.out.clear();
+    s.step(
+        "B's state write fails",
+        Input::Persisted {
+            seq: b_write,
+            ok: false,
+        },
+    )
+    .step(
+        "A's state write succeeds",
+        Input::Persisted {
+            seq: a_write,
+            ok: true,
+        },
+    )
+    .request("t1", RequestKind::Model, false);
+    assert!(s.broker.bindings.index_holds());
+    s.check(expect![[r#"
+        > B's state write fails
+          event control_registration_refused mcp state_unavailable B
+          c1 <- Refused(state_unavailable)
+          close c1
+        > A's state write succeeds
+          event mcp_added c refs=1
+          event worker_staged c #15
+          c10 <- Registered(session #3, LaunchWorker(grant #15 bind [127, 0, 0, 1]:0))
+          event mcp_added d refs=1
+          event worker_staged d #17
+          c11 <- Registered(session #5, LaunchWorker(grant #17 bind [127, 0, 0, 1]:0))
+          event mcp_added e refs=1
+          event worker_staged e #19
+          c12 <- Registered(session #7, LaunchWorker(grant #19 bind [127, 0, 0, 1]:0))
+          event mcp_added f refs=1
+          event worker_staged f #21
+          c13 <- Registered(session #9, LaunchWorker(grant #21 bind [127, 0, 0, 1]:0))
+          event mcp_added g refs=1
+          event worker_staged g #23
+          c14 <- Registered(session #11, LaunchWorker(grant #23 bind [127, 0, 0, 1]:0))
+          event mcp_added A refs=1
+          event worker_staged A #25
+          c2 <- Registered(session #13, LaunchWorker(grant #25 bind [127, 0, 0, 1]:0))
+        > Model request with t1
+          = wait
+    "#]]);
+}
+
 /// A remote MCP's hint puts its worker on every interface at the hinted port; the same hint
 /// from a session on the daemon's loopback is ignored, because a worker of a loopback
 /// session is accepted on 127.0.0.1 only: honoured, it had every worker refused and

@@ -102,3 +102,41 @@ fn burying_what_is_not_bound_does_nothing() {
     assert_eq!(table.bury(digest(1), Instant::now()), (None, 0));
     assert_eq!(table.len(), 0);
 }
+
+#[test]
+fn a_restored_table_keeps_every_tombstone_until_it_is_trimmed() {
+    let start = Instant::now();
+    let mut table = Bindings::new(2, 3);
+    // Identity 1 holds four tombstones, identity 2 one, identity 3 one and a live binding.
+    for n in 1..=6u8 {
+        let id = match n {
+            1..=4 => 1,
+            5 => 2,
+            _ => 3,
+        };
+        let until = Some(secs(start, u64::from(n)));
+        table.restore(digest(n), Binding::restored(identity(id), start, until));
+    }
+    table.restore(digest(9), Binding::live(identity(3), start));
+    assert_eq!(table.tombstones(), 6);
+    // Identity 1 keeps its newest two (3 and 4); then the overall cap of three drops the
+    // one that ends first (3), whoever holds it.
+    assert_eq!(table.trim(), 1);
+    assert!(table.index_holds());
+    let mut kept: Vec<Digest> = table.iter().map(|(d, _)| *d).collect();
+    kept.sort();
+    assert_eq!(kept, [digest(4), digest(5), digest(6), digest(9)]);
+    assert_eq!(table.trim(), 0);
+}
+
+#[test]
+fn a_digest_restored_twice_is_indexed_once() {
+    let start = Instant::now();
+    let mut table = Bindings::new(8, 8);
+    let until = Some(secs(start, 5));
+    table.restore(digest(1), Binding::restored(identity(1), start, until));
+    let replaced = table.restore(digest(1), Binding::restored(identity(1), start, until));
+    assert!(replaced.is_some());
+    assert_eq!(table.tombstones(), 1);
+    assert!(table.index_holds());
+}

@@ -135,8 +135,12 @@ impl Model {
         config.timers.drain_ms = 5_000;
         config.timers.reconnect_grace_ms = 3_000;
         config.timers.startup_progress_ms = 4_000;
+        // Tombstones end within a run, so pruning runs.
+        config.binding_tombstone = Duration::from_secs(60);
         let now = Instant::now();
         let mut broker = Broker::new(config, Box::new(Counter(0)));
+        // Caps the four tokens can reach: two tombstones per identity, three in all.
+        broker.bindings = table::Bindings::new(2, 3);
         broker.restore(now, PersistedState::default());
         Model {
             broker,
@@ -432,6 +436,19 @@ impl Model {
         let broker = &self.broker;
         // The tombstones' index matches the bindings, within both caps.
         prop_assert!(broker.bindings.index_holds());
+        // A route lists only credentials bound to it, each once.
+        for (fp, route) in &broker.routes {
+            for (n, digest) in route.digests.iter().enumerate() {
+                prop_assert!(
+                    broker
+                        .bindings
+                        .get(digest)
+                        .is_some_and(|b| b.is_live() && b.fingerprint == *fp),
+                    "{fp:?} lists {digest:?} without its live binding"
+                );
+                prop_assert!(!route.digests[..n].contains(digest));
+            }
+        }
         for (fp, route) in &broker.routes {
             // No route exceeds its token limit.
             prop_assert!(route.digests.len() <= broker.config.max_tokens_per_identity);
