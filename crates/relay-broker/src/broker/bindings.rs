@@ -157,9 +157,11 @@ impl Broker {
                     route.digests.retain(|d| *d != session.digest);
                 }
                 // Put back what the registration replaced: a revived tombstone must keep
-                // blocking other identities (§5.3). Unless the binding is no longer the
-                // one it made: a tombstone of this identity meanwhile dropped by the
-                // table's cap may have been bound by another, whose binding stays.
+                // blocking other identities (§5.3). Only if the binding is still the one
+                // it made: an undo must never delete another identity's binding. (Neither
+                // its route nor its token is evicted while the write is pending, so
+                // nothing known leads there; before that, a flood of identities could
+                // have the cap drop the token's tombstone and another identity bind it.)
                 let still_its_own = self
                     .bindings
                     .get(&session.digest)

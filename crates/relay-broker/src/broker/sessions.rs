@@ -1,6 +1,7 @@
 //! MCP sessions: registration and resume, release, the grace of a dropped session, and what
 //! an MCP reports about its launch (`ActivationFailed`, `WorkerExited`, `LaunchStatus`).
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -54,13 +55,14 @@ impl Broker {
         let evict_token = if new_binding
             && route.map_or(0, |r| r.digests.len()) >= self.config.max_tokens_per_identity
         {
-            // The least recently registered digest without a live MCP (§5.3).
+            // The least recently registered digest without a live MCP (§5.3), nor one
+            // whose registration is still being written, which is about to be live.
             let idle = route.and_then(|route| {
                 route.digests.iter().copied().find(|d| {
-                    !route
+                    !self
                         .sessions
-                        .iter()
-                        .any(|s| self.sessions.get(s).is_some_and(|s| s.digest == *d))
+                        .values()
+                        .any(|s| s.fingerprint == fp && s.digest == *d)
                 })
             });
             match idle {
@@ -71,10 +73,23 @@ impl Broker {
             None
         };
         let evict_route = if route.is_none() && self.routes.len() >= self.config.max_routes {
+            // A registration whose binding is still being written is a reference about to
+            // be live: evicted, its route would come back when the write lands, its token
+            // a tombstone, and the table over its capacity.
+            let registering: HashSet<Fingerprint> = self
+                .sessions
+                .values()
+                .filter(|s| s.pending_persist.is_some())
+                .map(|s| s.fingerprint)
+                .collect();
             let victim = self
                 .routes
                 .iter()
-                .filter(|(_, r)| r.sessions.is_empty() && r.state == RouteState::Empty)
+                .filter(|(fp, r)| {
+                    r.sessions.is_empty()
+                        && r.state == RouteState::Empty
+                        && !registering.contains(fp)
+                })
                 .min_by_key(|(_, r)| r.used)
                 .map(|(fp, _)| *fp);
             match victim {

@@ -1889,6 +1889,43 @@ fn route_table_evicts_the_least_recently_used_idle_route() {
     "#]]);
 }
 
+/// A route whose registration is still being written is not idle: evicting it would let
+/// the write land on a route the table no longer counts, with its token a tombstone.
+#[test]
+fn a_route_whose_registration_is_being_written_is_not_evicted() {
+    let mut config = test_config();
+    config.max_routes = 1;
+    let mut s = Scenario::with(config);
+    s.auto_persist = false;
+    s.mcp(1, 'A', "a1");
+    let write = s.last_seq;
+    s.mcp(2, 'B', "b1");
+    s.step(
+        "the state write lands",
+        Input::Persisted {
+            seq: write,
+            ok: true,
+        },
+    )
+    .request("a1", RequestKind::Model, false);
+    assert_eq!(s.broker.routes.len(), 1);
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+        > mcp c2 registers B with b1
+          event control_registration_refused mcp route_table_full B
+          c2 <- Refused(route_table_full)
+          close c2
+        > the state write lands
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > Model request with a1
+          = wait
+    "#]]);
+}
+
 #[test]
 fn session_limit_and_identity_conflict() {
     let mut s = Scenario::new();
@@ -3572,64 +3609,38 @@ fn a_restored_state_over_the_caps_is_trimmed_and_written_again() {
     "#]]);
 }
 
-/// A registration whose state write fails undoes its binding, but only its own: while the
-/// write was pending, the full route table evicted the route, the overall cap dropped the
-/// tombstone that left, and another identity bound the token. That binding stays.
+/// A token whose registration is still being written is not idle either: evicted for the
+/// same identity's next token, it would be a tombstone when its MCP is told it is
+/// registered, and the identity's own cap could then drop it for another to bind.
 #[test]
-fn a_failed_write_leaves_another_identitys_binding_of_the_token_alone() {
+fn a_token_whose_registration_is_being_written_is_not_evicted() {
     let mut config = test_config();
-    config.max_routes = 1;
     config.max_tokens_per_identity = 1;
     let mut s = Scenario::with(config);
     s.auto_persist = false;
     s.mcp(1, 'B', "t1");
-    let b_write = s.last_seq;
-    for (n, id) in ['c', 'd', 'e', 'f', 'g'].into_iter().enumerate() {
-        s.mcp(10 + n as u64, id, &format!("x{n}"));
-    }
-    s.mcp(2, 'A', "t1");
-    let a_write = s.last_seq;
-    s.out.clear();
+    let write = s.last_seq;
+    s.mcp(2, 'B', "x1");
     s.step(
-        "B's state write fails",
+        "the state write lands",
         Input::Persisted {
-            seq: b_write,
-            ok: false,
-        },
-    )
-    .step(
-        "A's state write succeeds",
-        Input::Persisted {
-            seq: a_write,
+            seq: write,
             ok: true,
         },
     )
     .request("t1", RequestKind::Model, false);
-    assert!(s.broker.bindings.index_holds());
     s.check(expect![[r#"
-        > B's state write fails
-          event control_registration_refused mcp state_unavailable B
-          c1 <- Refused(state_unavailable)
-          close c1
-        > A's state write succeeds
-          event mcp_added c refs=1
-          event worker_staged c #15
-          c10 <- Registered(session #3, LaunchWorker(grant #15 bind [127, 0, 0, 1]:0))
-          event mcp_added d refs=1
-          event worker_staged d #17
-          c11 <- Registered(session #5, LaunchWorker(grant #17 bind [127, 0, 0, 1]:0))
-          event mcp_added e refs=1
-          event worker_staged e #19
-          c12 <- Registered(session #7, LaunchWorker(grant #19 bind [127, 0, 0, 1]:0))
-          event mcp_added f refs=1
-          event worker_staged f #21
-          c13 <- Registered(session #9, LaunchWorker(grant #21 bind [127, 0, 0, 1]:0))
-          event mcp_added g refs=1
-          event worker_staged g #23
-          c14 <- Registered(session #11, LaunchWorker(grant #23 bind [127, 0, 0, 1]:0))
-          event mcp_added A refs=1
-          event worker_staged A #25
-          c2 <- Registered(session #13, LaunchWorker(grant #25 bind [127, 0, 0, 1]:0))
+        > mcp c1 registers B with t1
+          persist
+          event mcp_control_connected B
+        > mcp c2 registers B with x1
+          event control_registration_refused mcp token_limit B
+          c2 <- Refused(token_limit)
+          close c2
+        > the state write lands
+          event mcp_added B refs=1
+          event worker_staged B #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
         > Model request with t1
           = wait
     "#]]);
