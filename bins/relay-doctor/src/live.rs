@@ -123,11 +123,25 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
     let probed = relay_proxy::control::client::probe_daemon_key(daemon, tls.as_ref(), LIMIT)
         .await
         .map_err(|e| relay_proxy::error_chain(&e));
-    checks.push(judge_key(
-        daemon,
-        &probed,
-        &find_pin(inputs, daemon.origin()),
-    ));
+    let pin = find_pin(inputs, daemon.origin());
+    let key_check = judge_key(daemon, &probed, &pin);
+    // The route token goes only where relay-mcp would send it: to a daemon that proved the
+    // pinned key, or proved a key when there is no pin yet (the first contact, which pins
+    // it). Whoever answers at the address without that proof may be the impostor the user
+    // runs the doctor to find.
+    let proven =
+        key_check.status == Status::Ok || (probed.is_ok() && matches!(pin, PinFound::None { .. }));
+    checks.push(key_check);
+    if !proven {
+        let why = "not checked: the daemon did not prove the key this user trusts, and the route token is sent only to that daemon";
+        for id in ["live.route", "live.worker", "live.worker_reachable"] {
+            checks.push(Check::skip(id, why));
+        }
+        return Report {
+            mode: Mode::Live,
+            checks,
+        };
+    }
 
     let token = resolve_token(inputs);
     let Some((token, _)) = &token.token else {

@@ -764,3 +764,60 @@ fn a_report_that_cannot_be_written_fails_with_a_line_on_stderr() {
         "stderr: {stderr}"
     );
 }
+
+/// The attack: whoever answers at the daemon's address looks like relayd (its `/healthz`
+/// says so) but cannot prove the daemon's key. The doctor must fail the key check and send
+/// the route token nowhere: it is the tool a user runs when they suspect an impostor.
+#[test]
+fn live_sends_no_token_to_a_daemon_that_does_not_prove_its_key() {
+    let machine = Machine::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let (seen, heads) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match std::io::Read::read(&mut stream, &mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let body = if head.starts_with("GET /healthz ") {
+                r#"{"service":"relayd","version":"9.9.9","instance_id":"01900000-0000-7000-8000-000000000001","deployment_mode":"managed","status":"ok"}"#
+            } else {
+                r#"{"route_state":"ready","worker_id":"01900000-0000-7000-8000-000000000002"}"#
+            };
+            let _ = seen.send(head);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = std::io::Write::write_all(&mut stream, answer.as_bytes());
+        }
+    });
+    let output = machine
+        .command(&["--live", "--daemon-address", &address, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let json = json_of(&output);
+    assert_eq!(check(&json, "live.healthz")["status"], "ok");
+    assert_eq!(check(&json, "live.daemon_key")["status"], "fail");
+    for id in ["live.route", "live.worker", "live.worker_reachable"] {
+        assert_eq!(check(&json, id)["status"], "skip", "{id}");
+    }
+    let heads: Vec<String> = heads.try_iter().collect();
+    assert!(heads.iter().any(|h| h.starts_with("GET /healthz ")));
+    let encoded = machine.token.encode();
+    for head in heads.iter() {
+        assert!(!head.contains(&*encoded), "the token was sent: {head}");
+        assert!(
+            !head.to_ascii_lowercase().contains("x-relay-client-token"),
+            "{head}"
+        );
+    }
+}
