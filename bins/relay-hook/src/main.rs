@@ -83,6 +83,12 @@ fn main() -> ExitCode {
         (Ok(Payload { body, event, .. }), Ok(timeout_override)) => {
             let timeout =
                 timeout_override.unwrap_or_else(|| cli.agent.default_timeout(event.as_deref()));
+            // An agent that keeps stdin open past the timeout: say so, rather than blame a
+            // daemon that was never asked.
+            if started.elapsed() >= timeout {
+                let outcome = Outcome::Failure(Failure::PayloadLate { timeout });
+                return finish(outcome, cli.agent, event.as_deref(), cli.failure_policy());
+            }
             let extra_ca_file = env.non_empty(names::RELAY_EXTRA_CA_FILE).map(PathBuf::from);
             let post = HookPost {
                 address: &cli.daemon_address,

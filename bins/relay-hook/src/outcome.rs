@@ -43,6 +43,15 @@ pub(crate) enum Failure {
         /// What is wrong with it.
         source: crate::cli::TimeoutEnvError,
     },
+    /// stdin was still open when the timeout ran out: the daemon was never asked.
+    #[error(
+        "the hook payload took longer than {} ms to arrive on stdin and was not sent",
+        timeout.as_millis()
+    )]
+    PayloadLate {
+        /// The timeout that ran out.
+        timeout: Duration,
+    },
     /// stdin could not be read.
     #[error("cannot read the hook payload from stdin: {source}")]
     Stdin {

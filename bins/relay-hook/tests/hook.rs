@@ -222,6 +222,8 @@ struct Hook {
     config_home: tempfile::TempDir,
     /// stderr is `/dev/full`, where every write fails.
     stderr_full: bool,
+    /// How long stdin stays open after the payload.
+    stdin_open_for: Duration,
 }
 
 #[derive(Debug)]
@@ -255,6 +257,7 @@ impl Hook {
             secrets: Vec::new(),
             config_home: tempfile::tempdir().unwrap(),
             stderr_full: false,
+            stdin_open_for: Duration::ZERO,
         }
     }
 
@@ -286,6 +289,13 @@ impl Hook {
 
     fn stdin(mut self, bytes: impl Into<Vec<u8>>) -> Hook {
         self.stdin = bytes.into();
+        self
+    }
+
+    /// Keeps stdin open this long after writing the payload, as an agent that is slow to
+    /// close it would.
+    fn stdin_open_for(mut self, open: Duration) -> Hook {
+        self.stdin_open_for = open;
         self
     }
 
@@ -334,9 +344,11 @@ impl Hook {
         let mut child = command.spawn().unwrap();
         let mut stdin = child.stdin.take().unwrap();
         let input = self.stdin.clone();
+        let open = self.stdin_open_for;
         // The hook may exit before reading an oversize payload to its end.
         let writer = tokio::spawn(async move {
             let _ = stdin.write_all(&input).await;
+            tokio::time::sleep(open).await;
         });
         let output = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
             .await
@@ -922,6 +934,28 @@ async fn a_worker_that_stays_unavailable_fails_at_the_timeout() {
     let attempts = daemon.seen().len();
     assert!((2..=5).contains(&attempts), "{attempts} attempts in 350 ms");
     assert!(run.elapsed < Duration::from_millis(1500), "{run:?}");
+}
+
+/// An agent that keeps stdin open past the timeout: the daemon is never asked, the
+/// blocking event fails closed, and the message says what was late.
+#[tokio::test]
+async fn a_payload_still_arriving_at_the_timeout_is_not_sent_and_is_named() {
+    let daemon = Daemon::script(vec![Reply::json(200, "{}")]).await;
+    let run = Hook::new("claude", &daemon.url())
+        .token(&new_token())
+        .env("RELAY_HOOK_TIMEOUT_MS", "300")
+        .stdin(fixture("claude-code", "PreToolUse-Bash.json"))
+        .stdin_open_for(Duration::from_millis(600))
+        .run()
+        .await;
+    assert_eq!(run.code, Some(2), "{run:?}");
+    assert!(
+        run.stderr
+            .contains("took longer than 300 ms to arrive on stdin"),
+        "{run:?}"
+    );
+    assert!(!run.stderr.contains("did not answer"), "{run:?}");
+    assert!(daemon.seen().is_empty());
 }
 
 /// A timeout that cannot be read is a failure under the failure policy, not a usage error:
