@@ -98,8 +98,8 @@ enum Ended {
     Stopping,
     /// The harness session ended and the reference was released.
     Released,
-    /// The route is revoked or blocked: stop for good.
-    Revoked,
+    /// The route is revoked or blocked (the code says which): stop for good.
+    Revoked(RefusedCode),
 }
 
 impl Control {
@@ -132,7 +132,7 @@ impl Control {
             pending
         });
         if first {
-            self.pass_through(McpPassThroughReason::DaemonUnreachable);
+            self.pass_through(McpPassThroughReason::DaemonUnreachable, None);
         }
     }
 
@@ -162,6 +162,7 @@ impl Control {
                 daemon_address: &daemon_address,
                 fingerprint: Some(&fingerprint),
                 reason: pass_through_reason(health.ok().as_ref()),
+                refused: None,
             }
             .emit();
         };
@@ -170,12 +171,14 @@ impl Control {
         }
     }
 
-    fn pass_through(&self, reason: McpPassThroughReason) {
+    /// Says the session goes on without a route, with the daemon's refusal if it refused.
+    fn pass_through(&self, reason: McpPassThroughReason, refused: Option<RefusedCode>) {
         let fingerprint = self.fingerprint();
         Lifecycle::DaemonMcpPassThrough {
             daemon_address: &self.daemon_address(),
             fingerprint: Some(&fingerprint),
             reason,
+            refused,
         }
         .emit();
     }
@@ -228,15 +231,15 @@ impl Control {
                         // state_unavailable is not here: the daemon retries its write, so
                         // this retries its registration.
                         Some(
-                            RefusedCode::CredentialBoundElsewhere
+                            code @ (RefusedCode::CredentialBoundElsewhere
                             | RefusedCode::TokenLimit
-                            | RefusedCode::CredentialMalformed,
+                            | RefusedCode::CredentialMalformed),
                         ) => {
-                            self.pass_through(McpPassThroughReason::CredentialRejected);
+                            self.pass_through(McpPassThroughReason::CredentialRejected, Some(code));
                             return self.idle(launched, shutdown).await;
                         }
-                        Some(RefusedCode::RouteTableFull) => {
-                            self.pass_through(McpPassThroughReason::RouteTableFull);
+                        Some(code @ RefusedCode::RouteTableFull) => {
+                            self.pass_through(McpPassThroughReason::RouteTableFull, Some(code));
                             return self.idle(launched, shutdown).await;
                         }
                         _ => {}
@@ -255,7 +258,10 @@ impl Control {
                     }
                     if error.is_fatal() {
                         tracing::error!(event = "control_registration_failed", error = %error, "control registration failed for good");
-                        self.pass_through(McpPassThroughReason::CredentialRejected);
+                        self.pass_through(
+                            McpPassThroughReason::CredentialRejected,
+                            error.refused_code(),
+                        );
                         return self.idle(launched, shutdown).await;
                     }
                     if !warned_unreachable {
@@ -322,8 +328,8 @@ impl Control {
                 .await;
             match ended {
                 Ended::Released => return,
-                Ended::Revoked => {
-                    self.pass_through(McpPassThroughReason::CredentialRejected);
+                Ended::Revoked(code) => {
+                    self.pass_through(McpPassThroughReason::CredentialRejected, Some(code));
                     return self.idle(launched, shutdown).await;
                 }
                 Ended::Dropped => {
@@ -364,7 +370,9 @@ impl Control {
                         Message::Refused(refused) => {
                             tracing::warn!(event = "control_session_ended", reason = refused.text.as_str(), "the daemon ended the session");
                             return match refused.reason() {
-                                Some(RefusedCode::Revoked | RefusedCode::Blocked) => Ended::Revoked,
+                                Some(code @ (RefusedCode::Revoked | RefusedCode::Blocked)) => {
+                                    Ended::Revoked(code)
+                                }
                                 _ => Ended::Dropped,
                             };
                         }

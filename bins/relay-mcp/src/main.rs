@@ -109,6 +109,7 @@ fn prepare(
             daemon_address: &daemon_address,
             fingerprint: None,
             reason,
+            refused: None,
         }
         .emit();
         settled.send_replace(control::Settled::Decided);

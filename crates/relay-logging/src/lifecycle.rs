@@ -405,6 +405,8 @@ pub enum Lifecycle<'a> {
         daemon_address: &'a str,
         fingerprint: Option<&'a str>,
         reason: McpPassThroughReason,
+        /// The daemon's refusal, when it refused the registration or ended the session.
+        refused: Option<RefusedCode>,
     },
     /// MCP side: the worker could not be launched (warn). `detail` is a diagnostic such as
     /// the plugin configuration error; it must never hold the grant.
@@ -881,12 +883,14 @@ impl Lifecycle<'_> {
                 daemon_address,
                 fingerprint,
                 reason,
+                refused,
             } => match reason {
                 McpPassThroughReason::ConfiguredPassThrough => {
                     lifecycle_event!(INFO, name, "session continues without a worker route";
                         daemon_address,
                         fingerprint = fingerprint.map(digest_prefix),
                         reason = reason.as_str(),
+                        refused = refused.map(RefusedCode::as_str),
                     )
                 }
                 McpPassThroughReason::CredentialRejected
@@ -897,6 +901,7 @@ impl Lifecycle<'_> {
                         daemon_address,
                         fingerprint = fingerprint.map(digest_prefix),
                         reason = reason.as_str(),
+                        refused = refused.map(RefusedCode::as_str),
                     )
                 }
             },

@@ -71,6 +71,8 @@ async fn assert_refused_but_serving(
         "credential_rejected",
         "{settled}"
     );
+    // The user's own log says why, without the daemon's.
+    assert_eq!(field(&settled, "refused"), reason, "{settled}");
     assert_serves_mcp(&mut mcp, 2).await?;
     assert!(
         mcp.try_status()?.is_none(),
@@ -211,6 +213,7 @@ async fn bindings_revoke_ends_a_live_route_and_its_worker() -> anyhow::Result<()
         "credential_rejected",
         "{settled}"
     );
+    assert_eq!(field(&settled, "refused"), "revoked", "{settled}");
     assert!(
         mcp.logs().text().contains("revoked"),
         "{}",

@@ -306,6 +306,7 @@ fn samples(context: &Context) -> Vec<Lifecycle<'_>> {
             daemon_address: "http://127.0.0.1:47632",
             fingerprint: Some(FINGERPRINT),
             reason: McpPassThroughReason::DaemonUnreachable,
+            refused: None,
         },
         Lifecycle::WorkerLaunchFailed {
             fingerprint: FINGERPRINT,
@@ -615,6 +616,7 @@ fn disconnect_and_mcp_pass_through_levels_follow_their_reason() {
             daemon_address: "http://127.0.0.1:47632",
             fingerprint: None,
             reason,
+            refused: None,
         });
         let expected = if reason == McpPassThroughReason::ConfiguredPassThrough {
             "info"
