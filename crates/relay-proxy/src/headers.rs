@@ -113,6 +113,12 @@ fn remove_hop_by_hop(headers: &mut HeaderMap, also: impl Fn(&HeaderName, &str) -
     if dropped.is_empty() {
         return;
     }
+    // A message framed by `Transfer-Encoding` has that framing, whatever `Content-Length`
+    // says (RFC 9112): forwarded without the encoding, the length would cut the body short.
+    // (hyper refuses a request with both; a provider's answer may carry both.)
+    if dropped.contains(&header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     // `Connection` is itself hop-by-hop, so the names it lists can only be here with it.
     for name in connection_tokens(headers) {
         headers.remove(name);

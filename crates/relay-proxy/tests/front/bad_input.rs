@@ -830,6 +830,32 @@ async fn an_http2_body_a_provider_answered_early_is_still_read_to_its_end() {
     send_as_the_window_allows(&mut upload).await;
 }
 
+/// A provider that sends both `Content-Length` and `Transfer-Encoding: chunked` framed its
+/// body by the encoding, which overrides the length (RFC 9112). relayd drops the encoding
+/// as hop-by-hop; forwarded alone, the length would cut the body short and the client
+/// would take the cut body for the whole one.
+#[tokio::test]
+async fn a_provider_answer_with_length_and_chunks_reaches_the_client_whole() {
+    let (relay, provider) = relay_before_a_raw_provider().await;
+    let body = r#"{"id":"msg_1","type":"message","content":"all of it"}"#;
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+        body.len()
+    );
+    tokio::spawn(async move {
+        relay_testkit::duplex::answer_then_close(provider, answer.as_bytes()).await
+    });
+    let answer = relay
+        .post("/v1/messages", &[("x-api-key", "sk-test")], "{}")
+        .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.body, body.as_bytes());
+    assert_ne!(
+        answer.headers.get("content-length").map(|v| v.as_bytes()),
+        Some(&b"10"[..])
+    );
+}
+
 /// relayd in front of a provider that is only a listening socket, for the test to answer.
 async fn relay_before_a_raw_provider() -> (Relay, tokio::net::TcpListener) {
     let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
