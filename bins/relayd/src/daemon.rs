@@ -309,6 +309,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
             max_connections: descriptors.accepted,
             header_read_timeout: config.daemon.timers.header_read_timeout_secs.get(),
             keepalive_idle: config.daemon.keepalive_idle_secs.get(),
+            write_stall: config.daemon.stream_idle_secs.get(),
             drain_timeout: config.daemon.timers.drain_secs.get(),
             tls,
             handshake_timeout: config.daemon.timers.header_read_timeout_secs.get(),

@@ -72,6 +72,9 @@ pub struct ConnState {
     /// while it follows it.
     untracked_since: AtomicU64,
     verdicts: Mutex<VecDeque<HeadVerdict>>,
+    /// Milliseconds since `epoch` (+1) since when every write has found the client's
+    /// socket full; 0 once a write goes through.
+    write_blocked_since: AtomicU64,
     /// The watchdog, woken when a deadline may have moved earlier.
     wake: AtomicWaker,
 }
@@ -86,6 +89,7 @@ impl ConnState {
             watched: AtomicBool::new(false),
             untracked_since: AtomicU64::new(0),
             verdicts: Mutex::new(VecDeque::new()),
+            write_blocked_since: AtomicU64::new(0),
             wake: AtomicWaker::new(),
         }
     }
@@ -142,12 +146,32 @@ impl ConnState {
         ActiveRequest { conn: self.clone() }
     }
 
+    /// Notes whether a write to the client went through or found its socket full. The
+    /// first write that waits starts the stalled-write timer and wakes the watchdog; the
+    /// next that goes through stops it.
+    fn on_write_poll(&self, waiting: bool) {
+        let blocked = self.write_blocked_since.load(Ordering::Relaxed) != 0;
+        if waiting && !blocked {
+            self.write_blocked_since
+                .store(self.now_ms() + 1, Ordering::Relaxed);
+            self.wake.wake();
+        } else if !waiting && blocked {
+            self.write_blocked_since.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Resolves when the connection should close: a head that is not complete within
     /// `header_timeout` yields [`Expiry::HeaderTimeout`]; an idle connection with no request
     /// for `keepalive_idle` yields [`Expiry::Idle`]; a connection whose byte stream the
     /// watcher lost yields [`Expiry::Untracked`] `header_timeout` after that or after its
-    /// last request, whichever is later.
-    pub async fn expired(&self, header_timeout: Duration, keepalive_idle: Duration) -> Expiry {
+    /// last request, whichever is later; a client that has read nothing of what was written
+    /// to it for `write_stall` yields [`Expiry::WriteStalled`].
+    pub async fn expired(
+        &self,
+        header_timeout: Duration,
+        keepalive_idle: Duration,
+        write_stall: Duration,
+    ) -> Expiry {
         // One timer for the connection's life. It may be set earlier than the deadline,
         // never later: activity only moves a deadline later, so when it does the timer is
         // left alone and, when it fires early, the state is read again and the timer set
@@ -160,7 +184,7 @@ impl ConnState {
             // this again.
             self.wake.register(cx.waker());
             loop {
-                let deadline = match self.deadline(header_timeout, keepalive_idle) {
+                let deadline = match self.deadline(header_timeout, keepalive_idle, write_stall) {
                     Ok(deadline) => deadline,
                     Err(expiry) => return Poll::Ready(expiry),
                 };
@@ -180,8 +204,28 @@ impl ConnState {
         &self,
         header_timeout: Duration,
         keepalive_idle: Duration,
+        write_stall: Duration,
     ) -> Result<Instant, Expiry> {
         let now = self.at(self.now_ms());
+        let deadline = self.read_deadline(now, header_timeout, keepalive_idle)?;
+        let blocked = self.write_blocked_since.load(Ordering::Relaxed);
+        if blocked == 0 {
+            return Ok(deadline);
+        }
+        let stalled = self.at(blocked - 1) + write_stall;
+        if now >= stalled {
+            return Err(Expiry::WriteStalled);
+        }
+        Ok(deadline.min(stalled))
+    }
+
+    /// [`ConnState::deadline`] as the reads and requests alone set it.
+    fn read_deadline(
+        &self,
+        now: Instant,
+        header_timeout: Duration,
+        keepalive_idle: Duration,
+    ) -> Result<Instant, Expiry> {
         let head_started = self.head_started.load(Ordering::Relaxed);
         if head_started != 0 {
             let mut deadline = (
@@ -311,6 +355,9 @@ pub enum Expiry {
     Idle,
     /// The watcher lost the byte stream and nothing is in flight.
     Untracked,
+    /// The client read nothing of what was written to it for `stream_idle_secs`: no byte
+    /// moved toward it, and none comes from the provider while the answer waits.
+    WriteStalled,
 }
 
 /// Held while a request is in progress on a connection (until its response body ends).
@@ -731,7 +778,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.on_write(buf);
-        this.inner_mut()?.poll_write(cx, buf)
+        let written = this.inner_mut()?.poll_write(cx, buf);
+        this.state.on_write_poll(written.is_pending());
+        written
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -755,7 +804,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ConnIo<T> {
         if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
             this.on_write(first);
         }
-        this.inner_mut()?.poll_write_vectored(cx, bufs)
+        let written = this.inner_mut()?.poll_write_vectored(cx, bufs);
+        this.state.on_write_poll(written.is_pending());
+        written
     }
 }
 

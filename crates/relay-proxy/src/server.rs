@@ -89,6 +89,10 @@ pub struct ServeOptions {
     pub max_connections: usize,
     pub header_read_timeout: Duration,
     pub keepalive_idle: Duration,
+    /// How long a client may read nothing of what is written to it before its connection
+    /// is cut (`stream_idle_secs`): a stalled reader would otherwise hold its answer, and
+    /// the provider's stream behind it, for ever.
+    pub write_stall: Duration,
     /// How long accepted requests may run on after shutdown begins.
     pub drain_timeout: Duration,
     pub tls: Option<Arc<rustls::ServerConfig>>,
@@ -107,6 +111,7 @@ impl Default for ServeOptions {
             max_connections: daemon.max_connections,
             header_read_timeout,
             keepalive_idle: daemon.keepalive_idle_secs.get(),
+            write_stall: daemon.stream_idle_secs.get(),
             drain_timeout: daemon.timers.drain_secs.get(),
             tls: None,
             handshake_timeout: header_read_timeout,
@@ -501,8 +506,11 @@ impl Conn {
         // the end of this block.
         let closing = {
             let mut connection = Served::new(&builders, io, service, protocol);
-            let mut watchdog =
-                pin!(state.expired(options.header_read_timeout, options.keepalive_idle));
+            let mut watchdog = pin!(state.expired(
+                options.header_read_timeout,
+                options.keepalive_idle,
+                options.write_stall,
+            ));
             let mut stop = Some(pin!(stopping.changed()));
             // The watchdog and the server's stop, polled only when one of them woke the task.
             let mut guard = poll_fn(|cx| {

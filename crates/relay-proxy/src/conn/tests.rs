@@ -17,6 +17,9 @@ fn verdicts<T>(io: &ConnIo<T>) -> Vec<HeadVerdict> {
         .collect()
 }
 
+/// The stalled-write time of the tests that are not about it: longer than any of them.
+const STALL: Duration = Duration::from_secs(3600);
+
 const CLEAN: HeadVerdict = HeadVerdict::Clean;
 const AMBIGUOUS: HeadVerdict = HeadVerdict::AmbiguousFraming;
 
@@ -114,13 +117,16 @@ async fn watchdog_separates_header_timeout_from_keepalive_idle() {
     let idle = Duration::from_secs(90);
     // Idle from the start: fires after the keep-alive time, not the header time.
     let started = Instant::now();
-    assert_eq!(state.expired(header, idle).await, Expiry::Idle);
+    assert_eq!(state.expired(header, idle, STALL).await, Expiry::Idle);
     assert!(started.elapsed() >= idle);
     // A head in progress: fires after the header time.
     let mut io = ConnIo::new((), state.clone(), true);
     io.observe(b"GET / HT");
     let started = Instant::now();
-    assert_eq!(state.expired(header, idle).await, Expiry::HeaderTimeout);
+    assert_eq!(
+        state.expired(header, idle, STALL).await,
+        Expiry::HeaderTimeout
+    );
     assert!(started.elapsed() >= header && started.elapsed() < idle);
 }
 
@@ -130,7 +136,7 @@ fn watchdog(state: &Arc<ConnState>) -> tokio::task::JoinHandle<Expiry> {
     let state = state.clone();
     tokio::spawn(async move {
         state
-            .expired(Duration::from_secs(10), Duration::from_secs(90))
+            .expired(Duration::from_secs(10), Duration::from_secs(90), STALL)
             .await
     })
 }
@@ -216,7 +222,7 @@ async fn a_split_head_that_ends_hands_over_to_a_shorter_idle_time() {
         let state = state.clone();
         async move {
             state
-                .expired(Duration::from_secs(30), Duration::from_secs(5))
+                .expired(Duration::from_secs(30), Duration::from_secs(5), STALL)
                 .await
         }
     });
@@ -311,7 +317,7 @@ async fn an_untracked_connection_is_cut_by_the_header_timer_once_idle() {
     let started = Instant::now();
     let header = Duration::from_secs(10);
     assert_eq!(
-        state.expired(header, Duration::from_secs(90)).await,
+        state.expired(header, Duration::from_secs(90), STALL).await,
         Expiry::Untracked
     );
     assert!(started.elapsed() >= header && started.elapsed() < Duration::from_secs(90));
@@ -530,4 +536,44 @@ fn a_socket_error_after_the_sniffed_bytes_comes_with_the_next_read() {
         io::ErrorKind::UnexpectedEof
     );
     assert!(read_once(&mut io, 8192).is_empty());
+}
+
+/// A client that reads nothing: once its socket is full, every write waits. After the
+/// stalled-write time without one going through, the watchdog ends the connection, though
+/// a request is in progress; a write that goes through in time starts the count anew.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_reads_nothing_is_cut_after_the_stalled_write_time() {
+    let state = Arc::new(ConnState::new());
+    let (client, server) = tokio::io::duplex(64);
+    let mut io = ConnIo::new(server, state.clone(), true);
+    let _active = state.begin_request();
+    let stall = Duration::from_secs(5);
+    let expired = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            state
+                .expired(Duration::from_secs(10), Duration::from_secs(90), stall)
+                .await
+        })
+    };
+    let write = |io: &mut ConnIo<tokio::io::DuplexStream>| {
+        let mut cx = Context::from_waker(Waker::noop());
+        Pin::new(io).poll_write(&mut cx, &[b'x'; 64])
+    };
+    // Fills the pipe, then waits.
+    assert!(matches!(write(&mut io), Poll::Ready(Ok(64))));
+    assert!(write(&mut io).is_pending());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!expired.is_finished());
+    // The client reads: the next write goes through, and the count starts again.
+    let mut client = client;
+    let mut sink = [0u8; 64];
+    tokio::io::AsyncReadExt::read_exact(&mut client, &mut sink)
+        .await
+        .unwrap();
+    assert!(matches!(write(&mut io), Poll::Ready(Ok(64))));
+    assert!(write(&mut io).is_pending());
+    let started = Instant::now();
+    assert_eq!(expired.await.unwrap(), Expiry::WriteStalled);
+    assert!(started.elapsed() >= stall);
 }

@@ -71,6 +71,7 @@ pub fn serve_options(identity: &WorkerIdentity, drain_timeout: Duration) -> Serv
         // Half the daemon's: 5 s by default.
         header_read_timeout: TimersConfig::default().header_read_timeout_secs.get() / 2,
         keepalive_idle: daemon.keepalive_idle_secs.get(),
+        write_stall: daemon.stream_idle_secs.get(),
         drain_timeout,
         tls: Some(identity.server_config()),
         handshake_timeout: Duration::from_secs(2),

@@ -464,3 +464,48 @@ async fn an_idle_stream_is_aborted_on_both_sides() {
         .await
         .unwrap();
 }
+
+/// A client that stops reading a stream moves no byte either way once the sockets between
+/// are full: after `stream_idle_secs` relayd cuts it, and the provider's stream behind it,
+/// instead of holding both for as long as the client lives.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_after_the_stream_idle_time() {
+    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let mut setup = Setup::new(&format!("http://{}", provider.local_addr().unwrap()));
+    setup.config.daemon.stream_idle_secs = crate::support::secs_f64(0.5);
+    let relay = setup.start().await;
+    // The provider streams for as long as anyone takes its bytes.
+    let streaming = tokio::spawn(async move {
+        let (mut upstream, _) = provider.accept().await.unwrap();
+        let mut head = [0u8; 4096];
+        let _ = upstream.read(&mut head).await.unwrap();
+        upstream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            .await
+            .unwrap();
+        let frame = format!("{:x}\r\ndata: {}\n\n\r\n", 1024 + 8, "x".repeat(1024));
+        let started = Instant::now();
+        while upstream.write_all(frame.as_bytes()).await.is_ok() {}
+        started.elapsed()
+    });
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(relay.addr).await.unwrap();
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nx-api-key: k\r\ncontent-length: 2\r\n\r\n{{}}",
+        relay.host()
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    // Reads nothing, and stays connected.
+    let streamed_for = tokio::time::timeout(WAIT, streaming)
+        .await
+        .expect("the provider's stream was not cut")
+        .unwrap();
+    assert!(
+        streamed_for >= Duration::from_millis(400),
+        "{streamed_for:?}"
+    );
+    drop(client);
+}

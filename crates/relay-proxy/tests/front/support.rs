@@ -129,6 +129,7 @@ impl Setup {
                 max_connections: config.daemon.max_connections,
                 header_read_timeout: config.daemon.timers.header_read_timeout_secs.get(),
                 keepalive_idle: config.daemon.keepalive_idle_secs.get(),
+                write_stall: config.daemon.stream_idle_secs.get(),
                 drain_timeout: Duration::from_secs(1),
                 tls: self.tls,
                 ..ServeOptions::default()
