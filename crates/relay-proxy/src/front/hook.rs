@@ -189,7 +189,7 @@ pub(super) struct HookBuffer {
 /// The default budget: sixteen bodies of the default 1 MiB limit at once.
 pub(super) const DEFAULT_HOOK_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
 
-/// How long a hook body waits for room in the budget before it is answered 503.
+/// How long a hook body waits for room in the budget before it is answered 429.
 const HOOK_BUFFER_WAIT: Duration = Duration::from_secs(1);
 
 /// Why a hook body found no room.
@@ -197,7 +197,9 @@ const HOOK_BUFFER_WAIT: Duration = Duration::from_secs(1);
 enum NoRoom {
     /// The caller's address holds its whole share: 429.
     PeerShare,
-    /// The daemon's budget stayed full for [`HOOK_BUFFER_WAIT`]: 503.
+    /// The daemon's budget stayed full for [`HOOK_BUFFER_WAIT`]: 429 too, the status that
+    /// goes with `relay_too_many_requests` (a 503 says `relay_worker_unavailable` or
+    /// `relay_unauthorized`, and only the first is worth a hook's retry).
     Budget,
 }
 
@@ -211,7 +213,7 @@ impl NoRoom {
                 1,
             ),
             NoRoom::Budget => retry_later(
-                StatusCode::SERVICE_UNAVAILABLE,
+                StatusCode::TOO_MANY_REQUESTS,
                 ErrorKind::RelayTooManyRequests,
                 "too many hook bodies are being received at once",
                 1,

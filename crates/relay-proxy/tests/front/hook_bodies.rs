@@ -94,15 +94,15 @@ async fn the_hook_bodies_buffered_at_once_stay_within_the_daemons_budget() {
     // stall; their bodies are read, so they hold the whole budget.
     let mut first = start_slow_hook(&relay, "").await;
     let _second = start_slow_hook(&relay, "").await;
-    // A third body finds no room: 503 with Retry-After, once the two hold their share.
+    // A third body finds no room: 429 with Retry-After, once the two hold their share.
     let deadline = tokio::time::Instant::now() + WAIT;
     let refused = loop {
         let answer = small_hook(&relay).await;
-        if answer.status == 503 || tokio::time::Instant::now() > deadline {
+        if answer.status == 429 || tokio::time::Instant::now() > deadline {
             break answer;
         }
     };
-    refused.assert_error(503, "relay_too_many_requests");
+    refused.assert_error(429, "relay_too_many_requests");
     assert_eq!(refused.header("retry-after"), Some("1"));
     // The first caller finishes its body: its answer comes, its room is returned, and
     // the next small hook is taken again.

@@ -63,12 +63,12 @@ async fn local_callers_share_the_whole_budget() {
     for _ in 0..4 {
         held.push(buffer.reserve(&undeclared(), LIMIT, LOCAL).await.unwrap());
     }
-    // The budget is full: a remote body waits, then is refused for the budget (503), and
+    // The budget is full: a remote body waits, then is refused for the budget (429), and
     // its address holds nothing afterwards.
     let refused = buffer.reserve(&undeclared(), LIMIT, ATTACKER).await;
     assert_eq!(refused.err(), Some(NoRoom::Budget));
     assert!(buffer.held.is_empty());
-    assert_eq!(refused_status(&buffer, LOCAL).await, 503);
+    assert_eq!(refused_status(&buffer, LOCAL).await, 429);
 }
 
 async fn refused_status(buffer: &HookBuffer, peer: IpAddr) -> u16 {
