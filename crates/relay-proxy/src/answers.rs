@@ -154,12 +154,16 @@ pub(crate) fn unsupported_media_type() -> Response<ResponseBody> {
     )
 }
 
+/// 413, the connection's last: the rest of the body is not read, so no request can follow
+/// it on an HTTP/1 connection, and the header says so.
 pub(crate) fn payload_too_large(limit: u64) -> Response<ResponseBody> {
-    error(
+    let mut res = error(
         StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::RelayPayloadTooLarge,
         &format!("the body exceeds the limit of {limit} bytes"),
-    )
+    );
+    close_after(&mut res);
+    res
 }
 
 pub(crate) fn upstream_not_allowed() -> Response<ResponseBody> {
@@ -171,9 +175,10 @@ pub(crate) fn upstream_not_allowed() -> Response<ResponseBody> {
 }
 
 /// The client's upload stopped arriving (408) or broke off (400): its fault, not the
-/// provider's or the worker's.
+/// provider's or the worker's. The connection's last either way: the body was not read to
+/// its end.
 fn request_body_failed(idle: bool) -> Response<ResponseBody> {
-    if idle {
+    let mut res = if idle {
         error(
             StatusCode::REQUEST_TIMEOUT,
             ErrorKind::RelayBadRequest,
@@ -185,7 +190,9 @@ fn request_body_failed(idle: bool) -> Response<ResponseBody> {
             ErrorKind::RelayBadRequest,
             "the request body could not be read",
         )
-    }
+    };
+    close_after(&mut res);
+    res
 }
 
 pub(crate) fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> {

@@ -33,6 +33,8 @@ async fn a_content_length_over_the_limit_is_413_before_any_upstream_connection()
         )
         .await;
         res.assert_error(413, "relay_payload_too_large");
+        // The body is not read, so the connection closes after the answer, and says so.
+        assert_eq!(res.header("connection"), Some("close"));
     }
     // At the limit it goes through (to the tripwire, which never answers: just check it
     // was reached, so the limit is not off by one).
@@ -76,6 +78,7 @@ async fn a_chunked_body_crossing_the_limit_is_cut_upstream_and_answered_413() {
     // The client never gets to finish; Relay answers as soon as the limit is crossed.
     let res = read_response(&mut stream).await;
     res.assert_error(413, "relay_payload_too_large");
+    assert_eq!(res.header("connection"), Some("close"));
     let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
     assert!(
         !recorded[0].body_complete,
