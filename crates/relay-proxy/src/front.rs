@@ -194,10 +194,14 @@ impl Front {
     /// A model or hook request comes back as the boxed future that forwards it.
     fn dispatch(
         self: Arc<Self>,
-        req: Request<ClientBody>,
+        mut req: Request<ClientBody>,
         conn: ConnContext,
     ) -> Next<Answer, impl Future<Output = Answer> + Send, impl Future<Output = Answer> + Send>
     {
+        // Every hop after this one is HTTP/1.1, or may be.
+        if req.version() == http::Version::HTTP_2 {
+            crate::headers::join_cookies(req.headers_mut());
+        }
         let route = PathClass::classify(req.method(), req.uri().path());
         let label = route_label(route);
         let local = |res| Next::answered(Answer::new(res, label, Destination::Local));

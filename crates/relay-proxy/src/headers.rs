@@ -128,6 +128,26 @@ fn remove_hop_by_hop(headers: &mut HeaderMap, also: impl Fn(&HeaderName, &str) -
     }
 }
 
+/// Joins the `Cookie` fields an HTTP/2 client may split a cookie list into, as they must be
+/// before the request goes on over HTTP/1.1 (RFC 9113): one field, the values in order,
+/// separated by `; `.
+pub fn join_cookies(headers: &mut HeaderMap) {
+    let cookies = headers.get_all(header::COOKIE);
+    if cookies.iter().nth(1).is_none() {
+        return;
+    }
+    let mut joined = Vec::new();
+    for value in cookies {
+        if !joined.is_empty() {
+            joined.extend_from_slice(b"; ");
+        }
+        joined.extend_from_slice(value.as_bytes());
+    }
+    if let Ok(joined) = HeaderValue::from_bytes(&joined) {
+        headers.insert(header::COOKIE, joined);
+    }
+}
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1) plus every `proxy-*` one: never forwarded.
 fn is_hop_by_hop(name: &str) -> bool {
     matches!(

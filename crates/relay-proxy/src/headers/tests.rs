@@ -396,3 +396,21 @@ proptest::proptest! {
         proptest::prop_assert_eq!(decimal(text.as_bytes()), std);
     }
 }
+
+#[test]
+fn cookie_fields_split_over_http2_are_joined_in_order() {
+    let mut headers = map(&[
+        ("cookie", "a=1"),
+        ("x-other", "v"),
+        ("cookie", "b=2"),
+        ("cookie", "c=3"),
+    ]);
+    join_cookies(&mut headers);
+    let cookies: Vec<&HeaderValue> = headers.get_all("cookie").iter().collect();
+    assert_eq!(cookies, ["a=1; b=2; c=3"]);
+    assert_eq!(headers["x-other"], "v");
+    // One field, or none, stays as it is.
+    let mut one = map(&[("cookie", "a=1")]);
+    join_cookies(&mut one);
+    assert_eq!(one, map(&[("cookie", "a=1")]));
+}

@@ -376,3 +376,28 @@ async fn connection_listed_and_proxy_headers_never_reach_the_provider() {
         assert!(recorded[0].header(name).is_none(), "{name} was forwarded");
     }
 }
+
+/// An HTTP/2 client may split its cookie list into several `Cookie` fields; the provider is
+/// reached over HTTP/1.1, where they must be one (RFC 9113), joined in order by `; `.
+#[tokio::test]
+async fn cookie_fields_of_an_http2_request_reach_the_provider_as_one() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    let req = relay
+        .request(Method::POST, "/v1/messages")
+        .header("content-type", "application/json")
+        .header("cookie", "a=1")
+        .header("cookie", "b=2")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let answer = relay.send_h2(req).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+    let cookies: Vec<&[u8]> = recorded[0]
+        .headers
+        .iter()
+        .filter(|(name, _)| name == "cookie")
+        .map(|(_, value)| value.as_slice())
+        .collect();
+    assert_eq!(cookies, [&b"a=1; b=2"[..]]);
+}
