@@ -157,13 +157,19 @@ pub(crate) fn unsupported_media_type() -> Response<ResponseBody> {
 /// 413, the connection's last: the rest of the body is not read, so no request can follow
 /// it on an HTTP/1 connection, and the header says so.
 pub(crate) fn payload_too_large(limit: u64) -> Response<ResponseBody> {
-    let mut res = error(
+    let mut res = too_large_once_decoded(limit);
+    close_after(&mut res);
+    res
+}
+
+/// 413 for a body read whole that is over the limit once decoded: the connection may
+/// carry the next request.
+pub(crate) fn too_large_once_decoded(limit: u64) -> Response<ResponseBody> {
+    error(
         StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::RelayPayloadTooLarge,
         &format!("the body exceeds the limit of {limit} bytes"),
-    );
-    close_after(&mut res);
-    res
+    )
 }
 
 pub(crate) fn upstream_not_allowed() -> Response<ResponseBody> {

@@ -212,7 +212,10 @@ impl ConnState {
         if blocked == 0 {
             return Ok(deadline);
         }
-        let stalled = self.at(blocked - 1) + write_stall;
+        // Bytes from the client count too: one still uploading is not idle, though it reads
+        // nothing until it is done (HTTP/1 only, where every byte read is activity).
+        let since = blocked.max(self.last_activity.load(Ordering::Relaxed) + 1);
+        let stalled = self.at(since - 1) + write_stall;
         if now >= stalled {
             return Err(Expiry::WriteStalled);
         }

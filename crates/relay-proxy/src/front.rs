@@ -159,7 +159,7 @@ impl Front {
     }
 
     /// Sets how many bytes of hook bodies the daemon buffers at once (16 MiB by default);
-    /// beyond it a hook waits up to a second for room, then gets 503.
+    /// beyond it a hook waits up to a second for room, then gets 429.
     pub fn with_hook_buffer_bytes(mut self, bytes: u64) -> Front {
         self.hook_buffer = hook::HookBuffer::new(bytes);
         self
@@ -198,10 +198,6 @@ impl Front {
         conn: ConnContext,
     ) -> Next<Answer, impl Future<Output = Answer> + Send, impl Future<Output = Answer> + Send>
     {
-        // Every hop after this one is HTTP/1.1, or may be.
-        if req.version() == http::Version::HTTP_2 {
-            crate::headers::join_cookies(req.headers_mut());
-        }
         let route = PathClass::classify(req.method(), req.uri().path());
         let label = route_label(route);
         let local = |res| Next::answered(Answer::new(res, label, Destination::Local));
@@ -215,6 +211,11 @@ impl Front {
                 ErrorKind::RelayBadRequest,
                 &format!("a request may carry at most {MAX_REQUEST_HEADERS} header lines"),
             ));
+        }
+        // Every hop after this one is HTTP/1.1, or may be. Joined once the lines are
+        // counted, so a split cookie list counts as the lines it came in.
+        if req.version() == http::Version::HTTP_2 {
+            crate::headers::join_cookies(req.headers_mut());
         }
         if let Some(refused) = self.host_refusal(&req, &conn) {
             return local(refused);

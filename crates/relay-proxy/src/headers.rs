@@ -93,7 +93,8 @@ pub fn strip_request_headers(headers: &mut HeaderMap, toward: Toward) {
 /// names listed in `Connection`, and Relay's own headers, which only Relay may set (so a
 /// provider cannot forge the marks a worker puts on its own answers); `content-length`
 /// stays (the body is relayed byte for byte, so the length is still true, and HEAD answers
-/// need it). Nothing is copied: a response that carries none of them costs no allocation.
+/// need it), unless `transfer-encoding` framed the body instead. Nothing is copied: a
+/// response that carries none of them costs no allocation.
 pub fn strip_response_headers(headers: &mut HeaderMap) {
     remove_hop_by_hop(headers, |_, text| is_relay_header(text));
 }
@@ -115,7 +116,8 @@ fn remove_hop_by_hop(headers: &mut HeaderMap, also: impl Fn(&HeaderName, &str) -
     }
     // A message framed by `Transfer-Encoding` has that framing, whatever `Content-Length`
     // says (RFC 9112): forwarded without the encoding, the length would cut the body short.
-    // (hyper refuses a request with both; a provider's answer may carry both.)
+    // (relayd refuses a request with both, and drops a request's length anyway; a
+    // provider's answer may carry both.)
     if dropped.contains(&header::TRANSFER_ENCODING) {
         headers.remove(header::CONTENT_LENGTH);
     }

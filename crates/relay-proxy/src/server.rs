@@ -167,7 +167,7 @@ pub async fn serve<H: Handler>(
     handler: Arc<H>,
     shutdown: impl Future<Output = ()>,
 ) -> ServeReport {
-    let builders = Arc::new(Builders::new());
+    let builders = Arc::new(Builders::new(options.write_stall));
     let tls = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     // Shared by every connection, which keeps only a pointer to it.
     let options = Arc::new(options);
@@ -220,7 +220,7 @@ pub async fn serve<H: Handler>(
             tracing::debug!(peer = %peer.ip(), "connection refused: too many from this address");
             continue;
         };
-        crate::sockets::prepare(&tcp);
+        crate::sockets::prepare_accepted(&tcp);
         let local = tcp.local_addr().unwrap_or(peer);
         let handler = handler.clone();
         let tls = tls.clone();
@@ -297,7 +297,12 @@ struct Builders {
 }
 
 impl Builders {
-    fn new() -> Builders {
+    /// `write_stall` also spaces HTTP/2 PINGs: a client that has sent nothing for that long
+    /// is asked for an answer, and cut 20 s later without one (or `write_stall` later, when
+    /// that is shorter). Its flow-control windows may
+    /// stop relayd's writes long before its socket fills, so the stalled-write timer alone
+    /// would not see a client that reads nothing at all.
+    fn new(write_stall: Duration) -> Builders {
         let mut http1 = http1::Builder::new();
         http1
             .timer(TokioTimer::new())
@@ -319,7 +324,9 @@ impl Builders {
             .initial_stream_window_size(STREAM_BUFFER_BYTES as u32)
             .initial_connection_window_size(1024 * 1024)
             .adaptive_window(false)
-            .max_send_buf_size(HTTP2_SEND_BUFFER_BYTES);
+            .max_send_buf_size(HTTP2_SEND_BUFFER_BYTES)
+            .keep_alive_interval(write_stall)
+            .keep_alive_timeout(write_stall.min(Duration::from_secs(20)));
         Builders { http1, http2 }
     }
 }
@@ -563,8 +570,10 @@ impl Conn {
                 }
             }
             // Reset, not closed: an HTTP/1.0 answer ends with its connection, so a clean
-            // close would make a truncated one look whole.
-            Closing::Broken => {
+            // close would make a truncated one look whole. An answer cut because its client
+            // read nothing is truncated too, and a reset also frees at once what the kernel
+            // still holds for a client that may never read it.
+            Closing::Broken | Closing::Expired(Expiry::WriteStalled) => {
                 if let Ok((stream, keep)) = given_back.try_recv() {
                     stream.reset_on_close();
                     drop(stream);

@@ -35,6 +35,27 @@ pub fn prepare(tcp: &TcpStream) {
     }
 }
 
+/// For a socket relayd accepted: at most [`UNSENT_TO_CLIENT`] bytes wait in the kernel
+/// unsent before a write waits. A client that reads slowly then lets writes through each
+/// time a little of what waits has gone, rather than when half of a queue of megabytes
+/// has, so the stalled-write timer (`conn.rs`) sees a slow reader as one that reads; and a
+/// client that reads nothing holds no more than that much of the kernel's memory unsent.
+pub fn prepare_accepted(tcp: &TcpStream) {
+    prepare(tcp);
+    limit_unsent(tcp);
+}
+
+/// What a client connection may hold unsent in the kernel.
+const UNSENT_TO_CLIENT: u32 = 128 * 1024;
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn limit_unsent(tcp: &TcpStream) {
+    let _ = socket2::SockRef::from(tcp).set_tcp_notsent_lowat(UNSENT_TO_CLIENT);
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn limit_unsent(_tcp: &TcpStream) {}
+
 fn is_loopback(peer: &SocketAddr) -> bool {
     peer.ip().to_canonical().is_loopback()
 }

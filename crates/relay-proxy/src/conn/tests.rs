@@ -577,3 +577,43 @@ async fn a_client_that_reads_nothing_is_cut_after_the_stalled_write_time() {
     assert_eq!(expired.await.unwrap(), Expiry::WriteStalled);
     assert!(started.elapsed() >= stall);
 }
+
+/// Bytes from the client count as activity: one that uploads while it reads nothing (an
+/// answer that began before the upload ended) is not cut while its upload flows.
+#[tokio::test(start_paused = true)]
+async fn an_upload_in_progress_keeps_a_blocked_writer_alive() {
+    let state = Arc::new(ConnState::new());
+    let (_client, server) = tokio::io::duplex(64);
+    let mut io = ConnIo::new(server, state.clone(), true);
+    io.observe(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n");
+    let _active = state.begin_request();
+    let stall = Duration::from_secs(5);
+    let expired = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            state
+                .expired(Duration::from_secs(10), Duration::from_secs(90), stall)
+                .await
+        })
+    };
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(matches!(
+        Pin::new(&mut io).poll_write(&mut cx, &[b'x'; 64]),
+        Poll::Ready(Ok(64))
+    ));
+    assert!(
+        Pin::new(&mut io)
+            .poll_write(&mut cx, &[b'x'; 64])
+            .is_pending()
+    );
+    // The upload goes on for 12 s, a piece every second: no cut.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        io.observe(&[b'a'; 100]);
+        assert!(!expired.is_finished());
+    }
+    // Then nothing moves either way: cut after the stalled-write time.
+    let started = Instant::now();
+    assert_eq!(expired.await.unwrap(), Expiry::WriteStalled);
+    assert!(started.elapsed() >= stall - Duration::from_secs(1));
+}

@@ -29,7 +29,7 @@ use relay_plugins::{
 };
 use relay_proto::{ErrorBody, ErrorKind};
 
-use crate::answers::{error, json, payload_too_large};
+use crate::answers::{error, json, payload_too_large, too_large_once_decoded};
 use crate::body::{BodyEnd, BodyError, BodyTap, RequestBody, ResponseBody};
 use crate::config::WorkerConfig;
 use crate::forward::Checked;
@@ -207,7 +207,7 @@ impl PluginHost {
                 Ok(decoded) if !decoded.truncated => Some(decoded.body),
                 _ if !rule_needs_body => None,
                 Ok(decoded) if !decoded.ended_early => {
-                    return ModelStage::Answer(payload_too_large(limit as u64));
+                    return ModelStage::Answer(too_large_once_decoded(limit as u64));
                 }
                 Ok(_) | Err(_) => {
                     return ModelStage::Answer(error(

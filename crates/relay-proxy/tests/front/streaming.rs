@@ -507,5 +507,169 @@ async fn a_client_that_stops_reading_is_cut_after_the_stream_idle_time() {
         streamed_for >= Duration::from_millis(400),
         "{streamed_for:?}"
     );
-    drop(client);
+    // The client's connection was reset, not closed: read, what arrived ends in an error,
+    // never in a clean end that an HTTP/1.0 client would take for the whole answer.
+    let mut sink = vec![0u8; 64 * 1024];
+    let ended = tokio::time::timeout(WAIT, async {
+        loop {
+            match client.read(&mut sink).await {
+                Ok(0) => return Ok(()),
+                Ok(_) => continue,
+                Err(error) => return Err(error),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(ended.is_err(), "the cut answer ended cleanly");
+}
+
+/// A client that reads slowly but steadily is not a stalled one, however large the answer
+/// queued for it: it is never cut while it reads.
+#[tokio::test]
+async fn a_client_that_reads_slowly_is_not_cut() {
+    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let mut setup = Setup::new(&format!("http://{}", provider.local_addr().unwrap()));
+    setup.config.daemon.stream_idle_secs = crate::support::secs_f64(1.0);
+    let relay = setup.start().await;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let streaming = tokio::spawn(async move {
+        let (mut upstream, _) = provider.accept().await.unwrap();
+        let mut head = [0u8; 4096];
+        let _ = upstream.read(&mut head).await.unwrap();
+        upstream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            .await
+            .unwrap();
+        let frame = format!("{:x}\r\ndata: {}\n\n\r\n", 1024 + 8, "x".repeat(1024));
+        loop {
+            tokio::select! {
+                written = upstream.write_all(frame.as_bytes()) => if written.is_err() { return false },
+                _ = &mut stopped => return true,
+            }
+        }
+    });
+    let mut client = relay.connect().await;
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nx-api-key: k\r\ncontent-length: 2\r\n\r\n{{}}",
+        relay.host()
+    );
+    client.write_all(request.as_bytes()).await.unwrap();
+    // 8 KiB every 50 ms, for four times the stream idle time.
+    let mut piece = vec![0u8; 8 * 1024];
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        let n = client.read(&mut piece).await.unwrap();
+        assert_ne!(n, 0, "cut after {:?}", started.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(()).unwrap();
+    assert!(streaming.await.unwrap(), "the provider's stream was cut");
+}
+
+/// A socket that stops both ways when told to, as a client process that was stopped does:
+/// nothing more is read from it or written to it, and it stays open.
+struct Freezable {
+    inner: tokio::net::TcpStream,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Freezable {
+    fn is_frozen(&self) -> bool {
+        self.frozen.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl tokio::io::AsyncRead for Freezable {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.is_frozen() {
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Freezable {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if self.is_frozen() {
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.is_frozen() {
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// An HTTP/2 client that stops reading altogether: its small flow-control window stops
+/// relayd's writes long before its socket fills, so no write ever waits. It also answers
+/// no PING: after `stream_idle_secs` without a byte from it, and as long again for the
+/// answer, relayd cuts the connection and the provider's stream behind it.
+#[tokio::test]
+async fn an_http2_client_that_stops_reading_is_cut_by_an_unanswered_ping() {
+    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .unwrap();
+    let mut setup = Setup::new(&format!("http://{}", provider.local_addr().unwrap()));
+    setup.config.daemon.stream_idle_secs = crate::support::secs_f64(0.5);
+    let relay = setup.start().await;
+    let streaming = tokio::spawn(async move {
+        let (mut upstream, _) = provider.accept().await.unwrap();
+        let mut head = [0u8; 4096];
+        let _ = upstream.read(&mut head).await.unwrap();
+        upstream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            .await
+            .unwrap();
+        let frame = format!("{:x}\r\ndata: {}\n\n\r\n", 1024 + 8, "x".repeat(1024));
+        while upstream.write_all(frame.as_bytes()).await.is_ok() {}
+    });
+    let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let io = Freezable {
+        inner: relay.connect().await,
+        frozen: frozen.clone(),
+    };
+    let (mut client, connection) = h2::client::handshake(io).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let req = http::Request::builder()
+        .method(Method::POST)
+        .uri(relay.url("/v1/messages"))
+        .header("content-type", "application/json")
+        .header("x-api-key", "k")
+        .body(())
+        .unwrap();
+    let (answer, mut upload) = client.send_request(req, false).unwrap();
+    upload.send_data(Bytes::from_static(b"{}"), true).unwrap();
+    let answer = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    frozen.store(true, std::sync::atomic::Ordering::Relaxed);
+    tokio::time::timeout(WAIT, streaming)
+        .await
+        .expect("the provider's stream was not cut")
+        .unwrap();
+    connection.abort();
 }
