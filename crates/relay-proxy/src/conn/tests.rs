@@ -538,82 +538,84 @@ fn a_socket_error_after_the_sniffed_bytes_comes_with_the_next_read() {
     assert!(read_once(&mut io, 8192).is_empty());
 }
 
+/// The stalled-write time of the two tests below.
+const TEST_STALL: Duration = Duration::from_secs(5);
+
+/// A connection over a 64-byte pipe with a request in progress, and its watchdog (10 s
+/// header timeout, 90 s keep-alive, [`TEST_STALL`]) in its own task.
+struct Stalling {
+    io: ConnIo<tokio::io::DuplexStream>,
+    client: tokio::io::DuplexStream,
+    _active: ActiveRequest,
+    expired: tokio::task::JoinHandle<Expiry>,
+}
+
+impl Stalling {
+    fn new(head: &[u8]) -> Stalling {
+        let state = Arc::new(ConnState::new());
+        let (client, server) = tokio::io::duplex(64);
+        let mut io = ConnIo::new(server, state.clone(), true);
+        io.observe(head);
+        let _active = state.begin_request();
+        let expired = tokio::spawn(async move {
+            state
+                .expired(Duration::from_secs(10), Duration::from_secs(90), TEST_STALL)
+                .await
+        });
+        Stalling {
+            io,
+            client,
+            _active,
+            expired,
+        }
+    }
+
+    fn write(&mut self) -> Poll<io::Result<usize>> {
+        let mut cx = Context::from_waker(Waker::noop());
+        Pin::new(&mut self.io).poll_write(&mut cx, &[b'x'; 64])
+    }
+
+    /// Fills the pipe, then finds it full.
+    fn fill(&mut self) {
+        assert!(matches!(self.write(), Poll::Ready(Ok(64))));
+        assert!(self.write().is_pending());
+    }
+}
+
 /// A client that reads nothing: once its socket is full, every write waits. After the
 /// stalled-write time without one going through, the watchdog ends the connection, though
 /// a request is in progress; a write that goes through in time starts the count anew.
 #[tokio::test(start_paused = true)]
 async fn a_client_that_reads_nothing_is_cut_after_the_stalled_write_time() {
-    let state = Arc::new(ConnState::new());
-    let (client, server) = tokio::io::duplex(64);
-    let mut io = ConnIo::new(server, state.clone(), true);
-    let _active = state.begin_request();
-    let stall = Duration::from_secs(5);
-    let expired = {
-        let state = state.clone();
-        tokio::spawn(async move {
-            state
-                .expired(Duration::from_secs(10), Duration::from_secs(90), stall)
-                .await
-        })
-    };
-    let write = |io: &mut ConnIo<tokio::io::DuplexStream>| {
-        let mut cx = Context::from_waker(Waker::noop());
-        Pin::new(io).poll_write(&mut cx, &[b'x'; 64])
-    };
-    // Fills the pipe, then waits.
-    assert!(matches!(write(&mut io), Poll::Ready(Ok(64))));
-    assert!(write(&mut io).is_pending());
+    let mut conn = Stalling::new(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    conn.fill();
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(!expired.is_finished());
+    assert!(!conn.expired.is_finished());
     // The client reads: the next write goes through, and the count starts again.
-    let mut client = client;
     let mut sink = [0u8; 64];
-    tokio::io::AsyncReadExt::read_exact(&mut client, &mut sink)
+    tokio::io::AsyncReadExt::read_exact(&mut conn.client, &mut sink)
         .await
         .unwrap();
-    assert!(matches!(write(&mut io), Poll::Ready(Ok(64))));
-    assert!(write(&mut io).is_pending());
+    conn.fill();
     let started = Instant::now();
-    assert_eq!(expired.await.unwrap(), Expiry::WriteStalled);
-    assert!(started.elapsed() >= stall);
+    assert_eq!(conn.expired.await.unwrap(), Expiry::WriteStalled);
+    assert!(started.elapsed() >= TEST_STALL);
 }
 
 /// Bytes from the client count as activity: one that uploads while it reads nothing (an
 /// answer that began before the upload ended) is not cut while its upload flows.
 #[tokio::test(start_paused = true)]
 async fn an_upload_in_progress_keeps_a_blocked_writer_alive() {
-    let state = Arc::new(ConnState::new());
-    let (_client, server) = tokio::io::duplex(64);
-    let mut io = ConnIo::new(server, state.clone(), true);
-    io.observe(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n");
-    let _active = state.begin_request();
-    let stall = Duration::from_secs(5);
-    let expired = {
-        let state = state.clone();
-        tokio::spawn(async move {
-            state
-                .expired(Duration::from_secs(10), Duration::from_secs(90), stall)
-                .await
-        })
-    };
-    let mut cx = Context::from_waker(Waker::noop());
-    assert!(matches!(
-        Pin::new(&mut io).poll_write(&mut cx, &[b'x'; 64]),
-        Poll::Ready(Ok(64))
-    ));
-    assert!(
-        Pin::new(&mut io)
-            .poll_write(&mut cx, &[b'x'; 64])
-            .is_pending()
-    );
+    let mut conn = Stalling::new(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n");
+    conn.fill();
     // The upload goes on for 12 s, a piece every second: no cut.
     for _ in 0..12 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        io.observe(&[b'a'; 100]);
-        assert!(!expired.is_finished());
+        conn.io.observe(&[b'a'; 100]);
+        assert!(!conn.expired.is_finished());
     }
     // Then nothing moves either way: cut after the stalled-write time.
     let started = Instant::now();
-    assert_eq!(expired.await.unwrap(), Expiry::WriteStalled);
-    assert!(started.elapsed() >= stall - Duration::from_secs(1));
+    assert_eq!(conn.expired.await.unwrap(), Expiry::WriteStalled);
+    assert!(started.elapsed() >= TEST_STALL - Duration::from_secs(1));
 }

@@ -465,18 +465,16 @@ async fn an_idle_stream_is_aborted_on_both_sides() {
         .unwrap();
 }
 
-/// A client that stops reading a stream moves no byte either way once the sockets between
-/// are full: after `stream_idle_secs` relayd cuts it, and the provider's stream behind it,
-/// instead of holding both for as long as the client lives.
-#[tokio::test]
-async fn a_client_that_stops_reading_is_cut_after_the_stream_idle_time() {
+/// relayd, its streams idle after `stream_idle` seconds, in front of a provider that answers
+/// one request with an SSE stream of 1 KiB frames for as long as they are taken.
+async fn before_an_endless_stream(stream_idle: f64) -> (Relay, EndlessStream) {
     let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
         .await
         .unwrap();
     let mut setup = Setup::new(&format!("http://{}", provider.local_addr().unwrap()));
-    setup.config.daemon.stream_idle_secs = crate::support::secs_f64(0.5);
+    setup.config.daemon.stream_idle_secs = crate::support::secs_f64(stream_idle);
     let relay = setup.start().await;
-    // The provider streams for as long as anyone takes its bytes.
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let streaming = tokio::spawn(async move {
         let (mut upstream, _) = provider.accept().await.unwrap();
         let mut head = [0u8; 4096];
@@ -486,26 +484,72 @@ async fn a_client_that_stops_reading_is_cut_after_the_stream_idle_time() {
             .await
             .unwrap();
         let frame = format!("{:x}\r\ndata: {}\n\n\r\n", 1024 + 8, "x".repeat(1024));
-        let started = Instant::now();
-        while upstream.write_all(frame.as_bytes()).await.is_ok() {}
-        started.elapsed()
+        loop {
+            tokio::select! {
+                written = upstream.write_all(frame.as_bytes()) => if written.is_err() { return Ended::Cut },
+                _ = &mut stopped => return Ended::Stopped,
+            }
+        }
     });
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut client = socket.connect(relay.addr).await.unwrap();
+    (relay, EndlessStream { stop, streaming })
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// relayd closed the provider's connection.
+    Cut,
+    /// The test stopped it.
+    Stopped,
+}
+
+struct EndlessStream {
+    stop: tokio::sync::oneshot::Sender<()>,
+    streaming: tokio::task::JoinHandle<Ended>,
+}
+
+impl EndlessStream {
+    /// Waits for relayd to cut the provider's stream.
+    async fn cut(self) {
+        let ended = tokio::time::timeout(WAIT, self.streaming)
+            .await
+            .expect("the provider's stream was not cut")
+            .unwrap();
+        assert_eq!(ended, Ended::Cut);
+    }
+
+    /// Stops the stream, which relayd must not have cut.
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        assert_eq!(self.streaming.await.unwrap(), Ended::Stopped);
+    }
+}
+
+/// Sends the streamed model request on `client`, a raw connection to `relay`.
+async fn ask_for_the_stream(client: &mut tokio::net::TcpStream, relay: &Relay) {
     let request = format!(
         "POST /v1/messages HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nx-api-key: k\r\ncontent-length: 2\r\n\r\n{{}}",
         relay.host()
     );
     client.write_all(request.as_bytes()).await.unwrap();
+}
+
+/// A client that stops reading a stream moves no byte either way once the sockets between
+/// are full: after `stream_idle_secs` relayd cuts it, and the provider's stream behind it,
+/// instead of holding both for as long as the client lives.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_after_the_stream_idle_time() {
+    let (relay, stream) = before_an_endless_stream(0.5).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(relay.addr).await.unwrap();
+    ask_for_the_stream(&mut client, &relay).await;
     // Reads nothing, and stays connected.
-    let streamed_for = tokio::time::timeout(WAIT, streaming)
-        .await
-        .expect("the provider's stream was not cut")
-        .unwrap();
+    let started = Instant::now();
+    stream.cut().await;
     assert!(
-        streamed_for >= Duration::from_millis(400),
-        "{streamed_for:?}"
+        started.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
     );
     // The client's connection was reset, not closed: read, what arrived ends in an error,
     // never in a clean end that an HTTP/1.0 client would take for the whole answer.
@@ -528,35 +572,9 @@ async fn a_client_that_stops_reading_is_cut_after_the_stream_idle_time() {
 /// queued for it: it is never cut while it reads.
 #[tokio::test]
 async fn a_client_that_reads_slowly_is_not_cut() {
-    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-        .await
-        .unwrap();
-    let mut setup = Setup::new(&format!("http://{}", provider.local_addr().unwrap()));
-    setup.config.daemon.stream_idle_secs = crate::support::secs_f64(1.0);
-    let relay = setup.start().await;
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let streaming = tokio::spawn(async move {
-        let (mut upstream, _) = provider.accept().await.unwrap();
-        let mut head = [0u8; 4096];
-        let _ = upstream.read(&mut head).await.unwrap();
-        upstream
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-            .await
-            .unwrap();
-        let frame = format!("{:x}\r\ndata: {}\n\n\r\n", 1024 + 8, "x".repeat(1024));
-        loop {
-            tokio::select! {
-                written = upstream.write_all(frame.as_bytes()) => if written.is_err() { return false },
-                _ = &mut stopped => return true,
-            }
-        }
-    });
+    let (relay, stream) = before_an_endless_stream(1.0).await;
     let mut client = relay.connect().await;
-    let request = format!(
-        "POST /v1/messages HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\nx-api-key: k\r\ncontent-length: 2\r\n\r\n{{}}",
-        relay.host()
-    );
-    client.write_all(request.as_bytes()).await.unwrap();
+    ask_for_the_stream(&mut client, &relay).await;
     // 8 KiB every 50 ms, for four times the stream idle time.
     let mut piece = vec![0u8; 8 * 1024];
     let started = Instant::now();
@@ -565,8 +583,7 @@ async fn a_client_that_reads_slowly_is_not_cut() {
         assert_ne!(n, 0, "cut after {:?}", started.elapsed());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    stop.send(()).unwrap();
-    assert!(streaming.await.unwrap(), "the provider's stream was cut");
+    stream.stop().await;
 }
 
 /// A socket that stops both ways when told to, as a client process that was stopped does:
@@ -631,23 +648,7 @@ impl tokio::io::AsyncWrite for Freezable {
 /// answer, relayd cuts the connection and the provider's stream behind it.
 #[tokio::test]
 async fn an_http2_client_that_stops_reading_is_cut_by_an_unanswered_ping() {
-    let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
-        .await
-        .unwrap();
-    let mut setup = Setup::new(&format!("http://{}", provider.local_addr().unwrap()));
-    setup.config.daemon.stream_idle_secs = crate::support::secs_f64(0.5);
-    let relay = setup.start().await;
-    let streaming = tokio::spawn(async move {
-        let (mut upstream, _) = provider.accept().await.unwrap();
-        let mut head = [0u8; 4096];
-        let _ = upstream.read(&mut head).await.unwrap();
-        upstream
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-            .await
-            .unwrap();
-        let frame = format!("{:x}\r\ndata: {}\n\n\r\n", 1024 + 8, "x".repeat(1024));
-        while upstream.write_all(frame.as_bytes()).await.is_ok() {}
-    });
+    let (relay, stream) = before_an_endless_stream(0.5).await;
     let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let io = Freezable {
         inner: relay.connect().await,
@@ -667,9 +668,6 @@ async fn an_http2_client_that_stops_reading_is_cut_by_an_unanswered_ping() {
     let answer = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
     assert_eq!(answer.status(), StatusCode::OK);
     frozen.store(true, std::sync::atomic::Ordering::Relaxed);
-    tokio::time::timeout(WAIT, streaming)
-        .await
-        .expect("the provider's stream was not cut")
-        .unwrap();
+    stream.cut().await;
     connection.abort();
 }
