@@ -522,6 +522,16 @@ impl Machine {
         self.dir.path().join("system")
     }
 
+    /// `relay-doctor --live --json` against `address`, which must fail (exit 1): its report.
+    fn failed_live_report(&self, address: &str) -> serde_json::Value {
+        let output = self
+            .command(&["--live", "--daemon-address", address, "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        json_of(&output)
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(built_binary());
         command.args(args);
@@ -635,12 +645,7 @@ fn live_against_no_daemon_fails_with_exit_1() {
         .unwrap()
         .port();
     let address = format!("http://127.0.0.1:{port}");
-    let output = machine
-        .command(&["--live", "--daemon-address", &address, "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let json = json_of(&output);
+    let json = machine.failed_live_report(&address);
     assert_eq!(json["mode"], "live");
     assert_eq!(check(&json, "live.healthz")["status"], "fail");
     assert!(
@@ -799,12 +804,7 @@ fn live_sends_no_token_to_a_daemon_that_does_not_prove_its_key() {
             let _ = std::io::Write::write_all(&mut stream, answer.as_bytes());
         }
     });
-    let output = machine
-        .command(&["--live", "--daemon-address", &address, "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let json = json_of(&output);
+    let json = machine.failed_live_report(&address);
     assert_eq!(check(&json, "live.healthz")["status"], "ok");
     assert_eq!(check(&json, "live.daemon_key")["status"], "fail");
     for id in ["live.route", "live.worker", "live.worker_reachable"] {
