@@ -38,7 +38,10 @@ pub enum GetError {
     },
     #[error("an https daemon needs a TLS configuration")]
     NoTlsConfig,
-    #[error("TLS to {origin} failed: {source}")]
+    #[error(
+        "TLS to {origin} failed: {}",
+        crate::tls::describe_handshake_error(source)
+    )]
     Tls {
         origin: String,
         #[source]

@@ -62,6 +62,11 @@ pub fn describe_handshake_error(error: &std::io::Error) -> String {
             C::NotValidYet | C::NotValidYetContext { .. } => {
                 "the daemon's certificate is not valid yet (check the clocks)"
             }
+            // What webpki finds wrong with the certificate itself, most often a CA's own
+            // certificate installed as the server's.
+            C::Other(_) => {
+                "the daemon's certificate is not one a server may use (a CA's own certificate, say, rather than one the CA issued for the daemon)"
+            }
             _ => "the daemon's certificate was refused",
         },
         _ => return error.to_string(),

@@ -37,3 +37,12 @@ fn a_ca_file_without_end_is_refused_after_a_bounded_read() {
     assert!(matches!(error, TlsError::TooLarge { .. }), "{error}");
     assert!(error.to_string().contains("/dev/zero"), "{error}");
 }
+
+#[test]
+fn a_certificate_webpki_finds_unfit_for_a_server_is_named() {
+    let webpki = std::io::Error::other("CaUsedAsEndEntity");
+    let text = describe_handshake_error(&wrapped(rustls::Error::InvalidCertificate(
+        rustls::CertificateError::Other(rustls::OtherError(std::sync::Arc::new(webpki))),
+    )));
+    assert!(text.contains("not one a server may use"), "{text}");
+}
