@@ -35,7 +35,7 @@ pub fn backoff(retry: u32, initial: Duration, cap: Duration) -> Duration {
     initial.saturating_mul(factor).min(cap)
 }
 
-/// Parses a collector URL: `http` or `https` with a host.
+/// Parses a collector URL: `http` or `https` with a host, and no user information.
 pub(crate) fn parse_url(url: &str) -> Result<Uri, SinkError> {
     let uri: Uri = url.parse().map_err(|_| SinkError::InvalidUrl {
         reason: "not a URL",
@@ -50,6 +50,14 @@ pub(crate) fn parse_url(url: &str) -> Result<Uri, SinkError> {
     }
     if uri.host().is_none_or(str::is_empty) {
         return Err(SinkError::InvalidUrl { reason: "no host" });
+    }
+    // A user and password in the URL would not be sent (no client here turns them into a
+    // header), and the connection pool's debug lines name the authority whole: refused, with
+    // the way to send a credential.
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(SinkError::InvalidUrl {
+            reason: "a user or password in the URL is not sent; put the credential in headers or header_env",
+        });
     }
     Ok(uri)
 }

@@ -55,10 +55,13 @@ fn only_http_and_https_urls_with_a_host() {
     for bad in ["ftp://x/", "collector:80", "not a url", "file:///tmp/x"] {
         assert!(parse_url(bad).is_err(), "{bad}");
     }
-    // The diagnostic never repeats the URL, whose query may hold a key.
+    // The diagnostic never repeats the URL, whose query or user part may hold a key. A user
+    // part is refused: it would not be sent, and the pool's debug lines show it.
     for bad in [
         "ftp://collector/ingest?api_key=s3cret-key",
         "https://collector/in gest?api_key=s3cret-key",
+        "https://user:s3cret-key@collector/ingest",
+        "http://s3cret-key@127.0.0.1:4318/v1/traces",
     ] {
         let error = parse_url(bad).unwrap_err().to_string();
         assert!(!error.contains("s3cret"), "{error}");
