@@ -1678,19 +1678,25 @@ fn coded_messages(worker: &Worker, coding: &str, body: Bytes) -> Request<Full<By
         .unwrap()
 }
 
-/// `body`, coded with `coding`, cannot be decoded: with records alone it reaches the
-/// provider as it came; a model rule cannot decide on it, so it is refused with 415 and
-/// nothing is sent.
+/// `body`, coded with `coding`, cannot be decoded: with records alone, or a model rule in
+/// dry run (which blocks nothing), it reaches the provider as it came; a model rule that
+/// enforces cannot decide on it, so it is refused with 415 and nothing is sent.
 async fn forwarded_unless_a_rule_needs_it(stand_in: &StandIn, coding: &str, body: Bytes) {
-    stand_in.clear_requests();
-    let (worker, _) = worker_with_plugins(stand_in, OBSERVE).await;
-    let answer = worker
-        .send(coded_messages(&worker, coding, body.clone()))
-        .await;
-    assert_eq!(answer.status, 200);
-    let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
-    assert_eq!(recorded[0].body, body);
-    assert_eq!(recorded[0].header_str("content-encoding"), Some(coding));
+    let dry_run = ALLOW_LIST.replace(
+        "[components.config]\n",
+        "[components.config]\nmode = \"dry_run\"\n",
+    );
+    for plugins in [OBSERVE.to_owned(), format!("{OBSERVE}{dry_run}")] {
+        stand_in.clear_requests();
+        let (worker, _) = worker_with_plugins(stand_in, &plugins).await;
+        let answer = worker
+            .send(coded_messages(&worker, coding, body.clone()))
+            .await;
+        assert_eq!(answer.status, 200, "{plugins}");
+        let recorded = stand_in.wait_for_requests(1, WAIT).await.unwrap();
+        assert_eq!(recorded[0].body, body);
+        assert_eq!(recorded[0].header_str("content-encoding"), Some(coding));
+    }
     stand_in.clear_requests();
     let (worker, _) = worker_with_plugins(stand_in, &format!("{OBSERVE}{ALLOW_LIST}")).await;
     worker

@@ -194,10 +194,15 @@ impl PluginHost {
         };
         let encoding = headers::content_codings(&parts.headers).map(Cow::into_owned);
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        // A rule needs the body when it decides on the model or rewrites the body; records
-        // alone do without it (their request facts stay empty).
+        // A rule needs the body when it may block on the model or rewrites the body; records,
+        // and a policy in dry run, do without it (their request facts stay empty, and a dry
+        // run records what it would have decided on no model).
         let model_rules = self.policy.as_ref().is_some_and(Policy::has_model_rules);
-        let rule_needs_body = self.request_redactor.is_some() || model_rules;
+        let rule_needs_body = self.request_redactor.is_some()
+            || self
+                .policy
+                .as_ref()
+                .is_some_and(Policy::enforces_model_rules);
         // Borrowed from `raw` unless it had to be decoded: an identity body is not copied.
         // `None`: it cannot be decoded whole (an unknown coding, a corrupt body, or more than
         // the limit once decoded), and no rule needs it, so it goes on as it came. The body
