@@ -86,6 +86,13 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
         if name.eq_ignore_ascii_case("tokens") || !names_a_credential(name) {
             continue;
         }
+        // A hash the redactor left (`[HASH:api_key:0123456789ab]`) names the detector that
+        // found a value, and what follows is the hash: hidden, equal values would no longer
+        // correlate, and the bracket would be left open. Only that exact shape is passed
+        // over, so text cannot borrow it to keep a value.
+        if text[..found.start()].ends_with(HASH_OPENING) && is_left_hash(&text[found.end()..]) {
+            continue;
+        }
         let rest = &text[found.end()..];
         // `token == expected`: a comparison, not a value.
         if rest.starts_with('=') {
@@ -286,6 +293,19 @@ fn redact_value(redactor: &dyn Redactor, value: &Value) -> Value {
 
 /// What a text field named for a credential holds in a record.
 const CREDENTIAL_FIELD: &str = "[REDACTED:credential]";
+/// How the redactor's `hash` action opens what it leaves (see `redact.rs`).
+const HASH_OPENING: &str = "[HASH:";
+
+/// Whether `rest` starts with the rest of what the `hash` action leaves: 12 lowercase hex
+/// digits and the closing bracket.
+fn is_left_hash(rest: &str) -> bool {
+    rest.as_bytes().get(..13).is_some_and(|left| {
+        left[12] == b']'
+            && left[..12]
+                .iter()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
 
 /// The value of a field named for a credential: every text in it replaced, however deep.
 /// One exception: a JSON Schema (a tool's input schema naming an `api_key` parameter,

@@ -991,6 +991,28 @@ fn credential_names_are_read_in_words() {
     }
 }
 
+/// The redactor's `hash` action leaves `[HASH:<detector>:<hex>]`; a detector named for a
+/// credential (`api_key`, `bearer_token`, `private_key`) must not make the hash itself look
+/// like a named credential's value: equal values must still correlate in records.
+#[test]
+fn a_hash_left_by_the_redactor_stays_whole() {
+    for left in [
+        "echo [HASH:api_key:0123456789ab] done",
+        "echo Bearer [HASH:bearer_token:0123456789ab]",
+        "key [HASH:private_key:0123456789ab]",
+    ] {
+        let (kept, _) = content::text(&content::NoRedaction, left, 1 << 20);
+        assert_eq!(kept.as_str().unwrap(), left);
+    }
+    // Text cannot borrow the shape to keep a value.
+    let (kept, _) = content::text(
+        &content::NoRedaction,
+        "[HASH:password:hunter2pass]",
+        1 << 20,
+    );
+    assert!(!kept.as_str().unwrap().contains("hunter2pass"), "{kept}");
+}
+
 /// Free text names credentials too (a tool's output of `env`, a command line, a header
 /// block): what a name says is one is hidden as a field of that name would be, with or
 /// without a redaction component, and text that only looks alike keeps its words.
