@@ -1555,6 +1555,38 @@ async fn a_stream_that_breaks_off_is_recorded_as_failed_after_its_head() {
     assert_eq!(end.error.as_deref(), Some("response_body_failed"));
 }
 
+/// A stream that sent every event, its final one included, before its connection broke:
+/// the record names the break, but the copy is whole, so the answer is not truncated.
+#[tokio::test]
+async fn a_stream_that_breaks_after_its_final_event_is_not_truncated() {
+    let stand_in = StandIn::start().await.unwrap();
+    let (worker, seen) = worker_with_plugins(&stand_in, OBSERVE).await;
+    stand_in.set_behaviour(Behaviour {
+        // Fails once the whole body is out, before the closing chunk.
+        fail_after_bytes: Some(ANTHROPIC_MESSAGES_SSE.len()),
+        ..Behaviour::default()
+    });
+    let res = worker
+        .client
+        .request(stream_request(&worker, "/v1/messages"))
+        .await
+        .unwrap();
+    let received = receive_body(res.into_body()).await;
+    assert!(received.error.is_some());
+    assert_eq!(&received.bytes[..], ANTHROPIC_MESSAGES_SSE);
+    let end = || {
+        seen.all().into_iter().find_map(|o| match o {
+            relay_plugins::atof::Observation::ModelRequestEnd(end) => Some(end),
+            _ => None,
+        })
+    };
+    assert!(eventually(WAIT, || end().is_some()).await);
+    let end = end().unwrap();
+    assert!(!end.truncated, "{end:?}");
+    assert_eq!(end.error.as_deref(), Some("response_body_failed"));
+    assert!(!end.finish_reasons.is_empty(), "{end:?}");
+}
+
 #[tokio::test]
 async fn the_response_tap_reports_usage_status_and_time_to_first_byte() {
     let stand_in = StandIn::start().await.unwrap();

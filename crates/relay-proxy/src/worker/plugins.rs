@@ -611,7 +611,9 @@ impl BodyTap for Tap {
                 }),
         };
         exchange.capture.release(reserved);
-        let truncated = end != BodyEnd::Complete || report.as_ref().is_none_or(|r| r.truncated);
+        // What the copy holds says whether the answer is whole: a stream that reached its
+        // final event, or JSON that closed, is, even when the connection broke after it.
+        let truncated = report.as_ref().is_none_or(|r| r.truncated);
         let facts = report.as_ref().and_then(|report| {
             let usage = report.usage?;
             let cost = exchange.prices.cost_for(
