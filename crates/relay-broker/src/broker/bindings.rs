@@ -32,7 +32,7 @@ impl Broker {
     }
 
     fn bury(&mut self, now: Instant, digest: Digest) {
-        let (_, dropped) = self
+        let dropped = self
             .bindings
             .bury(digest, now + self.config.binding_tombstone);
         self.tombstones_dropped(dropped);

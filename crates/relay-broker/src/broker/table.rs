@@ -162,18 +162,18 @@ impl Bindings {
         Some(removed)
     }
 
-    /// Makes a binding a tombstone until `until`. Returns its identity, or `None` when
-    /// there is no such binding, and how many tombstones the overall cap dropped.
-    pub(super) fn bury(&mut self, digest: Digest, until: Instant) -> (Option<Fingerprint>, usize) {
+    /// Makes a binding, if there is one, a tombstone until `until`. Returns how many
+    /// tombstones the overall cap dropped.
+    pub(super) fn bury(&mut self, digest: Digest, until: Instant) -> usize {
         let Some(binding) = self.map.get_mut(&digest) else {
-            return (None, 0);
+            return 0;
         };
         let fingerprint = binding.fingerprint;
         if let Some(previous) = binding.tombstone_until.replace(until) {
             self.forget(fingerprint, (previous, digest));
         }
         self.index(fingerprint, (until, digest));
-        (Some(fingerprint), self.hold(fingerprint))
+        self.hold(fingerprint)
     }
 
     /// Drops the tombstones that have expired by `now`; true if there were any.
