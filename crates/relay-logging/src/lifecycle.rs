@@ -220,6 +220,9 @@ pub enum Lifecycle<'a> {
         role: Role,
         peer: IpAddr,
         retry_after_secs: u64,
+        /// Lines of this event left out since the last one written (at most one is written
+        /// every ten seconds: a flood of handshakes must not become a flood of lines).
+        suppressed_since_last_emit: u64,
     },
     /// Client side: the daemon's key does not match the pinned one (error).
     DaemonPinMismatch {
@@ -577,10 +580,12 @@ impl Lifecycle<'_> {
                 role,
                 peer,
                 retry_after_secs,
+                suppressed_since_last_emit,
             } => lifecycle_event!(WARN, name, "control handshake rate limited";
                 role = role.as_str(),
                 peer = %peer,
                 retry_after_secs,
+                suppressed_since_last_emit,
             ),
             Lifecycle::DaemonPinMismatch {
                 role,

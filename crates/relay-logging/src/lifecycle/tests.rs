@@ -152,6 +152,7 @@ fn samples(context: &Context) -> Vec<Lifecycle<'_>> {
             role: Role::Worker,
             peer: REMOTE,
             retry_after_secs: 15,
+            suppressed_since_last_emit: 0,
         },
         Lifecycle::DaemonPinMismatch {
             role: Role::Mcp,

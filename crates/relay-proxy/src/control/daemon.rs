@@ -13,6 +13,7 @@ use http::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use relay_broker::{ConnId, Digest, Fingerprint, Input};
 use relay_identity::{HandshakeFields, PublicKey, RouteToken, Secret32, SigningKey, Transcript};
+use relay_logging::Throttle;
 use relay_proto::{
     Bytes32, Challenge, DisconnectReason, FailureReason, Id, Message, Refused, RefusedCode, Role,
     SUPPORTED_PROTOCOLS, Signature, Text,
@@ -122,7 +123,21 @@ pub struct ControlPlane {
     sessions_per_ip: Mutex<HashMap<IpAddr, u32>>,
     /// Places for sessions in their handshake.
     handshaking: HandshakePlaces,
+    /// The lines of refused upgrades and rate-limited handshakes, at most one of each every
+    /// [`REFUSAL_LOG_EVERY`]: each refusal costs its sender one request, and must not cost
+    /// the daemon a log line each.
+    refusal_lines: Mutex<[Throttle; 2]>,
     tasks: Mutex<JoinSet<()>>,
+}
+
+/// How often a refused control upgrade, or a rate-limited handshake, is logged at most.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Which refusal line a [`Throttle`] of `refusal_lines` counts.
+#[derive(Debug, Clone, Copy)]
+enum RefusalLine {
+    HandshakesFull = 0,
+    RateLimited = 1,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -177,6 +192,7 @@ impl ControlPlane {
             handshakes: Mutex::new(HashMap::new()),
             sessions_per_ip: Mutex::new(HashMap::new()),
             handshaking: HandshakePlaces::new(),
+            refusal_lines: Mutex::new([Throttle::default(), Throttle::default()]),
             tasks: Mutex::new(JoinSet::new()),
         })
     }
@@ -273,13 +289,16 @@ impl ControlPlane {
     fn admit(&self, ip: IpAddr, role: Role) -> Result<HandshakePlace, Box<Response<ResponseBody>>> {
         let Some(place) = self.handshaking.take(ip) else {
             let retry_after = self.options.challenge_ttl.as_secs().max(1);
-            tracing::warn!(
-                event = "control_upgrade_refused",
-                reason = "handshakes_full",
-                peer = %ip,
-                retry_after_secs = retry_after,
-                "control upgrade refused: too many sessions in their handshake"
-            );
+            if let Some(suppressed) = self.refusal_line(RefusalLine::HandshakesFull) {
+                tracing::warn!(
+                    event = "control_upgrade_refused",
+                    reason = "handshakes_full",
+                    peer = %ip,
+                    retry_after_secs = retry_after,
+                    suppressed_since_last_emit = suppressed,
+                    "control upgrade refused: too many sessions in their handshake"
+                );
+            }
             return Err(Box::new(crate::answers::retry_later(
                 StatusCode::SERVICE_UNAVAILABLE,
                 relay_proto::ErrorKind::RelayTooManyRequests,
@@ -307,12 +326,15 @@ impl ControlPlane {
             return None;
         }
         let retry_after = self.rate_limited(ip)?;
-        relay_logging::Lifecycle::ControlRateLimited {
-            role,
-            peer: ip,
-            retry_after_secs: retry_after,
+        if let Some(suppressed) = self.refusal_line(RefusalLine::RateLimited) {
+            relay_logging::Lifecycle::ControlRateLimited {
+                role,
+                peer: ip,
+                retry_after_secs: retry_after,
+                suppressed_since_last_emit: suppressed,
+            }
+            .emit();
         }
-        .emit();
         self.shell.record_refusal(RefusedCode::RateLimited);
         let mut res = crate::answers::error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -322,6 +344,12 @@ impl ControlPlane {
         res.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
         Some(res)
+    }
+
+    /// Whether a refusal line may be written now: `Some(lines left out since the last)`.
+    fn refusal_line(&self, line: RefusalLine) -> Option<u64> {
+        let mut lines = relay_logging::sync::lock(&self.refusal_lines, "control refusal lines")?;
+        lines[line as usize].admit(Instant::now(), REFUSAL_LOG_EVERY)
     }
 
     /// Counts a handshake of a non-loopback address; `Some(retry_after_secs)` when over the

@@ -126,6 +126,33 @@ async fn a_remote_address_past_its_handshakes_per_window_gets_429_and_is_counted
     );
 }
 
+/// The attack of a peer that floods the control path with handshakes it knows will be
+/// refused: each refusal costs it one request, and must not cost the daemon a log line.
+/// One line is written, then none for ten seconds, and the next says how many were left out.
+#[test]
+fn a_flood_of_refused_handshakes_is_logged_once_per_ten_seconds() {
+    let (control, _metrics, _state) = limited_control(1);
+    let capture = relay_logging::LogCapture::new();
+    let dispatch = relay_logging::subscriber(
+        &relay_logging::LogConfig {
+            level: "info".into(),
+            format: relay_logging::LogFormat::Jsonl,
+        },
+        capture.clone(),
+    )
+    .unwrap();
+    tracing::dispatcher::with_default(&dispatch, || {
+        let attacker = ip(192, 0, 2, 7);
+        assert!(control.refuse_over_rate(attacker, Role::Mcp).is_none());
+        for _ in 0..1000 {
+            assert!(control.refuse_over_rate(attacker, Role::Mcp).is_some());
+        }
+    });
+    let log = capture.contents();
+    assert_eq!(log.matches("control_rate_limited").count(), 1, "{log}");
+    assert!(log.contains(r#""suppressed_since_last_emit":0"#), "{log}");
+}
+
 /// Two remote addresses holding every handshake they can (the attack that locked every
 /// client out, loopback included) get a few places each; loopback keeps all of its own, and
 /// each place comes back when its handshake ends.
