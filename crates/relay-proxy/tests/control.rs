@@ -442,3 +442,64 @@ async fn minted_identities_cannot_grow_the_state_file_without_bound() {
         "{log}"
     );
 }
+
+/// A frame of a kind this daemon does not know, sent where a registration belongs, is
+/// answered `Refused { protocol_unsupported }` with the range the daemon speaks, and the
+/// session closes; it was dropped without a word or a log line.
+#[tokio::test(flavor = "current_thread")]
+async fn an_unknown_kind_after_the_challenge_is_refused_as_unsupported() {
+    use futures_util::SinkExt as _;
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let daemon = start_daemon().await;
+    let origin = daemon.address.origin().to_string();
+    let authority = origin.trim_start_matches("http://").to_owned();
+    let tcp = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let (mut ws, _) =
+        tokio_tungstenite::client_async(format!("ws://{authority}{MCP_PATH}").as_str(), tcp)
+            .await
+            .unwrap();
+    let key = SigningKey::generate().unwrap();
+    let hello = Message::Hello(relay_proto::Hello {
+        role: relay_proto::Role::Mcp,
+        protocols: relay_proto::SUPPORTED_PROTOCOLS,
+        binary_version: Text::truncated("test"),
+        instance_id: Id::from(uuid::Uuid::now_v7()),
+        machine_key: relay_proto::PublicKey(*key.public_key().as_bytes()),
+        client_nonce: Bytes32([9; 32]),
+        target_origin: Text::truncated(&origin),
+    });
+    ws.send(Ws::binary(relay_proto::encode(&hello).unwrap()))
+        .await
+        .unwrap();
+    assert!(matches!(
+        next_message(&mut ws).await,
+        Some(Message::Challenge(_))
+    ));
+    // The frame header (magic, version 1, kind 999) and nothing after it.
+    let mut unknown = relay_proto::MAGIC.to_be_bytes().to_vec();
+    unknown.extend_from_slice(&1u16.to_be_bytes());
+    unknown.extend_from_slice(&999u16.to_be_bytes());
+    ws.send(Ws::binary(unknown)).await.unwrap();
+    let Some(Message::Refused(refused)) = next_message(&mut ws).await else {
+        panic!("no Refused");
+    };
+    assert_eq!(
+        refused.reason(),
+        Some(relay_proto::RefusedCode::ProtocolUnsupported)
+    );
+    assert_eq!(refused.supported, relay_proto::SUPPORTED_PROTOCOLS);
+}
+
+/// The next control message on a raw client socket, or `None` when the next frame is not one.
+async fn next_message(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+) -> Option<Message> {
+    use futures_util::StreamExt as _;
+    match tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
+        Some(Ok(tokio_tungstenite::tungstenite::Message::Binary(bytes))) => {
+            Some(relay_proto::decode(&bytes).unwrap().message)
+        }
+        _ => None,
+    }
+}

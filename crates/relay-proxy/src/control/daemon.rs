@@ -566,7 +566,20 @@ impl ControlPlane {
                     Some(fingerprint),
                 ));
             }
-            Err(_) => return Err(HandshakeError::Gone),
+            // A kind or version this daemon does not know is answered, as it is in `Hello`.
+            Err(TransportError::Frame(e)) if e.is_protocol_unsupported() => {
+                return Err(HandshakeError::refused(
+                    RefusedCode::ProtocolUnsupported,
+                    Some(fingerprint),
+                ));
+            }
+            Err(e) if is_peer_gone(&e) => return Err(HandshakeError::Gone),
+            Err(_) => {
+                return Err(HandshakeError::close(
+                    CloseCode::Protocol,
+                    "expected a registration",
+                ));
+            }
         };
         let (signed, signature, input_for) = match (role, frame.message) {
             (Role::Mcp, Message::RegisterMcp(m)) => (
@@ -713,6 +726,17 @@ impl ControlPlane {
                         }
                     }
                     Err(error) => {
+                        // A kind or version this daemon does not know is answered with the
+                        // range it speaks before the session closes (§5.6).
+                        if let TransportError::Frame(e) = &error
+                            && e.is_protocol_unsupported()
+                        {
+                            let _ = transport.send(&Message::Refused(Refused {
+                                code: RefusedCode::ProtocolUnsupported.code(),
+                                text: Text::truncated(RefusedCode::ProtocolUnsupported.as_str()),
+                                supported: SUPPORTED_PROTOCOLS,
+                            })).await;
+                        }
                         if matches!(error, TransportError::Frame(_) | TransportError::TextFrame) {
                             transport.close(CloseCode::Protocol, "malformed message").await;
                         }
