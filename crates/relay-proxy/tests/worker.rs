@@ -1542,6 +1542,14 @@ async fn a_stream_that_breaks_off_is_recorded_as_failed_after_its_head() {
         .await
         .unwrap();
     assert!(receive_body(res.into_body()).await.error.is_some());
+    let end = first_request_end(&seen).await;
+    assert_eq!(end.status, 200);
+    assert!(end.truncated);
+    assert_eq!(end.error.as_deref(), Some("response_body_failed"));
+}
+
+/// The end of the first model request the plugins observed, once there is one.
+async fn first_request_end(seen: &Collected) -> relay_plugins::atof::ModelRequestEnd {
     let end = || {
         seen.all().into_iter().find_map(|o| match o {
             relay_plugins::atof::Observation::ModelRequestEnd(end) => Some(end),
@@ -1549,10 +1557,7 @@ async fn a_stream_that_breaks_off_is_recorded_as_failed_after_its_head() {
         })
     };
     assert!(eventually(WAIT, || end().is_some()).await);
-    let end = end().unwrap();
-    assert_eq!(end.status, 200);
-    assert!(end.truncated);
-    assert_eq!(end.error.as_deref(), Some("response_body_failed"));
+    end().unwrap()
 }
 
 /// A stream that sent every event, its final one included, before its connection broke:
@@ -1574,14 +1579,7 @@ async fn a_stream_that_breaks_after_its_final_event_is_not_truncated() {
     let received = receive_body(res.into_body()).await;
     assert!(received.error.is_some());
     assert_eq!(&received.bytes[..], ANTHROPIC_MESSAGES_SSE);
-    let end = || {
-        seen.all().into_iter().find_map(|o| match o {
-            relay_plugins::atof::Observation::ModelRequestEnd(end) => Some(end),
-            _ => None,
-        })
-    };
-    assert!(eventually(WAIT, || end().is_some()).await);
-    let end = end().unwrap();
+    let end = first_request_end(&seen).await;
     assert!(!end.truncated, "{end:?}");
     assert_eq!(end.error.as_deref(), Some("response_body_failed"));
     assert!(!end.finish_reasons.is_empty(), "{end:?}");
