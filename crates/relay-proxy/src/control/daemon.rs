@@ -700,8 +700,16 @@ impl ControlPlane {
                 out = outbound.recv() => match out {
                     Some(Outbound::Message(message)) => {
                         let refused = matches!(*message, Message::Refused(_));
-                        if let Err(error) = transport.send(&message).await {
-                            return send_failure(&error);
+                        // A peer that reads nothing while the daemon has something to say
+                        // cannot keep up, and is closed (§5.1): it gets the pong time to
+                        // take each message, as it would to answer a ping. Without it the
+                        // task waited in this send for as long as the peer lived, and its
+                        // queue, unread, could never fill.
+                        let sending = transport.send(&message);
+                        match tokio::time::timeout(self.options.pong_timeout, sending).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(error)) => return send_failure(&error),
+                            Err(_) => return DisconnectReason::PongTimeout,
                         }
                         if refused {
                             transport.close(CloseCode::Policy, "refused").await;

@@ -284,3 +284,41 @@ fn a_refused_endpoint_says_why_and_what_to_change() {
     // The text fits a `Refused` whole.
     assert!(nat.len() <= 2048);
 }
+
+/// The attack of a peer that registers and then reads nothing, keeping its reference live:
+/// once the pipe to it is full, the daemon's next message waits; after the pong time the
+/// session ends, where it used to wait for as long as the peer lived.
+#[tokio::test(start_paused = true)]
+async fn a_session_whose_peer_reads_nothing_ends_after_the_pong_time() {
+    let (control, _metrics, _state) = limited_control(16);
+    let (_peer, daemon_side) = tokio::io::duplex(256);
+    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+        daemon_side,
+        tokio_tungstenite::tungstenite::protocol::Role::Server,
+        Some(super::ws_config()),
+    )
+    .await;
+    let mut transport = Transport::new(ws);
+    let (sender, outbound) = tokio::sync::mpsc::channel(crate::shell::SESSION_QUEUE);
+    let serving = tokio::spawn(async move {
+        control
+            .serve(&mut transport, Role::Mcp, ConnId(1), outbound, false)
+            .await
+    });
+    for _ in 0..crate::shell::SESSION_QUEUE {
+        let message = Message::WaitForWorker {
+            retry_after_ms: 1000,
+        };
+        if sender
+            .try_send(crate::shell::Outbound::Message(Box::new(message)))
+            .is_err()
+        {
+            break;
+        }
+    }
+    let reason = tokio::time::timeout(Duration::from_secs(60), serving)
+        .await
+        .expect("the session waited on a peer that reads nothing")
+        .unwrap();
+    assert_eq!(reason, DisconnectReason::PongTimeout);
+}
