@@ -322,3 +322,49 @@ async fn a_session_whose_peer_reads_nothing_ends_after_the_pong_time() {
         .unwrap();
     assert_eq!(reason, DisconnectReason::PongTimeout);
 }
+
+/// A registered peer that sends a kind this daemon does not know is answered
+/// `Refused { protocol_unsupported }` with the supported range before the session closes.
+#[tokio::test]
+async fn an_unknown_kind_in_a_session_is_refused_as_unsupported() {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+
+    let (control, _metrics, _state) = limited_control(16);
+    let (peer_side, daemon_side) = tokio::io::duplex(64 * 1024);
+    let ws = |io, role| {
+        tokio_tungstenite::WebSocketStream::from_raw_socket(io, role, Some(super::ws_config()))
+    };
+    let mut transport = Transport::new(
+        ws(
+            daemon_side,
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+        )
+        .await,
+    );
+    let mut peer = ws(
+        peer_side,
+        tokio_tungstenite::tungstenite::protocol::Role::Client,
+    )
+    .await;
+    let (_sender, outbound) = tokio::sync::mpsc::channel(crate::shell::SESSION_QUEUE);
+    let serving = tokio::spawn(async move {
+        control
+            .serve(&mut transport, Role::Mcp, ConnId(1), outbound, false)
+            .await
+    });
+    // The frame header (magic, version 1, kind 999) and nothing after it.
+    let mut unknown = relay_proto::MAGIC.to_be_bytes().to_vec();
+    unknown.extend_from_slice(&1u16.to_be_bytes());
+    unknown.extend_from_slice(&999u16.to_be_bytes());
+    peer.send(Ws::binary(unknown)).await.unwrap();
+    let Some(Ok(Ws::Binary(bytes))) = peer.next().await else {
+        panic!("no answer");
+    };
+    let Message::Refused(refused) = relay_proto::decode(&bytes).unwrap().message else {
+        panic!("not Refused");
+    };
+    assert_eq!(refused.reason(), Some(RefusedCode::ProtocolUnsupported));
+    assert_eq!(refused.supported, SUPPORTED_PROTOCOLS);
+    serving.await.unwrap();
+}
