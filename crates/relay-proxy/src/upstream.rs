@@ -221,6 +221,9 @@ struct Inner {
     sweeping: AtomicBool,
     /// The room its connections share, which the daemon's connections to workers share too.
     budget: Budget,
+    /// What all the request bodies it keeps to send again hold now ([`KeptBody`]): each
+    /// process has one client, so this bounds the process.
+    kept: Arc<AtomicUsize>,
 }
 
 /// The kept connections to one scheme and authority.
@@ -878,6 +881,7 @@ impl UpstreamClient {
                 origins: Mutex::new(Vec::new()),
                 sweeping: AtomicBool::new(false),
                 budget,
+                kept: Arc::default(),
             }),
         }
     }
@@ -957,7 +961,9 @@ impl Inner {
                         }
                     })
                 }
-                Lent::Http2(sender, stream) => send_on_stream(sender, stream, req).await,
+                Lent::Http2(sender, stream) => {
+                    send_on_stream(sender, stream, req, &self.kept).await
+                }
             };
             match sent {
                 Ok(res) => return Ok(res),
@@ -1310,6 +1316,7 @@ async fn send_on_stream(
     mut sender: h2::client::SendRequest<Bytes>,
     stream: StreamSlot,
     req: Request<RequestBody>,
+    kept: &Arc<AtomicUsize>,
 ) -> Result<Response<UpstreamBody>, Unanswered> {
     if std::future::poll_fn(|cx| sender.poll_ready(cx))
         .await
@@ -1348,7 +1355,11 @@ async fn send_on_stream(
         body,
         send,
         chunk: Bytes::new(),
-        read: Some(KeptBody::default()),
+        read: Some(KeptBody {
+            chunks: Vec::new(),
+            size: 0,
+            in_all: kept.clone(),
+        }),
     };
     let mut uploading = !empty;
     // The client's failure first; then the provider's answer, or its failure.
@@ -1412,22 +1423,21 @@ fn is_unprocessed(error: &h2::Error) -> bool {
 
 /// The most of one request body kept to send again while its answer's head is awaited.
 const KEPT_FOR_AGAIN: usize = 16 * BUFFER_BYTES;
-/// The most of all request bodies kept to send again at once: past it, a body is not kept.
+/// The most of all request bodies one client keeps to send again at once: past it, a body
+/// is not kept.
 const KEPT_FOR_AGAIN_IN_ALL: usize = 32 * 1024 * 1024;
-/// What all [`KeptBody`] hold now.
-static KEPT_IN_ALL: AtomicUsize = AtomicUsize::new(0);
 
-/// The chunks of a request body kept to send again, in order, counted in [`KEPT_IN_ALL`]
-/// until dropped.
-#[derive(Default)]
+/// The chunks of a request body kept to send again, in order, counted in `in_all` (the
+/// client's [`Inner::kept`]) until dropped.
 struct KeptBody {
     chunks: Vec<Bytes>,
     size: usize,
+    in_all: Arc<AtomicUsize>,
 }
 
 impl Drop for KeptBody {
     fn drop(&mut self) {
-        KEPT_IN_ALL.fetch_sub(self.size, Ordering::Relaxed);
+        self.in_all.fetch_sub(self.size, Ordering::Relaxed);
     }
 }
 
@@ -1461,7 +1471,7 @@ impl Http2Upload {
         };
         // Counted at once: dropping what is kept gives it all back.
         kept.size += part.len();
-        let in_all = KEPT_IN_ALL.fetch_add(part.len(), Ordering::Relaxed) + part.len();
+        let in_all = kept.in_all.fetch_add(part.len(), Ordering::Relaxed) + part.len();
         if kept.size > KEPT_FOR_AGAIN || in_all > KEPT_FOR_AGAIN_IN_ALL {
             self.read = None;
         } else {

@@ -1866,10 +1866,10 @@ async fn a_body_is_kept_to_send_again_only_until_its_answer_head_and_within_its_
         got.recv().await.unwrap();
         // Read whole by the provider, and kept while its answer's head is awaited, if it is
         // within its bound.
-        assert_eq!(KEPT_IN_ALL.load(Ordering::SeqCst), kept);
+        assert_eq!(client.inner.kept.load(Ordering::SeqCst), kept);
         answer_now.notify_one();
         sending.await.unwrap().unwrap();
-        assert_eq!(KEPT_IN_ALL.load(Ordering::SeqCst), 0);
+        assert_eq!(client.inner.kept.load(Ordering::SeqCst), 0);
     }
 }
 
@@ -1900,8 +1900,13 @@ async fn a_stream_past_a_new_connections_unknown_limit_comes_back_refused_to_sen
     };
     let (second_sender, second_stream) = (sender.clone(), StreamSlot(Arc::default()));
     let (first, second) = tokio::join!(
-        send_on_stream(sender, stream, get(&held.to_string())),
-        send_on_stream(second_sender, second_stream, get(&format!("{base}/quick"))),
+        send_on_stream(sender, stream, get(&held.to_string()), &client.inner.kept),
+        send_on_stream(
+            second_sender,
+            second_stream,
+            get(&format!("{base}/quick")),
+            &client.inner.kept
+        ),
     );
     assert!(first.is_ok());
     let Err(Unanswered::Refused(back, _)) = second else {
