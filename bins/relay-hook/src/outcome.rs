@@ -22,6 +22,10 @@ const WORKER_UNAVAILABLE: &str = "relay_worker_unavailable";
 const POLICY_REJECTED: &str = "relay_policy_rejected";
 /// Printed for a policy block whose body gives neither a reason nor a message.
 const UNKNOWN_REASON: &str = "blocked by relay policy";
+/// The most of a policy reason printed, in characters; a longer one is cut and says so.
+const REASON_CHARS: usize = 1000;
+/// Ends a reason cut at [`REASON_CHARS`].
+const REASON_CUT: &str = " [reason cut at 1000 characters]";
 /// The line for a blocking event refused because there is no usable credential under an
 /// explicit `--fail-closed` (SPEC §7.1 step 2), word for word.
 pub(crate) const NO_CREDENTIAL: &str =
@@ -203,13 +207,29 @@ pub(crate) fn judge(status: StatusCode, body: Bytes) -> Verdict {
             error
                 .reason
                 .or(error.message)
-                .unwrap_or_else(|| UNKNOWN_REASON.to_owned()),
+                .map_or_else(|| UNKNOWN_REASON.to_owned(), |reason| printable(&reason)),
         ),
         _ => Verdict::Failure(Failure::Status {
             status,
             error_type: error.kind,
         }),
     }
+}
+
+/// A reason as one line of plain text: the agent shows it to the user and the model, and
+/// whoever holds the daemon's port writes it, so control characters (a terminal's escape
+/// sequences, line breaks) become spaces and a reason past [`REASON_CHARS`] is cut, saying so.
+fn printable(reason: &str) -> String {
+    let mut chars = reason.chars();
+    let mut line: String = chars
+        .by_ref()
+        .take(REASON_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if chars.next().is_some() {
+        line.push_str(REASON_CUT);
+    }
+    line
 }
 
 /// An empty body (nothing to say) or one JSON object, surrounded by JSON whitespace.

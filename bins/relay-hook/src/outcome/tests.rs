@@ -117,6 +117,30 @@ fn a_policy_rejection_carries_its_reason_else_its_message() {
 }
 
 #[test]
+fn a_policy_reason_is_printed_as_one_plain_line_of_bounded_length() {
+    // Whoever holds the daemon's port writes the reason the agent shows: no escape sequence,
+    // no extra line, and not a megabyte of text for the model to read.
+    let rejected = |reason: &str| {
+        let text =
+            serde_json::json!({"error": {"type": "relay_policy_rejected", "reason": reason}});
+        match judge(StatusCode::FORBIDDEN, body(&text.to_string())) {
+            Verdict::PolicyRejected(found) => found,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        rejected("line 1\nline 2\u{1b}[31mred\u{9b}2J\u{7f}"),
+        "line 1 line 2 [31mred 2J "
+    );
+    assert_eq!(rejected("é".repeat(1000).as_str()), "é".repeat(1000));
+    let cut = rejected(&"é".repeat(200_000));
+    assert_eq!(
+        cut,
+        format!("{} [reason cut at 1000 characters]", "é".repeat(1000))
+    );
+}
+
+#[test]
 fn going_on_prints_the_agents_silent_answer_and_exits_0() {
     for (agent, answer) in [
         (Agent::Claude, r#"{"continue":true}"#),
