@@ -248,7 +248,18 @@ fn parse_url(table: &Table<'_>, key: &str) -> Result<String, PluginConfigError> 
         .strip_prefix("https://")
         .or_else(|| url.strip_prefix("http://"));
     match rest {
-        Some(rest) if !rest.is_empty() && !rest.contains(char::is_whitespace) => Ok(url.to_owned()),
+        Some(rest) if !rest.is_empty() && !rest.contains(char::is_whitespace) => {
+            // A user and password would not be sent (no sink turns them into a header), and
+            // the HTTP client's debug lines name the authority whole.
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            if authority.contains('@') {
+                return Err(table.place.wrong(
+                    key,
+                    "a URL without a user or password (put a credential in headers or header_env)",
+                ));
+            }
+            Ok(url.to_owned())
+        }
         _ => Err(table.place.wrong(key, "an http:// or https:// URL")),
     }
 }

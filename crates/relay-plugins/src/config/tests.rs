@@ -137,7 +137,7 @@ header_env = { authorization = "RELAY_COLLECTOR_AUTH" }
 batch_max = 50
 [[components.config.sinks]]
 type = "http"
-url = "https://second.example.com/atof"
+url = "https://second.example.com/atof/team@example?owner=a@b"
 header_env = { authorization = "RELAY_COLLECTOR_AUTH", "x-key" = "RELAY_SECOND_KEY" }
 [components.config.otlp]
 endpoint = "http://127.0.0.1:4318/v1/traces"
@@ -157,9 +157,14 @@ cache_read = 0.3
         ["RELAY_COLLECTOR_AUTH", "RELAY_OTLP_KEY", "RELAY_SECOND_KEY"]
     );
     let config = plugins.observability().unwrap();
-    let [Sink::Http(http), Sink::Http(_)] = &config.sinks[..] else {
+    let [Sink::Http(http), Sink::Http(second)] = &config.sinks[..] else {
         panic!("{config:?}");
     };
+    // An @ past the authority is no user or password.
+    assert_eq!(
+        second.url,
+        "https://second.example.com/atof/team@example?owner=a@b"
+    );
     assert_eq!(http.batch_max, 50);
     assert_eq!(http.flush_ms, HttpSink::DEFAULT_FLUSH_MS);
     assert_eq!(http.timeout_ms, HttpSink::DEFAULT_TIMEOUT_MS);
@@ -253,6 +258,8 @@ fn observability_refusals_name_component_field_and_file() {
         "[[components.config.sinks]]\ntype = \"syslog\"\n",
         "[[components.config.sinks]]\ndirectory = \"/d\"\n",
         "[[components.config.sinks]]\ntype = \"http\"\nurl = \"ftp://collector\"\n",
+        "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://user:secret@collector/x\"\n",
+        "[components.config.otlp]\nendpoint = \"http://token@127.0.0.1:4318\"\n",
         "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nbatch_max = 0\n",
         "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheaders = { \"bad header\" = \"x\" }\n",
         "[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\nheader_env = { authorization = \"1NOT_A_NAME\" }\n",
@@ -282,6 +289,8 @@ fn observability_refusals_name_component_field_and_file() {
             /etc/relay/plugins.toml: component 1, `config.sinks[1].type`: must be "file" or "http"
             /etc/relay/plugins.toml: component 1, `config.sinks[1].type`: required
             /etc/relay/plugins.toml: component 1, `config.sinks[1].url`: must be an http:// or https:// URL
+            /etc/relay/plugins.toml: component 1, `config.sinks[1].url`: must be a URL without a user or password (put a credential in headers or header_env)
+            /etc/relay/plugins.toml: component 1, `config.otlp.endpoint`: must be a URL without a user or password (put a credential in headers or header_env)
             /etc/relay/plugins.toml: component 1, `config.sinks[1].batch_max`: must be an integer from 1 to 10000
             /etc/relay/plugins.toml: component 1, `config.sinks[1].headers.bad header`: must be keyed by a valid header name
             /etc/relay/plugins.toml: component 1, `config.sinks[1].header_env.authorization`: must be an environment variable name (letters, digits and _, not starting with a digit)
