@@ -22,6 +22,8 @@ pub(crate) struct Counters {
     written: AtomicU64,
     dropped: AtomicU64,
     log: DropLog,
+    /// Its own interval for the batches a collector refused, which say why records went.
+    refusals: DropLog,
 }
 
 impl Counters {
@@ -31,6 +33,7 @@ impl Counters {
             written: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             log: DropLog::new(Instant::now(), DROP_LOG_INTERVAL),
+            refusals: DropLog::new(Instant::now(), DROP_LOG_INTERVAL),
         }
     }
 
@@ -55,6 +58,22 @@ impl Counters {
                 "observability sink dropped records"
             );
         }
+    }
+
+    /// Counts the `n` items of a batch the collector refused with `status` as dropped, and
+    /// logs the refusal at most once per interval, with the refusals since the last line: a
+    /// collector that refuses every batch must not fill the log a line per batch.
+    pub(crate) fn add_refused(&self, n: u64, status: u16) {
+        if let Some(suppressed) = self.refusals.on_drop(Instant::now(), 1) {
+            tracing::warn!(
+                event = "sink_batch_refused",
+                sink = self.kind,
+                status,
+                suppressed_since_last_emit = suppressed,
+                "collector refused a batch"
+            );
+        }
+        self.add_dropped(n, "refused");
     }
 
     pub(crate) fn stats(&self) -> SinkStats {

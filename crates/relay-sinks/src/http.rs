@@ -224,13 +224,7 @@ impl Poster {
                     return;
                 }
                 Attempt::Refused(status) => {
-                    tracing::warn!(
-                        event = "sink_batch_refused",
-                        sink = counters.kind,
-                        status = status.as_u16(),
-                        "collector refused a batch"
-                    );
-                    counters.add_dropped(n, "refused");
+                    counters.add_refused(n, status.as_u16());
                     return;
                 }
                 Attempt::Unreachable if attempt >= delivery.max_attempts.max(1) => {

@@ -1,6 +1,8 @@
 use std::time::{Duration, Instant};
 
-use super::DropLog;
+use relay_logging::{LogCapture, LogConfig, LogFormat};
+
+use super::{Counters, DropLog};
 
 #[test]
 fn the_first_drop_logs_then_one_line_per_interval_with_the_suppressed_count() {
@@ -13,4 +15,29 @@ fn the_first_drop_logs_then_one_line_per_interval_with_the_suppressed_count() {
     assert_eq!(log.on_drop(at(10_000), 1), Some(4));
     assert_eq!(log.on_drop(at(10_001), 1), None);
     assert_eq!(log.on_drop(at(25_000), 2), Some(1));
+}
+
+#[test]
+fn a_collector_refusing_every_batch_is_logged_once_per_interval() {
+    let capture = LogCapture::new();
+    let config = LogConfig {
+        level: "warn".to_owned(),
+        format: LogFormat::Jsonl,
+    };
+    let dispatch = relay_logging::subscriber(&config, capture.clone()).unwrap();
+    let counters = Counters::new("http");
+    tracing::dispatcher::with_default(&dispatch, || {
+        for _ in 0..300 {
+            counters.add_refused(10, 500);
+        }
+    });
+    let logged = capture.contents();
+    assert_eq!(logged.lines().count(), 2, "{logged}");
+    assert_eq!(logged.matches(r#""event":"sink_batch_refused""#).count(), 1);
+    assert!(logged.contains(r#""status":500"#), "{logged}");
+    assert_eq!(
+        logged.matches(r#""event":"sink_records_dropped""#).count(),
+        1
+    );
+    assert_eq!(counters.stats().dropped, 3000);
 }
