@@ -65,6 +65,13 @@ elif command -v shasum >/dev/null 2>&1; then
 else
     fail "neither sha256sum nor shasum is installed, so the archive cannot be verified"
 fi
+# The check reads only the files listed, so a file added to the archive after it was made
+# would pass it: only listed files are installed.
+listed=$(awk '{ name = substr($0, 67); sub(/^[*]/, "", name); print name }' "$ARCHIVE/SHA256SUMS")
+(cd "$ARCHIVE" && find bin docs deploy LICENSE -type f) | while IFS= read -r file; do
+    printf '%s\n' "$listed" | grep -Fqx -- "$file" \
+        || fail "$file is not listed in SHA256SUMS: the archive was modified"
+done || exit 1
 for binary in $BINARIES; do
     [ -x "$ARCHIVE/bin/$binary" ] || fail "the archive has no executable bin/$binary"
 done

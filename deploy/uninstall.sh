@@ -19,6 +19,7 @@ UNIT_DIR=/etc/systemd/system
 BINARIES="relayd relay-mcp relay-worker relay-hook relay-doctor"
 
 say() { printf 'uninstall.sh: %s\n' "$*"; }
+warn() { printf 'uninstall.sh: warning: %s\n' "$*" >&2; }
 fail() { printf 'uninstall.sh: error: %s\n' "$*" >&2; exit 1; }
 
 purge=no
@@ -81,4 +82,17 @@ if [ "$purge" = yes ]; then
 else
     say "kept $DESTDIR$STATE_DIR (identity state) and $DESTDIR$CONFIG_DIR; --purge removes them"
 fi
+
+# 5. What install.sh did not put there stays, and is named: files under PREFIX (a managed
+# bundle, say), and the agents' managed wiring, which would go on starting the removed
+# programs for every user of the machine.
+if [ -d "$DESTDIR$PREFIX" ]; then
+    warn "kept $DESTDIR$PREFIX: it holds files install.sh did not put there (a managed bundle, say); remove them by hand"
+fi
+for wiring in /etc/claude-code/managed-settings.json /etc/claude-code/managed-mcp.json \
+    /etc/codex/managed_config.toml /etc/codex/hooks.json; do
+    if [ -f "$DESTDIR$wiring" ] && grep -Fq -- "$PREFIX/bin/relay-" "$DESTDIR$wiring"; then
+        warn "$DESTDIR$wiring still starts programs from $PREFIX/bin for every user: remove Relay's entries from it (docs/harnesses.md)"
+    fi
+done
 say "done"

@@ -182,6 +182,21 @@ async fn the_archive_installs_into_a_root_serves_and_uninstalls_keeping_state() 
         "install.sh wrote files before verifying"
     );
 
+    // So is a file added beside the listed ones, which the sums' own check does not read.
+    let added = top.join("deploy/extra.sh");
+    std::fs::write(&added, b"#!/bin/sh\necho pwned\n")?;
+    let refused = script(&top.join("deploy/install.sh"), &tampered_root).output()?;
+    std::fs::remove_file(&added)?;
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("deploy/extra.sh is not listed in SHA256SUMS"),
+        "install.sh accepted a file the sums do not list: {said}"
+    );
+    assert!(
+        !tampered_root.exists(),
+        "install.sh wrote files before checking the list"
+    );
+
     // Installed as docs/operations.md says, into the temporary root.
     run(&mut script(&top.join("deploy/install.sh"), &root))?;
     let bin = root.join("opt/relay/bin");
@@ -245,11 +260,29 @@ async fn the_archive_installs_into_a_root_serves_and_uninstalls_keeping_state() 
         .collect::<Result<_, _>>()?;
     ensure!(!identity.is_empty(), "the daemon state directory is empty");
 
-    // The installed uninstall.sh removes binaries and units and keeps state and config.
-    run(&mut script(
+    // The installed uninstall.sh removes binaries and units and keeps state and config. It
+    // names the agents' managed wiring it leaves, which still starts the removed programs.
+    let wiring = root.join("etc/claude-code/managed-settings.json");
+    std::fs::create_dir_all(wiring.parent().context("a parent")?)?;
+    std::fs::write(
+        &wiring,
+        r#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"/opt/relay/bin/relay-hook claude"}]}]}}"#,
+    )?;
+    let removed = run(&mut script(
         &root.join("opt/relay/deploy/uninstall.sh"),
         &root,
     ))?;
+    let said = String::from_utf8_lossy(&removed.stderr);
+    assert!(
+        said.contains(
+            "etc/claude-code/managed-settings.json still starts programs from /opt/relay/bin"
+        ),
+        "{said}"
+    );
+    assert!(
+        wiring.exists(),
+        "uninstall removed the organisation's settings"
+    );
     for binary in BINARIES {
         assert!(!bin.join(binary).exists(), "{binary} is still installed");
     }
@@ -260,9 +293,19 @@ async fn the_archive_installs_into_a_root_serves_and_uninstalls_keeping_state() 
     }
     assert_eq!(std::fs::read_to_string(&config)?, edited);
 
-    // --purge removes the state too.
-    run(script(&top.join("deploy/uninstall.sh"), &root).arg("--purge"))?;
+    // --purge removes the state too, and keeps what install.sh did not put under the prefix,
+    // saying so.
+    let bundle = root.join("opt/relay/bundle/claude-code/settings-v1/managed-settings.json");
+    std::fs::create_dir_all(bundle.parent().context("a parent")?)?;
+    std::fs::write(&bundle, "{}")?;
+    let purged = run(script(&top.join("deploy/uninstall.sh"), &root).arg("--purge"))?;
     assert!(!state.exists());
     assert!(!root.join("etc/relay").exists());
+    assert!(bundle.exists());
+    let said = String::from_utf8_lossy(&purged.stderr);
+    assert!(
+        said.contains("opt/relay: it holds files install.sh did not put there"),
+        "{said}"
+    );
     Ok(())
 }
