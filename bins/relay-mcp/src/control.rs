@@ -431,7 +431,7 @@ impl Control {
         // way the child's end is logged and reported like any other exit (§5.5): a child
         // is never reaped without a trace.
         if let Some(old) = launched.take() {
-            reports.push(Message::WorkerExited(old.stop().await));
+            reports.push(Message::WorkerExited(old.stop(&self.fingerprint()).await));
         }
         match self.launcher.launch(&grant).await {
             Ok(child) => {
@@ -494,7 +494,9 @@ impl Control {
                 ) => {}
             }
             // Killed, reaped and logged as `worker_stopped` like any other end of a child.
-            let _ = tokio::time::timeout(Duration::from_millis(200), launched.stop()).await;
+            let fingerprint = self.fingerprint();
+            let _ =
+                tokio::time::timeout(Duration::from_millis(200), launched.stop(&fingerprint)).await;
         }
     }
 
@@ -508,7 +510,7 @@ impl Control {
         let status = current.child.wait().await;
         let (activation_id, ready) = (current.activation_id, current.ready);
         *launched = None;
-        let exit = exited(activation_id, status);
+        let exit = exited(activation_id, &self.fingerprint(), status);
         if !ready {
             let failure_reason = exit.failure_reason();
             let detail = format!(
@@ -538,7 +540,7 @@ impl Control {
             tokio::select! {
                 _ = &mut shutdown => return,
                 status = child.child.wait() => {
-                    exited(child.activation_id, status);
+                    exited(child.activation_id, &self.fingerprint(), status);
                 }
             }
         }
@@ -548,22 +550,28 @@ impl Control {
 
 impl Launched {
     /// Kills the child unless it has exited already, reaps it, and logs its end.
-    async fn stop(mut self) -> WorkerExited {
+    async fn stop(mut self, fingerprint: &str) -> WorkerExited {
         // An error only means the child has exited already; `wait` still reaps it.
         let _ = self.child.start_kill();
         let status = self.child.wait().await;
-        exited(self.activation_id, status)
+        exited(self.activation_id, fingerprint, status)
     }
 }
 
-/// Logs `worker_stopped` for the reaped child of `activation_id` and builds its report.
-fn exited(activation_id: Id, status: std::io::Result<std::process::ExitStatus>) -> WorkerExited {
+/// Logs `worker_stopped` for the reaped child of `activation_id` on the route of
+/// `fingerprint` and builds its report. The MCP never learns the worker id, which the daemon
+/// gives the worker when it registers.
+fn exited(
+    activation_id: Id,
+    fingerprint: &str,
+    status: std::io::Result<std::process::ExitStatus>,
+) -> WorkerExited {
     let exit = match status {
         Ok(status) => ProcessExit::from(status),
         Err(_) => ProcessExit::Unknown,
     };
     Lifecycle::WorkerStopped {
-        fingerprint: None,
+        fingerprint: Some(fingerprint),
         worker_id: None,
         activation_id: Some(activation_id.as_uuid()),
         exit: Some(exit),

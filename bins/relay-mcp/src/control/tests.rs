@@ -244,6 +244,13 @@ async fn a_launch_reports_the_exit_of_a_previous_child_that_died_unnoticed() {
     assert_eq!(stopped.len(), 1, "{}", capture.contents());
     assert_eq!(stopped[0]["activation_id"], old.as_uuid().to_string());
     assert_eq!(stopped[0]["exit_signal"], 9, "{}", stopped[0]);
+    // The route the worker served, as every other event of the MCP names it (shortened).
+    assert_eq!(
+        stopped[0]["fingerprint"],
+        &control.fingerprint()[..12],
+        "{}",
+        stopped[0]
+    );
     assert!(launched.is_none());
 }
 
