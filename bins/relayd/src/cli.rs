@@ -14,8 +14,9 @@ use relay_proxy::front::{Advertised, Mode};
 #[derive(Debug, clap::Parser)]
 #[command(name = "relayd", version)]
 pub(crate) struct Cli {
-    /// IPv4 address to listen on; a non-loopback one needs --advertise-address, and another
-    /// loopback one than 127.0.0.1 needs --tls-cert and --tls-key.
+    /// IPv4 address to listen on; a non-loopback one needs an https --advertise-address with
+    /// --tls-cert and --tls-key, and another loopback one than 127.0.0.1 needs TLS too unless
+    /// --advertise-address names the origin clients dial.
     #[arg(long, value_name = "IPV4", default_value = "127.0.0.1", value_parser = parse_bind)]
     pub(crate) bind: Ipv4Addr,
 
@@ -180,6 +181,10 @@ pub(crate) enum FlagError {
     HttpsNeedsTls,
     #[error("--advertise-address must be https for a non-loopback host")]
     RemoteNeedsHttps,
+    #[error(
+        "--bind {0} is reachable from other machines, so relayd serves it only over https: give an https --advertise-address with --tls-cert and --tls-key"
+    )]
+    NetworkBindNeedsHttps(Ipv4Addr),
 }
 
 impl Cli {
@@ -256,6 +261,11 @@ impl Cli {
         }
         if !address.is_loopback() && !https {
             return Err(FlagError::RemoteNeedsHttps);
+        }
+        // A loopback origin does not make a network listener private: route tokens and
+        // registrations would cross the network in the clear.
+        if !self.bind.is_loopback() && !https {
+            return Err(FlagError::NetworkBindNeedsHttps(self.bind));
         }
         Ok(Advertised {
             https,

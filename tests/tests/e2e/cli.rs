@@ -150,7 +150,7 @@ fn assert_usage_error(case: &str, out: &CliOutput, names: &[&str]) {
 
 #[tokio::test]
 async fn usage_errors_exit_64_with_one_line_naming_the_culprit() -> anyhow::Result<()> {
-    let cases: [(&[&str], &[&str]); 8] = [
+    let cases: [(&[&str], &[&str]); 9] = [
         (&["--bind", "10.0.0.1"], &["--bind", "--advertise-address"]),
         (&["--bind", "::1"], &["--bind", "::1"]),
         (&["--port", "0"], &["--port"]),
@@ -167,6 +167,16 @@ async fn usage_errors_exit_64_with_one_line_naming_the_culprit() -> anyhow::Resu
                 "http://relay.example.com:8443",
             ],
             &["--advertise-address", "https"],
+        ),
+        // A loopback origin does not keep a network listener's plain http off the network.
+        (
+            &[
+                "--bind",
+                "0.0.0.0",
+                "--advertise-address",
+                "http://127.0.0.1:47632",
+            ],
+            &["--bind 0.0.0.0", "https", "--tls-cert"],
         ),
         (
             &["--max-tokens-per-identity", "65"],

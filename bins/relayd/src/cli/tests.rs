@@ -122,6 +122,37 @@ fn another_loopback_bind_needs_tls_or_an_advertised_origin() {
     );
 }
 
+/// A listener other machines can reach serves https, whatever origin it advertises: a
+/// loopback one would let route tokens and registrations cross the network in the clear.
+#[test]
+fn a_network_bind_never_serves_plain_http() {
+    for bind in ["0.0.0.0", "10.200.77.1"] {
+        for origin in ["http://127.0.0.1:47632", "http://localhost:47632"] {
+            let plain = parse(&["--bind", bind, "--advertise-address", origin]).unwrap();
+            assert_eq!(
+                plain.advertised(true).unwrap_err(),
+                FlagError::NetworkBindNeedsHttps(bind.parse().unwrap()),
+                "{bind} {origin}"
+            );
+        }
+        let tls = parse(&[
+            "--bind",
+            bind,
+            "--advertise-address",
+            "https://relay.example.com:8443",
+            "--tls-cert",
+            "/etc/relay/cert.pem",
+            "--tls-key",
+            "/etc/relay/key.pem",
+        ])
+        .unwrap();
+        assert_eq!(
+            tls.advertised(true).unwrap().origin(),
+            "https://relay.example.com:8443"
+        );
+    }
+}
+
 #[test]
 fn bindings_commands_need_their_fingerprint() {
     for args in [
