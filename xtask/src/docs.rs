@@ -34,7 +34,7 @@ const LIFECYCLE_SOURCE: &str = "crates/relay-logging/src/lifecycle.rs";
 const PROVIDER_FAILURE_SOURCE: &str = "crates/relay-logging/src/rate_limit.rs";
 
 /// Every environment variable a Relay binary reads: name, who reads it, what it does.
-pub(crate) const ENVIRONMENT: [(&str, &str, &str); 25] = [
+pub(crate) const ENVIRONMENT: [(&str, &str, &str); 26] = [
     (
         "RELAY_CLIENT_TOKEN",
         "relay-mcp, relay-hook, relay-doctor",
@@ -133,7 +133,12 @@ pub(crate) const ENVIRONMENT: [(&str, &str, &str); 25] = [
     (
         "SSL_CERT_FILE",
         "relay-doctor",
-        "The CA bundle Codex uses; checked against a remote daemon's certificate.",
+        "The CA bundle Codex reads instead of the system's roots; relay-doctor --live checks that a remote daemon's certificate verifies with it.",
+    ),
+    (
+        "NODE_EXTRA_CA_CERTS",
+        "relay-doctor",
+        "The CAs Claude Code and pi add to Node's bundled roots; relay-doctor --live checks that a remote daemon's certificate verifies with them.",
     ),
     (
         "OPENAI_API_KEY",

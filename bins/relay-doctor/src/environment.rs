@@ -87,7 +87,7 @@ pub(crate) fn report<E: Env>(inputs: &Inputs<'_, E>) -> Report {
     }
 }
 
-fn display(path: &Path) -> String {
+pub(crate) fn display(path: &Path) -> String {
     path.display().to_string()
 }
 

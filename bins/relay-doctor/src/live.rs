@@ -2,7 +2,7 @@
 //! runs through a worker. The IO ([`run`]) gathers answers; the `judge_*` functions turn each
 //! answer into a check and are tested without a daemon.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,22 +15,59 @@ use relay_proto::{
 };
 use serde_json::json;
 
-use crate::environment::{Inputs, resolve_token};
+use crate::environment::{Inputs, display, resolve_token};
 use crate::report::{Check, Mode, Report, Status};
-use relay_proxy::daemon_http::{self, Answer};
+use relay_proxy::daemon_http::{self, Answer, GetError};
 
 /// How long each exchange with the daemon may take.
 const LIMIT: Duration = Duration::from_secs(10);
 
+/// Why a GET to the daemon got no answer.
+#[derive(Debug)]
+pub(crate) enum NoAnswer {
+    /// The TLS handshake failed: something answered, but not with a certificate the client
+    /// trusts (or not over TLS at all).
+    Tls(String),
+    /// Anything else: nothing listens, a timeout, a broken exchange.
+    Other(String),
+}
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoAnswer::Tls(why) | NoAnswer::Other(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<GetError> for NoAnswer {
+    fn from(error: GetError) -> NoAnswer {
+        match error {
+            GetError::Tls { .. } => NoAnswer::Tls(error.to_string()),
+            other => NoAnswer::Other(other.to_string()),
+        }
+    }
+}
+
 /// One GET to the daemon as the doctor, within [`LIMIT`].
+async fn fetch(
+    daemon: &DaemonAddress,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    path: &str,
+    token: Option<&RouteToken>,
+) -> Result<Answer, NoAnswer> {
+    let agent = concat!("relay-doctor/", env!("CARGO_PKG_VERSION"));
+    Ok(daemon_http::get(daemon, tls, path, token, LIMIT, agent).await?)
+}
+
+/// [`fetch`], with the reason as text.
 async fn get(
     daemon: &DaemonAddress,
     tls: Option<&Arc<rustls::ClientConfig>>,
     path: &str,
     token: Option<&RouteToken>,
 ) -> Result<Answer, String> {
-    let agent = concat!("relay-doctor/", env!("CARGO_PKG_VERSION"));
-    daemon_http::get(daemon, tls, path, token, LIMIT, agent)
+    fetch(daemon, tls, path, token)
         .await
         .map_err(|error| error.to_string())
 }
@@ -101,12 +138,13 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
             };
         }
     };
-    let health = get(daemon, tls.as_ref(), "/healthz", None).await;
+    let health = fetch(daemon, tls.as_ref(), "/healthz", None).await;
     let health_check = judge_health(daemon, &health);
     let reachable = health_check.status != Status::Fail;
     checks.push(health_check);
     if !reachable {
         for id in [
+            "live.agents_trust",
             "live.daemon_key",
             "live.route",
             "live.worker",
@@ -119,6 +157,8 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
             checks,
         };
     }
+
+    checks.push(agents_trust(inputs.env, daemon).await);
 
     let probed = relay_proxy::control::client::probe_daemon_key(daemon, tls.as_ref(), LIMIT)
         .await
@@ -223,7 +263,7 @@ fn tls_config(
     }
 }
 
-pub(crate) fn judge_health(daemon: &DaemonAddress, answer: &Result<Answer, String>) -> Check {
+pub(crate) fn judge_health(daemon: &DaemonAddress, answer: &Result<Answer, NoAnswer>) -> Check {
     const ID: &str = "live.healthz";
     let start = format!(
         "start relayd, or check that {} is the daemon's address and that the network lets you reach it",
@@ -231,7 +271,16 @@ pub(crate) fn judge_health(daemon: &DaemonAddress, answer: &Result<Answer, Strin
     );
     let answer = match answer {
         Ok(answer) => answer,
-        Err(err) => {
+        Err(NoAnswer::Tls(err)) => {
+            return Check::fail(ID, format!("the daemon's TLS is refused: {err}"))
+                .next(format!(
+                    "something answers at {}, but not with a certificate this machine trusts: relayd's --tls-cert must be current, be a server certificate (not a CA's own), name {}, and come from a CA in the platform's roots or in RELAY_EXTRA_CA_FILE",
+                    daemon.origin(),
+                    daemon.host()
+                ))
+                .with(json!({ "origin": daemon.origin().to_string() }));
+        }
+        Err(NoAnswer::Other(err)) => {
             return Check::fail(ID, format!("the daemon does not answer: {err}"))
                 .next(start)
                 .with(json!({ "origin": daemon.origin().to_string() }));
@@ -268,6 +317,186 @@ pub(crate) fn judge_health(daemon: &DaemonAddress, answer: &Result<Answer, Strin
             .next("look for state_write_failed in the daemon log (a full disk, a read-only state directory)")
             .with(details),
     }
+}
+
+/// The agents that verify the daemon with the same roots, and the variable that adds to them
+/// (Node's bundled roots plus `NODE_EXTRA_CA_CERTS`) or replaces them (`SSL_CERT_FILE`, which
+/// Codex reads instead of the system's roots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Agents {
+    Node,
+    Codex,
+}
+
+impl Agents {
+    const ALL: [Agents; 2] = [Agents::Node, Agents::Codex];
+
+    fn names(self) -> &'static str {
+        match self {
+            Agents::Node => "Claude Code and pi",
+            Agents::Codex => "Codex",
+        }
+    }
+
+    fn variable(self) -> &'static str {
+        match self {
+            Agents::Node => "NODE_EXTRA_CA_CERTS",
+            Agents::Codex => names::SSL_CERT_FILE,
+        }
+    }
+
+    /// The roots these agents verify a server with, given the variable's file.
+    fn roots(self, file: Option<&Path>) -> Result<rustls::RootCertStore, String> {
+        let extra = file
+            .map(relay_proxy::tls::read_certificates)
+            .transpose()
+            .map_err(|e| relay_proxy::error_chain(&e))?
+            .unwrap_or_default();
+        let mut roots = match (self, file) {
+            (Agents::Node, _) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+                roots
+            }
+            (Agents::Codex, Some(_)) => rustls::RootCertStore::empty(),
+            (Agents::Codex, None) => {
+                relay_proxy::tls::root_store(None).map_err(|e| relay_proxy::error_chain(&e))?
+            }
+        };
+        for cert in extra {
+            roots.add(cert).map_err(|e| format!("{e}"))?;
+        }
+        Ok(roots)
+    }
+}
+
+/// What one kind of agent would make of the daemon's certificate.
+#[derive(Debug)]
+pub(crate) enum Trust {
+    Trusted,
+    /// The handshake refused it, for this reason.
+    Refused(String),
+    /// Not known: the file is unusable, or the daemon stopped answering.
+    Unknown(String),
+}
+
+/// For an https daemon, whether each agent would trust its certificate with the roots it
+/// uses in this environment: a handshake with those roots, as the agent makes it.
+async fn agents_trust(env: &impl Env, daemon: &DaemonAddress) -> Check {
+    if !daemon.is_tls() {
+        return judge_agents_trust(daemon, &[]);
+    }
+    let mut seen = Vec::new();
+    for agents in Agents::ALL {
+        let file = env.non_empty(agents.variable()).map(PathBuf::from);
+        let trust = match agents.roots(file.as_deref()).and_then(|roots| {
+            relay_proxy::tls::client_config_trusting(roots)
+                .map_err(|e| relay_proxy::error_chain(&e))
+        }) {
+            Err(why) => Trust::Unknown(why),
+            Ok(mut config) => {
+                config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                match fetch(daemon, Some(&Arc::new(config)), "/healthz", None).await {
+                    Ok(_) => Trust::Trusted,
+                    Err(NoAnswer::Tls(why)) => Trust::Refused(why),
+                    Err(NoAnswer::Other(why)) => Trust::Unknown(why),
+                }
+            }
+        };
+        seen.push((agents, file, trust));
+    }
+    judge_agents_trust(daemon, &seen)
+}
+
+/// The check of [`agents_trust`]: fail when an agent would refuse the daemon's certificate,
+/// warn when it could not be told.
+pub(crate) fn judge_agents_trust(
+    daemon: &DaemonAddress,
+    seen: &[(Agents, Option<PathBuf>, Trust)],
+) -> Check {
+    const ID: &str = "live.agents_trust";
+    if !daemon.is_tls() {
+        return Check::skip(
+            ID,
+            "not checked: the daemon serves plain http on loopback, with no certificate to trust",
+        );
+    }
+    let roots = |agents: Agents, file: &Option<PathBuf>| match (agents, file) {
+        (Agents::Node, None) => "Node's bundled roots".to_owned(),
+        (Agents::Node, Some(file)) => format!(
+            "Node's bundled roots plus NODE_EXTRA_CA_CERTS={}",
+            file.display()
+        ),
+        (Agents::Codex, None) => "the system's roots".to_owned(),
+        (Agents::Codex, Some(file)) => format!("SSL_CERT_FILE={}", file.display()),
+    };
+    let details = json!({
+        "agents": seen.iter().map(|(agents, file, trust)| json!({
+            "agents": agents.names(),
+            "variable": agents.variable(),
+            "file": file.as_deref().map(display),
+            "trusted": matches!(trust, Trust::Trusted),
+            "error": match trust {
+                Trust::Trusted => None,
+                Trust::Refused(why) | Trust::Unknown(why) => Some(why.as_str()),
+            },
+        })).collect::<Vec<_>>(),
+    });
+    if let Some((agents, file, Trust::Refused(why))) = seen
+        .iter()
+        .find(|(_, _, trust)| matches!(trust, Trust::Refused(_)))
+    {
+        let next = match agents {
+            Agents::Node => {
+                "set NODE_EXTRA_CA_CERTS, where Claude Code and pi run, to a PEM file holding the CA that issued the daemon's certificate (RELAY_EXTRA_CA_FILE's, for Relay's own clients)"
+            }
+            Agents::Codex => {
+                "set SSL_CERT_FILE, where Codex runs, to a PEM bundle of the system's roots and the CA that issued the daemon's certificate: Codex reads that file instead of the system's roots"
+            }
+        };
+        return Check::fail(
+            ID,
+            format!(
+                "{} would refuse the daemon's certificate with {}: {why}",
+                agents.names(),
+                roots(*agents, file)
+            ),
+        )
+        .next(next)
+        .with(details);
+    }
+    if let Some((agents, _, Trust::Unknown(why))) = seen
+        .iter()
+        .find(|(_, _, trust)| matches!(trust, Trust::Unknown(_)))
+    {
+        return Check::warn(
+            ID,
+            format!(
+                "whether {} trust the daemon's certificate is not known: {why}",
+                agents.names()
+            ),
+        )
+        .next(format!(
+            "make {} name a readable PEM file, and run the doctor again",
+            agents.variable()
+        ))
+        .with(details);
+    }
+    Check::ok(
+        ID,
+        format!(
+            "the agents trust the daemon's certificate: {}",
+            seen.iter()
+                .map(|(agents, file, _)| format!(
+                    "{} with {}",
+                    agents.names(),
+                    roots(*agents, file)
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    )
+    .with(details)
 }
 
 pub(crate) fn judge_key(

@@ -773,37 +773,64 @@ fn a_report_that_cannot_be_written_fails_with_a_line_on_stderr() {
 /// The attack: whoever answers at the daemon's address looks like relayd (its `/healthz`
 /// says so) but cannot prove the daemon's key. The doctor must fail the key check and send
 /// the route token nowhere: it is the tool a user runs when they suspect an impostor.
-#[test]
-fn live_sends_no_token_to_a_daemon_that_does_not_prove_its_key() {
-    let machine = Machine::new();
+/// A server on 127.0.0.1 that answers `/healthz` as relayd does and anything else with a
+/// route-like body, over TLS with `tls` when given; each request head goes to the receiver.
+/// It proves no key: its control answers are not relayd's.
+fn fake_relayd(tls: Option<rustls::ServerConfig>) -> (String, std::sync::mpsc::Receiver<String>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = format!("http://{}", listener.local_addr().unwrap());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let address = format!("{scheme}://{}", listener.local_addr().unwrap());
+    let tls = tls.map(std::sync::Arc::new);
     let (seen, heads) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                match std::io::Read::read(&mut stream, &mut byte) {
-                    Ok(1) => head.push(byte[0]),
-                    _ => break,
+            let Ok(stream) = stream else { return };
+            match &tls {
+                None => answer_like_relayd(stream, &seen),
+                Some(config) => {
+                    let Ok(conn) = rustls::ServerConnection::new(config.clone()) else {
+                        return;
+                    };
+                    answer_like_relayd(rustls::StreamOwned::new(conn, stream), &seen);
                 }
             }
-            let head = String::from_utf8_lossy(&head).into_owned();
-            let body = if head.starts_with("GET /healthz ") {
-                r#"{"service":"relayd","version":"9.9.9","instance_id":"01900000-0000-7000-8000-000000000001","deployment_mode":"managed","status":"ok"}"#
-            } else {
-                r#"{"route_state":"ready","worker_id":"01900000-0000-7000-8000-000000000002"}"#
-            };
-            let _ = seen.send(head);
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = std::io::Write::write_all(&mut stream, answer.as_bytes());
         }
     });
+    (address, heads)
+}
+
+fn answer_like_relayd(
+    mut stream: impl std::io::Read + std::io::Write,
+    seen: &std::sync::mpsc::Sender<String>,
+) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            // A client that refused the certificate, or closed.
+            _ => return,
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let body = if head.starts_with("GET /healthz ") {
+        r#"{"service":"relayd","version":"9.9.9","instance_id":"01900000-0000-7000-8000-000000000001","deployment_mode":"managed","status":"ok"}"#
+    } else {
+        r#"{"route_state":"ready","worker_id":"01900000-0000-7000-8000-000000000002"}"#
+    };
+    let _ = seen.send(head);
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(answer.as_bytes());
+    let _ = stream.flush();
+}
+
+#[test]
+fn live_sends_no_token_to_a_daemon_that_does_not_prove_its_key() {
+    let machine = Machine::new();
+    let (address, heads) = fake_relayd(None);
     let json = machine.failed_live_report(&address);
     assert_eq!(check(&json, "live.healthz")["status"], "ok");
     assert_eq!(check(&json, "live.daemon_key")["status"], "fail");
@@ -820,4 +847,85 @@ fn live_sends_no_token_to_a_daemon_that_does_not_prove_its_key() {
             "{head}"
         );
     }
+}
+
+/// A CA's certificate in PEM, and a server configuration for 127.0.0.1 with a certificate it
+/// issued.
+fn private_ca() -> (String, rustls::ServerConfig) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "relay-doctor test ca");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca)
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let mut server = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![leaf.der().clone()], key)
+    .unwrap();
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    (ca.pem(), server)
+}
+
+/// The agents do not read RELAY_EXTRA_CA_FILE: with a private CA, the doctor tells whether
+/// Claude Code and pi (Node's roots plus NODE_EXTRA_CA_CERTS) and Codex (SSL_CERT_FILE
+/// instead of the system's roots) would trust the daemon, by a handshake with their roots.
+#[test]
+fn live_tells_whether_each_agent_trusts_an_https_daemons_certificate() {
+    let machine = Machine::new();
+    let (ca_pem, server) = private_ca();
+    let (other_pem, _) = private_ca();
+    let (address, _heads) = fake_relayd(Some(server));
+    let ca = machine.dir.path().join("ca.pem");
+    let other = machine.dir.path().join("other.pem");
+    fs::write(&ca, ca_pem).unwrap();
+    fs::write(&other, other_pem).unwrap();
+    let report = |node: &Path, codex: &Path| {
+        let output = machine
+            .command(&["--live", "--daemon-address", &address, "--json"])
+            .env("RELAY_EXTRA_CA_FILE", &ca)
+            .env("NODE_EXTRA_CA_CERTS", node)
+            .env("SSL_CERT_FILE", codex)
+            .output()
+            .unwrap();
+        json_of(&output)
+    };
+
+    let trusted = report(&ca, &ca);
+    assert_eq!(check(&trusted, "live.healthz")["status"], "ok", "{trusted}");
+    let agents = check(&trusted, "live.agents_trust");
+    assert_eq!(agents["status"], "ok", "{agents}");
+
+    let codex_refuses = report(&ca, &other);
+    assert_eq!(check(&codex_refuses, "live.healthz")["status"], "ok");
+    let agents = check(&codex_refuses, "live.agents_trust");
+    assert_eq!(agents["status"], "fail", "{agents}");
+    assert!(
+        agents["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("Codex would refuse"),
+        "{agents}"
+    );
+
+    let node_refuses = report(&other, &ca);
+    let agents = check(&node_refuses, "live.agents_trust");
+    assert_eq!(agents["status"], "fail", "{agents}");
+    assert!(
+        agents["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("Claude Code and pi would refuse"),
+        "{agents}"
+    );
 }

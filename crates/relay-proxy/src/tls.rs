@@ -79,7 +79,8 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn root_store(extra_ca_file: Option<&Path>) -> Result<RootCertStore, TlsError> {
+/// The platform's roots plus `extra_ca_file`'s certificates; an error when that leaves none.
+pub fn root_store(extra_ca_file: Option<&Path>) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     // Unreadable system certificates are skipped; an empty result is an error below.
     let native = rustls_native_certs::load_native_certs();
@@ -110,6 +111,15 @@ pub fn client_config(extra_ca_file: Option<&Path>) -> Result<ClientConfig, TlsEr
         .with_no_client_auth())
 }
 
+/// Client configuration trusting `roots` alone: what another client with those roots would
+/// accept (relay-doctor asks it for each agent).
+pub fn client_config_trusting(roots: RootCertStore) -> Result<ClientConfig, TlsError> {
+    Ok(ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 /// The largest PEM file read: a system CA bundle is a few hundred KiB.
 const MAX_PEM_BYTES: u64 = 4 << 20;
 
@@ -131,7 +141,9 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
     Ok(bytes)
 }
 
-fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+/// The certificates of the PEM file at `path`: at least one, and at most
+/// [`MAX_PEM_BYTES`] read.
+pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = read_pem(path)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()

@@ -20,21 +20,105 @@ fn answer(status: u16, body: serde_json::Value) -> Result<Answer, String> {
 
 const WORKER: &str = "0190d3a8-0000-7000-8000-000000000001";
 
+/// [`answer`] as the health check gets it.
+fn health_answer(status: u16, body: serde_json::Value) -> Result<Answer, NoAnswer> {
+    answer(status, body).map_err(NoAnswer::Other)
+}
+
 #[test]
 fn health_is_ok_degraded_or_failed() {
     let health = |status: &str| json!({"service":"relayd","version":"1.0.0","instance_id":WORKER,"deployment_mode":"managed","status":status});
     assert_eq!(
-        judge_health(&local(), &answer(200, health("ok"))).status,
+        judge_health(&local(), &health_answer(200, health("ok"))).status,
         Status::Ok
     );
-    let degraded = judge_health(&local(), &answer(200, health("degraded")));
+    let degraded = judge_health(&local(), &health_answer(200, health("degraded")));
     assert_eq!(degraded.status, Status::Warn);
     assert!(degraded.next_step.unwrap().contains("state_write_failed"));
-    let down = judge_health(&local(), &Err("connection refused".to_owned()));
+    let down = judge_health(
+        &local(),
+        &Err(NoAnswer::Other("connection refused".to_owned())),
+    );
     assert_eq!(down.status, Status::Fail);
     assert!(down.next_step.unwrap().contains("start relayd"));
-    let other = judge_health(&local(), &answer(200, json!({"service":"nginx"})));
+    let other = judge_health(&local(), &health_answer(200, json!({"service":"nginx"})));
     assert_eq!(other.status, Status::Fail);
+}
+
+/// A daemon whose certificate is refused does answer: the next step is the certificate, not
+/// starting relayd.
+#[test]
+fn a_refused_certificate_points_at_the_certificate() {
+    let refused = judge_health(
+        &remote(),
+        &Err(NoAnswer::Tls(
+            "TLS to https://relay.example.com:8443 failed: the daemon's certificate has expired"
+                .to_owned(),
+        )),
+    );
+    assert_eq!(refused.status, Status::Fail);
+    assert!(
+        refused.summary.contains("has expired"),
+        "{}",
+        refused.summary
+    );
+    let next = refused.next_step.unwrap();
+    assert!(
+        next.contains("--tls-cert") && next.contains("name relay.example.com"),
+        "{next}"
+    );
+    assert!(!next.contains("start relayd"), "{next}");
+}
+
+#[test]
+fn each_agent_must_trust_an_https_daemons_certificate() {
+    assert_eq!(judge_agents_trust(&local(), &[]).status, Status::Skip);
+    let node_file = Some(PathBuf::from("/etc/relay/ca.pem"));
+    let trusted = judge_agents_trust(
+        &remote(),
+        &[
+            (Agents::Node, node_file.clone(), Trust::Trusted),
+            (Agents::Codex, None, Trust::Trusted),
+        ],
+    );
+    assert_eq!(trusted.status, Status::Ok);
+    assert!(
+        trusted
+            .summary
+            .contains("NODE_EXTRA_CA_CERTS=/etc/relay/ca.pem")
+            && trusted.summary.contains("the system's roots"),
+        "{}",
+        trusted.summary
+    );
+    let refused = judge_agents_trust(
+        &remote(),
+        &[
+            (Agents::Node, node_file.clone(), Trust::Trusted),
+            (
+                Agents::Codex,
+                Some(PathBuf::from("/etc/ssl/other.pem")),
+                Trust::Refused("the daemon's certificate is not signed by a trusted CA".to_owned()),
+            ),
+        ],
+    );
+    assert_eq!(refused.status, Status::Fail);
+    assert!(
+        refused.summary.starts_with("Codex would refuse")
+            && refused.summary.contains("SSL_CERT_FILE=/etc/ssl/other.pem"),
+        "{}",
+        refused.summary
+    );
+    assert!(refused.next_step.unwrap().contains("SSL_CERT_FILE"));
+    assert_eq!(refused.details["agents"][1]["trusted"], false);
+    let unknown = judge_agents_trust(
+        &remote(),
+        &[(
+            Agents::Node,
+            node_file,
+            Trust::Unknown("no answer within 10s".to_owned()),
+        )],
+    );
+    assert_eq!(unknown.status, Status::Warn);
 }
 
 #[test]
