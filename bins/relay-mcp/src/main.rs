@@ -41,6 +41,9 @@ fn main() -> ExitCode {
         Ok(hint) => hint,
         Err(error) => return relay_logging::usage_exit("relay-mcp", &error),
     };
+    if hint.is_none() && !cli.daemon_address.is_loopback() {
+        warn_no_worker_address(&cli.daemon_address);
+    }
     runtime.block_on(run(cli, env, hint));
     // The worker is in its own process group and outlives this runtime.
     runtime.shutdown_timeout(Duration::from_millis(100));
@@ -232,6 +235,19 @@ fn worker_hint(daemon: &DaemonAddress, env: &impl Env) -> Result<Option<WorkerHi
             port,
         })),
     }
+}
+
+/// A remote daemon with no `RELAY_WORKER_ADVERTISE_ADDRESS`: each worker will advertise
+/// 127.0.0.1, which the daemon refuses, so the session's requests pass through (or get 503)
+/// while worker after worker is launched. Not an error, since relay-mcp still serves MCP and
+/// nothing else is wrong, but said once at start in this log, not only in each worker's.
+fn warn_no_worker_address(daemon: &DaemonAddress) {
+    tracing::warn!(
+        event = "worker_address_missing",
+        daemon = %daemon.origin(),
+        "{} is not set, so this session's worker will advertise 127.0.0.1, which a remote daemon refuses: its requests pass through (or get 503) until the variable gives this machine's address as the daemon sees it",
+        names::RELAY_WORKER_ADVERTISE_ADDRESS
+    );
 }
 
 /// An advertised worker address: an IPv4 address the daemon may connect to. The daemon

@@ -1,6 +1,6 @@
 use relay_identity::{MapEnv, names};
 
-use super::worker_hint;
+use super::{warn_no_worker_address, worker_hint};
 
 fn remote() -> relay_identity::DaemonAddress {
     relay_identity::DaemonAddress::parse("https://10.0.0.1:8443").unwrap()
@@ -67,6 +67,28 @@ fn an_advertised_address_the_daemon_always_refuses_is_a_configuration_error_nami
         Some("10.0.0.2")
     );
     assert_eq!(hint.port, None);
+}
+
+/// No address for a remote daemon is no error, but the log says at once what will follow.
+#[test]
+fn a_remote_daemon_without_a_worker_address_is_warned_of_at_start() {
+    let capture = relay_logging::LogCapture::new();
+    let config = relay_logging::LogConfig {
+        level: "warn".to_owned(),
+        format: relay_logging::LogFormat::Jsonl,
+    };
+    let dispatch = relay_logging::subscriber(&config, capture.clone()).unwrap();
+    tracing::dispatcher::with_default(&dispatch, || warn_no_worker_address(&remote()));
+    let line: serde_json::Value = serde_json::from_str(capture.contents().trim()).unwrap();
+    assert_eq!(line["event"], "worker_address_missing", "{line}");
+    assert_eq!(line["daemon"], "https://10.0.0.1:8443", "{line}");
+    assert!(
+        line["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("RELAY_WORKER_ADVERTISE_ADDRESS is not set"),
+        "{line}"
+    );
 }
 
 /// A local daemon runs its users' workers on loopback and ignores a hint, so the remote
