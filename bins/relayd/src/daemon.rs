@@ -109,8 +109,9 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<(Prepared, bool), String> {
     relay_logging::init(&log, std::io::stderr).map_err(|e| e.to_string())?;
     // Read before anything is created, so that a wrong file is a usage error like any other.
     let keys = provider_keys(&config, env)?;
-    if let Some((_, key)) = &settings.tls {
+    if let Some((cert, key)) = &settings.tls {
         warn_if_others_can_read(key);
+        warn_if_clients_will_refuse(cert, &settings.advertised.host);
     }
     let tls = match &settings.tls {
         Some((cert, key)) => Some(Arc::new(
@@ -547,6 +548,27 @@ fn warn_if_others_can_read(key: &Path) {
             file = %key.display(),
             mode = format!("{mode:04o}"),
             "every user of this machine can read the TLS key, and so could pose as the daemon: chmod o-rwx it"
+        );
+    }
+}
+
+/// Says so when clients will refuse the certificate relayd is given to serve (expired, a
+/// CA's own, not for servers, or not naming the advertised host), which would otherwise show
+/// only as every client's failed handshake. A warning, not a refusal: a clock can be wrong,
+/// and a renewed certificate may be on its way.
+fn warn_if_clients_will_refuse(cert: &Path, host: &str) {
+    let now = std::time::SystemTime::now();
+    // A file that cannot be read is refused with the TLS configuration just after.
+    let Ok(problems) = relay_proxy::tls::served_certificate_problems(cert, host, now) else {
+        return;
+    };
+    if !problems.is_empty() {
+        tracing::warn!(
+            event = "tls_certificate_refused_by_clients",
+            file = %cert.display(),
+            host,
+            problems = problems.join("; "),
+            "clients will refuse the TLS certificate relayd serves: fix or replace --tls-cert"
         );
     }
 }

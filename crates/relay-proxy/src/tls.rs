@@ -171,6 +171,70 @@ pub fn server_config_from_files(cert: &Path, key: &Path) -> Result<ServerConfig,
     server_config(chain, key)
 }
 
+/// Why clients will refuse the certificate in `cert` when a daemon serves it for `host`,
+/// judged from the certificate alone at `now`: expired or not valid yet, a CA's own
+/// certificate, not for servers, or not naming `host`. Whether its issuer is trusted is for
+/// each client's roots to say, so an unknown issuer is no problem here. Empty when none of
+/// these is seen.
+pub fn served_certificate_problems(
+    cert: &Path,
+    host: &str,
+    now: std::time::SystemTime,
+) -> Result<Vec<String>, TlsError> {
+    let now = UnixTime::since_unix_epoch(
+        now.duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default(),
+    );
+    let chain = read_certificates(cert)?;
+    let Some((leaf, intermediates)) = chain.split_first() else {
+        return Ok(Vec::new());
+    };
+    let leaf = match webpki::EndEntityCert::try_from(leaf) {
+        Ok(leaf) => leaf,
+        Err(error) => {
+            return Ok(vec![format!(
+                "its first certificate cannot be read ({error})"
+            )]);
+        }
+    };
+    let mut problems = Vec::new();
+    // No trust anchor: the certificate's own properties are checked before its issuer is
+    // looked for, and the missing issuer is the one error that is not a problem.
+    match leaf.verify_for_usage(
+        provider().signature_verification_algorithms.all,
+        &[],
+        intermediates,
+        now,
+        webpki::KeyUsage::server_auth(),
+        None,
+        None,
+    ) {
+        Ok(_) | Err(webpki::Error::UnknownIssuer) => {}
+        Err(webpki::Error::CertExpired { .. }) => problems.push("it has expired".to_owned()),
+        Err(webpki::Error::CertNotValidYet { .. }) => {
+            problems.push("it is not valid yet".to_owned());
+        }
+        Err(webpki::Error::CaUsedAsEndEntity) => problems.push(
+            "it is a certificate authority's own certificate, which clients never accept from a server"
+                .to_owned(),
+        ),
+        Err(webpki::Error::RequiredEkuNotFoundContext(_)) => {
+            problems.push("it is not for servers (its extended key usage lacks serverAuth)".to_owned());
+        }
+        Err(other) => problems.push(format!("clients will refuse it ({other})")),
+    }
+    let name_problem = match ServerName::try_from(host) {
+        Ok(name) => leaf.verify_is_valid_for_subject_name(&name).err(),
+        Err(_) => None,
+    };
+    if name_problem.is_some() {
+        problems.push(format!(
+            "it does not name {host}, the advertised host (an IP address needs an IP subject-alternative name)"
+        ));
+    }
+    Ok(problems)
+}
+
 /// Server configuration from DER values (the worker's generated certificate).
 pub fn server_config(
     chain: Vec<CertificateDer<'static>>,

@@ -121,6 +121,47 @@ fn a_tls_key_others_can_read_is_warned_about() {
     assert_eq!(logged(0o600), "");
 }
 
+/// A certificate clients will refuse is said at start, with why; a fit one is not.
+#[test]
+fn a_certificate_clients_will_refuse_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["relay.test".to_owned()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    std::fs::write(&cert, params.self_signed(&key).unwrap().pem()).unwrap();
+    let logged = |host: &str| {
+        let capture = relay_logging::LogCapture::new();
+        let config = relay_logging::LogConfig {
+            level: "warn".to_owned(),
+            format: relay_logging::LogFormat::Jsonl,
+        };
+        let dispatch = relay_logging::subscriber(&config, capture.clone()).unwrap();
+        tracing::dispatcher::with_default(&dispatch, || {
+            super::warn_if_clients_will_refuse(&cert, host);
+        });
+        capture.contents()
+    };
+    let expired = logged("relay.test");
+    assert!(
+        expired.contains("tls_certificate_refused_by_clients"),
+        "{expired}"
+    );
+    assert!(expired.contains("it has expired"), "{expired}");
+    let elsewhere = logged("relay.example.com");
+    assert!(
+        elsewhere.contains("does not name relay.example.com"),
+        "{elsewhere}"
+    );
+
+    let mut params = rcgen::CertificateParams::new(vec!["relay.test".to_owned()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2090, 1, 1);
+    std::fs::write(&cert, params.self_signed(&key).unwrap().pem()).unwrap();
+    assert_eq!(logged("relay.test"), "");
+}
+
 #[test]
 fn plain_http_on_loopback_runs_one_event_loop_and_https_a_thread_per_cpu() {
     assert_eq!(runtime_threads(Ipv4Addr::LOCALHOST, false).get(), 1);

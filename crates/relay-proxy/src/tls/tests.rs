@@ -46,3 +46,91 @@ fn a_certificate_webpki_finds_unfit_for_a_server_is_named() {
     )));
     assert!(text.contains("not one a server may use"), "{text}");
 }
+
+/// A certificate issued by a fresh CA for `names`, with `edit` applied to its parameters,
+/// written as PEM to a file in `dir`: the file. With `serve_the_ca`, the CA's own
+/// certificate is written instead.
+fn certificate_file(
+    dir: &Path,
+    names: &[&str],
+    edit: impl FnOnce(&mut rcgen::CertificateParams),
+    serve_the_ca: bool,
+) -> PathBuf {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "served certificate test ca");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
+            .unwrap();
+    edit(&mut params);
+    let leaf = params.signed_by(&leaf_key, &ca).unwrap();
+    let file = dir.join(format!("cert-{}.pem", names.join("-")));
+    std::fs::write(&file, if serve_the_ca { ca.pem() } else { leaf.pem() }).unwrap();
+    file
+}
+
+#[test]
+fn a_served_certificate_clients_will_refuse_is_named_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now();
+    let good = certificate_file(dir.path(), &["relay.test", "10.0.0.1"], |_| {}, false);
+    for host in ["relay.test", "10.0.0.1"] {
+        assert_eq!(
+            served_certificate_problems(&good, host, now).unwrap(),
+            Vec::<String>::new(),
+            "{host}"
+        );
+    }
+    let problems = served_certificate_problems(&good, "relay.example.com", now).unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("does not name relay.example.com"),
+        "{problems:?}"
+    );
+
+    let expired = certificate_file(
+        dir.path(),
+        &["expired.test"],
+        |params| {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        },
+        false,
+    );
+    assert_eq!(
+        served_certificate_problems(&expired, "expired.test", now).unwrap(),
+        ["it has expired"]
+    );
+    let early = certificate_file(
+        dir.path(),
+        &["early.test"],
+        |params| {
+            params.not_before = rcgen::date_time_ymd(2090, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2091, 1, 1);
+        },
+        false,
+    );
+    assert_eq!(
+        served_certificate_problems(&early, "early.test", now).unwrap(),
+        ["it is not valid yet"]
+    );
+    let ca = certificate_file(dir.path(), &["ca.test"], |_| {}, true);
+    let problems = served_certificate_problems(&ca, "ca.test", now).unwrap();
+    assert!(
+        problems[0].contains("certificate authority's own certificate"),
+        "{problems:?}"
+    );
+    let client_only = certificate_file(
+        dir.path(),
+        &["client.test"],
+        |params| params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth],
+        false,
+    );
+    let problems = served_certificate_problems(&client_only, "client.test", now).unwrap();
+    assert!(problems[0].contains("not for servers"), "{problems:?}");
+}
