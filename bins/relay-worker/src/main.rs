@@ -272,6 +272,7 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
                     in_flight = state.in_flight(),
                     "the drain deadline passed: cutting off what is still in flight"
                 );
+                handler.cut_off_in_flight();
                 server.abort();
             }
         }

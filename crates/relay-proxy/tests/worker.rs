@@ -119,7 +119,7 @@ impl Setup {
         let task = tokio::spawn(serve(
             listener,
             serve_options(&identity, Duration::from_secs(1)),
-            handler,
+            handler.clone(),
             async move {
                 stopped.await.ok();
             },
@@ -128,6 +128,7 @@ impl Setup {
         Worker {
             addr,
             state,
+            handler,
             sha256,
             client: pinned_client(sha256),
             _stop: stop,
@@ -163,6 +164,7 @@ fn secret_header(secret: [u8; 32]) -> String {
 struct Worker {
     addr: SocketAddr,
     state: Arc<WorkerState>,
+    handler: Arc<WorkerHandler>,
     sha256: [u8; 32],
     client: PinnedClient,
     _stop: oneshot::Sender<()>,
@@ -1878,6 +1880,41 @@ async fn a_gzip_body_that_ends_early_is_undecodable_not_too_large() {
     ] {
         forwarded_unless_a_rule_needs_it(&stand_in, "gzip", body).await;
     }
+}
+
+/// An answer the worker cuts off at its drain deadline is no client's going away: the
+/// record keeps the status the client got and names the cut.
+#[tokio::test]
+async fn an_answer_cut_off_at_the_drain_deadline_is_recorded_as_cut() {
+    let stand_in = StandIn::start().await.unwrap();
+    let (worker, seen) = worker_with_plugins(&stand_in, OBSERVE).await;
+    stand_in.set_behaviour(Behaviour {
+        chunk_size: Some(4),
+        pace: Some(Duration::from_millis(50)),
+        ..Behaviour::default()
+    });
+    let res = worker
+        .client
+        .request(stream_request(&worker, "/v1/messages"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    // The worker's own cut comes to the body as the client's drop does.
+    worker.handler.cut_off_in_flight();
+    drop(res);
+    let ended = eventually_some(WAIT, || async {
+        seen.all().into_iter().find_map(|o| match o {
+            relay_plugins::atof::Observation::ModelRequestEnd(end) => {
+                Some((end.status, end.truncated, end.error))
+            }
+            _ => None,
+        })
+    })
+    .await;
+    assert_eq!(
+        ended,
+        Some((200, true, Some("drain_deadline_passed".to_owned())))
+    );
 }
 
 /// The status the `llm` record ends with when the client closes before the body's end:

@@ -123,6 +123,14 @@ impl WorkerHandler {
         }
     }
 
+    /// The worker is about to cut off what is still in flight at its drain deadline: the
+    /// plugins record those exchanges as cut, not as abandoned by their clients.
+    pub fn cut_off_in_flight(&self) {
+        if let Some(plugins) = self.plugins.get() {
+            plugins.cut_off();
+        }
+    }
+
     /// The plugins, when any component acts on traffic.
     fn active_plugins(&self) -> Option<&PluginHost> {
         self.plugins.get().filter(|p| p.is_active())

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -61,6 +61,9 @@ pub struct PluginHost {
     prices: Arc<PriceTable>,
     capture: Arc<CaptureBudget>,
     next_request: AtomicU64,
+    /// Set when the worker cuts off what is still in flight at its drain deadline, so an
+    /// exchange that ends then is not recorded as its client's going away.
+    cut_off: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for PluginHost {
@@ -157,7 +160,14 @@ impl PluginHost {
                 in_use: AtomicUsize::new(0),
             }),
             next_request: AtomicU64::new(1),
+            cut_off: Arc::default(),
         }
+    }
+
+    /// The worker is about to cut off every request still in flight (its drain deadline
+    /// passed): those that end from now on are recorded as cut, not as abandoned.
+    pub fn cut_off(&self) {
+        self.cut_off.store(true, Ordering::Relaxed);
     }
 
     /// Whether any component acts on traffic; an inactive host costs nothing.
@@ -323,6 +333,7 @@ impl PluginHost {
             request_model: facts.model,
             prices: self.prices.clone(),
             capture: self.capture.clone(),
+            cut_off: self.cut_off.clone(),
             started: Instant::now(),
             ended: false,
         });
@@ -452,6 +463,7 @@ pub(crate) struct Exchange {
     request_model: Option<String>,
     prices: Arc<PriceTable>,
     capture: Arc<CaptureBudget>,
+    cut_off: Arc<AtomicBool>,
     started: Instant,
     ended: bool,
 }
@@ -519,11 +531,24 @@ impl Exchange {
     }
 }
 
+/// The error of an exchange the worker cut off at its drain deadline.
+const CUT_AT_DRAIN_DEADLINE: &str = "drain_deadline_passed";
+
 impl Drop for Exchange {
-    /// A request abandoned before its response (the client went away): 499, as proxies
-    /// record a client that closed the request.
+    /// A request abandoned before its response: 499 when the client went away, as proxies
+    /// record a client that closed the request; 502 when the worker cut it off at its drain
+    /// deadline, which is what relayd then answers its client.
     fn drop(&mut self) {
-        self.end(499, None, Usage::default());
+        if self.cut_off.load(Ordering::Relaxed) {
+            let usage = Usage {
+                truncated: true,
+                error: Some(CUT_AT_DRAIN_DEADLINE.to_owned()),
+                ..Usage::default()
+            };
+            self.end(502, None, usage);
+        } else {
+            self.end(499, None, Usage::default());
+        }
     }
 }
 
@@ -632,17 +657,21 @@ impl BodyTap for Tap {
         });
         // A client that goes away mid-answer is 499; but an error status it had already
         // received stays what it was (an SDK reads a 429's head, then closes to retry), so
-        // traces say what metrics and the harness saw.
-        let status = if end == BodyEnd::Dropped && status < 400 {
+        // traces say what metrics and the harness saw. An answer the worker cut off at its
+        // drain deadline keeps its status too: the client did not go away.
+        let cut_off = end == BodyEnd::Dropped && exchange.cut_off.load(Ordering::Relaxed);
+        let status = if end == BodyEnd::Dropped && status < 400 && !cut_off {
             499
         } else {
             status
         };
         // The error the stream named says more than the break that may have followed it.
         let report = report.unwrap_or_else(|| UsageReport::empty(exchange.format));
-        let error = report
-            .error
-            .or_else(|| (end == BodyEnd::Failed).then(|| "response_body_failed".to_owned()));
+        let error = report.error.or_else(|| match end {
+            BodyEnd::Failed => Some("response_body_failed".to_owned()),
+            BodyEnd::Dropped if cut_off => Some(CUT_AT_DRAIN_DEADLINE.to_owned()),
+            _ => None,
+        });
         let usage = Usage {
             facts,
             response_model: report.response_model,
