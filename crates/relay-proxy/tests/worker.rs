@@ -1902,18 +1902,10 @@ async fn an_answer_cut_off_at_the_drain_deadline_is_recorded_as_cut() {
     // The worker's own cut comes to the body as the client's drop does.
     worker.handler.cut_off_in_flight();
     drop(res);
-    let ended = eventually_some(WAIT, || async {
-        seen.all().into_iter().find_map(|o| match o {
-            relay_plugins::atof::Observation::ModelRequestEnd(end) => {
-                Some((end.status, end.truncated, end.error))
-            }
-            _ => None,
-        })
-    })
-    .await;
+    let end = first_request_end(&seen).await;
     assert_eq!(
-        ended,
-        Some((200, true, Some("drain_deadline_passed".to_owned())))
+        (end.status, end.truncated, end.error.as_deref()),
+        (200, true, Some("drain_deadline_passed"))
     );
 }
 
