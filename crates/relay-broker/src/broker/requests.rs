@@ -164,7 +164,18 @@ impl Broker {
         let Some(worker) = worker else { return };
         match outcome {
             ProbeOutcome::Gone => self.on_worker_gone(now, worker, FailureReason::WorkerGone),
-            ProbeOutcome::Failed => self.start_probe(worker),
+            // A probe already on its way decides. Starting another would discard its result,
+            // so requests failing more often than probes answer would keep a hung worker
+            // Ready for ever, every request waiting out its connect before passing through.
+            ProbeOutcome::Failed => {
+                if self
+                    .generations
+                    .get(&worker)
+                    .is_some_and(|g| g.probe.is_none())
+                {
+                    self.start_probe(worker);
+                }
+            }
             ProbeOutcome::Ready => {}
         }
     }

@@ -394,6 +394,18 @@ impl Scenario {
         )
     }
 
+    /// The connection to the worker of the last request's ticket failed before anything
+    /// was written, as the shell reports it.
+    fn unreachable(&mut self, outcome: ProbeOutcome) -> &mut Self {
+        let ticket = self.tickets.pop().expect("a ticket");
+        self.broker.worker_unreachable(self.now, ticket, outcome);
+        self.out.push_str(&format!(
+            "> the connection to the worker failed: {outcome:?}\n"
+        ));
+        self.drain();
+        self
+    }
+
     /// Register, launch, become ready: a route with a published worker.
     fn ready_route(&mut self, mcp: u64, route: char, token: &str, worker: u64) -> &mut Self {
         self.mcp(mcp, route, token)
@@ -2461,6 +2473,63 @@ fn requests_over_the_per_identity_limit_are_refused() {
         > every request ends
         > Model request with a1
           = worker #5 with $6
+    "#]]);
+}
+
+/// A hung worker with requests failing to reach it faster than its probes answer: the
+/// failures do not restart the probe in flight, whose result still counts, so two failed
+/// probes take the route to Recovering as without traffic.
+#[test]
+fn requests_failing_to_reach_a_hung_worker_do_not_restart_its_probe() {
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2)
+        .advance(30_000)
+        .request("a1", RequestKind::Model, false)
+        .unreachable(ProbeOutcome::Failed)
+        .request("a1", RequestKind::Model, false)
+        .unreachable(ProbeOutcome::Failed)
+        .probe(2, ProbeOutcome::Failed)
+        .advance(250)
+        .request("a1", RequestKind::Model, false)
+        .unreachable(ProbeOutcome::Failed)
+        .probe(2, ProbeOutcome::Failed)
+        .request("a1", RequestKind::Model, false);
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > clock +30000ms (t=30000ms)
+          probe #5 with $6
+        > Model request with a1
+          = worker #5 with $6
+        > the connection to the worker failed: Failed
+        > Model request with a1
+          = worker #5 with $6
+        > the connection to the worker failed: Failed
+        > probe of #5 says Failed
+        > clock +250ms (t=30250ms)
+          probe #5 with $6
+        > Model request with a1
+          = worker #5 with $6
+        > the connection to the worker failed: Failed
+        > probe of #5 says Failed
+          event worker_readiness_failed A #5
+          event worker_recovery_started A #5
+        > Model request with a1
+          = pass through (worker_unavailable, retry after 1000ms)
     "#]]);
 }
 
