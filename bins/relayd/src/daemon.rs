@@ -15,7 +15,7 @@ use relay_proxy::control::daemon::{ControlOptions, ControlPlane};
 use relay_proxy::front::{Front, FrontOptions, Mode, ProviderKeys};
 use relay_proxy::metrics::Metrics;
 use relay_proxy::server::{PeerLimit, ServeOptions, serve};
-use relay_proxy::shell::Shell;
+use relay_proxy::shell::{Saved, Shell};
 use relay_proxy::sockets::Descriptors;
 use relay_proxy::state::StateStore;
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
@@ -337,7 +337,16 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     let _ = stop_admin.send(());
     let _ = admin_task.await;
     let _ = stop_shell.send(());
-    let _ = shell_task.await;
+    let saved = shell_task.await.unwrap_or(Saved::No);
+    // A stop that loses state is no clean stop: a revoke or a block the state file does not
+    // hold yet would be undone by the next start, and a service manager that restarts
+    // failed daemons must see it.
+    if saved == Saved::No {
+        anyhow::bail!(
+            "the state file {} could not be written as the daemon stopped (state_write_failed says why): changes since the last successful write, such as a revoke, a block or new bindings, are lost; make the state directory writable, start relayd and apply them again",
+            shell.state_path().display()
+        );
+    }
     Lifecycle::DaemonStopped {
         uptime_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         unfinished_requests: u64::try_from(report.unfinished).unwrap_or(u64::MAX),

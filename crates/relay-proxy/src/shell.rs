@@ -64,6 +64,15 @@ struct Attached {
     peer: IpAddr,
 }
 
+/// Whether the state was written: the final write as the daemon stops, or one that the
+/// stop cut short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Saved {
+    Yes,
+    No,
+}
+
 /// Drives the broker.
 pub struct Shell {
     broker: Mutex<Broker>,
@@ -140,7 +149,7 @@ impl Shell {
 
     /// Runs the timer and the state writer until `shutdown`, then lets a write in progress
     /// finish and writes the state a last time (§5.7).
-    pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+    pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) -> Saved {
         // What the broker decided while restoring the state file (the probes of the workers
         // it waits for) is carried out now.
         self.drive(|_| ());
@@ -159,7 +168,8 @@ impl Shell {
                                 return;
                             }
                             requests.borrow_and_update();
-                            shell.write_state(&stopped).await;
+                            // A failure is logged and retried; the final write reports.
+                            let _ = shell.write_state(&stopped).await;
                         }
                     }
                 }
@@ -192,16 +202,17 @@ impl Shell {
         // No write may land after the final one.
         stop.send_replace(true);
         let _ = writer.await;
-        self.write_state(&stopped).await;
+        let saved = self.write_state(&stopped).await;
         if let Some(mut tasks) = relay_logging::sync::lock(&self.tasks, "shell tasks") {
             drop(std::mem::take(&mut *tasks));
         }
+        saved
     }
 
     /// Writes the state. Every attempt reports to the broker, so the registrations waiting
     /// for it are answered or refused (§5.3); a failure is logged, surfaces in `/healthz`,
     /// and is retried until it succeeds or the daemon stops (§4.4).
-    async fn write_state(self: &Arc<Self>, stopped: &watch::Receiver<bool>) {
+    async fn write_state(self: &Arc<Self>, stopped: &watch::Receiver<bool>) -> Saved {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
@@ -225,13 +236,13 @@ impl Shell {
                 self.input(Input::Persisted { seq, ok });
             }
             if ok || *stopped.borrow() {
-                return;
+                return if ok { Saved::Yes } else { Saved::No };
             }
             let retry = Duration::from_secs(u64::from(attempt.min(30)));
             let mut stopped = stopped.clone();
             tokio::select! {
                 () = tokio::time::sleep(retry) => {}
-                _ = stopped.changed() => return,
+                _ = stopped.changed() => return Saved::No,
             }
         }
     }
@@ -240,6 +251,11 @@ impl Shell {
     /// (a bad handshake, an endpoint not allowed), like the broker's own (§3.1 `/metrics`).
     pub fn record_refusal(&self, code: relay_proto::RefusedCode) {
         self.metrics.record_refusal(code.as_str());
+    }
+
+    /// The state file.
+    pub fn state_path(&self) -> &std::path::Path {
+        self.state.path()
     }
 
     pub fn is_degraded(&self) -> bool {

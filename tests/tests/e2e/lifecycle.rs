@@ -193,3 +193,29 @@ async fn a_stream_longer_than_the_drain_time_is_cut_and_relayd_still_exits_0() -
     );
     Ok(())
 }
+
+/// A stop whose final state write fails is no clean stop: a revoke or a block not yet on
+/// disk would come undone at the next start, so relayd exits 1 saying so, which a service
+/// manager restarting failed daemons sees.
+#[tokio::test]
+async fn a_stop_that_cannot_write_the_state_exits_1_saying_what_is_lost() -> anyhow::Result<()> {
+    let mut relayd = Relayd::builder()?.start().await?;
+    // Gone, the directory cannot be written to even by root.
+    std::fs::remove_dir_all(relayd.state_dir())?;
+    relayd.terminate()?;
+    let status = relayd.wait_exit(STOP_TIMEOUT).await?;
+    let logs = relayd.logs().text();
+    assert_eq!(status.code(), Some(1), "{logs}");
+    let failed = relayd
+        .wait_for_log_event("daemon_failed", EVENT_TIMEOUT)
+        .await?;
+    assert!(
+        field(&failed, "error").contains("could not be written as the daemon stopped"),
+        "{failed}"
+    );
+    assert!(
+        relayd.logs().events_named("daemon_stopped").is_empty(),
+        "{logs}"
+    );
+    Ok(())
+}
