@@ -544,8 +544,15 @@ where
 /// settles the answer: given back if nothing of the request was written, failed otherwise.
 pub(crate) async fn send_on<L: Lease + 'static>(
     mut conn: Box<L>,
-    req: Request<RequestBody>,
+    mut req: Request<RequestBody>,
 ) -> Result<Response<UpstreamBody>, TrySendError<Request<RequestBody>>> {
+    // hyper frames an empty body with nothing at all, which for a method whose requests
+    // carry content is a request without a length: some front ends answer it 411 where the
+    // provider itself would have answered.
+    if req.body().size_hint().exact() == Some(0) && carries_content(req.method()) {
+        req.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+    }
     let upload = req.body().upload();
     let mut answer = std::pin::pin!(conn.sender().try_send_request(req));
     let mut conn = Some(conn);
@@ -1332,7 +1339,7 @@ async fn send_on_stream(
     // HTTP/2 has no framing of its own to say the length: it is said when it is known, as
     // over HTTP/1.1.
     if let Some(length) = body.size_hint().exact()
-        && (length != 0 || !matches!(head.method.as_str(), "GET" | "HEAD" | "DELETE" | "CONNECT"))
+        && (length != 0 || carries_content(&head.method))
     {
         head.headers
             .insert(CONTENT_LENGTH, HeaderValue::from(length));
@@ -1578,6 +1585,15 @@ impl Origin {
 /// Readies a request for an HTTP/1.1 connection: origin-form, with the connection's `Host`.
 /// HTTP/2 sends the absolute URI instead (its `:authority`). Returns the absolute URI, which
 /// a request given back unwritten needs again.
+/// Whether requests of `method` carry content, so that even an empty body says its length
+/// (RFC 9110: a user agent sends `Content-Length: 0` for such a request without content).
+fn carries_content(method: &http::Method) -> bool {
+    !matches!(
+        method.as_str(),
+        "GET" | "HEAD" | "DELETE" | "CONNECT" | "OPTIONS" | "TRACE"
+    )
+}
+
 fn to_origin_form(req: &mut Request<RequestBody>, host: &HeaderValue) -> Uri {
     let target = std::mem::take(req.uri_mut());
     *req.uri_mut() = target

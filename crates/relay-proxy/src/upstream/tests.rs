@@ -193,6 +193,27 @@ async fn requests_one_after_another_share_one_connection_in_origin_form_with_hos
     }
 }
 
+/// An empty POST says `content-length: 0`, which hyper would leave out, so a front end that
+/// requires a length does not answer 411; a GET says nothing.
+#[tokio::test]
+async fn an_empty_post_says_its_length_over_http1() {
+    let (base, mut seen) = provider(Close::Never).await;
+    let client = client();
+    let uri = format!("{base}/v1/messages");
+    // The client's own empty body, as the front passes it on.
+    let (incoming, _tasks) =
+        incoming_of(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n").await;
+    let empty = streamed(incoming, 1 << 20, WAIT);
+    for req in [post(&uri, empty), get(&uri)] {
+        let res = client.send(req).await.unwrap();
+        assert_eq!(read_all(res).await.0, StatusCode::OK);
+    }
+    let (_, heads) = counts(&mut seen);
+    assert!(heads[0].starts_with("POST "), "{heads:?}");
+    assert!(heads[0].contains("content-length: 0\r\n"), "{heads:?}");
+    assert!(!heads[1].contains("content-length"), "{heads:?}");
+}
+
 #[tokio::test]
 async fn requests_at_once_get_a_connection_each_and_all_are_kept() {
     let (base, mut seen) = provider(Close::Never).await;
