@@ -146,7 +146,15 @@ impl Broker {
             .collect();
         waiting.sort();
         for session_id in waiting {
-            if ok {
+            // An MCP that left while its registration was being written never got
+            // `Registered`: its durable binding stays, as a later registration's would.
+            let left = self
+                .sessions
+                .get(&session_id)
+                .is_some_and(|s| s.conn.is_none());
+            if ok && left {
+                self.sessions.remove(&session_id);
+            } else if ok {
                 if let Some(s) = self.sessions.get_mut(&session_id) {
                     s.pending_persist = None;
                 }
@@ -193,7 +201,7 @@ impl Broker {
                 }
             }
         }
-        // Also those whose MCP left meanwhile: nothing waits for them any more.
+        // And any other binding that waited for this write.
         for binding in self.bindings.values_mut() {
             if binding.awaiting_write.is_some_and(|write| write <= seq) {
                 binding.awaiting_write = None;

@@ -2332,6 +2332,43 @@ fn a_registration_waits_for_its_binding_to_be_durable() {
     "#]]);
 }
 
+/// An MCP that leaves while its first registration is being written: a failed write still
+/// undoes the binding it made, so the credential is unbound again, not bound to a route no
+/// session ever joined; a write that lands keeps it, as it would for a later registration.
+#[test]
+fn a_registration_whose_mcp_left_is_undone_when_its_write_fails() {
+    let mut s = Scenario::new();
+    s.auto_persist = false;
+    s.mcp(1, 'A', "a1").drop_conn(1);
+    let seq = s.last_seq;
+    s.step("the state write fails", Input::Persisted { seq, ok: false })
+        .request("a1", RequestKind::Model, false)
+        .mcp(2, 'B', "b1")
+        .drop_conn(2);
+    let seq = s.last_seq;
+    s.step(
+        "the state write succeeds",
+        Input::Persisted { seq, ok: true },
+    )
+    .request("b1", RequestKind::Model, false);
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+        > c1 drops
+        > the state write fails
+        > Model request with a1
+          = unbound
+        > mcp c2 registers B with b1
+          persist
+          event mcp_control_connected B
+        > c2 drops
+        > the state write succeeds
+        > Model request with b1
+          = pass through (no_live_session, retry after 1000ms)
+    "#]]);
+}
+
 /// Between a first registration and its state write the credential is bound but its
 /// session has not joined the route: requests wait, as for the worker about to start,
 /// instead of passing through unobserved; one that has waited its time passes through, and

@@ -224,8 +224,8 @@ impl Broker {
                 session.disconnected_at = Some(now);
                 let (fp, instance) = (session.fingerprint, session.instance);
                 if session.pending_persist.is_some() {
-                    // Never answered: it was not yet a reference.
-                    self.sessions.remove(&session_id);
+                    // Never answered: it was not yet a reference. It stays until its write
+                    // ends, which keeps the binding it made or undoes it.
                     return;
                 }
                 self.event(Event::McpDisconnected {
