@@ -410,6 +410,16 @@ where
         match event {
             Event::Release(reason) => {
                 tracing::debug!(reason, deferred = pending.len(), "mcp initialize released");
+                // Held the whole time, yet the route is still undecided (a draining route's
+                // next worker, say): the harness gets its answer with a reason in the log,
+                // and `daemon_mcp_ready` or `daemon_mcp_pass_through` follows when it is.
+                if reason == "max_wait" && !pending.is_empty() {
+                    tracing::info!(
+                        event = "mcp_initialize_unsettled",
+                        waited_ms = u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX),
+                        "answered initialize before the route was decided: until it is, this session's requests pass through, or get 503 from a daemon that requires a worker"
+                    );
+                }
                 holding = false;
                 server.set_defer_initialize(false);
                 answer_held(&mut pending, &mut stdout).await?;

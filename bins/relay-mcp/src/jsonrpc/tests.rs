@@ -558,6 +558,16 @@ async fn serve_answers_other_requests_while_initialize_waits_for_settled() {
 
 #[tokio::test(start_paused = true)]
 async fn serve_answers_initialize_by_max_wait_when_never_settled() {
+    let capture = relay_logging::LogCapture::new();
+    let dispatch = relay_logging::subscriber(
+        &relay_logging::LogConfig {
+            level: "info".into(),
+            format: relay_logging::LogFormat::Jsonl,
+        },
+        capture.clone(),
+    )
+    .unwrap();
+    let _logging = tracing::dispatcher::set_default(&dispatch);
     let max_wait = Duration::from_secs(5);
     let mut harness = Harness::start(std::future::pending(), max_wait);
     harness.send(&initialize_line(1, "2025-11-25")).await;
@@ -582,6 +592,15 @@ async fn serve_answers_initialize_by_max_wait_when_never_settled() {
         "answered at once after the wait"
     );
     assert!(harness.finish().await.is_empty());
+    // Answered without a decided route, and said so once.
+    let logged = capture.contents();
+    assert_eq!(
+        logged
+            .matches(r#""event":"mcp_initialize_unsettled""#)
+            .count(),
+        1,
+        "{logged}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
