@@ -235,7 +235,12 @@ impl Default for LoggingConfig {
     }
 }
 
-/// A duration written in (possibly fractional) seconds.
+/// The longest duration any setting may give: a year. No wait of Relay's is longer, and a
+/// clock reading plus anything up to it cannot overflow, which a value near `u64::MAX`
+/// seconds did, in every connection's first timer.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// A duration written in (possibly fractional) seconds, at most [`MAX_DURATION`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Secs(pub Duration);
 
@@ -278,23 +283,32 @@ impl<'de> Deserialize<'de> for Secs {
             type Value = Secs;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a non-negative number of seconds")
+                write!(
+                    f,
+                    "a non-negative number of seconds, at most {} (a year)",
+                    MAX_DURATION.as_secs()
+                )
             }
 
             fn visit_u64<E: serde::de::Error>(self, secs: u64) -> Result<Secs, E> {
-                Ok(Secs::from_secs(secs))
+                Some(Duration::from_secs(secs))
+                    .filter(|d| *d <= MAX_DURATION)
+                    .map(Secs)
+                    .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Unsigned(secs), &self))
             }
 
             fn visit_i64<E: serde::de::Error>(self, secs: i64) -> Result<Secs, E> {
                 u64::try_from(secs)
-                    .map(Secs::from_secs)
                     .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(secs), &self))
+                    .and_then(|secs| self.visit_u64(secs))
             }
 
             fn visit_f64<E: serde::de::Error>(self, secs: f64) -> Result<Secs, E> {
                 Duration::try_from_secs_f64(secs)
+                    .ok()
+                    .filter(|d| *d <= MAX_DURATION)
                     .map(Secs)
-                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Float(secs), &self))
+                    .ok_or_else(|| E::invalid_value(serde::de::Unexpected::Float(secs), &self))
             }
         }
 
@@ -664,6 +678,17 @@ impl Config {
         ] {
             if value == 0 {
                 return invalid(key, "must be positive");
+            }
+        }
+        let longest = u64::try_from(MAX_DURATION.as_millis()).unwrap_or(u64::MAX);
+        for (key, value) in [
+            ("daemon.activation_wait_ms", d.activation_wait_ms),
+            ("daemon.timers.retry_base_ms", t.retry_base_ms),
+            ("daemon.timers.reconnect_first_ms", t.reconnect_first_ms),
+            ("daemon.timers.reconnect_cap_ms", t.reconnect_cap_ms),
+        ] {
+            if value > longest {
+                return invalid(key, &format!("must be at most {longest} (a year)"));
             }
         }
         Ok(())

@@ -179,6 +179,44 @@ fn invalid_values_name_their_key() {
     }
 }
 
+/// A duration past a year is refused at load: a value near the largest integer made every
+/// connection's first timer overflow the clock and panic, with the daemon up.
+#[test]
+fn durations_past_a_year_are_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let load = |text: &str| {
+        let system = file(&dir, "config.toml", text);
+        Config::load_daemon(&sources(None, Some(system)))
+    };
+    for (text, key) in [
+        (
+            "[daemon.timers]\nheader_read_timeout_secs = 9223372036854775807\n",
+            "daemon.timers.header_read_timeout_secs",
+        ),
+        (
+            "[daemon]\nkeepalive_idle_secs = 31536001\n",
+            "daemon.keepalive_idle_secs",
+        ),
+        (
+            "[upstream]\nresponse_timeout_secs = 1e300\n",
+            "upstream.response_timeout_secs",
+        ),
+        (
+            "[daemon.timers]\nreconnect_cap_ms = 9223372036854775807\n",
+            "daemon.timers.reconnect_cap_ms",
+        ),
+        (
+            "[daemon]\nactivation_wait_ms = 31536000001\n",
+            "daemon.activation_wait_ms",
+        ),
+    ] {
+        let err = load(text).unwrap_err().to_string();
+        assert!(err.contains(key) && err.contains("a year"), "{text}: {err}");
+    }
+    let year = load("[daemon]\nkeepalive_idle_secs = 31536000\n[daemon.timers]\nreconnect_cap_ms = 31536000000\n").unwrap();
+    assert_eq!(year.daemon.keepalive_idle_secs.get(), MAX_DURATION);
+}
+
 #[test]
 fn clients_skip_daemon_tables_and_warn_about_other_unknown_keys() {
     let dir = tempfile::tempdir().unwrap();
