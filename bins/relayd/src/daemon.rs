@@ -81,8 +81,11 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<(Prepared, bool), String> {
     let settings = cli.daemon_settings().map_err(|e| e.to_string())?;
     let sources = match &cli.config {
         Some(file) => {
-            if !file.is_file() {
+            if !file.exists() {
                 return Err(format!("--config {}: no such file", file.display()));
+            }
+            if !file.is_file() {
+                return Err(format!("--config {}: not a regular file", file.display()));
             }
             ConfigSources::only(file.clone())
         }

@@ -721,15 +721,51 @@ impl Config {
     }
 }
 
+/// The most of a configuration file read: far past any real one, and a bound on what a path
+/// such as `/dev/zero` can make a process read.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The text of the configuration file at `path`, or `None` when there is none. A FIFO, a
+/// device or a directory there is refused rather than read (a FIFO would hang the start), a
+/// file past [`MAX_CONFIG_BYTES`] too, and so is a symlink to nothing: the defaults would
+/// otherwise apply without a word where an administrator meant a file.
 fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        }),
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let fail = |source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path);
+    let mut file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(path).is_ok() {
+                return Err(fail(Error::new(
+                    ErrorKind::NotFound,
+                    "it is a symlink to a file that does not exist",
+                )));
+            }
+            return Ok(None);
+        }
+        Err(source) => return Err(fail(source)),
+    };
+    if !file.metadata().map_err(fail)?.is_file() {
+        return Err(fail(Error::other("not a regular file")));
     }
+    let bytes = relay_identity::store::read_bounded(&mut file, MAX_CONFIG_BYTES).map_err(fail)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(fail(Error::other(format!(
+            "larger than {MAX_CONFIG_BYTES} bytes, more than any configuration file"
+        ))));
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| fail(Error::new(ErrorKind::InvalidData, "not UTF-8 text")))
 }
 
 /// A log level or filter from the files, checked with the other values so that the error

@@ -179,6 +179,49 @@ fn invalid_values_name_their_key() {
     }
 }
 
+/// What is not a configuration file is refused by name, and never read without end or
+/// waited on: a FIFO, a directory, a device, a file past a megabyte, a symlink to nothing.
+#[test]
+fn only_a_regular_file_of_bounded_size_is_read_as_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let refused = |why: &str| {
+        let err = Config::load_daemon(&sources(None, Some(path.clone())))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config.toml") && err.contains(why),
+            "{why}: {err}"
+        );
+    };
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &path,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .unwrap();
+    refused("not a regular file");
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    refused("not a regular file");
+    std::fs::remove_dir(&path).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+    refused("not a regular file");
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &path).unwrap();
+    refused("a symlink to a file that does not exist");
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, format!("# {}\n", "x".repeat(1 << 20))).unwrap();
+    refused("larger than 1048576 bytes");
+    // A symlink to a real file is read as that file.
+    let real = dir.path().join("real.toml");
+    std::fs::write(&real, "[daemon]\nmax_routes = 7\n").unwrap();
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink(&real, &path).unwrap();
+    let config = Config::load_daemon(&sources(None, Some(path.clone()))).unwrap();
+    assert_eq!(config.daemon.max_routes, 7);
+}
+
 /// A duration past a year is refused at load: a value near the largest integer made every
 /// connection's first timer overflow the clock and panic, with the daemon up.
 #[test]
