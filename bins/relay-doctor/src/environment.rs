@@ -565,8 +565,9 @@ fn config_error_text(err: &ConfigError) -> String {
     }
 }
 
-/// Replaces every `"…"`, `'…'` and `` `…` ``-free quoted value with `"…"`; key names in
-/// backticks stay.
+/// Replaces every value quoted in `"…"` or `'…'` with `…`, and the value serde names in
+/// backticks after "unknown variant" (a setting's value, not a key); key names in backticks
+/// stay.
 pub(crate) fn elide_quoted(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut quote: Option<char> = None;
@@ -578,7 +579,7 @@ pub(crate) fn elide_quoted(text: &str) -> String {
                 quote = None;
             }
             Some(_) => {}
-            None if c == '"' || c == '\'' => {
+            None if c == '"' || c == '\'' || (c == '`' && out.ends_with("unknown variant ")) => {
                 out.push(c);
                 quote = Some(c);
             }

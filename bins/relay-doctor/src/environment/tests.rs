@@ -303,6 +303,11 @@ fn quoted_values_are_elided() {
         elide_quoted("invalid type: string \"sk-1\", expected `u64` 'x"),
         "invalid type: string \"…\", expected `u64` '…"
     );
+    // serde names an enum setting's wrong value in backticks; the expected ones stay.
+    assert_eq!(
+        elide_quoted("unknown variant `SECRETVALUE`, expected `bound_only` or `any_local`"),
+        "unknown variant `…`, expected `bound_only` or `any_local`"
+    );
 }
 
 #[test]
