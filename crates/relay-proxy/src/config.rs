@@ -608,6 +608,14 @@ impl Config {
         if d.max_connections_per_ip == 0 {
             return invalid("daemon.max_connections_per_ip", "must be positive");
         }
+        if d.max_control_sessions_per_ip == 0 {
+            return invalid("daemon.max_control_sessions_per_ip", "must be positive");
+        }
+        // A tombstone that ends at once would let another identity bind a revoked or
+        // evicted credential straight away, which is what tombstones are for.
+        if d.binding_tombstone_days == 0 {
+            return invalid("daemon.binding_tombstone_days", "must be positive");
+        }
         if d.max_requests_per_identity == 0 {
             return invalid("daemon.max_requests_per_identity", "must be positive");
         }
@@ -679,6 +687,18 @@ impl Config {
             if value == 0 {
                 return invalid(key, "must be positive");
             }
+        }
+        if t.reconnect_first_ms > t.reconnect_cap_ms {
+            return invalid(
+                "daemon.timers.reconnect_first_ms",
+                "must be at most daemon.timers.reconnect_cap_ms, the delay it grows to",
+            );
+        }
+        if Duration::from_millis(t.retry_base_ms) > t.retry_cap_secs.get() {
+            return invalid(
+                "daemon.timers.retry_base_ms",
+                "must be at most daemon.timers.retry_cap_secs, the delay it grows to",
+            );
         }
         let longest = u64::try_from(MAX_DURATION.as_millis()).unwrap_or(u64::MAX);
         for (key, value) in [

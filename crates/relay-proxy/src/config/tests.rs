@@ -150,6 +150,23 @@ fn invalid_values_name_their_key() {
             "[daemon.logging]\nlevel = \"verbose\"\n",
             "daemon.logging.level",
         ),
+        // Settings that would switch a protection off, or contradict another.
+        (
+            "[daemon]\nmax_control_sessions_per_ip = 0\n",
+            "daemon.max_control_sessions_per_ip",
+        ),
+        (
+            "[daemon]\nbinding_tombstone_days = 0\n",
+            "daemon.binding_tombstone_days",
+        ),
+        (
+            "[daemon.timers]\nreconnect_first_ms = 5000\nreconnect_cap_ms = 100\n",
+            "daemon.timers.reconnect_first_ms",
+        ),
+        (
+            "[daemon.timers]\nretry_base_ms = 100000\nretry_cap_secs = 1\n",
+            "daemon.timers.retry_base_ms",
+        ),
     ] {
         let system = file(&dir, "config.toml", text);
         let err = Config::load_daemon(&sources(None, Some(system))).unwrap_err();
