@@ -640,6 +640,10 @@ impl Config {
             }
         }
         check_level("daemon.logging.level", &d.logging.level)?;
+        // The daemon logs by `[daemon.logging]`, but the workers of its machine read this
+        // `[logging]` from the same files and refuse to start on a bad level: refused here
+        // too, so the daemon does not run healthy while every activation fails.
+        check_level("logging.level", &self.logging.level)?;
         if !matches!(d.logging.stderr_format.as_str(), "human" | "jsonl") {
             return invalid(
                 "daemon.logging.stderr_format",

@@ -150,6 +150,8 @@ fn invalid_values_name_their_key() {
             "[daemon.logging]\nlevel = \"verbose\"\n",
             "daemon.logging.level",
         ),
+        // The workers' own table, which they would refuse.
+        ("[logging]\nlevel = \"loud\"\n", "logging.level"),
         // Settings that would switch a protection off, or contradict another.
         (
             "[daemon]\nmax_control_sessions_per_ip = 0\n",
