@@ -9,7 +9,7 @@
 //! the credential. Without a credential it answers for the daemon and contacts nothing.
 //!
 //! The pieces, in the order a run uses them: [`cli::Cli`] (flags and the timeout override),
-//! [`payload::read_payload`] (stdin and the event name), [`credential::resolve`],
+//! [`payload::read_within`] (stdin and the event name), [`credential::resolve`],
 //! [`client::HookPost`] (the exchange) and [`outcome::exit_for`] (what to print and the exit
 //! status, with [`outcome::Failure`] for everything that goes wrong).
 
@@ -24,7 +24,7 @@ use relay_identity::{Env as _, ProcessEnv, names, store};
 use crate::cli::{Agent, Cli, FailurePolicy};
 use crate::client::HookPost;
 use crate::outcome::{Failure, Outcome, exit_for};
-use crate::payload::{MAX_PAYLOAD_BYTES, Payload};
+use crate::payload::{Arrived, MAX_PAYLOAD_BYTES, Payload};
 
 mod cli;
 mod client;
@@ -45,13 +45,20 @@ fn main() -> ExitCode {
     };
     let env = ProcessEnv;
     let timeout_override = cli::timeout_override(&env);
-    let payload = payload::read_payload(io::stdin().lock(), MAX_PAYLOAD_BYTES);
+    // An agent that keeps stdin open is not waited for past the hook's timeout.
+    let timeout_of = |event: Option<&str>| match &timeout_override {
+        Ok(Some(timeout)) => *timeout,
+        _ => cli.agent.default_timeout(event),
+    };
+    let arrived = payload::read_within(io::stdin(), MAX_PAYLOAD_BYTES, |event| {
+        started + timeout_of(event)
+    });
 
     let Some(token) = credential::resolve(&env, store::current_euid()) else {
         // No credential: the daemon is not contacted. Relay is not in this user's path, so the
         // answer is the one the daemon gives when no worker handles the event, whatever the
         // payload; only an explicit --fail-closed blocks a blocking event instead.
-        let event = payload.ok().and_then(|payload| payload.event);
+        let event = arrived.ok().and_then(|arrived| arrived.payload.event);
         return finish(
             Outcome::NoCredential,
             cli.agent,
@@ -60,12 +67,16 @@ fn main() -> ExitCode {
         );
     };
 
-    let (outcome, event) = match (payload, timeout_override) {
+    let (outcome, event) = match (arrived, timeout_override) {
         (Err(source), _) => (Outcome::Failure(Failure::Stdin { source }), None),
         (
-            Ok(Payload {
-                is_oversize: true,
-                event,
+            Ok(Arrived {
+                payload:
+                    Payload {
+                        is_oversize: true,
+                        event,
+                        ..
+                    },
                 ..
             }),
             _,
@@ -77,15 +88,22 @@ fn main() -> ExitCode {
         ),
         // A timeout that cannot be read is a failure like any other, not a usage error: exit
         // 64 would let Claude Code and Codex run a tool the policy never saw.
-        (Ok(Payload { event, .. }), Err(source)) => {
-            (Outcome::Failure(Failure::TimeoutSetting { source }), event)
-        }
-        (Ok(Payload { body, event, .. }), Ok(timeout_override)) => {
+        (Ok(Arrived { payload, .. }), Err(source)) => (
+            Outcome::Failure(Failure::TimeoutSetting { source }),
+            payload.event,
+        ),
+        (
+            Ok(Arrived {
+                payload: Payload { body, event, .. },
+                late,
+            }),
+            Ok(timeout_override),
+        ) => {
             let timeout =
                 timeout_override.unwrap_or_else(|| cli.agent.default_timeout(event.as_deref()));
             // An agent that keeps stdin open past the timeout: say so, rather than blame a
             // daemon that was never asked.
-            if started.elapsed() >= timeout {
+            if late || started.elapsed() >= timeout {
                 let outcome = Outcome::Failure(Failure::PayloadLate { timeout });
                 return finish(outcome, cli.agent, event.as_deref(), cli.failure_policy());
             }

@@ -3,6 +3,8 @@
 
 use std::fmt;
 use std::io::{self, Read};
+use std::sync::mpsc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
@@ -30,25 +32,87 @@ pub(crate) struct Payload {
     pub(crate) event: Option<String>,
 }
 
-/// Reads at most `limit` + 1 bytes: enough to know whether the payload fits. The rest of an
-/// oversize payload is left unread.
-pub(crate) fn read_payload(input: impl Read, limit: usize) -> io::Result<Payload> {
+/// A payload read by [`read_within`], and whether its deadline passed with stdin still open.
+#[derive(Debug)]
+pub(crate) struct Arrived {
+    pub(crate) payload: Payload,
+    pub(crate) late: bool,
+}
+
+/// Reads at most `limit` + 1 bytes, enough to know whether the payload fits (the rest of an
+/// oversize payload is left unread), until the input ends or the deadline `deadline_of` gives
+/// for the event named by what has arrived so far passes: an agent that keeps stdin open must
+/// not hold the hook past its timeout. The read runs on a thread of its own, left blocked in it if the deadline passes
+/// first, until the process exits.
+pub(crate) fn read_within(
+    input: impl Read + Send + 'static,
+    limit: usize,
+    deadline_of: impl Fn(Option<&str>) -> Instant,
+) -> io::Result<Arrived> {
+    let (chunks, arriving) = mpsc::channel::<io::Result<Vec<u8>>>();
+    std::thread::spawn(move || {
+        let mut input = input.take(cap_of(limit));
+        loop {
+            let mut chunk = vec![0u8; 64 * 1024];
+            let read = match input.read(&mut chunk) {
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => Err(error),
+                // An empty chunk is the end.
+                Ok(n) => {
+                    chunk.truncate(n);
+                    Ok(chunk)
+                }
+            };
+            let last = read.as_ref().map_or(true, Vec::is_empty);
+            if chunks.send(read).is_err() || last {
+                return;
+            }
+        }
+    });
     let mut bytes = Vec::new();
-    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-    input.take(cap).read_to_end(&mut bytes)?;
+    loop {
+        let deadline = deadline_of(event_name(&bytes).as_deref());
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match arriving.recv_timeout(wait) {
+            Ok(Ok(chunk)) if !chunk.is_empty() => bytes.extend_from_slice(&chunk),
+            Ok(Ok(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let payload = payload_of(bytes, limit);
+                return Ok(Arrived {
+                    payload,
+                    late: false,
+                });
+            }
+            Ok(Err(error)) => return Err(error),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let payload = payload_of(bytes, limit);
+                return Ok(Arrived {
+                    payload,
+                    late: true,
+                });
+            }
+        }
+    }
+}
+
+fn cap_of(limit: usize) -> u64 {
+    u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1)
+}
+
+/// The payload `bytes` stand for, `limit` deciding whether it is oversize.
+fn payload_of(bytes: Vec<u8>, limit: usize) -> Payload {
     if bytes.is_empty() {
-        return Ok(Payload {
+        return Payload {
             body: Bytes::from_static(EMPTY_PAYLOAD),
             is_oversize: false,
             event: None,
-        });
+        };
     }
     let event = event_name(&bytes);
-    Ok(Payload {
+    Payload {
         is_oversize: bytes.len() > limit,
         body: Bytes::from(bytes),
         event,
-    })
+    }
 }
 
 /// The string value of the top-level `hook_event_name` key, without building the document.

@@ -223,7 +223,7 @@ struct Hook {
     /// stderr is `/dev/full`, where every write fails.
     stderr_full: bool,
     /// How long stdin stays open after the payload.
-    stdin_open_for: Duration,
+    stdin_open_until_exit: bool,
 }
 
 #[derive(Debug)]
@@ -257,7 +257,7 @@ impl Hook {
             secrets: Vec::new(),
             config_home: tempfile::tempdir().unwrap(),
             stderr_full: false,
-            stdin_open_for: Duration::ZERO,
+            stdin_open_until_exit: false,
         }
     }
 
@@ -292,10 +292,10 @@ impl Hook {
         self
     }
 
-    /// Keeps stdin open this long after writing the payload, as an agent that is slow to
-    /// close it would.
-    fn stdin_open_for(mut self, open: Duration) -> Hook {
-        self.stdin_open_for = open;
+    /// Keeps stdin open after writing the payload until the hook has exited, as an agent that
+    /// never closes it would.
+    fn stdin_open_until_exit(mut self) -> Hook {
+        self.stdin_open_until_exit = true;
         self
     }
 
@@ -344,17 +344,21 @@ impl Hook {
         let mut child = command.spawn().unwrap();
         let mut stdin = child.stdin.take().unwrap();
         let input = self.stdin.clone();
-        let open = self.stdin_open_for;
+        let (exited, hook_exited) = tokio::sync::oneshot::channel::<()>();
+        let hold = self.stdin_open_until_exit;
         // The hook may exit before reading an oversize payload to its end.
         let writer = tokio::spawn(async move {
             let _ = stdin.write_all(&input).await;
-            tokio::time::sleep(open).await;
+            if hold {
+                let _ = hook_exited.await;
+            }
         });
         let output = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
             .await
             .expect("relay-hook did not exit within 20 s")
             .unwrap();
         let elapsed = started.elapsed();
+        let _ = exited.send(());
         let _ = writer.await;
         let run = Run {
             code: output.status.code(),
@@ -945,7 +949,7 @@ async fn a_payload_still_arriving_at_the_timeout_is_not_sent_and_is_named() {
         .token(&new_token())
         .env("RELAY_HOOK_TIMEOUT_MS", "300")
         .stdin(fixture("claude-code", "PreToolUse-Bash.json"))
-        .stdin_open_for(Duration::from_millis(600))
+        .stdin_open_until_exit()
         .run()
         .await;
     assert_eq!(run.code, Some(2), "{run:?}");

@@ -1,7 +1,32 @@
 use super::*;
 
 fn read(input: &[u8], limit: usize) -> Payload {
-    read_payload(input, limit).unwrap()
+    let far = Instant::now() + std::time::Duration::from_secs(60);
+    let arrived = read_within(io::Cursor::new(input.to_vec()), limit, |_| far).unwrap();
+    assert!(!arrived.late);
+    arrived.payload
+}
+
+/// Input that stays open is read until the deadline of the event it names, and no longer.
+#[test]
+fn an_input_left_open_is_read_until_its_events_deadline() {
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    std::io::Write::write_all(&mut writer, br#"{"hook_event_name":"SessionEnd"}"#).unwrap();
+    let started = Instant::now();
+    let short = std::time::Duration::from_millis(200);
+    let arrived = read_within(reader, MAX_PAYLOAD_BYTES, |event| {
+        let timeout = if event == Some("SessionEnd") {
+            short
+        } else {
+            short * 100
+        };
+        started + timeout
+    })
+    .unwrap();
+    assert!(arrived.late);
+    assert_eq!(arrived.payload.event.as_deref(), Some("SessionEnd"));
+    assert!(started.elapsed() >= short);
+    drop(writer);
 }
 
 #[test]
