@@ -72,12 +72,7 @@ fn an_advertised_address_the_daemon_always_refuses_is_a_configuration_error_nami
 /// No address for a remote daemon is no error, but the log says at once what will follow.
 #[test]
 fn a_remote_daemon_without_a_worker_address_is_warned_of_at_start() {
-    let capture = relay_logging::LogCapture::new();
-    let config = relay_logging::LogConfig {
-        level: "warn".to_owned(),
-        format: relay_logging::LogFormat::Jsonl,
-    };
-    let dispatch = relay_logging::subscriber(&config, capture.clone()).unwrap();
+    let (capture, dispatch) = relay_logging::LogCapture::jsonl("warn");
     tracing::dispatcher::with_default(&dispatch, || warn_no_worker_address(&remote()));
     let line: serde_json::Value = serde_json::from_str(capture.contents().trim()).unwrap();
     assert_eq!(line["event"], "worker_address_missing", "{line}");

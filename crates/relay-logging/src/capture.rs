@@ -25,6 +25,26 @@ impl LogCapture {
         LogCapture::default()
     }
 
+    /// A capture, and a subscriber writing JSON lines at `level` into it: what a test that
+    /// reads the events it caused sets as its default.
+    ///
+    /// # Panics
+    ///
+    /// When `level` is not a level or filter, which only a test can pass here.
+    #[expect(
+        clippy::expect_used,
+        reason = "test support: a bad level is the test's own error"
+    )]
+    pub fn jsonl(level: &str) -> (LogCapture, tracing::Dispatch) {
+        let capture = LogCapture::new();
+        let config = crate::LogConfig {
+            level: level.to_owned(),
+            format: crate::LogFormat::Jsonl,
+        };
+        let dispatch = crate::subscriber(&config, capture.clone()).expect("a valid log level");
+        (capture, dispatch)
+    }
+
     /// Everything written so far, decoded lossily as UTF-8.
     pub fn contents(&self) -> String {
         let buffer = self.buffer.lock().unwrap_or_else(PoisonError::into_inner);

@@ -558,15 +558,7 @@ async fn serve_answers_other_requests_while_initialize_waits_for_settled() {
 
 #[tokio::test(start_paused = true)]
 async fn serve_answers_initialize_by_max_wait_when_never_settled() {
-    let capture = relay_logging::LogCapture::new();
-    let dispatch = relay_logging::subscriber(
-        &relay_logging::LogConfig {
-            level: "info".into(),
-            format: relay_logging::LogFormat::Jsonl,
-        },
-        capture.clone(),
-    )
-    .unwrap();
+    let (capture, dispatch) = relay_logging::LogCapture::jsonl("info");
     let _logging = tracing::dispatcher::set_default(&dispatch);
     let max_wait = Duration::from_secs(5);
     let mut harness = Harness::start(std::future::pending(), max_wait);

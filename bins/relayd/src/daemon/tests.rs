@@ -96,6 +96,13 @@ fn a_key_file_in_the_services_credentials_directory_is_checked_as_systemd_writes
     }
 }
 
+/// What `warn` logs at warning level and above, as JSON lines.
+fn warnings_of(warn: impl FnOnce()) -> String {
+    let (capture, dispatch) = relay_logging::LogCapture::jsonl("warn");
+    tracing::dispatcher::with_default(&dispatch, warn);
+    capture.contents()
+}
+
 /// A TLS key every user can read is said at start; one shared with a group is not.
 #[test]
 fn a_tls_key_others_can_read_is_warned_about() {
@@ -105,14 +112,7 @@ fn a_tls_key_others_can_read_is_warned_about() {
     std::fs::write(&key, "not read here").unwrap();
     let logged = |mode: u32| {
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
-        let capture = relay_logging::LogCapture::new();
-        let config = relay_logging::LogConfig {
-            level: "warn".to_owned(),
-            format: relay_logging::LogFormat::Jsonl,
-        };
-        let dispatch = relay_logging::subscriber(&config, capture.clone()).unwrap();
-        tracing::dispatcher::with_default(&dispatch, || super::warn_if_others_can_read(&key));
-        capture.contents()
+        warnings_of(|| super::warn_if_others_can_read(&key))
     };
     let open = logged(0o644);
     assert!(open.contains("tls_key_readable_by_others"), "{open}");
@@ -131,18 +131,7 @@ fn a_certificate_clients_will_refuse_is_warned_about() {
     params.not_before = rcgen::date_time_ymd(2020, 1, 1);
     params.not_after = rcgen::date_time_ymd(2021, 1, 1);
     std::fs::write(&cert, params.self_signed(&key).unwrap().pem()).unwrap();
-    let logged = |host: &str| {
-        let capture = relay_logging::LogCapture::new();
-        let config = relay_logging::LogConfig {
-            level: "warn".to_owned(),
-            format: relay_logging::LogFormat::Jsonl,
-        };
-        let dispatch = relay_logging::subscriber(&config, capture.clone()).unwrap();
-        tracing::dispatcher::with_default(&dispatch, || {
-            super::warn_if_clients_will_refuse(&cert, host);
-        });
-        capture.contents()
-    };
+    let logged = |host: &str| warnings_of(|| super::warn_if_clients_will_refuse(&cert, host));
     let expired = logged("relay.test");
     assert!(
         expired.contains("tls_certificate_refused_by_clients"),

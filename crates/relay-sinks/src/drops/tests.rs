@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use relay_logging::{LogCapture, LogConfig, LogFormat};
+use relay_logging::LogCapture;
 
 use super::{Counters, DropLog};
 
@@ -19,12 +19,7 @@ fn the_first_drop_logs_then_one_line_per_interval_with_the_suppressed_count() {
 
 #[test]
 fn a_collector_refusing_every_batch_is_logged_once_per_interval() {
-    let capture = LogCapture::new();
-    let config = LogConfig {
-        level: "warn".to_owned(),
-        format: LogFormat::Jsonl,
-    };
-    let dispatch = relay_logging::subscriber(&config, capture.clone()).unwrap();
+    let (capture, dispatch) = LogCapture::jsonl("warn");
     let counters = Counters::new("http");
     tracing::dispatcher::with_default(&dispatch, || {
         for _ in 0..300 {

@@ -132,15 +132,7 @@ async fn a_remote_address_past_its_handshakes_per_window_gets_429_and_is_counted
 #[test]
 fn a_flood_of_refused_handshakes_is_logged_once_per_ten_seconds() {
     let (control, _metrics, _state) = limited_control(1);
-    let capture = relay_logging::LogCapture::new();
-    let dispatch = relay_logging::subscriber(
-        &relay_logging::LogConfig {
-            level: "info".into(),
-            format: relay_logging::LogFormat::Jsonl,
-        },
-        capture.clone(),
-    )
-    .unwrap();
+    let (capture, dispatch) = relay_logging::LogCapture::jsonl("info");
     tracing::dispatcher::with_default(&dispatch, || {
         let attacker = ip(192, 0, 2, 7);
         assert!(control.refuse_over_rate(attacker, Role::Mcp).is_none());
