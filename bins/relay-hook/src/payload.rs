@@ -34,7 +34,10 @@ pub(crate) struct Payload {
 
 /// Reads at most `limit` + 1 bytes of `input` to its end: [`read_within`] without a deadline,
 /// for a payload already in memory (relay-fuzz's target, which compiles this file).
-#[allow(dead_code, reason = "the binary reads stdin with read_within; relay-fuzz reads memory")]
+#[allow(
+    dead_code,
+    reason = "the binary reads stdin with read_within; relay-fuzz reads memory"
+)]
 pub(crate) fn read_payload(input: impl Read, limit: usize) -> io::Result<Payload> {
     let mut bytes = Vec::new();
     input.take(cap_of(limit)).read_to_end(&mut bytes)?;
