@@ -240,7 +240,11 @@ impl ControlPlane {
                 relay_proto::ErrorKind::RelayUpgradeRequired,
                 "control sessions are WebSocket version 13",
             );
-            res.headers_mut().insert(
+            // A 426 names the protocol to switch to (RFC 9110), and a WebSocket one the
+            // version this side speaks (RFC 6455).
+            let headers = res.headers_mut();
+            headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+            headers.insert(
                 header::SEC_WEBSOCKET_VERSION,
                 HeaderValue::from_static("13"),
             );

@@ -360,3 +360,25 @@ async fn an_unknown_kind_in_a_session_is_refused_as_unsupported() {
     assert_eq!(refused.supported, SUPPORTED_PROTOCOLS);
     serving.await.unwrap();
 }
+
+/// A plain request on a control path is answered 426 naming what to switch to: the
+/// `Upgrade` protocol a 426 must carry, and the WebSocket version this daemon speaks.
+#[tokio::test]
+async fn a_control_path_asked_without_an_upgrade_names_websocket_13() {
+    let (control, _metrics, _state) = limited_control(16);
+    let peer = SocketAddr::from((Ipv4Addr::LOCALHOST, 40000));
+    for upgrade in [None, Some("h2c"), Some("websocket")] {
+        let mut req = Request::get("/_relay/control/v1/mcp");
+        if let Some(protocol) = upgrade {
+            req = req
+                .header(header::CONNECTION, "upgrade")
+                .header(header::UPGRADE, protocol)
+                .header(header::SEC_WEBSOCKET_VERSION, "8")
+                .header(header::SEC_WEBSOCKET_KEY, "dGhlIHNhbXBsZSBub25jZQ==");
+        }
+        let res = control.upgrade(req.body(()).unwrap(), Role::Mcp, peer);
+        assert_eq!(res.status(), StatusCode::UPGRADE_REQUIRED, "{upgrade:?}");
+        assert_eq!(res.headers()[header::UPGRADE], "websocket", "{upgrade:?}");
+        assert_eq!(res.headers()[header::SEC_WEBSOCKET_VERSION], "13");
+    }
+}
