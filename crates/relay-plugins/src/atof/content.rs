@@ -45,12 +45,69 @@ pub(super) fn text(redactor: &dyn Redactor, raw: &str, max_bytes: usize) -> (Val
 }
 
 /// A text as a record holds it: through the redactor, then without the credentials free
-/// text names ([`hide_named_in_text`]).
+/// text names ([`hide_named_in_text`]) and without anything shaped like a route token
+/// ([`hide_token_shaped`]).
 fn redact_text<'a>(redactor: &dyn Redactor, raw: &'a str) -> Cow<'a, str> {
-    match redactor.redact(raw) {
+    let hidden = match redactor.redact(raw) {
         Cow::Borrowed(text) => hide_named_in_text(text),
         Cow::Owned(text) => Cow::Owned(hide_named_in_text(&text).into_owned()),
+    };
+    match hidden {
+        Cow::Borrowed(text) => hide_token_shaped(text),
+        Cow::Owned(text) => Cow::Owned(hide_token_shaped(&text).into_owned()),
     }
+}
+
+/// The length of Relay's route token: 32 random bytes in base64url without padding.
+const ROUTE_TOKEN_LEN: usize = 43;
+
+/// `text` with every word that has the shape of a Relay route token written
+/// `[REDACTED:credential]`, so a token printed on its own (`echo $RELAY_CLIENT_TOKEN`, `cat`
+/// of the token file) stays out of records even with no name before it.
+///
+/// The shape: exactly 43 base64url characters between characters that are not, mixing
+/// upper and lower case, and ending in one of the sixteen characters that close a canonical
+/// encoding of 32 bytes. Random 32-byte secrets of other kinds look the same and go too;
+/// words, identifiers, hex digests and UUIDs do not. Linear in the text, and it allocates
+/// only when it hides something.
+fn hide_token_shaped(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let mut out = String::new();
+    let (mut copied, mut at) = (0, 0);
+    while at < bytes.len() {
+        if !is_base64url(bytes[at]) {
+            at += 1;
+            continue;
+        }
+        let start = at;
+        while at < bytes.len() && is_base64url(bytes[at]) {
+            at += 1;
+        }
+        if is_token_shaped(&bytes[start..at]) {
+            out.push_str(&text[copied..start]);
+            out.push_str(CREDENTIAL_FIELD);
+            copied = at;
+        }
+    }
+    if copied == 0 {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(&text[copied..]);
+    Cow::Owned(out)
+}
+
+fn is_base64url(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_')
+}
+
+/// See [`hide_token_shaped`].
+fn is_token_shaped(word: &[u8]) -> bool {
+    // The last of 43 characters carries 4 bits of the 32 bytes and 2 zero bits.
+    const LAST: &[u8; 16] = b"AEIMQUYcgkosw048";
+    word.len() == ROUTE_TOKEN_LEN
+        && word.last().is_some_and(|last| LAST.contains(last))
+        && word.iter().any(u8::is_ascii_uppercase)
+        && word.iter().any(u8::is_ascii_lowercase)
 }
 
 /// Free text (a tool's output of `env` or `cat .env`, a command line, a header block) with

@@ -1131,6 +1131,53 @@ fn credentials_named_in_free_text_are_hidden() {
     );
 }
 
+/// A route token printed on its own (`echo $RELAY_CLIENT_TOKEN`, `cat` of the token file, a
+/// tool's output that quotes it) has no name before it; its shape alone keeps it out of a
+/// record, in free text and in JSON content, while words, identifiers, digests and ids of
+/// other shapes keep theirs.
+#[test]
+fn a_route_token_on_its_own_is_hidden_by_its_shape() {
+    use base64::Engine as _;
+    let token = |seed: u8| {
+        let digest = ring::digest::digest(&ring::digest::SHA256, &[seed]);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest.as_ref())
+    };
+    for seed in 0..=255 {
+        let token = token(seed);
+        for raw in [
+            token.clone(),
+            format!("bare:{token}\n"),
+            format!("$ cat ~/.local/share/relay/.client-token\n{token}\n$ "),
+            format!("the token is \"{token}\", keep it"),
+        ] {
+            let (kept, _) = content::text(&content::NoRedaction, &raw, 1 << 20);
+            let kept = kept.as_str().unwrap();
+            assert!(!kept.contains(&token), "{token} in {kept}");
+            assert!(kept.contains("[REDACTED:credential]"), "{kept}");
+            let (again, _) = content::text(&content::NoRedaction, kept, 1 << 20);
+            assert_eq!(again.as_str().unwrap(), kept);
+        }
+        let raw = json!({ "tool_result": [{ "type": "text", "text": format!("{token}\n") }] });
+        let (kept, _) = content::json(&content::NoRedaction, &raw, 1 << 20);
+        assert!(!kept.to_string().contains(&token), "{kept}");
+    }
+    for plain in [
+        // Identifiers of 43 characters in one case, a hex SHA-256, a git id, a UUID.
+        "THE_LONGEST_CONSTANT_NAME_IN_ALL_THIS_CODE_",
+        "averylongsnakecaseidentifierthatgoesonandon",
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "da39a3ee5e6b4b0d3255bfef95601890afd80709",
+        "0192f0c4-7a3e-7c1d-9b2a-3f4e5d6c7b8a",
+        // 43 characters whose last could not end 32 bytes, and 42 and 44 of a token's.
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAzB",
+        "Wn2G2ouuKx7d0Qm3VbXc9TzLp4rS8yH1eJfNaUoIgM",
+        "Wn2G2ouuKx7d0Qm3VbXc9TzLp4rS8yH1eJfNaUoIgMwA",
+    ] {
+        let (kept, _) = content::text(&content::NoRedaction, plain, 1 << 20);
+        assert_eq!(kept.as_str().unwrap(), plain);
+    }
+}
+
 /// The quick look that passes most names over must let every credential word through.
 #[test]
 fn every_credential_word_gets_past_the_quick_look() {
