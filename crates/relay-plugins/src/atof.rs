@@ -37,7 +37,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
 
-use crate::{Usage, Usd};
+use crate::{TraceParent, Usage, Usd};
 use uuid::Uuid;
 
 pub use content::{NoRedaction, Redactor};
@@ -784,7 +784,14 @@ impl Recorder {
                 json!(start.request_redactions),
             );
         }
-        if let Some(traceparent) = start.traceparent.as_deref() {
+        // Only a valid header is kept: anything else is ignored, and a header is text the
+        // caller chose, which could hold anything (a credential among it).
+        if let Some(traceparent) = start
+            .traceparent
+            .as_deref()
+            .map(|header| header.trim_matches([' ', '\t']))
+            .filter(|header| TraceParent::parse(header).is_some())
+        {
             data.data
                 .insert("traceparent".to_owned(), json!(bounded_id(traceparent)));
         }

@@ -21,6 +21,7 @@ pub mod policy;
 pub mod redact;
 mod request;
 mod sse;
+mod traceparent;
 mod usage;
 
 pub use config::{ComponentConfig, ComponentKind, PluginConfigError, Plugins};
@@ -33,4 +34,5 @@ pub use policy::{Agent, Decision, Policy, PolicyConfig};
 pub use redact::{Detector, RedactAction, RedactionConfig, Redactor, Replacements, parse_value};
 pub use request::{RequestFacts, last_user_text};
 pub use sse::{SseEvent, SseParser};
+pub use traceparent::TraceParent;
 pub use usage::{BodyKind, GENAI_SEMCONV_VERSION, Usage, UsageReport, UsageTap, WireFormat};

@@ -23,7 +23,6 @@ mod http;
 mod otlp;
 mod scopes;
 mod sinks;
-mod traceparent;
 
 pub use config::{
     DeliveryConfig, FileSinkConfig, HttpSinkConfig, OtlpConfig, SinkConfig, SinkContext,
@@ -41,6 +40,6 @@ pub use otlp::{
     AttrValue, Attribute, IdGenerator, OTLP_PROTOBUF, OTLP_TRACES_PATH, SCOPE_NAME, SpanData,
     SpanId, SpanKind, SpanStatus, TraceId, export_request, traces_url,
 };
+pub use relay_plugins::TraceParent;
 pub use scopes::{MAX_OPEN_SPANS, SpanMapper, span_id};
 pub use sinks::{FlushTimedOut, SinkHandle, Sinks};
-pub use traceparent::TraceParent;

@@ -16,7 +16,7 @@ use prost::Message;
 use ring::rand::{SecureRandom, SystemRandom};
 
 use crate::error::SinkError;
-use crate::traceparent::TraceParent;
+use relay_plugins::TraceParent;
 
 /// The content type of an OTLP/HTTP protobuf export.
 pub const OTLP_PROTOBUF: &str = "application/x-protobuf";
@@ -70,7 +70,7 @@ impl IdGenerator {
     /// (the span joins the harness's trace), else at the root of a new trace.
     pub fn root(&self, traceparent: Option<&str>) -> Result<(TraceId, Option<SpanId>), SinkError> {
         match traceparent.and_then(TraceParent::parse) {
-            Some(parent) => Ok((parent.trace_id, Some(parent.parent_id))),
+            Some(parent) => Ok((TraceId(parent.trace_id), Some(SpanId(parent.parent_id)))),
             None => Ok((self.trace_id()?, None)),
         }
     }

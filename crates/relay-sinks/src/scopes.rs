@@ -18,7 +18,7 @@ use crate::genai::{GenAiFacts, Operation, genai_attributes, span_name};
 use crate::otlp::{
     AttrValue, Attribute, IdGenerator, SpanData, SpanId, SpanKind, SpanStatus, TraceId,
 };
-use crate::traceparent::TraceParent;
+use relay_plugins::TraceParent;
 
 /// Spans kept open at once; one more ends the oldest unexported (it is dropped: a span
 /// without its end would be wrong).
@@ -141,7 +141,7 @@ impl SpanMapper {
         traceparent: Option<TraceParent>,
     ) -> (TraceId, Option<SpanId>) {
         if let Some(tp) = traceparent {
-            return (tp.trace_id, Some(tp.parent_id));
+            return (TraceId(tp.trace_id), Some(SpanId(tp.parent_id)));
         }
         match parent.and_then(|p| self.open.get(&p).map(|open| (p, open))) {
             Some((uuid, open)) => (open.trace_id, Some(span_id(&uuid))),

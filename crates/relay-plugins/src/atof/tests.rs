@@ -639,6 +639,52 @@ fn a_record_on_the_wire() {
     assert_eq!(uuid.get_version_num(), 7);
 }
 
+/// The `traceparent` a caller sent is text it chose: a record keeps it only when it is a
+/// valid header (the trace it joins), and never a value that is not, which could hold
+/// anything, a credential among it.
+#[test]
+fn a_record_keeps_only_a_valid_traceparent() {
+    let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for (sent, kept) in [
+        (good.to_owned(), Some(good)),
+        (format!(" {good}\t"), Some(good)),
+        ("Bearer sk-ant-api03-AUDITtraceparentKEY99".to_owned(), None),
+        (good.to_uppercase(), None),
+        (format!("{good}-x"), None),
+        (
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01".to_owned(),
+            None,
+        ),
+    ] {
+        let mut recorder = Recorder::new(
+            RecorderConfig::default(),
+            Box::new(Counter(1)),
+            Box::new(NoRedaction),
+        );
+        recorder.handle(
+            epoch(),
+            Observation::ModelRequestStart(ModelRequestStart {
+                request_id: RequestId(1),
+                session_id: None,
+                route: "/v1/messages".to_owned(),
+                model: Some("claude-sonnet-4-5".to_owned()),
+                stream: true,
+                request_bytes: 42,
+                prompt: None,
+                request_redactions: 0,
+                server: None,
+                traceparent: Some(sent.clone()),
+            }),
+        );
+        let record = recorder.poll_record().expect("the llm start");
+        assert_eq!(
+            record.data.get("traceparent").and_then(Value::as_str),
+            kept,
+            "{sent:?}"
+        );
+    }
+}
+
 #[test]
 fn the_session_id_of_a_model_request_comes_from_the_harness_headers() {
     let claude: [(&str, &[u8]); 2] = [

@@ -1,7 +1,6 @@
 use proptest::prelude::*;
 
 use super::TraceParent;
-use crate::otlp::{SpanId, TraceId};
 
 const GOOD: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -11,11 +10,11 @@ fn a_valid_header_gives_the_trace_and_the_parent() {
     assert_eq!(
         parsed,
         Some(TraceParent {
-            trace_id: TraceId([
+            trace_id: [
                 0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e,
                 0x47, 0x36
-            ]),
-            parent_id: SpanId([0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]),
+            ],
+            parent_id: [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7],
             flags: 1,
         })
     );
@@ -51,10 +50,10 @@ proptest! {
     #[test]
     fn header_for_round_trips(trace in any::<[u8; 16]>(), span in any::<[u8; 8]>(), flags: u8) {
         prop_assume!(trace != [0; 16] && span != [0; 8]);
-        let header = TraceParent::header_for(TraceId(trace), SpanId(span), flags);
+        let header = TraceParent::header_for(trace, span, flags);
         prop_assert_eq!(
             TraceParent::parse(&header),
-            Some(TraceParent { trace_id: TraceId(trace), parent_id: SpanId(span), flags })
+            Some(TraceParent { trace_id: trace, parent_id: span, flags })
         );
     }
 

@@ -1,15 +1,13 @@
 //! The W3C Trace Context `traceparent` header, parsed so that Relay's spans join the
 //! harness's trace (<https://www.w3.org/TR/trace-context/>, level 1).
 
-use crate::otlp::{SpanId, TraceId};
-
 /// A valid inbound `traceparent`: the trace to join and the span to hang under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceParent {
     /// The trace id (never all zero).
-    pub trace_id: TraceId,
+    pub trace_id: [u8; 16],
     /// The caller's span, the parent of ours (never all zero).
-    pub parent_id: SpanId,
+    pub parent_id: [u8; 8],
     /// The trace flags (bit 0: sampled).
     pub flags: u8,
 }
@@ -48,19 +46,19 @@ impl TraceParent {
             return None;
         }
         Some(TraceParent {
-            trace_id: TraceId(trace_id),
-            parent_id: SpanId(parent_id),
+            trace_id,
+            parent_id,
             flags,
         })
     }
 
     /// The header value of version `00` for a span of this trace.
-    pub fn header_for(trace_id: TraceId, span_id: SpanId, flags: u8) -> String {
+    pub fn header_for(trace_id: [u8; 16], span_id: [u8; 8], flags: u8) -> String {
         let mut out = String::with_capacity(55);
         out.push_str("00-");
-        push_hex(&mut out, &trace_id.0);
+        push_hex(&mut out, &trace_id);
         out.push('-');
-        push_hex(&mut out, &span_id.0);
+        push_hex(&mut out, &span_id);
         out.push('-');
         push_hex(&mut out, &[flags]);
         out
