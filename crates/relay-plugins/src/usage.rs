@@ -72,6 +72,15 @@ impl WireFormat {
             Self::OpenAiResponses | Self::OpenAiChatCompletions => "openai",
         }
     }
+
+    /// `openai.api.type` for this format: which of OpenAI's APIs it is, none for Anthropic's.
+    pub fn openai_api_type(self) -> Option<&'static str> {
+        match self {
+            Self::AnthropicMessages => None,
+            Self::OpenAiResponses => Some("responses"),
+            Self::OpenAiChatCompletions => Some("chat_completions"),
+        }
+    }
 }
 
 /// How the response body is framed.

@@ -45,6 +45,9 @@ pub struct GenAiFacts<'a> {
     pub operation: Operation,
     /// `gen_ai.provider.name`, e.g. `anthropic`, `openai`.
     pub provider: Option<&'a str>,
+    /// `openai.api.type` of a request to one of OpenAI's APIs (`chat_completions`,
+    /// `responses`).
+    pub openai_api_type: Option<&'a str>,
     /// The model asked for.
     pub request_model: Option<&'a str>,
     /// The model that answered.
@@ -80,6 +83,7 @@ impl<'a> GenAiFacts<'a> {
         GenAiFacts {
             operation,
             provider: None,
+            openai_api_type: None,
             request_model: None,
             response_model: None,
             response_id: None,
@@ -129,6 +133,7 @@ pub fn genai_attributes(facts: &GenAiFacts<'_>) -> Vec<Attribute> {
         ("gen_ai.agent.name", facts.agent_name),
         ("gen_ai.tool.name", facts.tool_name),
         ("gen_ai.tool.call.id", facts.tool_call_id),
+        ("openai.api.type", facts.openai_api_type),
     ];
     for (key, value) in optional {
         if let Some(value) = value {

@@ -217,6 +217,9 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
             let facts = GenAiFacts {
                 operation,
                 provider,
+                openai_api_type: format
+                    .filter(|_| category == Category::Llm)
+                    .and_then(WireFormat::openai_api_type),
                 request_model: open.data.get("model").and_then(Value::as_str),
                 response_model: end.data.get("response_model").and_then(Value::as_str),
                 response_id: end.data.get("response_id").and_then(Value::as_str),

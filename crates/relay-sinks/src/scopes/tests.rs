@@ -287,6 +287,50 @@ fn the_server_and_the_answers_id_and_finish_reasons_reach_the_span() {
     assert_eq!(attr(&spans[0], "server.port"), Some(&AttrValue::Int(443)));
 }
 
+/// A request to one of OpenAI's APIs says which (`openai.api.type`); Anthropic's and a
+/// Codex session's span carry none.
+#[test]
+fn an_openai_request_names_its_api() {
+    for (route, provider, api) in [
+        ("/v1/responses", "openai", Some("responses")),
+        ("/backend-api/codex/responses", "openai", Some("responses")),
+        ("/v1/chat/completions", "openai", Some("chat_completions")),
+        ("/v1/messages", "anthropic", None),
+    ] {
+        let mut steps = request(None);
+        if let Observation::ModelRequestStart(start) = &mut steps[0] {
+            start.route = route.to_owned();
+        }
+        let (_, spans) = spans_of(steps);
+        assert_eq!(
+            attr(&spans[0], "gen_ai.provider.name"),
+            Some(&AttrValue::Str(provider.to_owned())),
+            "{route}"
+        );
+        assert_eq!(
+            attr(&spans[0], "openai.api.type"),
+            api.map(|api| AttrValue::Str(api.to_owned())).as_ref(),
+            "{route}"
+        );
+    }
+    let session = vec![
+        Observation::Hook(HookEvent::from_payload(
+            Agent::Codex,
+            json!({ "hook_event_name": "SessionStart", "session_id": "s1" }),
+        )),
+        Observation::Hook(HookEvent::from_payload(
+            Agent::Codex,
+            json!({ "hook_event_name": "SessionEnd", "session_id": "s1" }),
+        )),
+    ];
+    let (_, spans) = spans_of(session);
+    let agent = spans
+        .iter()
+        .find(|span| span.name.starts_with("invoke_agent"))
+        .expect("the session's span");
+    assert_eq!(attr(agent, "openai.api.type"), None);
+}
+
 /// A stream that failed after its 200 head (an error event, or a body that broke off) is
 /// an error span typed by that failure, not a success.
 #[test]
