@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 /// How often a sink may log that it dropped records.
 pub const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
+/// The most of a collector's message a log line carries.
+const MAX_COLLECTOR_MESSAGE_CHARS: usize = 200;
+
 /// What a sink has done so far (a snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SinkStats {
@@ -74,6 +77,29 @@ impl Counters {
             );
         }
         self.add_dropped(n, "refused");
+    }
+
+    /// Counts the `n` items a collector took the batch of but rejected (OTLP's partial
+    /// success) as dropped, and logs it with the collector's message, at most once per
+    /// interval together with the refusals.
+    pub(crate) fn add_rejected(&self, n: u64, message: &str) {
+        if let Some(suppressed) = self.refusals.on_drop(Instant::now(), 1) {
+            // The collector's words, on one line and bounded.
+            let message: String = message
+                .chars()
+                .take(MAX_COLLECTOR_MESSAGE_CHARS)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            tracing::warn!(
+                event = "sink_items_rejected",
+                sink = self.kind,
+                rejected = n,
+                collector_message = message,
+                suppressed_since_last_emit = suppressed,
+                "collector took a batch but rejected some of its items"
+            );
+        }
+        self.add_dropped(n, "rejected");
     }
 
     pub(crate) fn stats(&self) -> SinkStats {

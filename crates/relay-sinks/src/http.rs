@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use crate::config::DeliveryConfig;
 use crate::drops::Counters;
 use crate::error::SinkError;
+use crate::otlp::{OTLP_PROTOBUF, rejected_spans};
 use crate::sinks::Msg;
 
 /// The content type of the `http` sink's batches.
@@ -127,9 +128,11 @@ pub(crate) struct Poster {
 }
 
 /// The outcome of one POST.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Attempt {
-    Delivered,
+    /// Taken; an OTLP collector may still say it rejected some items (a partial success),
+    /// which is final: OTLP/HTTP says not to send them again.
+    Delivered(Option<(u64, String)>),
     /// A network error or a timeout: worth another try after the backoff.
     Unreachable,
     /// 429, 502, 503 or 504, the statuses OTLP/HTTP says to retry: worth another try, after
@@ -194,19 +197,24 @@ impl Poster {
             let status = res.status();
             let wait = retry_after(res.headers());
             // Read the answer to the end so the connection goes back to the pool.
-            let _ = res.into_body().collect().await;
-            Some((status, wait))
+            let answer = res.into_body().collect().await.ok()?.to_bytes();
+            Some((status, wait, answer))
         };
         match tokio::time::timeout(self.timeout, exchange).await {
-            Ok(Some((status, _))) if status.is_success() => Attempt::Delivered,
+            Ok(Some((status, _, answer))) if status.is_success() => Attempt::Delivered(
+                (self.content_type == OTLP_PROTOBUF)
+                    .then(|| rejected_spans(&answer))
+                    .flatten(),
+            ),
             Ok(Some((
                 StatusCode::TOO_MANY_REQUESTS
                 | StatusCode::BAD_GATEWAY
                 | StatusCode::SERVICE_UNAVAILABLE
                 | StatusCode::GATEWAY_TIMEOUT,
                 wait,
+                _,
             ))) => Attempt::Busy(wait),
-            Ok(Some((status, _))) => Attempt::Refused(status),
+            Ok(Some((status, _, _))) => Attempt::Refused(status),
             Ok(None) | Err(_) => Attempt::Unreachable,
         }
     }
@@ -219,8 +227,14 @@ impl Poster {
         let mut attempt = 1;
         loop {
             let wait = match self.post(body.clone()).await {
-                Attempt::Delivered => {
+                Attempt::Delivered(None) => {
                     counters.add_written(n);
+                    return;
+                }
+                Attempt::Delivered(Some((rejected, message))) => {
+                    let rejected = rejected.min(n);
+                    counters.add_written(n - rejected);
+                    counters.add_rejected(rejected, &message);
                     return;
                 }
                 Attempt::Refused(status) => {

@@ -4,7 +4,9 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{
     AnyValue, ArrayValue, InstrumentationScope, KeyValue, any_value,
 };
@@ -227,6 +229,16 @@ pub fn export_request(service_name: &str, spans: &[SpanData]) -> ExportTraceServ
 /// The protobuf body of a batch.
 pub(crate) fn encode_spans(service_name: &str, spans: &[SpanData]) -> Bytes {
     Bytes::from(export_request(service_name, spans).encode_to_vec())
+}
+
+/// The spans a collector's successful answer says it rejected (OTLP's partial success),
+/// with its message; `None` when it took them all or its answer is not an OTLP response.
+pub(crate) fn rejected_spans(answer: &[u8]) -> Option<(u64, String)> {
+    let partial = ExportTraceServiceResponse::decode(answer)
+        .ok()?
+        .partial_success?;
+    let rejected = u64::try_from(partial.rejected_spans).ok()?;
+    (rejected > 0).then_some((rejected, partial.error_message))
 }
 
 fn proto_span(data: &SpanData) -> Span {

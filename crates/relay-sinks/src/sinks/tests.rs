@@ -43,13 +43,15 @@ struct Received {
 async fn stand_in(
     statuses: Vec<StatusCode>,
 ) -> std::io::Result<(SocketAddr, mpsc::UnboundedReceiver<Received>)> {
-    stand_in_answering(statuses.into_iter().map(|status| (status, None)).collect()).await
+    let answers = statuses.into_iter().map(|status| (status, None)).collect();
+    stand_in_answering(answers, Bytes::new()).await
 }
 
 /// A collector on `127.0.0.1:0` answering the given statuses, each with its `Retry-After`
-/// when it has one, in turn, then 200.
+/// when it has one, in turn, then 200; every answer's body is `body`.
 async fn stand_in_answering(
     statuses: Vec<(StatusCode, Option<&'static str>)>,
+    body: Bytes,
 ) -> std::io::Result<(SocketAddr, mpsc::UnboundedReceiver<Received>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -59,9 +61,11 @@ async fn stand_in_answering(
         while let Ok((stream, _)) = listener.accept().await {
             let tx = tx.clone();
             let statuses = statuses.clone();
+            let answer = body.clone();
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let tx = tx.clone();
                 let statuses = statuses.clone();
+                let answer = answer.clone();
                 async move {
                     let path = req.uri().path().to_owned();
                     let header = |name| {
@@ -87,7 +91,7 @@ async fn stand_in_answering(
                         team,
                         body,
                     });
-                    let mut res = Response::new(Full::new(Bytes::new()));
+                    let mut res = Response::new(Full::new(answer));
                     *res.status_mut() = status;
                     if let Some(after) = retry_after {
                         res.headers_mut().insert(
@@ -251,8 +255,11 @@ async fn a_server_error_other_than_busy_is_not_retried() -> TestResult {
 /// A busy collector's `Retry-After` is waited for, instead of the backoff (10 ms here).
 #[tokio::test]
 async fn a_busy_collector_is_tried_again_after_its_retry_after() -> TestResult {
-    let (addr, mut rx) =
-        stand_in_answering(vec![(StatusCode::SERVICE_UNAVAILABLE, Some("1"))]).await?;
+    let (addr, mut rx) = stand_in_answering(
+        vec![(StatusCode::SERVICE_UNAVAILABLE, Some("1"))],
+        Bytes::new(),
+    )
+    .await?;
     let sinks = start_http(addr, delivery(10))?;
     sinks.record("{\"n\":1}");
     // The flush waits for the delivery: the refused attempt, the wait, the second one.
@@ -561,6 +568,77 @@ async fn otlp_spans_arrive_with_their_names_attributes_and_parents() -> TestResu
         )]
     );
     sinks.shutdown(WAIT).await?;
+    Ok(())
+}
+
+/// A collector that takes a batch but rejects some of its spans (OTLP's partial success) has
+/// them counted as dropped and logged with its message, and the batch is not sent again.
+#[tokio::test]
+async fn spans_a_collector_rejects_are_counted_and_logged_not_sent_again() -> TestResult {
+    use opentelemetry_proto::tonic::collector::trace::v1::{
+        ExportTracePartialSuccess, ExportTraceServiceResponse,
+    };
+    let answer = ExportTraceServiceResponse {
+        partial_success: Some(ExportTracePartialSuccess {
+            rejected_spans: 1,
+            error_message: "span too old\nsecond line".to_owned(),
+        }),
+    };
+    let (addr, mut rx) = stand_in_answering(vec![], Bytes::from(answer.encode_to_vec())).await?;
+    let config = SinksConfig {
+        sinks: vec![],
+        otlp: Some(OtlpConfig {
+            endpoint: format!("http://{addr}"),
+            service_name: "relay-worker".to_owned(),
+            headers: BTreeMap::new(),
+            header_env: BTreeMap::new(),
+            delivery: delivery(10),
+        }),
+    };
+    let (capture, dispatch) = relay_logging::LogCapture::jsonl("warn");
+    let _guard = tracing::dispatcher::set_default(&dispatch);
+    let sinks = Sinks::start(&config, &ctx())?;
+    let ids = IdGenerator::default();
+    let (trace_id, _) = ids.root(None)?;
+    for _ in 0..3 {
+        let facts = GenAiFacts::new(Operation::Chat);
+        sinks.span(SpanData {
+            name: span_name(&facts),
+            trace_id,
+            span_id: ids.span_id()?,
+            parent_span_id: None,
+            kind: SpanKind::Client,
+            start_unix_nanos: 1_700_000_000_000_000_000,
+            end_unix_nanos: 1_700_000_001_000_000_000,
+            status: SpanStatus::Unset,
+            attributes: genai_attributes(&facts),
+        });
+    }
+    sinks.flush(WAIT).await?;
+    next(&mut rx).await?;
+    assert_eq!(
+        sinks.stats(),
+        vec![(
+            "otlp",
+            crate::SinkStats {
+                written: 2,
+                dropped: 1
+            }
+        )]
+    );
+    sinks.shutdown(WAIT).await?;
+    assert!(rx.try_recv().is_err(), "the batch was sent again");
+    let logged = capture.contents();
+    let line = logged
+        .lines()
+        .find(|line| line.contains(r#""event":"sink_items_rejected""#))
+        .unwrap_or_else(|| panic!("no rejection logged: {logged}"));
+    assert!(line.contains(r#""rejected":1"#), "{line}");
+    assert!(
+        line.contains(r#""collector_message":"span too old second line""#),
+        "{line}"
+    );
+    assert!(logged.contains(r#""reason":"rejected""#), "{logged}");
     Ok(())
 }
 
