@@ -102,6 +102,21 @@ impl Counters {
         self.add_dropped(n, "rejected");
     }
 
+    /// Logs the drops counted but not logged since the last line, once its interval has
+    /// passed: without it, the last drops before a quiet spell would be told only by the next
+    /// drop, however late. The line has no `reason`, as those drops may have had several.
+    pub(crate) fn report_suppressed(&self, now: Instant) {
+        if let Some(suppressed) = self.log.pending(now) {
+            tracing::warn!(
+                event = "sink_records_dropped",
+                sink = self.kind,
+                dropped_total = self.dropped.load(Ordering::Relaxed),
+                suppressed_since_last_emit = suppressed,
+                "observability sink dropped records since its last line"
+            );
+        }
+    }
+
     pub(crate) fn stats(&self) -> SinkStats {
         SinkStats {
             written: self.written.load(Ordering::Relaxed),
@@ -152,6 +167,15 @@ impl DropLog {
         }
         self.suppressed.fetch_add(n, Ordering::Relaxed);
         None
+    }
+
+    /// `Some(suppressed)` when drops were counted but not logged and the interval has passed
+    /// since the last line: they are due a line of their own, which starts a new interval.
+    pub(crate) fn pending(&self, now: Instant) -> Option<u64> {
+        if self.suppressed.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        self.on_drop(now, 0).filter(|&suppressed| suppressed > 0)
     }
 }
 

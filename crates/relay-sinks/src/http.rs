@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::config::DeliveryConfig;
-use crate::drops::Counters;
+use crate::drops::{Counters, DROP_LOG_INTERVAL};
 use crate::error::SinkError;
 use crate::otlp::{OTLP_PROTOBUF, rejected_spans};
 use crate::sinks::Msg;
@@ -273,16 +273,25 @@ pub(crate) async fn run_batches<T>(
     let max_delay = Duration::from_millis(delivery.batch_max_delay_ms);
     let mut batch: Vec<T> = Vec::with_capacity(max_items);
     let mut due: Option<Instant> = None;
+    let mut report = tokio::time::interval(DROP_LOG_INTERVAL);
+    report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let msg = match due {
-            None => rx.recv().await,
-            Some(at) => tokio::select! {
-                msg = rx.recv() => msg,
-                () = tokio::time::sleep_until(at) => {
-                    send_batch(&mut batch, &mut due, &poster, &encode, &delivery, &counters).await;
-                    continue;
-                }
-            },
+        let batch_due = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let msg = tokio::select! {
+            msg = rx.recv() => msg,
+            () = batch_due => {
+                send_batch(&mut batch, &mut due, &poster, &encode, &delivery, &counters).await;
+                continue;
+            }
+            at = report.tick() => {
+                counters.report_suppressed(at.into_std());
+                continue;
+            }
         };
         match msg {
             Some(Msg::Item(item)) => {

@@ -36,3 +36,29 @@ fn a_collector_refusing_every_batch_is_logged_once_per_interval() {
     );
     assert_eq!(counters.stats().dropped, 3000);
 }
+
+/// The last drops before a quiet spell get their line once the interval has passed, without
+/// waiting for another drop; with nothing left to tell, no line.
+#[test]
+fn drops_left_unlogged_are_told_when_their_interval_has_passed() {
+    let (capture, dispatch) = LogCapture::jsonl("warn");
+    let counters = Counters::new("otlp");
+    let start = Instant::now();
+    tracing::dispatcher::with_default(&dispatch, || {
+        counters.add_dropped(1, "collector_unreachable");
+        counters.add_dropped(4, "queue_full");
+        counters.report_suppressed(start + Duration::from_secs(5));
+        assert_eq!(capture.contents().lines().count(), 1);
+        counters.report_suppressed(start + Duration::from_secs(11));
+        counters.report_suppressed(start + Duration::from_secs(30));
+    });
+    let logged = capture.contents();
+    let lines: Vec<&str> = logged.lines().collect();
+    assert_eq!(lines.len(), 2, "{logged}");
+    assert!(
+        lines[1].contains(r#""suppressed_since_last_emit":4"#),
+        "{logged}"
+    );
+    assert!(lines[1].contains(r#""dropped_total":5"#), "{logged}");
+    assert!(!lines[1].contains(r#""reason""#), "{logged}");
+}
