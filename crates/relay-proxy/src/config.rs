@@ -560,10 +560,7 @@ impl Config {
             files.push((path, table));
         }
         let config = from_table(merged)?;
-        config
-            .validate_upstream()
-            .and_then(|()| check_level("logging.level", &config.logging.level))
-            .map_err(|e| e.in_file(&files))?;
+        config.validate_shared().map_err(|e| e.in_file(&files))?;
         Ok((config, warnings))
     }
 
@@ -585,7 +582,9 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        self.validate_upstream()?;
+        // The daemon checks the tables its machine's workers read too: it must not run
+        // healthy while every activation fails on a value the workers refuse.
+        self.validate_shared()?;
         let d = &self.daemon;
         let invalid = |key: &'static str, message: &str| {
             Err(ConfigError::Invalid {
@@ -640,10 +639,6 @@ impl Config {
             }
         }
         check_level("daemon.logging.level", &d.logging.level)?;
-        // The daemon logs by `[daemon.logging]`, but the workers of its machine read this
-        // `[logging]` from the same files and refuse to start on a bad level: refused here
-        // too, so the daemon does not run healthy while every activation fails.
-        check_level("logging.level", &self.logging.level)?;
         if !matches!(d.logging.stderr_format.as_str(), "human" | "jsonl") {
             return invalid(
                 "daemon.logging.stderr_format",
@@ -716,6 +711,31 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The checks of the tables that workers, MCPs and hooks read: `[upstream]`, `[worker]`
+    /// and `[logging]`.
+    fn validate_shared(&self) -> Result<(), ConfigError> {
+        self.validate_upstream()?;
+        // A capture of nothing would mark every record's usage unknown and truncated.
+        for (key, value) in [
+            (
+                "worker.observation_capture_bytes",
+                self.worker.observation_capture_bytes,
+            ),
+            (
+                "worker.observation_total_bytes",
+                self.worker.observation_total_bytes,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    message: "must be positive".into(),
+                });
+            }
+        }
+        check_level("logging.level", &self.logging.level)
     }
 
     fn validate_upstream(&self) -> Result<(), ConfigError> {

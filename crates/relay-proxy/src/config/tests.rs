@@ -169,10 +169,25 @@ fn invalid_values_name_their_key() {
             "[daemon.timers]\nretry_base_ms = 100000\nretry_cap_secs = 1\n",
             "daemon.timers.retry_base_ms",
         ),
+        // A capture of nothing marks every record's usage unknown and truncated.
+        (
+            "[worker]\nobservation_capture_bytes = 0\n",
+            "worker.observation_capture_bytes",
+        ),
+        (
+            "[worker]\nobservation_total_bytes = 0\n",
+            "worker.observation_total_bytes",
+        ),
     ] {
         let system = file(&dir, "config.toml", text);
-        let err = Config::load_daemon(&sources(None, Some(system))).unwrap_err();
+        let err = Config::load_daemon(&sources(None, Some(system.clone()))).unwrap_err();
         assert!(err.to_string().contains(key), "{text}: {err}");
+        // The workers read the same files, skipping the daemon's tables, and refuse the
+        // same values in theirs.
+        if !key.starts_with("daemon.") {
+            let err = Config::load_client(&sources(None, Some(system))).unwrap_err();
+            assert!(err.to_string().contains(key), "{text}: {err}");
+        }
     }
     let system = file(
         &dir,
