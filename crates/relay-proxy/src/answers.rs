@@ -62,6 +62,10 @@ pub(crate) fn relay_response(
     guard: Box<dyn StreamGuard>,
 ) -> Response<ResponseBody> {
     let (mut parts, body) = res.into_parts();
+    // The answer is relayd's own message, in the client's version: an HTTP/1.0 provider's
+    // version would make hyper end an HTTP/1.1 client's answer by closing the connection,
+    // where a chunked answer says where it ends.
+    parts.version = http::Version::HTTP_11;
     headers::strip_response_headers(&mut parts.headers);
     if headers::is_event_stream(&parts.headers) {
         // A name, not text: text would be parsed and hashed twice for every stream.

@@ -859,6 +859,43 @@ async fn a_provider_answer_with_length_and_chunks_reaches_the_client_whole() {
     );
 }
 
+/// An HTTP/1.0 provider's answer reaches an HTTP/1.1 client as relayd's own HTTP/1.1
+/// message, chunked with its terminating chunk: in the provider's version it would end by
+/// the connection closing, which a client cannot tell from an answer cut short.
+#[tokio::test]
+async fn an_http_1_0_providers_answer_reaches_an_http_1_1_client_as_http_1_1() {
+    let (relay, provider) = relay_before_a_raw_provider().await;
+    let body = r#"{"id":"msg_1","type":"message","content":"all of it"}"#;
+    let answer = format!("HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n{body}");
+    tokio::spawn(async move {
+        relay_testkit::duplex::answer_then_close(provider, answer.as_bytes()).await
+    });
+    let mut stream = relay.connect().await;
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         x-api-key: sk-test\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}",
+        relay.host()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    tokio::time::timeout(
+        WAIT,
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut received),
+    )
+    .await
+    .expect("the answer ended")
+    .expect("the answer ended cleanly");
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("\r\ntransfer-encoding: chunked\r\n"),
+        "{text}"
+    );
+    assert!(text.contains(body), "{text}");
+    assert!(text.ends_with("\r\n0\r\n\r\n"), "{text}");
+}
+
 /// relayd in front of a provider that is only a listening socket, for the test to answer.
 async fn relay_before_a_raw_provider() -> (Relay, tokio::net::TcpListener) {
     let provider = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
