@@ -98,6 +98,20 @@ pub(crate) fn no_store(mut res: Response<ResponseBody>) -> Response<ResponseBody
     res
 }
 
+/// 426 naming in `Upgrade` the protocol the request must be made in (RFC 9110 requires
+/// one), with the `upgrade` connection option that keeps intermediaries from passing it on.
+pub(crate) fn upgrade_required(protocol: &'static str, message: &str) -> Response<ResponseBody> {
+    let mut res = error(
+        StatusCode::UPGRADE_REQUIRED,
+        ErrorKind::RelayUpgradeRequired,
+        message,
+    );
+    let headers = res.headers_mut();
+    headers.insert(header::UPGRADE, HeaderValue::from_static(protocol));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    res
+}
+
 /// A JSON error body (§3.6).
 pub(crate) fn error(status: StatusCode, kind: ErrorKind, message: &str) -> Response<ResponseBody> {
     let mut res = json(&ErrorBody::new(kind, message));

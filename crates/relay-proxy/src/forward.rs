@@ -56,9 +56,9 @@ impl Refused {
     /// The answer the client gets.
     pub(crate) fn answer(&self) -> Response<ResponseBody> {
         match self {
-            Refused::UpgradeRequired => error(
-                StatusCode::UPGRADE_REQUIRED,
-                ErrorKind::RelayUpgradeRequired,
+            // Plain HTTP/1.1 is the protocol this path takes.
+            Refused::UpgradeRequired => crate::answers::upgrade_required(
+                "HTTP/1.1",
                 "WebSocket is not supported here; use HTTP streaming",
             ),
             Refused::MethodNotAllowed => method_not_allowed("POST"),

@@ -235,16 +235,12 @@ impl ControlPlane {
             .get(header::SEC_WEBSOCKET_VERSION)
             .is_some_and(|v| v.as_bytes() == b"13");
         let (true, Some(key), true) = (is_websocket, key, version_ok) else {
-            let mut res = crate::answers::error(
-                StatusCode::UPGRADE_REQUIRED,
-                relay_proto::ErrorKind::RelayUpgradeRequired,
+            let mut res = crate::answers::upgrade_required(
+                "websocket",
                 "control sessions are WebSocket version 13",
             );
-            // A 426 names the protocol to switch to (RFC 9110), and a WebSocket one the
-            // version this side speaks (RFC 6455).
-            let headers = res.headers_mut();
-            headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-            headers.insert(
+            // The WebSocket version this side speaks (RFC 6455).
+            res.headers_mut().insert(
                 header::SEC_WEBSOCKET_VERSION,
                 HeaderValue::from_static("13"),
             );

@@ -656,6 +656,9 @@ async fn websocket_wrong_methods_and_unknown_paths_are_refused_with_json() {
         )
         .await;
         res.assert_error(426, "relay_upgrade_required");
+        // A 426 names the protocol to use, here plain HTTP/1.1.
+        assert_eq!(res.header("upgrade"), Some("HTTP/1.1"), "{path}");
+        assert_eq!(res.header("connection"), Some("upgrade"), "{path}");
         let answer = relay.get(path, &[]).await;
         answer.assert_error(405, "relay_method_not_allowed");
         assert_eq!(answer.header("allow"), Some("POST"));

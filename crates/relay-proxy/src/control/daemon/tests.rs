@@ -379,6 +379,7 @@ async fn a_control_path_asked_without_an_upgrade_names_websocket_13() {
         let res = control.upgrade(req.body(()).unwrap(), Role::Mcp, peer);
         assert_eq!(res.status(), StatusCode::UPGRADE_REQUIRED, "{upgrade:?}");
         assert_eq!(res.headers()[header::UPGRADE], "websocket", "{upgrade:?}");
+        assert_eq!(res.headers()[header::CONNECTION], "upgrade");
         assert_eq!(res.headers()[header::SEC_WEBSOCKET_VERSION], "13");
     }
 }
