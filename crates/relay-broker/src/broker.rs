@@ -314,6 +314,14 @@ impl Broker {
                     .push(b.digest);
             }
         }
+        // The order of registration is not kept on disk; the order of last use, which a
+        // registration updates too, stands in for it, so the least recently used go first.
+        for route in self.routes.values_mut() {
+            let bindings = &self.bindings;
+            route
+                .digests
+                .sort_by_key(|d| bindings.get(d).map(|b| b.last_use));
+        }
         self.blocked.extend(state.blocked);
         for g in state.generations {
             let deadline = now + self.config.reconnect_grace();

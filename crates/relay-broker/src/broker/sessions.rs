@@ -128,6 +128,15 @@ impl Broker {
             self.unbound_waited_in_vain.remove(&digest);
             replaced = self.bindings.insert(digest, Binding::live(fp, now)).0;
             self.route_mut_or_create(fp).digests.push(digest);
+        } else if let Some(binding) = self.bindings.get_mut(&digest) {
+            // Registered again: now the most recently registered of its route's digests, the
+            // last an eviction would take, and used now.
+            binding.last_use = now;
+            self.last_use_dirty = true;
+            if let Some(route) = self.routes.get_mut(&fp) {
+                route.digests.retain(|d| *d != digest);
+                route.digests.push(digest);
+            }
         }
         self.touch_route(fp);
         let session_id = self.entropy.id();

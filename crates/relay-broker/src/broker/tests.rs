@@ -1844,6 +1844,90 @@ fn token_limit_evicts_the_idle_oldest_and_refuses_when_all_are_live() {
     "#]]);
 }
 
+/// A credential registered again is the most recently registered: an eviction takes the
+/// one whose last registration is oldest, not the one bound first.
+#[test]
+fn a_token_registered_again_is_evicted_last() {
+    let mut s = Scenario::new();
+    s.mcp(1, 'A', "a1")
+        .mcp(2, 'A', "a2")
+        .release(1)
+        .release(2)
+        .mcp(3, 'A', "a1")
+        .release(3)
+        .mcp(4, 'A', "a3")
+        .request("a1", RequestKind::Model, false)
+        .request("a2", RequestKind::Model, false);
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > mcp c2 registers A with a2
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=2
+          c2 <- Registered(session #5, WaitForWorker(1000ms))
+        > mcp c1 releases
+          event mcp_removed A refs=1 Released
+          event worker_activation_cancelled A #3
+          event worker_staged A #7
+          c2 <- LaunchWorker(grant #7 bind [127, 0, 0, 1]:0)
+        > mcp c2 releases
+          event mcp_removed A refs=0 Released
+          event worker_activation_cancelled A #7
+        > mcp c3 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #11
+          c3 <- Registered(session #9, LaunchWorker(grant #11 bind [127, 0, 0, 1]:0))
+        > mcp c3 releases
+          event mcp_removed A refs=0 Released
+          event worker_activation_cancelled A #11
+        > mcp c4 registers A with a3
+          event route_credential_evicted A a2
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #15
+          c4 <- Registered(session #13, LaunchWorker(grant #15 bind [127, 0, 0, 1]:0))
+        > Model request with a1
+          = wait
+        > Model request with a2
+          = unbound
+    "#]]);
+}
+
+/// After a restart, whose state keeps each binding's last use but not the order of
+/// registration, the least recently used idle credential is the one an eviction takes.
+#[test]
+fn after_a_restart_the_least_recently_used_token_is_evicted_first() {
+    let mut s = Scenario::new();
+    s.mcp(1, 'A', "a1").mcp(2, 'A', "a2").release(1).release(2);
+    s.advance(1_000).request("a1", RequestKind::Model, false);
+    let snapshot = s.broker.snapshot();
+    let mut s = Scenario::new();
+    s.broker.restore(s.now, snapshot);
+    s.mcp(3, 'A', "a3")
+        .request("a1", RequestKind::Model, false)
+        .request("a2", RequestKind::Model, false);
+    s.check(expect![[r#"
+        > mcp c3 registers A with a3
+          event route_credential_evicted A a2
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c3 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > Model request with a1
+          = wait
+        > Model request with a2
+          = unbound
+    "#]]);
+}
+
 #[test]
 fn route_table_evicts_the_least_recently_used_idle_route() {
     let mut s = Scenario::new();
