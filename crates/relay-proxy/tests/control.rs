@@ -472,10 +472,14 @@ async fn an_unknown_kind_after_the_challenge_is_refused_as_unsupported() {
     ws.send(Ws::binary(relay_proto::encode(&hello).unwrap()))
         .await
         .unwrap();
-    assert!(matches!(
-        next_message(&mut ws).await,
-        Some(Message::Challenge(_))
-    ));
+    let Some(Message::Challenge(challenge)) = next_message(&mut ws).await else {
+        panic!("no Challenge");
+    };
+    // Its id is a UUIDv7, as every id on the wire is.
+    assert_eq!(
+        uuid::Uuid::from_bytes(challenge.challenge_id.0).get_version_num(),
+        7
+    );
     // The frame header (magic, version 1, kind 999) and nothing after it.
     let mut unknown = relay_proto::MAGIC.to_be_bytes().to_vec();
     unknown.extend_from_slice(&1u16.to_be_bytes());

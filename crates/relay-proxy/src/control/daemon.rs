@@ -529,12 +529,12 @@ impl ControlPlane {
                 Some(fingerprint),
             ));
         }
-        let (Ok(daemon_nonce), Ok(challenge_id)) = (Secret32::generate(), Secret32::generate())
-        else {
+        let Ok(daemon_nonce) = Secret32::generate() else {
             return Err(HandshakeError::close(CloseCode::Error, "no randomness"));
         };
-        let mut id = [0u8; 16];
-        id.copy_from_slice(&challenge_id.as_bytes()[..16]);
+        // An id like every other on the wire: a UUIDv7. The challenge's secrecy is its
+        // nonce's, which the signature covers; the id only names it.
+        let id = uuid::Uuid::now_v7().into_bytes();
         let daemon_key = self.options.daemon_key.public_key();
         let transcript = Transcript::new(&HandshakeFields {
             target_origin: hello.target_origin.as_str(),
