@@ -465,6 +465,7 @@ fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
         Value::Number(_) => "a number that is not a 64-bit integer",
         Value::String(_) => "a string",
         Value::Array(_) => "an array",

@@ -242,6 +242,21 @@ fn params_must_be_structured() {
         let line = format!(r#"{{"jsonrpc":"2.0","id":4,"method":"ping","params":{params}}}"#);
         assert_eq!(error_id(&mut server, &line, -32600), json!(4), "{line}");
     }
+    // The message names what was sent.
+    for (params, kind) in [
+        ("3", "an integer"),
+        ("-1", "an integer"),
+        ("1.5", "a number that"),
+    ] {
+        let line = format!(r#"{{"jsonrpc":"2.0","id":4,"method":"ping","params":{params}}}"#);
+        let message = answer(&mut server, &line)["error"]["message"].clone();
+        assert!(
+            message
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("got {kind}"))),
+            "{line}: {message}"
+        );
+    }
     let array = answer(
         &mut server,
         r#"{"jsonrpc":"2.0","id":4,"method":"ping","params":[]}"#,
