@@ -264,15 +264,13 @@ fn finish(end: &Record, category: Category, open: Open) -> SpanData {
     // A failure names its type in `error.type`, as the conventions require: the HTTP
     // status, the error a stream reported after its successful head (or the break of its
     // body), or `_OTHER` (their fallback) for a failed tool. A success leaves the status
-    // unset, as OpenTelemetry asks of instrumentation.
+    // unset, as OpenTelemetry asks of instrumentation. The status description adds what
+    // `error.type` does not say, and never repeats it (the conventions advise against that).
     let stream_error = end.data.get("error").and_then(Value::as_str);
     let (status, error_type) = match end.data.get("status").and_then(Value::as_u64) {
-        Some(code) if code >= 400 => (
-            SpanStatus::Error(format!("HTTP {code}")),
-            Some(code.to_string()),
-        ),
+        Some(code) if code >= 400 => (SpanStatus::Error(String::new()), Some(code.to_string())),
         Some(_) if let Some(error) = stream_error => (
-            SpanStatus::Error(format!("the response failed after its head: {error}")),
+            SpanStatus::Error("the response failed after its head".to_owned()),
             Some(error.to_owned()),
         ),
         None if end.data.get("outcome").and_then(Value::as_str) == Some("failure") => (
