@@ -36,6 +36,17 @@ use relay_sinks::{SinkContext, SinkError};
 mod observe;
 use tokio::io::AsyncReadExt as _;
 
+/// Returns once the daemon ends a draining worker's session: a refusal, or the session's end.
+async fn ended_by_daemon(session: &mut Session) {
+    loop {
+        match session.recv_alive(None).await {
+            Ok(Some(frame)) if matches!(frame.message, Message::Refused(_)) => return,
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
+
 /// A draining worker stops once nothing came for this long: the harness's last hooks
 /// (`Stop`, `SessionEnd`) arrive around its MCP's release.
 const DRAIN_QUIET: Duration = Duration::from_secs(2);
@@ -488,8 +499,18 @@ impl Life {
     /// of, where the worker stops serving.
     async fn drain(&self, session: &mut Session, deadline: Duration) -> anyhow::Result<()> {
         self.state.start_drain(Instant::now() + deadline);
-        let quiet = self.state.quiet_for(DRAIN_QUIET.min(deadline));
-        let _ = tokio::time::timeout(deadline, quiet).await;
+        let finished = async {
+            tokio::select! {
+                () = self.state.quiet_for(DRAIN_QUIET.min(deadline)) => {}
+                () = ended_by_daemon(session) => {
+                    // The daemon retired this generation (a new session of the route starts
+                    // a worker of its own): no hook will come, so only what is in flight
+                    // is waited for.
+                    self.state.quiet_for(Duration::ZERO).await;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(deadline, finished).await;
         let _ = session.send(&Message::Stopping).await;
         session.finish("drained").await;
         Ok(())

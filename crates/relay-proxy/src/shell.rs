@@ -462,8 +462,11 @@ impl Shell {
         })
     }
 
-    pub fn end_request(&self, ticket: Ticket) {
-        self.with_broker(|b| b.end_request(ticket));
+    pub fn end_request(self: &Arc<Self>, ticket: Ticket) {
+        // Rarely, the last request on a draining worker that a new session waits on.
+        if let Some(fingerprint) = self.with_broker(|b| b.end_request(ticket)) {
+            self.drive(|b| b.end_drain_for_launch(Instant::now(), fingerprint));
+        }
     }
 
     /// The worker of `ticket` could not be reached before anything was written.

@@ -7,7 +7,7 @@ use relay_proto::{FailureReason, PassThroughReason};
 
 use super::{Broker, DEFAULT_RETRY_AFTER, RouteState, TicketEntry};
 use crate::io::{Decision, ProbeOutcome, RequestKind, Ticket, Wait};
-use crate::types::Digest;
+use crate::types::{Digest, Fingerprint};
 
 /// At most this many unbound credentials are remembered as having waited in vain.
 const MAX_UNBOUND_WAITED_IN_VAIN: usize = 1024;
@@ -54,7 +54,13 @@ impl Broker {
         let worker = match &route.state {
             _ if self.config.pass_through => None,
             RouteState::Ready { worker } if live => Some(*worker),
-            RouteState::Draining { worker, .. } if kind.is_hook() => Some(*worker),
+            // Its session's last hooks (`Stop`, `SessionEnd`) close its records; once a new
+            // session waits for a worker of its own, the new session's events wait for it.
+            RouteState::Draining {
+                worker,
+                pending_launch: false,
+                ..
+            } if kind.is_hook() => Some(*worker),
             _ => None,
         };
         let worker = worker.and_then(|w| {
@@ -63,7 +69,14 @@ impl Broker {
                 .filter(|g| g.conn.is_some() && !g.status.is_revoked())
                 .map(|g| (w, g.endpoint.clone(), g.certificate, g.secret))
         });
-        let starting = matches!(route.state, RouteState::Activating { .. }) && live;
+        let starting = matches!(
+            route.state,
+            RouteState::Activating { .. }
+                | RouteState::Draining {
+                    pending_launch: true,
+                    ..
+                }
+        ) && live;
         // A first registration's binding is there before its session is (the session joins
         // the route once the binding is durable): its requests wait as for the worker.
         let awaits_session = !live && (registering || (opening && !route.opening_waited_in_vain));
@@ -141,17 +154,33 @@ impl Broker {
     }
 
     /// The request of `ticket` finished (its response ended or was dropped).
-    pub fn end_request(&mut self, ticket: Ticket) {
-        let Some(entry) = self.tickets.remove(&ticket.0) else {
-            return;
-        };
-        if let Some(route) = self.routes.get_mut(&entry.fingerprint) {
+    ///
+    /// Returns the route when this was the last request on its draining worker while a new
+    /// session waits for a worker of its own: hand it to [`Broker::end_drain_for_launch`].
+    pub fn end_request(&mut self, ticket: Ticket) -> Option<Fingerprint> {
+        let entry = self.tickets.remove(&ticket.0)?;
+        let fp = entry.fingerprint;
+        if let Some(route) = self.routes.get_mut(&fp) {
             route.in_flight = route.in_flight.saturating_sub(1);
         }
-        if let Some(worker) = entry.worker
-            && let Some(g) = self.generations.get_mut(&worker)
+        let worker = entry.worker?;
+        let g = self.generations.get_mut(&worker)?;
+        g.in_flight = g.in_flight.saturating_sub(1);
+        let idle = g.in_flight == 0;
+        let waited_for = matches!(
+            self.routes.get(&fp).map(|r| &r.state),
+            Some(RouteState::Draining { worker: w, pending_launch: true, .. }) if *w == worker
+        );
+        (idle && waited_for).then_some(fp)
+    }
+
+    /// Ends the drain of the route's worker, idle now, and launches the worker a new session
+    /// of the route waits for (see [`Broker::end_request`]).
+    pub fn end_drain_for_launch(&mut self, now: Instant, fp: Fingerprint) {
+        if let Some(RouteState::Draining { worker, .. }) = self.state(fp).cloned()
+            && self.end_idle_drain(fp, worker)
         {
-            g.in_flight = g.in_flight.saturating_sub(1);
+            self.after_drain(now, fp, true);
         }
     }
 

@@ -236,9 +236,20 @@ impl Broker {
             RouteState::Ready { .. } if new_reference => Directive::ReuseWorker,
             RouteState::Ready { .. } => Directive::RouteReady,
             RouteState::PassThrough { .. } => Directive::UsePassThrough,
-            RouteState::Draining { .. } => {
+            RouteState::Draining { worker, .. } => {
                 if let RouteState::Draining { pending_launch, .. } = &mut self.route_mut(fp).state {
                     *pending_launch = true;
+                }
+                // A draining worker with nothing in flight has no more to do for the route:
+                // the new session gets its own worker now, not once the old one has waited
+                // out its quiet time, meanwhile passing its requests by policy.
+                if self.end_idle_drain(fp, worker) {
+                    return self.enter_activating(now, fp, Some(session_id)).map_or(
+                        Directive::WaitForWorker {
+                            retry_after_ms: retry_hint,
+                        },
+                        Directive::LaunchWorker,
+                    );
                 }
                 Directive::WaitForWorker {
                     retry_after_ms: retry_hint,

@@ -480,11 +480,16 @@ impl Scenario {
         self
     }
 
+    /// Ends every request, as the shell does: a draining worker left idle with a launch
+    /// waiting ends its drain.
     fn end_all(&mut self) -> &mut Self {
-        for ticket in std::mem::take(&mut self.tickets) {
-            self.broker.end_request(ticket);
-        }
         let _ = writeln!(self.out, "> every request ends");
+        for ticket in std::mem::take(&mut self.tickets) {
+            if let Some(fp) = self.broker.end_request(ticket) {
+                self.broker.end_drain_for_launch(self.now, fp);
+            }
+        }
+        self.drain();
         self
     }
 
@@ -1615,14 +1620,16 @@ fn the_last_release_drains_and_a_new_session_waits_for_a_fresh_worker() {
         > Model request with a1
           = too many
         > every request ends
-        > status
-          = #5 Draining control=true refs=1 in_flight=0
-        > the worker says it stops
           forget #5
           event worker_removed A #5 Drained
           persist
+          c2 <- Refused(generation_revoked: drained: a new session of the route starts its own worker)
+          close c2
           event worker_staged A #9
           c3 <- LaunchWorker(grant #9 bind [127, 0, 0, 1]:0)
+        > status
+          = no workers
+        > the worker says it stops
         > c2 drops
         > worker c4 registers A with grant #9
           c4 <- Registered(worker #11, $12)
@@ -1637,14 +1644,113 @@ fn the_last_release_drains_and_a_new_session_waits_for_a_fresh_worker() {
     "#]]);
 }
 
+/// A session that registers while the route's worker drains with nothing in flight gets a
+/// worker of its own at once: its first requests wait for it, as on a first start, instead
+/// of passing by policy and records while the old worker waits out its quiet time. A hook
+/// in flight on the old worker holds the launch until it ends, and meanwhile the new
+/// session's requests and hooks wait too.
+#[test]
+fn a_session_registering_while_the_worker_drains_gets_its_own_worker_at_once() {
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2)
+        .release(1)
+        .mcp(3, 'A', "a1")
+        .request("a1", RequestKind::Model, false)
+        .request("a1", RequestKind::Hook, false)
+        .worker(4, 'A')
+        .ready(4)
+        .probe(4, ProbeOutcome::Ready)
+        .request("a1", RequestKind::Model, false)
+        .release(3)
+        .request("a1", RequestKind::Hook, false)
+        .mcp(5, 'A', "a1")
+        .request("a1", RequestKind::Hook, false)
+        .request("a1", RequestKind::Model, false)
+        .end_all();
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > mcp c1 releases
+          event mcp_removed A refs=0 Released
+          c2 <- Drain(120000ms)
+          event worker_drain_started A #5
+          persist
+        > mcp c3 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          forget #5
+          event worker_removed A #5 Drained
+          persist
+          c2 <- Refused(generation_revoked: drained: a new session of the route starts its own worker)
+          close c2
+          event worker_staged A #9
+          c3 <- Registered(session #7, LaunchWorker(grant #9 bind [127, 0, 0, 1]:0))
+        > Model request with a1
+          = wait
+        > Hook request with a1
+          = wait
+        > worker c4 registers A with grant #9
+          c4 <- Registered(worker #11, $12)
+          event worker_control_connected A #11
+        > worker c4 is ready
+          probe #11 with $12
+        > probe of #11 says Ready
+          event worker_added A #11 0ms
+          event worker_ready A #11
+          c3 <- RouteReady
+          persist
+        > Model request with a1
+          = worker #11 with $12
+        > mcp c3 releases
+          event mcp_removed A refs=0 Released
+          c4 <- Drain(120000ms)
+          event worker_drain_started A #11
+          persist
+        > Hook request with a1
+          = worker #11 with $12
+        > mcp c5 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          c5 <- Registered(session #13, WaitForWorker(1000ms))
+        > Hook request with a1
+          = wait
+        > Model request with a1
+          = wait
+        > every request ends
+          forget #11
+          event worker_removed A #11 Drained
+          persist
+          c4 <- Refused(generation_revoked: drained: a new session of the route starts its own worker)
+          close c4
+          event worker_staged A #15
+          c5 <- LaunchWorker(grant #15 bind [127, 0, 0, 1]:0)
+    "#]]);
+}
+
 #[test]
 fn a_draining_worker_that_never_exits_is_revoked_after_drain_plus_grace() {
     let mut config = test_config();
     config.timers.drain_ms = 1000;
     config.timers.reconnect_grace_ms = 500;
     let mut s = Scenario::with(config);
+    // A hook on the draining worker that never ends keeps the drain from ending early.
     s.ready_route(1, 'A', "a1", 2)
         .release(1)
+        .request("a1", RequestKind::Hook, false)
         .mcp(3, 'A', "a1")
         .advance(1499)
         .advance(1);
@@ -1670,6 +1776,8 @@ fn a_draining_worker_that_never_exits_is_revoked_after_drain_plus_grace() {
           c2 <- Drain(1000ms)
           event worker_drain_started A #5
           persist
+        > Hook request with a1
+          = worker #5 with $6
         > mcp c3 registers A with a1
           event mcp_control_connected A
           event mcp_added A refs=1
@@ -3143,7 +3251,7 @@ fn a_draining_worker_stuck_with_a_request_is_revoked_after_drain_plus_grace() {
           event mcp_added A refs=1
           c3 <- Registered(session #7, WaitForWorker(1000ms))
         > Model request with a1
-          = pass through (worker_unavailable, retry after 1000ms)
+          = wait
         > status
           = #5 Draining control=true refs=1 in_flight=1
         > clock +2999ms (t=2999ms)
@@ -3512,9 +3620,11 @@ fn revoking_a_recovering_or_draining_route_empties_it_without_a_launch() {
         > status
           = no workers
     "#]]);
+    // A hook still on the draining worker keeps the route draining with a launch pending.
     let mut s = Scenario::new();
     s.ready_route(1, 'A', "a1", 2)
         .release(1)
+        .request("a1", RequestKind::Hook, false)
         .mcp(3, 'A', "a1")
         .step(
             "relayd bindings revoke A",
@@ -3551,6 +3661,8 @@ fn revoking_a_recovering_or_draining_route_empties_it_without_a_launch() {
           c2 <- Drain(120000ms)
           event worker_drain_started A #5
           persist
+        > Hook request with a1
+          = worker #5 with $6
         > mcp c3 registers A with a1
           event mcp_control_connected A
           event mcp_added A refs=1

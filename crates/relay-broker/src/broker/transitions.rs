@@ -254,6 +254,31 @@ impl Broker {
         }
     }
 
+    /// Ends the drain of `worker` when a launch waits for it and nothing is in flight on it:
+    /// its generation is retired as drained and told so, and the route is `Empty`. The
+    /// caller launches. `false` when the drain goes on.
+    pub(super) fn end_idle_drain(&mut self, fp: Fingerprint, worker: Id) -> bool {
+        let waiting = matches!(
+            self.state(fp),
+            Some(RouteState::Draining { worker: w, pending_launch: true, .. }) if *w == worker
+        );
+        if !waiting
+            || self
+                .generations
+                .get(&worker)
+                .is_none_or(|g| g.in_flight > 0)
+        {
+            return false;
+        }
+        self.revoke_generation_saying(
+            worker,
+            WorkerRemovedReason::Drained,
+            "drained: a new session of the route starts its own worker",
+        );
+        self.enter_empty(fp);
+        true
+    }
+
     pub(super) fn after_drain(&mut self, now: Instant, fp: Fingerprint, pending_launch: bool) {
         self.enter_empty(fp);
         if pending_launch && self.routes.get(&fp).is_some_and(|r| !r.sessions.is_empty()) {
