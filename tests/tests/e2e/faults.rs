@@ -18,8 +18,8 @@ use super::support::{
     EVENT_TIMEOUT, MCP_EXIT_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, anthropic_request, assert_cut,
     assert_passed_through, assert_through_worker, between, context, event_with, fault_config,
     field, fresh_token, marker, nth_event, nth_worker, paced, pass_throughs, ready_mcp,
-    recorded_with, route_status, spawn_mcp, streaming_request, upstream_config, user_for,
-    wait_for_workers_status, with_a_ready_worker, workers_status,
+    recorded_with, route_status, spawn_mcp, stand_in_id, streaming_request, upstream_config,
+    user_for, wait_for_workers_status, with_a_ready_worker, workers_status,
 };
 
 /// How soon a broken stream or a client's disconnect must be seen on the other side (§3.3:
@@ -726,6 +726,70 @@ async fn the_last_session_ending_mid_stream_drains_the_worker_and_a_new_session_
     )
     .await?;
     assert_eq!(recorded_with(&stand_in, &during).len(), 1);
+    Ok(())
+}
+
+/// A session that starts while the last one's worker drains with nothing to do gets a
+/// worker of its own at once: its first model request waits for that worker and reaches it,
+/// never passing by policy and records (found running Codex right after a Claude Code
+/// session), and the old worker is retired as drained and exits.
+#[tokio::test]
+async fn a_session_starting_while_an_idle_worker_drains_gets_its_own_worker_at_once()
+-> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(upstream_config(&stand_in, ""))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let token = fresh_token()?;
+    let mut mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let (old_id, old_pid) = nth_worker(&relayd, &user, 1).await?;
+    mcp.close_stdin();
+    assert_eq!(mcp.wait(MCP_EXIT_TIMEOUT).await?.code(), Some(0));
+    relayd
+        .wait_for_log_event("worker_drain_started", EVENT_TIMEOUT)
+        .await?;
+
+    let next = spawn_mcp(&user, &relayd.origin(), &token, None)?;
+    relayd
+        .logs()
+        .wait_for("a second mcp_added", EVENT_TIMEOUT, |logs| {
+            logs.events_named("mcp_added").get(1).cloned()
+        })
+        .await?;
+    let (status, headers, body) = relay_e2e::http::fetch(
+        relayd.addr(),
+        anthropic_request(&token, &marker("first-of-the-next")?)?,
+    )
+    .await?;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let removed = event_with(
+        relayd.logs(),
+        "worker_removed",
+        "worker_id",
+        &old_id,
+        WORKER_TIMEOUT,
+    )
+    .await?;
+    assert_eq!(field(&removed, "reason"), "drained", "{removed}");
+    user.wait_for_exit(old_pid, WORKER_TIMEOUT).await?;
+    let (new_id, new_pid) = nth_worker(&relayd, &user, 2).await?;
+    assert_ne!(new_id, old_id);
+    let id = stand_in_id(&headers)?;
+    let recorded = stand_in
+        .request(id)
+        .ok_or_else(|| anyhow::anyhow!("the stand-in has no request {id}"))?;
+    assert!(
+        procfs::owns_connection(new_pid, recorded.peer, stand_in.addr()),
+        "the first request did not reach the new worker: {}",
+        context(&relayd, &user, &[&next])
+    );
+    assert!(
+        pass_throughs(&relayd).is_empty(),
+        "{}",
+        context(&relayd, &user, &[&next])
+    );
     Ok(())
 }
 
