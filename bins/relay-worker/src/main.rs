@@ -36,6 +36,23 @@ use relay_sinks::{SinkContext, SinkError};
 mod observe;
 use tokio::io::AsyncReadExt as _;
 
+/// What a worker stopped by SIGTERM or SIGINT gives the requests in flight.
+const SIGNAL_DRAIN: Duration = Duration::from_secs(5);
+
+/// A future that ends on SIGTERM or SIGINT with the signal's name; the handlers are installed
+/// at once, so a signal that comes before it is awaited is not lost.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = &'static str>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    })
+}
+
 /// Returns once the daemon ends a draining worker's session: a refusal, or the session's end.
 async fn ended_by_daemon(session: &mut Session) {
     loop {
@@ -265,9 +282,28 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
         certificate_sha256,
         timers,
     };
-    let result = match drain_deadline_ms {
-        Some(ms) => life.drain(&mut session, Duration::from_millis(ms)).await,
-        None => life.follow(session).await,
+    let stopped = stop_signal()?;
+    let lived = async move {
+        match drain_deadline_ms {
+            Some(ms) => life.drain(&mut session, Duration::from_millis(ms)).await,
+            None => life.follow(session).await,
+        }
+    };
+    let result = tokio::select! {
+        result = lived => result,
+        signal = stopped => {
+            // A logout or a shutdown: what is in flight gets a few seconds, then the open
+            // records are closed as `shutdown` below, as at the end of a drain. The daemon
+            // sees the control session end and treats the worker as gone.
+            tracing::info!(
+                event = "worker_signalled",
+                signal,
+                in_flight = state.in_flight(),
+                "stopping on a signal"
+            );
+            state.start_drain(Instant::now() + SIGNAL_DRAIN);
+            Ok(())
+        }
     };
     let _ = stop_serving.send(());
     // A drain has had its time: accepted requests get up to the drain deadline, then the

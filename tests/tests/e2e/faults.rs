@@ -16,10 +16,11 @@ use rustix::process::Signal;
 
 use super::support::{
     EVENT_TIMEOUT, MCP_EXIT_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, anthropic_request, assert_cut,
-    assert_passed_through, assert_through_worker, between, context, event_with, fault_config,
-    field, fresh_token, marker, nth_event, nth_worker, paced, pass_throughs, ready_mcp,
-    recorded_with, route_status, spawn_mcp, stand_in_id, streaming_request, upstream_config,
-    user_for, wait_for_workers_status, with_a_ready_worker, workers_status,
+    assert_passed_through, assert_through_worker, atof_dir, atof_records, between, context,
+    event_with, fault_config, field, fresh_token, marker, nth_event, nth_worker, paced,
+    pass_throughs, ready_mcp, recorded_with, route_status, spawn_mcp, stand_in_id,
+    streaming_request, upstream_config, user_for, wait_for_workers_status, with_a_ready_worker,
+    workers_status,
 };
 
 /// How soon a broken stream or a client's disconnect must be seen on the other side (§3.3:
@@ -790,6 +791,58 @@ async fn a_session_starting_while_an_idle_worker_drains_gets_its_own_worker_at_o
         "{}",
         context(&relayd, &user, &[&next])
     );
+    Ok(())
+}
+
+/// A worker stopped by SIGTERM (a logout, a shutdown) closes what it was recording, as at
+/// the end of a drain: the open session's scope ends `closed_by: "shutdown"`, where it was
+/// left open for ever.
+#[tokio::test]
+async fn a_worker_stopped_by_sigterm_closes_its_open_records() -> anyhow::Result<()> {
+    let stand_in = StandIn::start().await?;
+    let relayd = Relayd::builder()?
+        .config(upstream_config(&stand_in, ""))
+        .start()
+        .await?;
+    let user = user_for(&stand_in)?;
+    let atof = atof_dir()?;
+    std::fs::write(
+        user.system_config_dir().join("plugins.toml"),
+        format!(
+            "version = 1\n[[components]]\nkind = \"observability\"\nenabled = true\n\
+             [components.config]\n[[components.config.sinks]]\ntype = \"file\"\n\
+             directory = {dir}\nfilename = \"events-{{user}}.jsonl\"\n",
+            dir = toml::Value::from(atof.path().display().to_string())
+        ),
+    )?;
+    let token = fresh_token()?;
+    let mcp = ready_mcp(&user, &relayd.origin(), &token).await?;
+    let (_, pid) = nth_worker(&relayd, &user, 1).await?;
+    let (status, _, body) = relay_e2e::http::fetch(
+        relayd.addr(),
+        post_json(
+            "/hooks/claude-code",
+            &[("x-relay-client-token", &token)],
+            r#"{"hook_event_name":"SessionStart","session_id":"ended-by-sigterm","source":"startup"}"#,
+        )?,
+    )
+    .await?;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+
+    user.signal_worker(pid, Signal::TERM)?;
+    user.wait_for_exit(pid, WORKER_TIMEOUT).await?;
+    let (text, records) = atof_records(atof.path())?;
+    let ends: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["category"] == "agent" && r["scope_category"] == "end")
+        .collect();
+    assert_eq!(
+        ends.len(),
+        1,
+        "{text}\n{}",
+        context(&relayd, &user, &[&mcp])
+    );
+    assert_eq!(ends[0]["data"]["closed_by"], "shutdown", "{text}");
     Ok(())
 }
 
