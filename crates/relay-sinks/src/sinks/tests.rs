@@ -161,6 +161,37 @@ fn http_sink(addr: SocketAddr, delivery: DeliveryConfig) -> SinkConfig {
     })
 }
 
+/// The sinks with only an OTLP exporter toward `addr`.
+fn otlp_exporter(addr: SocketAddr, delivery: DeliveryConfig) -> SinksConfig {
+    SinksConfig {
+        sinks: vec![],
+        otlp: Some(OtlpConfig {
+            endpoint: format!("http://{addr}"),
+            service_name: "relay-worker".to_owned(),
+            headers: BTreeMap::new(),
+            header_env: BTreeMap::new(),
+            delivery,
+        }),
+    }
+}
+
+/// A finished `chat` span of a new trace.
+fn chat_span(ids: &IdGenerator) -> Result<SpanData, SinkError> {
+    let (trace_id, _) = ids.root(None)?;
+    let chat = GenAiFacts::new(Operation::Chat);
+    Ok(SpanData {
+        name: span_name(&chat),
+        trace_id,
+        span_id: ids.span_id()?,
+        parent_span_id: None,
+        kind: SpanKind::Client,
+        start_unix_nanos: 1_700_000_000_000_000_000,
+        end_unix_nanos: 1_700_000_001_000_000_000,
+        status: SpanStatus::Ok,
+        attributes: genai_attributes(&chat),
+    })
+}
+
 fn ctx() -> SinkContext {
     SinkContext {
         user: "alice".to_owned(),
@@ -373,16 +404,7 @@ async fn a_local_flush_waits_for_the_file_and_not_for_a_down_collector_or_export
         sinks: vec![http_sink(closed, slow.clone())],
         otlp: None,
     };
-    let exporter = SinksConfig {
-        sinks: vec![],
-        otlp: Some(OtlpConfig {
-            endpoint: format!("http://{closed}"),
-            service_name: "relay-worker".to_owned(),
-            headers: BTreeMap::new(),
-            header_env: BTreeMap::new(),
-            delivery: slow,
-        }),
-    };
+    let exporter = otlp_exporter(closed, slow);
     for mut config in [collector, exporter] {
         let temp = tempfile::tempdir()?;
         config.sinks.push(SinkConfig::File(FileSinkConfig {
@@ -392,20 +414,7 @@ async fn a_local_flush_waits_for_the_file_and_not_for_a_down_collector_or_export
         }));
         let sinks = Sinks::start(&config, &ctx())?;
         sinks.record("{\"n\":1}");
-        let ids = IdGenerator::default();
-        let (trace_id, _) = ids.root(None)?;
-        let chat = GenAiFacts::new(Operation::Chat);
-        sinks.span(SpanData {
-            name: span_name(&chat),
-            trace_id,
-            span_id: ids.span_id()?,
-            parent_span_id: None,
-            kind: SpanKind::Client,
-            start_unix_nanos: 1_700_000_000_000_000_000,
-            end_unix_nanos: 1_700_000_001_000_000_000,
-            status: SpanStatus::Ok,
-            attributes: genai_attributes(&chat),
-        });
+        sinks.span(chat_span(&IdGenerator::default())?);
         let started = Instant::now();
         sinks.flush_local(Duration::from_secs(2)).await?;
         let took = started.elapsed();
@@ -462,16 +471,7 @@ async fn the_file_sink_keeps_every_record_whole_under_concurrent_writers() -> Te
 #[tokio::test]
 async fn otlp_spans_arrive_with_their_names_attributes_and_parents() -> TestResult {
     let (addr, mut rx) = stand_in(vec![]).await?;
-    let config = SinksConfig {
-        sinks: vec![],
-        otlp: Some(OtlpConfig {
-            endpoint: format!("http://{addr}"),
-            service_name: "relay-worker".to_owned(),
-            headers: BTreeMap::new(),
-            header_env: BTreeMap::new(),
-            delivery: delivery(10),
-        }),
-    };
+    let config = otlp_exporter(addr, delivery(10));
     let sinks = Sinks::start(&config, &ctx())?;
     assert!(sinks.exports_spans());
     let ids = IdGenerator::default();
@@ -585,34 +585,13 @@ async fn spans_a_collector_rejects_are_counted_and_logged_not_sent_again() -> Te
         }),
     };
     let (addr, mut rx) = stand_in_answering(vec![], Bytes::from(answer.encode_to_vec())).await?;
-    let config = SinksConfig {
-        sinks: vec![],
-        otlp: Some(OtlpConfig {
-            endpoint: format!("http://{addr}"),
-            service_name: "relay-worker".to_owned(),
-            headers: BTreeMap::new(),
-            header_env: BTreeMap::new(),
-            delivery: delivery(10),
-        }),
-    };
+    let config = otlp_exporter(addr, delivery(10));
     let (capture, dispatch) = relay_logging::LogCapture::jsonl("warn");
     let _guard = tracing::dispatcher::set_default(&dispatch);
     let sinks = Sinks::start(&config, &ctx())?;
     let ids = IdGenerator::default();
-    let (trace_id, _) = ids.root(None)?;
     for _ in 0..3 {
-        let facts = GenAiFacts::new(Operation::Chat);
-        sinks.span(SpanData {
-            name: span_name(&facts),
-            trace_id,
-            span_id: ids.span_id()?,
-            parent_span_id: None,
-            kind: SpanKind::Client,
-            start_unix_nanos: 1_700_000_000_000_000_000,
-            end_unix_nanos: 1_700_000_001_000_000_000,
-            status: SpanStatus::Unset,
-            attributes: genai_attributes(&facts),
-        });
+        sinks.span(chat_span(&ids)?);
     }
     sinks.flush(WAIT).await?;
     next(&mut rx).await?;
