@@ -601,6 +601,22 @@ fn shutdown_closes_every_open_scope_innermost_first() {
     assert_eq!(s.recorder.open_sessions(), 0);
 }
 
+/// A streamed Messages request of no session, with the given `traceparent`.
+fn lone_start(traceparent: Option<String>) -> ModelRequestStart {
+    ModelRequestStart {
+        request_id: RequestId(1),
+        session_id: None,
+        route: "/v1/messages".to_owned(),
+        model: Some("claude-sonnet-4-5".to_owned()),
+        stream: true,
+        request_bytes: 42,
+        prompt: None,
+        request_redactions: 0,
+        server: None,
+        traceparent,
+    }
+}
+
 #[test]
 fn a_record_on_the_wire() {
     let mut recorder = Recorder::new(
@@ -609,21 +625,7 @@ fn a_record_on_the_wire() {
         Box::new(NoRedaction),
     );
     let at = epoch() + Duration::from_micros(123_456_789);
-    recorder.handle(
-        at,
-        Observation::ModelRequestStart(ModelRequestStart {
-            request_id: RequestId(1),
-            session_id: None,
-            route: "/v1/messages".to_owned(),
-            model: Some("claude-sonnet-4-5".to_owned()),
-            stream: true,
-            request_bytes: 42,
-            prompt: None,
-            request_redactions: 0,
-            server: None,
-            traceparent: None,
-        }),
-    );
+    recorder.handle(at, Observation::ModelRequestStart(lone_start(None)));
     let record = recorder.poll_record();
     let line = record
         .as_ref()
@@ -663,18 +665,7 @@ fn a_record_keeps_only_a_valid_traceparent() {
         );
         recorder.handle(
             epoch(),
-            Observation::ModelRequestStart(ModelRequestStart {
-                request_id: RequestId(1),
-                session_id: None,
-                route: "/v1/messages".to_owned(),
-                model: Some("claude-sonnet-4-5".to_owned()),
-                stream: true,
-                request_bytes: 42,
-                prompt: None,
-                request_redactions: 0,
-                server: None,
-                traceparent: Some(sent.clone()),
-            }),
+            Observation::ModelRequestStart(lone_start(Some(sent.clone()))),
         );
         let record = recorder.poll_record().expect("the llm start");
         assert_eq!(
