@@ -55,12 +55,17 @@ impl Broker {
             _ if self.config.pass_through => None,
             RouteState::Ready { worker } if live => Some(*worker),
             // Its session's last hooks (`Stop`, `SessionEnd`) close its records; once a new
-            // session waits for a worker of its own, the new session's events wait for it.
+            // session waits for a worker of its own, the new session's events wait for it. A
+            // hook that opens a session belongs to a new one, whose MCP is likely registering
+            // (Claude Code posts `SessionStart` before it starts its MCP server): it waits too,
+            // and goes to the draining worker only if no session came.
             RouteState::Draining {
                 worker,
                 pending_launch: false,
                 ..
-            } if kind.is_hook() => Some(*worker),
+            } if kind.is_hook() && !(opening && may_wait && !route.opening_waited_in_vain) => {
+                Some(*worker)
+            }
             _ => None,
         };
         let worker = worker.and_then(|w| {

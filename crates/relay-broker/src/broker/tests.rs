@@ -1741,6 +1741,65 @@ fn a_session_registering_while_the_worker_drains_gets_its_own_worker_at_once() {
     "#]]);
 }
 
+/// A hook that opens a session, on a route whose worker drains, belongs to a new session
+/// whose MCP is likely registering (Claude Code posts `SessionStart` first): it waits, and
+/// reaches the new session's worker, so the session's records are not split between two
+/// workers. Waited in vain, it goes to the draining worker; a closing hook goes there at once.
+#[test]
+fn an_opening_hook_on_a_draining_route_waits_for_the_new_session() {
+    let mut s = Scenario::new();
+    s.ready_route(1, 'A', "a1", 2)
+        .release(1)
+        .request("a1", RequestKind::Hook, false)
+        .request("a1", RequestKind::OpeningHook, false)
+        .request("a1", RequestKind::OpeningHook, true)
+        .end_all()
+        .mcp(3, 'A', "a1")
+        .request("a1", RequestKind::OpeningHook, false);
+    s.check(expect![[r#"
+        > mcp c1 registers A with a1
+          persist
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          event worker_staged A #3
+          c1 <- Registered(session #1, LaunchWorker(grant #3 bind [127, 0, 0, 1]:0))
+        > worker c2 registers A with grant #3
+          c2 <- Registered(worker #5, $6)
+          event worker_control_connected A #5
+        > worker c2 is ready
+          probe #5 with $6
+        > probe of #5 says Ready
+          event worker_added A #5 0ms
+          event worker_ready A #5
+          c1 <- RouteReady
+          persist
+        > mcp c1 releases
+          event mcp_removed A refs=0 Released
+          c2 <- Drain(120000ms)
+          event worker_drain_started A #5
+          persist
+        > Hook request with a1
+          = worker #5 with $6
+        > OpeningHook request with a1
+          = wait
+        > OpeningHook request with a1 (waited)
+          = worker #5 with $6
+        > every request ends
+        > mcp c3 registers A with a1
+          event mcp_control_connected A
+          event mcp_added A refs=1
+          forget #5
+          event worker_removed A #5 Drained
+          persist
+          c2 <- Refused(generation_revoked: drained: a new session of the route starts its own worker)
+          close c2
+          event worker_staged A #9
+          c3 <- Registered(session #7, LaunchWorker(grant #9 bind [127, 0, 0, 1]:0))
+        > OpeningHook request with a1
+          = wait
+    "#]]);
+}
+
 #[test]
 fn a_draining_worker_that_never_exits_is_revoked_after_drain_plus_grace() {
     let mut config = test_config();
