@@ -27,6 +27,10 @@ mod tests;
 /// How long the release sequence may take before the MCP exits anyway (§5.5).
 const RELEASE_BUDGET: Duration = Duration::from_millis(1800);
 
+/// What a child still running when its successor is launched gets between SIGTERM and
+/// SIGKILL: the worker's own drain on a signal (5 s) and a margin.
+const RETIRE_GRACE: Duration = Duration::from_secs(6);
+
 /// How long the daemon may take to say whether it runs `--pass-through`.
 const HEALTH_QUERY_LIMIT: Duration = Duration::from_secs(5);
 
@@ -430,8 +434,10 @@ impl Control {
         // or a previous launch lost its grant and its worker can never register. Either
         // way the child's end is logged and reported like any other exit (§5.5): a child
         // is never reaped without a trace.
-        if let Some(old) = launched.take() {
-            reports.push(Message::WorkerExited(old.stop(&self.fingerprint()).await));
+        if let Some(old) = launched.take()
+            && let Some(exit) = old.retire(&self.fingerprint())
+        {
+            reports.push(Message::WorkerExited(exit));
         }
         match self.launcher.launch(&grant).await {
             Ok(child) => {
@@ -549,6 +555,37 @@ impl Control {
 }
 
 impl Launched {
+    /// Ends a child whose successor is about to be launched. One that has exited is reaped,
+    /// and its end is returned for the daemon. One still running (a worker stopping on a
+    /// signal with a request in flight, a hung one, one whose grant was lost) is asked to
+    /// stop with SIGTERM, so a worker finishes what is in flight and closes its records,
+    /// and is killed only if it is still there after [`RETIRE_GRACE`]; it is reaped and
+    /// logged in the background, as the daemon has already replaced its generation.
+    fn retire(mut self, fingerprint: &str) -> Option<WorkerExited> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(exited(self.activation_id, fingerprint, Ok(status)));
+        }
+        if let Some(pid) = self
+            .child
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let fingerprint = fingerprint.to_owned();
+        tokio::spawn(async move {
+            if tokio::time::timeout(RETIRE_GRACE, self.child.wait())
+                .await
+                .is_err()
+            {
+                let _ = self.child.start_kill();
+            }
+            let status = self.child.wait().await;
+            exited(self.activation_id, &fingerprint, status);
+        });
+        None
+    }
+
     /// Kills the child unless it has exited already, reaps it, and logs its end.
     async fn stop(mut self, fingerprint: &str) -> WorkerExited {
         // An error only means the child has exited already; `wait` still reaps it.

@@ -794,11 +794,14 @@ async fn a_session_starting_while_an_idle_worker_drains_gets_its_own_worker_at_o
     Ok(())
 }
 
-/// A worker stopped by SIGTERM (a logout, a shutdown) closes what it was recording, as at
-/// the end of a drain: the open session's scope ends `closed_by: "shutdown"`, where it was
-/// left open for ever.
+/// A worker stopped by SIGTERM (a logout, a shutdown, an administrator's `kill`) while its
+/// MCP lives and a stream is in flight: the stream finishes on it, byte for byte, while the
+/// daemon has the MCP launch its successor (which asks the old one to stop, and does not kill
+/// it); then the old worker closes what it was recording, the session's scope as
+/// `shutdown`, where it used to die at once with every scope open.
 #[tokio::test]
-async fn a_worker_stopped_by_sigterm_closes_its_open_records() -> anyhow::Result<()> {
+async fn a_worker_stopped_by_sigterm_finishes_its_stream_and_closes_its_records()
+-> anyhow::Result<()> {
     let stand_in = StandIn::start().await?;
     let relayd = Relayd::builder()?
         .config(upstream_config(&stand_in, ""))
@@ -828,21 +831,53 @@ async fn a_worker_stopped_by_sigterm_closes_its_open_records() -> anyhow::Result
     )
     .await?;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    // 32 bytes every 100 ms: about three seconds of stream, within the worker's 5 s.
+    stand_in.set_behaviour(paced(32, Duration::from_millis(100)));
+    let mut res = send(
+        relayd.addr(),
+        streaming_request(&token, &marker("through-sigterm")?)?,
+    )
+    .await?;
+    assert_eq!(res.status(), StatusCode::OK);
+    let first = res.next_data().await?.unwrap_or_default();
 
     user.signal_worker(pid, Signal::TERM)?;
+    let body = res.read_rest(&first).await?;
+    assert!(
+        body == ANTHROPIC_MESSAGES_SSE,
+        "the stream was cut: {}",
+        context(&relayd, &user, &[&mcp])
+    );
     user.wait_for_exit(pid, WORKER_TIMEOUT).await?;
     let (text, records) = atof_records(atof.path())?;
-    let ends: Vec<&serde_json::Value> = records
-        .iter()
-        .filter(|r| r["category"] == "agent" && r["scope_category"] == "end")
-        .collect();
+    let ends = |category: &str| -> Vec<&serde_json::Value> {
+        records
+            .iter()
+            .filter(|r| r["category"] == category && r["scope_category"] == "end")
+            .collect()
+    };
+    let agent = ends("agent");
     assert_eq!(
-        ends.len(),
+        agent.len(),
         1,
         "{text}\n{}",
         context(&relayd, &user, &[&mcp])
     );
-    assert_eq!(ends[0]["data"]["closed_by"], "shutdown", "{text}");
+    assert_eq!(agent[0]["data"]["closed_by"], "shutdown", "{text}");
+    let llm = ends("llm");
+    assert_eq!(llm.len(), 1, "{text}");
+    assert_eq!(llm[0]["data"]["status"], 200, "{text}");
+    // The successor serves the session.
+    let (_, new_pid) = nth_worker(&relayd, &user, 2).await?;
+    assert_ne!(new_pid, pid);
+    stand_in.set_behaviour(Behaviour::default());
+    assert_through_worker(
+        &relayd,
+        &stand_in,
+        new_pid,
+        anthropic_request(&token, &marker("after-sigterm")?)?,
+    )
+    .await?;
     Ok(())
 }
 
