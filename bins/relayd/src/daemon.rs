@@ -422,7 +422,16 @@ fn control_options(
         pong_timeout: t.pong_timeout_secs.get(),
         worker_networks: config.daemon.worker_networks.clone(),
         own_addresses,
+        interfaces: current_interfaces,
     })
+}
+
+/// The host's interface addresses now; none when they cannot be read (the addresses read at
+/// start still count).
+fn current_interfaces() -> Vec<IpAddr> {
+    if_addrs::get_if_addrs()
+        .map(|interfaces| interfaces.iter().map(if_addrs::Interface::ip).collect())
+        .unwrap_or_default()
 }
 
 /// The addresses a remote worker may never name as its endpoint (§5.5): the bind address,

@@ -70,6 +70,7 @@ async fn start_daemon_with(config: BrokerConfig) -> Daemon {
             pong_timeout: Duration::from_secs(10),
             worker_networks: Vec::new(),
             own_addresses: vec![local.ip()],
+            interfaces: Vec::new,
         },
         shell,
     );

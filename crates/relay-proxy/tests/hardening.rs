@@ -101,6 +101,7 @@ impl Daemon {
                 pong_timeout: Duration::from_secs(10),
                 worker_networks: Vec::new(),
                 own_addresses: vec![addr.ip()],
+                interfaces: Vec::new,
             },
             shell.clone(),
         );

@@ -102,6 +102,10 @@ pub struct ControlOptions {
     pub worker_networks: Vec<ipnet::Ipv4Net>,
     /// The daemon's own addresses, never accepted as a remote worker endpoint.
     pub own_addresses: Vec<IpAddr>,
+    /// The host's interface addresses as they are now, read again at each remote worker's
+    /// registration: an address the host gains after start (a VPN, a second DHCP lease) is
+    /// the daemon's own too.
+    pub interfaces: fn() -> Vec<IpAddr>,
 }
 
 impl std::fmt::Debug for ControlOptions {
@@ -666,12 +670,11 @@ impl ControlPlane {
     /// one in `worker_networks`, and never a loopback, link-local, multicast, unspecified
     /// or daemon-owned address.
     fn check_endpoint(&self, endpoint: &str, peer: IpAddr) -> Result<(), EndpointRefusal> {
-        check_endpoint(
-            endpoint,
-            peer,
-            &self.options.worker_networks,
-            &self.options.own_addresses,
-        )
+        let mut own = self.options.own_addresses.clone();
+        if !peer.is_loopback() {
+            own.extend((self.options.interfaces)().iter().map(IpAddr::to_canonical));
+        }
+        check_endpoint(endpoint, peer, &self.options.worker_networks, &own)
     }
 
     /// Moves frames until the session ends; returns why it ended.

@@ -60,6 +60,17 @@ fn limited_control(
     Arc<crate::metrics::Metrics>,
     tempfile::TempDir,
 ) {
+    control_with(|options| options.challenge_limit = challenge_limit)
+}
+
+/// A control plane with the test's options, as `edit` leaves them, and its metrics.
+fn control_with(
+    edit: impl FnOnce(&mut ControlOptions),
+) -> (
+    Arc<ControlPlane>,
+    Arc<crate::metrics::Metrics>,
+    tempfile::TempDir,
+) {
     let state = tempfile::tempdir().unwrap();
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let shell = Shell::new(
@@ -68,22 +79,47 @@ fn limited_control(
         metrics.clone(),
     )
     .unwrap();
-    let control = ControlPlane::new(
-        ControlOptions {
-            daemon_key: Arc::new(SigningKey::generate().unwrap()),
-            origins: vec!["https://relay.example:8443".to_owned()],
-            challenge_ttl: Duration::from_secs(30),
-            challenge_window: Duration::from_secs(15),
-            challenge_limit,
-            max_sessions_per_ip: 256,
-            ping: Duration::from_secs(30),
-            pong_timeout: Duration::from_secs(10),
-            worker_networks: Vec::new(),
-            own_addresses: Vec::new(),
-        },
-        shell,
-    );
+    let mut options = ControlOptions {
+        daemon_key: Arc::new(SigningKey::generate().unwrap()),
+        origins: vec!["https://relay.example:8443".to_owned()],
+        challenge_ttl: Duration::from_secs(30),
+        challenge_window: Duration::from_secs(15),
+        challenge_limit: 16,
+        max_sessions_per_ip: 256,
+        ping: Duration::from_secs(30),
+        pong_timeout: Duration::from_secs(10),
+        worker_networks: Vec::new(),
+        own_addresses: Vec::new(),
+        interfaces: Vec::new,
+    };
+    edit(&mut options);
+    let control = ControlPlane::new(options, shell);
     (control, metrics, state)
+}
+
+/// An address the host gained after the daemon started is its own as much as those it had:
+/// a remote worker may not name it, even inside `worker_networks`, where the daemon would
+/// otherwise connect to a port of the worker's choosing on its own host.
+#[test]
+fn an_address_the_host_gains_after_start_is_never_a_remote_worker_endpoint() {
+    fn gained() -> Vec<IpAddr> {
+        vec![
+            ip(10, 77, 0, 1),
+            IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ip(10, 77, 0, 2),
+        ]
+    }
+    let (control, _metrics, _state) = control_with(|options| {
+        options.worker_networks = vec!["10.77.0.0/24".parse().unwrap()];
+        options.own_addresses = vec![ip(10, 77, 0, 1)];
+        options.interfaces = gained;
+    });
+    let peer = ip(10, 77, 0, 11);
+    for own in ["10.77.0.1:9452", "10.77.0.2:9452"] {
+        assert!(control.check_endpoint(own, peer).is_err(), "{own}");
+    }
+    assert!(control.check_endpoint("10.77.0.12:9452", peer).is_ok());
+    assert!(control.check_endpoint("10.77.0.11:9452", peer).is_ok());
 }
 
 /// The attack of a peer opening handshake after handshake: past `challenge_limit` in the
