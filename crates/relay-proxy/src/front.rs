@@ -359,13 +359,13 @@ impl Front {
         destination: Destination,
         models: bool,
         ticket: Option<TicketGuard>,
-        broke_off: Option<BrokeOff>,
+        broke_off: BrokeOff,
     ) -> Answer {
         let idle = self.config().daemon.stream_idle_secs.get();
         let guard = Box::new(Relayed {
             _open: self.metrics.open_stream(),
             _ticket: ticket,
-            broke_off,
+            broke_off: Some(broke_off),
         });
         Answer::new(relay_response(res, models, idle, guard), label, destination).waited(waited)
     }

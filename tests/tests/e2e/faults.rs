@@ -148,6 +148,12 @@ async fn a_worker_killed_mid_stream_breaks_that_stream_and_a_new_generation_take
         .await
         .map_err(|_| anyhow::anyhow!("the stream was still open {PROMPTLY:?} after the kill"))?;
     assert_cut(cut);
+    // relayd says why it cut the client's stream.
+    let failed = relayd
+        .wait_for_log_event("worker_request_failed", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(field(&failed, "reason"), "response_body_failed", "{failed}");
+    assert_eq!(field(&failed, "worker_id"), first_id, "{failed}");
 
     // relay-mcp saw its child die and said so; the broker calls it a crash and relaunches
     // at once, since the worker had served (§5.4), far inside the 20 s grace.

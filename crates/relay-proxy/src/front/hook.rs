@@ -107,6 +107,8 @@ impl Front {
                 headers::strip_request_headers(req.headers_mut(), Toward::Worker);
                 match self.send_to_worker(&worker, fingerprint, "hook", req).await {
                     WorkerResult::Answered(res, waited) => {
+                        let broke_off =
+                            self.worker_broke_off("hook", fingerprint, worker.worker_id);
                         return self.relayed(
                             res,
                             waited,
@@ -114,7 +116,7 @@ impl Front {
                             Destination::Worker,
                             false,
                             Some(ticket),
-                            None,
+                            broke_off,
                         );
                     }
                     WorkerResult::Failed(res, waited) => {

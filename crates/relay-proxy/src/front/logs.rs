@@ -24,12 +24,14 @@ pub(super) struct Relayed {
     pub(super) broke_off: Option<BrokeOff>,
 }
 
-/// How to log a provider's answer that breaks off after its head (the client's answer is
-/// aborted, as the contract says; without this line an operator would not see why).
+/// How to log an answer that breaks off after its head (the client's answer is aborted, as
+/// the contract says; without this line an operator would not see why): a provider's as
+/// `upstream_request_failed`, a worker's as `worker_request_failed`.
 pub(super) struct BrokeOff {
     failures: Arc<FailureLog>,
     route: &'static str,
     fingerprint: Option<Fingerprint>,
+    worker: Option<Id>,
 }
 
 impl StreamGuard for Relayed {
@@ -40,7 +42,12 @@ impl StreamGuard for Relayed {
             } else {
                 "response_body_failed"
             };
-            log_upstream(&broke.failures, broke.route, reason, broke.fingerprint);
+            match (broke.worker, broke.fingerprint) {
+                (Some(worker), Some(fingerprint)) => {
+                    log_worker(&broke.failures, broke.route, fingerprint, worker, reason);
+                }
+                _ => log_upstream(&broke.failures, broke.route, reason, broke.fingerprint),
+            }
         }
     }
 }
@@ -56,6 +63,26 @@ fn log_upstream(
     let event = relay_logging::ProviderFailure::UpstreamRequestFailed {
         route: public_route(route),
         fingerprint: fingerprint.as_deref(),
+        reason,
+    };
+    if let Some(mut limiter) = relay_logging::sync::lock(failures, "failure log limiter") {
+        limiter.emit(Instant::now(), &event);
+    }
+}
+
+/// `worker_request_failed` with `reason`, through the limiter.
+fn log_worker(
+    failures: &FailureLog,
+    route: &'static str,
+    fingerprint: Fingerprint,
+    worker: Id,
+    reason: &'static str,
+) {
+    let fingerprint = fingerprint.to_hex();
+    let event = relay_logging::ProviderFailure::WorkerRequestFailed {
+        route: public_route(route),
+        fingerprint: &fingerprint,
+        worker_id: worker.as_uuid(),
         reason,
     };
     if let Some(mut limiter) = relay_logging::sync::lock(failures, "failure log limiter") {
@@ -86,17 +113,7 @@ impl Front {
         worker: Id,
         reason: &'static str,
     ) {
-        let fingerprint = fingerprint.to_hex();
-        let event = relay_logging::ProviderFailure::WorkerRequestFailed {
-            route: public_route(route),
-            fingerprint: &fingerprint,
-            worker_id: worker.as_uuid(),
-            reason,
-        };
-        if let Some(mut limiter) = relay_logging::sync::lock(&self.failures, "failure log limiter")
-        {
-            limiter.emit(Instant::now(), &event);
-        }
+        log_worker(&self.failures, route, fingerprint, worker, reason);
     }
 
     pub(super) fn log_worker_communication(
@@ -136,6 +153,22 @@ impl Front {
             failures: self.failures.clone(),
             route,
             fingerprint,
+            worker: None,
+        }
+    }
+
+    /// What a worker's answer to a request on `route` is logged with if it breaks off.
+    pub(super) fn worker_broke_off(
+        &self,
+        route: &'static str,
+        fingerprint: Fingerprint,
+        worker: Id,
+    ) -> BrokeOff {
+        BrokeOff {
+            failures: self.failures.clone(),
+            route,
+            fingerprint: Some(fingerprint),
+            worker: Some(worker),
         }
     }
 }

@@ -79,6 +79,11 @@ impl Front {
                     .await
                 {
                     WorkerResult::Answered(res, waited) => {
+                        let broke_off = self.worker_broke_off(
+                            target.family.as_str(),
+                            fingerprint,
+                            worker.worker_id,
+                        );
                         return self.relayed(
                             res,
                             waited,
@@ -86,7 +91,7 @@ impl Front {
                             Destination::Worker,
                             models,
                             Some(ticket),
-                            None,
+                            broke_off,
                         );
                     }
                     WorkerResult::Failed(res, waited) => {
@@ -163,7 +168,7 @@ impl Front {
                     Destination::PassThrough,
                     models,
                     ticket,
-                    Some(broke_off),
+                    broke_off,
                 )
             }
             Err(failure) => {
