@@ -28,8 +28,9 @@ mod tests;
 const RELEASE_BUDGET: Duration = Duration::from_millis(1800);
 
 /// What a child still running when its successor is launched gets between SIGTERM and
-/// SIGKILL: the worker's own drain on a signal (5 s) and a margin.
-const RETIRE_GRACE: Duration = Duration::from_secs(6);
+/// SIGKILL: the worker's own drain on a signal (5 s), then the closing of its records and
+/// its sinks (up to 4 s), and a margin.
+const RETIRE_GRACE: Duration = Duration::from_secs(12);
 
 /// How long the daemon may take to say whether it runs `--pass-through`.
 const HEALTH_QUERY_LIMIT: Duration = Duration::from_secs(5);

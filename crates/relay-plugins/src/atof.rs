@@ -784,16 +784,19 @@ impl Recorder {
                 json!(start.request_redactions),
             );
         }
-        // Only a valid header is kept: anything else is ignored, and a header is text the
-        // caller chose, which could hold anything (a credential among it).
+        // Only a valid header is kept, and only its four fields (a later version may append
+        // more): the rest is text the caller chose, which could hold anything, a credential
+        // among it.
         if let Some(traceparent) = start
             .traceparent
             .as_deref()
             .map(|header| header.trim_matches([' ', '\t']))
             .filter(|header| TraceParent::parse(header).is_some())
         {
-            data.data
-                .insert("traceparent".to_owned(), json!(bounded_id(traceparent)));
+            data.data.insert(
+                "traceparent".to_owned(),
+                json!(traceparent.get(..TraceParent::LEN).unwrap_or(traceparent)),
+            );
         }
         if let Some((address, port)) = &start.server {
             data.data

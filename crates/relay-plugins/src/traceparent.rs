@@ -13,13 +13,16 @@ pub struct TraceParent {
 }
 
 impl TraceParent {
+    /// The length of the four fields of every version: `vv-<32 hex>-<16 hex>-ff`.
+    pub const LEN: usize = 55;
+
     /// Parses `version-traceid-parentid-flags`. Version `00` must be exactly that; a later
     /// version may append fields after a `-`, which are ignored; version `ff`, upper-case
     /// hex, wrong lengths and all-zero ids are invalid. `None` means: start a new trace.
     pub fn parse(header: &str) -> Option<TraceParent> {
         let header = header.trim_matches([' ', '\t']);
         let bytes = header.as_bytes();
-        if bytes.len() < 55 {
+        if bytes.len() < Self::LEN {
             return None;
         }
         let version = hex_byte(&bytes[0..2])?;
@@ -27,10 +30,10 @@ impl TraceParent {
             return None;
         }
         match (version, bytes.len()) {
-            (0, 55) => {}
+            (0, Self::LEN) => {}
             (0, _) => return None,
-            (_, 55) => {}
-            (_, _) if bytes[55] == b'-' => {}
+            (_, Self::LEN) => {}
+            (_, _) if bytes[Self::LEN] == b'-' => {}
             _ => return None,
         }
         let mut trace_id = [0u8; 16];
@@ -41,7 +44,7 @@ impl TraceParent {
         for (i, out) in parent_id.iter_mut().enumerate() {
             *out = hex_byte(&bytes[36 + 2 * i..38 + 2 * i])?;
         }
-        let flags = hex_byte(&bytes[53..55])?;
+        let flags = hex_byte(&bytes[53..Self::LEN])?;
         if trace_id == [0; 16] || parent_id == [0; 8] {
             return None;
         }
@@ -54,7 +57,7 @@ impl TraceParent {
 
     /// The header value of version `00` for a span of this trace.
     pub fn header_for(trace_id: [u8; 16], span_id: [u8; 8], flags: u8) -> String {
-        let mut out = String::with_capacity(55);
+        let mut out = String::with_capacity(Self::LEN);
         out.push_str("00-");
         push_hex(&mut out, &trace_id);
         out.push('-');

@@ -196,8 +196,14 @@ impl Poster {
             let res = self.client.request(req).await.ok()?;
             let status = res.status();
             let wait = retry_after(res.headers());
-            // Read the answer to the end so the connection goes back to the pool.
-            let answer = res.into_body().collect().await.ok()?.to_bytes();
+            // Read the answer to the end so the connection goes back to the pool. The status
+            // decides; an answer that breaks off only gives no partial-success count.
+            let answer = res
+                .into_body()
+                .collect()
+                .await
+                .map(http_body_util::Collected::to_bytes)
+                .unwrap_or_default();
             Some((status, wait, answer))
         };
         match tokio::time::timeout(self.timeout, exchange).await {

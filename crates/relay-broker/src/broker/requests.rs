@@ -54,16 +54,13 @@ impl Broker {
         let worker = match &route.state {
             _ if self.config.pass_through => None,
             RouteState::Ready { worker } if live => Some(*worker),
-            // Its session's last hooks (`Stop`, `SessionEnd`) close its records; once a new
-            // session waits for a worker of its own, the new session's events wait for it. A
-            // hook that opens a session belongs to a new one, whose MCP is likely registering
-            // (Claude Code posts `SessionStart` before it starts its MCP server): it waits too,
-            // and goes to the draining worker only if no session came.
-            RouteState::Draining {
-                worker,
-                pending_launch: false,
-                ..
-            } if kind.is_hook() && !(opening && may_wait && !route.opening_waited_in_vain) => {
+            // Its session's last hooks (`Stop`, `SessionEnd`) close its records (§3.5). A hook
+            // that opens a session belongs to a new one, whose MCP is likely registering
+            // (Claude Code posts `SessionStart` before it starts its MCP server): it waits for
+            // that session's worker, and goes to the draining one only if no session came.
+            RouteState::Draining { worker, .. }
+                if kind.is_hook() && !(opening && may_wait && !route.opening_waited_in_vain) =>
+            {
                 Some(*worker)
             }
             _ => None,
@@ -194,7 +191,9 @@ impl Broker {
     /// does without asking again. `Gone` (refused, wrong certificate) is evidence of death.
     pub fn worker_unreachable(&mut self, now: Instant, ticket: Ticket, outcome: ProbeOutcome) {
         let worker = self.tickets.get(&ticket.0).and_then(|t| t.worker);
-        self.end_request(ticket);
+        if let Some(fp) = self.end_request(ticket) {
+            self.end_drain_for_launch(now, fp);
+        }
         let Some(worker) = worker else { return };
         match outcome {
             ProbeOutcome::Gone => self.on_worker_gone(now, worker, FailureReason::WorkerGone),

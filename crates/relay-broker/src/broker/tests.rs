@@ -1647,8 +1647,8 @@ fn the_last_release_drains_and_a_new_session_waits_for_a_fresh_worker() {
 /// A session that registers while the route's worker drains with nothing in flight gets a
 /// worker of its own at once: its first requests wait for it, as on a first start, instead
 /// of passing by policy and records while the old worker waits out its quiet time. A hook
-/// in flight on the old worker holds the launch until it ends, and meanwhile the new
-/// session's requests and hooks wait too.
+/// in flight on the old worker holds the launch until it ends; meanwhile model requests
+/// wait, and hooks that do not open a session still go to the draining worker (§3.5).
 #[test]
 fn a_session_registering_while_the_worker_drains_gets_its_own_worker_at_once() {
     let mut s = Scenario::new();
@@ -1664,8 +1664,8 @@ fn a_session_registering_while_the_worker_drains_gets_its_own_worker_at_once() {
         .release(3)
         .request("a1", RequestKind::Hook, false)
         .mcp(5, 'A', "a1")
-        .request("a1", RequestKind::Hook, false)
         .request("a1", RequestKind::Model, false)
+        .request("a1", RequestKind::Hook, false)
         .end_all();
     s.check(expect![[r#"
         > mcp c1 registers A with a1
@@ -1726,10 +1726,10 @@ fn a_session_registering_while_the_worker_drains_gets_its_own_worker_at_once() {
           event mcp_control_connected A
           event mcp_added A refs=1
           c5 <- Registered(session #13, WaitForWorker(1000ms))
-        > Hook request with a1
-          = wait
         > Model request with a1
           = wait
+        > Hook request with a1
+          = worker #11 with $12
         > every request ends
           forget #11
           event worker_removed A #11 Drained

@@ -653,6 +653,12 @@ fn a_record_keeps_only_a_valid_traceparent() {
         ("Bearer sk-ant-api03-AUDITtraceparentKEY99".to_owned(), None),
         (good.to_uppercase(), None),
         (format!("{good}-x"), None),
+        // A later version may append fields; the record keeps only the four it knows.
+        (
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-wn2G2ouuKx7d0Qm3VbXc9TzLp4rS8yH1eJfNaUoIgMA"
+                .to_owned(),
+            Some("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        ),
         (
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01".to_owned(),
             None,

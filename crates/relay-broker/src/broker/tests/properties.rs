@@ -350,7 +350,10 @@ impl Model {
             Step::EndRequest { n } => {
                 if !self.tickets.is_empty() {
                     let ticket = self.tickets.remove(n as usize % self.tickets.len());
-                    self.broker.end_request(ticket);
+                    // As the shell does.
+                    if let Some(fp) = self.broker.end_request(ticket) {
+                        self.broker.end_drain_for_launch(self.now, fp);
+                    }
                 }
             }
             Step::Unreachable { n, gone } => {
@@ -494,6 +497,22 @@ impl Model {
                 let generation = broker.generations.get(&worker);
                 prop_assert!(
                     generation.is_some_and(|g| g.fingerprint == *fp && g.status.is_live())
+                );
+            }
+            // A launch waits on a draining worker only while something is in flight on it:
+            // an idle one is retired at once.
+            if let RouteState::Draining {
+                worker,
+                pending_launch: true,
+                ..
+            } = route.state
+            {
+                prop_assert!(
+                    broker
+                        .generations
+                        .get(&worker)
+                        .is_some_and(|g| g.in_flight > 0),
+                    "{fp:?} waits on an idle draining worker"
                 );
             }
             if let RouteState::Ready { .. } = route.state {
