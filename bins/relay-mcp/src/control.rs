@@ -500,10 +500,15 @@ impl Control {
                     LaunchOutcome::Cancelled | LaunchOutcome::Superseded | LaunchOutcome::Pending,
                 ) => {}
             }
-            // Killed, reaped and logged as `worker_stopped` like any other end of a child.
+            // Asked to stop, and reaped and logged as `worker_stopped` like any other end of a
+            // child if it ends within the budget. A worker the daemon has already retired
+            // may be finishing a stream (a logout sends SIGTERM to the worker as well): it
+            // gets its own drain rather than a SIGKILL that would cut the stream and leave
+            // its records open.
             let fingerprint = self.fingerprint();
-            let _ =
-                tokio::time::timeout(Duration::from_millis(200), launched.stop(&fingerprint)).await;
+            launched
+                .terminate(&fingerprint, Duration::from_millis(200))
+                .await;
         }
     }
 
@@ -566,13 +571,7 @@ impl Launched {
         if let Ok(Some(status)) = self.child.try_wait() {
             return Some(exited(self.activation_id, fingerprint, Ok(status)));
         }
-        if let Some(pid) = self
-            .child
-            .id()
-            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
-        {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-        }
+        self.ask_to_stop();
         let fingerprint = fingerprint.to_owned();
         tokio::spawn(async move {
             if tokio::time::timeout(RETIRE_GRACE, self.child.wait())
@@ -587,12 +586,24 @@ impl Launched {
         None
     }
 
-    /// Kills the child unless it has exited already, reaps it, and logs its end.
-    async fn stop(mut self, fingerprint: &str) -> WorkerExited {
-        // An error only means the child has exited already; `wait` still reaps it.
-        let _ = self.child.start_kill();
-        let status = self.child.wait().await;
-        exited(self.activation_id, fingerprint, status)
+    /// SIGTERM to the child, and SIGCONT should it be stopped, so that it can act on it. A
+    /// worker finishes what is in flight (up to 5 s) and closes its records; a worker not
+    /// ready yet dies at once.
+    fn ask_to_stop(&self) {
+        use rustix::process::{Pid, Signal, kill_process};
+        if let Some(pid) = self.child.id().and_then(|id| Pid::from_raw(id as i32)) {
+            let _ = kill_process(pid, Signal::TERM);
+            let _ = kill_process(pid, Signal::CONT);
+        }
+    }
+
+    /// Asks the child to stop and reaps it, logging its end, if it ends within `wait`; one
+    /// still finishing its drain is left to end on its own.
+    async fn terminate(mut self, fingerprint: &str, wait: Duration) {
+        self.ask_to_stop();
+        if let Ok(status) = tokio::time::timeout(wait, self.child.wait()).await {
+            exited(self.activation_id, fingerprint, status);
+        }
     }
 }
 

@@ -808,6 +808,20 @@ async fn a_session_starting_while_an_idle_worker_drains_gets_its_own_worker_at_o
 #[tokio::test]
 async fn a_worker_stopped_by_sigterm_finishes_its_stream_and_closes_its_records()
 -> anyhow::Result<()> {
+    sigterm_mid_stream(false).await
+}
+
+/// The same at a logout, where the MCP gets SIGTERM at the same moment: whichever the daemon
+/// hears of first, relay-mcp leaves its child the drain instead of a SIGKILL that would cut
+/// the stream and leave the records open.
+#[tokio::test]
+async fn at_a_logout_the_worker_finishes_its_stream_and_closes_its_records() -> anyhow::Result<()> {
+    sigterm_mid_stream(true).await
+}
+
+/// A stream in flight through a worker with records on; SIGTERM to the worker, and to its
+/// MCP too when `logout`; the stream completes, the records close.
+async fn sigterm_mid_stream(logout: bool) -> anyhow::Result<()> {
     let stand_in = StandIn::start().await?;
     let relayd = Relayd::builder()?
         .config(upstream_config(&stand_in, ""))
@@ -847,6 +861,9 @@ async fn a_worker_stopped_by_sigterm_finishes_its_stream_and_closes_its_records(
     assert_eq!(res.status(), StatusCode::OK);
     let first = res.next_data().await?.unwrap_or_default();
 
+    if logout {
+        mcp.signal(Signal::TERM)?;
+    }
     user.signal_worker(pid, Signal::TERM)?;
     let body = res.read_rest(&first).await?;
     assert!(
@@ -873,6 +890,9 @@ async fn a_worker_stopped_by_sigterm_finishes_its_stream_and_closes_its_records(
     let llm = ends("llm");
     assert_eq!(llm.len(), 1, "{text}");
     assert_eq!(llm[0]["data"]["status"], 200, "{text}");
+    if logout {
+        return Ok(());
+    }
     // The successor serves the session.
     let (_, new_pid) = nth_worker(&relayd, &user, 2).await?;
     assert_ne!(new_pid, pid);
