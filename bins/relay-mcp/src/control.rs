@@ -46,6 +46,9 @@ pub(crate) struct Control {
     /// Questions to the daemon asked beside the control loop; dropping the set with the
     /// loop aborts any still unanswered.
     pub(crate) queries: std::sync::Mutex<JoinSet<()>>,
+    /// Previous children asked to stop when a new launch replaced them, each reaped (or
+    /// killed after [`RETIRE_GRACE`]) beside the control loop.
+    pub(crate) retiring: std::sync::Mutex<JoinSet<()>>,
 }
 
 /// How long `initialize` may wait for the route to settle (§6).
@@ -436,7 +439,7 @@ impl Control {
         // way the child's end is logged and reported like any other exit (§5.5): a child
         // is never reaped without a trace.
         if let Some(old) = launched.take()
-            && let Some(exit) = old.retire(&self.fingerprint())
+            && let Some(exit) = old.retire(&self.fingerprint(), &self.retiring)
         {
             reports.push(Message::WorkerExited(exit));
         }
@@ -567,13 +570,18 @@ impl Launched {
     /// stop with SIGTERM, so a worker finishes what is in flight and closes its records,
     /// and is killed only if it is still there after [`RETIRE_GRACE`]; it is reaped and
     /// logged in the background, as the daemon has already replaced its generation.
-    fn retire(mut self, fingerprint: &str) -> Option<WorkerExited> {
+    fn retire(
+        mut self,
+        fingerprint: &str,
+        retiring: &std::sync::Mutex<JoinSet<()>>,
+    ) -> Option<WorkerExited> {
         if let Ok(Some(status)) = self.child.try_wait() {
             return Some(exited(self.activation_id, fingerprint, Ok(status)));
         }
         self.ask_to_stop();
         let fingerprint = fingerprint.to_owned();
-        tokio::spawn(async move {
+        let mut retiring = relay_logging::sync::lock(retiring, "retiring children")?;
+        retiring.spawn(async move {
             if tokio::time::timeout(RETIRE_GRACE, self.child.wait())
                 .await
                 .is_err()

@@ -191,6 +191,7 @@ fn prepare(
         launcher,
         settled,
         queries: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+        retiring: std::sync::Mutex::new(tokio::task::JoinSet::new()),
     })
 }
 

@@ -41,6 +41,7 @@ fn control(worker_binary: PathBuf, logs_dir: PathBuf) -> Control {
         },
         settled: watch::channel(Settled::Pending).0,
         queries: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+        retiring: std::sync::Mutex::new(tokio::task::JoinSet::new()),
     }
 }
 
@@ -287,18 +288,18 @@ async fn a_launch_asks_a_previous_child_that_still_runs_to_stop() {
             signal: None,
         }
     );
-    let stopped = tokio::time::timeout(WAIT, async {
-        loop {
-            let stopped = stopped_events(&capture);
-            if stopped.len() == 2 {
-                return stopped;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the old child was not reaped: {}", capture.contents()));
+    let mut retiring = std::mem::take(
+        &mut *relay_logging::sync::lock(&control.retiring, "retiring children").unwrap(),
+    );
+    let reaped = tokio::time::timeout(WAIT, retiring.join_next()).await;
+    assert!(
+        matches!(reaped, Ok(Some(Ok(())))),
+        "the old child was not reaped: {}",
+        capture.contents()
+    );
     assert_eq!(process_state(old_pid), None, "the old child was not reaped");
+    let stopped = stopped_events(&capture);
+    assert_eq!(stopped.len(), 2, "{}", capture.contents());
     let old_stop = stopped
         .iter()
         .find(|s| s["activation_id"] == old.as_uuid().to_string())
