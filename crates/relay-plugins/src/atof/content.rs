@@ -48,13 +48,23 @@ pub(super) fn text(redactor: &dyn Redactor, raw: &str, max_bytes: usize) -> (Val
 /// text names ([`hide_named_in_text`]) and without anything shaped like a route token
 /// ([`hide_token_shaped`]).
 fn redact_text<'a>(redactor: &dyn Redactor, raw: &'a str) -> Cow<'a, str> {
-    let hidden = match redactor.redact(raw) {
-        Cow::Borrowed(text) => hide_named_in_text(text),
-        Cow::Owned(text) => Cow::Owned(hide_named_in_text(&text).into_owned()),
-    };
-    match hidden {
-        Cow::Borrowed(text) => hide_token_shaped(text),
-        Cow::Owned(text) => Cow::Owned(hide_token_shaped(&text).into_owned()),
+    let redacted = redactor.redact(raw);
+    let named = then(redacted, hide_named_in_text);
+    then(named, hide_token_shaped)
+}
+
+/// `step` applied to `text`: still borrowed when neither changed it, and an owned text that
+/// `step` left alone is kept, not copied.
+fn then<'a>(text: Cow<'a, str>, step: fn(&str) -> Cow<'_, str>) -> Cow<'a, str> {
+    match text {
+        Cow::Borrowed(text) => step(text),
+        Cow::Owned(text) => {
+            let changed = match step(&text) {
+                Cow::Owned(changed) => Some(changed),
+                Cow::Borrowed(_) => None,
+            };
+            Cow::Owned(changed.unwrap_or(text))
+        }
     }
 }
 
