@@ -17,7 +17,7 @@ use crate::upstream::UpstreamError;
 pub(super) type FailureLog = Mutex<relay_logging::RateLimiter>;
 
 /// What a relayed answer holds until its body ends: its place among the open streams, the
-/// broker's ticket, and, for a provider's answer, what a break in its body is logged with.
+/// broker's ticket, and what a break in its body is logged with.
 pub(super) struct Relayed {
     pub(super) _open: OpenStream,
     pub(super) _ticket: Option<TicketGuard>,
@@ -30,8 +30,14 @@ pub(super) struct Relayed {
 pub(super) struct BrokeOff {
     failures: Arc<FailureLog>,
     route: &'static str,
-    fingerprint: Option<Fingerprint>,
-    worker: Option<Id>,
+    from: AnsweredBy,
+}
+
+/// Who sent the answer: the provider (for a caller whose credential is bound, or not), or a
+/// route's worker.
+enum AnsweredBy {
+    Provider(Option<Fingerprint>),
+    Worker(Fingerprint, Id),
 }
 
 impl StreamGuard for Relayed {
@@ -42,11 +48,13 @@ impl StreamGuard for Relayed {
             } else {
                 "response_body_failed"
             };
-            match (broke.worker, broke.fingerprint) {
-                (Some(worker), Some(fingerprint)) => {
+            match broke.from {
+                AnsweredBy::Provider(fingerprint) => {
+                    log_upstream(&broke.failures, broke.route, reason, fingerprint);
+                }
+                AnsweredBy::Worker(fingerprint, worker) => {
                     log_worker(&broke.failures, broke.route, fingerprint, worker, reason);
                 }
-                _ => log_upstream(&broke.failures, broke.route, reason, broke.fingerprint),
             }
         }
     }
@@ -152,8 +160,7 @@ impl Front {
         BrokeOff {
             failures: self.failures.clone(),
             route,
-            fingerprint,
-            worker: None,
+            from: AnsweredBy::Provider(fingerprint),
         }
     }
 
@@ -167,8 +174,7 @@ impl Front {
         BrokeOff {
             failures: self.failures.clone(),
             route,
-            fingerprint: Some(fingerprint),
-            worker: Some(worker),
+            from: AnsweredBy::Worker(fingerprint, worker),
         }
     }
 }
