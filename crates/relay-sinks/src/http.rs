@@ -19,7 +19,6 @@ use tokio::time::Instant;
 use crate::config::DeliveryConfig;
 use crate::drops::{Counters, DROP_LOG_INTERVAL};
 use crate::error::SinkError;
-use crate::otlp::{OTLP_PROTOBUF, rejected_spans};
 use crate::sinks::Msg;
 
 /// The content type of the `http` sink's batches.
@@ -125,6 +124,13 @@ pub(crate) struct Poster {
     headers: HeaderMap,
     content_type: &'static str,
     timeout: Duration,
+    /// The items a successful answer says were rejected, with the collector's message.
+    rejected: fn(&[u8]) -> Option<(u64, String)>,
+}
+
+/// For collectors whose answers say nothing of rejected items.
+pub(crate) fn no_rejections(_answer: &[u8]) -> Option<(u64, String)> {
+    None
 }
 
 /// The outcome of one POST.
@@ -164,6 +170,7 @@ impl Poster {
         headers: HeaderMap,
         content_type: &'static str,
         timeout: Duration,
+        rejected: fn(&[u8]) -> Option<(u64, String)>,
     ) -> Self {
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config((*tls).clone())
@@ -182,6 +189,7 @@ impl Poster {
             headers,
             content_type,
             timeout,
+            rejected,
         }
     }
 
@@ -207,11 +215,9 @@ impl Poster {
             Some((status, wait, answer))
         };
         match tokio::time::timeout(self.timeout, exchange).await {
-            Ok(Some((status, _, answer))) if status.is_success() => Attempt::Delivered(
-                (self.content_type == OTLP_PROTOBUF)
-                    .then(|| rejected_spans(&answer))
-                    .flatten(),
-            ),
+            Ok(Some((status, _, answer))) if status.is_success() => {
+                Attempt::Delivered((self.rejected)(&answer))
+            }
             Ok(Some((
                 StatusCode::TOO_MANY_REQUESTS
                 | StatusCode::BAD_GATEWAY

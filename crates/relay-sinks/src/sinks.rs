@@ -13,8 +13,10 @@ use crate::config::{SinkConfig, SinkContext, SinksConfig};
 use crate::drops::{Counters, SinkStats};
 use crate::error::SinkError;
 use crate::file::FileSink;
-use crate::http::{JSON_LINES, Poster, encode_json_lines, parse_url, resolve_headers, run_batches};
-use crate::otlp::{OTLP_PROTOBUF, SpanData, encode_spans, traces_url};
+use crate::http::{
+    JSON_LINES, Poster, encode_json_lines, no_rejections, parse_url, resolve_headers, run_batches,
+};
+use crate::otlp::{OTLP_PROTOBUF, SpanData, encode_spans, rejected_spans, traces_url};
 
 /// What travels on a sink's queue.
 #[derive(Debug)]
@@ -86,6 +88,7 @@ impl Sinks {
                         headers,
                         JSON_LINES,
                         Duration::from_millis(http.delivery.timeout_ms),
+                        no_rejections,
                     );
                     let (tx, rx) = mpsc::channel(http.delivery.queue_capacity.max(1));
                     let counters = Arc::new(Counters::new("http"));
@@ -118,6 +121,7 @@ impl Sinks {
                     headers,
                     OTLP_PROTOBUF,
                     Duration::from_millis(otlp.delivery.timeout_ms),
+                    rejected_spans,
                 );
                 let (tx, rx) = mpsc::channel(otlp.delivery.queue_capacity.max(1));
                 let counters = Arc::new(Counters::new("otlp"));
