@@ -93,32 +93,24 @@ fn a_served_certificate_clients_will_refuse_is_named_at_start() {
         "{problems:?}"
     );
 
-    let expired = certificate_file(
-        dir.path(),
-        &["expired.test"],
-        |params| {
-            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        },
-        false,
-    );
-    assert_eq!(
-        served_certificate_problems(&expired, "expired.test", now).unwrap(),
-        ["it has expired"]
-    );
-    let early = certificate_file(
-        dir.path(),
-        &["early.test"],
-        |params| {
-            params.not_before = rcgen::date_time_ymd(2090, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2091, 1, 1);
-        },
-        false,
-    );
-    assert_eq!(
-        served_certificate_problems(&early, "early.test", now).unwrap(),
-        ["it is not valid yet"]
-    );
+    for (host, from, to, problem) in [
+        ("expired.test", 2020, 2021, "it has expired"),
+        ("early.test", 2090, 2091, "it is not valid yet"),
+    ] {
+        let file = certificate_file(
+            dir.path(),
+            &[host],
+            |params| {
+                params.not_before = rcgen::date_time_ymd(from, 1, 1);
+                params.not_after = rcgen::date_time_ymd(to, 1, 1);
+            },
+            false,
+        );
+        assert_eq!(
+            served_certificate_problems(&file, host, now).unwrap(),
+            [problem]
+        );
+    }
     let ca = certificate_file(dir.path(), &["ca.test"], |_| {}, true);
     let problems = served_certificate_problems(&ca, "ca.test", now).unwrap();
     assert!(
