@@ -7,6 +7,7 @@ use std::fs;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
+use relay_identity::bundle::{CLAUDE_HOOK_EVENTS, CODEX_HOOK_EVENTS};
 use relay_identity::{
     CredentialSource, Env, PinStore, RouteToken, SigningKey, StatePaths, names, parse_pin,
     provisioned_daemon_key_file, resolve_credential, store, system_config_dir,
@@ -16,6 +17,7 @@ use relay_proxy::plugins::{PluginFile, Plugins};
 use serde_json::json;
 
 use crate::report::{Check, Mode, Report};
+use crate::wiring::{AgentFile, Wiring};
 
 /// The header a harness sends the route token in.
 const TOKEN_HEADER: &str = "x-relay-client-token";
@@ -33,6 +35,8 @@ const CODEX_SYSTEM_HOOK_FILES: [&str; 4] = [
 const CODEX_USER_HOOK_FILES: [&str; 2] = ["hooks.json", "config.toml"];
 /// Larger files are not read for Relay's entries.
 const MAX_AGENT_FILE_BYTES: u64 = 1024 * 1024;
+/// The variable that points Claude Code's model requests at a base URL.
+const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
 /// Where Claude Code reads its managed settings and managed MCP servers.
 #[cfg(target_os = "macos")]
 const CLAUDE_SYSTEM_DIR: &str = "/Library/Application Support/ClaudeCode";
@@ -774,70 +778,168 @@ pub(crate) fn no_proxy(env: &impl Env) -> Check {
     }
 }
 
-/// Where Relay's Codex hooks are installed. Codex runs hooks from its system and managed
-/// layers at once, and hooks from the user's `CODEX_HOME` only after that user has trusted
-/// them (`codex exec` never asks, and skips them without a word).
+/// Where Relay's Codex hooks are installed, and whether they are whole. Codex runs hooks
+/// from its system and managed layers at once, and hooks from the user's `CODEX_HOME` only
+/// after that user has trusted them (`codex exec` never asks, and skips them without a word).
 pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     const ID: &str = "codex_hooks";
     let codex_home = agent_dir(inputs.env, names::CODEX_HOME, ".codex");
-    let with_relay_hooks = |dir: &Path, names: &[&str]| -> Vec<String> {
-        names
-            .iter()
-            .map(|name| dir.join(name))
-            .filter(|file| file_names(file, "relay-hook"))
-            .map(|file| display(&file))
-            .collect()
-    };
-    let system = with_relay_hooks(&inputs.codex_system_dir, &CODEX_SYSTEM_HOOK_FILES);
+    let system = CodexLayer::read(
+        &inputs.codex_system_dir,
+        &CODEX_SYSTEM_HOOK_FILES,
+        inputs.env,
+    );
     let user = codex_home
         .as_deref()
-        .map(|dir| with_relay_hooks(dir, &CODEX_USER_HOOK_FILES))
+        .map(|dir| CodexLayer::read(dir, &CODEX_USER_HOOK_FILES, inputs.env))
         .unwrap_or_default();
-    let details = json!({ "system_files": system, "user_files": user });
-    match (system.is_empty(), user.is_empty()) {
+    let problems: Vec<String> = system
+        .problems
+        .iter()
+        .chain(&user.problems)
+        .cloned()
+        .collect();
+    let details = json!({
+        "system_files": system.hook_files,
+        "user_files": user.hook_files,
+        "mcp_server_files": system.server_files.iter().chain(&user.server_files).collect::<Vec<_>>(),
+        "problems": problems,
+    });
+    if !problems.is_empty() {
+        return Check::fail(
+            ID,
+            format!("Relay's Codex set-up is broken: {}", problems.join("; ")),
+        )
+        .next("install the bundle's hooks.json and config.toml again as docs/harnesses.md says, or fix what is named")
+        .with(details);
+    }
+    match (system.hook_files.is_empty(), user.hook_files.is_empty()) {
         (false, true) => Check::ok(
             ID,
-            format!("Relay's Codex hooks are installed system-wide ({}), where Codex runs them without asking", system.join(", ")),
+            format!("Relay's Codex hooks are installed system-wide ({}), where Codex runs them without asking", system.hook_files.join(", ")),
         )
         .with(details),
         (false, false) => Check::warn(
             ID,
-            format!("Relay's Codex hooks are installed system-wide and also in {}: once this user trusts the second copy, every hook runs twice", user.join(", ")),
+            format!("Relay's Codex hooks are installed system-wide and also in {}: once this user trusts the second copy, every hook runs twice", user.hook_files.join(", ")),
         )
         .next("remove Relay's hooks from the user's CODEX_HOME (and restore their own config.toml)")
         .with(details),
         (true, false) => Check::warn(
             ID,
-            format!("Relay's Codex hooks are only in {}: Codex runs them only after this user has trusted them, and codex exec skips them until then without a word", user.join(", ")),
+            format!("Relay's Codex hooks are only in {}: Codex runs them only after this user has trusted them, and codex exec skips them until then without a word", user.hook_files.join(", ")),
         )
         .next("install them system-wide in /etc/codex as the administrator's install in docs/harnesses.md says, or start codex once and trust them when it asks")
+        .with(details),
+        (true, true) if !system.server_files.is_empty() || !user.server_files.is_empty() => Check::warn(
+            ID,
+            format!("Codex runs Relay's MCP server ({}) but has no Relay hooks: no hook event reaches Relay, so policy never sees a tool call", system.server_files.iter().chain(&user.server_files).cloned().collect::<Vec<_>>().join(", ")),
+        )
+        .next("install the bundle's hooks.json in /etc/codex as docs/harnesses.md says")
         .with(details),
         (true, true) => Check::skip(ID, "no Relay hooks for Codex found (Codex is not set up for Relay here)")
             .with(details),
     }
 }
 
+/// Relay's entries in one of Codex's configuration layers (its system directory, or the
+/// user's `CODEX_HOME`), and what is wrong with them.
+#[derive(Default)]
+struct CodexLayer {
+    /// The files holding Relay's hooks.
+    hook_files: Vec<String>,
+    /// The files configuring Relay's MCP server.
+    server_files: Vec<String>,
+    problems: Vec<String>,
+}
+
+impl CodexLayer {
+    fn read(dir: &Path, files: &[&str], env: &impl Env) -> CodexLayer {
+        let mut layer = CodexLayer::default();
+        let mut wiring = Wiring::default();
+        for name in files {
+            let file = AgentFile::load(&dir.join(name));
+            layer.problems.extend(file.problem);
+            let Some(value) = &file.value else { continue };
+            let mut own = Wiring::default();
+            own.add(value, "mcp_servers");
+            if own.has_hooks() {
+                layer.hook_files.push(display(&file.path));
+            }
+            if !own.servers.is_empty() {
+                layer.server_files.push(display(&file.path));
+            }
+            wiring.add(value, "mcp_servers");
+        }
+        if wiring.has_hooks() {
+            layer
+                .problems
+                .extend(wiring.hook_problems("codex", &CODEX_HOOK_EVENTS));
+        }
+        layer.problems.extend(wiring.install_problems(env, None));
+        layer
+    }
+}
+
 /// How Claude Code is set up for Relay here: system-wide through its managed files (the
-/// hooks in `managed-settings.json`, the server in `managed-mcp.json`), and whether this
-/// user also installed Relay's plugin, whose hooks would then run a second time.
+/// hooks in `managed-settings.json`, the server in `managed-mcp.json`), whether what they
+/// hold is whole, and whether this user also installed Relay's plugin, whose hooks would
+/// then run a second time.
 pub(crate) fn claude_code<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     const ID: &str = "claude_code";
-    let settings = inputs.claude_system_dir.join("managed-settings.json");
-    let servers = inputs.claude_system_dir.join("managed-mcp.json");
+    let settings = AgentFile::load(&inputs.claude_system_dir.join("managed-settings.json"));
+    let servers = AgentFile::load(&inputs.claude_system_dir.join("managed-mcp.json"));
     let plugins = agent_dir(inputs.env, names::CLAUDE_CONFIG_DIR, ".claude")
         .map(|dir| dir.join("plugins").join("installed_plugins.json"));
-    let hooks = file_names(&settings, "relay-hook");
-    let server = file_names(&servers, "relay-mcp");
     let plugin = plugins
         .as_deref()
         .is_some_and(|file| file_names(file, "relay@relay"));
+    let mut wiring = Wiring::default();
+    let mut problems: Vec<String> = settings
+        .problem
+        .iter()
+        .chain(&servers.problem)
+        .cloned()
+        .collect();
+    let mut base_url = None;
+    if let Some(value) = &settings.value {
+        wiring.add(value, "mcpServers");
+        base_url = value
+            .pointer("/env/ANTHROPIC_BASE_URL")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned);
+    }
+    let hooks = wiring.has_hooks() || (settings.problem.is_some() && settings.names_relay);
+    if let Some(value) = &servers.value {
+        wiring.add(value, "mcpServers");
+    }
+    let server = !wiring.servers.is_empty() || (servers.problem.is_some() && servers.names_relay);
+    if wiring.has_hooks() {
+        problems.extend(wiring.hook_problems("claude", &CLAUDE_HOOK_EVENTS));
+        if base_url.is_none() && inputs.env.non_empty(ANTHROPIC_BASE_URL).is_none() {
+            problems.push(format!(
+                "{} sets no env.ANTHROPIC_BASE_URL (nor does this environment): Claude Code sends its model requests straight to the provider",
+                display(&settings.path)
+            ));
+        }
+    }
+    problems.extend(wiring.install_problems(inputs.env, base_url.as_deref()));
     let details = json!({
-        "managed_settings": display(&settings),
+        "managed_settings": display(&settings.path),
         "hooks": hooks,
-        "managed_mcp": display(&servers),
+        "managed_mcp": display(&servers.path),
         "mcp_server": server,
         "user_plugin": plugin,
+        "problems": problems,
     });
+    if !problems.is_empty() {
+        return Check::fail(
+            ID,
+            format!("Relay's Claude Code set-up in {} is broken: {}", display(&inputs.claude_system_dir), problems.join("; ")),
+        )
+        .next("install the bundle's managed-settings.json and managed-mcp.json again as docs/harnesses.md says, or fix what is named")
+        .with(details);
+    }
     match (hooks, server, plugin) {
         (true, true, false) => Check::ok(
             ID,
@@ -852,13 +954,13 @@ pub(crate) fn claude_code<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         .with(details),
         (true, false, _) => Check::warn(
             ID,
-            format!("{} has Relay's hooks but {} has no relay server: no worker starts, so model requests pass through", display(&settings), display(&servers)),
+            format!("{} has Relay's hooks but {} has no relay server: no worker starts, so model requests pass through", display(&settings.path), display(&servers.path)),
         )
         .next("install the bundle's managed-mcp.json beside managed-settings.json, as docs/harnesses.md says")
         .with(details),
         (false, true, _) => Check::warn(
             ID,
-            format!("{} has Relay's server but {} has no Relay hooks: no hook event reaches Relay", display(&servers), display(&settings)),
+            format!("{} has Relay's server but {} has no Relay hooks: no hook event reaches Relay", display(&servers.path), display(&settings.path)),
         )
         .next("install the bundle's managed-settings.json, as docs/harnesses.md says")
         .with(details),

@@ -16,6 +16,7 @@ mod environment;
 mod live;
 mod report;
 mod token;
+mod wiring;
 
 fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {

@@ -1,8 +1,8 @@
 //! The managed bundle's integrity (SPEC §10.2): its canonical digest, the per-file manifest it
 //! carries, the comparison of two file sets, and reading a bundle directory back.
 //!
-//! `relayd managed-bundle` and `relay-doctor --managed-bundle` both use these, so the digest
-//! and the comparison are written once.
+//! `relayd managed-bundle` and `relay-doctor --managed-bundle` both use these, so the digest,
+//! the comparison and the hook events the bundle wires are written once.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +12,44 @@ use ring::digest::{Context, SHA256, digest};
 /// The manifest every bundle carries at its root: `sha256sum` format (`<hex>  <path>`), one
 /// line per other file in byte order of the path, so `sha256sum -c SHA256SUMS` works too.
 pub const MANIFEST_PATH: &str = "SHA256SUMS";
+
+/// Claude Code's hook events the bundle wires to `relay-hook claude`, with whether the event
+/// takes a matcher. `relay-doctor` checks an installation against the same list.
+pub const CLAUDE_HOOK_EVENTS: [(&str, bool); 13] = [
+    ("SessionStart", false),
+    ("UserPromptSubmit", false),
+    ("PreToolUse", true),
+    ("PermissionRequest", true),
+    ("PostToolUse", true),
+    ("PostToolUseFailure", true),
+    ("Notification", false),
+    ("Stop", false),
+    ("SubagentStart", false),
+    ("SubagentStop", false),
+    ("PreCompact", false),
+    ("PostCompact", false),
+    ("SessionEnd", false),
+];
+
+/// Codex's hook events the bundle wires to `relay-hook codex`, with whether the event takes a
+/// matcher.
+pub const CODEX_HOOK_EVENTS: [(&str, bool); 11] = [
+    ("SessionStart", false),
+    ("UserPromptSubmit", false),
+    ("PreToolUse", true),
+    ("PermissionRequest", true),
+    ("PostToolUse", true),
+    ("Stop", false),
+    ("SessionEnd", false),
+    ("SubagentStart", false),
+    ("SubagentStop", false),
+    ("PreCompact", false),
+    ("PostCompact", false),
+];
+
+/// The Claude Code and Codex events on which a hook's exit 2 means "do not do this": the
+/// bundle runs `relay-hook` on them with `--fail-closed`.
+pub const BLOCKING_HOOK_EVENTS: [&str; 3] = ["PreToolUse", "PermissionRequest", "UserPromptSubmit"];
 
 /// The largest bundle file `read_bundle_dir` accepts; generated files are a few KiB.
 const MAX_FILE_BYTES: u64 = 1 << 20;

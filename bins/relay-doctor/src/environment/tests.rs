@@ -4,6 +4,7 @@ use relay_identity::{MapEnv, Origin, SigningKey, format_pin};
 
 use super::*;
 use crate::report::Status;
+use crate::wiring::tests::{DAEMON, bin_dir, bundle_hooks};
 
 const TOKEN: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
@@ -450,16 +451,19 @@ fn a_proxy_needs_no_proxy_for_loopback() {
 }
 
 /// Relay's Codex hooks count where Codex runs them unasked: its system directory. In the
-/// user's `CODEX_HOME` alone they wait for the user's review, which is a warning.
+/// user's `CODEX_HOME` alone they wait for the user's review, which is a warning; hooks
+/// that are not whole fail, and the MCP server without hooks is a warning.
 #[test]
 fn codex_hooks_are_judged_by_the_layer_they_are_in() {
     let fixture = Fixture::new();
+    let bin = bin_dir();
     let codex_home = fixture.dir.path().join("codex-home");
     let system = fixture.dir.path().join("etc-codex");
     let env = fixture.env().with(names::CODEX_HOME, &codex_home);
     let mut inputs = Inputs::new(&env, euid());
     inputs.codex_system_dir = system.clone();
-    let hooks = r#"{"hooks":{"PreToolUse":[{"hooks":[{"type":"command","command":"/opt/relay/bin/relay-hook codex --daemon-address http://127.0.0.1:47632 --fail-closed"}]}]}}"#;
+    let hooks =
+        json!({ "hooks": bundle_hooks(bin.path(), "codex", &CODEX_HOOK_EVENTS) }).to_string();
 
     let none = codex_hooks(&inputs);
     assert_eq!(none.status, Status::Skip, "{none:?}");
@@ -468,7 +472,7 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
     fixture.write(&codex_home.join("hooks.json"), r#"{"hooks":{}}"#, 0o600);
     assert_eq!(codex_hooks(&inputs).status, Status::Skip);
 
-    fixture.write(&codex_home.join("hooks.json"), hooks, 0o600);
+    fixture.write(&codex_home.join("hooks.json"), &hooks, 0o600);
     let user_only = codex_hooks(&inputs);
     assert_eq!(user_only.status, Status::Warn, "{user_only:?}");
     assert!(user_only.next_step.is_some());
@@ -477,7 +481,7 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
         json!([codex_home.join("hooks.json").display().to_string()])
     );
 
-    fixture.write(&system.join("hooks.json"), hooks, 0o644);
+    fixture.write(&system.join("hooks.json"), &hooks, 0o644);
     let both = codex_hooks(&inputs);
     assert_eq!(both.status, Status::Warn, "{both:?}");
     assert!(both.summary.contains("twice"), "{both:?}");
@@ -490,42 +494,144 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
         json!([system.join("hooks.json").display().to_string()])
     );
 
-    // Inline [hooks] in the managed layer count too.
+    // Inline [hooks] in the managed layer count too, together with hooks.json.
+    let mut split = bundle_hooks(bin.path(), "codex", &CODEX_HOOK_EVENTS);
+    split.as_object_mut().unwrap().remove("Stop");
+    fixture.write(
+        &system.join("hooks.json"),
+        &json!({ "hooks": split }).to_string(),
+        0o644,
+    );
+    let broken = codex_hooks(&inputs);
+    assert_eq!(broken.status, Status::Fail, "{broken:?}");
+    assert!(
+        broken.summary.contains("no Relay hook for Stop"),
+        "{broken:?}"
+    );
+    fixture.write(
+        &system.join("managed_config.toml"),
+        &format!(
+            "[[hooks.Stop]]\n[[hooks.Stop.hooks]]\ntype = \"command\"\ncommand = \"{} codex --daemon-address {DAEMON}\"\n\n[mcp_servers.relay]\ncommand = \"{}\"\nargs = [\"--daemon-address\", \"{DAEMON}\"]\n",
+            bin.path().join("relay-hook").display(),
+            bin.path().join("relay-mcp").display(),
+        ),
+        0o644,
+    );
+    let whole = codex_hooks(&inputs);
+    assert_eq!(whole.status, Status::Ok, "{whole:?}");
+
+    // The MCP server without the hooks: Codex is set up, its policy hooks are missing.
     fs::remove_file(system.join("hooks.json")).unwrap();
     fixture.write(
         &system.join("managed_config.toml"),
-        "[[hooks.PreToolUse]]\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = \"/opt/relay/bin/relay-hook codex --daemon-address http://127.0.0.1:47632\"\n",
+        &format!(
+            "[mcp_servers.relay]\ncommand = \"{}\"\n",
+            bin.path().join("relay-mcp").display()
+        ),
         0o644,
     );
-    assert_eq!(codex_hooks(&inputs).status, Status::Ok);
+    let server_only = codex_hooks(&inputs);
+    assert_eq!(server_only.status, Status::Warn, "{server_only:?}");
+    assert!(
+        server_only.summary.contains("no Relay hooks"),
+        "{server_only:?}"
+    );
+
+    // A file that names Relay but no longer parses: Codex would not run it.
+    fixture.write(&system.join("hooks.json"), r#"{"hooks": relay-hook"#, 0o644);
+    let invalid = codex_hooks(&inputs);
+    assert_eq!(invalid.status, Status::Fail, "{invalid:?}");
+    assert!(invalid.summary.contains("is not valid JSON"), "{invalid:?}");
 }
 
 /// Claude Code is Relay's for every user when its managed files carry both the hooks and
-/// the server; half an install, or the plugin beside it, is a warning.
+/// the server; half an install, or the plugin beside it, is a warning; an install that
+/// looks whole but is not (a file that does not parse, an event left out, a binary that is
+/// not there, another daemon) fails.
 #[test]
 fn claude_code_is_judged_by_its_managed_files_and_the_users_plugin() {
     let fixture = Fixture::new();
+    let bin = bin_dir();
     let config_dir = fixture.dir.path().join("claude-config");
     let system = fixture.dir.path().join("etc-claude-code");
     let env = fixture.env().with(names::CLAUDE_CONFIG_DIR, &config_dir);
     let mut inputs = Inputs::new(&env, euid());
     inputs.claude_system_dir = system.clone();
-    let settings = r#"{"env":{"ANTHROPIC_BASE_URL":"http://127.0.0.1:47632"},"hooks":{"PreToolUse":[{"matcher":"*","hooks":[{"type":"command","command":"/opt/relay/bin/relay-hook claude --daemon-address http://127.0.0.1:47632 --fail-closed"}]}]}}"#;
-    let servers = r#"{"mcpServers":{"relay":{"type":"stdio","command":"/opt/relay/bin/relay-mcp","args":["--daemon-address","http://127.0.0.1:47632"]}}}"#;
+    let hooks = bundle_hooks(bin.path(), "claude", &CLAUDE_HOOK_EVENTS);
+    let settings = json!({ "env": { "ANTHROPIC_BASE_URL": DAEMON }, "hooks": hooks }).to_string();
+    let servers = json!({ "mcpServers": { "relay": {
+        "type": "stdio",
+        "command": bin.path().join("relay-mcp"),
+        "args": ["--daemon-address", DAEMON],
+    } } })
+    .to_string();
 
     let none = claude_code(&inputs);
     assert_eq!(none.status, Status::Skip, "{none:?}");
 
-    fixture.write(&system.join("managed-settings.json"), settings, 0o644);
+    fixture.write(&system.join("managed-settings.json"), &settings, 0o644);
     let hooks_only = claude_code(&inputs);
     assert_eq!(hooks_only.status, Status::Warn, "{hooks_only:?}");
     assert!(hooks_only.summary.contains("no worker"), "{hooks_only:?}");
 
-    fixture.write(&system.join("managed-mcp.json"), servers, 0o644);
+    fixture.write(&system.join("managed-mcp.json"), &servers, 0o644);
     let both = claude_code(&inputs);
     assert_eq!(both.status, Status::Ok, "{both:?}");
     assert_eq!(both.details["hooks"], true);
     assert_eq!(both.details["mcp_server"], true);
+
+    let broken = |settings: &serde_json::Value, what: &str| {
+        fixture.write(
+            &system.join("managed-settings.json"),
+            &settings.to_string(),
+            0o644,
+        );
+        let check = claude_code(&inputs);
+        assert_eq!(check.status, Status::Fail, "{what}: {check:?}");
+        assert!(check.next_step.is_some(), "{what}");
+        check.details["problems"].to_string()
+    };
+    let mut no_prompt = hooks.clone();
+    no_prompt
+        .as_object_mut()
+        .unwrap()
+        .remove("UserPromptSubmit");
+    let problems = broken(
+        &json!({ "env": { "ANTHROPIC_BASE_URL": DAEMON }, "hooks": no_prompt }),
+        "an event left out",
+    );
+    assert!(
+        problems.contains("no Relay hook for UserPromptSubmit"),
+        "{problems}"
+    );
+    let problems = broken(&json!({ "hooks": hooks }), "no base URL");
+    assert!(problems.contains("ANTHROPIC_BASE_URL"), "{problems}");
+    let other_port =
+        json!({ "env": { "ANTHROPIC_BASE_URL": "http://127.0.0.1:1" }, "hooks": hooks });
+    let problems = broken(&other_port, "another daemon");
+    assert!(
+        problems.contains("more than one daemon address"),
+        "{problems}"
+    );
+    fixture.write(
+        &system.join("managed-settings.json"),
+        r#"{"hooks": relay-hook"#,
+        0o644,
+    );
+    assert_eq!(
+        claude_code(&inputs).status,
+        Status::Fail,
+        "a file that does not parse"
+    );
+    fixture.write(&system.join("managed-settings.json"), &settings, 0o644);
+    fs::remove_file(bin.path().join("relay-mcp")).unwrap();
+    let gone = claude_code(&inputs);
+    assert_eq!(gone.status, Status::Fail, "{gone:?}");
+    assert!(
+        gone.summary.contains("relay-mcp does not exist"),
+        "{gone:?}"
+    );
+    bin_dir_again(bin.path());
 
     fixture.write(
         &config_dir.join("plugins").join("installed_plugins.json"),
@@ -540,4 +646,11 @@ fn claude_code_is_judged_by_its_managed_files_and_the_users_plugin() {
     let server_only = claude_code(&inputs);
     assert_eq!(server_only.status, Status::Warn, "{server_only:?}");
     assert!(server_only.next_step.is_some());
+}
+
+/// Puts an executable `relay-mcp` back in `dir`.
+fn bin_dir_again(dir: &Path) {
+    let path = dir.join("relay-mcp");
+    fs::write(&path, "#!/bin/sh\n").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
 }

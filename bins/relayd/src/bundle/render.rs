@@ -1,6 +1,7 @@
 //! The text of each bundle file. Every function here is pure: the same options give the
 //! same bytes, and nothing user-, run- or folder-specific goes in (SPEC §10.2).
 
+use relay_identity::bundle::{BLOCKING_HOOK_EVENTS, CLAUDE_HOOK_EVENTS, CODEX_HOOK_EVENTS};
 use serde_json::{Value, json};
 
 use super::{Agent, BundleFile, BundleOptions, Platform};
@@ -9,41 +10,6 @@ use super::{Agent, BundleFile, BundleOptions, Platform};
 /// daemon address and the binaries' paths.
 const PI_EXTENSION: &str = include_str!("pi-extension.ts");
 const PI_PLACEHOLDER: &str = "__RELAY_BUNDLE_CONFIG__";
-
-/// Claude Code's hook events (SPEC §7.3), with whether the event takes a matcher.
-const CLAUDE_EVENTS: [(&str, bool); 13] = [
-    ("SessionStart", false),
-    ("UserPromptSubmit", false),
-    ("PreToolUse", true),
-    ("PermissionRequest", true),
-    ("PostToolUse", true),
-    ("PostToolUseFailure", true),
-    ("Notification", false),
-    ("Stop", false),
-    ("SubagentStart", false),
-    ("SubagentStop", false),
-    ("PreCompact", false),
-    ("PostCompact", false),
-    ("SessionEnd", false),
-];
-
-/// Codex's hook events (SPEC §7.3), with whether the event takes a matcher.
-const CODEX_EVENTS: [(&str, bool); 11] = [
-    ("SessionStart", false),
-    ("UserPromptSubmit", false),
-    ("PreToolUse", true),
-    ("PermissionRequest", true),
-    ("PostToolUse", true),
-    ("Stop", false),
-    ("SessionEnd", false),
-    ("SubagentStart", false),
-    ("SubagentStop", false),
-    ("PreCompact", false),
-    ("PostCompact", false),
-];
-
-/// The events on which a hook's exit 2 means "do not do this" (SPEC §7.1): they fail closed.
-const BLOCKING_EVENTS: [&str; 3] = ["PreToolUse", "PermissionRequest", "UserPromptSubmit"];
 
 /// The hook timeout both agents get, in seconds (SPEC §7.3).
 const HOOK_TIMEOUT_SECS: u64 = 30;
@@ -112,7 +78,7 @@ fn binary(options: &BundleOptions, name: &str) -> String {
 /// The hook command line for one event. Paths passed the `--bin-dir` rules (no spaces or
 /// shell metacharacters), so no quoting is needed on any platform.
 fn hook_command(options: &BundleOptions, agent: &str, event: &str) -> String {
-    let mode = if BLOCKING_EVENTS.contains(&event) {
+    let mode = if BLOCKING_HOOK_EVENTS.contains(&event) {
         "--fail-closed"
     } else {
         "--fail-open"
@@ -195,7 +161,7 @@ fn claude(options: &BundleOptions, files: &mut Vec<BundleFile>) {
             },
         },
     });
-    let hooks = hooks_object(options, "claude", &CLAUDE_EVENTS);
+    let hooks = hooks_object(options, "claude", &CLAUDE_HOOK_EVENTS);
     files.push(json_file("claude-code/plugin-v1/.mcp.json", &mcp_servers));
     files.push(json_file(
         "claude-code/plugin-v1/hooks/hooks.json",
@@ -272,7 +238,7 @@ fn codex(options: &BundleOptions, files: &mut Vec<BundleFile>) {
     });
     files.push(json_file(
         "codex/settings-v1/hooks.json",
-        &json!({ "hooks": hooks_object(options, "codex", &CODEX_EVENTS) }),
+        &json!({ "hooks": hooks_object(options, "codex", &CODEX_HOOK_EVENTS) }),
     ));
 }
 
