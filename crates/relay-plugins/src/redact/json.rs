@@ -16,7 +16,12 @@ pub(super) fn redact_strings<'a>(
 ) -> BodyRedaction<'a> {
     // Validating costs a parse without building anything, and only bodies where a
     // prefilter fired pay it.
-    let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    // A body that is JSON but for a few bytes that are not UTF-8 keeps its structure: its
+    // strings are redacted by their UTF-8 parts, as is a body that is not JSON at all.
+    let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+        || (std::str::from_utf8(body).is_err()
+            && serde_json::from_str::<serde::de::IgnoredAny>(&String::from_utf8_lossy(body))
+                .is_ok());
     if !is_json {
         // Not a JSON body: there is no string structure to keep, so it is redacted as text
         // rather than let through.
@@ -52,7 +57,7 @@ pub(super) fn redact_strings<'a>(
         let (literal, more) = rewritten;
         let out = out.get_or_insert_with(|| Vec::with_capacity(body.len() + 64));
         out.extend_from_slice(&body[copied..open + 1]);
-        out.extend_from_slice(literal.as_bytes());
+        out.extend_from_slice(&literal);
         copied = close;
         replaced.merge(more);
     }
@@ -168,7 +173,7 @@ pub(super) fn may_hide_a_trigger(body: &[u8], non_ascii_keywords: bool) -> bool 
     })
 }
 
-/// Redacts `body[from..]` as plain text (when it is UTF-8) after what was already built.
+/// Redacts `body[from..]` as plain text after what was already built.
 fn redact_as_text<'a>(
     redactor: &Redactor,
     body: &'a [u8],
@@ -178,9 +183,7 @@ fn redact_as_text<'a>(
     triggered: Triggered,
 ) -> BodyRedaction<'a> {
     let (out, copied) = built.unwrap_or((None, 0));
-    let tail = std::str::from_utf8(&body[from..])
-        .ok()
-        .and_then(|tail| redactor.redact_triggered(tail, triggered));
+    let tail = redact_text(redactor, &body[from..], triggered);
     match (out, tail) {
         (None, None) => BodyRedaction {
             body: Cow::Borrowed(body),
@@ -191,7 +194,7 @@ fn redact_as_text<'a>(
             out.extend_from_slice(&body[copied..from]);
             match tail {
                 Some((text, more)) => {
-                    out.extend_from_slice(text.as_bytes());
+                    out.extend_from_slice(&text);
                     replaced.merge(more);
                 }
                 None => out.extend_from_slice(&body[from..]),
@@ -202,6 +205,34 @@ fn redact_as_text<'a>(
             }
         }
     }
+}
+
+/// Redacts `bytes` as text; `None` when nothing matched. Bytes that are not UTF-8 do not
+/// hide what is around them: each run of valid UTF-8 is redacted on its own, and the invalid
+/// bytes between the runs are kept as they are.
+fn redact_text(
+    redactor: &Redactor,
+    bytes: &[u8],
+    triggered: Triggered,
+) -> Option<(Vec<u8>, Replacements)> {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return redactor
+            .redact_triggered(text, triggered)
+            .map(|(text, replaced)| (text.into_bytes(), replaced));
+    }
+    let mut out = Vec::with_capacity(bytes.len() + 64);
+    let mut replaced = Replacements::default();
+    for chunk in bytes.utf8_chunks() {
+        match redactor.redact_triggered(chunk.valid(), triggered) {
+            Some((text, more)) => {
+                out.extend_from_slice(text.as_bytes());
+                replaced.merge(more);
+            }
+            None => out.extend_from_slice(chunk.valid().as_bytes()),
+        }
+        out.extend_from_slice(chunk.invalid());
+    }
+    (!replaced.is_empty()).then_some((out, replaced))
 }
 
 /// The closing quote of the string whose content starts at `from`, and whether it holds a
@@ -228,23 +259,24 @@ fn redact_literal(
     raw: &[u8],
     escaped: bool,
     triggered: Triggered,
-) -> Option<(String, Replacements)> {
-    let raw = std::str::from_utf8(raw).ok()?;
+) -> Option<(Vec<u8>, Replacements)> {
     if !escaped {
         // A literal without escapes is its own value, and every replacement is JSON-safe.
-        let here = triggered & redactor.triggered(raw.as_bytes());
+        let here = triggered & redactor.triggered(raw);
         if here == 0 {
             return None;
         }
-        return redactor.redact_triggered(raw, here);
+        return redact_text(redactor, raw, here);
     }
-    let value = unescape(raw)?;
+    // Bytes that are not UTF-8 in an escaped literal read as U+FFFD, as a lenient parser
+    // reads them; they are only rewritten so when a secret beside them is.
+    let value = unescape(&String::from_utf8_lossy(raw))?;
     let here = triggered & redactor.triggered(value.as_bytes());
     if here == 0 {
         return None;
     }
     let (text, replaced) = redactor.redact_triggered(&value, here)?;
-    Some((escape(&text), replaced))
+    Some((escape(&text).into_bytes(), replaced))
 }
 
 /// Decodes a JSON string's content; `None` on an invalid escape (the literal is left alone).

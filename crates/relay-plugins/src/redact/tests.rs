@@ -283,6 +283,49 @@ fn bodies_are_rewritten_only_inside_the_strings_that_hold_a_secret() {
     );
 }
 
+/// Bytes that are not UTF-8 hide nothing around them: a JSON body keeps its structure and
+/// each string is redacted by its UTF-8 parts, as is a body that is not JSON; the invalid
+/// bytes stay as they were.
+#[test]
+fn bytes_that_are_not_utf8_do_not_hide_a_secret() {
+    let redactor = redactor(RedactAction::Redact);
+    let cases: [(&[u8], &[u8]); 5] = [
+        (
+            b"{\"content\":\"x\xff key sk-ant-api03-abcdefghijklmnop end\",\"n\":1}",
+            b"{\"content\":\"x\xff key [REDACTED:api_key] end\",\"n\":1}",
+        ),
+        (
+            b"{\"content\":\"\xed\xa0\x80 mail bob@example.com\",\"other\":\"\xc3\"}",
+            b"{\"content\":\"\xed\xa0\x80 mail [REDACTED:email]\",\"other\":\"\xc3\"}",
+        ),
+        // An escape beside the bad byte: the literal is decoded leniently.
+        (
+            b"{\"content\":\"\xfe\\n bob@example.com\"}",
+            "{\"content\":\"\u{FFFD}\\n [REDACTED:email]\"}".as_bytes(),
+        ),
+        (
+            b"not json \xff sk-ant-api03-abcdefghijklmnop",
+            b"not json \xff [REDACTED:api_key]",
+        ),
+        // Cut in the middle of a character, and of the document.
+        (
+            b"{\"content\":\"bob@example.com \xc3",
+            b"{\"content\":\"[REDACTED:email] \xc3",
+        ),
+    ];
+    for (body, expected) in cases {
+        let result = redactor.redact_json_body(body);
+        assert_eq!(
+            String::from_utf8_lossy(&result.body),
+            String::from_utf8_lossy(expected),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+        assert_eq!(&*result.body, expected);
+        assert!(!result.replaced.is_empty());
+    }
+}
+
 // Properties.
 
 /// Pieces that hold one secret each, and noise that may hold none (or accidentally one).
