@@ -109,19 +109,24 @@ pub struct ErrorBody {
     pub error: String,
 }
 
-/// A fingerprint argument that is not the SHA-256 of a machine key.
+/// A fingerprint argument that is not the SHA-256 of a machine key. The argument itself is
+/// never repeated: an operator who pastes a route token here by mistake must not find it
+/// in a terminal or a CI log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{text:?} is not a fingerprint: expected 64 hex characters (the SHA-256 of a machine public key)"
+    "the argument ({chars} characters) is not a fingerprint: expected 64 hex characters (the SHA-256 of a machine public key, as `relayd bindings list` shows it){}",
+    if *.looks_like_token { "; it has the shape of a route token, which is never to be passed around: revoke by fingerprint" } else { "" }
 )]
 pub struct FingerprintError {
-    pub text: String,
+    pub chars: usize,
+    pub looks_like_token: bool,
 }
 
 /// Parses a fingerprint: 64 hex characters, uppercase accepted.
 pub fn parse_fingerprint(text: &str) -> Result<Fingerprint, FingerprintError> {
     let error = || FingerprintError {
-        text: text.chars().take(80).collect(),
+        chars: text.chars().count(),
+        looks_like_token: relay_identity::RouteToken::parse(text).is_ok(),
     };
     if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(error());

@@ -35,7 +35,20 @@ fn fingerprints_are_64_hex_characters_and_uppercase_is_lowered() {
     ] {
         let error = parse_fingerprint(&bad).unwrap_err();
         assert!(error.to_string().contains("64 hex characters"), "{error}");
+        assert!(!error.looks_like_token);
     }
+}
+
+/// A route token passed where a fingerprint belongs is not repeated in the error, which
+/// lands in terminals and CI logs.
+#[test]
+fn a_token_given_as_a_fingerprint_is_not_repeated() {
+    let token = relay_identity::RouteToken::generate().unwrap().encode();
+    let error = parse_fingerprint(&token).unwrap_err();
+    let text = error.to_string();
+    assert!(!text.contains(&token), "{text}");
+    assert!(error.looks_like_token, "{text}");
+    assert!(text.contains("route token"), "{text}");
 }
 
 #[test]
