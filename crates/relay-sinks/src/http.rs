@@ -116,6 +116,10 @@ pub(crate) fn default_tls() -> Result<Arc<rustls::ClientConfig>, SinkError> {
     Ok(Arc::new(config))
 }
 
+/// Header value words shorter than this (`Bearer`'s scheme aside, tokens are longer) are
+/// left in a collector's message, where masking them would hide its words, not a secret.
+const MIN_MASKED_WORD: usize = 8;
+
 /// Posts one encoded batch to one collector.
 #[derive(Debug)]
 pub(crate) struct Poster {
@@ -193,6 +197,22 @@ impl Poster {
         }
     }
 
+    /// `message` with every word of the sink's header values written `…`: a collector may
+    /// echo the credential it was sent ("bad key …"), and header values never reach a log.
+    fn without_header_values(&self, message: &str) -> String {
+        let mut message = message.to_owned();
+        let words = self
+            .headers
+            .values()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(|c: char| c.is_whitespace() || c == ','))
+            .filter(|word| word.len() >= MIN_MASKED_WORD);
+        for word in words {
+            message = message.replace(word, "…");
+        }
+        message
+    }
+
     async fn post(&self, body: Bytes) -> Attempt {
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = Method::POST;
@@ -246,7 +266,7 @@ impl Poster {
                 Attempt::Delivered(Some((rejected, message))) => {
                     let rejected = rejected.min(n);
                     counters.add_written(n - rejected);
-                    counters.add_rejected(rejected, &message);
+                    counters.add_rejected(rejected, &self.without_header_values(&message));
                     return;
                 }
                 Attempt::Refused(status) => {

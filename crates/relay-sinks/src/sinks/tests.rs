@@ -581,11 +581,19 @@ async fn spans_a_collector_rejects_are_counted_and_logged_not_sent_again() -> Te
     let answer = ExportTraceServiceResponse {
         partial_success: Some(ExportTracePartialSuccess {
             rejected_spans: 1,
-            error_message: "span too old\nsecond line".to_owned(),
+            error_message: "span too old\nsecond line; bad key sk-collector-key-123 for tenant"
+                .to_owned(),
         }),
     };
     let (addr, mut rx) = stand_in_answering(vec![], Bytes::from(answer.encode_to_vec())).await?;
-    let config = otlp_exporter(addr, delivery(10));
+    let mut config = otlp_exporter(addr, delivery(10));
+    // A collector that echoes the credential it was sent: header values never reach a log.
+    if let Some(otlp) = config.otlp.as_mut() {
+        otlp.headers.insert(
+            "authorization".to_owned(),
+            "Bearer sk-collector-key-123".to_owned(),
+        );
+    }
     let (capture, dispatch) = relay_logging::LogCapture::jsonl("warn");
     let _guard = tracing::dispatcher::set_default(&dispatch);
     let sinks = Sinks::start(&config, &ctx())?;
@@ -614,7 +622,7 @@ async fn spans_a_collector_rejects_are_counted_and_logged_not_sent_again() -> Te
         .unwrap_or_else(|| panic!("no rejection logged: {logged}"));
     assert!(line.contains(r#""rejected":1"#), "{line}");
     assert!(
-        line.contains(r#""collector_message":"span too old second line""#),
+        line.contains(r#""collector_message":"span too old second line; bad key … for tenant""#),
         "{line}"
     );
     assert!(logged.contains(r#""reason":"rejected""#), "{logged}");
