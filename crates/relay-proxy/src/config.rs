@@ -634,7 +634,7 @@ impl Config {
             if BaseUrl::parse(origin).is_err() {
                 return invalid(
                     "daemon.allowed_origins",
-                    &format!("{origin:?} is not an http or https origin"),
+                    &format!("{} is not an http or https origin", shown(origin)),
                 );
             }
         }
@@ -845,7 +845,15 @@ fn check_file(
         path: path.to_owned(),
         message: e.to_string().trim_end().replace('\n', " "),
     };
-    let mut table: toml::Table = toml::from_str(text).map_err(|e| parse_error(&e))?;
+    // The parser's message and line, not its own `Display`, which quotes the line: a value
+    // on it may be a credential pasted in the wrong file.
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(0, |span| {
+            let before = &text.as_bytes()[..span.start.min(text.len())];
+            before.iter().filter(|b| **b == b'\n').count() + 1
+        });
+        parse_error(&format_args!("line {line}: {}", e.message().trim_end()))
+    })?;
     if skip_daemon {
         table.remove("daemon");
     }

@@ -348,6 +348,29 @@ fn url_errors_never_quote_a_password_or_a_query() {
     }
 }
 
+/// An error in the file names its file, line and key, never the text on the line: a
+/// credential pasted into the wrong file must not reach a terminal or a log from here.
+#[test]
+fn config_errors_never_quote_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, expected) in [
+        (
+            "[daemon]\nport = 47632\nheader = \"Bearer sk-s3cret-pass\n",
+            "line 3",
+        ),
+        (
+            "[daemon]\nallowed_origins = [\"https://u:s3cret-pass@example.com/x\"]\n",
+            "\"https://…@example.com/x\"",
+        ),
+    ] {
+        let system = file(&dir, "config.toml", text);
+        let err = Config::load_daemon(&sources(None, Some(system))).unwrap_err();
+        let err = err.to_string();
+        assert!(!err.contains("s3cret"), "{err}");
+        assert!(err.contains(expected), "{err}");
+    }
+}
+
 #[test]
 fn base_urls_are_normalized() {
     let url = BaseUrl::parse("HTTPS://API.Example.COM:8443/v1/").unwrap();
