@@ -240,6 +240,11 @@ impl End {
 /// Authentication schemes whose next word is the credential (`Authorization: Basic …`).
 const AUTH_SCHEMES: [&str; 6] = ["basic", "bearer", "digest", "token", "negotiate", "ntlm"];
 
+/// The longest quoted value hidden to its closing quote, in bytes and in lines: a 4096-bit
+/// RSA key in PEM is about 3.3 KB on 52 lines.
+const MAX_QUOTED_VALUE: usize = 8 * 1024;
+const MAX_QUOTED_LINES: usize = 64;
+
 /// How long the value at the start of `rest` is: see [`hide_named_in_text`].
 fn value_len(rest: &str, end: End) -> usize {
     if rest.starts_with(CREDENTIAL_FIELD) {
@@ -247,21 +252,33 @@ fn value_len(rest: &str, end: End) -> usize {
     }
     match (rest.chars().next(), end) {
         (Some(quote @ ('"' | '\'')), _) => {
-            // To the closing quote, a backslash escaping the next character; at most to the
-            // line's end.
+            // To the closing quote, a backslash escaping the next character, over as many
+            // lines as the value spans (a key kept in a `.env` file); a quote that does not
+            // close within `MAX_QUOTED_LINES` lines and `MAX_QUOTED_VALUE` bytes hides only
+            // the rest of its line, so a stray one does not hide the whole text, and a text
+            // of many such quotes is still read in linear time.
             let mut escaped = false;
+            let mut line_end = None;
+            let mut lines = 0;
             for (at, c) in rest.char_indices().skip(1) {
+                if at > MAX_QUOTED_VALUE {
+                    break;
+                }
                 if escaped {
                     escaped = false;
                 } else if c == '\\' {
                     escaped = true;
                 } else if c == '\n' {
-                    return at;
+                    line_end.get_or_insert(at);
+                    lines += 1;
+                    if lines > MAX_QUOTED_LINES {
+                        break;
+                    }
                 } else if c == quote {
                     return at + 1;
                 }
             }
-            rest.len()
+            line_end.unwrap_or_else(|| rest.find('\n').unwrap_or(rest.len()))
         }
         (_, End::LineEnd) => rest.find(['\r', '\n']).unwrap_or(rest.len()),
         (_, End::Blank { quote, ampersand }) => {

@@ -1109,6 +1109,8 @@ fn credentials_named_in_free_text_are_hidden() {
         ("mysql --password \"s3cret pw\" -h db", "pw"),
         ("  login me password ghp_netrc456", "ghp_netrc456"),
         ("{\"password\": \"ab\\\"cdtail\"}", "cdtail"),
+        // A quoted value runs to its closing quote, over lines.
+        ("DB_PASSWORD=\"first\nsecondline\"\nHOME=/h", "secondline"),
     ] {
         let (kept, _) = content::text(&content::NoRedaction, raw, 1 << 20);
         let kept = kept.as_str().unwrap();
@@ -1140,6 +1142,16 @@ fn credentials_named_in_free_text_are_hidden() {
         assert!(!kept.contains("abc"), "{kept}");
         assert!(kept.ends_with(kept_after), "{kept}");
     }
+    // A quote that never closes hides the rest of its line only; the lines after it stay.
+    let (kept, _) = content::text(
+        &content::NoRedaction,
+        "API_KEY=\"unclosed value\nHOME=/home/dev\nPATH=/bin",
+        1 << 20,
+    );
+    assert_eq!(
+        kept.as_str().unwrap(),
+        "API_KEY=[REDACTED:credential]\nHOME=/home/dev\nPATH=/bin"
+    );
     // Source code keeps its words, past the name's own value.
     let (kept, _) = content::text(
         &content::NoRedaction,
@@ -1152,7 +1164,7 @@ fn credentials_named_in_free_text_are_hidden() {
     );
     // Linear in the text, however many names it repeats: read again from each one, these
     // would take minutes.
-    for unit in ["token=", "password:", "\"auth\":true,"] {
+    for unit in ["token=", "password:", "\"auth\":true,", "password=\"x\n"] {
         let long = unit.repeat(400_000 / unit.len());
         let (kept, _) = content::text(&content::NoRedaction, &long, 1 << 20);
         assert!(
