@@ -532,7 +532,12 @@ pub(crate) fn judge_key(
             }
         }
         PinFound::None { file } => Check::fail(ID, format!("no pin for {origin} yet, so nothing proves this is the daemon this user trusts"))
-            .next("start a harness session so relay-mcp registers and pins the daemon key (or have the administrator provision daemon-identity.pub)")
+            .next(if origin.contains("://localhost:") {
+                // Pins are kept per origin as it is spelled, and the bundle spells it 127.0.0.1.
+                "pins are kept per address as the harness spells it, and Relay's bundle writes 127.0.0.1, not localhost: run the doctor with the --daemon-address the harness uses; if that finds no pin either, start a harness session so relay-mcp registers and pins the daemon key"
+            } else {
+                "start a harness session so relay-mcp registers and pins the daemon key (or have the administrator provision daemon-identity.pub)"
+            })
             .with(json!({ "origin": origin, "pin": null, "pin_file": file.display().to_string(), "matches": null })),
         PinFound::Unusable(err) => Check::fail(ID, format!("the pin cannot be read: {err}"))
             .next("remove the corrupt pin file named here; the next session pins the daemon again")
@@ -612,7 +617,7 @@ pub(crate) fn judge_route(answer: &Result<Answer, String>) -> (Check, Option<Rou
 
 fn pass_through_next(reason: Option<PassThroughReason>, state: &str) -> String {
     match reason {
-        Some(PassThroughReason::UnboundCredential) => "this token is bound to no route yet: start a harness session so relay-mcp registers with it".to_owned(),
+        Some(PassThroughReason::UnboundCredential) => "this token is bound to no route: start a harness session so relay-mcp registers with it; if one is running, the daemon refused its registration (the route was revoked or blocked by an administrator, or the daemon's route table is full): relay-mcp's log says which, and an administrator can list the bindings with relayd bindings list".to_owned(),
         Some(PassThroughReason::NoLiveSession) => "no relay-mcp session holds this route: start a harness session so relay-mcp registers".to_owned(),
         Some(PassThroughReason::WorkerUnavailable) => match state {
             "activating" | "empty" => "no worker is ready for this route: the worker is gone or still starting, and relay-mcp has been asked to start one; run the doctor again in a few seconds, and if it stays so, restart the harness session and look for worker_launch_failed in the relay-mcp log and worker_activation_failed in the daemon log".to_owned(),
