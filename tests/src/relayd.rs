@@ -162,6 +162,18 @@ impl RelaydBuilder {
         run_to_exit(self.recipe.command()?, timeout).await
     }
 
+    /// Runs the daemon with `listener` passed as the service manager passes it, to its exit
+    /// (for a start that must fail), killing it after `timeout`.
+    pub async fn output_with_socket(
+        &self,
+        listener: TcpListener,
+        timeout: Duration,
+    ) -> Result<CliOutput, Error> {
+        let mut command = self.recipe.command()?;
+        pass_socket(&mut command, OwnedFd::from(listener))?;
+        run_to_exit(command, timeout).await
+    }
+
     /// Starts the daemon and waits until it logs `daemon_listening`.
     pub async fn start(self) -> Result<Relayd, Error> {
         let mut command = self.recipe.command()?;

@@ -132,6 +132,19 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<(Prepared, bool), String> {
     let activated = listenfd::ListenFd::from_env()
         .take_tcp_listener(0)
         .map_err(|e| format!("LISTEN_FDS: the passed socket is not a TCP listener: {e}"))?;
+    if let Some(listener) = &activated {
+        // Loopback privileges follow --bind: a passed socket must listen where it says. Its
+        // port is the service manager's to choose (--port is not used then).
+        let local = listener
+            .local_addr()
+            .map_err(|e| format!("LISTEN_FDS: cannot read the passed socket's address: {e}"))?;
+        let expected = IpAddr::V4(settings.bind);
+        if local.ip().to_canonical() != expected {
+            return Err(format!(
+                "the socket passed by the service manager listens on {local}, not on --bind {expected}"
+            ));
+        }
+    }
     let prepared = Prepared {
         settings,
         config,
@@ -465,18 +478,8 @@ fn listener(
     activated: Option<std::net::TcpListener>,
 ) -> anyhow::Result<TcpListener> {
     let std_listener = match activated {
-        Some(listener) => {
-            // Loopback privileges follow --bind: a passed socket must listen where it says.
-            let local = listener
-                .local_addr()
-                .context("reading the passed socket's address")?;
-            let expected = IpAddr::V4(settings.bind);
-            anyhow::ensure!(
-                local.ip().to_canonical() == expected,
-                "the socket passed by the service manager listens on {local}, not on --bind {expected}"
-            );
-            listener
-        }
+        // Checked against --bind when it was taken.
+        Some(listener) => listener,
         None => {
             let address = SocketAddr::from((settings.bind, settings.port));
             std::net::TcpListener::bind(address).with_context(|| format!("binding {address}"))?

@@ -81,6 +81,24 @@ async fn socket_activated_relayd_serves_on_the_passed_socket() -> anyhow::Result
     Ok(())
 }
 
+/// A passed socket on another address than `--bind` is a configuration error (exit 64):
+/// which address listens decides who may connect, and the two must agree.
+#[tokio::test]
+async fn a_passed_socket_on_another_address_than_bind_is_refused() -> anyhow::Result<()> {
+    // Loopback, but not the 127.0.0.1 that --bind names by default.
+    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::new(127, 0, 0, 2), 0))?;
+    let out = Relayd::builder()?
+        .output_with_socket(listener, Duration::from_secs(20))
+        .await?;
+    assert_eq!(out.status.code(), Some(64), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("not on --bind 127.0.0.1"),
+        "{}",
+        out.stderr
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn relayd_binds_an_explicit_port_without_activation() -> anyhow::Result<()> {
     let stand_in = StandIn::start().await?;
