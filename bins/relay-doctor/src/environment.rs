@@ -80,6 +80,7 @@ pub(crate) fn report<E: Env>(inputs: &Inputs<'_, E>) -> Report {
     checks.push(trust_pins(inputs));
     checks.push(provisioned_key(inputs));
     checks.push(config(inputs));
+    checks.push(log_variables(inputs.env));
     checks.push(plugins(inputs));
     checks.extend(ca_variables(inputs.env));
     checks.push(no_proxy(inputs.env));
@@ -539,6 +540,50 @@ pub(crate) fn config<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         Err(err) => Check::fail(ID, format!("invalid: {}", config_error_text(&err)))
             .next("correct the file named here; workers refuse to start with it")
             .with(details(Vec::new())),
+    }
+}
+
+/// `RELAY_LOG` and `RELAY_LOG_FORMAT`, read as the clients read them: a value they refuse
+/// stops relay-mcp and the worker at start, so no worker ever runs for the harness.
+pub(crate) fn log_variables(env: &impl Env) -> Check {
+    const ID: &str = "log_variables";
+    let text = |name: &str| {
+        env.non_empty(name)
+            .map(|v| v.to_string_lossy().into_owned())
+    };
+    let (level, format) = (text(names::RELAY_LOG), text(names::RELAY_LOG_FORMAT));
+    let set: Vec<&str> = [
+        (names::RELAY_LOG, &level),
+        (names::RELAY_LOG_FORMAT, &format),
+    ]
+    .into_iter()
+    .filter(|(_, value)| value.is_some())
+    .map(|(name, _)| name)
+    .collect();
+    let details = json!({ "set": set });
+    match relay_logging::LogConfig::resolve(
+        None,
+        None,
+        level.as_deref(),
+        format.as_deref(),
+        None,
+        None,
+        relay_logging::LogConfig::client_default(),
+    ) {
+        Ok(_) if set.is_empty() => {
+            Check::ok(ID, "RELAY_LOG and RELAY_LOG_FORMAT are not set: the defaults apply")
+                .with(details)
+        }
+        Ok(_) => Check::ok(ID, format!("{} valid", set.join(" and "))).with(details),
+        Err(err) => Check::fail(
+            ID,
+            format!(
+                "{}: relay-mcp and relay-worker refuse to start with it, so no worker runs and model requests pass through",
+                elide_quoted(&err.to_string())
+            ),
+        )
+        .next("correct or unset it in the harness launch environment (a level such as info or debug, a filter such as relay=debug; the format human or jsonl)")
+        .with(details),
     }
 }
 

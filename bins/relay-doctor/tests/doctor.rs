@@ -601,6 +601,7 @@ fn report_of_a_machine_in_order_passes_with_exit_0() {
             "trust_pins",
             "provisioned_daemon_key",
             "config",
+            "log_variables",
             "plugins",
             "ca_files",
             "no_proxy",

@@ -450,6 +450,26 @@ fn a_proxy_needs_no_proxy_for_loopback() {
     assert_eq!(no_proxy(&fixed).status, Status::Ok);
 }
 
+/// A log variable the clients refuse stops relay-mcp at start: the doctor fails it, without
+/// repeating its value.
+#[test]
+fn log_variables_are_read_as_the_clients_read_them() {
+    let unset = log_variables(&MapEnv::new());
+    assert_eq!(unset.status, Status::Ok, "{unset:?}");
+    let good = log_variables(&MapEnv::new().with(names::RELAY_LOG, "relay=debug,info"));
+    assert_eq!(good.status, Status::Ok, "{good:?}");
+    assert_eq!(good.details["set"], json!(["RELAY_LOG"]));
+    for env in [
+        MapEnv::new().with(names::RELAY_LOG, "bogus-level-xyz"),
+        MapEnv::new().with(names::RELAY_LOG_FORMAT, "bogus-format-xyz"),
+    ] {
+        let bad = log_variables(&env);
+        assert_eq!(bad.status, Status::Fail, "{bad:?}");
+        assert!(!bad.summary.contains("bogus"), "{bad:?}");
+        assert!(bad.next_step.is_some());
+    }
+}
+
 /// Relay's Codex hooks count where Codex runs them unasked: its system directory. In the
 /// user's `CODEX_HOME` alone they wait for the user's review, which is a warning; hooks
 /// that are not whole fail, and the MCP server without hooks is a warning.
