@@ -134,7 +134,12 @@ pub(crate) fn retry_later(
 }
 
 pub(crate) fn not_found() -> Response<ResponseBody> {
-    error(StatusCode::NOT_FOUND, ErrorKind::RelayNotFound, "not found")
+    // An SDK shows only the message: it must say that Relay, not the provider, answered.
+    error(
+        StatusCode::NOT_FOUND,
+        ErrorKind::RelayNotFound,
+        "relayd does not relay this method and path: it relays the providers' model routes and the agents' hook events",
+    )
 }
 
 pub(crate) fn unauthorized() -> Response<ResponseBody> {
@@ -142,6 +147,16 @@ pub(crate) fn unauthorized() -> Response<ResponseBody> {
         StatusCode::UNAUTHORIZED,
         ErrorKind::RelayUnauthorized,
         "a valid x-relay-client-token is required",
+    )
+}
+
+/// 401 in strict mode for a well-formed token no route holds: the token is fine, the
+/// session that registers it is missing.
+pub(crate) fn unbound_token() -> Response<ResponseBody> {
+    error(
+        StatusCode::UNAUTHORIZED,
+        ErrorKind::RelayUnauthorized,
+        "this x-relay-client-token is bound to no route yet: a harness session's relay-mcp registers it with the daemon",
     )
 }
 

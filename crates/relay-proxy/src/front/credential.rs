@@ -9,7 +9,7 @@ use relay_identity::RouteToken;
 use relay_proto::{ErrorKind, PassThroughReason};
 
 use super::{Front, Mode};
-use crate::answers::{retry_later, unauthorized, worker_unavailable};
+use crate::answers::{retry_later, unauthorized, unbound_token, worker_unavailable};
 use crate::body::ResponseBody;
 use crate::headers::{self, CredentialHeader};
 use crate::shell::TicketGuard;
@@ -38,6 +38,9 @@ pub(super) enum Routed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Refusal {
     Unauthorized,
+    /// A well-formed token that no route holds, where only a bound one is served (strict
+    /// mode, or a daemon that refuses anonymous pass-through).
+    Unbound,
     /// Strict mode without a ready worker: 503 with this `Retry-After`.
     Unavailable {
         retry_after: Duration,
@@ -51,6 +54,7 @@ impl Refusal {
     pub(super) fn answer(self) -> Response<ResponseBody> {
         match self {
             Refusal::Unauthorized => unauthorized(),
+            Refusal::Unbound => unbound_token(),
             Refusal::Unavailable { retry_after, .. } => worker_unavailable(retry_after),
             Refusal::TooMany => retry_later(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -185,7 +189,9 @@ impl Front {
         };
         match (credential, self.options.mode) {
             (Credential::Invalid, _) => Err(Refusal::Unauthorized),
+            (Credential::Token(_), Mode::RequireWorker) => Err(Refusal::Unbound),
             (_, Mode::RequireWorker) => Err(Refusal::Unauthorized),
+            (Credential::Token(_), _) if anonymous_refused => Err(Refusal::Unbound),
             (_, _) if anonymous_refused => Err(Refusal::Unauthorized),
             (Credential::Missing, Mode::Managed) => {
                 pass_through(PassThroughReason::MissingCredential, false)

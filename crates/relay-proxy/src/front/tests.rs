@@ -285,7 +285,8 @@ fn token() -> RouteToken {
     RouteToken::from_bytes([7; 32])
 }
 
-/// A decision as a comparable value: (pass-through reason, credentialed) or `None` for 401.
+/// A decision as a comparable value: (pass-through reason, credentialed) or `None` for 401
+/// (for a well-formed token, the 401 that says it is bound to no route).
 fn summary(decision: &Result<Routed, Refusal>) -> Option<(PassThroughReason, bool)> {
     match decision {
         Ok(Routed::PassThrough {
@@ -294,7 +295,7 @@ fn summary(decision: &Result<Routed, Refusal>) -> Option<(PassThroughReason, boo
             fingerprint: None,
             ticket: None,
         }) => Some((*reason, *credentialed)),
-        Err(Refusal::Unauthorized) => None,
+        Err(Refusal::Unauthorized | Refusal::Unbound) => None,
         other => panic!("unexpected decision without bound routes: {other:?}"),
     }
 }

@@ -71,6 +71,20 @@ async fn the_credential_table_for_unbound_routes() {
             (if_unbound, if_unbound),
             "{case} unbound"
         );
+        // A refused token that is well formed is told apart from a missing or malformed
+        // one: the session that registers it is what is missing.
+        if if_unbound == 401 {
+            let token = [("x-relay-client-token", valid.as_str())];
+            let unbound = relay.post("/hooks/claude-code", &token, "{}").await;
+            let unbound = String::from_utf8_lossy(&unbound.body);
+            assert!(unbound.contains("bound to no route"), "{case}: {unbound}");
+            let missing = relay.post("/hooks/claude-code", &[], "{}").await;
+            let missing = String::from_utf8_lossy(&missing.body);
+            assert!(
+                missing.contains("x-relay-client-token is required"),
+                "{case}: {missing}"
+            );
+        }
         for bad in &malformed {
             assert_eq!(
                 statuses(&relay, &[("x-relay-client-token", bad)]).await,
