@@ -271,6 +271,16 @@ pub(crate) fn judge_health(daemon: &DaemonAddress, answer: &Result<Answer, NoAns
     );
     let answer = match answer {
         Ok(answer) => answer,
+        // A first answer that is not a TLS record: the daemon there speaks plain HTTP.
+        Err(NoAnswer::Tls(err)) if err.contains("InvalidContentType") => {
+            return Check::fail(ID, format!("{} does not answer over TLS: {err}", daemon.origin()))
+                .next(format!(
+                    "the daemon at {} serves plain http: start relayd with --tls-cert and --tls-key to serve https there, or, for a daemon on this machine, use http://127.0.0.1:{}",
+                    daemon.origin(),
+                    daemon.port()
+                ))
+                .with(json!({ "origin": daemon.origin().to_string() }));
+        }
         Err(NoAnswer::Tls(err)) => {
             return Check::fail(ID, format!("the daemon's TLS is refused: {err}"))
                 .next(format!(

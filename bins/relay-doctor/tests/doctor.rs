@@ -850,6 +850,38 @@ fn live_sends_no_token_to_a_daemon_that_does_not_prove_its_key() {
     }
 }
 
+/// An https address where a plain http daemon listens: the doctor says the daemon does not
+/// speak TLS there, rather than blaming its certificate.
+#[test]
+fn live_tells_a_plain_http_daemon_from_a_refused_certificate() {
+    let machine = Machine::new();
+    // A plain HTTP server answers a TLS hello, which is no request head, with a 400.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("https://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let _ = std::io::Write::write_all(
+                &mut stream,
+                b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    let json = machine.failed_live_report(&address);
+    let health = check(&json, "live.healthz");
+    assert_eq!(health["status"], "fail");
+    assert!(
+        health["summary"]
+            .as_str()
+            .unwrap()
+            .contains("does not answer over TLS"),
+        "{health}"
+    );
+    let next = health["next_step"].as_str().unwrap();
+    assert!(next.contains("serves plain http"), "{next}");
+    assert!(!next.contains("certificate"), "{next}");
+}
+
 /// A CA's certificate in PEM, and a server configuration for 127.0.0.1 with a certificate it
 /// issued.
 fn private_ca() -> (String, rustls::ServerConfig) {
