@@ -106,6 +106,9 @@ pub(crate) struct FileSink {
     file: File,
     /// Reused to add the newline, so that a record is one `write`.
     line: Vec<u8>,
+    /// A failed write left part of a line that could not be taken back: the next record
+    /// starts on a line of its own.
+    line_open: bool,
 }
 
 impl FileSink {
@@ -149,6 +152,7 @@ impl FileSink {
             path,
             file,
             line: Vec::new(),
+            line_open: false,
         })
     }
 
@@ -157,15 +161,24 @@ impl FileSink {
     }
 
     /// Appends one record as one write, adding the newline if it lacks one, so that
-    /// records of concurrent writers never interleave.
+    /// records of concurrent writers never interleave. A write cut short (a full disk) is
+    /// taken back, so the file never holds part of a record glued to the next one.
     pub(crate) fn write_record(&mut self, record: &[u8]) -> io::Result<()> {
-        if record.ends_with(b"\n") {
-            return self.file.write_all(record);
-        }
         self.line.clear();
+        if self.line_open && !ends_a_line(&self.file) {
+            self.line.push(b'\n');
+        }
         self.line.extend_from_slice(record);
-        self.line.push(b'\n');
-        self.file.write_all(&self.line)
+        if !record.ends_with(b"\n") {
+            self.line.push(b'\n');
+        }
+        let (written, result) = write_whole(&mut self.file, &self.line);
+        if result.is_err() && written > 0 {
+            self.line_open = !take_back(&self.file, &self.line[..written]);
+        } else if result.is_ok() {
+            self.line_open = false;
+        }
+        result
     }
 
     /// The writer's loop, on its own thread: file writes never run on the async runtime.
@@ -188,12 +201,51 @@ impl FileSink {
     }
 }
 
-/// `O_APPEND | O_CREAT` with mode 0600, `O_NOFOLLOW` (a symlink fails with `ELOOP`),
+/// Writes all of `line`, as `write_all` does, and says how much was written when it fails.
+fn write_whole(out: &mut impl Write, line: &[u8]) -> (usize, io::Result<()>) {
+    let mut written = 0;
+    while written < line.len() {
+        match out.write(&line[written..]) {
+            Ok(0) => return (written, Err(io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return (written, Err(err)),
+        }
+    }
+    (written, Ok(()))
+}
+
+/// Cuts `partial`, the start of a line just appended, off the end of `file`; false when the
+/// file no longer ends with it (another writer appended since) or the cut fails.
+fn take_back(file: &File, partial: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let Ok(len) = file.metadata().map(|meta| meta.len()) else {
+        return false;
+    };
+    let Some(start) = len.checked_sub(partial.len() as u64) else {
+        return false;
+    };
+    let mut tail = vec![0; partial.len()];
+    file.read_exact_at(&mut tail, start).is_ok() && tail == partial && file.set_len(start).is_ok()
+}
+
+/// Whether `file` is empty or its last byte ends a line.
+fn ends_a_line(file: &File) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let Ok(len) = file.metadata().map(|meta| meta.len()) else {
+        return false;
+    };
+    let mut last = [0];
+    len == 0 || (file.read_exact_at(&mut last, len - 1).is_ok() && last == *b"\n")
+}
+
+/// `O_APPEND | O_CREAT` with mode 0600 (read too, to take back a line a full disk cut short),
+/// `O_NOFOLLOW` (a symlink fails with `ELOOP`),
 /// `O_NONBLOCK` (a FIFO planted there does not hang the open; it then fails the regular-file
 /// check) and `O_CLOEXEC`.
 fn open_append_nofollow(path: &Path) -> io::Result<File> {
     use rustix::fs::{Mode, OFlags};
-    let flags = OFlags::WRONLY
+    let flags = OFlags::RDWR
         | OFlags::APPEND
         | OFlags::CREATE
         | OFlags::NOFOLLOW

@@ -1,7 +1,12 @@
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
-use super::{FileSink, PathFacts, check_directory, check_record_file, render_filename};
+use std::io::Write as _;
+
+use super::{
+    FileSink, PathFacts, check_directory, check_record_file, render_filename, take_back,
+    write_whole,
+};
 use crate::config::FileSinkConfig;
 use crate::error::{SinkError, UnsafePathReason};
 
@@ -194,4 +199,77 @@ fn a_file_planted_readable_by_others_is_refused() -> Result<(), Box<dyn std::err
 fn a_missing_directory_is_an_error() {
     let opened = FileSink::open(&config(Path::new("/nonexistent/relay")), "alice", "fp1");
     assert!(matches!(opened, Err(SinkError::DirectoryMetadata { .. })));
+}
+
+/// A write cut short (a full disk) is taken back, so the file never holds part of a record
+/// glued to the next one; where it cannot be (another writer appended after it), the next
+/// record starts on a line of its own.
+#[test]
+fn a_record_cut_short_is_taken_back() -> Result<(), Box<dyn std::error::Error>> {
+    let temp = tempfile::tempdir()?;
+    let path = temp.path().join("events-alice.jsonl");
+    let mut sink = FileSink::open(&config(temp.path()), "alice", "fp1")?;
+    sink.write_record(b"{\"n\":1}")?;
+    // What a full disk leaves behind: the start of the next line.
+    sink.file.write_all(b"{\"n\":")?;
+    assert!(take_back(&sink.file, b"{\"n\":"));
+    assert_eq!(std::fs::read_to_string(&path)?, "{\"n\":1}\n");
+
+    sink.file.write_all(b"{\"n\":")?;
+    let mut other = std::fs::OpenOptions::new().append(true).open(&path)?;
+    other.write_all(b"2}")?;
+    assert!(
+        !take_back(&sink.file, b"{\"n\":"),
+        "another writer's bytes follow"
+    );
+    sink.line_open = true;
+    sink.write_record(b"{\"n\":3}")?;
+    assert_eq!(
+        std::fs::read_to_string(&path)?,
+        "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n"
+    );
+    // Once a line ends, no empty line is added.
+    sink.line_open = true;
+    sink.write_record(b"{\"n\":4}")?;
+    assert!(std::fs::read_to_string(&path)?.ends_with("{\"n\":3}\n{\"n\":4}\n"));
+    Ok(())
+}
+
+/// A writer that takes `room` bytes and then fails as a full disk does.
+struct FullAfter {
+    room: usize,
+    taken: Vec<u8>,
+}
+
+impl std::io::Write for FullAfter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.room == 0 {
+            return Err(std::io::Error::from_raw_os_error(28));
+        }
+        let n = bytes.len().min(self.room).min(3);
+        self.room -= n;
+        self.taken.extend_from_slice(&bytes[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_short_write_says_how_much_it_wrote() {
+    let mut full = FullAfter {
+        room: 7,
+        taken: Vec::new(),
+    };
+    let (written, result) = write_whole(&mut full, b"{\"n\":1234}\n");
+    assert_eq!(written, 7);
+    assert_eq!(full.taken, b"{\"n\":12");
+    assert_eq!(result.unwrap_err().raw_os_error(), Some(28));
+    let mut roomy = FullAfter {
+        room: 100,
+        taken: Vec::new(),
+    };
+    assert_eq!(write_whole(&mut roomy, b"{}\n").0, 3);
 }
