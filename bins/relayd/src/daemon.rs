@@ -502,6 +502,12 @@ fn provider_keys(config: &Config, env: &impl Env) -> Result<ProviderKeys, String
     let read = |key: &str, file: &str, var: &str| -> Result<Option<String>, String> {
         if !file.is_empty() {
             let path = Path::new(file);
+            if !path.is_absolute() {
+                // A key pasted where its file belongs must not reach a terminal or a log.
+                return Err(format!(
+                    "{key}: must be the absolute path of a file that holds the key (the value given is not shown, in case it is the key itself)"
+                ));
+            }
             let euid = relay_identity::store::current_euid();
             let from_systemd = credentials
                 .as_deref()

@@ -293,6 +293,20 @@ async fn unreadable_key_and_certificate_files_exit_64_naming_them() -> anyhow::R
         );
     }
 
+    // The key itself given where its file belongs is not repeated back.
+    let builder = Relayd::builder()?;
+    let config = builder.write_private_file(
+        "keys.toml",
+        "[upstream]\nopenai_api_key_file = \"sk-proj-pasted-in-the-wrong-place\"\n",
+    )?;
+    let out = builder
+        .arg("--config")
+        .arg(&config)
+        .output(CLI_TIMEOUT)
+        .await?;
+    assert_usage_error("a key as its file", &out, &["upstream.openai_api_key_file"]);
+    assert!(!out.stderr.contains("pasted"), "{}", out.stderr);
+
     let builder = Relayd::builder()?;
     let cert = builder.dir().join("no-such-cert.pem");
     let out = builder
