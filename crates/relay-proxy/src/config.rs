@@ -327,8 +327,12 @@ pub struct BaseUrl {
 /// `text` as an error may quote it: user information and a query or fragment are left out,
 /// since they may hold a password or a key (an egress proxy's `user:password@`). A password
 /// may itself hold `/`, `?` or `#`, so everything up to the last `@` goes, even where the
-/// `@` is in a path.
+/// `@` is in a path. A URL holds no blank, so nothing after one is shown either.
 fn shown(text: &str) -> String {
+    let (text, cut) = match text.find(char::is_whitespace) {
+        Some(at) => (&text[..at], "…"),
+        None => (text, ""),
+    };
     let (scheme, rest) = match text.split_once("://") {
         Some((scheme, rest)) => (&text[..scheme.len() + 3], rest),
         None => ("", text),
@@ -341,7 +345,7 @@ fn shown(text: &str) -> String {
         Some(at) => (&rest[..at], "?…"),
         None => (rest, ""),
     };
-    format!("{:?}", format!("{scheme}{user}{rest}{hidden}"))
+    format!("{:?}", format!("{scheme}{user}{rest}{hidden}{cut}"))
 }
 
 impl BaseUrl {
