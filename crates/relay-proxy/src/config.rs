@@ -769,6 +769,34 @@ impl Config {
     }
 }
 
+/// Why a configuration file cannot be trusted: someone other than root and this process's
+/// user could change it (its owner, or a file or directory every user may write), and with
+/// it where Relay sends the agents' traffic.
+fn unsafe_to_trust(path: &Path, metadata: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let euid = relay_identity::store::current_euid();
+    if metadata.uid() != 0 && metadata.uid() != euid {
+        return Some(format!(
+            "owned by another user (uid {}), who could point Relay's traffic elsewhere: it must be root's or this user's",
+            metadata.uid()
+        ));
+    }
+    if metadata.mode() & 0o002 != 0 {
+        return Some(
+            "writable by every user, who could point Relay's traffic elsewhere: chmod o-w it"
+                .to_owned(),
+        );
+    }
+    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty())?;
+    let mode = std::fs::metadata(dir).ok()?.mode();
+    (mode & 0o002 != 0 && mode & 0o1000 == 0).then(|| {
+        format!(
+            "its directory {} is writable by every user, who could replace the file: chmod o-w it",
+            dir.display()
+        )
+    })
+}
+
 /// The most of a configuration file read: far past any real one, and a bound on what a path
 /// such as `/dev/zero` can make a process read.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -802,8 +830,12 @@ fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
         }
         Err(source) => return Err(fail(source)),
     };
-    if !file.metadata().map_err(fail)?.is_file() {
+    let metadata = file.metadata().map_err(fail)?;
+    if !metadata.is_file() {
         return Err(fail(Error::other("not a regular file")));
+    }
+    if let Some(why) = unsafe_to_trust(path, &metadata) {
+        return Err(fail(Error::new(ErrorKind::PermissionDenied, why)));
     }
     let bytes = relay_identity::store::read_bounded(&mut file, MAX_CONFIG_BYTES).map_err(fail)?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {

@@ -256,6 +256,40 @@ fn only_a_regular_file_of_bounded_size_is_read_as_configuration() {
     assert_eq!(config.daemon.max_routes, 7);
 }
 
+/// A configuration file someone other than root and this user could change is refused: it
+/// says where Relay sends the agents' traffic.
+#[test]
+fn a_configuration_others_could_change_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, "[daemon]\nmax_routes = 7\n").unwrap();
+    let load = || Config::load_daemon(&sources(None, Some(path.clone())));
+    let mode = |path: &Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let refused = |why: &str| {
+        let err = load().unwrap_err().to_string();
+        assert!(
+            err.contains("config.toml") && err.contains(why),
+            "{why}: {err}"
+        );
+    };
+    mode(&path, 0o666);
+    refused("writable by every user");
+    mode(&path, 0o664);
+    mode(dir.path(), 0o777);
+    refused("its directory");
+    // A sticky directory keeps others from replacing a file they do not own.
+    mode(dir.path(), 0o1777);
+    assert_eq!(load().unwrap().daemon.max_routes, 7);
+    mode(dir.path(), 0o755);
+    if relay_identity::store::current_euid() == 0 {
+        std::os::unix::fs::chown(&path, Some(4242), None).unwrap();
+        refused("owned by another user");
+    }
+}
+
 /// A duration past a year is refused at load: a value near the largest integer made every
 /// connection's first timer overflow the clock and panic, with the daemon up.
 #[test]
