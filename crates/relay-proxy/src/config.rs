@@ -801,17 +801,24 @@ fn unsafe_to_trust(path: &Path, metadata: &std::fs::Metadata) -> Option<String> 
 /// such as `/dev/zero` can make a process read.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
-/// The text of the configuration file at `path`, or `None` when there is none. A FIFO, a
-/// device or a directory there is refused rather than read (a FIFO would hang the start), a
-/// file past [`MAX_CONFIG_BYTES`] too, and so is a symlink to nothing: the defaults would
-/// otherwise apply without a word where an administrator meant a file.
+/// The text of the configuration file at `path`, or `None` when there is none: see
+/// [`read_trusted_text`].
 fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
-    use std::io::{Error, ErrorKind};
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let fail = |source| ConfigError::Read {
+    read_trusted_text(path, MAX_CONFIG_BYTES).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
-    };
+    })
+}
+
+/// The text of a configuration file of Relay's (`config.toml`, `plugins.toml`) at `path`,
+/// or `None` when there is none. A FIFO, a device or a directory there is refused rather
+/// than read (a FIFO would hang the start), a file past `max` bytes too (`FileTooLarge`),
+/// and so is a symlink to nothing: the defaults would otherwise apply without a word where
+/// an administrator meant a file. A file others could change is refused
+/// ([`unsafe_to_trust`]).
+pub(crate) fn read_trusted_text(path: &Path, max: u64) -> std::io::Result<Option<String>> {
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::OpenOptionsExt as _;
     let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC;
     let opened = std::fs::OpenOptions::new()
         .read(true)
@@ -821,31 +828,32 @@ fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
         Ok(file) => file,
         Err(e) if e.kind() == ErrorKind::NotFound => {
             if std::fs::symlink_metadata(path).is_ok() {
-                return Err(fail(Error::new(
+                return Err(Error::new(
                     ErrorKind::NotFound,
                     "it is a symlink to a file that does not exist",
-                )));
+                ));
             }
             return Ok(None);
         }
-        Err(source) => return Err(fail(source)),
+        Err(source) => return Err(source),
     };
-    let metadata = file.metadata().map_err(fail)?;
+    let metadata = file.metadata()?;
     if !metadata.is_file() {
-        return Err(fail(Error::other("not a regular file")));
+        return Err(Error::other("not a regular file"));
     }
     if let Some(why) = unsafe_to_trust(path, &metadata) {
-        return Err(fail(Error::new(ErrorKind::PermissionDenied, why)));
+        return Err(Error::new(ErrorKind::PermissionDenied, why));
     }
-    let bytes = relay_identity::store::read_bounded(&mut file, MAX_CONFIG_BYTES).map_err(fail)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(fail(Error::other(format!(
-            "larger than {MAX_CONFIG_BYTES} bytes, more than any configuration file"
-        ))));
+    let bytes = relay_identity::store::read_bounded(&mut file, max)?;
+    if bytes.len() as u64 > max {
+        return Err(Error::new(
+            ErrorKind::FileTooLarge,
+            format!("larger than {max} bytes, more than any configuration file"),
+        ));
     }
     String::from_utf8(bytes)
         .map(Some)
-        .map_err(|_| fail(Error::new(ErrorKind::InvalidData, "not UTF-8 text")))
+        .map_err(|_| Error::new(ErrorKind::InvalidData, "not UTF-8 text"))
 }
 
 /// A log level or filter from the files, checked with the other values so that the error

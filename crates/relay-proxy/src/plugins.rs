@@ -4,7 +4,6 @@
 //! user ones, typed component configurations).
 //! The worker hosts the enabled components with [`crate::worker::PluginHost`].
 
-use std::io::Read as _;
 use std::path::Path;
 
 pub use relay_plugins::config::{
@@ -85,28 +84,22 @@ fn directory_facts(metadata: &std::fs::Metadata) -> relay_plugins::config::Direc
     }
 }
 
-/// The file's text, `None` when it does not exist; at most `MAX_PLUGIN_FILE_BYTES`.
+/// The file's text, `None` when it does not exist; at most `MAX_PLUGIN_FILE_BYTES`, read
+/// as `config.toml` is (no FIFO, no file others could change: it holds the policy).
 fn read_optional(path: &Path) -> Result<Option<String>, PluginConfigError> {
-    let read_error = |source| PluginConfigError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(read_error(source)),
-    };
-    let mut text = String::new();
-    file.take(MAX_PLUGIN_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(read_error)?;
-    if text.len() as u64 > MAX_PLUGIN_FILE_BYTES {
-        return Err(PluginConfigError::TooLarge {
-            path: path.to_owned(),
-            limit: MAX_PLUGIN_FILE_BYTES,
-        });
-    }
-    Ok(Some(text))
+    crate::config::read_trusted_text(path, MAX_PLUGIN_FILE_BYTES).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::FileTooLarge {
+            PluginConfigError::TooLarge {
+                path: path.to_owned(),
+                limit: MAX_PLUGIN_FILE_BYTES,
+            }
+        } else {
+            PluginConfigError::Read {
+                path: path.to_owned(),
+                source,
+            }
+        }
+    })
 }
 
 #[cfg(test)]

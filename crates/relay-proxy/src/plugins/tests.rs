@@ -371,3 +371,23 @@ fn an_invalid_enabled_component_names_its_field() {
         "{error}"
     );
 }
+
+/// The policy file is read as `config.toml` is: one every user could change, or a FIFO in
+/// its place, is refused rather than read (or waited on).
+#[test]
+fn a_plugins_file_others_could_change_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let files = Files::new(Some("version = 1\n"), None);
+    std::fs::set_permissions(files.system(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let error = files.load().unwrap_err().to_string();
+    assert!(error.contains("writable by every user"), "{error}");
+    std::fs::remove_file(files.system()).unwrap();
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &files.system(),
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .unwrap();
+    let error = files.load().unwrap_err().to_string();
+    assert!(error.contains("not a regular file"), "{error}");
+}
