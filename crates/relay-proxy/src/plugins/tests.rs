@@ -384,7 +384,7 @@ fn a_plugins_file_others_could_change_is_refused() {
     std::fs::remove_file(files.system()).unwrap();
     rustix::fs::mkfifoat(
         rustix::fs::CWD,
-        &files.system(),
+        files.system(),
         rustix::fs::Mode::from_raw_mode(0o600),
     )
     .unwrap();
