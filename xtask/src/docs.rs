@@ -653,7 +653,7 @@ pub(crate) fn render(helps: &[Help], config: &[(String, String)], events: &[Even
     out.push_str("A key ending in `_secs` takes whole or fractional seconds, and one ending in `_ms` milliseconds; either is at most a year (31,536,000 seconds), and a longer one is refused at load.\n");
     out.push_str("Counts and limits must be positive (`binding_tombstone_days` too: a tombstone that ends at once protects nothing), and a starting delay may not exceed the delay it grows to (`reconnect_first_ms` ≤ `reconnect_cap_ms`, `retry_base_ms` ≤ `retry_cap_secs`). relayd also checks `[logging] level`, which it does not use but the workers of its machine read from the same files and refuse to start on.\n");
     out.push_str("Each file must be a regular file (a symlink to one is followed) of at most 1 MiB: a FIFO, a device or a directory at its path, or a symlink to nothing, is refused at load with the file named, rather than read without end, waited on, or taken for no file.\n\n");
-    out.push_str("A file someone other than root and the reading process's user could change is refused too, since it says where Relay sends the agents' traffic: one owned by another user, one every user may write, or one in a directory every user may write without the sticky bit.\n\n");
+    out.push_str("A file every user could change is refused too, since it says where Relay sends the agents' traffic: one every user may write, or one whose directory (where a symlink's target is) every user may write without the sticky bit; group write is left to the administrator, and a read-only mount is trusted whatever its modes say.\n\n");
     out.push_str("| Key | Default |\n|---|---|\n");
     for (key, value) in config {
         out.push_str(&format!("| `{key}` | `{value}` |\n"));

@@ -769,32 +769,51 @@ impl Config {
     }
 }
 
-/// Why a configuration file cannot be trusted: someone other than root and this process's
-/// user could change it (its owner, or a file or directory every user may write), and with
-/// it where Relay sends the agents' traffic.
-fn unsafe_to_trust(path: &Path, metadata: &std::fs::Metadata) -> Option<String> {
-    use std::os::unix::fs::MetadataExt as _;
-    let euid = relay_identity::store::current_euid();
-    if metadata.uid() != 0 && metadata.uid() != euid {
-        return Some(format!(
-            "owned by another user (uid {}), who could point Relay's traffic elsewhere: it must be root's or this user's",
-            metadata.uid()
-        ));
-    }
-    if metadata.mode() & 0o002 != 0 {
+/// What decides whether a configuration file can be trusted: the file's mode, and the mode
+/// of the directory it is really in; each only where its filesystem is writable (a
+/// read-only mount, such as a Kubernetes ConfigMap shown as 0777, cannot be changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TrustFacts {
+    pub(crate) file_mode: Option<u32>,
+    pub(crate) dir_mode: Option<u32>,
+}
+
+/// Why a configuration file cannot be trusted: every user could change it (the file, or its
+/// directory without the sticky bit), and with it where Relay sends the agents' traffic or
+/// what its policy allows. Group write is left to the administrator, who may share the
+/// file with an administrators' group.
+pub(crate) fn unsafe_to_trust(facts: TrustFacts) -> Option<&'static str> {
+    if facts.file_mode.is_some_and(|mode| mode & 0o002 != 0) {
         return Some(
-            "writable by every user, who could point Relay's traffic elsewhere: chmod o-w it"
-                .to_owned(),
+            "writable by every user, who could point Relay's traffic elsewhere: chmod o-w it",
         );
     }
-    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty())?;
-    let mode = std::fs::metadata(dir).ok()?.mode();
-    (mode & 0o002 != 0 && mode & 0o1000 == 0).then(|| {
-        format!(
-            "its directory {} is writable by every user, who could replace the file: chmod o-w it",
-            dir.display()
-        )
-    })
+    facts
+        .dir_mode
+        .is_some_and(|mode| mode & 0o002 != 0 && mode & 0o1000 == 0)
+        .then_some("in a directory every user may write, where anyone could replace it: chmod o-w the directory")
+}
+
+/// The [`TrustFacts`] of the opened configuration file at `path`.
+fn trust_facts(path: &Path, file: &std::fs::File, metadata: &std::fs::Metadata) -> TrustFacts {
+    use std::os::unix::fs::MetadataExt as _;
+    let writable = |statvfs: std::io::Result<rustix::fs::StatVfs>| {
+        statvfs.map_or(true, |s| {
+            !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
+        })
+    };
+    let dir = std::fs::canonicalize(path)
+        .ok()
+        .and_then(|real| real.parent().map(Path::to_owned));
+    let dir_mode = dir.and_then(|dir| {
+        let mode = std::fs::metadata(&dir).ok()?.mode();
+        writable(rustix::fs::statvfs(&dir).map_err(Into::into)).then_some(mode)
+    });
+    TrustFacts {
+        file_mode: writable(rustix::fs::fstatvfs(file).map_err(Into::into))
+            .then_some(metadata.mode()),
+        dir_mode,
+    }
 }
 
 /// The most of a configuration file read: far past any real one, and a bound on what a path
@@ -841,7 +860,7 @@ pub(crate) fn read_trusted_text(path: &Path, max: u64) -> std::io::Result<Option
     if !metadata.is_file() {
         return Err(Error::other("not a regular file"));
     }
-    if let Some(why) = unsafe_to_trust(path, &metadata) {
+    if let Some(why) = unsafe_to_trust(trust_facts(path, &file, &metadata)) {
         return Err(Error::new(ErrorKind::PermissionDenied, why));
     }
     let bytes = relay_identity::store::read_bounded(&mut file, max)?;

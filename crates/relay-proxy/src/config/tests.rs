@@ -256,10 +256,38 @@ fn only_a_regular_file_of_bounded_size_is_read_as_configuration() {
     assert_eq!(config.daemon.max_routes, 7);
 }
 
-/// A configuration file someone other than root and this user could change is refused: it
-/// says where Relay sends the agents' traffic.
+/// A configuration file every user could change is refused: it says where Relay sends the
+/// agents' traffic. Judged from the modes alone, so each case is tested as any user.
 #[test]
-fn a_configuration_others_could_change_is_refused() {
+fn a_configuration_every_user_could_change_is_refused() {
+    let judge = |file_mode, dir_mode| {
+        unsafe_to_trust(TrustFacts {
+            file_mode,
+            dir_mode,
+        })
+    };
+    assert_eq!(judge(Some(0o644), Some(0o755)), None);
+    // Group write is the administrator's choice.
+    assert_eq!(judge(Some(0o664), Some(0o775)), None);
+    assert!(
+        judge(Some(0o666), Some(0o755))
+            .unwrap()
+            .contains("writable by every user")
+    );
+    assert!(
+        judge(Some(0o644), Some(0o777))
+            .unwrap()
+            .contains("directory")
+    );
+    // A sticky directory keeps others from replacing a file they do not own.
+    assert_eq!(judge(Some(0o644), Some(0o1777)), None);
+    // On a read-only mount nothing can be changed, whatever the modes say.
+    assert_eq!(judge(None, None), None);
+}
+
+/// The same, through the loader, on real files.
+#[test]
+fn a_world_writable_configuration_file_is_refused_at_load() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.toml");
@@ -268,26 +296,26 @@ fn a_configuration_others_could_change_is_refused() {
     let mode = |path: &Path, mode: u32| {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
     };
-    let refused = |why: &str| {
-        let err = load().unwrap_err().to_string();
-        assert!(
-            err.contains("config.toml") && err.contains(why),
-            "{why}: {err}"
-        );
-    };
     mode(&path, 0o666);
-    refused("writable by every user");
-    mode(&path, 0o664);
+    let err = load().unwrap_err().to_string();
+    assert!(
+        err.contains("config.toml") && err.contains("writable by every user"),
+        "{err}"
+    );
+    mode(&path, 0o644);
     mode(dir.path(), 0o777);
-    refused("its directory");
-    // A sticky directory keeps others from replacing a file they do not own.
+    let err = load().unwrap_err().to_string();
+    assert!(err.contains("directory"), "{err}");
     mode(dir.path(), 0o1777);
     assert_eq!(load().unwrap().daemon.max_routes, 7);
+    // A symlink is judged by the directory its file is really in.
     mode(dir.path(), 0o755);
-    if relay_identity::store::current_euid() == 0 {
-        std::os::unix::fs::chown(&path, Some(4242), None).unwrap();
-        refused("owned by another user");
-    }
+    let open = tempfile::tempdir().unwrap();
+    mode(open.path(), 0o777);
+    let link = open.path().join("config.toml");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let via_link = Config::load_daemon(&sources(None, Some(link)));
+    assert_eq!(via_link.unwrap().daemon.max_routes, 7);
 }
 
 /// A duration past a year is refused at load: a value near the largest integer made every
