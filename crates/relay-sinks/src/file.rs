@@ -106,8 +106,8 @@ pub(crate) struct FileSink {
     file: File,
     /// Reused to add the newline, so that a record is one `write`.
     line: Vec<u8>,
-    /// A failed write left part of a line that could not be taken back: the next record
-    /// starts on a line of its own.
+    /// A failed write may have left part of a line: the next record starts on a line of
+    /// its own unless the file already ends one.
     line_open: bool,
 }
 
@@ -161,8 +161,10 @@ impl FileSink {
     }
 
     /// Appends one record as one write, adding the newline if it lacks one, so that
-    /// records of concurrent writers never interleave. A write cut short (a full disk) is
-    /// taken back, so the file never holds part of a record glued to the next one.
+    /// records of concurrent writers never interleave. After a write cut short (a full
+    /// disk), the next record starts on a line of its own, so the cut part is one unreadable
+    /// line and not glued to a record. (Truncating the cut part away could race with
+    /// another writer appending a whole record after it.)
     pub(crate) fn write_record(&mut self, record: &[u8]) -> io::Result<()> {
         self.line.clear();
         if self.line_open && !ends_a_line(&self.file) {
@@ -173,10 +175,10 @@ impl FileSink {
             self.line.push(b'\n');
         }
         let (written, result) = write_whole(&mut self.file, &self.line);
-        if result.is_err() && written > 0 {
-            self.line_open = !take_back(&self.file, &self.line[..written]);
-        } else if result.is_ok() {
-            self.line_open = false;
+        match result {
+            Ok(()) => self.line_open = false,
+            Err(_) if written > 0 => self.line_open = true,
+            Err(_) => {}
         }
         result
     }
@@ -215,20 +217,6 @@ fn write_whole(out: &mut impl Write, line: &[u8]) -> (usize, io::Result<()>) {
     (written, Ok(()))
 }
 
-/// Cuts `partial`, the start of a line just appended, off the end of `file`; false when the
-/// file no longer ends with it (another writer appended since) or the cut fails.
-fn take_back(file: &File, partial: &[u8]) -> bool {
-    use std::os::unix::fs::FileExt as _;
-    let Ok(len) = file.metadata().map(|meta| meta.len()) else {
-        return false;
-    };
-    let Some(start) = len.checked_sub(partial.len() as u64) else {
-        return false;
-    };
-    let mut tail = vec![0; partial.len()];
-    file.read_exact_at(&mut tail, start).is_ok() && tail == partial && file.set_len(start).is_ok()
-}
-
 /// Whether `file` is empty or its last byte ends a line.
 fn ends_a_line(file: &File) -> bool {
     use std::os::unix::fs::FileExt as _;
@@ -239,8 +227,8 @@ fn ends_a_line(file: &File) -> bool {
     len == 0 || (file.read_exact_at(&mut last, len - 1).is_ok() && last == *b"\n")
 }
 
-/// `O_APPEND | O_CREAT` with mode 0600 (read too, to take back a line a full disk cut short),
-/// `O_NOFOLLOW` (a symlink fails with `ELOOP`),
+/// `O_APPEND | O_CREAT` with mode 0600 (read too, to see whether a line a full disk cut short
+/// was ended since), `O_NOFOLLOW` (a symlink fails with `ELOOP`),
 /// `O_NONBLOCK` (a FIFO planted there does not hang the open; it then fails the regular-file
 /// check) and `O_CLOEXEC`.
 fn open_append_nofollow(path: &Path) -> io::Result<File> {

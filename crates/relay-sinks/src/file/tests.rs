@@ -1,11 +1,9 @@
+use std::io::Write as _;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
-use std::io::Write as _;
-
 use super::{
-    FileSink, PathFacts, check_directory, check_record_file, render_filename, take_back,
-    write_whole,
+    FileSink, PathFacts, check_directory, check_record_file, render_filename, write_whole,
 };
 use crate::config::FileSinkConfig;
 use crate::error::{SinkError, UnsafePathReason};
@@ -201,37 +199,30 @@ fn a_missing_directory_is_an_error() {
     assert!(matches!(opened, Err(SinkError::DirectoryMetadata { .. })));
 }
 
-/// A write cut short (a full disk) is taken back, so the file never holds part of a record
-/// glued to the next one; where it cannot be (another writer appended after it), the next
-/// record starts on a line of its own.
+/// After a write cut short (a full disk), the next record starts on a line of its own: the
+/// cut part is one unreadable line, not glued to a record; and no empty line is added when
+/// the file already ends a line (another writer ended it).
 #[test]
-fn a_record_cut_short_is_taken_back() -> Result<(), Box<dyn std::error::Error>> {
+fn a_record_after_one_cut_short_starts_its_own_line() -> Result<(), Box<dyn std::error::Error>> {
     let temp = tempfile::tempdir()?;
     let path = temp.path().join("events-alice.jsonl");
     let mut sink = FileSink::open(&config(temp.path()), "alice", "fp1")?;
     sink.write_record(b"{\"n\":1}")?;
     // What a full disk leaves behind: the start of the next line.
     sink.file.write_all(b"{\"n\":")?;
-    assert!(take_back(&sink.file, b"{\"n\":"));
-    assert_eq!(std::fs::read_to_string(&path)?, "{\"n\":1}\n");
-
-    sink.file.write_all(b"{\"n\":")?;
-    let mut other = std::fs::OpenOptions::new().append(true).open(&path)?;
-    other.write_all(b"2}")?;
-    assert!(
-        !take_back(&sink.file, b"{\"n\":"),
-        "another writer's bytes follow"
-    );
     sink.line_open = true;
     sink.write_record(b"{\"n\":3}")?;
     assert_eq!(
         std::fs::read_to_string(&path)?,
-        "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n"
+        "{\"n\":1}\n{\"n\":\n{\"n\":3}\n"
     );
-    // Once a line ends, no empty line is added.
+    assert!(!sink.line_open);
+    let mut other = std::fs::OpenOptions::new().append(true).open(&path)?;
+    sink.file.write_all(b"{\"n\":")?;
+    other.write_all(b"4}\n")?;
     sink.line_open = true;
-    sink.write_record(b"{\"n\":4}")?;
-    assert!(std::fs::read_to_string(&path)?.ends_with("{\"n\":3}\n{\"n\":4}\n"));
+    sink.write_record(b"{\"n\":5}")?;
+    assert!(std::fs::read_to_string(&path)?.ends_with("{\"n\":4}\n{\"n\":5}\n"));
     Ok(())
 }
 
