@@ -89,7 +89,10 @@ fn provider_signed(body: &[u8]) -> HashSet<String> {
     if !mentions(b"thinking") && !mentions(b"reasoning") {
         return found;
     }
-    let Some(document) = parse_value(body) else {
+    // A body with bytes that are not UTF-8 is read as the lexer reads it.
+    let Some(document) =
+        parse_value(body).or_else(|| parse_value(String::from_utf8_lossy(body).as_bytes()))
+    else {
         return found;
     };
     let items = |key: &str| {
@@ -152,13 +155,11 @@ fn strings_reescaped(body: &[u8]) -> Option<Vec<u8>> {
 /// Whether the string literal `raw` (its content, `escaped` when it holds a backslash) has
 /// one of the values in `set`.
 fn is_one_of(set: &HashSet<String>, raw: &[u8], escaped: bool) -> bool {
-    let Ok(raw) = std::str::from_utf8(raw) else {
-        return false;
-    };
+    let raw = String::from_utf8_lossy(raw);
     if escaped {
-        unescape(raw).is_some_and(|value| set.contains(&value))
+        unescape(&raw).is_some_and(|value| set.contains(&value))
     } else {
-        set.contains(raw)
+        set.contains(&*raw)
     }
 }
 

@@ -532,6 +532,16 @@ fn what_the_provider_signed_comes_back_unchanged() {
     );
     assert!(!text.contains("jane.doe@example.com"), "{text}");
 
+    // So does a byte that is not UTF-8 elsewhere in the body.
+    let invalid = b"{\"messages\":[{\"role\":\"user\",\"content\":\"ran \xff ok, mail jane.doe@example.com\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"mail jane@example.org\",\"signature\":\"s\"}]}]}";
+    let result = redactor.redact_json_body(invalid);
+    let text = String::from_utf8_lossy(&result.body);
+    assert!(
+        text.contains(r#""thinking":"mail jane@example.org""#),
+        "{text}"
+    );
+    assert!(!text.contains("jane.doe@example.com"), "{text}");
+
     // A block of the same shape in a user turn is the client's own text: redacted.
     let forged = serde_json::json!({
         "messages": [{"role": "user", "content": [
