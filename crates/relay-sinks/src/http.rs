@@ -200,17 +200,18 @@ impl Poster {
     /// `message` with every word of the sink's header values written `…`: a collector may
     /// echo the credential it was sent ("bad key …"), and header values never reach a log.
     fn without_header_values(&self, message: &str) -> String {
-        let mut message = message.to_owned();
-        let words = self
+        let mut words: Vec<&str> = self
             .headers
             .values()
             .filter_map(|value| value.to_str().ok())
             .flat_map(|value| value.split(|c: char| c.is_whitespace() || c == ','))
-            .filter(|word| word.len() >= MIN_MASKED_WORD);
-        for word in words {
-            message = message.replace(word, "…");
-        }
-        message
+            .filter(|word| word.len() >= MIN_MASKED_WORD)
+            .collect();
+        // Longest first: a word that is part of a longer one must not leave the rest of it.
+        words.sort_unstable_by_key(|word| std::cmp::Reverse(word.len()));
+        words.into_iter().fold(message.to_owned(), |message, word| {
+            message.replace(word, "…")
+        })
     }
 
     async fn post(&self, body: Bytes) -> Attempt {

@@ -589,10 +589,11 @@ async fn spans_a_collector_rejects_are_counted_and_logged_not_sent_again() -> Te
     let mut config = otlp_exporter(addr, delivery(10));
     // A collector that echoes the credential it was sent: header values never reach a log.
     if let Some(otlp) = config.otlp.as_mut() {
-        otlp.headers.insert(
-            "authorization".to_owned(),
-            "Bearer sk-collector-key-123".to_owned(),
-        );
+        // A word that is part of another is masked after it, not before.
+        otlp.headers
+            .insert("authorization".to_owned(), "Bearer sk-collector".to_owned());
+        otlp.headers
+            .insert("x-api-key".to_owned(), "sk-collector-key-123".to_owned());
     }
     let (capture, dispatch) = relay_logging::LogCapture::jsonl("warn");
     let _guard = tracing::dispatcher::set_default(&dispatch);
