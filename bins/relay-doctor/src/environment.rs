@@ -12,7 +12,7 @@ use relay_identity::{
     CredentialSource, Env, PinStore, RouteToken, SigningKey, StatePaths, names, parse_pin,
     provisioned_daemon_key_file, resolve_credential, store, system_config_dir,
 };
-use relay_proxy::config::{Config, ConfigError, ConfigSources};
+use relay_proxy::config::{Config, ConfigError, ConfigSources, elide_quoted};
 use relay_proxy::plugins::{PluginFile, Plugins};
 use serde_json::json;
 
@@ -591,54 +591,7 @@ pub(crate) fn log_variables(env: &impl Env) -> Check {
 /// password): a syntax error is re-read for its line and short message, and quoted values in
 /// other messages are elided.
 fn config_error_text(err: &ConfigError) -> String {
-    match err {
-        ConfigError::Parse { path, .. } => {
-            match fs::read_to_string(path).map(|t| t.parse::<toml::Table>()) {
-                Ok(Err(syntax)) => {
-                    let line = syntax.span().map(|span| {
-                        fs::read_to_string(path)
-                            .map(|t| t[..span.start.min(t.len())].matches('\n').count() + 1)
-                            .unwrap_or(0)
-                    });
-                    format!(
-                        "{}: not valid TOML{}: {}",
-                        path.display(),
-                        line.map(|l| format!(" at line {l}")).unwrap_or_default(),
-                        elide_quoted(syntax.message())
-                    )
-                }
-                _ => elide_quoted(&err.to_string()),
-            }
-        }
-        _ => elide_quoted(&err.to_string()),
-    }
-}
-
-/// Replaces every value quoted in `"…"` or `'…'` with `…`, and the value serde names in
-/// backticks after "unknown variant" (a setting's value, not a key); key names in backticks
-/// stay.
-pub(crate) fn elide_quoted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut quote: Option<char> = None;
-    for c in text.chars() {
-        match quote {
-            Some(q) if c == q => {
-                out.push('…');
-                out.push(c);
-                quote = None;
-            }
-            Some(_) => {}
-            None if c == '"' || c == '\'' || (c == '`' && out.ends_with("unknown variant ")) => {
-                out.push(c);
-                quote = Some(c);
-            }
-            None => out.push(c),
-        }
-    }
-    if quote.is_some() {
-        out.push('…');
-    }
-    out
+    elide_quoted(&err.to_string())
 }
 
 /// `plugins.toml`, system and (when allowed) user, read as the worker reads it.

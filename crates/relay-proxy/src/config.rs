@@ -904,9 +904,10 @@ fn check_file(
     text: &str,
     skip_daemon: bool,
 ) -> Result<(toml::Table, Vec<String>), ConfigError> {
+    // Neither the parser's nor serde's words are quoted with the values they name.
     let parse_error = |e: &dyn fmt::Display| ConfigError::Parse {
         path: path.to_owned(),
-        message: e.to_string().trim_end().replace('\n', " "),
+        message: elide_quoted(e.to_string().trim_end()).replace('\n', " "),
     };
     // The parser's message and line, not its own `Display`, which quotes the line: a value
     // on it may be a credential pasted in the wrong file.
@@ -933,8 +934,35 @@ fn from_table(table: toml::Table) -> Result<Config, ConfigError> {
         .try_into()
         .map_err(|e| ConfigError::Parse {
             path: PathBuf::from("<merged configuration>"),
-            message: e.to_string(),
+            message: elide_quoted(&e.to_string()),
         })
+}
+
+/// Replaces every value quoted in `"…"` or `'…'` with `…`, and the value serde names in
+/// backticks after "unknown variant" (a setting's value, not a key); key names in backticks
+/// stay. A value may be a credential pasted in the wrong place.
+pub fn elide_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut quote: Option<char> = None;
+    for c in text.chars() {
+        match quote {
+            Some(q) if c == q => {
+                out.push('…');
+                out.push(c);
+                quote = None;
+            }
+            Some(_) => {}
+            None if c == '"' || c == '\'' || (c == '`' && out.ends_with("unknown variant ")) => {
+                out.push(c);
+                quote = Some(c);
+            }
+            None => out.push(c),
+        }
+    }
+    if quote.is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// Deep-merges `over` into `base`: tables merge key by key, any other value replaces.

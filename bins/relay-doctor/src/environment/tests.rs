@@ -299,19 +299,6 @@ fn config_errors_fail_without_quoting_values_and_unknown_keys_warn() {
 }
 
 #[test]
-fn quoted_values_are_elided() {
-    assert_eq!(
-        elide_quoted("invalid type: string \"sk-1\", expected `u64` 'x"),
-        "invalid type: string \"…\", expected `u64` '…"
-    );
-    // serde names an enum setting's wrong value in backticks; the expected ones stay.
-    assert_eq!(
-        elide_quoted("unknown variant `SECRETVALUE`, expected `bound_only` or `any_local`"),
-        "unknown variant `…`, expected `bound_only` or `any_local`"
-    );
-}
-
-#[test]
 fn plugins_are_validated_and_the_effective_components_listed() {
     let f = Fixture::new();
     let env = f.env();

@@ -435,6 +435,36 @@ fn config_errors_never_quote_the_file() {
     }
 }
 
+/// A value of the wrong type is not repeated in the error either.
+#[test]
+fn type_errors_never_quote_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    for text in [
+        "[daemon]\nport = \"sk-s3cret-pass\"\n",
+        "[upstream]\ndaemon_keys = \"sk-s3cret-pass\"\n",
+    ] {
+        let system = file(&dir, "config.toml", text);
+        let err = Config::load_daemon(&sources(None, Some(system)))
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("s3cret"), "{err}");
+        assert!(err.contains("config.toml"), "{err}");
+    }
+}
+
+#[test]
+fn quoted_values_are_elided() {
+    assert_eq!(
+        elide_quoted("invalid type: string \"sk-1\", expected `u64` 'x"),
+        "invalid type: string \"…\", expected `u64` '…"
+    );
+    // serde names an enum setting's wrong value in backticks; the expected ones stay.
+    assert_eq!(
+        elide_quoted("unknown variant `SECRETVALUE`, expected `bound_only` or `any_local`"),
+        "unknown variant `…`, expected `bound_only` or `any_local`"
+    );
+}
+
 #[test]
 fn base_urls_are_normalized() {
     let url = BaseUrl::parse("HTTPS://API.Example.COM:8443/v1/").unwrap();
