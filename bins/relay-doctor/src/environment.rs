@@ -33,8 +33,6 @@ const CODEX_SYSTEM_HOOK_FILES: [&str; 4] = [
     "requirements.toml",
 ];
 const CODEX_USER_HOOK_FILES: [&str; 2] = ["hooks.json", "config.toml"];
-/// Larger files are not read for Relay's entries.
-const MAX_AGENT_FILE_BYTES: u64 = 1024 * 1024;
 /// The variable that points Claude Code's model requests at a base URL.
 const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
 /// Where Claude Code reads its managed settings and managed MCP servers.
@@ -899,14 +897,15 @@ pub(crate) fn claude_code<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         .chain(&servers.problem)
         .cloned()
         .collect();
-    let mut base_url = None;
     if let Some(value) = &settings.value {
         wiring.add(value, "mcpServers");
-        base_url = value
-            .pointer("/env/ANTHROPIC_BASE_URL")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned);
     }
+    // Without one in the managed settings, the launch environment's is what Claude Code uses.
+    let env_base_url = inputs
+        .env
+        .non_empty(ANTHROPIC_BASE_URL)
+        .map(|url| url.to_string_lossy().into_owned())
+        .filter(|_| wiring.base_urls.is_empty());
     let hooks = wiring.has_hooks() || (settings.problem.is_some() && settings.names_relay);
     if let Some(value) = &servers.value {
         wiring.add(value, "mcpServers");
@@ -914,14 +913,14 @@ pub(crate) fn claude_code<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     let server = !wiring.servers.is_empty() || (servers.problem.is_some() && servers.names_relay);
     if wiring.has_hooks() {
         problems.extend(wiring.hook_problems("claude", &CLAUDE_HOOK_EVENTS));
-        if base_url.is_none() && inputs.env.non_empty(ANTHROPIC_BASE_URL).is_none() {
+        if wiring.base_urls.is_empty() && env_base_url.is_none() {
             problems.push(format!(
                 "{} sets no env.ANTHROPIC_BASE_URL (nor does this environment): Claude Code sends its model requests straight to the provider",
                 display(&settings.path)
             ));
         }
     }
-    problems.extend(wiring.install_problems(inputs.env, base_url.as_deref()));
+    problems.extend(wiring.install_problems(inputs.env, env_base_url.as_deref()));
     let details = json!({
         "managed_settings": display(&settings.path),
         "hooks": hooks,
@@ -984,19 +983,9 @@ fn agent_dir(env: &impl Env, variable: &str, default: &str) -> Option<PathBuf> {
 }
 
 /// Whether `file` is a readable regular file of reasonable size that names `needle`.
-/// Symbolic links are followed, as the agents follow them.
 fn file_names(file: &Path, needle: &str) -> bool {
-    let needle = needle.as_bytes();
-    let Ok(mut opened) = fs::File::open(file) else {
-        return false;
-    };
-    if !opened.metadata().is_ok_and(|meta| meta.is_file()) {
-        return false;
-    }
-    store::read_bounded(&mut opened, MAX_AGENT_FILE_BYTES).is_ok_and(|bytes| {
-        bytes.len() as u64 <= MAX_AGENT_FILE_BYTES
-            && bytes.windows(needle.len()).any(|window| window == needle)
-    })
+    crate::wiring::read(file)
+        .is_some_and(|bytes| crate::wiring::contains(&bytes, needle.as_bytes()))
 }
 
 #[cfg(test)]

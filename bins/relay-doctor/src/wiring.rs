@@ -23,7 +23,8 @@ pub(crate) struct AgentFile {
     pub(crate) path: PathBuf,
     /// The parsed file; `None` when it is missing, unreadable or does not parse.
     pub(crate) value: Option<Value>,
-    /// Why a file that names a Relay binary cannot be used (the agent skips it whole).
+    /// Why a file that names a Relay binary cannot be used: it does not parse, and the
+    /// agent skips it whole.
     pub(crate) problem: Option<String>,
     /// Whether the file's bytes name `relay-hook` or `relay-mcp`.
     pub(crate) names_relay: bool,
@@ -39,13 +40,10 @@ impl AgentFile {
             problem: None,
             names_relay: false,
         };
-        let bytes = match read(path) {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => return file,
-            Err(problem) => {
-                file.problem = Some(problem);
-                return file;
-            }
+        // A file this user cannot read, or far too large to be one of Relay's, may well be
+        // another tool's: it is passed over, as before Relay's wiring was judged.
+        let Some(bytes) = read(path) else {
+            return file;
         };
         file.names_relay = contains(&bytes, b"relay-hook") || contains(&bytes, b"relay-mcp");
         let parsed = if path.extension().is_some_and(|ext| ext == "toml") {
@@ -73,28 +71,23 @@ impl AgentFile {
     }
 }
 
-/// A readable regular file's bytes; `None` when there is none.
-fn read(path: &Path) -> Result<Option<Vec<u8>>, String> {
-    let mut opened = match fs::File::open(path) {
-        Ok(opened) => opened,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(format!("cannot read {}: {err}", display(path))),
-    };
+/// A readable regular file's bytes, at most [`MAX_AGENT_FILE_BYTES`]; `None` for anything
+/// else. Symbolic links are followed, as the agents follow them; a FIFO is not waited on.
+pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)
+        .ok()?;
     if !opened.metadata().is_ok_and(|meta| meta.is_file()) {
-        return Ok(None);
+        return None;
     }
-    let bytes = store::read_bounded(&mut opened, MAX_AGENT_FILE_BYTES)
-        .map_err(|err| format!("cannot read {}: {err}", display(path)))?;
-    if bytes.len() as u64 > MAX_AGENT_FILE_BYTES {
-        return Err(format!(
-            "{} is larger than {MAX_AGENT_FILE_BYTES} bytes",
-            display(path)
-        ));
-    }
-    Ok(Some(bytes))
+    let bytes = store::read_bounded(&mut opened, MAX_AGENT_FILE_BYTES).ok()?;
+    (bytes.len() as u64 <= MAX_AGENT_FILE_BYTES).then_some(bytes)
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack
         .windows(needle.len())
         .any(|window| window == needle)
@@ -131,6 +124,9 @@ pub(crate) struct Wiring {
     /// Hook event → the `relay-hook` commands it runs.
     pub(crate) hooks: BTreeMap<String, Vec<HookCommand>>,
     pub(crate) servers: Vec<Server>,
+    /// The model base URLs the files point at the daemon: Claude Code's
+    /// `env.ANTHROPIC_BASE_URL`, Codex's `model_providers.relay.base_url` (without `/v1`).
+    pub(crate) base_urls: Vec<String>,
 }
 
 impl Wiring {
@@ -152,6 +148,15 @@ impl Wiring {
                     self.hooks.entry(event.clone()).or_default().push(command);
                 }
             }
+        }
+        let base_urls = [
+            value.pointer("/env/ANTHROPIC_BASE_URL"),
+            value.pointer("/model_providers/relay/base_url"),
+        ];
+        for url in base_urls.into_iter().flatten().filter_map(Value::as_str) {
+            let url = url.trim_end_matches('/');
+            self.base_urls
+                .push(url.strip_suffix("/v1").unwrap_or(url).to_owned());
         }
         if let Some(servers) = value.get(servers_key).and_then(Value::as_object) {
             for server in servers.values() {
@@ -219,8 +224,8 @@ impl Wiring {
         problems
     }
 
-    /// Binaries that are not there, and daemon addresses that disagree. `base_url` is a
-    /// model base URL the same files point at the daemon, when they set one.
+    /// Binaries that are not there, and daemon addresses that disagree (among the hooks,
+    /// the servers, the files' base URLs and `base_url`, one the environment sets).
     pub(crate) fn install_problems(&self, env: &impl Env, base_url: Option<&str>) -> Vec<String> {
         let programs: BTreeSet<&str> = self
             .commands()
@@ -239,6 +244,7 @@ impl Wiring {
                     .iter()
                     .filter_map(|s| s.daemon_address.as_deref()),
             )
+            .chain(self.base_urls.iter().map(String::as_str))
             .chain(base_url)
             .map(|address| address.trim_end_matches('/'))
             .collect();

@@ -51,6 +51,19 @@ pub const CODEX_HOOK_EVENTS: [(&str, bool); 11] = [
 /// bundle runs `relay-hook` on them with `--fail-closed`.
 pub const BLOCKING_HOOK_EVENTS: [&str; 3] = ["PreToolUse", "PermissionRequest", "UserPromptSubmit"];
 
+/// The command line that runs `relay_hook` for `event` of `agent` (`claude`, `codex`)
+/// against the daemon at `origin`: fail-closed on the blocking events, fail-open on the
+/// others. Paths pass the bundle's `--bin-dir` rules (no spaces or shell metacharacters),
+/// so no quoting is needed on any platform.
+pub fn hook_command(relay_hook: &str, agent: &str, origin: &str, event: &str) -> String {
+    let mode = if BLOCKING_HOOK_EVENTS.contains(&event) {
+        "--fail-closed"
+    } else {
+        "--fail-open"
+    };
+    format!("{relay_hook} {agent} --daemon-address {origin} {mode}")
+}
+
 /// The largest bundle file `read_bundle_dir` accepts; generated files are a few KiB.
 const MAX_FILE_BYTES: u64 = 1 << 20;
 /// The most files `read_bundle_dir` accepts, so a wrong directory does not read a disk.

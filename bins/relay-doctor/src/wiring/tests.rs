@@ -21,17 +21,10 @@ pub(crate) fn bin_dir() -> tempfile::TempDir {
 
 /// The hooks table the bundle writes for `agent` over `events`.
 pub(crate) fn bundle_hooks(bin: &Path, agent: &str, events: &[(&str, bool)]) -> Value {
+    let relay_hook = bin.join("relay-hook").display().to_string();
     let mut hooks = serde_json::Map::new();
     for &(event, _) in events {
-        let mode = if BLOCKING_HOOK_EVENTS.contains(&event) {
-            "--fail-closed"
-        } else {
-            "--fail-open"
-        };
-        let command = format!(
-            "{} {agent} --daemon-address {DAEMON} {mode}",
-            bin.join("relay-hook").display()
-        );
+        let command = relay_identity::bundle::hook_command(&relay_hook, agent, DAEMON, event);
         hooks.insert(
             event.to_owned(),
             json!([{ "matcher": "*", "hooks": [{ "type": "command", "command": command, "timeout": 30 }] }]),
@@ -216,4 +209,22 @@ fn files_are_read_as_their_agent_reads_them() {
             .problem
             .is_none()
     );
+}
+
+/// A FIFO, a directory or a file this user cannot read where an agent file belongs is
+/// passed over, never waited on or reported as Relay's.
+#[test]
+fn what_is_not_a_readable_file_is_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("hooks.json");
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+    )
+    .unwrap();
+    let file = AgentFile::load(&fifo);
+    assert!(file.value.is_none() && file.problem.is_none() && !file.names_relay);
+    let file = AgentFile::load(dir.path());
+    assert!(file.value.is_none() && file.problem.is_none());
 }

@@ -1,7 +1,7 @@
 //! The text of each bundle file. Every function here is pure: the same options give the
 //! same bytes, and nothing user-, run- or folder-specific goes in (SPEC §10.2).
 
-use relay_identity::bundle::{BLOCKING_HOOK_EVENTS, CLAUDE_HOOK_EVENTS, CODEX_HOOK_EVENTS};
+use relay_identity::bundle::{CLAUDE_HOOK_EVENTS, CODEX_HOOK_EVENTS};
 use serde_json::{Value, json};
 
 use super::{Agent, BundleFile, BundleOptions, Platform};
@@ -75,14 +75,8 @@ fn binary(options: &BundleOptions, name: &str) -> String {
     )
 }
 
-/// The hook command line for one event. Paths passed the `--bin-dir` rules (no spaces or
-/// shell metacharacters), so no quoting is needed on any platform.
+/// The hook command line for one event.
 fn hook_command(options: &BundleOptions, agent: &str, event: &str) -> String {
-    let mode = if BLOCKING_HOOK_EVENTS.contains(&event) {
-        "--fail-closed"
-    } else {
-        "--fail-open"
-    };
     let mut relay_hook = binary(options, "relay-hook");
     if agent == "claude" && options.platform == Platform::Windows {
         // Claude Code runs hook commands through Git Bash on Windows, where a backslash is
@@ -90,10 +84,7 @@ fn hook_command(options: &BundleOptions, agent: &str, event: &str) -> String {
         // slashes as well.
         relay_hook = relay_hook.replace('\\', "/");
     }
-    format!(
-        "{relay_hook} {agent} --daemon-address {} {mode}",
-        origin(options)
-    )
+    relay_identity::bundle::hook_command(&relay_hook, agent, &origin(options), event)
 }
 
 fn hooks_object(options: &BundleOptions, agent: &str, events: &[(&str, bool)]) -> Value {
