@@ -545,9 +545,11 @@ pub(crate) fn config<E: Env>(inputs: &Inputs<'_, E>) -> Check {
 /// stops relay-mcp and the worker at start, so no worker ever runs for the harness.
 pub(crate) fn log_variables(env: &impl Env) -> Check {
     const ID: &str = "log_variables";
+    // Blank counts as unset, as the clients read it.
     let text = |name: &str| {
         env.non_empty(name)
             .map(|v| v.to_string_lossy().into_owned())
+            .filter(|v| !v.trim().is_empty())
     };
     let (level, format) = (text(names::RELAY_LOG), text(names::RELAY_LOG_FORMAT));
     let set: Vec<&str> = [
@@ -559,15 +561,7 @@ pub(crate) fn log_variables(env: &impl Env) -> Check {
     .map(|(name, _)| name)
     .collect();
     let details = json!({ "set": set });
-    match relay_logging::LogConfig::resolve(
-        None,
-        None,
-        level.as_deref(),
-        format.as_deref(),
-        None,
-        None,
-        relay_logging::LogConfig::client_default(),
-    ) {
+    match relay_logging::LogConfig::client(None, level.as_deref(), format.as_deref()) {
         Ok(_) if set.is_empty() => {
             Check::ok(ID, "RELAY_LOG and RELAY_LOG_FORMAT are not set: the defaults apply")
                 .with(details)

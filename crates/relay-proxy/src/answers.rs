@@ -156,7 +156,7 @@ pub(crate) fn unbound_token() -> Response<ResponseBody> {
     error(
         StatusCode::UNAUTHORIZED,
         ErrorKind::RelayUnauthorized,
-        "this x-relay-client-token is bound to no route yet: a harness session's relay-mcp registers it with the daemon",
+        "this x-relay-client-token is bound to no route: a harness session's relay-mcp registers it with the daemon (or, if it was registered, it has been revoked)",
     )
 }
 

@@ -443,6 +443,8 @@ fn a_proxy_needs_no_proxy_for_loopback() {
 fn log_variables_are_read_as_the_clients_read_them() {
     let unset = log_variables(&MapEnv::new());
     assert_eq!(unset.status, Status::Ok, "{unset:?}");
+    let blank = log_variables(&MapEnv::new().with(names::RELAY_LOG, "  "));
+    assert_eq!(blank.details["set"], json!([]), "{blank:?}");
     let good = log_variables(&MapEnv::new().with(names::RELAY_LOG, "relay=debug,info"));
     assert_eq!(good.status, Status::Ok, "{good:?}");
     assert_eq!(good.details["set"], json!(["RELAY_LOG"]));
