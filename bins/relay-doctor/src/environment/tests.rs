@@ -528,25 +528,22 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
     );
     let whole = codex_hooks(&inputs);
     assert_eq!(whole.status, Status::Ok, "{whole:?}");
-    // The model provider pointed at another daemon than the hooks.
+    // The model provider pointed at another daemon than the hooks, then at the same one.
     let config = std::fs::read_to_string(system.join("managed_config.toml")).unwrap();
-    fixture.write(
-        &system.join("managed_config.toml"),
-        &format!("model_provider = \"relay\"\n{config}\n[model_providers.relay]\nbase_url = \"http://127.0.0.1:1/v1\"\n"),
-        0o644,
-    );
-    let elsewhere = codex_hooks(&inputs);
+    let provider_at = |base: &str| {
+        let text = format!(
+            "model_provider = \"relay\"\n{config}\n[model_providers.relay]\nbase_url = \"{base}/v1\"\n"
+        );
+        fixture.write(&system.join("managed_config.toml"), &text, 0o644);
+        codex_hooks(&inputs)
+    };
+    let elsewhere = provider_at("http://127.0.0.1:1");
     assert_eq!(elsewhere.status, Status::Fail, "{elsewhere:?}");
     assert!(
         elsewhere.summary.contains("more than one daemon address"),
         "{elsewhere:?}"
     );
-    fixture.write(
-        &system.join("managed_config.toml"),
-        &format!("model_provider = \"relay\"\n{config}\n[model_providers.relay]\nbase_url = \"{DAEMON}/v1\"\n"),
-        0o644,
-    );
-    assert_eq!(codex_hooks(&inputs).status, Status::Ok);
+    assert_eq!(provider_at(DAEMON).status, Status::Ok);
 
     // The MCP server without the hooks: Codex is set up, its policy hooks are missing.
     fs::remove_file(system.join("hooks.json")).unwrap();
