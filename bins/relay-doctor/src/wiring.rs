@@ -41,7 +41,7 @@ impl AgentFile {
             names_relay: false,
         };
         // A file this user cannot read, or far too large to be one of Relay's, may well be
-        // another tool's: it is passed over, as before Relay's wiring was judged.
+        // another tool's: it is passed over.
         let Some(bytes) = read(path) else {
             return file;
         };
