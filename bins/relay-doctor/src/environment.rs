@@ -783,12 +783,24 @@ pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         .as_deref()
         .map(|dir| CodexLayer::read(dir, &CODEX_USER_HOOK_FILES, inputs.env))
         .unwrap_or_default();
-    let problems: Vec<String> = system
+    let mut problems: Vec<String> = system
         .problems
         .iter()
         .chain(&user.problems)
         .cloned()
         .collect();
+    if !system.hook_files.is_empty() || !user.hook_files.is_empty() {
+        // The managed layer wins over the user's, which wins over the system's own.
+        let layers = [
+            inputs.codex_system_dir.join("managed_config.toml"),
+            codex_home
+                .as_deref()
+                .map(|dir| dir.join("config.toml"))
+                .unwrap_or_default(),
+            inputs.codex_system_dir.join("config.toml"),
+        ];
+        problems.extend(codex_hooks_switched_off(&layers));
+    }
     let details = json!({
         "system_files": system.hook_files,
         "user_files": user.hook_files,
@@ -830,6 +842,26 @@ pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         (true, true) => Check::skip(ID, "no Relay hooks for Codex found (Codex is not set up for Relay here)")
             .with(details),
     }
+}
+
+/// Where Codex's hooks feature is switched off: the first of `layers` (highest precedence
+/// first) that sets `[features] hooks` (or its older name `codex_hooks`) decides.
+fn codex_hooks_switched_off(layers: &[PathBuf]) -> Option<String> {
+    let (path, on) = layers.iter().find_map(|path| {
+        let value = AgentFile::load(path).value?;
+        let features = value.get("features")?;
+        let on = features
+            .get("hooks")
+            .or_else(|| features.get("codex_hooks"))?
+            .as_bool()?;
+        Some((path, on))
+    })?;
+    (!on).then(|| {
+        format!(
+            "{} switches Codex's hooks off ([features] hooks = false), Relay's among them: add [features] hooks = true to the managed layer, as docs/harnesses.md says",
+            display(path)
+        )
+    })
 }
 
 /// Relay's entries in one of Codex's configuration layers (its system directory, or the
@@ -979,6 +1011,8 @@ fn agent_dir(env: &impl Env, variable: &str, default: &str) -> Option<PathBuf> {
 /// Whether `file` is a readable regular file of reasonable size that names `needle`.
 fn file_names(file: &Path, needle: &str) -> bool {
     crate::wiring::read(file)
+        .ok()
+        .flatten()
         .is_some_and(|bytes| crate::wiring::contains(&bytes, needle.as_bytes()))
 }
 

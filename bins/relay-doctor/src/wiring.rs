@@ -40,10 +40,19 @@ impl AgentFile {
             problem: None,
             names_relay: false,
         };
-        // A file this user cannot read, or far too large to be one of Relay's, may well be
-        // another tool's: it is passed over.
-        let Some(bytes) = read(path) else {
-            return file;
+        // A file far too large to be one of Relay's is passed over. One this user may not
+        // read is a problem whoever's it is: the agent, run by this user, cannot read it
+        // either, and runs without what it holds.
+        let bytes = match read(path) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return file,
+            Err(err) => {
+                file.problem = Some(format!(
+                    "{} cannot be read by this user ({err}), so the agent runs without it: keep it readable by every user (0644)",
+                    display(path)
+                ));
+                return file;
+            }
         };
         file.names_relay = contains(&bytes, b"relay-hook") || contains(&bytes, b"relay-mcp");
         let parsed = if path.extension().is_some_and(|ext| ext == "toml") {
@@ -71,20 +80,25 @@ impl AgentFile {
     }
 }
 
-/// A readable regular file's bytes, at most [`MAX_AGENT_FILE_BYTES`]; `None` for anything
-/// else. Symbolic links are followed, as the agents follow them; a FIFO is not waited on.
-pub(crate) fn read(path: &Path) -> Option<Vec<u8>> {
+/// A regular file's bytes, at most [`MAX_AGENT_FILE_BYTES`]; `None` when there is none, or
+/// not a regular file, or a larger one; an error only when this user may not read it.
+/// Symbolic links are followed, as the agents follow them; a FIFO is not waited on.
+pub(crate) fn read(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let mut opened = fs::OpenOptions::new()
+    let opened = fs::OpenOptions::new()
         .read(true)
         .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)
-        .ok()?;
+        .open(path);
+    let mut opened = match opened {
+        Ok(opened) => opened,
+        Err(err) if err.kind() == std::io::ErrorKind::PermissionDenied => return Err(err),
+        Err(_) => return Ok(None),
+    };
     if !opened.metadata().is_ok_and(|meta| meta.is_file()) {
-        return None;
+        return Ok(None);
     }
-    let bytes = store::read_bounded(&mut opened, MAX_AGENT_FILE_BYTES).ok()?;
-    (bytes.len() as u64 <= MAX_AGENT_FILE_BYTES).then_some(bytes)
+    let bytes = store::read_bounded(&mut opened, MAX_AGENT_FILE_BYTES)?;
+    Ok((bytes.len() as u64 <= MAX_AGENT_FILE_BYTES).then_some(bytes))
 }
 
 pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -159,11 +173,12 @@ impl Wiring {
                 .push(url.strip_suffix("/v1").unwrap_or(url).to_owned());
         }
         if let Some(servers) = value.get(servers_key).and_then(Value::as_object) {
-            for server in servers.values() {
+            for (name, server) in servers {
                 let Some(program) = server.get("command").and_then(Value::as_str) else {
                     continue;
                 };
-                if !is_named(program, "relay-mcp") {
+                // The bundle names its server `relay`: whatever that one runs is judged.
+                if !is_named(program, "relay-mcp") && name != "relay" {
                     continue;
                 }
                 let args: Vec<&str> = server

@@ -544,6 +544,27 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
         "{elsewhere:?}"
     );
     assert_eq!(provider_at(DAEMON).status, Status::Ok);
+    // The user switches hooks off; the managed layer's pin turns them back on.
+    fixture.write(
+        &codex_home.join("config.toml"),
+        "[features]\nhooks = false\n",
+        0o600,
+    );
+    let off = codex_hooks(&inputs);
+    assert_eq!(off.status, Status::Fail, "{off:?}");
+    assert!(
+        off.summary.contains("switches Codex's hooks off"),
+        "{off:?}"
+    );
+    let managed = std::fs::read_to_string(system.join("managed_config.toml")).unwrap();
+    fixture.write(
+        &system.join("managed_config.toml"),
+        &format!("{managed}\n[features]\nhooks = true\n"),
+        0o644,
+    );
+    let pinned = codex_hooks(&inputs);
+    assert_eq!(pinned.status, Status::Ok, "{pinned:?}");
+    fs::remove_file(codex_home.join("config.toml")).unwrap();
 
     // The MCP server without the hooks: Codex is set up, its policy hooks are missing.
     fs::remove_file(system.join("hooks.json")).unwrap();

@@ -228,3 +228,31 @@ fn what_is_not_a_readable_file_is_passed_over() {
     let file = AgentFile::load(dir.path());
     assert!(file.value.is_none() && file.problem.is_none());
 }
+
+/// The server the bundle names `relay` is judged whatever it runs, so a wrong binary name
+/// is a missing binary, not a missing server.
+#[test]
+fn the_server_named_relay_is_judged_whatever_it_runs() {
+    let value = json!({ "mcpServers": { "relay": { "command": "/opt/relay/bin/relay-mcpx" } } });
+    let wiring = wiring(&value, "mcpServers");
+    assert_eq!(wiring.servers.len(), 1);
+    assert_eq!(
+        wiring.install_problems(&MapEnv::new(), None),
+        ["/opt/relay/bin/relay-mcpx does not exist"]
+    );
+}
+
+/// A file this user may not read is a problem whoever's it is: the agent cannot read it
+/// either. (Root reads every file, so this runs only as another user.)
+#[test]
+fn a_file_this_user_may_not_read_is_a_problem() {
+    if store::current_euid() == 0 {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hooks.json");
+    fs::write(&path, "{}").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o000)).unwrap();
+    let problem = AgentFile::load(&path).problem.unwrap();
+    assert!(problem.contains("cannot be read by this user"), "{problem}");
+}
