@@ -540,10 +540,13 @@ async fn the_readiness_probe_says_ready_once_plugins_are_loaded() {
         .get(READY_PATH)
         .await
         .assert_error(503, "relay_worker_unavailable");
-    worker
-        .post("/v1/messages", b"{}")
-        .await
-        .assert_error(503, "relay_worker_unavailable");
+    let refused = worker.post("/v1/messages", b"{}").await;
+    refused.assert_error(503, "relay_worker_unavailable");
+    // Marked as the worker's own refusal, so the daemon can tell it from a provider's 503.
+    assert_eq!(
+        refused.header("x-relay-worker-refused"),
+        Some("unavailable")
+    );
     worker
         .post("/hooks/codex", b"{}")
         .await

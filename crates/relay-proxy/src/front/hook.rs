@@ -123,6 +123,13 @@ impl Front {
                         return Answer::new(res, RouteLabel::Hook, Destination::Worker)
                             .waited(waited);
                     }
+                    // 503: relay-hook asks again within its timeout, by when the route has
+                    // moved on.
+                    WorkerResult::Refused(waited) => {
+                        let answer = worker_unavailable(Duration::from_secs(1));
+                        return Answer::new(answer, RouteLabel::Hook, Destination::Worker)
+                            .waited(waited);
+                    }
                     WorkerResult::NotSent(_, outcome) => {
                         ticket.unreachable(outcome);
                         if self.options.mode == Mode::RequireWorker {

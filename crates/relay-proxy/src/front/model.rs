@@ -13,7 +13,7 @@ use relay_proto::PassThroughReason;
 use super::credential::{Credential, Routed};
 use super::to_worker::WorkerResult;
 use super::{Answer, Front, Mode};
-use crate::answers::{upstream_error, worker_unavailable};
+use crate::answers::{upstream_error, worker_failed, worker_unavailable};
 use crate::config::DaemonKeys;
 use crate::forward::{Checked, Prologue, provider_request};
 use crate::headers::{self, ModelHeaders, Toward};
@@ -96,6 +96,12 @@ impl Front {
                     }
                     WorkerResult::Failed(res, waited) => {
                         return Answer::new(res, label, Destination::Worker).waited(waited);
+                    }
+                    // The body is spent, so it cannot pass through: 502, as for a worker
+                    // that fails before answering (§3.7), in either mode.
+                    WorkerResult::Refused(waited) => {
+                        return Answer::new(worker_failed(), label, Destination::Worker)
+                            .waited(waited);
                     }
                     WorkerResult::NotSent(req, outcome) => {
                         // Nothing reached the worker: pass through once (§3.7).

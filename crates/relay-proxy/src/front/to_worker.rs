@@ -79,6 +79,15 @@ impl Front {
                 self.log_worker_failure(route, fingerprint, worker.worker_id, "secret_refused");
                 WorkerResult::Failed(worker_failed(), waited)
             }
+            // The worker stopped taking requests (it drains, or lost its control session)
+            // after this one was routed to it: logged, where its 503 was relayed unseen.
+            Ok(res)
+                if res.status() == StatusCode::SERVICE_UNAVAILABLE
+                    && res.headers().contains_key(WORKER_REFUSED) =>
+            {
+                self.log_worker_failure(route, fingerprint, worker.worker_id, "worker_unavailable");
+                WorkerResult::Refused(waited)
+            }
             Ok(res) => {
                 // The worker answered a provider failure: logged here, with the daemon's
                 // other failure events. The relay of the answer drops the mark, as it drops
@@ -126,6 +135,9 @@ pub(super) enum WorkerResult {
     NotSent(Request<RequestBody>, ProbeOutcome),
     /// The daemon's answer for a failed exchange, and how long it waited on the worker.
     Failed(Response<ResponseBody>, Duration),
+    /// The worker refused the request unread: it no longer takes requests. Nothing reached
+    /// the provider, but the request's body went to the worker.
+    Refused(Duration),
 }
 
 /// The daemon's backstop toward a worker beyond the worker's own response timeout (§3.3).

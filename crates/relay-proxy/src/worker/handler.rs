@@ -369,13 +369,19 @@ fn unauthorized() -> Response<ResponseBody> {
 }
 
 /// 503 with `Retry-After: 1` (§3.5: every 503 carries one).
+/// 503, marked as the worker's own refusal: the daemon, whose routing raced the worker's
+/// drain or loss of control, answers it as a worker that failed before answering, since
+/// nothing reached the provider but the request's body is spent.
 fn unavailable() -> Response<ResponseBody> {
-    retry_later(
+    let mut res = retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::RelayWorkerUnavailable,
         "the worker is not accepting this request now",
         1,
-    )
+    );
+    res.headers_mut()
+        .insert(WORKER_REFUSED, HeaderValue::from_static("unavailable"));
+    res
 }
 
 #[cfg(test)]
