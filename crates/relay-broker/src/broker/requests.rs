@@ -116,7 +116,12 @@ impl Broker {
         }
         match worker {
             Some((worker_id, endpoint, certificate_sha256, secret)) => {
-                route.relaunched_after_crash = false;
+                if route.relaunched_after_crash {
+                    // The crash loop, if there was one, is over.
+                    route.relaunched_after_crash = false;
+                    route.backoff = Duration::ZERO;
+                    route.attempt = 0;
+                }
                 if let Some(g) = self.generations.get_mut(&worker_id) {
                     g.in_flight += 1;
                     g.served += 1;

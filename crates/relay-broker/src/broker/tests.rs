@@ -985,6 +985,35 @@ fn activation_failures_back_off_1_2_4_seconds_and_success_resets_the_delay() {
             reason: FailureReason::WorkerExitedBeforeReady,
         },
     );
+    // A crash loop (ready, then dead before serving) keeps doubling the delay: becoming
+    // ready does not forgive it, serving a request does.
+    s.advance(1000)
+        .worker(6, 'A')
+        .ready(6)
+        .probe(6, ProbeOutcome::Ready);
+    let grant = s.last_grant().0;
+    s.step(
+        "ready once more, it dies before serving again",
+        Input::McpWorkerExited {
+            conn: ConnId(1),
+            activation_id: grant,
+            reason: FailureReason::WorkerExitedBeforeReady,
+        },
+    );
+    s.advance(2000)
+        .worker(7, 'A')
+        .ready(7)
+        .probe(7, ProbeOutcome::Ready)
+        .request("a1", RequestKind::Model, false);
+    let grant = s.last_grant().0;
+    s.step(
+        "after serving a request it crashes: relaunched at once",
+        Input::McpWorkerExited {
+            conn: ConnId(1),
+            activation_id: grant,
+            reason: FailureReason::WorkerExitedBeforeReady,
+        },
+    );
     s.check(expect![[r#"
         > mcp c1 registers A with a1
           persist
@@ -1064,6 +1093,52 @@ fn activation_failures_back_off_1_2_4_seconds_and_success_resets_the_delay() {
           close c5
           event worker_activation_failed A worker_exited_before_serving retry_after=1000ms
           c1 <- UsePassThrough
+        > clock +1000ms (t=8000ms)
+          event worker_relaunch_requested A attempt=1
+          event worker_staged A #21
+          c1 <- LaunchWorker(grant #21 bind [127, 0, 0, 1]:0)
+        > worker c6 registers A with grant #21
+          c6 <- Registered(worker #23, $24)
+          event worker_control_connected A #23
+        > worker c6 is ready
+          probe #23 with $24
+        > probe of #23 says Ready
+          event worker_added A #23 0ms
+          event worker_ready A #23
+          c1 <- RouteReady
+          persist
+        > ready once more, it dies before serving again
+          forget #23
+          event worker_removed A #23 Crashed
+          persist
+          c6 <- Refused(generation_revoked)
+          close c6
+          event worker_activation_failed A worker_exited_before_serving retry_after=2000ms
+          c1 <- UsePassThrough
+        > clock +2000ms (t=10000ms)
+          event worker_relaunch_requested A attempt=2
+          event worker_staged A #25
+          c1 <- LaunchWorker(grant #25 bind [127, 0, 0, 1]:0)
+        > worker c7 registers A with grant #25
+          c7 <- Registered(worker #27, $28)
+          event worker_control_connected A #27
+        > worker c7 is ready
+          probe #27 with $28
+        > probe of #27 says Ready
+          event worker_added A #27 0ms
+          event worker_ready A #27
+          c1 <- RouteReady
+          persist
+        > Model request with a1
+          = worker #27 with $28
+        > after serving a request it crashes: relaunched at once
+          forget #27
+          event worker_removed A #27 Crashed
+          persist
+          c7 <- Refused(generation_revoked)
+          close c7
+          event worker_staged A #29
+          c1 <- LaunchWorker(grant #29 bind [127, 0, 0, 1]:0)
     "#]]);
 }
 

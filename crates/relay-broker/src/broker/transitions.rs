@@ -200,8 +200,13 @@ impl Broker {
         self.clear_route_timers(fp);
         let route = self.route_mut(fp);
         route.state = RouteState::Ready { worker };
-        route.backoff = Duration::ZERO;
-        route.attempt = 0;
+        // A worker launched after one that crashed must serve a request before the backoff
+        // is forgiven (then `begin_request` resets it): published and dead again before
+        // serving, the next launch waits twice as long, as for any failed start.
+        if !route.relaunched_after_crash {
+            route.backoff = Duration::ZERO;
+            route.attempt = 0;
+        }
         if let Some(g) = self.generations.get_mut(&worker) {
             g.status = GenStatus::Live { resumed: false };
             g.strikes = 0;
