@@ -210,7 +210,18 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
         activated,
     } = prepared;
     let started = Instant::now();
-    let shutdown = shutdown_signal()?;
+    let signal = shutdown_signal()?;
+    let drain = config.daemon.timers.drain_secs.get();
+    // Said at once: the stop's next lines come only when the drain has ended, up to
+    // drain_secs later.
+    let shutdown = async move {
+        signal.await;
+        tracing::info!(
+            event = "daemon_stopping",
+            drain_secs = drain.as_secs(),
+            "stopping: no new connection is accepted, and accepted requests get up to drain_secs to finish"
+        );
+    };
     relay_identity::store::ensure_private_dir(&state_dir)
         .with_context(|| format!("preparing the state directory {}", state_dir.display()))?;
     // The state lock is held until the state is written a last time, so `relayd bindings`

@@ -138,6 +138,11 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_connections() ->
         wait_until_refused(relayd.addr(), EVENT_TIMEOUT).await,
         "relayd still accepts connections after SIGTERM"
     );
+    // Said when the signal came, not when the drain ends.
+    let stopping = relayd
+        .wait_for_log_event("daemon_stopping", EVENT_TIMEOUT)
+        .await?;
+    assert!(stopping["drain_secs"].as_u64().is_some(), "{stopping}");
     // The refusal came while the stream was still running (it needs about 3.5 s).
     let refused_after = sent.elapsed();
     assert!(
