@@ -326,14 +326,58 @@ impl Recorder {
 
     /// Records one observation made at `at` (wall-clock time: it becomes the timestamps and
     /// the time part of new uuids).
-    pub fn handle(&mut self, at: SystemTime, observation: Observation) {
+    pub fn handle(&mut self, at: SystemTime, mut observation: Observation) {
         self.emit.tick += 1;
+        self.hide_credentials_in_ids(&mut observation);
         match observation {
             Observation::Hook(hook) => self.on_hook(at, &hook),
             Observation::ModelRequestStart(start) => self.on_request_start(at, &start),
             Observation::ModelRequestEnd(end) => self.on_request_end(at, &end),
             Observation::PolicyDecision(decision) => self.on_policy(at, &decision),
             Observation::Shutdown => self.close_everything(at, ClosedBy::Shutdown),
+        }
+    }
+
+    /// The identifiers an observation carries (session and tool ids, tool and model names)
+    /// pass the same filter as content before anything keys on them: they are the caller's
+    /// text, and records never hold a credential. Ids of the usual shapes (UUIDs, `toolu_…`,
+    /// model names) come through unchanged, so correlation holds; the same id is always
+    /// hidden the same way.
+    fn hide_credentials_in_ids(&self, observation: &mut Observation) {
+        let hide = |id: &mut Option<String>| {
+            if let Some(text) = id.as_mut()
+                && let std::borrow::Cow::Owned(hidden) = content::redact_text(&*self.redactor, text)
+            {
+                *text = hidden;
+            }
+        };
+        match observation {
+            Observation::Hook(hook) => {
+                hide(&mut hook.session_id);
+                hide(&mut hook.tool_name);
+                hide(&mut hook.tool_use_id);
+            }
+            Observation::ModelRequestStart(start) => {
+                hide(&mut start.session_id);
+                hide(&mut start.model);
+            }
+            Observation::ModelRequestEnd(end) => {
+                hide(&mut end.response_model);
+                hide(&mut end.response_id);
+            }
+            Observation::PolicyDecision(PolicyDecision {
+                target:
+                    PolicyTarget::Hook {
+                        session_id,
+                        tool_use_id,
+                        ..
+                    },
+                ..
+            }) => {
+                hide(session_id);
+                hide(tool_use_id);
+            }
+            Observation::PolicyDecision(_) | Observation::Shutdown => {}
         }
     }
 

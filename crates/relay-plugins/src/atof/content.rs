@@ -47,7 +47,7 @@ pub(super) fn text(redactor: &dyn Redactor, raw: &str, max_bytes: usize) -> (Val
 /// A text as a record holds it: through the redactor, then without the credentials free
 /// text names ([`hide_named_in_text`]) and without anything shaped like a route token
 /// ([`hide_token_shaped`]).
-fn redact_text<'a>(redactor: &dyn Redactor, raw: &'a str) -> Cow<'a, str> {
+pub(super) fn redact_text<'a>(redactor: &dyn Redactor, raw: &'a str) -> Cow<'a, str> {
     let redacted = redactor.redact(raw);
     let named = then(redacted, hide_named_in_text);
     then(named, hide_token_shaped)

@@ -1245,3 +1245,29 @@ fn every_credential_word_gets_past_the_quick_look() {
         assert!(!kept.to_string().contains("S3CRETVALUE"), "{word}");
     }
 }
+
+/// Identifiers are the caller's text too: a key used as a session id or a model name (or
+/// inside a tool name) is hidden as content is, the same way each time, so the records stay
+/// tied together and hold no credential.
+#[test]
+fn credentials_in_identifiers_are_hidden_and_correlation_holds() {
+    let mut s = Scenario::new("sk-session-key-123");
+    s.hook(Agent::ClaudeCode, "SessionStart");
+    let mut pre = fixture(Agent::ClaudeCode, "PreToolUse-Bash");
+    pre["session_id"] = json!("sk-session-key-123");
+    pre["tool_name"] = json!("mcp__srv__sk-tool-key-456");
+    s.hook_payload(Agent::ClaudeCode, "PreToolUse", pre)
+        .request(1, "sk-model-key-789", None)
+        .response(1, 200)
+        .hook(Agent::ClaudeCode, "SessionEnd");
+    for secret in ["sk-session-key-123", "sk-tool-key-456", "sk-model-key-789"] {
+        assert!(!s.out.contains(secret), "{secret} in {}", s.out);
+    }
+    // One session from start to end: the request and the tool call sit inside it.
+    assert_eq!(
+        s.out.matches(r#""category":"agent""#).count(),
+        2,
+        "{}",
+        s.out
+    );
+}
