@@ -342,11 +342,12 @@ impl Recorder {
     /// pass the same filter as content before anything keys on them: they are the caller's
     /// text, and records never hold a credential. Ids of the usual shapes (UUIDs, `toolu_…`,
     /// model names) come through unchanged, so correlation holds; the same id is always
-    /// hidden the same way.
+    /// hidden the same way, and a long one is cut with a digest of the whole
+    /// ([`content::id_text`]).
     fn hide_credentials_in_ids(&self, observation: &mut Observation) {
         let hide = |id: &mut Option<String>| {
             if let Some(text) = id.as_mut()
-                && let std::borrow::Cow::Owned(hidden) = content::redact_text(&*self.redactor, text)
+                && let std::borrow::Cow::Owned(hidden) = content::id_text(&*self.redactor, text)
             {
                 *text = hidden;
             }

@@ -565,6 +565,24 @@ pub(super) fn truncate(text: &str, max_bytes: usize) -> (&str, bool) {
 /// cannot make the recorder's state or a record large.
 pub(super) const MAX_ID_BYTES: usize = 256;
 
+/// An identifier as records hold it: through the content filter ([`redact_text`]), then, if
+/// longer than [`MAX_ID_BYTES`], its start, `…` and the first 16 hex digits of the SHA-256
+/// of the whole, so two long ids that share a start stay two ids and the cut shows.
+pub(super) fn id_text<'a>(redactor: &dyn Redactor, raw: &'a str) -> Cow<'a, str> {
+    let filtered = redact_text(redactor, raw);
+    if filtered.len() <= MAX_ID_BYTES {
+        return filtered;
+    }
+    const DIGEST_HEX: usize = 16;
+    let digest = ring::digest::digest(&ring::digest::SHA256, filtered.as_bytes());
+    let hex: String = digest.as_ref()[..DIGEST_HEX / 2]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    let (start, _) = truncate(&filtered, MAX_ID_BYTES - '…'.len_utf8() - DIGEST_HEX);
+    Cow::Owned(format!("{start}…{hex}"))
+}
+
 pub(super) fn bounded_id(id: &str) -> &str {
     truncate(id, MAX_ID_BYTES).0
 }

@@ -1271,3 +1271,32 @@ fn credentials_in_identifiers_are_hidden_and_correlation_holds() {
         s.out
     );
 }
+
+/// Two session ids longer than the id bound that share their start stay two sessions, and
+/// the cut shows: the start, `…` and a digest of the whole, within the bound.
+#[test]
+fn long_ids_that_share_a_start_stay_apart() {
+    let long = |tail: &str| format!("{}{tail}", "S".repeat(300));
+    let mut first = Scenario::new(&long("END"));
+    first.hook(Agent::ClaudeCode, "SessionStart");
+    first.session = long("OTHER");
+    first.hook(Agent::ClaudeCode, "SessionStart");
+    // Each SessionStart opened an agent scope of its own.
+    assert_eq!(
+        first.out.matches(r#""category":"agent""#).count(),
+        2,
+        "{}",
+        first.out
+    );
+    let ids: std::collections::BTreeSet<String> = first
+        .out
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
+        .filter_map(|record| record["metadata"]["session_id"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    for id in &ids {
+        assert!(id.len() <= 256, "{id}");
+        assert!(id.starts_with("SSSS") && id.contains('…'), "{id}");
+    }
+}
