@@ -230,8 +230,17 @@ impl Shell {
                 }
                 .emit();
             }
-            self.degraded
-                .store(!ok, std::sync::atomic::Ordering::Relaxed);
+            let was_degraded = self
+                .degraded
+                .swap(!ok, std::sync::atomic::Ordering::Relaxed);
+            if ok && was_degraded {
+                // Said, not only seen in /healthz: the failures before it were logged.
+                tracing::info!(
+                    event = "state_write_recovered",
+                    file = %self.state.path().display(),
+                    "the state file is written again"
+                );
+            }
             if seq > 0 {
                 self.input(Input::Persisted { seq, ok });
             }
