@@ -83,7 +83,8 @@ struct Route {
     used: u64,
     /// The next start-failure delay.
     backoff: Duration,
-    /// Relaunches since the last ready worker, for `worker_relaunch_requested attempt`.
+    /// Relaunches since the last ready worker (in a crash loop, since the last one that
+    /// served a request), for `worker_relaunch_requested attempt`.
     attempt: u32,
     /// Requests in flight with this route's credentials (worker or pass-through).
     in_flight: u32,
