@@ -791,15 +791,12 @@ pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         .collect();
     if !system.hook_files.is_empty() || !user.hook_files.is_empty() {
         // The managed layer wins over the user's, which wins over the system's own.
-        let layers = [
-            inputs.codex_system_dir.join("managed_config.toml"),
-            codex_home
-                .as_deref()
-                .map(|dir| dir.join("config.toml"))
-                .unwrap_or_default(),
-            inputs.codex_system_dir.join("config.toml"),
+        let switch = [
+            system.hooks_feature("managed_config.toml"),
+            user.hooks_feature("config.toml"),
+            system.hooks_feature("config.toml"),
         ];
-        problems.extend(codex_hooks_switched_off(&layers));
+        problems.extend(codex_hooks_switched_off(switch.into_iter().flatten()));
     }
     let details = json!({
         "system_files": system.hook_files,
@@ -844,18 +841,12 @@ pub(crate) fn codex_hooks<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     }
 }
 
-/// Where Codex's hooks feature is switched off: the first of `layers` (highest precedence
-/// first) that sets `[features] hooks` (or its older name `codex_hooks`) decides.
-fn codex_hooks_switched_off(layers: &[PathBuf]) -> Option<String> {
-    let (path, on) = layers.iter().find_map(|path| {
-        let value = AgentFile::load(path).value?;
-        let features = value.get("features")?;
-        let on = features
-            .get("hooks")
-            .or_else(|| features.get("codex_hooks"))?
-            .as_bool()?;
-        Some((path, on))
-    })?;
+/// Where Codex's hooks feature is switched off: the first of the settings (highest
+/// precedence first) decides.
+fn codex_hooks_switched_off<'a>(
+    mut settings: impl Iterator<Item = &'a (String, PathBuf, bool)>,
+) -> Option<String> {
+    let (_, path, on) = settings.next()?;
     (!on).then(|| {
         format!(
             "{} switches Codex's hooks off ([features] hooks = false), Relay's among them: add [features] hooks = true to the managed layer, as docs/harnesses.md says",
@@ -872,6 +863,9 @@ struct CodexLayer {
     hook_files: Vec<String>,
     /// The files configuring Relay's MCP server.
     server_files: Vec<String>,
+    /// `[features] hooks` (or its older name `codex_hooks`) where a file sets it: the
+    /// file's name in the layer, its path and the value.
+    hooks_features: Vec<(String, PathBuf, bool)>,
     problems: Vec<String>,
 }
 
@@ -883,15 +877,21 @@ impl CodexLayer {
             let file = AgentFile::load(&dir.join(name));
             layer.problems.extend(file.problem);
             let Some(value) = &file.value else { continue };
-            let mut own = Wiring::default();
-            own.add(value, "mcp_servers");
-            if own.has_hooks() {
+            let (hooks, servers) = (wiring.hook_count(), wiring.servers.len());
+            wiring.add(value, "mcp_servers");
+            if wiring.hook_count() > hooks {
                 layer.hook_files.push(display(&file.path));
             }
-            if !own.servers.is_empty() {
+            if wiring.servers.len() > servers {
                 layer.server_files.push(display(&file.path));
             }
-            wiring.add(value, "mcp_servers");
+            let features = value.get("features");
+            let switch = features.and_then(|f| f.get("hooks").or_else(|| f.get("codex_hooks")));
+            if let Some(on) = switch.and_then(serde_json::Value::as_bool) {
+                layer
+                    .hooks_features
+                    .push(((*name).to_owned(), file.path.clone(), on));
+            }
         }
         if wiring.has_hooks() {
             layer
@@ -900,6 +900,11 @@ impl CodexLayer {
         }
         layer.problems.extend(wiring.install_problems(env, None));
         layer
+    }
+
+    /// The hooks feature as the file `name` of this layer sets it, if it does.
+    fn hooks_feature(&self, name: &str) -> Option<&(String, PathBuf, bool)> {
+        self.hooks_features.iter().find(|(file, _, _)| file == name)
     }
 }
 

@@ -200,6 +200,11 @@ impl Wiring {
         !self.hooks.is_empty()
     }
 
+    /// How many `relay-hook` commands, over every event.
+    pub(crate) fn hook_count(&self) -> usize {
+        self.hooks.values().map(Vec::len).sum()
+    }
+
     /// What is wrong with the hooks against the events the bundle wires for `agent`.
     pub(crate) fn hook_problems(&self, agent: &str, events: &[(&str, bool)]) -> Vec<String> {
         let mut problems = Vec::new();
