@@ -616,15 +616,23 @@ fn parse_component(
 /// The parser's message and the line, without the snippet of the file that the parser's
 /// own `Display` shows: the file may hold credentials (header values).
 fn syntax_error(path: &Path, text: &str, error: &toml::de::Error) -> PluginConfigError {
+    let (line, message) = toml_syntax_error(text, error);
+    PluginConfigError::Syntax {
+        path: path.to_owned(),
+        line,
+        message,
+    }
+}
+
+/// A TOML syntax error as Relay's configuration errors give it: the line it is on (0 when
+/// the parser names none) and the parser's message on one line, never the snippet of the
+/// file that the parser's own `Display` quotes. `config.toml`'s loader uses it too.
+pub fn toml_syntax_error(text: &str, error: &toml::de::Error) -> (usize, String) {
     let line = error.span().map_or(0, |span| {
         let before = &text.as_bytes()[..span.start.min(text.len())];
         before.iter().filter(|b| **b == b'\n').count() + 1
     });
-    PluginConfigError::Syntax {
-        path: path.to_owned(),
-        line,
-        message: error.message().trim_end().replace('\n', " "),
-    }
+    (line, error.message().trim_end().replace('\n', " "))
 }
 
 #[cfg(test)]

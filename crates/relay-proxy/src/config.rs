@@ -912,11 +912,8 @@ fn check_file(
     // The parser's message and line, not its own `Display`, which quotes the line: a value
     // on it may be a credential pasted in the wrong file.
     let mut table: toml::Table = toml::from_str(text).map_err(|e| {
-        let line = e.span().map_or(0, |span| {
-            let before = &text.as_bytes()[..span.start.min(text.len())];
-            before.iter().filter(|b| **b == b'\n').count() + 1
-        });
-        parse_error(&format_args!("line {line}: {}", e.message().trim_end()))
+        let (line, message) = relay_plugins::config::toml_syntax_error(text, &e);
+        parse_error(&format_args!("line {line}: {message}"))
     })?;
     if skip_daemon {
         table.remove("daemon");
