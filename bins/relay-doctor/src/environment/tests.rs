@@ -471,6 +471,12 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
     let env = fixture.env().with(names::CODEX_HOME, &codex_home);
     let mut inputs = Inputs::new(&env, euid());
     inputs.codex_system_dir = system.clone();
+    // The check fails, and says `why`.
+    let fails_with = |why: &str| {
+        let check = codex_hooks(&inputs);
+        assert_eq!(check.status, Status::Fail, "{check:?}");
+        assert!(check.summary.contains(why), "{check:?}");
+    };
     let hooks =
         json!({ "hooks": bundle_hooks(bin.path(), "codex", &CODEX_HOOK_EVENTS) }).to_string();
 
@@ -511,12 +517,7 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
         &json!({ "hooks": split }).to_string(),
         0o644,
     );
-    let broken = codex_hooks(&inputs);
-    assert_eq!(broken.status, Status::Fail, "{broken:?}");
-    assert!(
-        broken.summary.contains("no Relay hook for Stop"),
-        "{broken:?}"
-    );
+    fails_with("no Relay hook for Stop");
     fixture.write(
         &system.join("managed_config.toml"),
         &format!(
@@ -537,12 +538,8 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
         fixture.write(&system.join("managed_config.toml"), &text, 0o644);
         codex_hooks(&inputs)
     };
-    let elsewhere = provider_at("http://127.0.0.1:1");
-    assert_eq!(elsewhere.status, Status::Fail, "{elsewhere:?}");
-    assert!(
-        elsewhere.summary.contains("more than one daemon address"),
-        "{elsewhere:?}"
-    );
+    provider_at("http://127.0.0.1:1");
+    fails_with("more than one daemon address");
     assert_eq!(provider_at(DAEMON).status, Status::Ok);
     // The user switches hooks off; the managed layer's pin turns them back on.
     fixture.write(
@@ -550,12 +547,7 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
         "[features]\nhooks = false\n",
         0o600,
     );
-    let off = codex_hooks(&inputs);
-    assert_eq!(off.status, Status::Fail, "{off:?}");
-    assert!(
-        off.summary.contains("switches Codex's hooks off"),
-        "{off:?}"
-    );
+    fails_with("switches Codex's hooks off");
     let managed = std::fs::read_to_string(system.join("managed_config.toml")).unwrap();
     fixture.write(
         &system.join("managed_config.toml"),
@@ -585,9 +577,7 @@ fn codex_hooks_are_judged_by_the_layer_they_are_in() {
 
     // A file that names Relay but no longer parses: Codex would not run it.
     fixture.write(&system.join("hooks.json"), r#"{"hooks": relay-hook"#, 0o644);
-    let invalid = codex_hooks(&inputs);
-    assert_eq!(invalid.status, Status::Fail, "{invalid:?}");
-    assert!(invalid.summary.contains("is not valid JSON"), "{invalid:?}");
+    fails_with("is not valid JSON");
 }
 
 /// Claude Code is Relay's for every user when its managed files carry both the hooks and
