@@ -123,8 +123,11 @@ fn is_token_shaped(word: &[u8]) -> bool {
 /// Free text (a tool's output of `env` or `cat .env`, a command line, a header block) with
 /// every value that a name says is a credential replaced, as a JSON field of that name
 /// would be: `GITHUB_TOKEN=…`, `PGPASSWORD="…"`, `password: …`, `x-relay-client-token: …`,
-/// `--password=…` and `--password …`; and a URL's password (`postgres://app:…@db`), curl's
-/// `-u user:…` and a `.netrc` password.
+/// `--password=…` and `--password …`, `password => '…'`, `token := "…"`; a YAML block scalar
+/// under such a name; the text of an XML element named for one (`<password>…</password>`)
+/// and the value of an `<add key="…" value="…" />` whose key is one; `key` and `sig` in a
+/// URL's query; a URL's password (`postgres://app:…@db`), curl's `-u user:…`, a `.netrc`
+/// password and the password after `-p` of sshpass, a registry login or a MySQL client.
 /// A value is what a quote opens and closes. Unquoted, after `:` at the start of a line (a
 /// header, YAML) it is the rest of the line; elsewhere it ends at a blank, and also at the
 /// quote that opened just before the name (`"PASSWORD=…"`) or, in a query string, at `&`;
@@ -132,7 +135,9 @@ fn is_token_shaped(word: &[u8]) -> bool {
 /// Applied twice it changes nothing more. Linear in the text: a name inside a value already
 /// hidden is not looked at again.
 fn hide_named_in_text(text: &str) -> Cow<'_, str> {
-    let (Some(named), Some(after_user), Some(spaced)) = (&*NAMED, &*AFTER_USER, &*SPACED) else {
+    let (Some(named), Some(after_user), Some(spaced), Some(password_flag), Some(element)) =
+        (&*NAMED, &*AFTER_USER, &*SPACED, &*PASSWORD_FLAG, &*ELEMENT)
+    else {
         return Cow::Borrowed(text);
     };
     let mut hidden: Vec<(usize, usize)> = Vec::new();
@@ -148,9 +153,16 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
             .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
             .unwrap_or(head.len());
         let name = &head[..name_end];
+        let before = text[..found.start()].chars().next_back();
+        let in_query = matches!(before, Some('?' | '&'));
         // `tokens` alone, a credential as a JSON field's whole name, is a count in prose
         // and in printed usage (`Input tokens: 1234`).
-        if name.eq_ignore_ascii_case("tokens") || !names_a_credential(name) {
+        let named = !name.eq_ignore_ascii_case("tokens") && names_a_credential(name);
+        // `key` and `sig` alone are credentials in a URL's query (`?key=…`, a shared
+        // access signature's `&sig=…`), and ordinary words elsewhere.
+        let in_query_named =
+            in_query && ["key", "sig"].iter().any(|n| name.eq_ignore_ascii_case(n));
+        if !(named || in_query_named) {
             continue;
         }
         // A hash the redactor left (`[HASH:api_key:0123456789ab]`) names the detector that
@@ -170,16 +182,19 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
         }
         scanned_to = found.start();
         let by_colon = head.trim_end_matches([' ', '\t']).ends_with(':');
-        let before = text[..found.start()].chars().next_back();
-        let end = if by_colon && text[line_start..found.start()].trim().is_empty() {
+        let indent = &text[line_start..found.start()];
+        let end = if by_colon && indent.trim().is_empty() {
             End::LineEnd
         } else {
             End::Blank {
                 quote: before.filter(|c| matches!(c, '"' | '\'')),
-                ampersand: matches!(before, Some('?' | '&')),
+                ampersand: in_query,
             }
         };
-        let len = value_len(rest, end);
+        let mut len = value_len(rest, end);
+        if matches!(end, End::LineEnd) && is_block_indicator(&rest[..len]) {
+            len += block_len(&rest[len..], indent.len());
+        }
         if len > 0 {
             hidden.push((found.end(), found.end() + len));
             hidden_to = found.end() + len;
@@ -190,10 +205,29 @@ fn hide_named_in_text(text: &str) -> Cow<'_, str> {
             hidden.push((value.start(), value.end()));
         }
     }
-    for caps in spaced.captures_iter(text) {
-        if let Some(value) = caps.get(1) {
-            let len = value_len(&text[value.start()..], End::blank());
-            hidden.push((value.start(), value.start() + len));
+    for value in spaced
+        .captures_iter(text)
+        .chain(password_flag.captures_iter(text))
+        .filter_map(|caps| caps.get(1))
+    {
+        let len = value_len(&text[value.start()..], End::blank());
+        hidden.push((value.start(), value.start() + len));
+    }
+    for caps in element.captures_iter(text) {
+        let (name, value) = match (caps.get(1), caps.get(2), caps.get(3)) {
+            (Some(open), Some(value), Some(close)) if open.as_str() == close.as_str() => {
+                // The name without its namespace prefix (`ns:password`).
+                let name = open.as_str();
+                (name.rsplit(':').next().unwrap_or(name), value)
+            }
+            (Some(_), _, _) => continue,
+            _ => match (caps.get(4), caps.get(5)) {
+                (Some(name), Some(value)) => (name.as_str(), value),
+                _ => continue,
+            },
+        };
+        if names_a_credential(name) && !value.as_str().trim().is_empty() {
+            hidden.push((value.start(), value.end()));
         }
     }
     if hidden.is_empty() {
@@ -306,8 +340,11 @@ fn value_len(rest: &str, end: End) -> usize {
 
 /// A name and what separates it from its value. The patterns are constants, which the
 /// tests compile.
-static NAMED: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r#"[A-Za-z][A-Za-z0-9_.-]*["']?[ \t]*[=:][ \t]*"#).ok());
+/// The name may close a quote and an index (`os.environ["API_KEY"] = …`); the separator is
+/// `=`, `:`, `=>` (Ruby, PHP, Perl) or `:=` (Go, Pascal, make).
+static NAMED: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r#"[A-Za-z][A-Za-z0-9_.-]*["']?\]?[ \t]*(?:=>|:=|[=:])[ \t]*"#).ok()
+});
 /// The password after a user: a URL's (`scheme://user:…@`, the user may be empty) and curl's
 /// (`-u user:…`, `--user=user:…`, `-uuser:…`).
 static AFTER_USER: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -320,10 +357,62 @@ static AFTER_USER: LazyLock<Option<Regex>> = LazyLock::new(|| {
 /// a `.netrc` password (`machine … password …`, or a line of its own).
 static SPACED: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(
-        r"(?m)(?:(?:^|[ \t])--(?:password|passwd|token|secret|api-key|api_key|access-token|auth-token)|^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password)[ \t]+([^\s-]\S*)",
+        r"(?m)(?:(?:^|[ \t])--(?:password|passwd|token|secret|api-key|api_key|access-token|auth-token)|^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password)[ \t]+([^\s:=-]\S*)",
     )
     .ok()
 });
+
+/// The password a command takes after `-p`: sshpass's and a registry login's (`docker login
+/// -p …`), and the MySQL clients' when it is attached (`mysql -p…`; `-p` alone asks for it).
+static PASSWORD_FLAG: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(
+        r"(?:\b(?:sshpass|(?:docker|podman|buildah|nerdctl)[ \t]+login)\b[^\n|;&]*?[ \t]-p[ \t]*|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb|mariadb-dump)\b[^\n|;&]*?[ \t]-p)([^\s-])",
+    )
+    .ok()
+});
+/// An XML element and its text (`<password>…</password>`, Maven's settings), or a setting
+/// given as attributes (`<add key="ClearTextPassword" value="…" />`, NuGet's and .NET's):
+/// the caller checks that a closing tag is the opening one's, and that the name is a
+/// credential's.
+static ELEMENT: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(
+        r#"<([A-Za-z][A-Za-z0-9_.:-]*)(?:[ \t][^<>]*)?>([^<]*)</([A-Za-z][A-Za-z0-9_.:-]*)>|\b(?:key|name)[ \t]*=[ \t]*"([^"<>]*)"[ \t]+value[ \t]*=[ \t]*"([^"]*)""#,
+    )
+    .ok()
+});
+
+/// A YAML block scalar's header (`|`, `>-`, `|2+`): the value is on the lines below.
+fn is_block_indicator(value: &str) -> bool {
+    let mut chars = value.trim_end().chars();
+    matches!(chars.next(), Some('|' | '>')) && chars.all(|c| matches!(c, '-' | '+' | '1'..='9'))
+}
+
+/// How far the lines of a block scalar run in `rest` (which starts at the end of the line
+/// of its header): every line indented further than the name's `indent`, and the blank lines
+/// between them; it ends before the line break that follows the last of them.
+fn block_len(rest: &str, indent: usize) -> usize {
+    let mut len = 0;
+    let mut at = 0;
+    while at < rest.len() {
+        let line_start = at + rest[at..].find('\n').map_or(rest.len() - at, |n| n + 1);
+        if line_start >= rest.len() {
+            break;
+        }
+        let line_end = rest[line_start..]
+            .find('\n')
+            .map_or(rest.len(), |n| line_start + n);
+        let line = rest[line_start..line_end].trim_end_matches('\r');
+        let content = line.trim_start_matches([' ', '\t']);
+        if !content.is_empty() {
+            if line.len() - content.len() <= indent {
+                break;
+            }
+            len = line_start + line.len();
+        }
+        at = line_end;
+    }
+    len
+}
 
 /// Redacts every string (keys too) of a JSON value; when its serialisation exceeds
 /// `max_bytes` it becomes a string holding the first `max_bytes` of that serialisation.

@@ -1111,6 +1111,47 @@ fn credentials_named_in_free_text_are_hidden() {
         ("{\"password\": \"ab\\\"cdtail\"}", "cdtail"),
         // A quoted value runs to its closing quote, over lines.
         ("DB_PASSWORD=\"first\nsecondline\"\nHOME=/h", "secondline"),
+        // Ruby's, PHP's and Perl's `=>`, Go's `:=`, an index into the environment.
+        ("config.password => 'hunter2xx'", "hunter2xx"),
+        ("['api_key' => \"hunter2xx\",", "hunter2xx"),
+        ("secret => hunter2xx", "hunter2xx"),
+        ("password := \"hunter2xx\"", "hunter2xx"),
+        ("os.environ[\"API_KEY\"] = \"hunter2xx\"", "hunter2xx"),
+        // `key` and `sig` in a URL's query.
+        (
+            "GET https://maps.example/api?key=hunter2xx HTTP/1.1",
+            "hunter2xx",
+        ),
+        (
+            "https://acct.blob.example/c/b?sv=2024&sig=hunter2xx%3D",
+            "hunter2xx",
+        ),
+        // XML settings.
+        (
+            "<server><password>hunter2xx</password></server>",
+            "hunter2xx",
+        ),
+        (
+            "<ns:password enc=\"no\">hunter2xx</ns:password>",
+            "hunter2xx",
+        ),
+        (
+            "<add key=\"ClearTextPassword\" value=\"hunter2xx\" />",
+            "hunter2xx",
+        ),
+        // Commands that take a password after `-p`.
+        ("sshpass -p hunter2xx ssh deploy@host", "hunter2xx"),
+        ("sshpass -p'hunter2 xx' ssh host", "2 xx"),
+        (
+            "docker login -u me -p hunter2xx registry.example",
+            "hunter2xx",
+        ),
+        ("mysql -u root -phunter2xx appdb", "hunter2xx"),
+        // A YAML block scalar: the lines below its header.
+        (
+            "stringData:\n  db-password: |\n    hunter2xx\n    more\n\n  user: me\n",
+            "more",
+        ),
     ] {
         let (kept, _) = content::text(&content::NoRedaction, raw, 1 << 20);
         let kept = kept.as_str().unwrap();
@@ -1127,6 +1168,11 @@ fn credentials_named_in_free_text_are_hidden() {
         "key: value, keyboard: yes",
         "curl http://localhost:8080/v1 and https://example.com:443/x",
         "if token == expected { go() }",
+        "ssh -p 2222 host && mkdir -p build/out",
+        "mysql -u root -p appdb",
+        "<add key=\"Username\" value=\"me\" />",
+        "<password>mismatched</passwd>",
+        "map.get(key) => value; https://x.example/?q=key",
     ] {
         let (kept, _) = content::text(&content::NoRedaction, plain, 1 << 20);
         assert_eq!(kept.as_str().unwrap(), plain);
@@ -1164,7 +1210,27 @@ fn credentials_named_in_free_text_are_hidden() {
     );
     // Linear in the text, however many names it repeats: read again from each one, these
     // would take minutes.
-    for unit in ["token=", "password:", "\"auth\":true,", "password=\"x\n"] {
+    // A block scalar ends at the first line indented no further than its name, and the
+    // lines after it stay.
+    let (kept, _) = content::text(
+        &content::NoRedaction,
+        "data:\n  password: >-\n    folded\n    secret\n  user: me\nkind: Secret\n",
+        1 << 20,
+    );
+    assert_eq!(
+        kept.as_str().unwrap(),
+        "data:\n  password: [REDACTED:credential]\n  user: me\nkind: Secret\n"
+    );
+    for unit in [
+        "token=",
+        "password:",
+        "\"auth\":true,",
+        "password=\"x\n",
+        "password: |\n\n",
+        "<password>x</password><a ",
+        "mysql -p sshpass -p ",
+        "key=\"token\" value=\"",
+    ] {
         let long = unit.repeat(400_000 / unit.len());
         let (kept, _) = content::text(&content::NoRedaction, &long, 1 << 20);
         assert!(
