@@ -149,6 +149,7 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
             "live.route",
             "live.worker",
             "live.worker_reachable",
+            "live.machine_identity",
         ] {
             checks.push(Check::skip(id, "not checked: the daemon does not answer"));
         }
@@ -174,7 +175,12 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
     checks.push(key_check);
     if !proven {
         let why = "not checked: the daemon did not prove the key this user trusts, and the route token is sent only to that daemon";
-        for id in ["live.route", "live.worker", "live.worker_reachable"] {
+        for id in [
+            "live.route",
+            "live.worker",
+            "live.worker_reachable",
+            "live.machine_identity",
+        ] {
             checks.push(Check::skip(id, why));
         }
         return Report {
@@ -201,6 +207,10 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
         checks.push(Check::skip("live.worker", "not checked: no route"));
         checks.push(Check::skip(
             "live.worker_reachable",
+            "not checked: no route",
+        ));
+        checks.push(Check::skip(
+            "live.machine_identity",
             "not checked: no route",
         ));
         return Report {
@@ -235,6 +245,7 @@ async fn checks<E: Env>(inputs: &Inputs<'_, E>, daemon: &DaemonAddress) -> Repor
         worker_checked,
         worker_ready,
     ));
+    checks.push(judge_identity(route.as_ref()));
     Report {
         mode: Mode::Live,
         checks,
@@ -762,6 +773,23 @@ pub(crate) fn judge_reachable(
             .next("set RELAY_WORKER_ADVERTISE_ADDRESS (and RELAY_WORKER_PORT) in the environment relay-mcp runs in, to this machine's address as the daemon sees it, and restart the harness session; if it is set there, the worker's log (relay/logs/worker-*.log under XDG_CONFIG_HOME, or ~/.config) says why the activation failed"),
         Some(address) => Check::fail(ID, format!("the last worker activation failed; for a remote daemon the likeliest cause is that it cannot connect to the worker at {address}, or refuses that address: the worker's log (relay/logs/worker-*.log under XDG_CONFIG_HOME, or ~/.config) says which, or names another cause (its plugin configuration, a port another user's worker holds)"))
             .next(format!("{INBOUND}; behind NAT, the address must be the one the daemon sees, or lie in the daemon's worker_networks")),
+    }
+    .with(details)
+}
+
+/// Whether this machine identity is the only one of its kind: the route answer says when
+/// its sessions are connected from more than one address at once.
+pub(crate) fn judge_identity(route: Option<&RouteStatus>) -> Check {
+    const ID: &str = "live.machine_identity";
+    let Some(route) = route.filter(|r| r.state != relay_proto::RouteState::None) else {
+        return Check::skip(ID, "not checked: this token is bound to no route");
+    };
+    let details = json!({ "conflict": route.machine_identity_conflict });
+    if route.machine_identity_conflict {
+        Check::fail(ID, "this machine identity is connected to the daemon from more than one address at once: another machine uses the same key (a cloned disk image, or a home directory on a network share), and the daemon cannot tell the two apart, so they share one route, its worker and its records")
+            .next("on the other machine, stop the harness sessions, remove relay/daemon/machine-identity.pk8 and relay/.client-token under its XDG_CONFIG_HOME (or ~/.config), and run relay-doctor token ensure there; it gets an identity and a token of its own at its next session. The daemon's machine_identity_conflict log event names both addresses")
+    } else {
+        Check::ok(ID, "no other address uses this machine identity now")
     }
     .with(details)
 }

@@ -835,7 +835,12 @@ fn live_sends_no_token_to_a_daemon_that_does_not_prove_its_key() {
     let json = machine.failed_live_report(&address);
     assert_eq!(check(&json, "live.healthz")["status"], "ok");
     assert_eq!(check(&json, "live.daemon_key")["status"], "fail");
-    for id in ["live.route", "live.worker", "live.worker_reachable"] {
+    for id in [
+        "live.route",
+        "live.worker",
+        "live.worker_reachable",
+        "live.machine_identity",
+    ] {
         assert_eq!(check(&json, id)["status"], "skip", "{id}");
     }
     let heads: Vec<String> = heads.try_iter().collect();

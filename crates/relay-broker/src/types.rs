@@ -127,6 +127,9 @@ pub struct RouteView {
     /// True when the next model request would go to the worker.
     pub worker_ready: bool,
     pub live_references: u32,
+    /// The route's connected sessions come from more than one peer address: two machines
+    /// share one machine identity (a cloned image, a home directory on a network share).
+    pub identity_conflict: bool,
 }
 
 /// A persisted binding as `relayd bindings list` shows it.

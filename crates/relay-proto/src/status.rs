@@ -82,6 +82,10 @@ pub struct RouteStatus {
     pub worker_id: Option<Uuid>,
     pub state: RouteState,
     pub control_available: Option<bool>,
+    /// The route's sessions are connected from more than one address at once: another
+    /// machine uses the same machine identity. Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub machine_identity_conflict: bool,
 }
 
 /// The `type` of every error body Relay writes itself.

@@ -513,17 +513,17 @@ async fn start_stand_in(net: &Net) -> anyhow::Result<tokio::process::Child> {
     Ok(child)
 }
 
-/// A wrapper that runs the real relay-mcp inside the client namespace (the worker it
-/// launches, the binary beside it, inherits the namespace).
-fn mcp_in_client(net: &Net, dir: &Path) -> anyhow::Result<PathBuf> {
+/// A wrapper, written into `dir`, that runs the real relay-mcp inside the namespace `ns`
+/// (the worker it launches, the binary beside it, inherits the namespace).
+fn mcp_in(net: &Net, ns: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt as _;
-    let script = dir.join("relay-mcp-in-client-ns");
+    let script = dir.join(format!("relay-mcp-in-{ns}"));
     std::fs::write(
         &script,
         format!(
             "#!/bin/sh\nexec '{}' netns exec '{}' '{}' \"$@\"\n",
             net.ip.display(),
-            net.cli,
+            ns,
             relay_e2e::binary("relay-mcp")?.display()
         ),
     )?;
@@ -543,7 +543,7 @@ impl Client {
     fn new(net: &Net) -> anyhow::Result<Client> {
         let user = User::new()?;
         user.write_system_config(&worker_upstream())?;
-        let wrapper = mcp_in_client(net, user.dir())?;
+        let wrapper = mcp_in(net, &net.cli, user.dir())?;
         Ok(Client {
             user,
             token: fresh_token()?,
@@ -613,6 +613,34 @@ impl Client {
             req,
         )
         .await
+    }
+
+    /// `relay-doctor --live --json` run as this user in the client namespace, with the
+    /// worker advertising `advertise`: its exit code and report, `None` when it did not
+    /// finish or printed no report.
+    async fn live_doctor(
+        &self,
+        net: &Net,
+        origin: &str,
+        pki: &Pki,
+        advertise: Ipv4Addr,
+    ) -> Option<(Option<i32>, serde_json::Value)> {
+        let mut command = net.command(&net.cli, &relay_e2e::binary("relay-doctor").ok()?);
+        command
+            .args(["--live", "--daemon-address", origin, "--json"])
+            .env("HOME", self.user.home())
+            .env("XDG_CONFIG_HOME", self.user.xdg_config_home())
+            .env("RELAY_SYSTEM_CONFIG_DIR", self.user.system_config_dir())
+            .env("RELAY_CLIENT_TOKEN", &self.token)
+            .env("RELAY_EXTRA_CA_FILE", pki.path("ca.pem"))
+            .env("RELAY_WORKER_ADVERTISE_ADDRESS", advertise.to_string())
+            .stdout(Stdio::piped());
+        let out = tokio::time::timeout(CLI_TIMEOUT, command.output())
+            .await
+            .ok()?
+            .ok()?;
+        let report = serde_json::from_slice(&out.stdout).ok()?;
+        Some((out.status.code(), report))
     }
 
     fn context(&self, daemon: &Daemon, mcp: &Mcp) -> String {
@@ -965,23 +993,9 @@ async fn remote_a_worker_behind_nat_is_told_why_and_the_doctor_says_so() -> anyh
 
     // The doctor, run as that user in the client namespace with the same address.
     let doctor = || async {
-        let mut command = net.command(&net.cli, &relay_e2e::binary("relay-doctor").ok()?);
-        command
-            .args(["--live", "--daemon-address", &origin, "--json"])
-            .env("HOME", client.user.home())
-            .env("XDG_CONFIG_HOME", client.user.xdg_config_home())
-            .env("RELAY_SYSTEM_CONFIG_DIR", client.user.system_config_dir())
-            .env("RELAY_CLIENT_TOKEN", &client.token)
-            .env("RELAY_EXTRA_CA_FILE", pki.path("ca.pem"))
-            .env("RELAY_WORKER_ADVERTISE_ADDRESS", private.to_string())
-            .stdout(Stdio::piped());
-        let out = tokio::time::timeout(CLI_TIMEOUT, command.output())
-            .await
-            .ok()?
-            .ok()?;
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let (code, report) = client.live_doctor(&net, &origin, &pki, private).await?;
         let check = super::support::report_check(&report, "live.worker_reachable").clone();
-        (out.status.code() == Some(1) && check["status"] == "fail").then_some(check)
+        (code == Some(1) && check["status"] == "fail").then_some(check)
     };
     // Between relaunches the route passes through; the doctor fails the check once it does.
     let check = relay_testkit::eventually_some(WORKER_TIMEOUT, doctor)
@@ -1018,6 +1032,96 @@ async fn remote_a_worker_behind_nat_is_told_why_and_the_doctor_says_so() -> anyh
         stderr.contains("RELAY_WORKER_ADVERTISE_ADDRESS"),
         "relay-mcp: {stderr}"
     );
+    Ok(())
+}
+
+/// One machine identity connected from two addresses at once, as a cloned machine would be:
+/// the same user's key and token, a second relay-mcp reaching the daemon from the server
+/// namespace's own address. The daemon logs `machine_identity_conflict` naming both, the
+/// doctor's live check fails on it and says what to do, and passes again once the second
+/// session has gone.
+#[tokio::test]
+async fn remote_one_identity_from_two_addresses_is_reported_by_the_doctor() -> anyhow::Result<()> {
+    let remote = Remote::start().await?;
+    let (net, client) = (&remote.net, &remote.client);
+    let origin = net.daemon_origin(remote.daemon.port);
+    let identity = |report: &serde_json::Value| {
+        super::support::report_check(report, "live.machine_identity").clone()
+    };
+    let (_, report) = client
+        .live_doctor(net, &origin, &remote.pki, net.cli_ip)
+        .await
+        .ok_or_else(|| anyhow::anyhow!("the doctor gave no report\n{}", remote.context()))?;
+    assert_eq!(identity(&report)["status"], "ok", "{report}");
+
+    let clone_wrapper = mcp_in(net, &net.srv, client.user.dir())?;
+    let mut clone = client
+        .user
+        .mcp(&origin)?
+        .token(&client.token)
+        .log("info", "jsonl")
+        .env("RELAY_EXTRA_CA_FILE", remote.pki.path("ca.pem"))
+        .program(clone_wrapper)
+        .spawn()?;
+    clone.initialize("2025-11-25", INITIALIZE_TIMEOUT).await?;
+    let conflict = remote
+        .daemon
+        .logs()
+        .wait_for_event("machine_identity_conflict", EVENT_TIMEOUT)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", remote.context()))?;
+    assert_eq!(
+        field(&conflict, "peer"),
+        net.srv_ip.to_string(),
+        "{conflict}"
+    );
+    assert_eq!(
+        field(&conflict, "other_peer"),
+        net.cli_ip.to_string(),
+        "{conflict}"
+    );
+
+    let failed = relay_testkit::eventually_some(EVENT_TIMEOUT, || async {
+        let (code, report) = client
+            .live_doctor(net, &origin, &remote.pki, net.cli_ip)
+            .await?;
+        let check = identity(&report);
+        (code == Some(1) && check["status"] == "fail").then_some(check)
+    })
+    .await
+    .ok_or_else(|| {
+        anyhow::anyhow!(
+            "the doctor never failed live.machine_identity\n{}",
+            remote.context()
+        )
+    })?;
+    assert!(
+        failed["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("more than one address")),
+        "{failed}"
+    );
+    assert!(
+        failed["next_step"]
+            .as_str()
+            .is_some_and(|s| s.contains("machine-identity.pk8")),
+        "{failed}"
+    );
+
+    drop(clone);
+    relay_testkit::eventually_some(EVENT_TIMEOUT, || async {
+        let (_, report) = client
+            .live_doctor(net, &origin, &remote.pki, net.cli_ip)
+            .await?;
+        (identity(&report)["status"] == "ok").then_some(())
+    })
+    .await
+    .ok_or_else(|| {
+        anyhow::anyhow!(
+            "the conflict outlived the second session\n{}",
+            remote.context()
+        )
+    })?;
     Ok(())
 }
 

@@ -237,6 +237,39 @@ fn the_route_must_say_worker() {
     assert_eq!(unauthorized.details["http_status"], 401);
 }
 
+#[test]
+fn one_machine_identity_must_not_connect_from_two_addresses() {
+    let parsed = |answer: Result<Answer, String>| judge_route(&answer).1;
+    let ready = parsed(route("worker", None, "ready"));
+    let alone = judge_identity(ready.as_ref());
+    assert_eq!(alone.status, Status::Ok);
+    assert_eq!(alone.details["conflict"], false);
+
+    let mut shared = ready.clone().unwrap();
+    shared.machine_identity_conflict = true;
+    let conflict = judge_identity(Some(&shared));
+    assert_eq!(conflict.status, Status::Fail);
+    assert!(
+        conflict.summary.contains("more than one address"),
+        "{}",
+        conflict.summary
+    );
+    assert!(
+        conflict
+            .next_step
+            .as_deref()
+            .unwrap_or_default()
+            .contains("machine-identity.pk8"),
+        "{:?}",
+        conflict.next_step
+    );
+
+    // An unbound token has no route to judge; neither has a route that did not answer.
+    let unbound = parsed(route("pass_through", Some("unbound_credential"), "none"));
+    assert_eq!(judge_identity(unbound.as_ref()).status, Status::Skip);
+    assert_eq!(judge_identity(None).status, Status::Skip);
+}
+
 fn worker_status(state: &str, control: bool) -> Result<Answer, String> {
     answer(
         200,

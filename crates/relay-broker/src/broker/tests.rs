@@ -2267,12 +2267,18 @@ fn a_route_whose_registration_is_being_written_is_not_evicted() {
 #[test]
 fn session_limit_and_identity_conflict() {
     let mut s = Scenario::new();
-    s.mcp(1, 'A', "a1").mcp(2, 'A', "a1").mcp_from(
-        3,
-        'A',
-        "a1",
-        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)),
-    );
+    let conflict = |s: &Scenario| {
+        s.broker
+            .route_view(&digest("a1"))
+            .unwrap()
+            .identity_conflict
+    };
+    s.mcp(1, 'A', "a1").mcp(2, 'A', "a1");
+    // Two sessions from one address are one machine's.
+    assert!(!conflict(&s));
+    s.mcp_from(3, 'A', "a1", IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)));
+    // The route's answer says so while both addresses are connected, for the doctor.
+    assert!(conflict(&s));
     s.mcp(4, 'A', "a1");
     s.check(expect![[r#"
         > mcp c1 registers A with a1
@@ -2295,6 +2301,8 @@ fn session_limit_and_identity_conflict() {
           c4 <- Refused(session_limit)
           close c4
     "#]]);
+    s.drop_conn(3);
+    assert!(!conflict(&s));
 }
 
 #[test]

@@ -58,6 +58,15 @@ impl Broker {
         let control = worker
             .and_then(|w| self.generations.get(&w))
             .map(|g| g.conn.is_some());
+        // The addresses its connected sessions come from: more than one is a machine
+        // identity used by two machines.
+        let mut peers = route
+            .sessions
+            .iter()
+            .filter_map(|s| self.sessions.get(s))
+            .filter(|s| s.conn.is_some())
+            .map(|s| s.peer);
+        let first_peer = peers.next();
         Some(RouteView {
             state,
             worker_id: worker,
@@ -66,6 +75,7 @@ impl Broker {
                 && control == Some(true)
                 && !self.config.pass_through,
             live_references: route.sessions.len() as u32,
+            identity_conflict: peers.any(|peer| Some(peer) != first_peer),
         })
     }
 

@@ -53,6 +53,7 @@ fn route_status_shapes() {
         worker_id: None,
         state: RouteState::None,
         control_available: None,
+        machine_identity_conflict: false,
     };
     expect![[r#"{"route_mode":"pass_through","reason":"unbound_credential","worker_id":null,"state":"none","control_available":null}"#]]
         .assert_eq(&json(&unbound));
@@ -62,9 +63,19 @@ fn route_status_shapes() {
         worker_id: Some(Uuid::from_u128(7)),
         state: RouteState::Ready,
         control_available: Some(true),
+        machine_identity_conflict: false,
     };
     expect![[r#"{"route_mode":"worker","reason":null,"worker_id":"00000000-0000-0000-0000-000000000007","state":"ready","control_available":true}"#]]
         .assert_eq(&json(&ready));
+    // Written only when it is so; an answer without it reads as no conflict.
+    let shared = RouteStatus {
+        machine_identity_conflict: true,
+        ..ready.clone()
+    };
+    expect![[r#"{"route_mode":"worker","reason":null,"worker_id":"00000000-0000-0000-0000-000000000007","state":"ready","control_available":true,"machine_identity_conflict":true}"#]]
+        .assert_eq(&json(&shared));
+    let read: RouteStatus = serde_json::from_str(&json(&ready)).unwrap();
+    assert_eq!(read, ready);
 }
 
 #[test]

@@ -121,6 +121,7 @@ impl Front {
                 worker_id: None,
                 state: RouteState::None,
                 control_available: None,
+                machine_identity_conflict: false,
             });
         };
         let reason = if view.worker_ready {
@@ -142,6 +143,7 @@ impl Front {
             worker_id: view.worker_id.map(|id| id.as_uuid()),
             state: view.state,
             control_available: view.control_available,
+            machine_identity_conflict: view.identity_conflict,
         })
     }
 }
