@@ -603,13 +603,39 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
                 .enabled()
                 .map(|c| format!("{} ({} file)", c.kind, source_str(c.source)))
                 .collect();
+            // relay-mcp hands the worker these from its own environment, and the worker
+            // refuses to start without one (`plugin_config_invalid`).
+            let unset: Vec<&str> = plugins
+                .config()
+                .header_env_variables()
+                .into_iter()
+                .filter(|var| {
+                    inputs
+                        .env
+                        .var_os(var)
+                        .and_then(|v| v.into_string().ok())
+                        .is_none()
+                })
+                .collect();
             let details = json!({
                 "system_file": display(&system),
                 "user_file": user.as_deref().map(display),
                 "allow_user_components": plugins.allows_user_components(),
                 "components": plugins.components().len(),
                 "enabled": enabled,
+                "header_env_unset": unset,
             });
+            if !unset.is_empty() {
+                return Check::fail(
+                    ID,
+                    format!(
+                        "valid, but header_env names {} that this environment does not set: a worker started from here cannot start its sinks and refuses to start, so every session passes through",
+                        unset.join(", ")
+                    ),
+                )
+                .next("set it in the environment the harness starts relay-mcp in (for Codex, also list it in env_vars of [mcp_servers.relay]); the doctor sees its own environment, which may differ from the harness's")
+                .with(details);
+            }
             let summary = if listed.is_empty() {
                 format!(
                     "valid; no enabled component ({} present)",

@@ -391,6 +391,47 @@ fn plugins_are_validated_and_the_effective_components_listed() {
     );
 }
 
+/// A collector's secret named by `header_env` must be in the environment relay-mcp hands
+/// the worker: without it the worker cannot start its sinks, refuses to start, and every
+/// session passes through, though the file itself is valid.
+#[test]
+fn a_header_env_variable_this_environment_lacks_fails_the_plugins_check() {
+    let f = Fixture::new();
+    f.write(
+        &f.system().join("plugins.toml"),
+        "version = 1\n[[components]]\nkind = \"observability\"\n[[components.config.sinks]]\ntype = \"http\"\nurl = \"https://collector.example/v1/records\"\nheader_env = { authorization = \"RELAY_TEST_COLLECTOR_KEY\" }\n",
+        0o644,
+    );
+    let env = f.env();
+    let inputs = Inputs::new(&env, euid());
+    let unset = plugins(&inputs);
+    assert_eq!(unset.status, Status::Fail, "{unset:?}");
+    assert!(
+        unset.summary.contains("RELAY_TEST_COLLECTOR_KEY"),
+        "{}",
+        unset.summary
+    );
+    assert_eq!(
+        unset.details["header_env_unset"],
+        json!(["RELAY_TEST_COLLECTOR_KEY"])
+    );
+    assert!(
+        unset
+            .next_step
+            .as_deref()
+            .unwrap_or_default()
+            .contains("env_vars"),
+        "{unset:?}"
+    );
+
+    let secret = "Bearer collector-secret-value";
+    let env = f.env().with("RELAY_TEST_COLLECTOR_KEY", secret);
+    let inputs = Inputs::new(&env, euid());
+    let set = plugins(&inputs);
+    assert_eq!(set.status, Status::Ok, "{set:?}");
+    assert!(!format!("{set:?}").contains(secret));
+}
+
 fn ca_pem(f: &Fixture, name: &str) -> PathBuf {
     let cert = rcgen::generate_simple_self_signed(vec!["relay.test".to_owned()]).unwrap();
     let path = f.dir.path().join(name);
