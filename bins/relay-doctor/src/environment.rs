@@ -502,16 +502,22 @@ pub(crate) fn config<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         .filter(|p| p.exists())
         .map(|p| display(p))
         .collect();
+    // relayd reads the same files (a user daemon this user's, every daemon the system's),
+    // and refuses any unknown key, `[daemon…]` tables included, where the clients warn.
+    let daemon_refusal = Config::load_daemon(&sources)
+        .err()
+        .map(|err| config_error_text(&err));
     let details = |ignored: Vec<serde_json::Value>| {
         json!({
             "user_file": user.as_deref().map(display),
             "system_file": display(&system),
             "present": present,
             "ignored_keys": ignored,
+            "daemon_refuses": daemon_refusal,
         })
     };
     match Config::load_client(&sources) {
-        Ok((_, ignored)) if ignored.is_empty() => {
+        Ok((_, ignored)) if ignored.is_empty() && daemon_refusal.is_none() => {
             let what = if present.is_empty() {
                 "no config.toml: the defaults apply".to_owned()
             } else {
@@ -520,20 +526,27 @@ pub(crate) fn config<E: Env>(inputs: &Inputs<'_, E>) -> Check {
             Check::ok(ID, what).with(details(Vec::new()))
         }
         Ok((_, ignored)) => {
-            let keys: Vec<String> = ignored
-                .iter()
-                .map(|k| format!("{} in {}", k.key, k.path.display()))
-                .collect();
+            let mut problems = Vec::new();
+            if !ignored.is_empty() {
+                let keys: Vec<String> = ignored
+                    .iter()
+                    .map(|k| format!("{} in {}", k.key, k.path.display()))
+                    .collect();
+                problems.push(format!(
+                    "relay-mcp and the worker ignore unknown keys: {}",
+                    keys.join(", ")
+                ));
+            }
+            if let Some(refusal) = &daemon_refusal {
+                problems.push(format!("relayd refuses it ({refusal}), so a daemon that reads this file does not start: a user daemon reads this user's file, every daemon the system's"));
+            }
             let listed = ignored
                 .iter()
                 .map(|k| json!({ "file": display(&k.path), "key": k.key }))
                 .collect();
-            Check::warn(
-                ID,
-                format!("valid, but unknown keys are ignored: {}", keys.join(", ")),
-            )
-            .next("remove or correct the unknown keys (a misspelt key silently keeps its default)")
-            .with(details(listed))
+            Check::warn(ID, format!("valid for the clients, but {}", problems.join("; and ")))
+                .next("remove or correct the keys named (a misspelt key silently keeps its default for relay-mcp and the worker, and stops relayd)")
+                .with(details(listed))
         }
         Err(err) => Check::fail(ID, format!("invalid: {}", config_error_text(&err)))
             .next("correct the file named here; workers refuse to start with it")

@@ -276,6 +276,30 @@ fn config_errors_fail_without_quoting_values_and_unknown_keys_warn() {
         unknown.details["ignored_keys"][0]["key"],
         "upstream.mystery_key"
     );
+    // relayd reads the file too, and refuses what the clients only warn about.
+    assert!(
+        unknown.summary.contains("relayd refuses it"),
+        "{}",
+        unknown.summary
+    );
+    assert!(unknown.details["daemon_refuses"].is_string(), "{unknown:?}");
+
+    // A `[daemon]` value the clients skip still stops relayd; its value is not shown.
+    let secret = "zzz-not-a-number";
+    f.write(
+        &f.system().join("config.toml"),
+        &format!("[daemon]\nmax_connections = \"{secret}\"\n"),
+        0o644,
+    );
+    let daemon = config(&inputs);
+    assert_eq!(daemon.status, Status::Warn, "{daemon:?}");
+    assert_eq!(daemon.details["ignored_keys"], json!([]));
+    assert!(
+        daemon.summary.contains("max_connections"),
+        "{}",
+        daemon.summary
+    );
+    assert!(!format!("{daemon:?}").contains(secret), "{daemon:?}");
 
     let secret = "hunter2-proxy-password";
     f.write(
