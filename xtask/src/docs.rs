@@ -183,7 +183,7 @@ pub(crate) const ENDPOINTS: [Endpoint; 20] = [
     endpoint(
         "GET",
         "/healthz",
-        "Health: `service`, `status`, `instance_id`.",
+        "Health: `service`, `version`, `instance_id`, `deployment_mode`, `status` (`ok`, or `degraded` while state cannot be written).",
         &["/healthz"],
     ),
     endpoint("GET", "/metrics", "Prometheus metrics.", &["/metrics"]),

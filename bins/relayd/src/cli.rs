@@ -33,7 +33,7 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     pub(crate) tls_cert: Option<PathBuf>,
 
-    /// PKCS#8 PEM private key for HTTPS (with --tls-cert).
+    /// PEM private key for HTTPS (with --tls-cert): PKCS#8, or PKCS#1 or SEC1.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub(crate) tls_key: Option<PathBuf>,
 
