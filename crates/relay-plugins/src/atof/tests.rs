@@ -1114,7 +1114,30 @@ fn credentials_named_in_free_text_are_hidden() {
         // Ruby's, PHP's and Perl's `=>`, Go's `:=`, an index into the environment.
         ("config.password => 'hunter2xx'", "hunter2xx"),
         ("['api_key' => \"hunter2xx\",", "hunter2xx"),
-        ("secret => hunter2xx", "hunter2xx"),
+        ("{\"password\"=>\"hunter2xx\"}", "hunter2xx"),
+        ("ENV[\"API_KEY\"] ||= \"hunter2xx\"", "hunter2xx"),
+        ("TOKEN ?= hunter2xx", "hunter2xx"),
+        // Heredocs, bounded as quoted values are.
+        ("private_key = <<EOF\nhunter2xx\nmore\nEOF\nx = 1", "more"),
+        // A name and a value given apart: the arguments of a call, Kubernetes' and
+        // Terraform's name and value.
+        ("define('DB_PASSWORD', 'hunter2xx');", "hunter2xx"),
+        (
+            "os.environ.setdefault(\"API_KEY\", \"hunter2xx\")",
+            "hunter2xx",
+        ),
+        (
+            "env:\n  - name: DB_PASSWORD\n    value: hunter2xx\n",
+            "hunter2xx",
+        ),
+        (
+            "set {\n  name  = \"auth.password\"\n  value = \"hunter2xx\"\n}",
+            "hunter2xx",
+        ),
+        (
+            "[{\"name\":\"Authorization\",\"value\":\"hunter2xx\"}]",
+            "hunter2xx",
+        ),
         ("password := \"hunter2xx\"", "hunter2xx"),
         ("os.environ[\"API_KEY\"] = \"hunter2xx\"", "hunter2xx"),
         // `key` and `sig` in a URL's query.
@@ -1126,6 +1149,11 @@ fn credentials_named_in_free_text_are_hidden() {
             "https://acct.blob.example/c/b?sv=2024&sig=hunter2xx%3D",
             "hunter2xx",
         ),
+        (
+            "{\"u\":\"https://x.example/?a=1\\u0026sig=hunter2xx\"}",
+            "hunter2xx",
+        ),
+        ("<a href=\"/api?a=1&amp;key=hunter2xx\">", "hunter2xx"),
         // XML settings.
         (
             "<server><password>hunter2xx</password></server>",
@@ -1139,6 +1167,8 @@ fn credentials_named_in_free_text_are_hidden() {
             "<add key=\"ClearTextPassword\" value=\"hunter2xx\" />",
             "hunter2xx",
         ),
+        ("<add key='ApiKey'\n     value='hunter2xx' />", "hunter2xx"),
+        ("<password><![CDATA[hunter2xx]]></password >", "hunter2xx"),
         // Commands that take a password after `-p`.
         ("sshpass -p hunter2xx ssh deploy@host", "hunter2xx"),
         ("sshpass -p'hunter2 xx' ssh host", "2 xx"),
@@ -1147,11 +1177,23 @@ fn credentials_named_in_free_text_are_hidden() {
             "hunter2xx",
         ),
         ("mysql -u root -phunter2xx appdb", "hunter2xx"),
+        (
+            "oc login -u dev -p hunter2xx https://api.example:6443",
+            "hunter2xx",
+        ),
+        ("mongosh -u admin -p hunter2xx --host db", "hunter2xx"),
+        ("redis-cli -h cache -a hunter2xx ping", "hunter2xx"),
+        ("sshpass -f ~/.pw -v -p hunter2xx ssh host", "hunter2xx"),
         // A YAML block scalar: the lines below its header.
         (
             "stringData:\n  db-password: |\n    hunter2xx\n    more\n\n  user: me\n",
             "more",
         ),
+        // Also in a diff, a list item, under a quoted key, and with a comment.
+        ("+  password: |\n+    hunter2xx\n   user: me", "hunter2xx"),
+        ("- password: |\n    hunter2xx\n- user: me", "hunter2xx"),
+        ("\"db-password\": |\n  hunter2xx\nuser: me", "hunter2xx"),
+        ("password: | # base64\n  hunter2xx\nuser: me", "hunter2xx"),
     ] {
         let (kept, _) = content::text(&content::NoRedaction, raw, 1 << 20);
         let kept = kept.as_str().unwrap();
@@ -1173,6 +1215,14 @@ fn credentials_named_in_free_text_are_hidden() {
         "<add key=\"Username\" value=\"me\" />",
         "<password>mismatched</passwd>",
         "map.get(key) => value; https://x.example/?q=key",
+        // An arrow function and a match arm, an index by a variable.
+        "const ids = tokens.map(token => token.id);",
+        "Kind::Token => lex(input),",
+        "vocab[token] = len(vocab)",
+        "<usage><tokens>1234</tokens></usage>",
+        "SSHPASS=x sshpass -e ssh -p 2222 deploy@host",
+        "After docker login, run it with -p 8080:80 to expose the port.",
+        "headers.get(\"authorization\", \"\")",
     ] {
         let (kept, _) = content::text(&content::NoRedaction, plain, 1 << 20);
         assert_eq!(kept.as_str().unwrap(), plain);
@@ -1182,6 +1232,10 @@ fn credentials_named_in_free_text_are_hidden() {
     for (raw, kept_after) in [
         ("{\"cmd\":\"PASSWORD=abc\",\"x\":1}", "\",\"x\":1}"),
         ("GET /cb?token=abc&user=me HTTP/1.1", "&user=me HTTP/1.1"),
+        (
+            "{\"photo\":\"https://maps.example/photo?key=abc\",\"name\":\"Cafe\"}",
+            "\",\"name\":\"Cafe\"}",
+        ),
     ] {
         let (kept, _) = content::text(&content::NoRedaction, raw, 1 << 20);
         let kept = kept.as_str().unwrap();
@@ -1208,8 +1262,6 @@ fn credentials_named_in_free_text_are_hidden() {
         kept.as_str().unwrap().contains("host: &str) -> Conn"),
         "{kept}"
     );
-    // Linear in the text, however many names it repeats: read again from each one, these
-    // would take minutes.
     // A block scalar ends at the first line indented no further than its name, and the
     // lines after it stay.
     let (kept, _) = content::text(
@@ -1221,6 +1273,8 @@ fn credentials_named_in_free_text_are_hidden() {
         kept.as_str().unwrap(),
         "data:\n  password: [REDACTED:credential]\n  user: me\nkind: Secret\n"
     );
+    // Linear in the text, however many names it repeats: read again from each one, these
+    // would take minutes.
     for unit in [
         "token=",
         "password:",
@@ -1230,6 +1284,11 @@ fn credentials_named_in_free_text_are_hidden() {
         "<password>x</password><a ",
         "mysql -p sshpass -p ",
         "key=\"token\" value=\"",
+        "a[\"token\"] = ",
+        "- name: password\n  value: ",
+        "define('password', '",
+        "token = <<EOF\n",
+        "+ password: | # c\n",
     ] {
         let long = unit.repeat(400_000 / unit.len());
         let (kept, _) = content::text(&content::NoRedaction, &long, 1 << 20);
@@ -1237,6 +1296,60 @@ fn credentials_named_in_free_text_are_hidden() {
             kept.as_str().unwrap().contains("[REDACTED:credential]"),
             "{unit}"
         );
+    }
+    // Hiding again changes nothing more, whatever the pieces the rules look for are mixed
+    // into: a placeholder left by one rule is never read as a name or a value by another.
+    let pieces = [
+        "password",
+        "token",
+        "key",
+        "sig",
+        "tokens",
+        ": ",
+        "=",
+        "=>",
+        ":=",
+        " ",
+        "\n",
+        "|",
+        "\"",
+        "'",
+        "[",
+        "]",
+        "?",
+        "&",
+        "<password>",
+        "</password>",
+        "<<EOF",
+        "EOF",
+        "name: ",
+        "value: ",
+        "(\"token\", ",
+        "sshpass -p ",
+        "mysql -p",
+        "-p",
+        "é",
+        "x",
+        "#",
+        ",",
+        "@",
+        "[REDACTED:credential]",
+        "[REDACTED:api_key]",
+        "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..20_000 {
+        let mut text = String::new();
+        for _ in 0..12 {
+            // xorshift: the same pieces on every run.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            text.push_str(pieces[(state % pieces.len() as u64) as usize]);
+        }
+        let (once, _) = content::text(&content::NoRedaction, &text, 1 << 20);
+        let (twice, _) = content::text(&content::NoRedaction, once.as_str().unwrap(), 1 << 20);
+        assert_eq!(once, twice, "{text:?}");
     }
     let odd = "\",:// -u password=/x,password://\"";
     let (once, _) = content::text(&content::NoRedaction, odd, 1 << 20);

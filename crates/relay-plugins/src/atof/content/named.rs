@@ -1,0 +1,479 @@
+//! Credentials that free text names: a tool's output of `env` or `cat .env`, a command line,
+//! a header block, a configuration file or source code, with every value that a name says
+//! is a credential replaced, as a JSON field of that name would be.
+//!
+//! What is read as a credential's value:
+//! - after a name and `=`, `:`, `=>` (Ruby, PHP, Perl: quoted values only, so an arrow
+//!   function keeps its body), `:=` (Go), `||=` (Ruby) or `?=` (make): `GITHUB_TOKEN=…`,
+//!   `PGPASSWORD="…"`, `password: …`, `x-relay-client-token: …`, `--password=…`,
+//!   `os.environ["API_KEY"] = …`;
+//! - a YAML block scalar under such a name (`password: |` and the lines indented below it,
+//!   also in a list item, under a quoted key or in a diff) and a heredoc (`key = <<EOF`);
+//! - `key` and `sig` in a URL's query;
+//! - a setting given as a name and a value: the text of an XML element named for a
+//!   credential, `<add key="…" value="…" />`, `name: …` followed by `value: …` (a
+//!   Kubernetes container's environment, Terraform's `set` blocks), and a call's first two
+//!   arguments (`define('DB_PASSWORD', '…')`, `os.Setenv("TOKEN", "…")`);
+//! - a URL's password (`postgres://app:…@db`), curl's `-u user:…`, a `.netrc` password,
+//!   `--password …`, and the password after `-p` of sshpass, a registry login, mongosh and
+//!   a MySQL client (`-p…`, attached), and redis-cli's `-a`.
+//!
+//! A value is what a quote opens and closes. Unquoted, after `:` at the start of a line (a
+//! header, YAML) it is the rest of the line; elsewhere it ends at a blank, and also at the
+//! quote that opened just before the name (`"PASSWORD=…"`) or, in a query string, at `&`
+//! and at the characters that end a URL; an authentication scheme (`Basic`, `Bearer`, …)
+//! takes the word after it along.
+//!
+//! Applied twice it changes nothing more. Linear in the text: a name inside a value already
+//! hidden is not looked at again, and every value read past its line is bounded.
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::LazyLock;
+
+use regex::{Captures, Regex};
+
+use super::{CREDENTIAL_FIELD, HASH_OPENING, is_left_hash, names_a_credential};
+
+/// How many times a text that changed is read again.
+const MAX_PASSES: usize = 4;
+
+/// `text` with the credentials it names written `[REDACTED:credential]`; see the module.
+///
+/// Hiding a value can join what was around it into something another rule reads (a `<`
+/// inside a hidden word lets an element close around it), so a changed text is read again
+/// until nothing more changes: a text with nothing to hide is read once, one with
+/// something twice.
+pub(super) fn hide_named_in_text(text: &str) -> Cow<'_, str> {
+    let mut hidden = match hide_once(text) {
+        Cow::Borrowed(text) => return Cow::Borrowed(text),
+        Cow::Owned(hidden) => hidden,
+    };
+    for _ in 0..MAX_PASSES {
+        match hide_once(&hidden) {
+            Cow::Borrowed(_) => break,
+            Cow::Owned(more) => hidden = more,
+        }
+    }
+    Cow::Owned(hidden)
+}
+
+fn hide_once(text: &str) -> Cow<'_, str> {
+    let Some(p) = &*PATTERNS else {
+        return Cow::Borrowed(text);
+    };
+    let mut hidden = after_names(text, &p.named);
+    for caps in p.after_user.captures_iter(text) {
+        if let Some(value) = caps.get(1).or_else(|| caps.get(2)) {
+            hidden.push(value.range());
+        }
+    }
+    let starts = p
+        .spaced
+        .captures_iter(text)
+        .chain(p.password_flag.captures_iter(text))
+        .filter_map(|caps| first_group(&caps))
+        .map(|value| value.start());
+    for start in starts {
+        hidden.push(start..start + value_len(&text[start..], End::blank()));
+    }
+    for caps in p.element.captures_iter(text) {
+        let (Some(open), Some(close)) = (caps.get(1), caps.get(4)) else {
+            continue;
+        };
+        // The name without its namespace prefix (`ns:password`).
+        let name = open.as_str().rsplit(':').next().unwrap_or_default();
+        if open.as_str() == close.as_str() && names_a_credential_in_text(name) {
+            hidden.extend(non_blank(caps.get(2).or_else(|| caps.get(3))));
+        }
+    }
+    for caps in p.setting.captures_iter(text) {
+        let name = caps.get(1).or_else(|| caps.get(2));
+        if name.is_some_and(|name| names_a_credential_in_text(name.as_str())) {
+            hidden.extend(non_blank(caps.get(3).or_else(|| caps.get(4))));
+        }
+    }
+    for caps in p.name_value.captures_iter(text) {
+        let (Some(whole), Some(name)) = (caps.get(0), first_group(&caps)) else {
+            continue;
+        };
+        if names_a_credential_in_text(name.as_str()) {
+            let own_line = whole.as_str().contains('\n');
+            let end = if own_line { End::LineEnd } else { End::blank() };
+            hidden.push(whole.end()..whole.end() + value_len(&text[whole.end()..], end));
+        }
+    }
+    for caps in p.call.captures_iter(text) {
+        let (Some(whole), Some(name)) = (caps.get(0), first_group(&caps)) else {
+            continue;
+        };
+        // The value starts at the quote the match ends with; `""` holds nothing to hide.
+        let start = whole.end() - 1;
+        let len = value_len(&text[start..], End::blank());
+        if names_a_credential_in_text(name.as_str()) && len > 2 {
+            hidden.push(start..start + len);
+        }
+    }
+    if hidden.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    hidden.sort_unstable_by_key(|range| (range.start, range.end));
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for Range { start, end } in hidden {
+        if start < at {
+            // Within one already hidden: it hides on to the further end.
+            at = at.max(end);
+            continue;
+        }
+        out.push_str(&text[at..start]);
+        out.push_str(CREDENTIAL_FIELD);
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    Cow::Owned(out)
+}
+
+/// Whether free text's `name` names a credential: as a JSON field's would, but for `tokens`
+/// alone, which in prose, printed usage and XML is a count (`Input tokens: 1234`).
+fn names_a_credential_in_text(name: &str) -> bool {
+    !name.eq_ignore_ascii_case("tokens") && names_a_credential(name)
+}
+
+/// Where `value` lies, unless it holds nothing but blanks (an empty setting).
+fn non_blank(value: Option<regex::Match<'_>>) -> Option<Range<usize>> {
+    value
+        .filter(|v| !v.as_str().trim().is_empty())
+        .map(|v| v.range())
+}
+
+/// The first capture group that took part in the match.
+fn first_group<'t>(caps: &Captures<'t>) -> Option<regex::Match<'t>> {
+    caps.iter().skip(1).flatten().next()
+}
+
+/// The values after each name and separator that `named` finds.
+fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
+    let mut hidden = Vec::new();
+    let mut hidden_to = 0;
+    // Where the line of the last name looked at starts, found going forward only.
+    let (mut line_start, mut scanned_to) = (0, 0);
+    for found in named.find_iter(text) {
+        if found.start() < hidden_to {
+            continue;
+        }
+        let head = found.as_str();
+        let name_end = head
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+            .unwrap_or(head.len());
+        let before_text = &text[..found.start()];
+        let before = before_text.chars().next_back();
+        // After `?` or `&`, also as HTML (`&amp;`) and JSON (`\u0026`) escape it; the
+        // escape's digits read as the start of the name.
+        let escaped = head.strip_prefix("u0026").filter(|_| before == Some('\\'));
+        let name = &head[..name_end][head.len() - escaped.unwrap_or(head).len()..];
+        let in_query = matches!(before, Some('?' | '&'))
+            || escaped.is_some()
+            || before_text.ends_with("&amp;");
+        // `key` and `sig` alone are credentials in a URL's query (`?key=…`, a shared
+        // access signature's `&sig=…`), and ordinary words elsewhere.
+        let in_query_named =
+            in_query && ["key", "sig"].iter().any(|n| name.eq_ignore_ascii_case(n));
+        if !(names_a_credential_in_text(name) || in_query_named) {
+            continue;
+        }
+        // A hash the redactor left (`[HASH:api_key:0123456789ab]`) names the detector that
+        // found a value, and what follows is the hash: hidden, equal values would no longer
+        // correlate, and the bracket would be left open. Only that exact shape is passed
+        // over, so text cannot borrow it to keep a value.
+        if before_text.ends_with(HASH_OPENING) && is_left_hash(&text[found.end()..]) {
+            continue;
+        }
+        let rest = &text[found.end()..];
+        // `token == expected`: a comparison, not a value.
+        if rest.starts_with('=') {
+            continue;
+        }
+        let separator = head.trim_end_matches([' ', '\t']);
+        // `token => token.id` is an arrow function, `Kind::Token => …` a match arm; Ruby's,
+        // PHP's and Perl's values after `=>` are quoted.
+        if separator.ends_with("=>") && !rest.starts_with(['"', '\'']) {
+            continue;
+        }
+        if let Some(newline) = text[scanned_to..found.start()].rfind('\n') {
+            line_start = scanned_to + newline + 1;
+        }
+        scanned_to = found.start();
+        let by_colon = separator.ends_with(':');
+        let end = if by_colon && text[line_start..found.start()].trim().is_empty() {
+            End::LineEnd
+        } else {
+            End::Blank {
+                quote: before.filter(|c| matches!(c, '"' | '\'')),
+                in_query,
+            }
+        };
+        let quoted_key = matches!(before, Some('"' | '\''));
+        let key_column = (found.start() - line_start).saturating_sub(usize::from(quoted_key));
+        let len = if by_colon
+            && let Some(len) = block_scalar_len(rest, &text[line_start..], key_column)
+        {
+            len
+        } else if let Some(len) = heredoc_len(rest) {
+            len
+        } else {
+            value_len(rest, end)
+        };
+        if len > 0 {
+            hidden.push(found.end()..found.end() + len);
+            hidden_to = found.end() + len;
+        }
+    }
+    hidden
+}
+
+/// Where an unquoted value ends.
+#[derive(Clone, Copy)]
+enum End {
+    /// At the line's end.
+    LineEnd,
+    /// At a blank, or at this quote, or in a query string at `&` and at what ends a URL.
+    Blank { quote: Option<char>, in_query: bool },
+}
+
+impl End {
+    fn blank() -> End {
+        End::Blank {
+            quote: None,
+            in_query: false,
+        }
+    }
+}
+
+/// Authentication schemes whose next word is the credential (`Authorization: Basic …`).
+const AUTH_SCHEMES: [&str; 6] = ["basic", "bearer", "digest", "token", "negotiate", "ntlm"];
+
+/// The longest value hidden past its line (a quoted value to its closing quote, a heredoc
+/// to its end), in bytes and in lines: a 4096-bit RSA key in PEM is about 3.3 KB on 52
+/// lines. One that does not end by then hides only the rest of its line, so a stray quote
+/// does not hide the whole text, and a text of many is still read in linear time.
+const MAX_SPANNED_VALUE: usize = 8 * 1024;
+const MAX_SPANNED_LINES: usize = 64;
+
+/// How long the value at the start of `rest` is: see the module.
+fn value_len(rest: &str, end: End) -> usize {
+    if rest.starts_with(CREDENTIAL_FIELD) {
+        return CREDENTIAL_FIELD.len();
+    }
+    match (rest.chars().next(), end) {
+        (Some(quote @ ('"' | '\'')), _) => {
+            // To the closing quote, a backslash escaping the next character, over as many
+            // lines as the value spans (a key kept in a `.env` file).
+            let mut escaped = false;
+            let mut line_end = None;
+            let mut lines = 0;
+            for (at, c) in rest.char_indices().skip(1) {
+                if at > MAX_SPANNED_VALUE {
+                    break;
+                }
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == '\n' {
+                    line_end.get_or_insert(at);
+                    lines += 1;
+                    if lines > MAX_SPANNED_LINES {
+                        break;
+                    }
+                } else if c == quote {
+                    return at + 1;
+                }
+            }
+            line_end.unwrap_or_else(|| rest.find('\n').unwrap_or(rest.len()))
+        }
+        (_, End::LineEnd) => line_len(rest),
+        (_, End::Blank { quote, in_query }) => {
+            let ends = |c: char| {
+                c.is_whitespace()
+                    || Some(c) == quote
+                    || (in_query && matches!(c, '&' | '"' | '\'' | '<' | '>' | '#' | '\\'))
+            };
+            let word = |from: usize| from + rest[from..].find(ends).unwrap_or(rest.len() - from);
+            let first = word(0);
+            let scheme = AUTH_SCHEMES
+                .iter()
+                .any(|s| rest[..first].eq_ignore_ascii_case(s));
+            let after =
+                first + rest[first..].len() - rest[first..].trim_start_matches([' ', '\t']).len();
+            if scheme && after > first && after < rest.len() {
+                word(after)
+            } else {
+                first
+            }
+        }
+    }
+}
+
+/// The length of the first line of `text`, without its line break.
+fn line_len(text: &str) -> usize {
+    text.find(['\r', '\n']).unwrap_or(text.len())
+}
+
+/// The length of a YAML block scalar whose header starts `rest` (`|`, `>-`, `|2`, maybe a
+/// comment after it): the header's line and the lines below indented further than the key,
+/// which starts `key_column` bytes into its line `line`. In a diff or a list item every
+/// line starts with a mark (`+`, `-` or a blank), which is not indentation. `None` when
+/// `rest` does not start with a header.
+fn block_scalar_len(rest: &str, line: &str, key_column: usize) -> Option<usize> {
+    // Looked at without reading the rest of the line: most values are not headers, and a
+    // long line of names would otherwise be read once per name.
+    let indicator_len = rest
+        .bytes()
+        .take(4)
+        .take_while(|b| !b.is_ascii_whitespace())
+        .count();
+    if !is_block_indicator(&rest.as_bytes()[..indicator_len]) {
+        return None;
+    }
+    let header = &rest[..line_len(rest)];
+    let after = header[indicator_len..].trim_start();
+    if !(after.is_empty() || after.starts_with('#')) {
+        return None;
+    }
+    let mark = usize::from(line.starts_with(['+', '-', ' ']));
+    let key_indent = key_column.saturating_sub(mark);
+    // Every line of the scalar is hidden, however many: a name inside it is not read
+    // again, so the text is still read once.
+    let mut len = header.len();
+    let mut at = header.len();
+    while let Some(newline) = rest[at..].find('\n') {
+        let start = at + newline + 1;
+        let this = &rest[start..start + line_len(&rest[start..])];
+        let unmarked = match this.strip_prefix(['+', '-', ' ']) {
+            Some(unmarked) if mark == 1 => unmarked,
+            _ => this,
+        };
+        let content = unmarked.trim_start_matches([' ', '\t']);
+        if !content.is_empty() {
+            if unmarked.len() - content.len() <= key_indent {
+                break;
+            }
+            len = start + this.len();
+        }
+        at = start + this.len();
+    }
+    Some(len)
+}
+
+/// A YAML block scalar's header (`|`, `>-`, `|2+`): the value is on the lines below.
+fn is_block_indicator(word: &[u8]) -> bool {
+    let chomp = |b: &u8| matches!(b, b'-' | b'+');
+    let indent = |b: &u8| matches!(b, b'1'..=b'9');
+    match word {
+        [b'|' | b'>', modifiers @ ..] => match modifiers {
+            [] => true,
+            [m] => chomp(m) || indent(m),
+            [a, b] => (chomp(a) && indent(b)) || (indent(a) && chomp(b)),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The length of a heredoc whose opening starts `rest` (`<<EOF`, `<<-EOT`, `<<~'EOS'`):
+/// through the line that closes it, bounded as a quoted value is; the rest of its line when
+/// it does not close by then. `None` when `rest` does not start with one.
+fn heredoc_len(rest: &str) -> Option<usize> {
+    let opening = rest.strip_prefix("<<")?;
+    let opening = opening.strip_prefix(['-', '~']).unwrap_or(opening);
+    let quote = opening.starts_with(['\'', '"']);
+    let word = &opening[usize::from(quote)..];
+    let word = &word[..word
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(word.len())];
+    if word.is_empty() {
+        return None;
+    }
+    let first = line_len(rest);
+    let mut at = first;
+    for _ in 0..MAX_SPANNED_LINES {
+        let Some(newline) = rest[at..].find('\n') else {
+            break;
+        };
+        let start = at + newline + 1;
+        if start > MAX_SPANNED_VALUE {
+            break;
+        }
+        let this = &rest[start..start + line_len(&rest[start..])];
+        if this.trim() == word {
+            return Some(start + this.len());
+        }
+        at = start + this.len();
+    }
+    Some(first)
+}
+
+/// The patterns, constants that the tests compile.
+struct Patterns {
+    /// A name and what separates it from its value. The name may close a quote and an
+    /// index (`os.environ["API_KEY"] = …`), but never a bare bracket, so `vocab[token] =`
+    /// and the `credential]` of a value already hidden are not names.
+    named: Regex,
+    /// The password after a user: a URL's (`scheme://user:…@`, the user may be empty) and
+    /// curl's (`-u user:…`, `--user=user:…`, `-uuser:…`).
+    after_user: Regex,
+    /// A value after a blank: a command-line flag named for a credential (`--password …`),
+    /// and a `.netrc` password (`machine … password …`, or a line of its own).
+    spaced: Regex,
+    /// The password a command takes after a short flag: sshpass's `-p` among its own
+    /// options (not the `-p` of the command it runs), a registry login's and mongosh's
+    /// `-p …`, the MySQL clients' `-p…` when attached (`-p` alone asks for it), and
+    /// redis-cli's `-a …`.
+    password_flag: Regex,
+    /// An XML element and its text or CDATA (`<password>…</password>`, Maven's settings);
+    /// the caller checks that the closing tag is the opening one's.
+    element: Regex,
+    /// A setting given as attributes (`<add key="ClearTextPassword" value="…" />`, NuGet's
+    /// and .NET's), over several lines if a formatter wrapped them.
+    setting: Regex,
+    /// `name: …` and then `value: …`, on the next line or after a comma: a Kubernetes
+    /// container's environment, Terraform's `set` blocks, JSON printed as text.
+    name_value: Regex,
+    /// A call whose first argument is a quoted name and whose second starts with a quote:
+    /// `define('DB_PASSWORD', '…')`, `os.Setenv("TOKEN", "…")`.
+    call: Regex,
+}
+
+static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
+    let compile = |pattern: &str| Regex::new(pattern).ok();
+    Some(Patterns {
+        named: compile(
+            r#"[A-Za-z][A-Za-z0-9_.-]*(?:["']\]?)?[ \t]*(?:=>|:=|\|\|=|\?=|[=:])[ \t]*"#,
+        )?,
+        after_user: compile(
+            r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#@]+)@|(?:^|[ \t])(?:-u|--user)[ =]*[^\s:]+:(\S+)",
+        )?,
+        spaced: compile(
+            r"(?m)(?:(?:^|[ \t])--(?:password|passwd|token|secret|api-key|api_key|access-token|auth-token)|^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password)[ \t]+([^\s:=-]\S*)",
+        )?,
+        password_flag: compile(concat!(
+            r"\bsshpass(?:[ \t]+(?:-[fdP][ \t]*[^\s-]\S*|-[ev]\S*))*[ \t]+-p[ \t]*([^\s-])",
+            r"|\b(?:(?:docker|podman|buildah|nerdctl|oc|az)[ \t]+login|helm[ \t]+registry[ \t]+login|mongosh|mongo)\b[^\n|;&,]*?[ \t]-p[ \t]*([^\s-])",
+            r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb|mariadb-dump)\b[^\n|;&,]*?[ \t]-p([^\s-])",
+            r"|\bredis-cli\b[^\n|;&,]*?[ \t]-a[ \t]*([^\s-])",
+        ))?,
+        element: compile(
+            r"<([A-Za-z][A-Za-z0-9_.:-]*)(?:\s[^<>]*)?>(?:<!\[CDATA\[([^\]]*)\]\]>|([^<]*))</([A-Za-z][A-Za-z0-9_.:-]*)\s*>",
+        )?,
+        setting: compile(
+            r#"\b(?:key|name)\s*=\s*(?:"([^"<>]*)"|'([^'<>]*)')\s+value\s*=\s*(?:"([^"]*)"|'([^']*)')"#,
+        )?,
+        name_value: compile(
+            r#"\bname["']?[ \t]*[:=][ \t]*(?:"([^"\n]*)"|'([^'\n]*)'|([A-Za-z][A-Za-z0-9_.-]*))[ \t]*(?:,[ \t]*|\r?\n[ \t-]*)["']?value["']?[ \t]*[:=][ \t]*"#,
+        )?,
+        call: compile(
+            r#"\(\s*(?:"([A-Za-z][A-Za-z0-9_.-]*)"|'([A-Za-z][A-Za-z0-9_.-]*)')\s*,\s*["']"#,
+        )?,
+    })
+});
