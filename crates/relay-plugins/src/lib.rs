@@ -31,7 +31,9 @@ pub use cost::{
 };
 pub use decode::{ContentEncoding, DecodeError, Decoded, MAX_CODINGS, decode};
 pub use policy::{Agent, Decision, Policy, PolicyConfig};
-pub use redact::{Detector, RedactAction, RedactionConfig, Redactor, Replacements, parse_value};
+pub use redact::{
+    Detector, RedactAction, RedactionConfig, Redactor, Replacements, is_json_object, parse_value,
+};
 pub use request::{RequestFacts, last_user_text};
 pub use sse::{SseEvent, SseParser};
 pub use traceparent::TraceParent;

@@ -23,7 +23,7 @@ use regex::Regex;
 
 mod json;
 
-pub use json::parse_value;
+pub use json::{is_json_object, parse_value};
 
 /// A built-in detector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

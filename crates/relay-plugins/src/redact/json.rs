@@ -133,6 +133,70 @@ pub fn parse_value(body: &[u8]) -> Option<Value> {
         .or_else(|| serde_json::from_slice::<Value>(&strings_reescaped(body)?).ok())
 }
 
+/// Whether [`parse_value`] reads `body` as a JSON object, found without building the value:
+/// the same reading (serde_json's, nesting limit and numbers included, then with lone
+/// surrogates replaced), so a check made without the value agrees with one made with it.
+pub fn is_json_object(body: &[u8]) -> bool {
+    let object = |body: &[u8]| serde_json::from_slice::<Skipped>(body).is_ok_and(|s| s.object);
+    object(body) || strings_reescaped(body).is_some_and(|body| object(&body))
+}
+
+/// A JSON value read as `Value` reads it (through `deserialize_any`, where serde_json counts
+/// the nesting) and dropped as it goes; `object` when it was an object.
+struct Skipped {
+    object: bool,
+}
+
+impl<'de> serde::Deserialize<'de> for Skipped {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Skipped, D::Error> {
+        deserializer.deserialize_any(SkippedVisitor)
+    }
+}
+
+struct SkippedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SkippedVisitor {
+    type Value = Skipped;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Skipped, E> {
+        Ok(Skipped { object: false })
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Skipped, E> {
+        Ok(Skipped { object: false })
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Skipped, E> {
+        Ok(Skipped { object: false })
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Skipped, E> {
+        Ok(Skipped { object: false })
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Skipped, E> {
+        Ok(Skipped { object: false })
+    }
+
+    fn visit_unit<E>(self) -> Result<Skipped, E> {
+        Ok(Skipped { object: false })
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Skipped, A::Error> {
+        while seq.next_element::<Skipped>()?.is_some() {}
+        Ok(Skipped { object: false })
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Skipped, A::Error> {
+        while map.next_entry::<Skipped, Skipped>()?.is_some() {}
+        Ok(Skipped { object: true })
+    }
+}
+
 /// `body` with every string literal that holds an escape decoded by [`unescape`] (a lone
 /// surrogate becomes U+FFFD) and escaped again; `None` when a literal never closes.
 fn strings_reescaped(body: &[u8]) -> Option<Vec<u8>> {

@@ -327,22 +327,17 @@ pub(super) fn hook_event(body: &[u8]) -> Option<Option<&str>> {
         #[serde(borrow, default)]
         hook_event_name: Option<&'a str>,
     }
-    // serde accepts an array for a struct; only an object is a hook payload.
-    let object = body
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|b| *b == b'{');
-    // JSON is UTF-8; serde_json checks only the strings it keeps, so the rest is checked
-    // here, as the worker's whole parse does.
-    let text = std::str::from_utf8(body).ok().filter(|_| object)?;
-    // A name with escapes cannot be borrowed; it is then no event Relay waits for.
-    match serde_json::from_str::<Head<'_>>(text) {
-        Ok(head) => Some(head.hook_event_name),
-        Err(e) if e.is_data() => serde_json::from_str::<serde::de::IgnoredAny>(text)
-            .is_ok()
-            .then_some(None),
-        Err(_) => None,
+    // What the worker reads as an object, nesting limit, numbers and all, so that a body is
+    // refused or taken the same whether a worker is ready or not.
+    if !relay_plugins::is_json_object(body) {
+        return None;
     }
+    // A name with escapes cannot be borrowed, and a body whose strings hold a lone
+    // surrogate reads only as the worker reads it: either is then no event Relay waits for.
+    let head = std::str::from_utf8(body)
+        .ok()
+        .and_then(|text| serde_json::from_str::<Head<'_>>(text).ok());
+    Some(head.and_then(|head| head.hook_event_name))
 }
 
 #[cfg(test)]

@@ -414,6 +414,32 @@ fn hook_bodies_must_be_json_objects() {
     ] {
         assert!(hook_event(bad).is_none(), "{bad:?}");
     }
+    // The worker's reading decides, so a body is taken or refused alike with or without a
+    // worker: past serde_json's nesting limit, or with a number no f64 holds, neither
+    // reads it.
+    let nested = |depth: usize| {
+        format!(
+            "{{\"hook_event_name\":\"PreToolUse\",\"tool_input\":{}{}}}",
+            "[".repeat(depth),
+            "]".repeat(depth)
+        )
+    };
+    let worker_reads = |body: &[u8]| {
+        matches!(
+            relay_plugins::parse_value(body),
+            Some(serde_json::Value::Object(_))
+        )
+    };
+    for body in (100..200)
+        .map(nested)
+        .chain(["{\"n\":1e400}".to_owned(), "{\"n\":1e300}".to_owned()])
+    {
+        let read = hook_event(body.as_bytes()).is_some();
+        assert_eq!(read, worker_reads(body.as_bytes()), "{body}");
+    }
+    assert!(hook_event(nested(100).as_bytes()).is_some());
+    assert!(hook_event(nested(199).as_bytes()).is_none());
+    assert!(hook_event(b"{\"n\":1e400}").is_none());
 }
 
 #[tokio::test]
