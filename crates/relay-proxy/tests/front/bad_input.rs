@@ -487,6 +487,41 @@ async fn a_foreign_host_is_421() {
     assert!(!tripwire.was_touched().await);
 }
 
+/// HTTP/2's header list limit is 64 KiB inclusive, as HTTP/1's head limit is: a list of
+/// exactly 65,536 bytes by RFC 9113's measure (each field's name, value and 32) is taken,
+/// one byte more is not.
+#[tokio::test]
+async fn an_http2_header_list_of_exactly_64_kib_is_taken() {
+    let tripwire = Tripwire::new().await;
+    let relay = Setup::new(&tripwire.base_url()).start().await;
+    let (mut h2, connection) = h2::client::handshake(relay.connect().await).await.unwrap();
+    tokio::spawn(connection);
+    let host = relay.host();
+    let fields = [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":authority", host.as_str()),
+        (":path", "/healthz"),
+        ("x-big", ""),
+    ];
+    let without_value: usize = fields.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
+    for (size, taken) in [(65_536, true), (65_537, false)] {
+        let req = http::Request::get(relay.url("/healthz"))
+            .header("x-big", "v".repeat(size - without_value))
+            .body(())
+            .unwrap();
+        let (res, _) = h2.send_request(req, true).unwrap();
+        let res = tokio::time::timeout(WAIT, res).await.unwrap();
+        if taken {
+            assert_eq!(res.unwrap().status(), 200, "{size}");
+        } else if let Ok(res) = res {
+            // hyper answers 431, or resets the stream.
+            assert_eq!(res.status(), 431, "{size}");
+        }
+    }
+    assert!(!tripwire.was_touched().await);
+}
+
 /// HTTP/2 names the host in `:authority`; a `host` header beside it must name one served
 /// here too, or a client could pass a foreign one past the check.
 #[tokio::test]
