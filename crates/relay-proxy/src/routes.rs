@@ -249,9 +249,7 @@ pub fn upstream_target(
             && selected.is_none()
             && config.openai_base_url.as_str() == DEFAULT_OPENAI_BASE_URL
             && headers.chatgpt_account_id
-            && headers
-                .authorization
-                .is_some_and(|v| v.as_bytes().starts_with(b"Bearer eyJ")));
+            && headers.authorization.is_some_and(is_bearer_jwt));
     let (base, joined_path) = if chatgpt {
         let rest = path
             .strip_prefix("/backend-api/codex")
@@ -333,6 +331,14 @@ fn join_selected_openai<'a>(base_path: &str, path: &'a str) -> Cow<'a, str> {
         (Some(before_v1), true) => concat(before_v1, path),
         _ => concat(base_path, path),
     }
+}
+
+/// `Bearer eyJ…`: a JWT as a bearer credential, the scheme's name in any case (RFC 9110).
+fn is_bearer_jwt(value: &http::HeaderValue) -> bool {
+    let value = value.as_bytes();
+    value.split_at_checked(7).is_some_and(|(scheme, token)| {
+        scheme.eq_ignore_ascii_case(b"bearer ") && token.starts_with(b"eyJ")
+    })
 }
 
 /// `base_path` then `path`, borrowing `path` when the base adds nothing.

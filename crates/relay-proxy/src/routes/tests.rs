@@ -135,6 +135,16 @@ fn chatgpt_sign_in_reroutes_only_when_every_condition_holds() {
         url(&default, &Method::POST, "/v1/responses", &[jwt, account]),
         "https://chatgpt.com/backend-api/codex/responses"
     );
+    // The scheme's name is read in any case, as HTTP reads it.
+    assert_eq!(
+        url(
+            &default,
+            &Method::POST,
+            "/v1/responses",
+            &[("authorization", "bearer eyJhbGciOi.x.y"), account]
+        ),
+        "https://chatgpt.com/backend-api/codex/responses"
+    );
     // Any condition failing keeps the OpenAI base.
     assert_eq!(
         url(&default, &Method::POST, "/v1/responses", &[jwt]),
