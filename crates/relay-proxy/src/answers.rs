@@ -249,12 +249,24 @@ pub(crate) fn upstream_error(failure: &UpstreamError) -> Response<ResponseBody> 
             "the provider could not be reached",
         ),
         // Before or after the request reached the provider (which is why it is never sent
-        // again): the words claim neither.
-        UpstreamError::Failed(_) => error(
-            StatusCode::BAD_GATEWAY,
-            ErrorKind::RelayUpstreamUnreachable,
-            "the connection to the provider failed before it answered",
-        ),
+        // again): the words claim neither, unless what came back was read and was no answer.
+        UpstreamError::Failed(failure) => {
+            let unreadable = crate::error_chain::causes(&**failure)
+                .find_map(|cause| cause.downcast_ref::<hyper::Error>())
+                .filter(|e| e.is_parse() || e.is_parse_too_large());
+            let message = match unreadable {
+                Some(e) if e.is_parse_too_large() => {
+                    "the provider answered with a head larger than relayd reads"
+                }
+                Some(_) => "the provider answered with something that is not a valid HTTP answer",
+                None => "the connection to the provider failed before it answered",
+            };
+            error(
+                StatusCode::BAD_GATEWAY,
+                ErrorKind::RelayUpstreamUnreachable,
+                message,
+            )
+        }
         // As the limit of requests in flight per route answers.
         UpstreamError::NoRoom => retry_later(
             StatusCode::TOO_MANY_REQUESTS,

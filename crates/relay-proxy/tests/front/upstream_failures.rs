@@ -200,3 +200,46 @@ async fn an_upload_that_stops_arriving_is_408_not_a_provider_failure() {
     assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
     assert!(text.contains("relay_bad_request"), "{text}");
 }
+
+/// A provider whose answer cannot be read (not HTTP, or a head larger than relayd reads) is
+/// a 502 that says so, rather than a connection that failed; the request is not sent again.
+#[tokio::test]
+async fn an_unreadable_provider_answer_is_502_and_says_why() {
+    let huge_head = format!(
+        "HTTP/1.1 200 OK\r\nx-pad: {}\r\ncontent-length: 2\r\n\r\n{{}}",
+        "p".repeat(512 * 1024)
+    );
+    for (answer, says) in [
+        (
+            "SSH-2.0-OpenSSH_9.6\r\n".to_owned(),
+            "not a valid HTTP answer",
+        ),
+        (huge_head, "larger than relayd reads"),
+    ] {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let provider = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut buf).await;
+            let _ = stream.write_all(answer.as_bytes()).await;
+            let _ = stream.shutdown().await;
+            listener
+        });
+        let relay = Setup::new(&format!("http://{addr}")).start().await;
+        let got = relay.post("/v1/chat/completions", &[], "{}").await;
+        got.assert_error(502, "relay_upstream_unreachable");
+        let message = got.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(says), "{message}");
+        // A second connection would be waiting already: loopback completes a connect in
+        // the kernel, before relayd could have written to it.
+        let listener = provider.await.unwrap();
+        tokio::select! {
+            biased;
+            _ = listener.accept() => panic!("the request was sent again"),
+            () = std::future::ready(()) => {}
+        }
+    }
+}
