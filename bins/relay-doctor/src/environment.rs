@@ -84,6 +84,7 @@ pub(crate) fn report<E: Env>(inputs: &Inputs<'_, E>) -> Report {
     checks.push(no_proxy(inputs.env));
     checks.push(codex_hooks(inputs));
     checks.push(claude_code(inputs));
+    checks.push(pi::pi(inputs.env));
     Report {
         mode: Mode::Environment,
         checks,
@@ -1059,6 +1060,8 @@ fn file_names(file: &Path, needle: &str) -> bool {
         .flatten()
         .is_some_and(|bytes| crate::wiring::contains(&bytes, needle.as_bytes()))
 }
+
+mod pi;
 
 #[cfg(test)]
 mod tests;

@@ -326,7 +326,7 @@ fn daemon_address(args: &[&str]) -> Option<String> {
 
 /// Why `program` cannot run: an absolute path that is missing or not an executable file, or
 /// a bare name not found on this environment's `PATH`.
-fn program_problem(program: &str, env: &impl Env) -> Option<String> {
+pub(crate) fn program_problem(program: &str, env: &impl Env) -> Option<String> {
     let executable = |path: &Path| {
         fs::metadata(path)
             .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)

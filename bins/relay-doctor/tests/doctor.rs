@@ -606,7 +606,8 @@ fn report_of_a_machine_in_order_passes_with_exit_0() {
             "ca_files",
             "no_proxy",
             "codex_hooks",
-            "claude_code"
+            "claude_code",
+            "pi"
         ]
     );
     assert_eq!(check(&json, "token")["details"]["source"], "file");

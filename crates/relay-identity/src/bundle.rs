@@ -51,6 +51,10 @@ pub const CODEX_HOOK_EVENTS: [(&str, bool); 11] = [
 /// bundle runs `relay-hook` on them with `--fail-closed`.
 pub const BLOCKING_HOOK_EVENTS: [&str; 3] = ["PreToolUse", "PermissionRequest", "UserPromptSubmit"];
 
+/// How the bundle's pi extension (`pi/extension-v1/index.ts`) begins, by which relay-doctor
+/// tells it from other extensions.
+pub const PI_EXTENSION_MARKER: &str = "// Relay's pi extension, written by `relayd managed-bundle`";
+
 /// The command line that runs `relay_hook` for `event` of `agent` (`claude`, `codex`)
 /// against the daemon at `origin`: fail-closed on the blocking events, fail-open on the
 /// others. Paths pass the bundle's `--bin-dir` rules (no spaces or shell metacharacters),

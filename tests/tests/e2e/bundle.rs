@@ -124,6 +124,9 @@ async fn pi_runs_from_the_bundle() -> anyhow::Result<()> {
         "{out}"
     );
     assert!(out.stderr.contains("other"), "{out}");
+    // relay-doctor finds the extension where pi loaded it from, whole.
+    let check = deployment.doctor_pi().await?;
+    assert_eq!(check["status"], "ok", "{check}");
     Ok(())
 }
 

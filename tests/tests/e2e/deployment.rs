@@ -666,7 +666,8 @@ impl Deployment {
     ) -> anyhow::Result<AgentOutput> {
         let bundle = self.bundle();
         let pi = AgentCommand::new("pi")?;
-        let agent_dir = pi.make_dir("pi-agent")?;
+        let agent_dir = self.pi_agent_dir();
+        std::fs::create_dir_all(&agent_dir)?;
         let base = self.stand_in.base_url();
         let mut providers = serde_json::json!({
             "mock": {"baseUrl": base, "api": "anthropic-messages", "apiKey": "RELAY_E2E_PI_KEY",
@@ -679,18 +680,44 @@ impl Deployment {
             );
         }
         let models = serde_json::json!({ "providers": providers });
-        pi.write_file("pi-agent/models.json", &models.to_string())?;
+        std::fs::write(agent_dir.join("models.json"), models.to_string())?;
+        // Installed as an administrator installs it: listed in pi's settings.
+        let extension = bundle.join("pi/extension-v1/index.ts");
+        let settings = serde_json::json!({ "extensions": [path(&extension)] });
+        std::fs::write(agent_dir.join("settings.json"), settings.to_string())?;
         let mut pi = pi
             .env("PI_CODING_AGENT_DIR", &agent_dir)
             .env("PI_OFFLINE", "1")
             .env("RELAY_E2E_PI_KEY", "sk-ant-pi-test")
-            .args(["-p", "--no-extensions", "-e"])
-            .arg(path(&bundle.join("pi/extension-v1/index.ts")))
-            .args(["--model", "mock/mock-claude", prompt]);
+            .args(["-p", "--model", "mock/mock-claude", prompt]);
         for (key, value) in self.relay_env() {
             pi = pi.env(key, value);
         }
         Ok(pi.run(AGENT_TIMEOUT).await?)
+    }
+}
+
+impl Deployment {
+    /// pi's own directory (`PI_CODING_AGENT_DIR`) for this deployment's user.
+    fn pi_agent_dir(&self) -> PathBuf {
+        self.user.dir().join("pi-agent")
+    }
+
+    /// relay-doctor's `pi` check for this deployment's user, after [`Deployment::run_pi`].
+    pub(crate) async fn doctor_pi(&self) -> anyhow::Result<serde_json::Value> {
+        let out = tokio::process::Command::new(relay_e2e::binary("relay-doctor")?)
+            .arg("--json")
+            .env_clear()
+            .env("HOME", self.user.home())
+            .env("XDG_CONFIG_HOME", self.user.xdg_config_home())
+            .env("PI_CODING_AGENT_DIR", self.pi_agent_dir())
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(CLI_TIMEOUT, out).await??;
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| anyhow::anyhow!("relay-doctor's stdout is not JSON ({e}): {out:?}"))?;
+        Ok(report_check(&report, "pi").clone())
     }
 }
 

@@ -755,3 +755,88 @@ fn bin_dir_again(dir: &Path) {
     fs::write(&path, "#!/bin/sh\n").unwrap();
     fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+/// Relay's pi extension is found where pi loads it from (its settings' `extensions` list or
+/// its extensions directory), by the bundle's first line, and judged by what it would run.
+#[test]
+fn pi_is_judged_by_the_extension_it_loads() {
+    let fixture = Fixture::new();
+    let bin = bin_dir();
+    let pi_dir = fixture.dir.path().join("pi-agent");
+    let env = fixture.env().with("PI_CODING_AGENT_DIR", &pi_dir);
+    let extension = |relay_mcp: &Path| {
+        format!(
+            "{}\nimport {{ spawn }} from \"node:child_process\";\nconst BUNDLE: {{ daemonAddress: string; relayMcp: string; relayHook: string }} =\n  {};\n",
+            relay_identity::bundle::PI_EXTENSION_MARKER,
+            json!({
+                "daemonAddress": DAEMON,
+                "relayMcp": relay_mcp,
+                "relayHook": bin.path().join("relay-hook"),
+            })
+        )
+    };
+    let deployed = fixture
+        .dir
+        .path()
+        .join("opt/relay/bundle/pi/extension-v1/index.ts");
+    let settings = pi_dir.join("settings.json");
+
+    let none = pi::pi(&env);
+    assert_eq!(none.status, Status::Skip, "{none:?}");
+    // Another extension is not Relay's.
+    fixture.write(
+        &pi_dir.join("extensions/other.ts"),
+        "export default () => {};\n",
+        0o644,
+    );
+    assert_eq!(pi::pi(&env).status, Status::Skip);
+
+    fixture.write(&deployed, &extension(&bin.path().join("relay-mcp")), 0o644);
+    let listed = json!({ "extensions": [deployed] }).to_string();
+    fixture.write(&settings, &listed, 0o644);
+    let ok = pi::pi(&env);
+    assert_eq!(ok.status, Status::Ok, "{ok:?}");
+    assert_eq!(ok.details["daemon_address"], DAEMON);
+
+    // Also in the extensions directory: loaded twice.
+    let copy = pi_dir.join("extensions/relay/index.ts");
+    fixture.write(&copy, &extension(&bin.path().join("relay-mcp")), 0o644);
+    let twice = pi::pi(&env);
+    assert_eq!(twice.status, Status::Warn, "{twice:?}");
+    assert!(twice.summary.contains("2 times"), "{}", twice.summary);
+    fs::remove_file(&copy).unwrap();
+
+    // A binary it runs is gone.
+    fixture.write(
+        &deployed,
+        &extension(&bin.path().join("gone/relay-mcp")),
+        0o644,
+    );
+    let missing = pi::pi(&env);
+    assert_eq!(missing.status, Status::Fail, "{missing:?}");
+    assert!(
+        missing.summary.contains("does not exist"),
+        "{}",
+        missing.summary
+    );
+
+    // Edited past reading, listed but gone, or a settings file that no longer parses.
+    fixture.write(
+        &deployed,
+        relay_identity::bundle::PI_EXTENSION_MARKER,
+        0o644,
+    );
+    assert_eq!(pi::pi(&env).status, Status::Fail);
+    fs::remove_file(&deployed).unwrap();
+    let gone = pi::pi(&env);
+    assert_eq!(gone.status, Status::Fail, "{gone:?}");
+    assert!(gone.summary.contains("not there"), "{}", gone.summary);
+    fixture.write(&settings, &format!("{listed},"), 0o644);
+    let unparsed = pi::pi(&env);
+    assert_eq!(unparsed.status, Status::Fail, "{unparsed:?}");
+    assert!(
+        unparsed.summary.contains("not valid JSON"),
+        "{}",
+        unparsed.summary
+    );
+}

@@ -251,6 +251,12 @@ fn pi(options: &BundleOptions, files: &mut Vec<BundleFile>) {
     });
 }
 
+/// The checked-in extension, for the unit tests.
+#[cfg(test)]
+pub(super) fn pi_extension_source() -> &'static str {
+    PI_EXTENSION
+}
+
 /// Whether the checked-in extension has exactly one placeholder (a unit test holds it).
 #[cfg(test)]
 pub(super) fn pi_placeholder_count() -> usize {

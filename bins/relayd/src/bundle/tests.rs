@@ -492,6 +492,8 @@ fn macos_rendering_keeps_slashes_and_no_suffix() {
 #[test]
 fn the_pi_extension_has_one_placeholder_and_it_is_filled() {
     assert_eq!(render::pi_placeholder_count(), 1);
+    // relay-doctor finds the deployed extension by its first line.
+    assert!(render::pi_extension_source().starts_with(relay_identity::bundle::PI_EXTENSION_MARKER));
 }
 
 /// Every `--bin-dir` rule, each refusal naming it.
