@@ -289,10 +289,35 @@ fn join(items: &BTreeSet<&str>) -> String {
 }
 
 /// A hook command line that runs `relay-hook`, read as the bundle writes it (no quoting:
-/// the bundle's paths hold no spaces).
+/// the bundle's paths hold no spaces). The agents hand the line to a shell, so what an
+/// administrator may put before the program is passed over: variable assignments
+/// (`RELAY_HOOK_TIMEOUT_MS=8000 relay-hook …`), `exec`, and `env` with its options.
 fn hook_command(line: &str) -> Option<HookCommand> {
     let words: Vec<&str> = line.split_whitespace().collect();
-    let (&program, args) = words.split_first()?;
+    let is_assignment = |word: &str| {
+        word.split_once('=').is_some_and(|(name, _)| {
+            name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    let mut start = 0;
+    let mut after_env = false;
+    while let Some(&word) = words.get(start) {
+        if after_env && matches!(word, "-u" | "--unset" | "-C" | "--chdir") {
+            // An option of env's whose value is the next word.
+            start += 2;
+        } else if is_assignment(word)
+            || word == "exec"
+            || is_named(word, "env")
+            || (after_env && word.starts_with('-'))
+        {
+            after_env |= is_named(word, "env");
+            start += 1;
+        } else {
+            break;
+        }
+    }
+    let (&program, args) = words.get(start..)?.split_first()?;
     if !is_named(program, "relay-hook") {
         return None;
     }

@@ -165,6 +165,38 @@ fn only_relay_binaries_count() {
     assert_eq!(wiring.servers.len(), 1);
 }
 
+/// What a shell runs before the program (assignments, `exec`, `env` and its options) does
+/// not hide a `relay-hook` command; a word that merely mentions it does not make one.
+#[test]
+fn a_hook_run_through_env_or_with_assignments_is_read() {
+    let lines = [
+        "RELAY_HOOK_TIMEOUT_MS=8000 /opt/relay/bin/relay-hook claude --fail-closed",
+        "env -u HTTP_PROXY RELAY_LOG=warn /opt/relay/bin/relay-hook claude --fail-closed",
+        "/usr/bin/env /opt/relay/bin/relay-hook claude --fail-closed",
+        "exec /opt/relay/bin/relay-hook claude --fail-open",
+    ];
+    for line in lines {
+        let value = json!({ "hooks": { "PreToolUse": [{ "hooks": [{ "command": line }] }] } });
+        let hooks = &wiring(&value, "mcp_servers").hooks;
+        let command = hooks.get("PreToolUse").map(|c| &c[0]);
+        assert_eq!(
+            command.map(|c| c.program.as_str()),
+            Some("/opt/relay/bin/relay-hook"),
+            "{line}"
+        );
+        assert_eq!(command.unwrap().agent.as_deref(), Some("claude"), "{line}");
+        assert_eq!(
+            command.unwrap().fail_open,
+            line.ends_with("--fail-open"),
+            "{line}"
+        );
+    }
+    for line in ["echo relay-hook", "/usr/bin/logger =relay-hook claude"] {
+        let value = json!({ "hooks": { "Stop": [{ "hooks": [{ "command": line }] }] } });
+        assert!(wiring(&value, "mcp_servers").hooks.is_empty(), "{line}");
+    }
+}
+
 /// A file that names Relay but does not parse is a problem; another tool's broken file is
 /// not; JSON and TOML are read by the file's name.
 #[test]
