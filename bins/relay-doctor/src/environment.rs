@@ -618,19 +618,27 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
                 .map(|c| format!("{} ({} file)", c.kind, source_str(c.source)))
                 .collect();
             // relay-mcp hands the worker these from its own environment, and the worker
-            // refuses to start without one (`plugin_config_invalid`).
-            let unset: Vec<&str> = plugins
+            // cannot start its sinks without each, as a header value (`plugin_config_invalid`).
+            let mut unset = Vec::new();
+            let mut unusable = Vec::new();
+            let entries = plugins
                 .config()
-                .header_env_variables()
+                .observability()
                 .into_iter()
-                .filter(|var| {
-                    inputs
-                        .env
-                        .var_os(var)
-                        .and_then(|v| v.into_string().ok())
-                        .is_none()
-                })
-                .collect();
+                .flat_map(|o| o.header_env());
+            for (header, variable) in entries {
+                match inputs.env.var_os(variable) {
+                    None => unset.push(variable),
+                    Some(value) => {
+                        let usable = value
+                            .to_str()
+                            .is_some_and(|v| hyper::header::HeaderValue::from_str(v).is_ok());
+                        if !usable {
+                            unusable.push(format!("{variable} (the {header} header)"));
+                        }
+                    }
+                }
+            }
             let details = json!({
                 "system_file": display(&system),
                 "user_file": user.as_deref().map(display),
@@ -638,12 +646,24 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
                 "components": plugins.components().len(),
                 "enabled": enabled,
                 "header_env_unset": unset,
+                "header_env_unusable": unusable,
             });
-            if !unset.is_empty() {
+            if !unusable.is_empty() {
                 return Check::fail(
                     ID,
                     format!(
-                        "valid, but header_env names {} that this environment does not set: a worker started from here cannot start its sinks and refuses to start, so every session passes through",
+                        "valid, but header_env reads {} whose value here is not a header value (a line break, a control character or bytes that are not UTF-8): a worker started from here cannot start its sinks and refuses to start, so every session passes through",
+                        unusable.join(", ")
+                    ),
+                )
+                .next("set the variable to the header's value alone (a key read from a file with $(cat …) keeps a Windows line end); its value is not shown here")
+                .with(details);
+            }
+            if !unset.is_empty() {
+                return Check::warn(
+                    ID,
+                    format!(
+                        "valid, but header_env names {} that this environment does not set: if relay-mcp's environment lacks it too, the worker cannot start its sinks and refuses to start, so every session passes through",
                         unset.join(", ")
                     ),
                 )

@@ -55,6 +55,38 @@ pub const BLOCKING_HOOK_EVENTS: [&str; 3] = ["PreToolUse", "PermissionRequest", 
 /// tells it from other extensions.
 pub const PI_EXTENSION_MARKER: &str = "// Relay's pi extension, written by `relayd managed-bundle`";
 
+/// The settings `relayd managed-bundle` writes into its pi extension, as the object after
+/// `const BUNDLE: … =`: where the daemon is, and the two binaries the extension runs. The
+/// bundle writes them and relay-doctor reads them back, through this one type.
+/// (Fields in name order, as the object has always been written.)
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PiExtensionSettings {
+    pub daemon_address: String,
+    pub relay_hook: String,
+    pub relay_mcp: String,
+}
+
+/// What introduces the settings object in the extension's source.
+const PI_SETTINGS_DECLARATION: &str = "const BUNDLE:";
+
+impl PiExtensionSettings {
+    /// The object literal the bundle writes (JSON, which TypeScript reads as it is).
+    pub fn to_literal(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// The settings in an extension's source; `None` when it holds none that can be read.
+    pub fn from_source(source: &str) -> Option<PiExtensionSettings> {
+        let (_, declared) = source.split_once(PI_SETTINGS_DECLARATION)?;
+        let (_, value) = declared.split_once('=')?;
+        serde_json::Deserializer::from_str(value)
+            .into_iter()
+            .next()?
+            .ok()
+    }
+}
+
 /// The command line that runs `relay_hook` for `event` of `agent` (`claude`, `codex`)
 /// against the daemon at `origin`: fail-closed on the blocking events, fail-open on the
 /// others. Paths pass the bundle's `--bin-dir` rules (no spaces or shell metacharacters),

@@ -2,34 +2,39 @@
 //!
 //! pi has no command hooks and no MCP: everything Relay does in a pi session goes through
 //! the bundle's extension, which pi loads from the `extensions` list of its `settings.json`
-//! or from its extensions directory. The extension names the daemon and the two binaries
-//! it runs in a settings object `relayd managed-bundle` fills in.
+//! or finds in its extensions directory. The extension names the daemon and the two
+//! binaries it runs in the settings `relayd managed-bundle` filled in
+//! ([`PiExtensionSettings`]).
+//!
+//! The files are found as pi 0.73 finds them, for the cases an installation uses: a listed
+//! file or directory (`~` for the home directory, relative to pi's directory otherwise), the
+//! extensions directory's `*.ts` and `*/index.ts`, a listed `!path` or `-path` taking one of
+//! them out, each file once. Other patterns (globs) are passed over.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use relay_identity::Env;
-use relay_identity::bundle::PI_EXTENSION_MARKER;
+use relay_identity::bundle::{PI_EXTENSION_MARKER, PiExtensionSettings};
+use relay_identity::{Env, names};
 use serde_json::{Value, json};
 
-use super::{agent_dir, display};
+use super::display;
 use crate::report::Check;
 use crate::wiring::{AgentFile, contains, program_problem, read};
 
 /// pi's own directory variable (its default is `~/.pi/agent`).
 const PI_CODING_AGENT_DIR: &str = "PI_CODING_AGENT_DIR";
 
-/// The settings the bundle filled into one copy of the extension.
-struct Extension {
-    path: PathBuf,
-    daemon_address: Option<String>,
-    programs: Vec<String>,
-}
-
 /// Relay's pi extension, as pi would load it for this user.
 pub(crate) fn pi(env: &impl Env) -> Check {
     const ID: &str = "pi";
-    let Some(dir) = agent_dir(env, PI_CODING_AGENT_DIR, ".pi/agent") else {
+    let home = env.non_empty(names::HOME).map(PathBuf::from);
+    let dir = env
+        .non_empty(PI_CODING_AGENT_DIR)
+        .map(|dir| expand_home(&dir.to_string_lossy(), home.as_deref()))
+        .or_else(|| home.as_ref().map(|home| home.join(".pi/agent")));
+    let Some(dir) = dir else {
         return Check::skip(
             ID,
             "neither PI_CODING_AGENT_DIR nor HOME is set, so there are no pi settings to read",
@@ -51,7 +56,7 @@ pub(crate) fn pi(env: &impl Env) -> Check {
             display(&settings.path)
         ));
     }
-    let listed: Vec<PathBuf> = settings
+    let entries: Vec<&str> = settings
         .value
         .as_ref()
         .and_then(|v| v.get("extensions"))
@@ -59,67 +64,80 @@ pub(crate) fn pi(env: &impl Env) -> Check {
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .map(|entry| entry_file(&dir, entry))
         .collect();
-    let mut extensions = Vec::new();
-    for path in listed
-        .iter()
-        .chain(&in_extensions_dir(&dir.join("extensions")))
-    {
-        match read(path) {
-            Ok(Some(bytes)) if bytes.starts_with(PI_EXTENSION_MARKER.as_bytes()) => {
-                extensions.push(extension(path, &bytes));
-            }
-            Ok(Some(_)) => {}
-            // A listed file that is gone: pi cannot load it, and if it was Relay's, nothing
-            // of Relay's runs.
-            Ok(None)
-                if listed.contains(path)
-                    && contains(path.as_os_str().as_encoded_bytes(), b"relay") =>
-            {
+    let resolve = |entry: &str| dir.join(expand_home(entry, home.as_deref()));
+    let mut files = Vec::new();
+    let mut excluded = BTreeSet::new();
+    for entry in entries {
+        if let Some(path) = entry.strip_prefix(['!', '-']) {
+            excluded.insert(canonical(&resolve(path)));
+        } else if entry.starts_with('+') || entry.contains(['*', '?']) {
+            // A pattern: which files it takes is pi's to work out.
+        } else {
+            let path = resolve(entry);
+            if path.exists() {
+                files.extend(extension_files(&path));
+            } else if contains(entry.as_bytes(), b"relay") {
                 problems.push(format!(
-                    "{} lists {}, which is not there: pi loads no Relay extension from it",
+                    "{} lists {}, which is not there: pi loads no extension from it",
                     display(&settings.path),
-                    display(path)
+                    display(&path)
                 ));
             }
-            Ok(None) => {}
+        }
+    }
+    files.extend(extension_files(&dir.join("extensions")));
+    let mut seen = BTreeSet::new();
+    files.retain(|file| {
+        let file = canonical(file);
+        !excluded.contains(&file) && seen.insert(file)
+    });
+
+    let mut extensions: Vec<(PathBuf, Option<PiExtensionSettings>)> = Vec::new();
+    for path in files {
+        match read(&path) {
+            Ok(Some(bytes)) if bytes.starts_with(PI_EXTENSION_MARKER.as_bytes()) => {
+                let settings = std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(PiExtensionSettings::from_source);
+                extensions.push((path, settings));
+            }
+            Ok(_) => {}
             Err(err) => problems.push(format!(
                 "{} cannot be read by this user ({err}), so pi runs without it",
-                display(path)
+                display(&path)
             )),
         }
     }
-    for extension in &extensions {
-        match &extension.daemon_address {
+    for (path, settings) in &extensions {
+        match settings {
             None => problems.push(format!(
                 "{} is Relay's extension, but its settings cannot be read (was it edited?)",
-                display(&extension.path)
+                display(path)
             )),
-            Some(_) => problems.extend(
-                extension
-                    .programs
-                    .iter()
+            Some(settings) => problems.extend(
+                [&settings.relay_mcp, &settings.relay_hook]
+                    .into_iter()
                     .filter_map(|program| program_problem(program, env))
-                    .map(|problem| format!("{} runs {problem}", display(&extension.path))),
+                    .map(|problem| format!("{} runs {problem}", display(path))),
             ),
         }
     }
-    let mut addresses: Vec<&str> = extensions
+    let addresses: BTreeSet<&str> = extensions
         .iter()
-        .filter_map(|e| e.daemon_address.as_deref())
+        .filter_map(|(_, settings)| settings.as_ref())
+        .map(|settings| settings.daemon_address.as_str())
         .collect();
-    addresses.sort_unstable();
-    addresses.dedup();
     if addresses.len() > 1 {
         problems.push(format!(
             "the copies of Relay's extension name different daemons: {}",
-            addresses.join(", ")
+            addresses.iter().copied().collect::<Vec<_>>().join(", ")
         ));
     }
+    let paths: Vec<String> = extensions.iter().map(|(path, _)| display(path)).collect();
     let details = json!({
         "settings_file": display(&settings.path),
-        "extensions": extensions.iter().map(|e| display(&e.path)).collect::<Vec<_>>(),
+        "extensions": paths,
         "daemon_address": addresses.first(),
         "problems": problems,
     });
@@ -128,42 +146,52 @@ pub(crate) fn pi(env: &impl Env) -> Check {
             .next("install the bundle's pi/extension-v1/index.ts again and list it in pi's settings as docs/harnesses.md says, or fix what is named")
             .with(details);
     }
-    match extensions.as_slice() {
-        [] => Check::skip(ID, format!("pi is not set up for Relay here: {} lists no Relay extension and none is in its extensions directory (a launch with -e leaves nothing to check)", display(&settings.path)))
-            .with(details),
-        [one] => Check::ok(ID, format!("Relay's pi extension is installed ({}), for the daemon at {}", display(&one.path), addresses.join(", ")))
-            .with(details),
-        _ => Check::warn(ID, format!("pi loads Relay's extension {} times ({}): every event reaches Relay as often, and each copy starts its own relay-mcp", extensions.len(), extensions.iter().map(|e| display(&e.path)).collect::<Vec<_>>().join(", ")))
-            .next("keep one: take the path out of pi's extensions list, or remove the copy in its extensions directory")
-            .with(details),
+    match paths.as_slice() {
+        [] => Check::skip(ID, format!("pi is not set up for Relay here: {} lists no Relay extension and none is in its extensions directory (a launch with -e leaves nothing to check)", display(&settings.path))),
+        [one] => Check::ok(ID, format!("Relay's pi extension is installed ({one}), for the daemon at {}", addresses.iter().copied().collect::<Vec<_>>().join(", "))),
+        _ => Check::warn(ID, format!("pi loads Relay's extension {} times ({}): every event reaches Relay as often, and each copy starts its own relay-mcp", paths.len(), paths.join(", ")))
+            .next("keep one: take the path out of pi's extensions list, or remove the copy in its extensions directory"),
+    }
+    .with(details)
+}
+
+/// `path` with a leading `~` read as the home directory, as pi reads it.
+fn expand_home(path: &str, home: Option<&Path>) -> PathBuf {
+    match (path.strip_prefix('~'), home) {
+        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => {
+            home.join(rest.trim_start_matches('/'))
+        }
+        _ => PathBuf::from(path),
     }
 }
 
-/// The file pi loads for one `extensions` entry: the entry itself, relative to pi's
-/// directory when it is not absolute, or its `index.ts` when it is a directory.
-fn entry_file(dir: &Path, entry: &str) -> PathBuf {
-    let path = dir.join(entry);
-    if path.is_dir() {
-        path.join("index.ts")
-    } else {
-        path
+/// The file itself, or what pi loads from a directory: its `index.ts` (or `index.js`),
+/// else each `*.ts` or `*.js` in it and each of its directories' `index.ts` (or `.js`),
+/// leaving out names that start with a dot and `node_modules`.
+fn extension_files(path: &Path) -> Vec<PathBuf> {
+    if !path.is_dir() {
+        return path.exists().then(|| path.to_owned()).into_iter().collect();
     }
-}
-
-/// The extensions pi finds by itself: `<dir>/*.ts` and `<dir>/*/index.ts`.
-fn in_extensions_dir(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir(dir) else {
+    if let Some(index) = index_file(path) {
+        return vec![index];
+    }
+    let Ok(entries) = fs::read_dir(path) else {
         return Vec::new();
     };
     let mut found: Vec<PathBuf> = entries
         .flatten()
-        .map(|entry| entry.path())
-        .filter_map(|path| {
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            !name.starts_with('.') && name != "node_modules"
+        })
+        .filter_map(|entry| {
+            let path = entry.path();
             if path.is_dir() {
-                Some(path.join("index.ts"))
+                index_file(&path)
             } else {
                 path.extension()
-                    .is_some_and(|ext| ext == "ts")
+                    .is_some_and(|ext| ext == "ts" || ext == "js")
                     .then_some(path)
             }
         })
@@ -172,32 +200,15 @@ fn in_extensions_dir(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The settings object `relayd managed-bundle` wrote into the extension
-/// (`const BUNDLE: {…} = {"daemonAddress": …, "relayMcp": …, "relayHook": …};`).
-fn extension(path: &Path, bytes: &[u8]) -> Extension {
-    let settings = std::str::from_utf8(bytes)
-        .ok()
-        .and_then(|text| text.split_once("const BUNDLE:"))
-        .and_then(|(_, rest)| rest.split_once('='))
-        .and_then(|(_, value)| {
-            serde_json::Deserializer::from_str(value)
-                .into_iter::<Value>()
-                .next()
-                .and_then(Result::ok)
-        });
-    let text = |key: &str| {
-        settings
-            .as_ref()
-            .and_then(|s| s.get(key))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
-    Extension {
-        path: path.to_owned(),
-        daemon_address: text("daemonAddress"),
-        programs: ["relayMcp", "relayHook"]
-            .iter()
-            .filter_map(|key| text(key))
-            .collect(),
-    }
+fn index_file(dir: &Path) -> Option<PathBuf> {
+    ["index.ts", "index.js"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|file| file.is_file())
+}
+
+/// The path with its links resolved, to tell two spellings of one file apart; the path
+/// itself when it cannot be resolved.
+fn canonical(path: &Path) -> PathBuf {
+    fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
 }

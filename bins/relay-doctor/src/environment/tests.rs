@@ -428,8 +428,9 @@ fn a_header_env_variable_this_environment_lacks_fails_the_plugins_check() {
     );
     let env = f.env();
     let inputs = Inputs::new(&env, euid());
+    // Unset here: relay-mcp's environment may still have it, so a warning.
     let unset = plugins(&inputs);
-    assert_eq!(unset.status, Status::Fail, "{unset:?}");
+    assert_eq!(unset.status, Status::Warn, "{unset:?}");
     assert!(
         unset.summary.contains("RELAY_TEST_COLLECTOR_KEY"),
         "{}",
@@ -454,6 +455,23 @@ fn a_header_env_variable_this_environment_lacks_fails_the_plugins_check() {
     let set = plugins(&inputs);
     assert_eq!(set.status, Status::Ok, "{set:?}");
     assert!(!format!("{set:?}").contains(secret));
+
+    // Set to something no header can carry (a key read from a file with a Windows line
+    // end): the worker refuses it, and the value is not shown.
+    let env = f
+        .env()
+        .with("RELAY_TEST_COLLECTOR_KEY", format!("{secret}\r"));
+    let inputs = Inputs::new(&env, euid());
+    let unusable = plugins(&inputs);
+    assert_eq!(unusable.status, Status::Fail, "{unusable:?}");
+    assert!(
+        unusable
+            .summary
+            .contains("RELAY_TEST_COLLECTOR_KEY (the authorization header)"),
+        "{}",
+        unusable.summary
+    );
+    assert!(!format!("{unusable:?}").contains(secret));
 }
 
 fn ca_pem(f: &Fixture, name: &str) -> PathBuf {
@@ -757,29 +775,38 @@ fn bin_dir_again(dir: &Path) {
 }
 
 /// Relay's pi extension is found where pi loads it from (its settings' `extensions` list or
-/// its extensions directory), by the bundle's first line, and judged by what it would run.
+/// its extensions directory, read as pi reads them), by the bundle's first line, and judged
+/// by what it would run.
 #[test]
 fn pi_is_judged_by_the_extension_it_loads() {
+    use relay_identity::bundle::{PI_EXTENSION_MARKER, PiExtensionSettings};
     let fixture = Fixture::new();
     let bin = bin_dir();
-    let pi_dir = fixture.dir.path().join("pi-agent");
-    let env = fixture.env().with("PI_CODING_AGENT_DIR", &pi_dir);
+    let home = fixture.dir.path().join("home");
+    let pi_dir = home.join(".pi/agent");
+    let env = fixture.env().with(names::HOME, &home);
     let extension = |relay_mcp: &Path| {
+        let settings = PiExtensionSettings {
+            daemon_address: DAEMON.to_owned(),
+            relay_hook: bin.path().join("relay-hook").display().to_string(),
+            relay_mcp: relay_mcp.display().to_string(),
+        };
         format!(
-            "{}\nimport {{ spawn }} from \"node:child_process\";\nconst BUNDLE: {{ daemonAddress: string; relayMcp: string; relayHook: string }} =\n  {};\n",
-            relay_identity::bundle::PI_EXTENSION_MARKER,
-            json!({
-                "daemonAddress": DAEMON,
-                "relayMcp": relay_mcp,
-                "relayHook": bin.path().join("relay-hook"),
-            })
+            "{PI_EXTENSION_MARKER}\nconst BUNDLE: {{ daemonAddress: string }} =\n  {};\n",
+            settings.to_literal()
         )
     };
-    let deployed = fixture
-        .dir
-        .path()
-        .join("opt/relay/bundle/pi/extension-v1/index.ts");
+    let deployed_dir = home.join("relay/pi/extension-v1");
+    let deployed = deployed_dir.join("index.ts");
     let settings = pi_dir.join("settings.json");
+    let list = |entries: &[&str]| {
+        fixture.write(
+            &settings,
+            &json!({ "extensions": entries }).to_string(),
+            0o644,
+        );
+        pi::pi(&env)
+    };
 
     let none = pi::pi(&env);
     assert_eq!(none.status, Status::Skip, "{none:?}");
@@ -792,18 +819,26 @@ fn pi_is_judged_by_the_extension_it_loads() {
     assert_eq!(pi::pi(&env).status, Status::Skip);
 
     fixture.write(&deployed, &extension(&bin.path().join("relay-mcp")), 0o644);
-    let listed = json!({ "extensions": [deployed] }).to_string();
-    fixture.write(&settings, &listed, 0o644);
-    let ok = pi::pi(&env);
-    assert_eq!(ok.status, Status::Ok, "{ok:?}");
-    assert_eq!(ok.details["daemon_address"], DAEMON);
+    // A file by its path, `~`, or its directory, as pi reads each.
+    for entry in [
+        deployed.display().to_string(),
+        "~/relay/pi/extension-v1/index.ts".to_owned(),
+        deployed_dir.display().to_string(),
+    ] {
+        let ok = list(&[&entry]);
+        assert_eq!(ok.status, Status::Ok, "{entry}: {ok:?}");
+        assert_eq!(ok.details["daemon_address"], DAEMON);
+    }
 
-    // Also in the extensions directory: loaded twice.
+    // Also in the extensions directory: loaded twice; listed and found there, once; taken
+    // out with `!`, not at all.
     let copy = pi_dir.join("extensions/relay/index.ts");
     fixture.write(&copy, &extension(&bin.path().join("relay-mcp")), 0o644);
-    let twice = pi::pi(&env);
+    let twice = list(&[&deployed.display().to_string()]);
     assert_eq!(twice.status, Status::Warn, "{twice:?}");
     assert!(twice.summary.contains("2 times"), "{}", twice.summary);
+    assert_eq!(list(&["extensions/relay"]).status, Status::Ok);
+    assert_eq!(list(&["!extensions/relay/index.ts"]).status, Status::Skip);
     fs::remove_file(&copy).unwrap();
 
     // A binary it runs is gone.
@@ -812,7 +847,7 @@ fn pi_is_judged_by_the_extension_it_loads() {
         &extension(&bin.path().join("gone/relay-mcp")),
         0o644,
     );
-    let missing = pi::pi(&env);
+    let missing = list(&[&deployed.display().to_string()]);
     assert_eq!(missing.status, Status::Fail, "{missing:?}");
     assert!(
         missing.summary.contains("does not exist"),
@@ -821,16 +856,13 @@ fn pi_is_judged_by_the_extension_it_loads() {
     );
 
     // Edited past reading, listed but gone, or a settings file that no longer parses.
-    fixture.write(
-        &deployed,
-        relay_identity::bundle::PI_EXTENSION_MARKER,
-        0o644,
-    );
+    fixture.write(&deployed, PI_EXTENSION_MARKER, 0o644);
     assert_eq!(pi::pi(&env).status, Status::Fail);
     fs::remove_file(&deployed).unwrap();
     let gone = pi::pi(&env);
     assert_eq!(gone.status, Status::Fail, "{gone:?}");
     assert!(gone.summary.contains("not there"), "{}", gone.summary);
+    let listed = json!({ "extensions": [deployed] }).to_string();
     fixture.write(&settings, &format!("{listed},"), 0o644);
     let unparsed = pi::pi(&env);
     assert_eq!(unparsed.status, Status::Fail, "{unparsed:?}");

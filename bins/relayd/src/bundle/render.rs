@@ -1,7 +1,7 @@
 //! The text of each bundle file. Every function here is pure: the same options give the
 //! same bytes, and nothing user-, run- or folder-specific goes in (SPEC §10.2).
 
-use relay_identity::bundle::{CLAUDE_HOOK_EVENTS, CODEX_HOOK_EVENTS};
+use relay_identity::bundle::{CLAUDE_HOOK_EVENTS, CODEX_HOOK_EVENTS, PiExtensionSettings};
 use serde_json::{Value, json};
 
 use super::{Agent, BundleFile, BundleOptions, Platform};
@@ -234,27 +234,21 @@ fn codex(options: &BundleOptions, files: &mut Vec<BundleFile>) {
 }
 
 /// The values the pi extension needs, as the object literal that replaces its placeholder.
-pub(super) fn pi_config(options: &BundleOptions) -> String {
-    serde_json::to_string_pretty(&json!({
-        "daemonAddress": origin(options),
-        "relayMcp": binary(options, "relay-mcp"),
-        "relayHook": binary(options, "relay-hook"),
-    }))
-    .unwrap_or_default()
+/// What the pi extension is told: the daemon's origin and the two binaries' paths.
+pub(super) fn pi_settings(options: &BundleOptions) -> PiExtensionSettings {
+    PiExtensionSettings {
+        daemon_address: origin(options),
+        relay_hook: binary(options, "relay-hook"),
+        relay_mcp: binary(options, "relay-mcp"),
+    }
 }
 
 fn pi(options: &BundleOptions, files: &mut Vec<BundleFile>) {
-    let source = PI_EXTENSION.replacen(PI_PLACEHOLDER, &pi_config(options), 1);
+    let source = PI_EXTENSION.replacen(PI_PLACEHOLDER, &pi_settings(options).to_literal(), 1);
     files.push(BundleFile {
         path: "pi/extension-v1/index.ts".to_owned(),
         bytes: source.into_bytes(),
     });
-}
-
-/// The checked-in extension, for the unit tests.
-#[cfg(test)]
-pub(super) fn pi_extension_source() -> &'static str {
-    PI_EXTENSION
 }
 
 /// Whether the checked-in extension has exactly one placeholder (a unit test holds it).

@@ -487,13 +487,18 @@ fn macos_rendering_keeps_slashes_and_no_suffix() {
     );
     let pi = file(&files, "pi/extension-v1/index.ts");
     assert!(pi.contains(r#""relayHook": "/usr/local/relay/bin/relay-hook""#));
+    // relay-doctor reads the same settings back from the deployed file.
+    let options = options(Platform::Macos, "/usr/local/relay/bin", &[Agent::Pi]);
+    assert_eq!(
+        relay_identity::bundle::PiExtensionSettings::from_source(pi),
+        Some(render::pi_settings(&options))
+    );
+    assert!(pi.starts_with(relay_identity::bundle::PI_EXTENSION_MARKER));
 }
 
 #[test]
 fn the_pi_extension_has_one_placeholder_and_it_is_filled() {
     assert_eq!(render::pi_placeholder_count(), 1);
-    // relay-doctor finds the deployed extension by its first line.
-    assert!(render::pi_extension_source().starts_with(relay_identity::bundle::PI_EXTENSION_MARKER));
 }
 
 /// Every `--bin-dir` rule, each refusal naming it.

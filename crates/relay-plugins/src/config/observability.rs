@@ -83,13 +83,19 @@ pub const KEPT_FROM_WORKERS: [&str; 2] = ["RELAY_CLIENT_TOKEN", "ANTHROPIC_CUSTO
 impl ObservabilityConfig {
     /// The environment variables the http sinks' and the OTLP exporter's `header_env` name.
     pub fn header_env_variables(&self) -> impl Iterator<Item = &str> {
+        self.header_env().map(|(_, variable)| variable)
+    }
+
+    /// Each `header_env` entry of the http sinks and the OTLP exporter: the header's name
+    /// and the environment variable that holds its value.
+    pub fn header_env(&self) -> impl Iterator<Item = (&str, &str)> {
         let sinks = self.sinks.iter().filter_map(|sink| match sink {
             Sink::Http(http) => Some(&http.header_env),
             Sink::File(_) => None,
         });
         sinks
             .chain(self.otlp.as_ref().map(|otlp| &otlp.header_env))
-            .flat_map(|map| map.values().map(String::as_str))
+            .flat_map(|map| map.iter().map(|(h, v)| (h.as_str(), v.as_str())))
     }
 }
 
