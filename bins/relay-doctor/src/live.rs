@@ -786,10 +786,10 @@ pub(crate) fn judge_identity(route: Option<&RouteStatus>) -> Check {
     };
     let details = json!({ "conflict": route.machine_identity_conflict });
     if route.machine_identity_conflict {
-        Check::fail(ID, "this machine identity is connected to the daemon from more than one address at once: another machine uses the same key (a cloned disk image, or a home directory on a network share), and the daemon cannot tell the two apart, so they share one route, its worker and its records")
-            .next("on the other machine, stop the harness sessions, remove relay/daemon/machine-identity.pk8 and relay/.client-token under its XDG_CONFIG_HOME (or ~/.config), and run relay-doctor token ensure there; it gets an identity and a token of its own at its next session. The daemon's machine_identity_conflict log event names both addresses")
+        Check::fail(ID, "this machine identity is connected to the daemon from more than one address at once: most likely another machine uses the same key (a cloned disk image, or a home directory on a network share), which the daemon cannot tell apart from this one, so the two share one route, its worker and its records")
+            .next("the daemon's machine_identity_conflict log event names both addresses: if the other is not this machine's (a second interface or a VPN switched mid-session can explain it), then on that machine stop the harness sessions, remove relay/daemon/machine-identity.pk8 and relay/.client-token under its XDG_CONFIG_HOME (or ~/.config), and run relay-doctor token ensure there; it gets an identity and a token of its own at its next session")
     } else {
-        Check::ok(ID, "no other address uses this machine identity now")
+        Check::ok(ID, "the daemon reports no other address using this machine identity now")
     }
     .with(details)
 }

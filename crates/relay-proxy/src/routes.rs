@@ -333,11 +333,15 @@ fn join_selected_openai<'a>(base_path: &str, path: &'a str) -> Cow<'a, str> {
     }
 }
 
-/// `Bearer eyJ…`: a JWT as a bearer credential, the scheme's name in any case (RFC 9110).
+/// `Bearer eyJ…`: a JWT as a bearer credential, the scheme's name in any case and any number
+/// of spaces after it (RFC 9110).
 fn is_bearer_jwt(value: &http::HeaderValue) -> bool {
     let value = value.as_bytes();
-    value.split_at_checked(7).is_some_and(|(scheme, token)| {
-        scheme.eq_ignore_ascii_case(b"bearer ") && token.starts_with(b"eyJ")
+    value.split_at_checked(6).is_some_and(|(scheme, rest)| {
+        let token = rest.trim_ascii_start();
+        scheme.eq_ignore_ascii_case(b"bearer")
+            && token.len() < rest.len()
+            && token.starts_with(b"eyJ")
     })
 }
 

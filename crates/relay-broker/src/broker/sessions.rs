@@ -109,13 +109,7 @@ impl Broker {
                 digest: victim,
             });
         }
-        let conflict = self.routes.get(&fp).and_then(|r| {
-            r.sessions
-                .iter()
-                .filter_map(|s| self.sessions.get(s))
-                .find(|s| s.conn.is_some() && s.peer != peer)
-                .map(|s| s.peer)
-        });
+        let conflict = self.connected_peers(&fp).find(|other| *other != peer);
         if let Some(other_peer) = conflict {
             self.event(Event::MachineIdentityConflict {
                 fingerprint: fp,

@@ -3,6 +3,8 @@
 use relay_proto::{RouteState as ViewState, WorkerState};
 
 use super::{Broker, RouteState};
+use std::net::IpAddr;
+
 use crate::types::{BindingView, Digest, Fingerprint, RouteView, WorkerView};
 
 impl Broker {
@@ -43,6 +45,17 @@ impl Broker {
             .map(|b| b.fingerprint)
     }
 
+    /// The addresses the route's connected sessions come from, one per session.
+    pub(super) fn connected_peers(&self, fp: &Fingerprint) -> impl Iterator<Item = IpAddr> {
+        self.routes
+            .get(fp)
+            .into_iter()
+            .flat_map(|route| &route.sessions)
+            .filter_map(|s| self.sessions.get(s))
+            .filter(|s| s.conn.is_some())
+            .map(|s| s.peer)
+    }
+
     /// The route of a credential, or `None` when it is not bound.
     pub fn route_view(&self, digest: &Digest) -> Option<RouteView> {
         let binding = self.bindings.get(digest).filter(|b| b.is_live())?;
@@ -58,14 +71,8 @@ impl Broker {
         let control = worker
             .and_then(|w| self.generations.get(&w))
             .map(|g| g.conn.is_some());
-        // The addresses its connected sessions come from: more than one is a machine
-        // identity used by two machines.
-        let mut peers = route
-            .sessions
-            .iter()
-            .filter_map(|s| self.sessions.get(s))
-            .filter(|s| s.conn.is_some())
-            .map(|s| s.peer);
+        // More than one address is a machine identity used by two machines.
+        let mut peers = self.connected_peers(&binding.fingerprint);
         let first_peer = peers.next();
         Some(RouteView {
             state,

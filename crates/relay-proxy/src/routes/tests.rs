@@ -141,7 +141,7 @@ fn chatgpt_sign_in_reroutes_only_when_every_condition_holds() {
             &default,
             &Method::POST,
             "/v1/responses",
-            &[("authorization", "bearer eyJhbGciOi.x.y"), account]
+            &[("authorization", "bearer  eyJhbGciOi.x.y"), account]
         ),
         "https://chatgpt.com/backend-api/codex/responses"
     );
