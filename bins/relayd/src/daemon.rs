@@ -345,6 +345,8 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
                 max: config.daemon.max_connections_per_ip,
                 loopback: false,
             },
+            // Callers of the public listener prove nothing per connection.
+            unvouched: None,
         },
         front.clone(),
         shutdown,

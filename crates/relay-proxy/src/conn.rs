@@ -77,6 +77,9 @@ pub struct ConnState {
     write_blocked_since: AtomicU64,
     /// The watchdog, woken when a deadline may have moved earlier.
     wake: AtomicWaker,
+    /// A request on this connection proved its right to be served
+    /// ([`crate::server::ServeOptions::unvouched`]).
+    vouched: AtomicBool,
 }
 
 impl ConnState {
@@ -91,7 +94,18 @@ impl ConnState {
             verdicts: Mutex::new(VecDeque::new()),
             write_blocked_since: AtomicU64::new(0),
             wake: AtomicWaker::new(),
+            vouched: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the connection as one a request proved the right to be served on: it is no
+    /// longer among the first closed when unvouched connections are too many.
+    pub fn vouch(&self) {
+        self.vouched.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_vouched(&self) -> bool {
+        self.vouched.load(Ordering::Relaxed)
     }
 
     fn now_ms(&self) -> u64 {

@@ -2,6 +2,7 @@
 //! listener (by ALPN under TLS, by preface on plain TCP or without ALPN), the connection
 //! and protocol limits of SPEC §3.6, `TCP_NODELAY`, and graceful shutdown.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::net::{IpAddr, SocketAddr};
@@ -20,7 +21,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot, watch};
-use tokio::task::JoinSet;
+use tokio::task::{AbortHandle, JoinSet};
 
 use crate::BoxError;
 use crate::answers::close_after;
@@ -100,6 +101,11 @@ pub struct ServeOptions {
     pub handshake_timeout: Duration,
     /// Connections at once from one peer address.
     pub per_peer: PeerLimit,
+    /// At most this many connections that no request has vouched for yet (the handler
+    /// calls [`ConnState::vouch`] for a request that proved its right to be served); one
+    /// more closes the oldest of them. `None`: no such limit (relayd's public listener,
+    /// whose callers prove nothing per connection).
+    pub unvouched: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -119,6 +125,7 @@ impl Default for ServeOptions {
                 max: daemon.max_connections_per_ip,
                 loopback: false,
             },
+            unvouched: None,
         }
     }
 }
@@ -173,6 +180,7 @@ pub async fn serve<H: Handler>(
     let options = Arc::new(options);
     let permits = Arc::new(Semaphore::new(options.max_connections));
     let peers = PeerCounts::new(options.per_peer);
+    let mut unvouched = Unvouched::new(options.unvouched);
     // Each connection holds a receiver until its last answer is written: the stop is sent
     // on it, and the drain ends when every one has been dropped.
     let (stop, _) = watch::channel(());
@@ -224,9 +232,11 @@ pub async fn serve<H: Handler>(
         let local = tcp.local_addr().unwrap_or(peer);
         let handler = handler.clone();
         let tls = tls.clone();
+        let state = Arc::new(ConnState::new());
         let conn = Conn {
             peer,
             local,
+            state: state.clone(),
             options: options.clone(),
             builders: builders.clone(),
             stopping: stop.subscribe(),
@@ -234,7 +244,7 @@ pub async fn serve<H: Handler>(
         // The permit and the address slot live as long as the socket: through an upgrade,
         // and through the lingering close.
         let keep = Keep::new((permit, peer_slot));
-        tasks.spawn(async move {
+        let task = tasks.spawn(async move {
             match tls {
                 None => {
                     conn.serve(tcp, false, Protocol::FromPreface, keep, handler)
@@ -246,6 +256,7 @@ pub async fn serve<H: Handler>(
                 Some(acceptor) => Box::pin(conn.serve_tls(acceptor, tcp, keep, handler)).await,
             }
         });
+        unvouched.admit(task, state);
     }
     drop(listener);
     let _ = stop.send(());
@@ -255,6 +266,46 @@ pub async fn serve<H: Handler>(
     };
     tasks.shutdown().await;
     ServeReport { unfinished }
+}
+
+/// The connections no request has vouched for yet, oldest first, for
+/// [`ServeOptions::unvouched`]. Only the accept loop touches it.
+///
+/// A worker's listener is on an address every local user can reach. Without this, one of
+/// them could open connections and hold them (a TLS handshake taken slowly, requests
+/// refused 401 on a kept-alive connection) until the per-address cap, which the daemon's
+/// own connections from 127.0.0.1 share, locked the daemon out. Closing the oldest
+/// unvouched connection for each new one past the limit means a newcomer, the daemon's
+/// included, always gets in, and keeps its place once its first request vouches for it.
+struct Unvouched {
+    max: Option<usize>,
+    open: VecDeque<(AbortHandle, Arc<ConnState>)>,
+}
+
+impl Unvouched {
+    fn new(max: Option<usize>) -> Unvouched {
+        Unvouched {
+            max,
+            open: VecDeque::new(),
+        }
+    }
+
+    /// Counts a new connection, closing the oldest unvouched one when that makes one more
+    /// than the limit.
+    fn admit(&mut self, task: AbortHandle, state: Arc<ConnState>) {
+        let Some(max) = self.max else {
+            return;
+        };
+        self.open
+            .retain(|(task, state)| !task.is_finished() && !state.is_vouched());
+        if self.open.len() >= max
+            && let Some((oldest, _)) = self.open.pop_front()
+        {
+            tracing::debug!("closing the oldest connection no request has vouched for");
+            oldest.abort();
+        }
+        self.open.push_back((task, state));
+    }
 }
 
 /// How many connections each peer address holds, for [`PeerLimit`].
@@ -438,6 +489,7 @@ where
 struct Conn {
     peer: SocketAddr,
     local: SocketAddr,
+    state: Arc<ConnState>,
     options: Arc<ServeOptions>,
     builders: Arc<Builders>,
     /// Changes when the server stops: the connection then finishes its current answer and
@@ -482,6 +534,7 @@ impl Conn {
         let Conn {
             peer,
             local,
+            state,
             options,
             builders,
             mut stopping,
@@ -490,7 +543,7 @@ impl Conn {
             peer,
             local,
             tls,
-            state: Arc::new(ConnState::new()),
+            state,
         };
         let state = ctx.state.clone();
         let (give_back, mut given_back) = oneshot::channel();

@@ -30,6 +30,7 @@ const WAIT: Duration = Duration::from_secs(5);
 
 /// Refuses ambiguous framing, upgrades `Upgrade: test` requests (holding the upgraded
 /// socket until its client closes), and answers anything else 200 after reading the body.
+/// A request with `x-vouch` vouches for its connection, as a worker's secret does.
 struct Echo;
 
 impl Handler for Echo {
@@ -39,6 +40,9 @@ impl Handler for Echo {
         conn: ConnContext,
     ) -> Response<ResponseBody> {
         {
+            if req.headers().contains_key("x-vouch") {
+                conn.state.vouch();
+            }
             if conn.state.take_verdict() == HeadVerdict::AmbiguousFraming {
                 let mut res = Response::new(ResponseBody::full("ambiguous"));
                 *res.status_mut() = StatusCode::BAD_REQUEST;
@@ -279,6 +283,60 @@ async fn one_address_holds_at_most_its_cap_of_connections() {
     }
 }
 
+/// One local user holding connections open cannot lock another out of a listener that
+/// counts loopback against its per-address cap, as a worker's does: past `unvouched`, each
+/// new connection closes the oldest that no request has vouched for, so a newcomer (the
+/// daemon) always gets in, and once vouched for it stays however many more arrive.
+#[tokio::test]
+async fn connections_nothing_vouched_for_make_room_for_a_newcomer() {
+    let server = start(ServeOptions {
+        per_peer: PeerLimit {
+            max: 6,
+            loopback: true,
+        },
+        unvouched: Some(3),
+        ..options(5.0, 30.0)
+    })
+    .await;
+    let get = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    let vouched = b"GET / HTTP/1.1\r\nHost: x\r\nx-vouch: 1\r\n\r\n";
+    // Kept-alive connections whose requests vouch for nothing, more than the cap.
+    let hold = || {
+        let addr = server.addr;
+        async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(get).await.unwrap();
+            assert_eq!(read_status(&mut stream).await, Some(200));
+            stream
+        }
+    };
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        let stream = hold().await;
+        held.push(stream);
+    }
+    let mut daemon = TcpStream::connect(server.addr).await.unwrap();
+    daemon.write_all(vouched).await.unwrap();
+    assert_eq!(
+        read_status(&mut daemon).await,
+        Some(200),
+        "the newcomer was shut out"
+    );
+    for _ in 0..10 {
+        let stream = hold().await;
+        held.push(stream);
+    }
+    daemon.write_all(vouched).await.unwrap();
+    assert_eq!(
+        read_status(&mut daemon).await,
+        Some(200),
+        "the vouched connection was closed"
+    );
+    // The oldest of the others were closed to make room.
+    let _ = held[0].write_all(get).await;
+    assert_eq!(read_status(&mut held[0]).await, None);
+}
+
 #[tokio::test]
 async fn upgraded_connections_keep_their_connection_permit() {
     let server = start(ServeOptions {
@@ -332,6 +390,10 @@ fn workers_listen_with_small_limits_and_a_per_peer_cap() {
         "local users share 127.0.0.1 with the daemon"
     );
     assert!(options.per_peer.max < options.max_connections);
+    // Room for a burst of the daemon's new connections, and for the daemon beside another
+    // user who holds as many as may be held.
+    let unvouched = options.unvouched.expect("a worker limits unvouched connections");
+    assert!(unvouched >= 1_000 && options.per_peer.max - unvouched >= 512);
     assert!(options.tls.is_some());
 }
 

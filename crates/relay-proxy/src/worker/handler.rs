@@ -59,7 +59,9 @@ impl Default for WorkerLimits {
 /// in flight, at most `max_requests_per_identity`, 256 by default, plus probes and idle
 /// pooled ones): 2,048 connections, at most 1,536 from one address (loopback included, since a
 /// remote worker's daemon is one address and an attacker on the network another), a 2 s
-/// TLS handshake and a 5 s header timeout, so another user cannot starve it cheaply.
+/// TLS handshake and a 5 s header timeout, and at most 1,024 connections without a request
+/// that carried the secret, the oldest closed for each one more, so that another user who
+/// shares 127.0.0.1 with the daemon cannot fill the per-address cap and lock it out.
 /// `drain_timeout` is how long accepted requests may run on once the serve future's
 /// shutdown resolves.
 pub fn serve_options(identity: &WorkerIdentity, drain_timeout: Duration) -> ServeOptions {
@@ -79,6 +81,11 @@ pub fn serve_options(identity: &WorkerIdentity, drain_timeout: Duration) -> Serv
             max: 1536,
             loopback: true,
         },
+        // Room for the daemon opening a connection for each of 1,000 streams at once,
+        // before their first requests vouch for them; an attacker holding this many leaves
+        // the daemon 512 of the per-address cap, and each new connection of the daemon's
+        // closes the oldest of the attacker's.
+        unvouched: Some(1024),
     }
 }
 
@@ -157,6 +164,7 @@ impl WorkerHandler {
             tracing::debug!(peer = %conn.peer, "worker request without the generation secret");
             return Next::answered(unauthorized());
         }
+        conn.state.vouch();
         if let Some(refused) = framing_refusal(verdict) {
             return Next::answered(refused);
         }
