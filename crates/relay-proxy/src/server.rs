@@ -258,12 +258,32 @@ pub async fn serve<H: Handler>(
         });
         unvouched.admit(task, state);
     }
-    drop(listener);
     let _ = stop.send(());
-    let unfinished = match tokio::time::timeout(options.drain_timeout, stop.closed()).await {
+    // The listener stays open while the accepted requests finish: closed, its port would be
+    // free for the whole drain, for any local user to bind and answer in the daemon's place
+    // (and be sent the route tokens and provider keys of every client that connects). A
+    // connection that arrives meanwhile is closed at once, as one to a closed port would be
+    // refused.
+    let refuse_new = async {
+        loop {
+            match listener.accept().await {
+                Ok((tcp, _)) => drop(tcp),
+                // Out of descriptors: as in the accept loop, back off rather than spin.
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    };
+    let drained = async {
+        tokio::select! {
+            () = stop.closed() => {}
+            () = refuse_new => {}
+        }
+    };
+    let unfinished = match tokio::time::timeout(options.drain_timeout, drained).await {
         Ok(()) => 0,
         Err(_) => stop.receiver_count(),
     };
+    drop(listener);
     tasks.shutdown().await;
     ServeReport { unfinished }
 }

@@ -392,7 +392,9 @@ fn workers_listen_with_small_limits_and_a_per_peer_cap() {
     assert!(options.per_peer.max < options.max_connections);
     // Room for a burst of the daemon's new connections, and for the daemon beside another
     // user who holds as many as may be held.
-    let unvouched = options.unvouched.expect("a worker limits unvouched connections");
+    let unvouched = options
+        .unvouched
+        .expect("a worker limits unvouched connections");
     assert!(unvouched >= 1_000 && options.per_peer.max - unvouched >= 512);
     assert!(options.tls.is_some());
 }
@@ -438,6 +440,45 @@ async fn connections_whose_protocol_is_not_known_yet_close_when_the_server_stops
     let deadline = Instant::now() + WAIT;
     assert!(closed_before(&mut silent, deadline).await);
     assert!(closed_before(&mut partial, deadline).await);
+}
+
+/// While accepted requests drain, the port stays taken: another local user cannot bind it
+/// and answer in the server's place. A connection that arrives meanwhile is closed unread.
+#[tokio::test]
+async fn the_port_stays_taken_while_requests_drain() {
+    let (addr, stop, server) = stoppable().await;
+    // A request in flight: hyper asks for the body once the handler reads it.
+    let mut running = TcpStream::connect(addr).await.unwrap();
+    running
+        .write_all(
+            b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    assert_eq!(read_status(&mut running).await, Some(100));
+    stop.send(()).unwrap();
+    // The stop is seen once the accept loop turns: a new connection is then closed unread.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut late = TcpStream::connect(addr).await.unwrap();
+        let _ = late.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        if read_status(&mut late).await.is_none() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server kept serving new connections"
+        );
+    }
+    let squatter = std::net::TcpListener::bind(addr);
+    assert!(squatter.is_err(), "the port was free during the drain");
+    // The request in flight still finishes, and then the port is given up.
+    running.write_all(b"{}").await.unwrap();
+    assert_eq!(read_status(&mut running).await, Some(200));
+    drop(running);
+    let report = tokio::time::timeout(WAIT, server).await.unwrap().unwrap();
+    assert!(report.drained());
+    assert!(std::net::TcpListener::bind(addr).is_ok());
 }
 
 /// A request still running when the drain time runs out is cut off and counted; an idle
