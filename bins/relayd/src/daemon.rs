@@ -347,6 +347,8 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
             },
             // Callers of the public listener prove nothing per connection.
             unvouched: None,
+            // A passed socket is the service manager's to keep, listening for the next run.
+            hold_port: !socket_activated,
         },
         front.clone(),
         shutdown,

@@ -106,6 +106,10 @@ pub struct ServeOptions {
     /// more closes the oldest of them. `None`: no such limit (relayd's public listener,
     /// whose callers prove nothing per connection).
     pub unvouched: Option<usize>,
+    /// On stop, keep the listener's port while accepted requests drain, refusing new
+    /// connections (see [`serve`]). `false` for a socket the service manager passed: it
+    /// holds the port itself, and its socket must go on listening for the next instance.
+    pub hold_port: bool,
 }
 
 impl Default for ServeOptions {
@@ -126,6 +130,7 @@ impl Default for ServeOptions {
                 loopback: false,
             },
             unvouched: None,
+            hold_port: true,
         }
     }
 }
@@ -259,31 +264,23 @@ pub async fn serve<H: Handler>(
         unvouched.admit(task, state);
     }
     let _ = stop.send(());
-    // The listener stays open while the accepted requests finish: closed, its port would be
-    // free for the whole drain, for any local user to bind and answer in the daemon's place
+    // Stop listening, but keep the port while the accepted requests finish: closed, it would
+    // be free for the whole drain, for any local user to bind and answer in relayd's place
     // (and be sent the route tokens and provider keys of every client that connects). A
-    // connection that arrives meanwhile is closed at once, as one to a closed port would be
-    // refused.
-    let refuse_new = async {
-        loop {
-            match listener.accept().await {
-                Ok((tcp, _)) => drop(tcp),
-                // Out of descriptors: as in the accept loop, back off rather than spin.
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    };
-    let drained = async {
-        tokio::select! {
-            () = stop.closed() => {}
-            () = refuse_new => {}
-        }
-    };
-    let unfinished = match tokio::time::timeout(options.drain_timeout, drained).await {
+    // listening socket shut for reading no longer listens, so new connections are refused
+    // as by a closed port, yet keeps a port that was named at bind (relayd's is); without
+    // `SO_REUSEADDR` on it, no other socket may listen on that port, whatever options it
+    // sets.
+    if options.hold_port {
+        let _ = rustix::net::sockopt::set_socket_reuseaddr(&listener, false);
+        let _ = rustix::net::shutdown(&listener, rustix::net::Shutdown::Read);
+    } else {
+        drop(listener);
+    }
+    let unfinished = match tokio::time::timeout(options.drain_timeout, stop.closed()).await {
         Ok(()) => 0,
         Err(_) => stop.receiver_count(),
     };
-    drop(listener);
     tasks.shutdown().await;
     ServeReport { unfinished }
 }

@@ -442,11 +442,27 @@ async fn connections_whose_protocol_is_not_known_yet_close_when_the_server_stops
     assert!(closed_before(&mut partial, deadline).await);
 }
 
-/// While accepted requests drain, the port stays taken: another local user cannot bind it
-/// and answer in the server's place. A connection that arrives meanwhile is closed unread.
+/// While accepted requests drain, new connections are refused as by a closed port, yet the
+/// port stays taken: another local user cannot bind it, with any socket option, and answer
+/// in the server's place. Once the drain ends, it is free.
 #[tokio::test]
 async fn the_port_stays_taken_while_requests_drain() {
-    let (addr, stop, server) = stoppable().await;
+    // A port named at bind, as relayd's is: the kernel keeps only such a port for a socket
+    // that stopped listening (one it picked is given back).
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        listener,
+        options(30.0, 30.0),
+        Arc::new(Echo),
+        async move {
+            stopped.await.ok();
+        },
+    ));
     // A request in flight: hyper asks for the body once the handler reads it.
     let mut running = TcpStream::connect(addr).await.unwrap();
     running
@@ -457,21 +473,27 @@ async fn the_port_stays_taken_while_requests_drain() {
         .unwrap();
     assert_eq!(read_status(&mut running).await, Some(100));
     stop.send(()).unwrap();
-    // The stop is seen once the accept loop turns: a new connection is then closed unread.
     let deadline = Instant::now() + WAIT;
     loop {
-        let mut late = TcpStream::connect(addr).await.unwrap();
-        let _ = late.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
-        if read_status(&mut late).await.is_none() {
-            break;
+        match TcpStream::connect(addr).await {
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => break,
+            // Accepted before the stop was seen.
+            _ => assert!(
+                Instant::now() < deadline,
+                "new connections were still taken"
+            ),
         }
+    }
+    // With SO_REUSEADDR the kernel may let a socket bind, but never listen.
+    for reuse in [false, true] {
+        let squatter = tokio::net::TcpSocket::new_v4().unwrap();
+        squatter.set_reuseaddr(reuse).unwrap();
+        let listening = squatter.bind(addr).and_then(|()| squatter.listen(16));
         assert!(
-            Instant::now() < deadline,
-            "the server kept serving new connections"
+            listening.is_err(),
+            "the port was free during the drain (reuseaddr {reuse})"
         );
     }
-    let squatter = std::net::TcpListener::bind(addr);
-    assert!(squatter.is_err(), "the port was free during the drain");
     // The request in flight still finishes, and then the port is given up.
     running.write_all(b"{}").await.unwrap();
     assert_eq!(read_status(&mut running).await, Some(200));

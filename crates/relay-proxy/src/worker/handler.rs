@@ -86,6 +86,7 @@ pub fn serve_options(identity: &WorkerIdentity, drain_timeout: Duration) -> Serv
         // the daemon 512 of the per-address cap, and each new connection of the daemon's
         // closes the oldest of the attacker's.
         unvouched: Some(1024),
+        hold_port: true,
     }
 }
 
