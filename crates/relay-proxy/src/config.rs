@@ -776,6 +776,8 @@ impl Config {
 pub(crate) struct TrustFacts {
     pub(crate) file_mode: Option<u32>,
     pub(crate) dir_mode: Option<u32>,
+    /// The file belongs to neither root nor the user reading it.
+    pub(crate) owned_by_another: bool,
 }
 
 /// Why a configuration file cannot be trusted: every user could change it (the file, or its
@@ -788,10 +790,17 @@ pub(crate) fn unsafe_to_trust(facts: TrustFacts) -> Option<&'static str> {
             "writable by every user, who could point Relay's traffic elsewhere: chmod o-w it",
         );
     }
-    facts
-        .dir_mode
-        .is_some_and(|mode| mode & 0o002 != 0 && mode & 0o1000 == 0)
-        .then_some("in a directory every user may write, where anyone could replace it: chmod o-w the directory")
+    let everyone_writes = facts.dir_mode.is_some_and(|mode| mode & 0o002 != 0);
+    if everyone_writes && facts.dir_mode.is_some_and(|mode| mode & 0o1000 == 0) {
+        return Some(
+            "in a directory every user may write, where anyone could replace it: chmod o-w the directory",
+        );
+    }
+    // A sticky directory keeps others from replacing a file, but anyone may have created
+    // it there (a system configuration directory pointed at a shared /tmp).
+    (everyone_writes && facts.owned_by_another).then_some(
+        "in a directory every user may create files in, and owned by another user, who could have put it there: keep it in a directory only its owner and root may write",
+    )
 }
 
 /// The [`TrustFacts`] of the opened configuration file at `path`.
@@ -809,10 +818,12 @@ fn trust_facts(path: &Path, file: &std::fs::File, metadata: &std::fs::Metadata) 
         let mode = std::fs::metadata(&dir).ok()?.mode();
         writable(rustix::fs::statvfs(&dir).map_err(Into::into)).then_some(mode)
     });
+    let owner = metadata.uid();
     TrustFacts {
         file_mode: writable(rustix::fs::fstatvfs(file).map_err(Into::into))
             .then_some(metadata.mode()),
         dir_mode,
+        owned_by_another: owner != 0 && owner != rustix::process::geteuid().as_raw(),
     }
 }
 

@@ -264,6 +264,7 @@ fn a_configuration_every_user_could_change_is_refused() {
         unsafe_to_trust(TrustFacts {
             file_mode,
             dir_mode,
+            owned_by_another: false,
         })
     };
     assert_eq!(judge(Some(0o644), Some(0o755)), None);
@@ -281,6 +282,18 @@ fn a_configuration_every_user_could_change_is_refused() {
     );
     // A sticky directory keeps others from replacing a file they do not own.
     assert_eq!(judge(Some(0o644), Some(0o1777)), None);
+    // But in one, a file another user owns may be theirs to have put there; elsewhere,
+    // another owner (the service account's file, a bind mount) is the administrator's.
+    let owned = |dir_mode| {
+        unsafe_to_trust(TrustFacts {
+            file_mode: Some(0o644),
+            dir_mode: Some(dir_mode),
+            owned_by_another: true,
+        })
+    };
+    assert!(owned(0o1777).unwrap().contains("owned by another user"));
+    assert_eq!(owned(0o755), None);
+    assert_eq!(owned(0o1775), None);
     // On a read-only mount nothing can be changed, whatever the modes say.
     assert_eq!(judge(None, None), None);
 }
