@@ -405,8 +405,13 @@ async fn stoppable() -> (
     oneshot::Sender<()>,
     tokio::task::JoinHandle<relay_proxy::server::ServeReport>,
 ) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    // A port named at bind, as relayd's is: the kernel keeps only such a port for a socket
+    // that stopped listening (one it picked is given back).
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let listener = TcpListener::bind(addr).await.unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(serve(
         listener,
@@ -417,6 +422,18 @@ async fn stoppable() -> (
         },
     ));
     (addr, stop, server)
+}
+
+/// A request of `length` body bytes in flight, none of them sent yet: hyper answers its
+/// `Expect: 100-continue` once the handler reads the body.
+async fn in_flight(addr: SocketAddr, length: usize) -> TcpStream {
+    let mut running = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {length}\r\n\r\n"
+    );
+    running.write_all(head.as_bytes()).await.unwrap();
+    assert_eq!(read_status(&mut running).await, Some(100));
+    running
 }
 
 /// A connection whose first bytes have not yet told its protocol (nothing sent, or part of
@@ -447,31 +464,8 @@ async fn connections_whose_protocol_is_not_known_yet_close_when_the_server_stops
 /// in the server's place. Once the drain ends, it is free.
 #[tokio::test]
 async fn the_port_stays_taken_while_requests_drain() {
-    // A port named at bind, as relayd's is: the kernel keeps only such a port for a socket
-    // that stopped listening (one it picked is given back).
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let listener = TcpListener::bind(addr).await.unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(serve(
-        listener,
-        options(30.0, 30.0),
-        Arc::new(Echo),
-        async move {
-            stopped.await.ok();
-        },
-    ));
-    // A request in flight: hyper asks for the body once the handler reads it.
-    let mut running = TcpStream::connect(addr).await.unwrap();
-    running
-        .write_all(
-            b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    assert_eq!(read_status(&mut running).await, Some(100));
+    let (addr, stop, server) = stoppable().await;
+    let mut running = in_flight(addr, 2).await;
     stop.send(()).unwrap();
     let deadline = Instant::now() + WAIT;
     loop {
@@ -513,15 +507,7 @@ async fn a_request_running_past_the_drain_time_is_counted_as_unfinished() {
         .await
         .unwrap();
     assert_eq!(read_status(&mut idle).await, Some(200));
-    // hyper asks for the body once the handler reads it: the request is in flight.
-    let mut running = TcpStream::connect(addr).await.unwrap();
-    running
-        .write_all(
-            b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    assert_eq!(read_status(&mut running).await, Some(100));
+    let mut running = in_flight(addr, 10).await;
     running.write_all(b"{}").await.unwrap();
     stop.send(()).unwrap();
     let report = tokio::time::timeout(WAIT, server).await.unwrap().unwrap();
