@@ -297,6 +297,9 @@ pub async fn serve<H: Handler>(
 struct Unvouched {
     max: Option<usize>,
     open: VecDeque<(AbortHandle, Arc<ConnState>)>,
+    /// The closes are said at most every [`ACCEPT_FAILURE_LOG_EVERY`]: a flood makes one per
+    /// connection.
+    said: relay_logging::Throttle,
 }
 
 impl Unvouched {
@@ -304,6 +307,7 @@ impl Unvouched {
         Unvouched {
             max,
             open: VecDeque::new(),
+            said: relay_logging::Throttle::default(),
         }
     }
 
@@ -318,8 +322,15 @@ impl Unvouched {
         if self.open.len() >= max
             && let Some((oldest, _)) = self.open.pop_front()
         {
-            tracing::debug!("closing the oldest connection no request has vouched for");
             oldest.abort();
+            if let Some(suppressed) = self.said.admit(Instant::now(), ACCEPT_FAILURE_LOG_EVERY) {
+                tracing::warn!(
+                    event = "unvouched_connection_closed",
+                    unvouched = max,
+                    suppressed_since_last_emit = suppressed,
+                    "closed the oldest connection no request has vouched for, to make room: something holds connections open without the secret (another local user flooding this listener?)"
+                );
+            }
         }
         self.open.push_back((task, state));
     }

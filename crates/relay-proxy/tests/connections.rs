@@ -289,6 +289,9 @@ async fn one_address_holds_at_most_its_cap_of_connections() {
 /// daemon) always gets in, and once vouched for it stays however many more arrive.
 #[tokio::test]
 async fn connections_nothing_vouched_for_make_room_for_a_newcomer() {
+    // The server runs on this test's thread, so its events land here.
+    let (capture, dispatch) = relay_logging::LogCapture::jsonl("warn");
+    let _guard = tracing::dispatcher::set_default(&dispatch);
     let server = start(ServeOptions {
         per_peer: PeerLimit {
             max: 6,
@@ -332,9 +335,16 @@ async fn connections_nothing_vouched_for_make_room_for_a_newcomer() {
         Some(200),
         "the vouched connection was closed"
     );
-    // The oldest of the others were closed to make room.
+    // The oldest of the others were closed to make room, and the operator is told, once
+    // however many were.
     let _ = held[0].write_all(get).await;
     assert_eq!(read_status(&mut held[0]).await, None);
+    let logs = capture.contents();
+    assert_eq!(
+        logs.matches("\"unvouched_connection_closed\"").count(),
+        1,
+        "{logs}"
+    );
 }
 
 #[tokio::test]
