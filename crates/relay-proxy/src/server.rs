@@ -212,7 +212,7 @@ pub async fn serve<H: Handler>(
                     // Out of descriptors or a connection reset before accept: back off
                     // briefly instead of spinning, and say so at most every few seconds.
                     if let Some(suppressed) =
-                        accept_failures.admit(Instant::now(), ACCEPT_FAILURE_LOG_EVERY)
+                        accept_failures.admit(Instant::now(), FLOOD_LOG_EVERY)
                     {
                         tracing::warn!(
                             event = "accept_failed",
@@ -297,8 +297,7 @@ pub async fn serve<H: Handler>(
 struct Unvouched {
     max: Option<usize>,
     open: VecDeque<(AbortHandle, Arc<ConnState>)>,
-    /// The closes are said at most every [`ACCEPT_FAILURE_LOG_EVERY`]: a flood makes one per
-    /// connection.
+    /// The closes are said at most every [`FLOOD_LOG_EVERY`].
     said: relay_logging::Throttle,
 }
 
@@ -323,7 +322,7 @@ impl Unvouched {
             && let Some((oldest, _)) = self.open.pop_front()
         {
             oldest.abort();
-            if let Some(suppressed) = self.said.admit(Instant::now(), ACCEPT_FAILURE_LOG_EVERY) {
+            if let Some(suppressed) = self.said.admit(Instant::now(), FLOOD_LOG_EVERY) {
                 tracing::warn!(
                     event = "unvouched_connection_closed",
                     unvouched = max,
@@ -412,9 +411,10 @@ impl Builders {
     }
 }
 
-/// How often a failed accept is logged at most: out of descriptors, a server retries about
-/// 50 times a second.
-const ACCEPT_FAILURE_LOG_EVERY: Duration = Duration::from_secs(10);
+/// How often an event that comes in floods is logged at most: a failed accept (out of
+/// descriptors, a server retries about 50 times a second) or a connection closed for want
+/// of a vouching request (one per connection of a flood).
+const FLOOD_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// How a connection's protocol is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

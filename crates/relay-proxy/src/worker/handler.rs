@@ -377,10 +377,10 @@ fn unauthorized() -> Response<ResponseBody> {
     res
 }
 
-/// 503 with `Retry-After: 1` (§3.5: every 503 carries one).
-/// 503, marked as the worker's own refusal: the daemon, whose routing raced the worker's
-/// drain or loss of control, answers it as a worker that failed before answering, since
-/// nothing reached the provider but the request's body is spent.
+/// 503 with `Retry-After: 1` (§3.5: every 503 carries one), marked as the worker's own
+/// refusal: the daemon, whose routing raced the worker's drain or loss of control, answers
+/// it as a worker that failed before answering, since nothing reached the provider but the
+/// request's body is spent.
 fn unavailable() -> Response<ResponseBody> {
     let mut res = retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
