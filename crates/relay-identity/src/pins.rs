@@ -272,19 +272,18 @@ impl PinStore {
         let Some(path) = self.provisioned_file.as_deref() else {
             return Ok(None);
         };
-        // The system directory is administered by root and may be assembled from symlinks by
-        // configuration management, so the provisioned file is opened normally.
-        let file = match File::open(path) {
-            Ok(file) => file,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(PinError::Unreadable {
-                    pin_file: path.to_owned(),
-                    source,
-                });
-            }
-        };
-        Ok(Some((read_pin(file, path)?, path)))
+        // The system directory may be assembled from symlinks by configuration management,
+        // so the file is opened as the configuration files are, symlinks followed; like
+        // them, it is refused where another user could have changed it, as it decides
+        // which daemon this user's clients trust.
+        match store::open_trusted(path) {
+            Ok(Some(file)) => Ok(Some((read_pin(file, path)?, path))),
+            Ok(None) => Ok(None),
+            Err(source) => Err(PinError::Unreadable {
+                pin_file: path.to_owned(),
+                source,
+            }),
+        }
     }
 }
 

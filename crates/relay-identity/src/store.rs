@@ -1,5 +1,6 @@
 //! The crate's only filesystem code: private directories, atomic writes, creation by `link(2)`,
-//! and opening a file without following a symlink.
+//! opening a file without following a symlink, and opening a file an administrator provides
+//! only where no other user could have changed it.
 //!
 //! Every write goes through a temporary file in the target's directory that is written and
 //! fsynced before it takes the target's name, so a reader sees the old file, the new file, or
@@ -247,6 +248,98 @@ pub fn open_nofollow(path: &Path) -> io::Result<File> {
 pub fn is_symlink_error(path: &Path, err: &io::Error) -> bool {
     err.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
         || fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+}
+
+/// What decides whether a file an administrator provides (a configuration file, a
+/// provisioned pin) can be trusted: the file's mode, and the mode of the directory it is
+/// really in, each only where its filesystem is writable (a read-only mount, such as a
+/// Kubernetes ConfigMap shown as 0777, cannot be changed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrustFacts {
+    /// The file's mode, or `None` on a read-only filesystem.
+    pub file_mode: Option<u32>,
+    /// The mode of the directory the file is really in, or `None` on a read-only filesystem.
+    pub dir_mode: Option<u32>,
+    /// The file belongs to neither root nor the user reading it.
+    pub owned_by_another: bool,
+}
+
+/// Why such a file cannot be trusted: every user could change it (the file, or its
+/// directory without the sticky bit), and with it where Relay sends the agents' traffic,
+/// what its policy allows or which daemon its clients trust. Group write is left to the
+/// administrator, who may share the file with an administrators' group.
+pub fn unsafe_to_trust(facts: TrustFacts) -> Option<&'static str> {
+    if facts.file_mode.is_some_and(|mode| mode & 0o002 != 0) {
+        return Some("writable by every user, who could have changed it: chmod o-w it");
+    }
+    let everyone_writes = facts.dir_mode.is_some_and(|mode| mode & 0o002 != 0);
+    if everyone_writes && facts.dir_mode.is_some_and(|mode| mode & 0o1000 == 0) {
+        return Some(
+            "in a directory every user may write, where anyone could replace it: chmod o-w the directory",
+        );
+    }
+    // A sticky directory keeps others from replacing a file, but anyone may have created
+    // it there (a system configuration directory pointed at a shared /tmp).
+    (everyone_writes && facts.owned_by_another).then_some(
+        "in a directory every user may create files in, and owned by another user, who could have put it there: keep it in a directory only its owner and root may write",
+    )
+}
+
+/// The [`TrustFacts`] of the opened file at `path`.
+fn trust_facts(path: &Path, file: &File, metadata: &Metadata) -> TrustFacts {
+    let writable = |statvfs: rustix::io::Result<rustix::fs::StatVfs>| {
+        statvfs.map_or(true, |s| {
+            !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
+        })
+    };
+    let dir = fs::canonicalize(path)
+        .ok()
+        .and_then(|real| real.parent().map(Path::to_owned));
+    let dir_mode = dir.and_then(|dir| {
+        let mode = fs::metadata(&dir).ok()?.mode();
+        writable(rustix::fs::statvfs(&dir)).then_some(mode)
+    });
+    let owner = metadata.uid();
+    TrustFacts {
+        file_mode: writable(rustix::fs::fstatvfs(file)).then_some(metadata.mode()),
+        dir_mode,
+        owned_by_another: owner != 0 && owner != current_euid(),
+    }
+}
+
+/// Opens a file an administrator provides, or `None` when there is none. Symlinks are
+/// followed (configuration management assembles such directories from them), but a symlink
+/// to nothing is refused, as the defaults would otherwise apply without a word where an
+/// administrator meant a file; so are a FIFO, a device or a directory (a FIFO would hang
+/// the reader; it is opened without blocking to find out), and a file others could change
+/// ([`unsafe_to_trust`]).
+pub fn open_trusted(path: &Path) -> io::Result<Option<File>> {
+    let flags = OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if fs::symlink_metadata(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "it is a symlink to a file that does not exist",
+                ));
+            }
+            return Ok(None);
+        }
+        Err(source) => return Err(source),
+    };
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    if let Some(why) = unsafe_to_trust(trust_facts(path, &file, &metadata)) {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
+    }
+    Ok(Some(file))
 }
 
 /// Reads at most `max + 1` bytes, so a caller can tell "at most `max`" from "more than `max`"

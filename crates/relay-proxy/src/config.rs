@@ -769,64 +769,6 @@ impl Config {
     }
 }
 
-/// What decides whether a configuration file can be trusted: the file's mode, and the mode
-/// of the directory it is really in; each only where its filesystem is writable (a
-/// read-only mount, such as a Kubernetes ConfigMap shown as 0777, cannot be changed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TrustFacts {
-    pub(crate) file_mode: Option<u32>,
-    pub(crate) dir_mode: Option<u32>,
-    /// The file belongs to neither root nor the user reading it.
-    pub(crate) owned_by_another: bool,
-}
-
-/// Why a configuration file cannot be trusted: every user could change it (the file, or its
-/// directory without the sticky bit), and with it where Relay sends the agents' traffic or
-/// what its policy allows. Group write is left to the administrator, who may share the
-/// file with an administrators' group.
-pub(crate) fn unsafe_to_trust(facts: TrustFacts) -> Option<&'static str> {
-    if facts.file_mode.is_some_and(|mode| mode & 0o002 != 0) {
-        return Some(
-            "writable by every user, who could point Relay's traffic elsewhere: chmod o-w it",
-        );
-    }
-    let everyone_writes = facts.dir_mode.is_some_and(|mode| mode & 0o002 != 0);
-    if everyone_writes && facts.dir_mode.is_some_and(|mode| mode & 0o1000 == 0) {
-        return Some(
-            "in a directory every user may write, where anyone could replace it: chmod o-w the directory",
-        );
-    }
-    // A sticky directory keeps others from replacing a file, but anyone may have created
-    // it there (a system configuration directory pointed at a shared /tmp).
-    (everyone_writes && facts.owned_by_another).then_some(
-        "in a directory every user may create files in, and owned by another user, who could have put it there: keep it in a directory only its owner and root may write",
-    )
-}
-
-/// The [`TrustFacts`] of the opened configuration file at `path`.
-fn trust_facts(path: &Path, file: &std::fs::File, metadata: &std::fs::Metadata) -> TrustFacts {
-    use std::os::unix::fs::MetadataExt as _;
-    let writable = |statvfs: std::io::Result<rustix::fs::StatVfs>| {
-        statvfs.map_or(true, |s| {
-            !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
-        })
-    };
-    let dir = std::fs::canonicalize(path)
-        .ok()
-        .and_then(|real| real.parent().map(Path::to_owned));
-    let dir_mode = dir.and_then(|dir| {
-        let mode = std::fs::metadata(&dir).ok()?.mode();
-        writable(rustix::fs::statvfs(&dir).map_err(Into::into)).then_some(mode)
-    });
-    let owner = metadata.uid();
-    TrustFacts {
-        file_mode: writable(rustix::fs::fstatvfs(file).map_err(Into::into))
-            .then_some(metadata.mode()),
-        dir_mode,
-        owned_by_another: owner != 0 && owner != rustix::process::geteuid().as_raw(),
-    }
-}
-
 /// The most of a configuration file read: far past any real one, and a bound on what a path
 /// such as `/dev/zero` can make a process read.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -841,39 +783,13 @@ fn read_optional(path: &Path) -> Result<Option<String>, ConfigError> {
 }
 
 /// The text of a configuration file of Relay's (`config.toml`, `plugins.toml`) at `path`,
-/// or `None` when there is none. A FIFO, a device or a directory there is refused rather
-/// than read (a FIFO would hang the start), a file past `max` bytes too (`FileTooLarge`),
-/// and so is a symlink to nothing: the defaults would otherwise apply without a word where
-/// an administrator meant a file. A file others could change is refused
-/// ([`unsafe_to_trust`]).
+/// or `None` when there is none. A file [`relay_identity::store::open_trusted`] refuses is
+/// refused, and so is one past `max` bytes (`FileTooLarge`).
 pub(crate) fn read_trusted_text(path: &Path, max: u64) -> std::io::Result<Option<String>> {
     use std::io::{Error, ErrorKind};
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC;
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits() as i32)
-        .open(path);
-    let mut file = match opened {
-        Ok(file) => file,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            if std::fs::symlink_metadata(path).is_ok() {
-                return Err(Error::new(
-                    ErrorKind::NotFound,
-                    "it is a symlink to a file that does not exist",
-                ));
-            }
-            return Ok(None);
-        }
-        Err(source) => return Err(source),
+    let Some(mut file) = relay_identity::store::open_trusted(path)? else {
+        return Ok(None);
     };
-    let metadata = file.metadata()?;
-    if !metadata.is_file() {
-        return Err(Error::other("not a regular file"));
-    }
-    if let Some(why) = unsafe_to_trust(trust_facts(path, &file, &metadata)) {
-        return Err(Error::new(ErrorKind::PermissionDenied, why));
-    }
     let bytes = relay_identity::store::read_bounded(&mut file, max)?;
     if bytes.len() as u64 > max {
         return Err(Error::new(

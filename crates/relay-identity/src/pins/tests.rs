@@ -283,3 +283,53 @@ fn racing_first_contacts_agree_on_one_pin() {
         .count();
     assert_eq!(pinned_now, 1, "{outcomes:?}");
 }
+
+/// Another user who could have written the provisioned pin must not decide which daemon this
+/// user trusts: the planted key is refused, not accepted in place of first-use trust.
+#[test]
+fn a_provisioned_pin_another_user_could_have_planted_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let provisioned_file = tmp.path().join("daemon-identity.pub");
+    let origin = origin("http://127.0.0.1:47632");
+    let impostor = key();
+    fs::write(&provisioned_file, format_pin(&origin, &impostor)).unwrap();
+    let store = PinStore::new(tmp.path().join("pins"), Some(provisioned_file.clone()));
+    let refused = |store: &PinStore| {
+        let err = store.check_or_pin(&origin, &impostor).unwrap_err();
+        assert!(
+            matches!(err, PinError::Unreadable { ref pin_file, .. } if *pin_file == provisioned_file),
+            "{err}"
+        );
+        err.to_string()
+    };
+
+    // Writable by every user.
+    fs::set_permissions(&provisioned_file, fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(refused(&store).contains("writable by every user"));
+
+    // In a shared sticky directory (a system directory pointed at /tmp), owned by a user
+    // who is neither root nor this one: only root can make such a file here.
+    fs::set_permissions(&provisioned_file, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+    if crate::store::current_euid() == 0 {
+        std::os::unix::fs::chown(&provisioned_file, Some(4242), Some(4242)).unwrap();
+        assert!(refused(&store).contains("owned by another user"));
+        // Root's own file there is the administrator's.
+        std::os::unix::fs::chown(&provisioned_file, Some(0), Some(0)).unwrap();
+    }
+    assert_eq!(
+        store.check_or_pin(&origin, &impostor).unwrap(),
+        PinOutcome::Provisioned
+    );
+
+    // A FIFO put there is refused at once rather than hanging the client that opens it.
+    fs::remove_file(&provisioned_file).unwrap();
+    rustix::fs::mkfifoat(
+        rustix::fs::CWD,
+        &provisioned_file,
+        rustix::fs::Mode::from_raw_mode(0o644),
+    )
+    .unwrap();
+    assert!(refused(&store).contains("not a regular file"));
+}

@@ -130,3 +130,45 @@ fn read_bounded_reads_one_byte_past_the_limit() {
     let mut file = File::open(&path).unwrap();
     assert_eq!(read_bounded(&mut file, 128).unwrap().len(), 129);
 }
+/// A file an administrator provides that every user could change is refused: it says
+/// where Relay sends the agents' traffic or which daemon its clients trust. Judged from the
+/// modes alone, so each case is tested as any user.
+#[test]
+fn a_file_every_user_could_change_is_not_trusted() {
+    let judge = |file_mode, dir_mode| {
+        unsafe_to_trust(TrustFacts {
+            file_mode,
+            dir_mode,
+            owned_by_another: false,
+        })
+    };
+    assert_eq!(judge(Some(0o644), Some(0o755)), None);
+    // Group write is the administrator's choice.
+    assert_eq!(judge(Some(0o664), Some(0o775)), None);
+    assert!(
+        judge(Some(0o666), Some(0o755))
+            .unwrap()
+            .contains("writable by every user")
+    );
+    assert!(
+        judge(Some(0o644), Some(0o777))
+            .unwrap()
+            .contains("directory")
+    );
+    // A sticky directory keeps others from replacing a file they do not own.
+    assert_eq!(judge(Some(0o644), Some(0o1777)), None);
+    // But in one, a file another user owns may be theirs to have put there; elsewhere,
+    // another owner (the service account's file, a bind mount) is the administrator's.
+    let owned = |dir_mode| {
+        unsafe_to_trust(TrustFacts {
+            file_mode: Some(0o644),
+            dir_mode: Some(dir_mode),
+            owned_by_another: true,
+        })
+    };
+    assert!(owned(0o1777).unwrap().contains("owned by another user"));
+    assert_eq!(owned(0o755), None);
+    assert_eq!(owned(0o1775), None);
+    // On a read-only mount nothing can be changed, whatever the modes say.
+    assert_eq!(judge(None, None), None);
+}

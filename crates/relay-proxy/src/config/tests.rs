@@ -256,48 +256,6 @@ fn only_a_regular_file_of_bounded_size_is_read_as_configuration() {
     assert_eq!(config.daemon.max_routes, 7);
 }
 
-/// A configuration file every user could change is refused: it says where Relay sends the
-/// agents' traffic. Judged from the modes alone, so each case is tested as any user.
-#[test]
-fn a_configuration_every_user_could_change_is_refused() {
-    let judge = |file_mode, dir_mode| {
-        unsafe_to_trust(TrustFacts {
-            file_mode,
-            dir_mode,
-            owned_by_another: false,
-        })
-    };
-    assert_eq!(judge(Some(0o644), Some(0o755)), None);
-    // Group write is the administrator's choice.
-    assert_eq!(judge(Some(0o664), Some(0o775)), None);
-    assert!(
-        judge(Some(0o666), Some(0o755))
-            .unwrap()
-            .contains("writable by every user")
-    );
-    assert!(
-        judge(Some(0o644), Some(0o777))
-            .unwrap()
-            .contains("directory")
-    );
-    // A sticky directory keeps others from replacing a file they do not own.
-    assert_eq!(judge(Some(0o644), Some(0o1777)), None);
-    // But in one, a file another user owns may be theirs to have put there; elsewhere,
-    // another owner (the service account's file, a bind mount) is the administrator's.
-    let owned = |dir_mode| {
-        unsafe_to_trust(TrustFacts {
-            file_mode: Some(0o644),
-            dir_mode: Some(dir_mode),
-            owned_by_another: true,
-        })
-    };
-    assert!(owned(0o1777).unwrap().contains("owned by another user"));
-    assert_eq!(owned(0o755), None);
-    assert_eq!(owned(0o1775), None);
-    // On a read-only mount nothing can be changed, whatever the modes say.
-    assert_eq!(judge(None, None), None);
-}
-
 /// The same, through the loader, on real files.
 #[test]
 fn a_world_writable_configuration_file_is_refused_at_load() {
