@@ -25,7 +25,7 @@ use http::{Request, Response, StatusCode};
 use relay_proto::{ErrorKind, Role};
 use uuid::Uuid;
 
-use crate::answers::{error, framing_refusal, not_found, relay_response};
+use crate::answers::{error, framing_refusal, no_store, not_found, relay_response};
 use crate::body::{ClientBody, ResponseBody};
 use crate::config::Config;
 use crate::control::daemon::ControlPlane;
@@ -230,7 +230,7 @@ impl Front {
             ));
         }
         match route {
-            PathClass::HeadRoot => local(Response::new(ResponseBody::empty())),
+            PathClass::HeadRoot => local(no_store(Response::new(ResponseBody::empty()))),
             PathClass::Healthz => local(self.health()),
             PathClass::Workers
             | PathClass::WorkersStatus

@@ -81,6 +81,9 @@ async fn worker_lists_are_empty_and_final_in_shape() {
         .await;
     assert_eq!(answer.status, 200);
     assert!(answer.body.is_empty());
+    // Like every local answer, it is never to be cached: a cached probe would say the
+    // daemon is there when it is not.
+    assert_eq!(answer.header("cache-control"), Some("no-store"));
     assert!(!tripwire.was_touched().await);
 }
 
