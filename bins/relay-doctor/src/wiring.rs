@@ -288,12 +288,27 @@ fn join(items: &BTreeSet<&str>) -> String {
     items.iter().copied().collect::<Vec<_>>().join(", ")
 }
 
-/// A hook command line that runs `relay-hook`, read as the bundle writes it (no quoting:
-/// the bundle's paths hold no spaces). The agents hand the line to a shell, so what an
-/// administrator may put before the program is passed over: variable assignments
-/// (`RELAY_HOOK_TIMEOUT_MS=8000 relay-hook …`), `exec`, and `env` with its options.
+/// A hook command line that runs `relay-hook`. The agents hand the line to a shell, so it
+/// is split into words as a shell would when it holds quotes, and what an administrator
+/// may put before the program is passed over: variable assignments
+/// (`RELAY_HOOK_TIMEOUT_MS=8000 relay-hook …`), `exec`, `env` with its options, and a shell
+/// run with `-c` (`sh -c '…'`, `bash -lc "…"`), whose script is read the same way. A line
+/// without quotes, or with one a shell would not close, is read by its spaces alone.
 fn hook_command(line: &str) -> Option<HookCommand> {
-    let words: Vec<&str> = line.split_whitespace().collect();
+    hook_command_at(line, 0)
+}
+
+/// How many `sh -c` a line may nest before the doctor stops reading into it.
+const MAX_SHELL_NESTING: usize = 4;
+
+fn hook_command_at(line: &str, depth: usize) -> Option<HookCommand> {
+    // A line without quotes is split at its spaces alone, so that a Windows path's
+    // backslashes stay as they are.
+    let words = line
+        .contains(['\'', '"'])
+        .then(|| shlex::split(line))
+        .flatten()
+        .unwrap_or_else(|| line.split_whitespace().map(str::to_owned).collect());
     let is_assignment = |word: &str| {
         word.split_once('=').is_some_and(|(name, _)| {
             name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -302,7 +317,7 @@ fn hook_command(line: &str) -> Option<HookCommand> {
     };
     let mut start = 0;
     let mut after_env = false;
-    while let Some(&word) = words.get(start) {
+    while let Some(word) = words.get(start).map(String::as_str) {
         if after_env && matches!(word, "-u" | "--unset" | "-C" | "--chdir") {
             // An option of env's whose value is the next word.
             start += 2;
@@ -317,19 +332,52 @@ fn hook_command(line: &str) -> Option<HookCommand> {
             break;
         }
     }
-    let (&program, args) = words.get(start..)?.split_first()?;
+    let (program, args) = words.get(start..)?.split_first()?;
+    if SHELLS.iter().any(|shell| is_named(program, shell)) {
+        return shell_script(args).and_then(|script| {
+            (depth < MAX_SHELL_NESTING)
+                .then(|| hook_command_at(script, depth + 1))
+                .flatten()
+        });
+    }
     if !is_named(program, "relay-hook") {
         return None;
     }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Some(HookCommand {
-        program: program.to_owned(),
+        program: program.clone(),
         agent: args
             .first()
             .filter(|arg| !arg.starts_with('-'))
             .map(|arg| (*arg).to_owned()),
         fail_open: args.contains(&"--fail-open"),
-        daemon_address: daemon_address(args),
+        daemon_address: daemon_address(&args),
     })
+}
+
+/// The shells a hook line may run Relay's command through with `-c`.
+const SHELLS: [&str; 5] = ["sh", "bash", "dash", "zsh", "ksh"];
+
+/// The script of a shell's command line: the first word after the options, when one of
+/// them (`-c`, or a cluster such as `-lc` or `-ec`) says the script is given as a word.
+/// Long options (`--norc`) are passed over, and `-o`/`+o` with the option they name.
+fn shell_script(args: &[String]) -> Option<&str> {
+    let mut takes_script = false;
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        let options = word.strip_prefix(['-', '+']).filter(|o| !o.is_empty());
+        match options {
+            Some(long) if long.starts_with(['-', '+']) => {}
+            Some(cluster) => {
+                takes_script |= word.starts_with('-') && cluster.contains('c');
+                if cluster.contains(['o', 'O']) {
+                    words.next();
+                }
+            }
+            None => return takes_script.then_some(word.as_str()),
+        }
+    }
+    None
 }
 
 /// Whether `program`'s file name is `name` (with `.exe` on Windows paths).

@@ -174,6 +174,11 @@ fn a_hook_run_through_env_or_with_assignments_is_read() {
         "env -u HTTP_PROXY RELAY_LOG=warn /opt/relay/bin/relay-hook claude --fail-closed",
         "/usr/bin/env /opt/relay/bin/relay-hook claude --fail-closed",
         "exec /opt/relay/bin/relay-hook claude --fail-open",
+        // Quoted as a shell reads it, and run through a shell's `-c`.
+        "'/opt/relay/bin/relay-hook' \"claude\" --fail-closed",
+        "sh -c '/opt/relay/bin/relay-hook claude --fail-closed'",
+        "/bin/bash --norc -o pipefail -lc 'RELAY_LOG=warn exec /opt/relay/bin/relay-hook claude --fail-open'",
+        "env FOO=1 sh -ec \"bash -c '/opt/relay/bin/relay-hook claude --fail-closed'\"",
     ];
     for line in lines {
         let value = json!({ "hooks": { "PreToolUse": [{ "hooks": [{ "command": line }] }] } });
@@ -187,11 +192,25 @@ fn a_hook_run_through_env_or_with_assignments_is_read() {
         assert_eq!(command.unwrap().agent.as_deref(), Some("claude"), "{line}");
         assert_eq!(
             command.unwrap().fail_open,
-            line.ends_with("--fail-open"),
+            line.contains("--fail-open"),
             "{line}"
         );
     }
-    for line in ["echo relay-hook", "/usr/bin/logger =relay-hook claude"] {
+    // A quoted Windows path keeps its backslashes, as a shell's double quotes keep them.
+    let line = r#""C:\Program Files\Relay\relay-hook.exe" codex --fail-closed"#;
+    let value = json!({ "hooks": { "Stop": [{ "hooks": [{ "command": line }] }] } });
+    assert_eq!(
+        wiring(&value, "hooks").hooks["Stop"][0].program,
+        r"C:\Program Files\Relay\relay-hook.exe"
+    );
+    for line in [
+        "echo relay-hook",
+        "/usr/bin/logger =relay-hook claude",
+        // A shell's script is the word after its options, and only with `-c`.
+        "sh /opt/relay/bin/relay-hook claude",
+        "sh -c 'echo relay-hook' /opt/relay/bin/relay-hook",
+        "sh +c '/opt/relay/bin/relay-hook claude'",
+    ] {
         let value = json!({ "hooks": { "Stop": [{ "hooks": [{ "command": line }] }] } });
         assert!(wiring(&value, "mcp_servers").hooks.is_empty(), "{line}");
     }
