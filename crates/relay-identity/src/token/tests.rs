@@ -51,6 +51,23 @@ fn parse_accepts_only_the_canonical_encoding_of_32_bytes() {
     assert_eq!(RouteToken::parse(&with_plus), Err(TokenError::Alphabet));
     let with_space = format!(" {}", &VALID[1..]);
     assert_eq!(RouteToken::parse(&with_space), Err(TokenError::Alphabet));
+    // Every character outside the alphabet, first, in the middle and last, and a
+    // two-byte character in place of two.
+    for c in (0u8..128).map(char::from) {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+            continue;
+        }
+        for at in [0, 21, 42] {
+            let text = format!("{}{c}{}", &VALID[..at], &VALID[at + 1..]);
+            assert_eq!(
+                RouteToken::parse(&text),
+                Err(TokenError::Alphabet),
+                "{text:?}"
+            );
+        }
+    }
+    let accented = format!("é{}", &VALID[2..]);
+    assert_eq!(RouteToken::parse(&accented), Err(TokenError::Alphabet));
     // "8" ends in 4 bits that must be zero; "9" sets one of them: same bytes, other spelling.
     let non_canonical = format!("{}9", &VALID[..42]);
     assert_eq!(
