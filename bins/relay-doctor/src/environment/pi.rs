@@ -6,10 +6,11 @@
 //! binaries it runs in the settings `relayd managed-bundle` filled in
 //! ([`PiExtensionSettings`]).
 //!
-//! The files are found as pi 0.73 finds them, for the cases an installation uses: a listed
-//! file or directory (`~` for the home directory, relative to pi's directory otherwise), the
-//! extensions directory's `*.ts` and `*/index.ts`, a listed `!path` or `-path` taking one of
-//! them out, each file once. Other patterns (globs) are passed over.
+//! The files are found as pi 0.73 finds them: a listed file or directory (`~` for the home
+//! directory, relative to pi's directory otherwise) and the extensions directory's `*.ts`
+//! and `*/index.ts`, each file once, then filtered by the list's patterns as pi filters
+//! them ([`Filters`]). One difference: pi's globs pass over names that start with a dot,
+//! these match them.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -66,32 +67,31 @@ pub(crate) fn pi(env: &impl Env) -> Check {
         .filter_map(Value::as_str)
         .collect();
     let resolve = |entry: &str| dir.join(expand_home(entry, home.as_deref()));
+    let filters = Filters::new(&entries, &dir);
     let mut files = Vec::new();
-    let mut excluded = BTreeSet::new();
-    for entry in entries {
-        if let Some(path) = entry.strip_prefix(['!', '-']) {
-            excluded.insert(canonical(&resolve(path)));
-        } else if entry.starts_with('+') || entry.contains(['*', '?']) {
-            // A pattern: which files it takes is pi's to work out.
-        } else {
-            let path = resolve(entry);
-            if path.exists() {
-                files.extend(extension_files(&path));
-            } else if contains(entry.as_bytes(), b"relay") {
-                problems.push(format!(
-                    "{} lists {}, which is not there: pi loads no extension from it",
-                    display(&settings.path),
-                    display(&path)
-                ));
-            }
+    for entry in entries.iter().filter(|entry| !Filters::is_pattern(entry)) {
+        let path = resolve(entry);
+        if path.exists() {
+            files.extend(
+                extension_files(&path)
+                    .into_iter()
+                    .filter(|file| filters.enables(file, true)),
+            );
+        } else if contains(entry.as_bytes(), b"relay") {
+            problems.push(format!(
+                "{} lists {}, which is not there: pi loads no extension from it",
+                display(&settings.path),
+                display(&path)
+            ));
         }
     }
-    files.extend(extension_files(&dir.join("extensions")));
+    files.extend(
+        extension_files(&dir.join("extensions"))
+            .into_iter()
+            .filter(|file| filters.enables(file, false)),
+    );
     let mut seen = BTreeSet::new();
-    files.retain(|file| {
-        let file = canonical(file);
-        !excluded.contains(&file) && seen.insert(file)
-    });
+    files.retain(|file| seen.insert(canonical(file)));
 
     let mut extensions: Vec<(PathBuf, Option<PiExtensionSettings>)> = Vec::new();
     for path in files {
@@ -153,6 +153,100 @@ pub(crate) fn pi(env: &impl Env) -> Check {
             .next("keep one: take the path out of pi's extensions list, or remove the copy in its extensions directory"),
     }
     .with(details)
+}
+
+/// The patterns among pi's `extensions` entries, which decide which of the files found
+/// are loaded, in pi's order: a glob (`*`, `?`) keeps only the listed files it matches
+/// (extensions-directory files are not filtered by it), `!glob` takes matching files out,
+/// `+path` puts one back, `-path` takes one out whatever else says. A glob matches a file
+/// by its path relative to pi's directory, its name or its whole path (`*` stops at `/`);
+/// `+` and `-` take the relative or the whole path exactly.
+struct Filters {
+    includes: Vec<globset::GlobMatcher>,
+    excludes: Vec<globset::GlobMatcher>,
+    force_in: Vec<String>,
+    force_out: Vec<String>,
+    base: PathBuf,
+}
+
+impl Filters {
+    fn is_pattern(entry: &str) -> bool {
+        entry.starts_with(['!', '+', '-']) || entry.contains(['*', '?'])
+    }
+
+    fn new(entries: &[&str], base: &Path) -> Filters {
+        // A glob that does not compile matches nothing, as minimatch treats it.
+        let glob = |pattern: &str| {
+            globset::GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .build()
+                .ok()
+                .map(|glob| glob.compile_matcher())
+        };
+        let exact = |path: &str| path.strip_prefix("./").unwrap_or(path).to_owned();
+        let mut filters = Filters {
+            includes: Vec::new(),
+            excludes: Vec::new(),
+            force_in: Vec::new(),
+            force_out: Vec::new(),
+            base: base.to_owned(),
+        };
+        for entry in entries.iter().copied().filter(|e| Filters::is_pattern(e)) {
+            if let Some(path) = entry.strip_prefix('+') {
+                filters.force_in.push(exact(path));
+            } else if let Some(path) = entry.strip_prefix('-') {
+                filters.force_out.push(exact(path));
+            } else if let Some(pattern) = entry.strip_prefix('!') {
+                filters.excludes.extend(glob(pattern));
+            } else {
+                filters.includes.extend(glob(entry));
+            }
+        }
+        filters
+    }
+
+    /// Whether pi loads `file`, found through a listed entry (`listed`) or in the
+    /// extensions directory.
+    fn enables(&self, file: &Path, listed: bool) -> bool {
+        let relative = relative_path(&self.base, file);
+        let whole = file.to_string_lossy();
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        let any = |globs: &[globset::GlobMatcher]| {
+            globs.iter().any(|glob| {
+                glob.is_match(&relative)
+                    || glob.is_match(name.as_ref())
+                    || glob.is_match(whole.as_ref())
+            })
+        };
+        let exactly = |paths: &[String]| paths.iter().any(|p| *p == relative || *p == whole);
+        let mut enabled = !listed || self.includes.is_empty() || any(&self.includes);
+        if any(&self.excludes) {
+            enabled = false;
+        }
+        if exactly(&self.force_in) {
+            enabled = true;
+        }
+        if exactly(&self.force_out) {
+            enabled = false;
+        }
+        enabled
+    }
+}
+
+/// `path` relative to `base`, with `..` where it lies outside it, as Node's
+/// `path.relative` gives it.
+fn relative_path(base: &Path, path: &Path) -> String {
+    let base: Vec<_> = base.components().collect();
+    let path: Vec<_> = path.components().collect();
+    let common = base.iter().zip(&path).take_while(|(a, b)| a == b).count();
+    let ups = std::iter::repeat_n("..".to_owned(), base.len() - common);
+    let downs = path[common..]
+        .iter()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned());
+    ups.chain(downs).collect::<Vec<_>>().join("/")
 }
 
 /// `path` with a leading `~` read as the home directory, as pi reads it.

@@ -839,6 +839,35 @@ fn pi_is_judged_by_the_extension_it_loads() {
     assert!(twice.summary.contains("2 times"), "{}", twice.summary);
     assert_eq!(list(&["extensions/relay"]).status, Status::Ok);
     assert_eq!(list(&["!extensions/relay/index.ts"]).status, Status::Skip);
+    // The list's patterns, as pi applies them: a glob keeps the listed files it matches
+    // (by relative path, name or whole path; `*` stops at `/`), `!` takes out, `+` puts
+    // back, `-` takes out whatever else says.
+    let deployed_entry = deployed.display().to_string();
+    let only = |entries: &[&str]| {
+        let check = list(entries);
+        let loaded = check.details["extensions"].as_array().cloned();
+        (check.status, loaded.map(|l| l.len()).unwrap_or(0))
+    };
+    assert_eq!(only(&[&deployed_entry, "*.ts"]), (Status::Warn, 2));
+    assert_eq!(
+        only(&[&deployed_entry, "extensions/*/other.ts"]),
+        (Status::Ok, 1),
+        "the listed file is left out; the directory's copy is not filtered by a glob"
+    );
+    assert_eq!(only(&["!**/relay/**"]), (Status::Skip, 0));
+    assert_eq!(only(&["!extensions/*"]), (Status::Ok, 1));
+    assert_eq!(
+        only(&["!**/relay/**", "+extensions/relay/index.ts"]),
+        (Status::Ok, 1)
+    );
+    assert_eq!(
+        only(&["+extensions/relay/index.ts", "-extensions/relay/index.ts"]),
+        (Status::Skip, 0)
+    );
+    assert_eq!(
+        only(&[&deployed_entry, &format!("-{deployed_entry}"), "!index.ts"]),
+        (Status::Skip, 0)
+    );
     fs::remove_file(&copy).unwrap();
 
     // A binary it runs is gone.
