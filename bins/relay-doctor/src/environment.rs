@@ -478,7 +478,7 @@ pub(crate) fn provisioned_key<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         }
         Err(err) => Check::fail(ID, format!("the provisioned daemon key is unusable: {err}"))
             .next(format!(
-                "ask the administrator to fix {}: it must hold the pin relayd identity show prints, in a place only root and its owner may change",
+                "ask the administrator to fix {}: it must hold the pin relayd identity show prints, where no other user could have changed it",
                 file.display()
             ))
             .with(json!({ "file": display(&file), "present": true, "origin": null })),

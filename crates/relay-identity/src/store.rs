@@ -251,60 +251,102 @@ pub fn is_symlink_error(path: &Path, err: &io::Error) -> bool {
 }
 
 /// What decides whether a file an administrator provides (a configuration file, a
-/// provisioned pin) can be trusted: the file's mode, and the mode of the directory it is
-/// really in, each only where its filesystem is writable (a read-only mount, such as a
+/// provisioned pin) can be trusted: the file's mode, and each directory on the way to it
+/// ([`DirFacts`]), each only where its filesystem is writable (a read-only mount, such as a
 /// Kubernetes ConfigMap shown as 0777, cannot be changed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrustFacts {
     /// The file's mode, or `None` on a read-only filesystem.
     pub file_mode: Option<u32>,
-    /// The mode of the directory the file is really in, or `None` on a read-only filesystem.
-    pub dir_mode: Option<u32>,
-    /// The file belongs to neither root nor the user reading it.
-    pub owned_by_another: bool,
+    /// The directory the file is really in, with the file as its entry; then, when the
+    /// path is a symlink, the directory each link of the chain is in, with the link.
+    pub dirs: Vec<DirFacts>,
 }
 
-/// Why such a file cannot be trusted: every user could change it (the file, or its
-/// directory without the sticky bit), and with it where Relay sends the agents' traffic,
-/// what its policy allows or which daemon its clients trust. Group write is left to the
-/// administrator, who may share the file with an administrators' group.
-pub fn unsafe_to_trust(facts: TrustFacts) -> Option<&'static str> {
+/// A directory on the way to a trusted file, and the entry there that leads to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirFacts {
+    /// The directory's mode, or `None` on a read-only filesystem.
+    pub mode: Option<u32>,
+    /// The entry (the file, or a symlink) belongs to neither root nor the reading user.
+    pub entry_owned_by_another: bool,
+}
+
+/// Why such a file cannot be trusted: every user could change it (the file, or a
+/// directory on the way to it without the sticky bit), or another user could have put it
+/// or a symlink to it in a directory every user may create files in, and with it change
+/// where Relay sends the agents' traffic, what its policy allows or which daemon its clients
+/// trust. Group write is left to the administrator, who may share the file with an
+/// administrators' group.
+pub fn unsafe_to_trust(facts: &TrustFacts) -> Option<&'static str> {
     if facts.file_mode.is_some_and(|mode| mode & 0o002 != 0) {
         return Some("writable by every user, who could have changed it: chmod o-w it");
     }
-    let everyone_writes = facts.dir_mode.is_some_and(|mode| mode & 0o002 != 0);
-    if everyone_writes && facts.dir_mode.is_some_and(|mode| mode & 0o1000 == 0) {
-        return Some(
-            "in a directory every user may write, where anyone could replace it: chmod o-w the directory",
-        );
+    for dir in &facts.dirs {
+        let everyone_writes = dir.mode.is_some_and(|mode| mode & 0o002 != 0);
+        if everyone_writes && dir.mode.is_some_and(|mode| mode & 0o1000 == 0) {
+            return Some(
+                "in a directory every user may write, where anyone could replace it: chmod o-w the directory",
+            );
+        }
+        // A sticky directory keeps others from replacing an entry, but anyone may have
+        // created it there (a system configuration directory pointed at a shared /tmp).
+        if everyone_writes && dir.entry_owned_by_another {
+            return Some(
+                "in a directory every user may create files in, and put there by another user: keep it, and any symlink to it, in a directory only root and its owner may write",
+            );
+        }
     }
-    // A sticky directory keeps others from replacing a file, but anyone may have created
-    // it there (a system configuration directory pointed at a shared /tmp).
-    (everyone_writes && facts.owned_by_another).then_some(
-        "in a directory every user may create files in, and owned by another user, who could have put it there: keep it in a directory only its owner and root may write",
-    )
+    None
 }
 
-/// The [`TrustFacts`] of the opened file at `path`.
-fn trust_facts(path: &Path, file: &File, metadata: &Metadata) -> TrustFacts {
+/// How many symlinks are followed from the given name to the file, as the kernel follows
+/// at most 40.
+const MAX_LINKS: usize = 40;
+
+/// The [`TrustFacts`] of the opened file at `path`, or why they cannot be had: a directory
+/// on the way that cannot be looked at, or a path that no longer leads to the file opened
+/// (replaced in between), is not trusted either.
+fn trust_facts(path: &Path, file: &File, metadata: &Metadata) -> Result<TrustFacts, &'static str> {
+    const GONE: &str =
+        "its path changed while it was read, or a directory on the way to it cannot be looked at";
     let writable = |statvfs: rustix::io::Result<rustix::fs::StatVfs>| {
         statvfs.map_or(true, |s| {
             !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
         })
     };
-    let dir = fs::canonicalize(path)
-        .ok()
-        .and_then(|real| real.parent().map(Path::to_owned));
-    let dir_mode = dir.and_then(|dir| {
-        let mode = fs::metadata(&dir).ok()?.mode();
-        writable(rustix::fs::statvfs(&dir)).then_some(mode)
-    });
-    let owner = metadata.uid();
-    TrustFacts {
-        file_mode: writable(rustix::fs::fstatvfs(file)).then_some(metadata.mode()),
-        dir_mode,
-        owned_by_another: owner != 0 && owner != current_euid(),
+    let by_another = |uid: u32| uid != 0 && uid != current_euid();
+    let dir_of = |name: &Path| match name.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let judge = |dir: &Path, entry_uid: u32| -> Option<DirFacts> {
+        let mode = fs::metadata(dir).ok()?.mode();
+        Some(DirFacts {
+            mode: writable(rustix::fs::statvfs(dir)).then_some(mode),
+            entry_owned_by_another: by_another(entry_uid),
+        })
+    };
+    let real = fs::canonicalize(path).map_err(|_| GONE)?;
+    let found = fs::metadata(&real).map_err(|_| GONE)?;
+    if (found.dev(), found.ino()) != (metadata.dev(), metadata.ino()) {
+        return Err(GONE);
     }
+    let mut dirs = vec![judge(&dir_of(&real), metadata.uid()).ok_or(GONE)?];
+    let mut name = path.to_owned();
+    for _ in 0..MAX_LINKS {
+        let link = fs::symlink_metadata(&name).map_err(|_| GONE)?;
+        if !link.file_type().is_symlink() {
+            break;
+        }
+        let dir = dir_of(&name);
+        dirs.push(judge(&dir, link.uid()).ok_or(GONE)?);
+        name = dir.join(fs::read_link(&name).map_err(|_| GONE)?);
+    }
+    Ok(TrustFacts {
+        file_mode: writable(rustix::fs::fstatvfs(file)).then_some(metadata.mode()),
+        dirs,
+    })
 }
 
 /// Opens a file an administrator provides, or `None` when there is none. Symlinks are
@@ -312,7 +354,9 @@ fn trust_facts(path: &Path, file: &File, metadata: &Metadata) -> TrustFacts {
 /// to nothing is refused, as the defaults would otherwise apply without a word where an
 /// administrator meant a file; so are a FIFO, a device or a directory (a FIFO would hang
 /// the reader; it is opened without blocking to find out), and a file others could change
-/// ([`unsafe_to_trust`]).
+/// or have planted, or a symlink to it ([`unsafe_to_trust`]). The directories above those
+/// are not judged: pointing Relay at a directory another user owns is the
+/// administrator's choice.
 pub fn open_trusted(path: &Path) -> io::Result<Option<File>> {
     let flags = OFlags::NONBLOCK | OFlags::CLOEXEC;
     let opened = OpenOptions::new()
@@ -336,7 +380,9 @@ pub fn open_trusted(path: &Path) -> io::Result<Option<File>> {
     if !metadata.is_file() {
         return Err(io::Error::other("not a regular file"));
     }
-    if let Some(why) = unsafe_to_trust(trust_facts(path, &file, &metadata)) {
+    let facts = trust_facts(path, &file, &metadata)
+        .map_err(|why| io::Error::new(io::ErrorKind::PermissionDenied, why))?;
+    if let Some(why) = unsafe_to_trust(&facts) {
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
     }
     Ok(Some(file))

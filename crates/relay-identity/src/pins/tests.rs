@@ -314,7 +314,7 @@ fn a_provisioned_pin_another_user_could_have_planted_is_refused() {
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o1777)).unwrap();
     if crate::store::current_euid() == 0 {
         std::os::unix::fs::chown(&provisioned_file, Some(4242), Some(4242)).unwrap();
-        assert!(refused(&store).contains("owned by another user"));
+        assert!(refused(&store).contains("put there by another user"));
         // Root's own file there is the administrator's.
         std::os::unix::fs::chown(&provisioned_file, Some(0), Some(0)).unwrap();
     }
@@ -323,6 +323,34 @@ fn a_provisioned_pin_another_user_could_have_planted_is_refused() {
         PinOutcome::Provisioned
     );
 
+    // A symlink put there by another user is refused, though it leads to a file in a
+    // directory only its owner may write (in a world-writable directory without the sticky
+    // bit, whoever made it).
+    let elsewhere = tempfile::tempdir().unwrap();
+    let planted = elsewhere.path().join("pin");
+    fs::write(&planted, format_pin(&origin, &impostor)).unwrap();
+    fs::remove_file(&provisioned_file).unwrap();
+    std::os::unix::fs::symlink(&planted, &provisioned_file).unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(refused(&store).contains("every user may write"));
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o1777)).unwrap();
+    if crate::store::current_euid() == 0 {
+        rustix::fs::chownat(
+            rustix::fs::CWD,
+            &provisioned_file,
+            Some(rustix::process::Uid::from_raw(4242)),
+            None,
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .unwrap();
+        // Where the kernel protects symlinks (`fs.protected_symlinks`), it refuses to
+        // follow such a link itself.
+        let message = refused(&store);
+        assert!(
+            message.contains("put there by another user") || message.contains("os error 13"),
+            "{message}"
+        );
+    }
     // A FIFO put there is refused at once rather than hanging the client that opens it.
     fs::remove_file(&provisioned_file).unwrap();
     rustix::fs::mkfifoat(

@@ -135,11 +135,14 @@ fn read_bounded_reads_one_byte_past_the_limit() {
 /// modes alone, so each case is tested as any user.
 #[test]
 fn a_file_every_user_could_change_is_not_trusted() {
+    let dir = |mode, entry_owned_by_another| DirFacts {
+        mode,
+        entry_owned_by_another,
+    };
     let judge = |file_mode, dir_mode| {
-        unsafe_to_trust(TrustFacts {
+        unsafe_to_trust(&TrustFacts {
             file_mode,
-            dir_mode,
-            owned_by_another: false,
+            dirs: vec![dir(dir_mode, false)],
         })
     };
     assert_eq!(judge(Some(0o644), Some(0o755)), None);
@@ -160,15 +163,27 @@ fn a_file_every_user_could_change_is_not_trusted() {
     // But in one, a file another user owns may be theirs to have put there; elsewhere,
     // another owner (the service account's file, a bind mount) is the administrator's.
     let owned = |dir_mode| {
-        unsafe_to_trust(TrustFacts {
+        unsafe_to_trust(&TrustFacts {
             file_mode: Some(0o644),
-            dir_mode: Some(dir_mode),
-            owned_by_another: true,
+            dirs: vec![dir(Some(dir_mode), true)],
         })
     };
-    assert!(owned(0o1777).unwrap().contains("owned by another user"));
+    assert!(owned(0o1777).unwrap().contains("put there by another user"));
     assert_eq!(owned(0o755), None);
     assert_eq!(owned(0o1775), None);
     // On a read-only mount nothing can be changed, whatever the modes say.
     assert_eq!(judge(None, None), None);
+    // Every directory on the way counts: a good file reached through a symlink that
+    // anyone could have put in a world-writable directory, or that another user put in a
+    // sticky one, is not trusted.
+    let through = |link_dir| {
+        unsafe_to_trust(&TrustFacts {
+            file_mode: Some(0o644),
+            dirs: vec![dir(Some(0o755), false), link_dir],
+        })
+    };
+    assert!(through(dir(Some(0o777), false)).is_some());
+    assert!(through(dir(Some(0o1777), true)).is_some());
+    assert_eq!(through(dir(Some(0o1777), false)), None);
+    assert_eq!(through(dir(Some(0o755), true)), None);
 }

@@ -279,14 +279,20 @@ fn a_world_writable_configuration_file_is_refused_at_load() {
     assert!(err.contains("directory"), "{err}");
     mode(dir.path(), 0o1777);
     assert_eq!(load().unwrap().daemon.max_routes, 7);
-    // A symlink is judged by the directory its file is really in.
+    // A symlink is judged by the directory it is in as well as by the file's: one that
+    // configuration management put in a directory only it may write is followed, but in a
+    // directory every user may write, anyone could have put it there, pointing at a file
+    // of their own.
     mode(dir.path(), 0o755);
-    let open = tempfile::tempdir().unwrap();
-    mode(open.path(), 0o777);
-    let link = open.path().join("config.toml");
+    let links = tempfile::tempdir().unwrap();
+    mode(links.path(), 0o755);
+    let link = links.path().join("config.toml");
     std::os::unix::fs::symlink(&path, &link).unwrap();
-    let via_link = Config::load_daemon(&sources(None, Some(link)));
-    assert_eq!(via_link.unwrap().daemon.max_routes, 7);
+    let via_link = || Config::load_daemon(&sources(None, Some(link.clone())));
+    assert_eq!(via_link().unwrap().daemon.max_routes, 7);
+    mode(links.path(), 0o777);
+    let err = via_link().unwrap_err().to_string();
+    assert!(err.contains("every user may write"), "{err}");
 }
 
 /// A duration past a year is refused at load: a value near the largest integer made every
