@@ -18,8 +18,8 @@ use super::credential::{Refusal, Routed, parse_credential};
 use super::to_worker::WorkerResult;
 use super::{Answer, Front, Mode};
 use crate::answers::{
-    close_after, content_length, error, payload_too_large, retry_later, unsupported_media_type,
-    worker_unavailable,
+    close_after, content_length, error, no_store, payload_too_large, retry_later,
+    unsupported_media_type, worker_unavailable,
 };
 use crate::body::{RequestBody, ResponseBody};
 use crate::headers::{self, Toward};
@@ -159,7 +159,7 @@ impl Front {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        Answer::new(res, RouteLabel::Hook, Destination::PassThrough)
+        Answer::new(no_store(res), RouteLabel::Hook, Destination::PassThrough)
     }
 }
 

@@ -187,6 +187,8 @@ async fn hooks_answer_each_agent_its_pass_through_body() {
             assert_eq!(answer.status, 200, "{path}");
             assert_eq!(answer.body, want, "{path}");
             assert_eq!(answer.header("content-type"), Some("application/json"));
+            // relayd's own answer, for this one event: nothing a cache may keep.
+            assert_eq!(answer.header("cache-control"), Some("no-store"));
         }
     }
     assert_eq!(stand_in.request_count(), 0, "hooks never reach a provider");
