@@ -302,13 +302,26 @@ fn hook_command(line: &str) -> Option<HookCommand> {
 const MAX_SHELL_NESTING: usize = 4;
 
 fn hook_command_at(line: &str, depth: usize) -> Option<HookCommand> {
-    // A line without quotes is split at its spaces alone, so that a Windows path's
-    // backslashes stay as they are.
-    let words = line
+    // A line without quotes is split at its spaces alone, and so is one whose shell reading
+    // finds no command, so that a Windows path's backslashes stay as they are (cmd and
+    // PowerShell do not read them as escapes).
+    let spaced = || {
+        line.split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    match line
         .contains(['\'', '"'])
         .then(|| shlex::split(line))
         .flatten()
-        .unwrap_or_else(|| line.split_whitespace().map(str::to_owned).collect());
+    {
+        Some(words) => command_in(&words, depth).or_else(|| command_in(&spaced(), depth)),
+        None => command_in(&spaced(), depth),
+    }
+}
+
+/// The `relay-hook` command a line split into `words` runs, if any.
+fn command_in(words: &[String], depth: usize) -> Option<HookCommand> {
     let is_assignment = |word: &str| {
         word.split_once('=').is_some_and(|(name, _)| {
             name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')

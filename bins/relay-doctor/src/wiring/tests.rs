@@ -203,6 +203,18 @@ fn a_hook_run_through_env_or_with_assignments_is_read() {
         wiring(&value, "hooks").hooks["Stop"][0].program,
         r"C:\Program Files\Relay\relay-hook.exe"
     );
+    // Unquoted backslashes with a quote elsewhere on the line: read as written.
+    for line in [
+        r#"C:\Relay\relay-hook.exe codex --fail-closed 2>>"%TEMP%\relay-hook.log""#,
+        r#"C:\Relay\relay-hook.exe codex --daemon-address "http://127.0.0.1:47632""#,
+    ] {
+        let value = json!({ "hooks": { "Stop": [{ "hooks": [{ "command": line }] }] } });
+        assert_eq!(
+            wiring(&value, "hooks").hooks["Stop"][0].program,
+            r"C:\Relay\relay-hook.exe",
+            "{line}"
+        );
+    }
     for line in [
         "echo relay-hook",
         "/usr/bin/logger =relay-hook claude",
