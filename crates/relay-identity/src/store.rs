@@ -251,15 +251,15 @@ pub fn is_symlink_error(path: &Path, err: &io::Error) -> bool {
 }
 
 /// What decides whether a file an administrator provides (a configuration file, a
-/// provisioned pin) can be trusted: the file's mode, and each directory on the way to it
+/// provisioned pin) can be trusted: the file's mode, and each entry on the way to it
 /// ([`DirFacts`]), each only where its filesystem is writable (a read-only mount, such as a
-/// Kubernetes ConfigMap shown as 0777, cannot be changed).
+/// Kubernetes ConfigMap shown as 0777, cannot be changed through it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrustFacts {
     /// The file's mode, or `None` on a read-only filesystem.
     pub file_mode: Option<u32>,
-    /// The directory the file is really in, with the file as its entry; then, when the
-    /// path is a symlink, the directory each link of the chain is in, with the link.
+    /// Every entry the path is resolved through, the file's own last: each directory
+    /// and symlink on the way, with the directory it is in.
     pub dirs: Vec<DirFacts>,
 }
 
@@ -268,16 +268,18 @@ pub struct TrustFacts {
 pub struct DirFacts {
     /// The directory's mode, or `None` on a read-only filesystem.
     pub mode: Option<u32>,
-    /// The entry (the file, or a symlink) belongs to neither root nor the reading user.
+    /// The entry (a directory, a symlink, the file) belongs to neither root nor the
+    /// reading user.
     pub entry_owned_by_another: bool,
 }
 
 /// Why such a file cannot be trusted: every user could change it (the file, or a
-/// directory on the way to it without the sticky bit), or another user could have put it
-/// or a symlink to it in a directory every user may create files in, and with it change
-/// where Relay sends the agents' traffic, what its policy allows or which daemon its clients
-/// trust. Group write is left to the administrator, who may share the file with an
-/// administrators' group.
+/// directory on the way to it without the sticky bit), or another user could have put it,
+/// a symlink to it or a directory above it in a directory every user may create files in,
+/// and with it change where Relay sends the agents' traffic, what its policy allows or
+/// which daemon its clients trust. Group write is left to the administrator, who may share
+/// the file with an administrators' group, and so is a directory another user owns that
+/// the administrator chose.
 pub fn unsafe_to_trust(facts: &TrustFacts) -> Option<&'static str> {
     if facts.file_mode.is_some_and(|mode| mode & 0o002 != 0) {
         return Some("writable by every user, who could have changed it: chmod o-w it");
@@ -286,102 +288,136 @@ pub fn unsafe_to_trust(facts: &TrustFacts) -> Option<&'static str> {
         let everyone_writes = dir.mode.is_some_and(|mode| mode & 0o002 != 0);
         if everyone_writes && dir.mode.is_some_and(|mode| mode & 0o1000 == 0) {
             return Some(
-                "in a directory every user may write, where anyone could replace it: chmod o-w the directory",
+                "in a directory every user may write, where anyone could replace it or a symlink or directory on the way to it: chmod o-w the directory",
             );
         }
         // A sticky directory keeps others from replacing an entry, but anyone may have
         // created it there (a system configuration directory pointed at a shared /tmp).
         if everyone_writes && dir.entry_owned_by_another {
             return Some(
-                "in a directory every user may create files in, and put there by another user: keep it, and any symlink to it, in a directory only root and its owner may write",
+                "put there by another user, or reached through a symlink or directory another user put in a directory every user may create files in: keep it and the way to it where only root and its owner may write",
             );
         }
     }
     None
 }
 
-/// How many symlinks are followed from the given name to the file, as the kernel follows
-/// at most 40.
+/// How many symlinks are followed on the way to a file, as the kernel follows at most 40.
 const MAX_LINKS: usize = 40;
 
-/// The [`TrustFacts`] of the opened file at `path`, or why they cannot be had: a directory
-/// on the way that cannot be looked at, or a path that no longer leads to the file opened
-/// (replaced in between), is not trusted either.
-fn trust_facts(path: &Path, file: &File, metadata: &Metadata) -> Result<TrustFacts, &'static str> {
-    const GONE: &str =
-        "its path changed while it was read, or a directory on the way to it cannot be looked at";
-    let writable = |statvfs: rustix::io::Result<rustix::fs::StatVfs>| {
-        statvfs.map_or(true, |s| {
+/// Where a path leads, resolved one entry at a time as the kernel would: the file's real
+/// path, what `lstat` says of it, and the [`TrustFacts`] of the way there (the file's mode
+/// left for the caller, who reads it from the opened file). `None` when the file does not
+/// exist; a symlink that leads to nothing is an error, as an administrator meant something
+/// there.
+fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, TrustFacts)>> {
+    use std::ffi::OsString;
+    use std::path::Component;
+    let writable = |dir: &Path| {
+        rustix::fs::statvfs(dir).map_or(true, |s| {
             !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
         })
     };
-    let by_another = |uid: u32| uid != 0 && uid != current_euid();
-    let dir_of = |name: &Path| match name.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-        _ => PathBuf::from("."),
+    // The entries left to resolve, the next last; each says whether it comes from a
+    // symlink's target, which leads to nothing if the entry is missing.
+    let mut pending: Vec<(OsString, bool)> = Vec::new();
+    let push = |pending: &mut Vec<(OsString, bool)>, path: &Path, from_link: bool| {
+        let names = path
+            .components()
+            .rev()
+            .filter_map(|component| match component {
+                Component::Normal(name) => Some(name.to_owned()),
+                Component::ParentDir => Some("..".into()),
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => None,
+            });
+        pending.extend(names.map(|name| (name, from_link)));
     };
-    let judge = |dir: &Path, entry_uid: u32| -> Option<DirFacts> {
-        let mode = fs::metadata(dir).ok()?.mode();
-        Some(DirFacts {
-            mode: writable(rustix::fs::statvfs(dir)).then_some(mode),
-            entry_owned_by_another: by_another(entry_uid),
-        })
+    let mut at = if path.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        std::env::current_dir()?
     };
-    let real = fs::canonicalize(path).map_err(|_| GONE)?;
-    let found = fs::metadata(&real).map_err(|_| GONE)?;
-    if (found.dev(), found.ino()) != (metadata.dev(), metadata.ino()) {
-        return Err(GONE);
-    }
-    let mut dirs = vec![judge(&dir_of(&real), metadata.uid()).ok_or(GONE)?];
-    let mut name = path.to_owned();
-    for _ in 0..MAX_LINKS {
-        let link = fs::symlink_metadata(&name).map_err(|_| GONE)?;
-        if !link.file_type().is_symlink() {
-            break;
+    push(&mut pending, path, false);
+    let mut dirs = Vec::new();
+    let mut links = 0;
+    let mut last = None;
+    while let Some((name, from_link)) = pending.pop() {
+        if name == ".." {
+            at.pop();
+            continue;
         }
-        let dir = dir_of(&name);
-        dirs.push(judge(&dir, link.uid()).ok_or(GONE)?);
-        name = dir.join(fs::read_link(&name).map_err(|_| GONE)?);
+        let entry = at.join(&name);
+        let metadata = match fs::symlink_metadata(&entry) {
+            Ok(metadata) => metadata,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && from_link => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "it is a symlink to a file that does not exist, or reached through one",
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        dirs.push(DirFacts {
+            mode: writable(&at).then_some(fs::metadata(&at)?.mode()),
+            entry_owned_by_another: metadata.uid() != 0 && metadata.uid() != current_euid(),
+        });
+        if metadata.file_type().is_symlink() {
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(io::Error::from_raw_os_error(
+                    rustix::io::Errno::LOOP.raw_os_error(),
+                ));
+            }
+            let target = fs::read_link(&entry)?;
+            if target.is_absolute() {
+                at = PathBuf::from("/");
+            }
+            push(&mut pending, &target, true);
+            last = None;
+        } else {
+            at = entry;
+            last = Some(metadata);
+        }
     }
-    Ok(TrustFacts {
-        file_mode: writable(rustix::fs::fstatvfs(file)).then_some(metadata.mode()),
+    // The path named a directory (or `/`): there is no file to give.
+    let Some(metadata) = last else {
+        return Err(io::Error::other("not a regular file"));
+    };
+    let facts = TrustFacts {
+        file_mode: None,
         dirs,
-    })
+    };
+    Ok(Some((at, metadata, facts)))
 }
 
 /// Opens a file an administrator provides, or `None` when there is none. Symlinks are
 /// followed (configuration management assembles such directories from them), but a symlink
 /// to nothing is refused, as the defaults would otherwise apply without a word where an
-/// administrator meant a file; so are a FIFO, a device or a directory (a FIFO would hang
-/// the reader; it is opened without blocking to find out), and a file others could change
-/// or have planted, or a symlink to it ([`unsafe_to_trust`]). The directories above those
-/// are not judged: pointing Relay at a directory another user owns is the
-/// administrator's choice.
+/// administrator meant a file; so are a FIFO, a device or a directory (never opened: the
+/// path is resolved and judged first), and a file that another user could change or have
+/// planted, or a symlink or directory on the way to it ([`unsafe_to_trust`]). The real
+/// path the judging found is then opened without following anything, and must still be the
+/// file judged, so that nothing swapped in between is read.
 pub fn open_trusted(path: &Path) -> io::Result<Option<File>> {
-    let flags = OFlags::NONBLOCK | OFlags::CLOEXEC;
-    let opened = OpenOptions::new()
-        .read(true)
-        .custom_flags(flags.bits() as i32)
-        .open(path);
-    let file = match opened {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            if fs::symlink_metadata(path).is_ok() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "it is a symlink to a file that does not exist",
-                ));
-            }
-            return Ok(None);
-        }
-        Err(source) => return Err(source),
+    let Some((real, found, mut facts)) = resolve_judged(path)? else {
+        return Ok(None);
     };
-    let metadata = file.metadata()?;
-    if !metadata.is_file() {
+    if !found.is_file() {
         return Err(io::Error::other("not a regular file"));
     }
-    let facts = trust_facts(path, &file, &metadata)
-        .map_err(|why| io::Error::new(io::ErrorKind::PermissionDenied, why))?;
+    let file = open_nofollow(&real)?;
+    let metadata = file.metadata()?;
+    if (metadata.dev(), metadata.ino()) != (found.dev(), found.ino()) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "it was replaced while it was read",
+        ));
+    }
+    let writable = rustix::fs::fstatvfs(&file).map_or(true, |s| {
+        !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
+    });
+    facts.file_mode = writable.then_some(metadata.mode());
     if let Some(why) = unsafe_to_trust(&facts) {
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
     }

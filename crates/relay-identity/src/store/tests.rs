@@ -187,3 +187,90 @@ fn a_file_every_user_could_change_is_not_trusted() {
     assert_eq!(through(dir(Some(0o1777), false)), None);
     assert_eq!(through(dir(Some(0o755), true)), None);
 }
+
+/// Every entry on the way to a provided file is judged, not only the file and the symlink
+/// naming it: a directory or symlink another user could have put in a directory every
+/// user may write makes the file theirs to choose. The layouts configuration management
+/// builds (relative links with `..`, a linked `/etc`) are followed and trusted.
+#[test]
+fn every_entry_on_the_way_to_a_provided_file_is_judged() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mode = |path: &Path, mode: u32| {
+        fs::set_permissions(path, Permissions::from_mode(mode)).unwrap();
+    };
+    let trusted = |path: &Path| open_trusted(path).map(|file| file.is_some());
+    let refusal = |path: &Path| open_trusted(path).unwrap_err().to_string();
+
+    // Configuration management's layout: `etc` a link to `private/etc`, the file a
+    // relative link with `..` into `opt`.
+    fs::create_dir_all(root.join("private/etc/relay")).unwrap();
+    fs::create_dir_all(root.join("opt/relay")).unwrap();
+    fs::write(root.join("opt/relay/config.toml"), "x").unwrap();
+    symlink("private/etc", root.join("etc")).unwrap();
+    symlink(
+        "../../../opt/relay/config.toml",
+        root.join("private/etc/relay/config.toml"),
+    )
+    .unwrap();
+    let provided = root.join("etc/relay/config.toml");
+    assert!(trusted(&provided).unwrap());
+    // A missing file in a real directory is no file; a link to nothing is refused, also
+    // when what is missing is a directory in its target.
+    assert!(!trusted(&root.join("etc/relay/plugins.toml")).unwrap());
+    assert!(!trusted(&root.join("etc/nowhere/config.toml")).unwrap());
+    symlink(root.join("gone/relay"), root.join("private/etc/dangling")).unwrap();
+    assert!(refusal(&root.join("etc/dangling/config.toml")).contains("does not exist"));
+
+    // A directory on the way in which every user may write without the sticky bit: anyone
+    // could replace the entry below it.
+    mode(&root.join("opt"), 0o777);
+    assert!(refusal(&provided).contains("every user may write"));
+    mode(&root.join("opt"), 0o755);
+
+    // A shared sticky directory: what root or this user put there is trusted; a
+    // directory or a symlink another user put there, whatever it leads to, is not.
+    let shared = root.join("shared");
+    fs::create_dir(&shared).unwrap();
+    mode(&shared, 0o1777);
+    fs::create_dir_all(shared.join("theirs")).unwrap();
+    fs::write(shared.join("theirs/config.toml"), "x").unwrap();
+    symlink(root.join("opt/relay"), shared.join("link")).unwrap();
+    assert!(trusted(&shared.join("theirs/config.toml")).unwrap());
+    assert!(trusted(&shared.join("link/config.toml")).unwrap());
+    if current_euid() == 0 {
+        let theirs = Some(rustix::process::Uid::from_raw(4242));
+        let give = |path: &Path| {
+            rustix::fs::chownat(
+                rustix::fs::CWD,
+                path,
+                theirs,
+                None,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .unwrap();
+        };
+        give(&shared.join("theirs"));
+        let why = refusal(&shared.join("theirs/config.toml"));
+        assert!(why.contains("another user"), "{why}");
+        give(&shared.join("link"));
+        // Unless the kernel refuses to follow such a link itself (`fs.protected_symlinks`).
+        let why = refusal(&shared.join("link/config.toml"));
+        assert!(
+            why.contains("another user") || why.contains("os error 13"),
+            "{why}"
+        );
+        // And through the administrator's own link to it.
+        symlink(shared.join("link/config.toml"), root.join("opt/via")).unwrap();
+        let why = refusal(&root.join("opt/via"));
+        assert!(
+            why.contains("another user") || why.contains("os error 13"),
+            "{why}"
+        );
+    }
+
+    // A loop is refused as the kernel refuses it.
+    symlink("loop", root.join("loop")).unwrap();
+    assert!(open_trusted(&root.join("loop")).is_err());
+}
