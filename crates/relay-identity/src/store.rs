@@ -302,6 +302,14 @@ pub fn unsafe_to_trust(facts: &TrustFacts) -> Option<&'static str> {
     None
 }
 
+/// Whether a `statvfs` says its filesystem may be written (so that modes there matter);
+/// one that cannot be read is taken as writable.
+fn writable_mount(statvfs: rustix::io::Result<rustix::fs::StatVfs>) -> bool {
+    statvfs.map_or(true, |s| {
+        !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
+    })
+}
+
 /// How many symlinks are followed on the way to a file, as the kernel follows at most 40.
 const MAX_LINKS: usize = 40;
 
@@ -313,11 +321,6 @@ const MAX_LINKS: usize = 40;
 fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, TrustFacts)>> {
     use std::ffi::OsString;
     use std::path::Component;
-    let writable = |dir: &Path| {
-        rustix::fs::statvfs(dir).map_or(true, |s| {
-            !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
-        })
-    };
     // The entries left to resolve, the next last; each says whether it comes from a
     // symlink's target, which leads to nothing if the entry is missing.
     let mut pending: Vec<(OsString, bool)> = Vec::new();
@@ -359,7 +362,7 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, TrustFac
             Err(e) => return Err(e),
         };
         dirs.push(DirFacts {
-            mode: writable(&at).then_some(fs::metadata(&at)?.mode()),
+            mode: writable_mount(rustix::fs::statvfs(&at)).then_some(fs::metadata(&at)?.mode()),
             entry_owned_by_another: metadata.uid() != 0 && metadata.uid() != current_euid(),
         });
         if metadata.file_type().is_symlink() {
@@ -414,10 +417,7 @@ pub fn open_trusted(path: &Path) -> io::Result<Option<File>> {
             "it was replaced while it was read",
         ));
     }
-    let writable = rustix::fs::fstatvfs(&file).map_or(true, |s| {
-        !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY)
-    });
-    facts.file_mode = writable.then_some(metadata.mode());
+    facts.file_mode = writable_mount(rustix::fs::fstatvfs(&file)).then_some(metadata.mode());
     if let Some(why) = unsafe_to_trust(&facts) {
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
     }
