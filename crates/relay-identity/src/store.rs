@@ -252,54 +252,65 @@ pub fn is_symlink_error(path: &Path, err: &io::Error) -> bool {
 
 /// What decides whether a file an administrator provides (a configuration file, a
 /// provisioned pin) can be trusted: the file's mode, and each entry on the way to it
-/// ([`DirFacts`]), each only where its filesystem is writable (a read-only mount, such as a
-/// Kubernetes ConfigMap shown as 0777, cannot be changed through it).
+/// ([`DirFacts`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrustFacts {
-    /// The file's mode, or `None` on a read-only filesystem.
-    pub file_mode: Option<u32>,
+struct TrustFacts {
+    /// The file's real path and its mode.
+    file: PathBuf,
+    file_mode: u32,
     /// Every entry the path is resolved through, the file's own last: each directory
     /// and symlink on the way, with the directory it is in.
-    pub dirs: Vec<DirFacts>,
+    dirs: Vec<DirFacts>,
 }
 
 /// A directory on the way to a trusted file, and the entry there that leads to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DirFacts {
-    /// The directory's mode, or `None` on a read-only filesystem.
-    pub mode: Option<u32>,
-    /// The entry (a directory, a symlink, the file) belongs to neither root nor the
-    /// reading user.
-    pub entry_owned_by_another: bool,
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DirFacts {
+    dir: PathBuf,
+    entry: PathBuf,
+    /// The directory's mode, or `None` on a read-only mount, where no entry can be
+    /// replaced through it (a Kubernetes ConfigMap's directory is 0777).
+    mode: Option<u32>,
+    /// The entry's owner, when it is neither root nor the reading user.
+    other_owner: Option<u32>,
 }
 
-/// Why such a file cannot be trusted: every user could change it (the file, or a
-/// directory on the way to it without the sticky bit), or another user could have put it,
-/// a symlink to it or a directory above it in a directory every user may create files in,
-/// and with it change where Relay sends the agents' traffic, what its policy allows or
-/// which daemon its clients trust. Group write is left to the administrator, who may share
-/// the file with an administrators' group, and so is a directory another user owns that
-/// the administrator chose.
-pub fn unsafe_to_trust(facts: &TrustFacts) -> Option<&'static str> {
-    if facts.file_mode.is_some_and(|mode| mode & 0o002 != 0) {
-        return Some("writable by every user, who could have changed it: chmod o-w it");
+/// Why such a file cannot be trusted, naming what to fix: every user could change it (the
+/// file, or a directory on the way to it without the sticky bit), or another user could
+/// have put it, a symlink to it or a directory above it in a directory every user may
+/// create files in, and with it change where Relay sends the agents' traffic, what its
+/// policy allows or which daemon its clients trust. Group write is left to the
+/// administrator, who may share the file with an administrators' group, and so is a
+/// directory another user owns that the administrator chose. A file every user may write
+/// is refused even on a read-only mount: that mount may be only this process's view (a
+/// service's `ProtectSystem`) of a file others write elsewhere.
+fn unsafe_to_trust(facts: &TrustFacts) -> Option<String> {
+    if facts.file_mode & 0o002 != 0 {
+        return Some(format!(
+            "{} is writable by every user, who could have changed it: chmod o-w it",
+            facts.file.display()
+        ));
     }
-    for dir in &facts.dirs {
-        let everyone_writes = dir.mode.is_some_and(|mode| mode & 0o002 != 0);
-        if everyone_writes && dir.mode.is_some_and(|mode| mode & 0o1000 == 0) {
-            return Some(
-                "in a directory every user may write, where anyone could replace it or a symlink or directory on the way to it: chmod o-w the directory",
-            );
+    facts.dirs.iter().find_map(|at| {
+        let mode = at.mode.filter(|mode| mode & 0o002 != 0)?;
+        if mode & 0o1000 == 0 {
+            return Some(format!(
+                "{} is writable by every user, who could replace {} there: chmod o-w {}",
+                at.dir.display(),
+                at.entry.display(),
+                at.dir.display()
+            ));
         }
         // A sticky directory keeps others from replacing an entry, but anyone may have
         // created it there (a system configuration directory pointed at a shared /tmp).
-        if everyone_writes && dir.entry_owned_by_another {
-            return Some(
-                "put there by another user, or reached through a symlink or directory another user put in a directory every user may create files in: keep it and the way to it where only root and its owner may write",
-            );
-        }
-    }
-    None
+        at.other_owner.map(|uid| {
+            format!(
+                "{} belongs to uid {uid}, who could have put it in {}, where every user may create files: keep the file and the way to it where only root and its owner may write",
+                at.entry.display(),
+                at.dir.display()
+            )
+        })
+    })
 }
 
 /// Whether a `statvfs` says its filesystem may be written (so that modes there matter);
@@ -314,11 +325,10 @@ fn writable_mount(statvfs: rustix::io::Result<rustix::fs::StatVfs>) -> bool {
 const MAX_LINKS: usize = 40;
 
 /// Where a path leads, resolved one entry at a time as the kernel would: the file's real
-/// path, what `lstat` says of it, and the [`TrustFacts`] of the way there (the file's mode
-/// left for the caller, who reads it from the opened file). `None` when the file does not
-/// exist; a symlink that leads to nothing is an error, as an administrator meant something
-/// there.
-fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, TrustFacts)>> {
+/// path, what `lstat` says of it, and the entries on the way ([`DirFacts`]). `None` when
+/// the file does not exist; a symlink that leads to nothing is an error, as an
+/// administrator meant something there.
+fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, Vec<DirFacts>)>> {
     use std::ffi::OsString;
     use std::path::Component;
     // The entries left to resolve, the next last; each says whether it comes from a
@@ -342,7 +352,7 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, TrustFac
     };
     push(&mut pending, path, false);
     let mut dirs = Vec::new();
-    let mut links = 0;
+    let mut links: Vec<(PathBuf, PathBuf)> = Vec::new();
     let mut last = None;
     while let Some((name, from_link)) = pending.pop() {
         if name == ".." {
@@ -353,23 +363,34 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, TrustFac
         let metadata = match fs::symlink_metadata(&entry) {
             Ok(metadata) => metadata,
             Err(e) if e.kind() == io::ErrorKind::NotFound && from_link => {
+                let (link, target) = links.last().cloned().unwrap_or_default();
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
-                    "it is a symlink to a file that does not exist, or reached through one",
+                    format!(
+                        "{} is a symlink to {}, which does not exist",
+                        link.display(),
+                        target.display()
+                    ),
                 ));
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
+        let uid = metadata.uid();
         dirs.push(DirFacts {
             mode: writable_mount(rustix::fs::statvfs(&at)).then_some(fs::metadata(&at)?.mode()),
-            entry_owned_by_another: metadata.uid() != 0 && metadata.uid() != current_euid(),
+            dir: at.clone(),
+            entry: entry.clone(),
+            other_owner: (uid != 0 && uid != current_euid()).then_some(uid),
         });
         if metadata.file_type().is_symlink() {
-            links += 1;
-            if links > MAX_LINKS {
-                return Err(io::Error::from_raw_os_error(
-                    rustix::io::Errno::LOOP.raw_os_error(),
+            if links.len() == MAX_LINKS {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "more than {MAX_LINKS} symlinks lead to it, or they form a loop (at {})",
+                        entry.display()
+                    ),
                 ));
             }
             let target = fs::read_link(&entry)?;
@@ -377,6 +398,7 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, TrustFac
                 at = PathBuf::from("/");
             }
             push(&mut pending, &target, true);
+            links.push((entry, target));
             last = None;
         } else {
             at = entry;
@@ -385,13 +407,12 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, TrustFac
     }
     // The path named a directory (or `/`): there is no file to give.
     let Some(metadata) = last else {
-        return Err(io::Error::other("not a regular file"));
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            at.display()
+        )));
     };
-    let facts = TrustFacts {
-        file_mode: None,
-        dirs,
-    };
-    Ok(Some((at, metadata, facts)))
+    Ok(Some((at, metadata, dirs)))
 }
 
 /// Opens a file an administrator provides, or `None` when there is none. Symlinks are
@@ -401,23 +422,30 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, TrustFac
 /// path is resolved and judged first), and a file that another user could change or have
 /// planted, or a symlink or directory on the way to it ([`unsafe_to_trust`]). The real
 /// path the judging found is then opened without following anything, and must still be the
-/// file judged, so that nothing swapped in between is read.
+/// file judged, so that nothing swapped in between is read. Each refusal names what to fix.
 pub fn open_trusted(path: &Path) -> io::Result<Option<File>> {
-    let Some((real, found, mut facts)) = resolve_judged(path)? else {
+    let Some((real, found, dirs)) = resolve_judged(path)? else {
         return Ok(None);
     };
     if !found.is_file() {
-        return Err(io::Error::other("not a regular file"));
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            real.display()
+        )));
     }
     let file = open_nofollow(&real)?;
     let metadata = file.metadata()?;
     if (metadata.dev(), metadata.ino()) != (found.dev(), found.ino()) {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            "it was replaced while it was read",
+            format!("{} was replaced while it was read", real.display()),
         ));
     }
-    facts.file_mode = writable_mount(rustix::fs::fstatvfs(&file)).then_some(metadata.mode());
+    let facts = TrustFacts {
+        file: real,
+        file_mode: metadata.mode(),
+        dirs,
+    };
     if let Some(why) = unsafe_to_trust(&facts) {
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
     }

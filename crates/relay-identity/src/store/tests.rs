@@ -135,57 +135,50 @@ fn read_bounded_reads_one_byte_past_the_limit() {
 /// modes alone, so each case is tested as any user.
 #[test]
 fn a_file_every_user_could_change_is_not_trusted() {
-    let dir = |mode, entry_owned_by_another| DirFacts {
+    let dir = |mode, other_owner| DirFacts {
+        dir: PathBuf::from("/etc/relay"),
+        entry: PathBuf::from("/etc/relay/config.toml"),
         mode,
-        entry_owned_by_another,
+        other_owner,
     };
-    let judge = |file_mode, dir_mode| {
-        unsafe_to_trust(&TrustFacts {
-            file_mode,
-            dirs: vec![dir(dir_mode, false)],
-        })
+    let facts = |file_mode, dirs| TrustFacts {
+        file: PathBuf::from("/etc/relay/config.toml"),
+        file_mode,
+        dirs,
     };
-    assert_eq!(judge(Some(0o644), Some(0o755)), None);
+    let judge = |file_mode, dir_mode| unsafe_to_trust(&facts(file_mode, vec![dir(dir_mode, None)]));
+    assert_eq!(judge(0o644, Some(0o755)), None);
     // Group write is the administrator's choice.
-    assert_eq!(judge(Some(0o664), Some(0o775)), None);
-    assert!(
-        judge(Some(0o666), Some(0o755))
-            .unwrap()
-            .contains("writable by every user")
+    assert_eq!(judge(0o664, Some(0o775)), None);
+    assert_eq!(
+        judge(0o666, Some(0o755)).unwrap(),
+        "/etc/relay/config.toml is writable by every user, who could have changed it: chmod o-w it"
     );
-    assert!(
-        judge(Some(0o644), Some(0o777))
-            .unwrap()
-            .contains("directory")
+    assert_eq!(
+        judge(0o644, Some(0o777)).unwrap(),
+        "/etc/relay is writable by every user, who could replace /etc/relay/config.toml there: chmod o-w /etc/relay"
     );
     // A sticky directory keeps others from replacing a file they do not own.
-    assert_eq!(judge(Some(0o644), Some(0o1777)), None);
+    assert_eq!(judge(0o644, Some(0o1777)), None);
     // But in one, a file another user owns may be theirs to have put there; elsewhere,
     // another owner (the service account's file, a bind mount) is the administrator's.
-    let owned = |dir_mode| {
-        unsafe_to_trust(&TrustFacts {
-            file_mode: Some(0o644),
-            dirs: vec![dir(Some(dir_mode), true)],
-        })
-    };
-    assert!(owned(0o1777).unwrap().contains("put there by another user"));
+    let owned = |dir_mode| unsafe_to_trust(&facts(0o644, vec![dir(Some(dir_mode), Some(4242))]));
+    assert!(owned(0o1777).unwrap().contains("belongs to uid 4242"));
     assert_eq!(owned(0o755), None);
     assert_eq!(owned(0o1775), None);
-    // On a read-only mount nothing can be changed, whatever the modes say.
-    assert_eq!(judge(None, None), None);
-    // Every directory on the way counts: a good file reached through a symlink that
-    // anyone could have put in a world-writable directory, or that another user put in a
-    // sticky one, is not trusted.
-    let through = |link_dir| {
-        unsafe_to_trust(&TrustFacts {
-            file_mode: Some(0o644),
-            dirs: vec![dir(Some(0o755), false), link_dir],
-        })
-    };
-    assert!(through(dir(Some(0o777), false)).is_some());
-    assert!(through(dir(Some(0o1777), true)).is_some());
-    assert_eq!(through(dir(Some(0o1777), false)), None);
-    assert_eq!(through(dir(Some(0o755), true)), None);
+    // On a read-only mount no entry can be replaced through the directory; but a file
+    // every user may write is refused all the same, as the mount may be only this
+    // process's view of it.
+    assert_eq!(judge(0o644, None), None);
+    assert!(judge(0o666, None).is_some());
+    // Every entry on the way counts: a good file reached through a symlink that anyone
+    // could have put in a world-writable directory, or that another user put in a sticky
+    // one, is not trusted.
+    let through = |link_dir| unsafe_to_trust(&facts(0o644, vec![dir(Some(0o755), None), link_dir]));
+    assert!(through(dir(Some(0o777), None)).is_some());
+    assert!(through(dir(Some(0o1777), Some(4242))).is_some());
+    assert_eq!(through(dir(Some(0o1777), None)), None);
+    assert_eq!(through(dir(Some(0o755), Some(4242))), None);
 }
 
 /// Every entry on the way to a provided file is judged, not only the file and the symlink
@@ -221,12 +214,24 @@ fn every_entry_on_the_way_to_a_provided_file_is_judged() {
     assert!(!trusted(&root.join("etc/relay/plugins.toml")).unwrap());
     assert!(!trusted(&root.join("etc/nowhere/config.toml")).unwrap());
     symlink(root.join("gone/relay"), root.join("private/etc/dangling")).unwrap();
-    assert!(refusal(&root.join("etc/dangling/config.toml")).contains("does not exist"));
+    let why = refusal(&root.join("etc/dangling/config.toml"));
+    assert_eq!(
+        why,
+        format!(
+            "{} is a symlink to {}, which does not exist",
+            root.join("private/etc/dangling").display(),
+            root.join("gone/relay").display()
+        )
+    );
 
     // A directory on the way in which every user may write without the sticky bit: anyone
     // could replace the entry below it.
     mode(&root.join("opt"), 0o777);
-    assert!(refusal(&provided).contains("every user may write"));
+    let why = refusal(&provided);
+    assert!(
+        why.contains("opt is writable by every user, who could replace"),
+        "{why}"
+    );
     mode(&root.join("opt"), 0o755);
 
     // A shared sticky directory: what root or this user put there is trusted; a
@@ -253,19 +258,19 @@ fn every_entry_on_the_way_to_a_provided_file_is_judged() {
         };
         give(&shared.join("theirs"));
         let why = refusal(&shared.join("theirs/config.toml"));
-        assert!(why.contains("another user"), "{why}");
+        assert!(why.contains("theirs belongs to uid 4242"), "{why}");
         give(&shared.join("link"));
         // Unless the kernel refuses to follow such a link itself (`fs.protected_symlinks`).
         let why = refusal(&shared.join("link/config.toml"));
         assert!(
-            why.contains("another user") || why.contains("os error 13"),
+            why.contains("link belongs to uid 4242") || why.contains("os error 13"),
             "{why}"
         );
         // And through the administrator's own link to it.
         symlink(shared.join("link/config.toml"), root.join("opt/via")).unwrap();
         let why = refusal(&root.join("opt/via"));
         assert!(
-            why.contains("another user") || why.contains("os error 13"),
+            why.contains("link belongs to uid 4242") || why.contains("os error 13"),
             "{why}"
         );
     }
