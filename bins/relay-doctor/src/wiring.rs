@@ -291,8 +291,9 @@ fn join(items: &BTreeSet<&str>) -> String {
 /// A hook command line that runs `relay-hook`. The agents hand the line to a shell, so it
 /// is split into words as a shell would when it holds quotes, and what an administrator
 /// may put before the program is passed over: variable assignments
-/// (`RELAY_HOOK_TIMEOUT_MS=8000 relay-hook …`), `exec`, `env` with its options, and a shell
-/// run with `-c` (`sh -c '…'`, `bash -lc "…"`), whose script is read the same way. A line
+/// (`RELAY_HOOK_TIMEOUT_MS=8000 relay-hook …`), the [`WRAPPERS`] with their options
+/// (`exec`, `env`, `timeout 20`, `nohup`, `nice`, `command`), and a shell run with `-c`
+/// (`sh -c '…'`, `bash -lc "…"`), whose script is read the same way. A line
 /// without quotes, or with one a shell would not close, is read by its spaces alone.
 fn hook_command(line: &str) -> Option<HookCommand> {
     hook_command_at(line, 0)
@@ -329,21 +330,29 @@ fn command_in(words: &[String], depth: usize) -> Option<HookCommand> {
         })
     };
     let mut start = 0;
-    let mut after_env = false;
     while let Some(word) = words.get(start).map(String::as_str) {
-        if after_env && matches!(word, "-u" | "--unset" | "-C" | "--chdir") {
-            // An option of env's whose value is the next word.
-            start += 2;
-        } else if is_assignment(word)
-            || word == "exec"
-            || is_named(word, "env")
-            || (after_env && word.starts_with('-'))
-        {
-            after_env |= is_named(word, "env");
-            start += 1;
-        } else {
-            break;
+        start += 1;
+        if is_assignment(word) {
+            continue;
         }
+        let Some((_, with_value, operands)) =
+            WRAPPERS.iter().find(|(name, ..)| is_named(word, name))
+        else {
+            start -= 1;
+            break;
+        };
+        // The wrapper's options, then the operands it takes before the command.
+        while let Some(option) = words.get(start).filter(|w| w.starts_with('-')) {
+            start += if with_value.contains(&option.as_str()) {
+                2
+            } else {
+                1
+            };
+            if option == "--" {
+                break;
+            }
+        }
+        start += operands;
     }
     let (program, args) = words.get(start..)?.split_first()?;
     if SHELLS.iter().any(|shell| is_named(program, shell)) {
@@ -367,6 +376,18 @@ fn command_in(words: &[String], depth: usize) -> Option<HookCommand> {
         daemon_address: daemon_address(&args),
     })
 }
+
+/// Programs that run the rest of their line as a command, as administrators put them
+/// before one: each one's options that take a value, and how many operands follow the
+/// options before the command (`timeout`'s duration).
+const WRAPPERS: [(&str, &[&str], usize); 6] = [
+    ("env", &["-u", "--unset", "-C", "--chdir"], 0),
+    ("exec", &["-a"], 0),
+    ("nohup", &[], 0),
+    ("command", &[], 0),
+    ("nice", &["-n", "--adjustment"], 0),
+    ("timeout", &["-s", "--signal", "-k", "--kill-after"], 1),
+];
 
 /// The shells a hook line may run Relay's command through with `-c`.
 const SHELLS: [&str; 5] = ["sh", "bash", "dash", "zsh", "ksh"];

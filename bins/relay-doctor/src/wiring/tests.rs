@@ -174,6 +174,9 @@ fn a_hook_run_through_env_or_with_assignments_is_read() {
         "env -u HTTP_PROXY RELAY_LOG=warn /opt/relay/bin/relay-hook claude --fail-closed",
         "/usr/bin/env /opt/relay/bin/relay-hook claude --fail-closed",
         "exec /opt/relay/bin/relay-hook claude --fail-open",
+        "exec -a hook /opt/relay/bin/relay-hook claude --fail-closed",
+        "timeout -k 5 20 nohup nice -n 5 command /opt/relay/bin/relay-hook claude --fail-closed",
+        "env -- /opt/relay/bin/relay-hook claude --fail-closed",
         // Quoted as a shell reads it, and run through a shell's `-c`.
         "'/opt/relay/bin/relay-hook' \"claude\" --fail-closed",
         "sh -c '/opt/relay/bin/relay-hook claude --fail-closed'",
