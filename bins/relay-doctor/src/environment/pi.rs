@@ -8,9 +8,11 @@
 //!
 //! The files are found as pi 0.73 finds them: a listed file or directory (`~` for the home
 //! directory, relative to pi's directory otherwise) and the extensions directory's `*.ts`
-//! and `*/index.ts`, each file once, then filtered by the list's patterns as pi filters
-//! them ([`Filters`]). One difference: pi's globs pass over names that start with a dot,
-//! these match them.
+//! and `*/index.ts` (or what a directory's `package.json` names under `pi.extensions`),
+//! each file once, then filtered by the list's patterns as pi filters them ([`Filters`]).
+//! Differences left: pi's globs pass over names that start with a dot and take extended
+//! patterns (`@(…)`), and pi skips what `.gitignore`-style files in the extensions
+//! directory ignore, and, of one file reached twice, keeps only the first way's verdict.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -66,7 +68,7 @@ pub(crate) fn pi(env: &impl Env) -> Check {
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    let resolve = |entry: &str| dir.join(expand_home(entry, home.as_deref()));
+    let resolve = |entry: &str| dir.join(expand_home(entry.trim(), home.as_deref()));
     let filters = Filters::new(&entries, &dir);
     let mut files = Vec::new();
     for entry in entries.iter().filter(|entry| !Filters::is_pattern(entry)) {
@@ -147,7 +149,7 @@ pub(crate) fn pi(env: &impl Env) -> Check {
             .with(details);
     }
     match paths.as_slice() {
-        [] => Check::skip(ID, format!("pi is not set up for Relay here: {} lists no Relay extension and none is in its extensions directory (a launch with -e leaves nothing to check)", display(&settings.path))),
+        [] => Check::skip(ID, format!("pi is not set up for Relay here: it loads no Relay extension from {} or its extensions directory, once the list's patterns are applied (a launch with -e leaves nothing to check)", display(&settings.path))),
         [one] => Check::ok(ID, format!("Relay's pi extension is installed ({one}), for the daemon at {}", addresses.iter().copied().collect::<Vec<_>>().join(", "))),
         _ => Check::warn(ID, format!("pi loads Relay's extension {} times ({}): every event reaches Relay as often, and each copy starts its own relay-mcp", paths.len(), paths.join(", ")))
             .next("keep one: take the path out of pi's extensions list, or remove the copy in its extensions directory"),
@@ -249,25 +251,24 @@ fn relative_path(base: &Path, path: &Path) -> String {
     ups.chain(downs).collect::<Vec<_>>().join("/")
 }
 
-/// `path` with a leading `~` read as the home directory, as pi reads it.
+/// `path` with a leading `~` read as the home directory, as pi reads it (`~x` too is
+/// `x` in the home directory).
 fn expand_home(path: &str, home: Option<&Path>) -> PathBuf {
     match (path.strip_prefix('~'), home) {
-        (Some(rest), Some(home)) if rest.is_empty() || rest.starts_with('/') => {
-            home.join(rest.trim_start_matches('/'))
-        }
+        (Some(rest), Some(home)) => home.join(rest.trim_start_matches('/')),
         _ => PathBuf::from(path),
     }
 }
 
-/// The file itself, or what pi loads from a directory: its `index.ts` (or `index.js`),
-/// else each `*.ts` or `*.js` in it and each of its directories' `index.ts` (or `.js`),
-/// leaving out names that start with a dot and `node_modules`.
+/// The file itself, or what pi loads from a directory: what its own entries name
+/// ([`directory_entries`]), else each `*.ts` or `*.js` in it and what each of its
+/// directories' entries name, leaving out names that start with a dot and `node_modules`.
 fn extension_files(path: &Path) -> Vec<PathBuf> {
     if !path.is_dir() {
         return path.exists().then(|| path.to_owned()).into_iter().collect();
     }
-    if let Some(index) = index_file(path) {
-        return vec![index];
+    if let Some(entries) = directory_entries(path) {
+        return entries;
     }
     let Ok(entries) = fs::read_dir(path) else {
         return Vec::new();
@@ -279,14 +280,15 @@ fn extension_files(path: &Path) -> Vec<PathBuf> {
             let name = name.to_string_lossy();
             !name.starts_with('.') && name != "node_modules"
         })
-        .filter_map(|entry| {
+        .flat_map(|entry| {
             let path = entry.path();
             if path.is_dir() {
-                index_file(&path)
+                directory_entries(&path).unwrap_or_default()
             } else {
-                path.extension()
-                    .is_some_and(|ext| ext == "ts" || ext == "js")
-                    .then_some(path)
+                let script = path
+                    .extension()
+                    .is_some_and(|ext| ext == "ts" || ext == "js");
+                script.then_some(path).into_iter().collect()
             }
         })
         .collect();
@@ -294,11 +296,30 @@ fn extension_files(path: &Path) -> Vec<PathBuf> {
     found
 }
 
-fn index_file(dir: &Path) -> Option<PathBuf> {
+/// The extensions a directory names itself, as pi reads them: the existing files its
+/// `package.json` lists under `pi.extensions`, else its `index.ts`, else its `index.js`.
+fn directory_entries(dir: &Path) -> Option<Vec<PathBuf>> {
+    let manifest = fs::read(dir.join("package.json"))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+    let listed: Vec<PathBuf> = manifest
+        .as_ref()
+        .and_then(|m| m.pointer("/pi/extensions"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|entry| dir.join(entry))
+        .filter(|path| path.exists())
+        .collect();
+    if !listed.is_empty() {
+        return Some(listed);
+    }
     ["index.ts", "index.js"]
         .iter()
         .map(|name| dir.join(name))
         .find(|file| file.is_file())
+        .map(|index| vec![index])
 }
 
 /// The path with its links resolved, to tell two spellings of one file apart; the path

@@ -819,16 +819,34 @@ fn pi_is_judged_by_the_extension_it_loads() {
     assert_eq!(pi::pi(&env).status, Status::Skip);
 
     fixture.write(&deployed, &extension(&bin.path().join("relay-mcp")), 0o644);
-    // A file by its path, `~`, or its directory, as pi reads each.
+    // A file by its path, `~`, or its directory, as pi reads each (spaces trimmed).
     for entry in [
         deployed.display().to_string(),
         "~/relay/pi/extension-v1/index.ts".to_owned(),
         deployed_dir.display().to_string(),
+        " ~relay/pi/extension-v1 ".to_owned(),
     ] {
         let ok = list(&[&entry]);
         assert_eq!(ok.status, Status::Ok, "{entry}: {ok:?}");
         assert_eq!(ok.details["daemon_address"], DAEMON);
     }
+
+    // A directory whose package.json names its extensions is read for those alone.
+    let manifest = deployed_dir.join("package.json");
+    fixture.write(&manifest, r#"{"pi":{"extensions":["./other.ts"]}}"#, 0o644);
+    fixture.write(
+        &deployed_dir.join("other.ts"),
+        "export default () => {};\n",
+        0o644,
+    );
+    let named = list(&[&deployed_dir.display().to_string()]);
+    assert_eq!(named.status, Status::Skip, "{named:?}");
+    fixture.write(&manifest, r#"{"pi":{"extensions":["./index.ts"]}}"#, 0o644);
+    assert_eq!(
+        list(&[&deployed_dir.display().to_string()]).status,
+        Status::Ok
+    );
+    fs::remove_file(&manifest).unwrap();
 
     // Also in the extensions directory: loaded twice; listed and found there, once; taken
     // out with `!`, not at all.
