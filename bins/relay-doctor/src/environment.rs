@@ -691,14 +691,21 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
             } else {
                 err.to_string()
             };
+            let fix = if matches!(err, relay_proxy::plugins::PluginConfigError::Read { .. }) {
+                "make the file readable, and changeable only by its owner and root, as the message says"
+            } else {
+                "correct the component and field named here"
+            };
             Check::fail(ID, format!("invalid: {message}"))
-            .next("correct the component and field named here; until then every worker activation fails with plugin_config_invalid")
-            .with(json!({
-                "system_file": display(&system),
-                "user_file": user.as_deref().map(display),
-                "error_file": display(err.path()),
-                "enabled": [],
-            }))
+                .next(format!(
+                    "{fix}; until then every worker activation fails with plugin_config_invalid"
+                ))
+                .with(json!({
+                    "system_file": display(&system),
+                    "user_file": user.as_deref().map(display),
+                    "error_file": display(err.path()),
+                    "enabled": [],
+                }))
         }
     }
 }

@@ -377,6 +377,22 @@ fn plugins_are_validated_and_the_effective_components_listed() {
         "{}",
         unknown.summary
     );
+    // A file the worker may not trust is not a field to correct: the next step says so.
+    f.write(&f.system().join("plugins.toml"), "version = 1\n", 0o666);
+    let untrusted = plugins(&inputs);
+    assert_eq!(untrusted.status, Status::Fail);
+    assert!(
+        untrusted.summary.contains("writable by every user"),
+        "{}",
+        untrusted.summary
+    );
+    assert!(
+        untrusted
+            .next_step
+            .as_deref()
+            .is_some_and(|n| n.starts_with("make the file readable")),
+        "{untrusted:?}"
+    );
 
     // The configuration is valid, and every component listed, once its sink
     // directory is safe; a directory anyone may write to without the sticky bit is named.
