@@ -691,10 +691,18 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
             } else {
                 err.to_string()
             };
-            let fix = if matches!(err, relay_proxy::plugins::PluginConfigError::Read { .. }) {
-                "make the file readable, and changeable only by its owner and root, as the message says"
-            } else {
-                "correct the component and field named here"
+            use relay_proxy::plugins::PluginConfigError;
+            let fix = match &err {
+                PluginConfigError::Read { source, .. }
+                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                {
+                    "fix what the message names, so that the file is readable here and only root and its owner can change it or the way to it"
+                }
+                PluginConfigError::Read { .. } => {
+                    "put a readable regular file of UTF-8 text at that path, or remove what is there"
+                }
+                PluginConfigError::TooLarge { .. } => "shorten the file below its limit",
+                _ => "correct the component and field named here",
             };
             Check::fail(ID, format!("invalid: {message}"))
                 .next(format!(

@@ -255,9 +255,10 @@ pub fn is_symlink_error(path: &Path, err: &io::Error) -> bool {
 /// ([`DirFacts`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct TrustFacts {
-    /// The file's real path and its mode.
+    /// The file's real path, its mode, and whether its mount is read-only here.
     file: PathBuf,
     file_mode: u32,
+    file_read_only: bool,
     /// Every entry the path is resolved through, the file's own last: each directory
     /// and symlink on the way, with the directory it is in.
     dirs: Vec<DirFacts>,
@@ -286,8 +287,13 @@ struct DirFacts {
 /// service's `ProtectSystem`) of a file others write elsewhere.
 fn unsafe_to_trust(facts: &TrustFacts) -> Option<String> {
     if facts.file_mode & 0o002 != 0 {
+        let fix = if facts.file_read_only {
+            "give it a mode without write for others where it comes from (a Kubernetes ConfigMap's defaultMode 0644, say): this mount is read-only"
+        } else {
+            "chmod o-w it"
+        };
         return Some(format!(
-            "{} is writable by every user, who could have changed it: chmod o-w it",
+            "{} is writable by every user, who could have changed it: {fix}",
             facts.file.display()
         ));
     }
@@ -331,10 +337,10 @@ const MAX_LINKS: usize = 40;
 fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, Vec<DirFacts>)>> {
     use std::ffi::OsString;
     use std::path::Component;
-    // The entries left to resolve, the next last; each says whether it comes from a
-    // symlink's target, which leads to nothing if the entry is missing.
-    let mut pending: Vec<(OsString, bool)> = Vec::new();
-    let push = |pending: &mut Vec<(OsString, bool)>, path: &Path, from_link: bool| {
+    // The entries left to resolve, the next last; each names the symlink whose target it
+    // comes from (an index into `links`), which leads to nothing if the entry is missing.
+    let mut pending: Vec<(OsString, Option<usize>)> = Vec::new();
+    let push = |pending: &mut Vec<(OsString, Option<usize>)>, path: &Path, from_link| {
         let names = path
             .components()
             .rev()
@@ -350,7 +356,7 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, Vec<DirF
     } else {
         std::env::current_dir()?
     };
-    push(&mut pending, path, false);
+    push(&mut pending, path, None);
     let mut dirs = Vec::new();
     let mut links: Vec<(PathBuf, PathBuf)> = Vec::new();
     let mut last = None;
@@ -362,8 +368,10 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, Vec<DirF
         let entry = at.join(&name);
         let metadata = match fs::symlink_metadata(&entry) {
             Ok(metadata) => metadata,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && from_link => {
-                let (link, target) = links.last().cloned().unwrap_or_default();
+            Err(e) if e.kind() == io::ErrorKind::NotFound && from_link.is_some() => {
+                let (link, target) = from_link
+                    .and_then(|index| links.get(index).cloned())
+                    .unwrap_or_default();
                 return Err(io::Error::new(
                     io::ErrorKind::NotFound,
                     format!(
@@ -397,7 +405,7 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, Vec<DirF
             if target.is_absolute() {
                 at = PathBuf::from("/");
             }
-            push(&mut pending, &target, true);
+            push(&mut pending, &target, Some(links.len()));
             links.push((entry, target));
             last = None;
         } else {
@@ -444,6 +452,7 @@ pub fn open_trusted(path: &Path) -> io::Result<Option<File>> {
     let facts = TrustFacts {
         file: real,
         file_mode: metadata.mode(),
+        file_read_only: !writable_mount(rustix::fs::fstatvfs(&file)),
         dirs,
     };
     if let Some(why) = unsafe_to_trust(&facts) {

@@ -390,7 +390,7 @@ fn plugins_are_validated_and_the_effective_components_listed() {
         untrusted
             .next_step
             .as_deref()
-            .is_some_and(|n| n.starts_with("make the file readable")),
+            .is_some_and(|n| n.starts_with("fix what the message names")),
         "{untrusted:?}"
     );
 

@@ -144,6 +144,7 @@ fn a_file_every_user_could_change_is_not_trusted() {
     let facts = |file_mode, dirs| TrustFacts {
         file: PathBuf::from("/etc/relay/config.toml"),
         file_mode,
+        file_read_only: false,
         dirs,
     };
     let judge = |file_mode, dir_mode| unsafe_to_trust(&facts(file_mode, vec![dir(dir_mode, None)]));
@@ -170,7 +171,11 @@ fn a_file_every_user_could_change_is_not_trusted() {
     // every user may write is refused all the same, as the mount may be only this
     // process's view of it.
     assert_eq!(judge(0o644, None), None);
-    assert!(judge(0o666, None).is_some());
+    let read_only = unsafe_to_trust(&TrustFacts {
+        file_read_only: true,
+        ..facts(0o666, vec![dir(None, None)])
+    });
+    assert!(read_only.unwrap().contains("defaultMode 0644"));
     // Every entry on the way counts: a good file reached through a symlink that anyone
     // could have put in a world-writable directory, or that another user put in a sticky
     // one, is not trusted.
@@ -223,6 +228,30 @@ fn every_entry_on_the_way_to_a_provided_file_is_judged() {
             root.join("gone/relay").display()
         )
     );
+
+    // The link named is the one whose target is missing, not the last one followed.
+    fs::create_dir_all(root.join("srv/cfg")).unwrap();
+    symlink(root.join("srv/cfg"), root.join("private/etc/cfg")).unwrap();
+    symlink(
+        "cfg/config.toml",
+        root.join("private/etc/relay/missing.toml"),
+    )
+    .unwrap();
+    symlink(
+        "../cfg/config.toml",
+        root.join("private/etc/relay/through.toml"),
+    )
+    .unwrap();
+    for name in ["missing.toml", "through.toml"] {
+        let why = refusal(&root.join("etc/relay").join(name));
+        assert!(
+            why.starts_with(&format!(
+                "{} is a symlink to ",
+                root.join("private/etc/relay").join(name).display()
+            )),
+            "{why}"
+        );
+    }
 
     // A directory on the way in which every user may write without the sticky bit: anyone
     // could replace the entry below it.
