@@ -34,6 +34,10 @@ pub(crate) const LATE_SLACK: Duration = Duration::from_millis(100);
 const OPEN_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long relayd may take to report no open streams after they close.
 const QUIET_TIMEOUT: Duration = Duration::from_secs(30);
+/// Streams held directly to the stand-in beside those through relayd, and judged apart:
+/// when they too have late frames, a stall was outside relayd (the stand-in, this load
+/// generator or the machine), which the frames through relayd alone cannot tell.
+const CONTROL_STREAMS: usize = 50;
 
 /// The rank of an Anthropic Messages event in its stream; `None` for `ping` and unknown names, which may come anywhere.
 pub(crate) fn event_rank(name: &str) -> Option<u8> {
@@ -67,7 +71,7 @@ pub(crate) fn take_events(buffer: &mut String) -> Vec<String> {
 }
 
 /// What one path's streams delivered.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct FrameStats {
     /// Each frame's delay past its pace.
     pub(crate) delays: Samples,
@@ -142,6 +146,8 @@ pub(crate) struct Hold {
     pub(crate) all_open: Duration,
     /// CPU time the hypervisor gave to other machines during the hold (`/proc/stat`'s steal), where it is known.
     pub(crate) steal: Option<Duration>,
+    /// What the [`CONTROL_STREAMS`] held directly to the stand-in at the same time delivered, when there were any.
+    pub(crate) control: Option<FrameStats>,
 }
 
 impl Hold {
@@ -165,6 +171,11 @@ impl Hold {
             "all_open_ms": self.all_open.as_millis() as u64,
             "late_between_ms": self.late_between_ms(),
             "steal_ms": self.steal.map(|steal| steal.as_millis() as u64),
+            "control": self.control.as_ref().map(|control| serde_json::json!({
+                "streams": CONTROL_STREAMS,
+                "frames": control.frames,
+                "late": control.late,
+            })),
         })
     }
 
@@ -178,8 +189,19 @@ impl Hold {
             ),
             None => "how much CPU time the hypervisor took is unknown".to_owned(),
         };
+        let control = match &self.control {
+            Some(control) if control.late > 0 => format!(
+                "; {} of the {} frames of {CONTROL_STREAMS} streams held directly to the stand-in at the same time were late too, so the stall was outside relayd",
+                control.late, control.frames
+            ),
+            Some(control) => format!(
+                "; none of the {} frames of {CONTROL_STREAMS} streams held directly to the stand-in at the same time was late, so the stall was relayd's",
+                control.frames
+            ),
+            None => String::new(),
+        };
         Some(format!(
-            "open streams {path}: {} late frame(s) arrived between {} and {} ms after the first stream began to open; every stream was open at {} ms; {steal}",
+            "open streams {path}: {} late frame(s) arrived between {} and {} ms after the first stream began to open; every stream was open at {} ms; {steal}{control}",
             self.stats.late,
             first,
             last,
@@ -188,7 +210,74 @@ impl Hold {
     }
 }
 
+/// One held stream's task: opens it (after a permit of `gate`), says so on `opened` when
+/// given one, and checks its frames into `stats` until it is aborted; a stream that ends
+/// before that is counted in `ended`.
+struct Held {
+    addr: SocketAddr,
+    token: Option<HeaderValue>,
+    pace: Duration,
+    gate: Arc<Semaphore>,
+    stats: Arc<Mutex<FrameStats>>,
+    ended: Arc<AtomicU64>,
+    opened: Option<mpsc::Sender<Result<()>>>,
+}
+
+impl Held {
+    async fn run(self) {
+        let opening = async {
+            let _permit = self.gate.acquire().await.context("the open gate closed")?;
+            let mut conn = Conn::open(self.addr).await?;
+            if let Some(token) = self.token {
+                conn = conn.with_token(token);
+            }
+            let body = conn.send(Probe::HeldStream).await?.into_body();
+            Ok::<_, anyhow::Error>((conn, body))
+        };
+        let (conn, mut body) = match opening.await {
+            Ok(open) => open,
+            Err(error) => {
+                if let Some(opened) = &self.opened {
+                    let _ = opened.send(Err(error)).await;
+                }
+                return;
+            }
+        };
+        if let Some(opened) = &self.opened {
+            let _ = opened.send(Ok(())).await;
+        }
+        let mut check = StreamCheck::new(self.pace);
+        let mut buffer = String::new();
+        while let Some(Ok(frame)) = body.frame().await {
+            let at = Instant::now();
+            let Some(data) = frame.data_ref() else {
+                continue;
+            };
+            buffer.push_str(&String::from_utf8_lossy(data));
+            let events = take_events(&mut buffer);
+            let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+            for event in &events {
+                check.frame(event, at, &mut stats);
+            }
+        }
+        // The stream ended or broke while it was meant to stay open: its remaining frames are lost.
+        self.ended.fetch_add(1, Ordering::Relaxed);
+        if !check.bad {
+            self.stats
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .bad_streams += 1;
+        }
+        drop(conn);
+    }
+}
+
 /// Opens `n` streams to `addr` (at most `concurrency` opening at a time), checks their frames while they are held for `hold` after the last one opened (frames during the opening count too), samples the RSS of `sample_pid` in the middle of that, and closes them.
+/// With `control`, [`CONTROL_STREAMS`] more are held directly to that stand-in at the same time and judged apart.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call per path, each argument named at it"
+)]
 pub(crate) async fn hold_and_check(
     addr: SocketAddr,
     n: usize,
@@ -197,6 +286,7 @@ pub(crate) async fn hold_and_check(
     hold: Duration,
     sample_pid: Option<u32>,
     token: Option<HeaderValue>,
+    control: Option<SocketAddr>,
 ) -> Result<Hold> {
     let started = Instant::now();
     let ticks_before = MachineTicks::read();
@@ -205,54 +295,33 @@ pub(crate) async fn hold_and_check(
     let ended = Arc::new(AtomicU64::new(0));
     let (opened_tx, mut opened_rx) = mpsc::channel::<Result<()>>(n.max(1));
     let mut tasks = JoinSet::new();
+    let control_stats = Arc::new(Mutex::new(FrameStats::default()));
+    if let Some(control) = control {
+        let gate = Arc::new(Semaphore::new(CONTROL_STREAMS));
+        for _ in 0..CONTROL_STREAMS {
+            let held = Held {
+                addr: control,
+                token: None,
+                pace,
+                gate: gate.clone(),
+                stats: control_stats.clone(),
+                ended: Arc::new(AtomicU64::new(0)),
+                opened: None,
+            };
+            tasks.spawn(held.run());
+        }
+    }
     for _ in 0..n {
-        let gate = gate.clone();
-        let stats = stats.clone();
-        let ended = ended.clone();
-        let opened_tx = opened_tx.clone();
-        let token = token.clone();
-        tasks.spawn(async move {
-            let opening = async {
-                let _permit = gate.acquire().await.context("the open gate closed")?;
-                let mut conn = Conn::open(addr).await?;
-                if let Some(token) = token {
-                    conn = conn.with_token(token);
-                }
-                let body = conn.send(Probe::HeldStream).await?.into_body();
-                Ok::<_, anyhow::Error>((conn, body))
-            };
-            let (conn, mut body) = match opening.await {
-                Ok(open) => open,
-                Err(error) => {
-                    let _ = opened_tx.send(Err(error)).await;
-                    return;
-                }
-            };
-            let _ = opened_tx.send(Ok(())).await;
-            let mut check = StreamCheck::new(pace);
-            let mut buffer = String::new();
-            while let Some(Ok(frame)) = body.frame().await {
-                let at = Instant::now();
-                let Some(data) = frame.data_ref() else {
-                    continue;
-                };
-                buffer.push_str(&String::from_utf8_lossy(data));
-                let events = take_events(&mut buffer);
-                let mut stats = stats.lock().unwrap_or_else(PoisonError::into_inner);
-                for event in &events {
-                    check.frame(event, at, &mut stats);
-                }
-            }
-            // The stream ended or broke while it was meant to stay open: its remaining frames are lost.
-            ended.fetch_add(1, Ordering::Relaxed);
-            if !check.bad {
-                stats
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .bad_streams += 1;
-            }
-            drop(conn);
-        });
+        let held = Held {
+            addr,
+            token: token.clone(),
+            pace,
+            gate: gate.clone(),
+            stats: stats.clone(),
+            ended: ended.clone(),
+            opened: Some(opened_tx.clone()),
+        };
+        tasks.spawn(held.run());
     }
     drop(opened_tx);
     let deadline = tokio::time::Instant::now() + OPEN_TIMEOUT;
@@ -276,17 +345,19 @@ pub(crate) async fn hold_and_check(
         .zip(MachineTicks::read())
         .map(|(before, after)| ticks_to_duration(after.steal.saturating_sub(before.steal)));
     let ended = ended.load(Ordering::Relaxed);
-    let stats = Arc::try_unwrap(stats)
-        .map_err(|_| anyhow::anyhow!("a stream task outlived the hold"))?
-        .into_inner()
-        .unwrap_or_else(PoisonError::into_inner);
+    let unwrap = |stats: Arc<Mutex<FrameStats>>| {
+        Arc::try_unwrap(stats)
+            .map_err(|_| anyhow::anyhow!("a stream task outlived the hold"))
+            .map(|stats| stats.into_inner().unwrap_or_else(PoisonError::into_inner))
+    };
     Ok(Hold {
-        stats,
+        stats: unwrap(stats)?,
         ended,
         rss,
         started,
         all_open,
         steal,
+        control: control.map(|_| unwrap(control_stats)).transpose()?,
     })
 }
 
@@ -350,6 +421,7 @@ async fn streams_on(
         plan.open_streams_hold,
         None,
         None,
+        None,
     )
     .await
     .context("holding streams open directly")?;
@@ -366,6 +438,7 @@ async fn streams_on(
         plan.open_streams_hold,
         Some(pid),
         token,
+        Some(paced),
     )
     .await
     .context("holding streams open through relayd")?;

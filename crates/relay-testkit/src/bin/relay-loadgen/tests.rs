@@ -489,6 +489,7 @@ async fn held_streams_that_end_early_lost_their_frames() {
         Duration::from_millis(600),
         None,
         None,
+        None,
     )
     .await
     .unwrap();
@@ -517,10 +518,18 @@ async fn held_streams_that_end_early_lost_their_frames() {
         Duration::from_millis(400),
         Some(std::process::id()),
         None,
+        Some(long.addr()),
     )
     .await
     .unwrap();
     assert_eq!(hold.ended, 0);
+    // The control streams were held beside them, and judged apart.
+    let control = hold
+        .control
+        .as_ref()
+        .expect("control streams were asked for");
+    assert!(control.frames >= 50, "{control:?}");
+    assert_eq!(control.bad_streams, 0, "{control:?}");
     assert!(hold.stats.frames >= 4, "{:?}", hold.stats);
     assert!(hold.rss.is_some_and(|rss| rss > 0));
     assert!(hold.all_open < hold.started.elapsed());
@@ -542,6 +551,7 @@ fn late_frames_are_placed_in_time_in_the_json_and_a_note() {
         started,
         all_open: Duration::from_millis(900),
         steal: Some(Duration::from_millis(30)),
+        control: None,
     };
     let on_time = hold(std::mem::take(&mut stats));
     assert_eq!(on_time.late_note("directly"), None);
@@ -564,6 +574,30 @@ fn late_frames_are_placed_in_time_in_the_json_and_a_note() {
     assert_eq!(
         late.late_note("through relayd").unwrap(),
         "open streams through relayd: 1 late frame(s) arrived between 700 and 700 ms after the first stream began to open; every stream was open at 900 ms; the hypervisor took 30 ms of CPU time from this machine during the hold"
+    );
+    // Streams held directly to the stand-in at the same time say whose the stall was.
+    let late_with = |control_late| {
+        let control = FrameStats {
+            frames: 200,
+            late: control_late,
+            ..FrameStats::default()
+        };
+        Hold {
+            control: Some(control),
+            ..hold(late.stats.clone())
+        }
+        .late_note("through relayd")
+        .unwrap()
+    };
+    assert!(
+        late_with(3).ends_with("; 3 of the 200 frames of 50 streams held directly to the stand-in at the same time were late too, so the stall was outside relayd"),
+        "{}",
+        late_with(3)
+    );
+    assert!(
+        late_with(0).ends_with("so the stall was relayd's"),
+        "{}",
+        late_with(0)
     );
 }
 
