@@ -59,15 +59,7 @@ pub(crate) fn pi(env: &impl Env) -> Check {
             display(&settings.path)
         ));
     }
-    let entries: Vec<&str> = settings
-        .value
-        .as_ref()
-        .and_then(|v| v.get("extensions"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let entries: Vec<&str> = strings_at(settings.value.as_ref(), "/extensions").collect();
     let resolve = |entry: &str| dir.join(expand_home(entry.trim(), home.as_deref()));
     let filters = Filters::new(&entries, &dir);
     let mut files = Vec::new();
@@ -296,19 +288,24 @@ fn extension_files(path: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The strings of the array at `pointer` in a JSON document, as pi reads such a list:
+/// nothing when there is no array there, and entries that are not strings passed over.
+fn strings_at<'a>(document: Option<&'a Value>, pointer: &str) -> impl Iterator<Item = &'a str> {
+    document
+        .and_then(|d| d.pointer(pointer))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+}
+
 /// The extensions a directory names itself, as pi reads them: the existing files its
 /// `package.json` lists under `pi.extensions`, else its `index.ts`, else its `index.js`.
 fn directory_entries(dir: &Path) -> Option<Vec<PathBuf>> {
     let manifest = fs::read(dir.join("package.json"))
         .ok()
         .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
-    let listed: Vec<PathBuf> = manifest
-        .as_ref()
-        .and_then(|m| m.pointer("/pi/extensions"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
+    let listed: Vec<PathBuf> = strings_at(manifest.as_ref(), "/pi/extensions")
         .map(|entry| dir.join(entry))
         .filter(|path| path.exists())
         .collect();

@@ -233,7 +233,6 @@ fn codex(options: &BundleOptions, files: &mut Vec<BundleFile>) {
     ));
 }
 
-/// The values the pi extension needs, as the object literal that replaces its placeholder.
 /// What the pi extension is told: the daemon's origin and the two binaries' paths.
 pub(super) fn pi_settings(options: &BundleOptions) -> PiExtensionSettings {
     PiExtensionSettings {
