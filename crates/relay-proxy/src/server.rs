@@ -311,13 +311,16 @@ impl Unvouched {
     }
 
     /// Counts a new connection, closing the oldest unvouched one when that makes one more
-    /// than the limit.
+    /// than the limit. The queue is looked over for connections that have ended or been
+    /// vouched for only when it is full, so an accept costs nothing more until then.
     fn admit(&mut self, task: AbortHandle, state: Arc<ConnState>) {
         let Some(max) = self.max else {
             return;
         };
-        self.open
-            .retain(|(task, state)| !task.is_finished() && !state.is_vouched());
+        if self.open.len() >= max {
+            self.open
+                .retain(|(task, state)| !task.is_finished() && !state.is_vouched());
+        }
         if self.open.len() >= max
             && let Some((oldest, _)) = self.open.pop_front()
         {
