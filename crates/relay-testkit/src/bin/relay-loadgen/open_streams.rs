@@ -295,22 +295,24 @@ pub(crate) async fn hold_and_check(
     let ended = Arc::new(AtomicU64::new(0));
     let (opened_tx, mut opened_rx) = mpsc::channel::<Result<()>>(n.max(1));
     let mut tasks = JoinSet::new();
-    let control_stats = Arc::new(Mutex::new(FrameStats::default()));
-    if let Some(control) = control {
+    let control_stats = control.map(|control| {
+        let stats = Arc::new(Mutex::new(FrameStats::default()));
         let gate = Arc::new(Semaphore::new(CONTROL_STREAMS));
+        let ended = Arc::new(AtomicU64::new(0));
         for _ in 0..CONTROL_STREAMS {
             let held = Held {
                 addr: control,
                 token: None,
                 pace,
                 gate: gate.clone(),
-                stats: control_stats.clone(),
-                ended: Arc::new(AtomicU64::new(0)),
+                stats: stats.clone(),
+                ended: ended.clone(),
                 opened: None,
             };
             tasks.spawn(held.run());
         }
-    }
+        stats
+    });
     for _ in 0..n {
         let held = Held {
             addr,
@@ -357,7 +359,7 @@ pub(crate) async fn hold_and_check(
         started,
         all_open,
         steal,
-        control: control.map(|_| unwrap(control_stats)).transpose()?,
+        control: control_stats.map(unwrap).transpose()?,
     })
 }
 
