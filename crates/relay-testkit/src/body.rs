@@ -1,13 +1,16 @@
-//! The response body writer: splits an answer into frames, paces them, and breaks off on purpose.
+//! The response body writer: splits an answer into frames, paces them, holds them while a test says so, and breaks off on purpose.
 //!
-//! It is one `http_body::Body` polled by hyper's connection task; nothing is spawned or allocated per frame (frames are slices of one `Bytes`).
+//! It is one `http_body::Body` polled by hyper's connection task; nothing is spawned, and nothing is allocated per frame while no test holds the answer (frames are slices of one `Bytes`).
 
+use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use tokio::sync::watch;
 use tokio::time::Sleep;
 
 use crate::error::InjectedFailure;
@@ -44,8 +47,29 @@ pub(crate) struct ScriptedBody {
     /// Whether the length is announced (`content-length`) instead of chunked framing.
     exact_length: bool,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// While this counts a hold, frames after the first wait (see `StandIn::hold_answers`).
+    hold: Option<watch::Receiver<u32>>,
+    held: Option<Released>,
     state: State,
     guard: ExchangeGuard,
+}
+
+/// Ready once the hold is lifted (or its sender is gone).
+struct Released(Pin<Box<dyn Future<Output = ()> + Send>>);
+
+impl Released {
+    fn new(mut hold: watch::Receiver<u32>) -> Released {
+        Released(Box::pin(async move {
+            // An error means the stand-in is gone, which lifts the hold too.
+            let _ = hold.wait_for(|holds| *holds == 0).await;
+        }))
+    }
+}
+
+impl fmt::Debug for Released {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Released")
+    }
 }
 
 impl ScriptedBody {
@@ -74,9 +98,17 @@ impl ScriptedBody {
             fail_after,
             exact_length: exact_length && fail_after.is_none(),
             sleep: None,
+            hold: None,
+            held: None,
             state,
             guard,
         }
+    }
+
+    /// Frames after the first wait while `hold` counts a hold.
+    pub(crate) fn held_by(mut self, hold: watch::Receiver<u32>) -> ScriptedBody {
+        self.hold = Some(hold);
+        self
     }
 
     fn next_frame_len(&self) -> usize {
@@ -140,6 +172,18 @@ impl Body for ScriptedBody {
                             return Poll::Pending;
                         }
                         this.sleep = None;
+                    }
+                    if this.sent > 0
+                        && this.held.is_none()
+                        && let Some(hold) = this.hold.as_ref().filter(|hold| *hold.borrow() > 0)
+                    {
+                        this.held = Some(Released::new(hold.clone()));
+                    }
+                    if let Some(held) = this.held.as_mut() {
+                        if held.0.as_mut().poll(cx).is_pending() {
+                            return Poll::Pending;
+                        }
+                        this.held = None;
                     }
                     let limit_reached = this.fail_after.is_some_and(|limit| this.sent >= limit);
                     if limit_reached || (this.rest.is_empty() && this.fail_after.is_some()) {

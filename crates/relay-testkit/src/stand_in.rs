@@ -55,6 +55,8 @@ impl Default for StandInConfig {
 struct Shared {
     recorder: Arc<Recorder>,
     prepared: Mutex<Arc<Prepared>>,
+    /// How many [`AnswersHeld`] guards live: answers wait after their first frame while any does.
+    hold: watch::Sender<u32>,
 }
 
 impl Shared {
@@ -102,6 +104,7 @@ impl StandIn {
         let shared = Arc::new(Shared {
             recorder: Arc::new(Recorder::new(config.record_requests)),
             prepared: Mutex::new(Arc::new(Prepared::new(config.behaviour))),
+            hold: watch::Sender::new(0),
         });
         let (stop, stop_rx) = watch::channel(false);
         let (alive, tasks_ended) = mpsc::channel(1);
@@ -130,6 +133,16 @@ impl StandIn {
     /// Applies to the requests whose body ends after this call.
     pub fn set_behaviour(&self, behaviour: Behaviour) {
         self.shared.set_prepared(behaviour);
+    }
+
+    /// Holds every answer after its first frame until the returned guard is dropped, the
+    /// answers already under way included: a test that must act while a stream is certainly
+    /// still open (a stop signal, a drain) takes this instead of racing a pace against a clock.
+    pub fn hold_answers(&self) -> AnswersHeld {
+        self.shared.hold.send_modify(|holds| *holds += 1);
+        AnswersHeld {
+            shared: self.shared.clone(),
+        }
     }
 
     pub fn behaviour(&self) -> Behaviour {
@@ -232,6 +245,19 @@ impl Drop for StandIn {
     fn drop(&mut self) {
         self.shared.recorder.begin_shutdown();
         self.stop.send_replace(true);
+    }
+}
+
+/// Answers stay held after their first frame while this lives; dropping it lets them go on.
+#[derive(Debug)]
+#[must_use = "the answers go on as soon as this is dropped"]
+pub struct AnswersHeld {
+    shared: Arc<Shared>,
+}
+
+impl Drop for AnswersHeld {
+    fn drop(&mut self) {
+        self.shared.hold.send_modify(|holds| *holds -= 1);
     }
 }
 
@@ -385,7 +411,8 @@ async fn exchange(
     };
     let pace = behaviour.pace.filter(|_| faults);
     let fail_after = behaviour.fail_after_bytes.filter(|_| faults);
-    let scripted = ScriptedBody::new(answer.body, framing, pace, fail_after, !answer.sse, guard);
+    let scripted = ScriptedBody::new(answer.body, framing, pace, fail_after, !answer.sse, guard)
+        .held_by(shared.hold.subscribe());
     let mut res = Response::new(scripted);
     *res.status_mut() = answer.status;
     *res.headers_mut() = answer.headers;

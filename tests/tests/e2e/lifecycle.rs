@@ -3,7 +3,7 @@
 
 use std::io::ErrorKind;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::StatusCode;
 use relay_e2e::http::{post_json, send};
@@ -120,13 +120,14 @@ async fn relayd_binds_an_explicit_port_without_activation() -> anyhow::Result<()
 #[tokio::test]
 async fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_connections() -> anyhow::Result<()>
 {
-    // 30 chunks of 30 bytes, 120 ms apart: the stream runs for about 3.5 s.
-    let stand_in = slow_stand_in(30, Duration::from_millis(120)).await?;
+    let stand_in = slow_stand_in(30, Duration::from_millis(20)).await?;
     let mut relayd = Relayd::builder()?
         .config(upstream_config(&stand_in, ""))
         .start()
         .await?;
-    let sent = Instant::now();
+    // The provider sends its first chunk and then nothing until the hold ends, so the stream
+    // is certainly still open when the signal comes and the refusal is seen.
+    let hold = stand_in.hold_answers();
     let mut res = send(relayd.addr(), stream_request()?).await?;
     assert_eq!(res.status(), StatusCode::OK);
     let id: u64 = res.header_str(REQUEST_ID_HEADER).unwrap_or("").parse()?;
@@ -143,12 +144,7 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_connections() ->
         .wait_for_log_event("daemon_stopping", EVENT_TIMEOUT)
         .await?;
     assert!(stopping["drain_secs"].as_u64().is_some(), "{stopping}");
-    // The refusal came while the stream was still running (it needs about 3.5 s).
-    let refused_after = sent.elapsed();
-    assert!(
-        refused_after < Duration::from_millis(2500),
-        "the refusal took {refused_after:?}, so the stream may have ended before it"
-    );
+    drop(hold);
     let body = res.read_rest(&first).await?;
     assert_eq!(
         body.len(),
@@ -177,8 +173,7 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_refuses_new_connections() ->
 #[tokio::test]
 async fn a_stream_longer_than_the_drain_time_is_cut_and_relayd_still_exits_0() -> anyhow::Result<()>
 {
-    // 8-byte chunks every 100 ms: over ten seconds of stream against a one-second drain.
-    let stand_in = slow_stand_in(8, Duration::from_millis(100)).await?;
+    let stand_in = slow_stand_in(8, Duration::from_millis(20)).await?;
     let mut relayd = Relayd::builder()?
         .config(upstream_config(
             &stand_in,
@@ -186,22 +181,22 @@ async fn a_stream_longer_than_the_drain_time_is_cut_and_relayd_still_exits_0() -
         ))
         .start()
         .await?;
+    // The provider sends one chunk and then nothing while this lives: a stream that would
+    // outlast any drain.
+    let hold = stand_in.hold_answers();
     let mut res = send(relayd.addr(), stream_request()?).await?;
     assert_eq!(res.status(), StatusCode::OK);
     let id: u64 = res.header_str(REQUEST_ID_HEADER).unwrap_or("").parse()?;
     let first = res.next_data().await?.unwrap_or_default();
 
-    let signalled = Instant::now();
     relayd.terminate()?;
+    // Only the one-second drain running out can end relayd within this wait, far shorter
+    // than the default drain, while the stream is held.
     let status = relayd.wait_exit(STOP_TIMEOUT).await?;
-    let took = signalled.elapsed();
     assert_eq!(status.code(), Some(0), "{}", relayd.logs().text());
-    assert!(
-        took < Duration::from_secs(5),
-        "relayd took {took:?} to stop with a 1 s drain"
-    );
 
     assert_cut(res.read_rest(&first).await);
+    drop(hold);
     stand_in.wait_for_client_gone(id, EVENT_TIMEOUT).await?;
     relayd
         .wait_for_log_event("daemon_stopped", EVENT_TIMEOUT)

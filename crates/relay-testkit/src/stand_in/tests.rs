@@ -246,6 +246,35 @@ async fn pace_spaces_the_events_the_client_receives() {
 }
 
 #[tokio::test]
+async fn held_answers_stop_after_their_first_frame_until_the_hold_ends() {
+    let stand_in = StandIn::start().await.unwrap();
+    let first_hold = stand_in.hold_answers();
+    let second_hold = stand_in.hold_answers();
+    let req = http::Request::post(format!("{}/v1/messages", stand_in.base_url()))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(br#"{"stream":true}"#)))
+        .unwrap();
+    let mut body = client().request(req).await.unwrap().into_body();
+    let mut received = loop {
+        if let Some(data) = body.frame().await.unwrap().unwrap().data_ref() {
+            break data.to_vec();
+        }
+    };
+    assert!(received.len() < crate::fixtures::ANTHROPIC_MESSAGES_SSE.len());
+    // Unpaced, the next event would follow at once; held, nothing comes while any hold lives.
+    drop(first_hold);
+    let waited = tokio::time::timeout(Duration::from_millis(300), body.frame()).await;
+    assert!(waited.is_err(), "a frame came while an answer was held");
+    drop(second_hold);
+    while let Some(frame) = body.frame().await {
+        if let Some(data) = frame.unwrap().data_ref() {
+            received.extend_from_slice(data);
+        }
+    }
+    assert_eq!(received, crate::fixtures::ANTHROPIC_MESSAGES_SSE);
+}
+
+#[tokio::test]
 async fn fail_after_bytes_breaks_the_client_body_read() {
     let stand_in = StandIn::start().await.unwrap();
     stand_in.set_behaviour(Behaviour {
