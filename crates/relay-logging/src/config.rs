@@ -199,7 +199,10 @@ impl LogConfig {
             value: self.level.clone(),
             reason,
         })?;
-        Ok(cap_frame_logging(filter))
+        Ok(hold_peer_facing_libraries(
+            cap_frame_logging(filter),
+            &level,
+        ))
     }
 }
 
@@ -246,6 +249,52 @@ fn cap_frame_logging(filter: EnvFilter) -> EnvFilter {
     ["tungstenite=debug", "tokio_tungstenite=debug"]
         .into_iter()
         .filter_map(|directive| directive.parse().ok())
+        .fold(filter, EnvFilter::add_directive)
+}
+
+/// The libraries that read what peers send: TLS, HTTP/2 and HTTP/1, WebSocket. Their
+/// warnings describe a peer's bytes (an IP address as the server name, a ping nobody sent),
+/// one line per connection or per frame, so any local user (or, for a daemon serving
+/// HTTPS, any network peer) could set the log's volume: fill a disk, or drown the lifecycle
+/// events in what journald's rate limit lets through. A directive's target matches every
+/// target it begins, so `hyper` also holds `hyper_util` and `hyper_rustls`.
+const PEER_FACING_LIBRARIES: [&str; 6] = [
+    "h2",
+    "hyper",
+    "rustls",
+    "tokio_rustls",
+    "tungstenite",
+    "tokio_tungstenite",
+];
+
+/// At the levels a service runs at (`warn` and `info` as the filter's default), the
+/// libraries of [`PEER_FACING_LIBRARIES`] say only errors, unless the filter names them
+/// (`info,h2=debug`). Relay reports refused peers itself, rate-limited. At `debug` and
+/// `trace` the operator asked for everything and gets it; at `error` and `off` there is
+/// nothing to hold.
+fn hold_peer_facing_libraries(filter: EnvFilter, directives: &str) -> EnvFilter {
+    let directives: Vec<&str> = directives.split(',').map(str::trim).collect();
+    let default = directives
+        .iter()
+        .rev()
+        .find(|directive| !directive.contains(['=', '[']))
+        .map(|level| level.to_ascii_lowercase());
+    if !matches!(default.as_deref(), Some("warn" | "info")) {
+        return filter;
+    }
+    let named = |library: &str| {
+        directives.iter().any(|directive| {
+            let target = directive.split(['=', '[']).next().unwrap_or_default();
+            target == library
+                || target
+                    .strip_prefix(library)
+                    .is_some_and(|rest| rest.starts_with("::"))
+        })
+    };
+    PEER_FACING_LIBRARIES
+        .into_iter()
+        .filter(|library| !named(library))
+        .filter_map(|library| format!("{library}=error").parse().ok())
         .fold(filter, EnvFilter::add_directive)
 }
 

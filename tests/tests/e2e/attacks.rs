@@ -609,3 +609,112 @@ async fn two_hundred_held_hook_bodies_without_a_credential_stay_within_48_mib() 
     );
     Ok(())
 }
+
+/// One HTTP/2 frame: the 9-byte header, then `payload`, on stream 0.
+fn h2_frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len())
+        .unwrap_or(u32::MAX)
+        .to_be_bytes();
+    let mut frame = vec![len[1], len[2], len[3], kind, flags, 0, 0, 0, 0];
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// What a peer's bytes make the TLS and HTTP/2 libraries say (a record out of place, a
+/// ping nobody sent) comes once per connection or per frame: were it logged, any peer
+/// could write relayd's log at the rate it sends, fill the disk, or drown the lifecycle
+/// events in what journald's rate limit lets through. relayd serving HTTPS, as it does for
+/// remote clients, takes 50 such handshakes and 500 such pings at its default level and
+/// logs a line for none of them.
+#[tokio::test]
+async fn a_peer_cannot_make_relayd_log_a_line_per_handshake_or_frame() -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt as _;
+    use tokio_rustls::rustls;
+
+    const HANDSHAKES: usize = 50;
+    const PINGS: usize = 500;
+    let builder = Relayd::builder()?;
+    let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &ca)?;
+    let cert_path = builder.write_private_file("relayd.pem", &cert.pem())?;
+    let key_path = builder.write_private_file("relayd-key.pem", &key.serialize_pem())?;
+    let mut relayd = builder
+        .args(["--advertise-address", "https://127.0.0.1:443", "--tls-cert"])
+        .arg(&cert_path)
+        .arg("--tls-key")
+        .arg(&key_path)
+        .start()
+        .await?;
+
+    // Application data where a ClientHello belongs: rustls warns of each.
+    for _ in 0..HANDSHAKES {
+        let mut stream = tokio::net::TcpStream::connect(relayd.addr()).await?;
+        stream
+            .write_all(&[0x17, 0x03, 0x03, 0x00, 0x01, 0x00])
+            .await?;
+        let mut answer = Vec::new();
+        tokio::time::timeout(EVENT_TIMEOUT, stream.read_to_end(&mut answer)).await??;
+    }
+
+    // Over HTTP/2, acknowledgements of pings relayd never sent: h2 warns of each. A ping of
+    // the test's own follows them; once relayd acknowledges it, it has read every one.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls::pki_types::CertificateDer::from(ca.der().to_vec()))?;
+    let mut config = rustls::ClientConfig::builder_with_provider(relay_proxy::tls::provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
+    let server = rustls::pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(server, tcp)
+        .await?;
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend(h2_frame(4, 0, &[]));
+    for _ in 0..PINGS {
+        frames.extend(h2_frame(6, 1, &[1; 8]));
+    }
+    frames.extend(h2_frame(6, 0, b"answered"));
+    tls.write_all(&frames).await?;
+    let answered = async {
+        let mut header = [0_u8; 9];
+        loop {
+            tls.read_exact(&mut header).await?;
+            let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+            let mut payload = vec![0_u8; len];
+            tls.read_exact(&mut payload).await?;
+            if header[3] == 6 && header[4] & 1 == 1 && payload == b"answered" {
+                return anyhow::Ok(());
+            }
+        }
+    };
+    tokio::time::timeout(EVENT_TIMEOUT, answered).await??;
+    drop(tls);
+
+    // Stopped, relayd has written all it will.
+    relayd.stop().await?;
+    relayd
+        .wait_for_log_event("daemon_stopped", EVENT_TIMEOUT)
+        .await?;
+    let from_libraries: Vec<_> = relayd
+        .logs()
+        .events()
+        .into_iter()
+        .filter(|event| {
+            let target = event["target"].as_str().unwrap_or_default();
+            target.starts_with("rustls") || target.starts_with("h2")
+        })
+        .collect();
+    assert!(
+        from_libraries.is_empty(),
+        "{} lines from the TLS and HTTP/2 libraries, the first {:?}",
+        from_libraries.len(),
+        from_libraries.first()
+    );
+    Ok(())
+}

@@ -51,14 +51,60 @@ fn the_level_filters_events() {
 
 #[test]
 fn a_target_filter_applies_per_target() {
+    // A library that reads no peer's bytes: those are held apart (below).
     let output = capture("relay=debug,warn", LogFormat::Jsonl, || {
         tracing::debug!(target: "relay::proxy", "relay debug");
-        tracing::debug!(target: "hyper::proto", "hyper debug");
-        tracing::warn!(target: "hyper::proto", "hyper warn");
+        tracing::debug!(target: "notify::inotify", "library debug");
+        tracing::warn!(target: "notify::inotify", "library warn");
     });
     assert!(output.contains("relay debug"), "{output}");
-    assert!(!output.contains("hyper debug"), "{output}");
-    assert!(output.contains("hyper warn"), "{output}");
+    assert!(!output.contains("library debug"), "{output}");
+    assert!(output.contains("library warn"), "{output}");
+}
+
+/// What a peer's bytes make the TLS and HTTP/2 libraries say, once per connection or per
+/// frame (an IP address as the server name, a ping nobody sent), stays out of a service's
+/// log unless the filter names the library: otherwise any peer sets the log's volume.
+#[test]
+fn peer_facing_libraries_say_only_errors_at_a_services_levels() {
+    let say = || {
+        tracing::warn!(target: "rustls::msgs::handshake", "rustls warn");
+        tracing::warn!(target: "h2::proto::ping_pong", "h2 warn");
+        tracing::debug!(target: "h2::proto::ping_pong", "h2 debug");
+        tracing::error!(target: "h2::proto::streams", "h2 error");
+        tracing::warn!(target: "tokio::net", "another crate warn");
+        tracing::warn!(target: "hyper_util::client", "hyper_util warn");
+        tracing::warn!(target: "relay_proxy::server", "relay warn");
+    };
+    for level in ["info", "warn", "WARN", "debug,info", "relay=debug,info"] {
+        let output = capture(level, LogFormat::Jsonl, say);
+        assert!(!output.contains("rustls warn"), "{level}: {output}");
+        assert!(!output.contains("h2 warn"), "{level}: {output}");
+        assert!(!output.contains("hyper_util warn"), "{level}: {output}");
+        assert!(output.contains("h2 error"), "{level}: {output}");
+        assert!(output.contains("another crate warn"), "{level}: {output}");
+        assert!(output.contains("relay warn"), "{level}: {output}");
+    }
+    // Named, a library says what its directive lets through; the others stay held.
+    for level in ["info,h2=debug", "h2::proto=debug,warn"] {
+        let output = capture(level, LogFormat::Jsonl, say);
+        assert!(output.contains("h2 warn"), "{level}: {output}");
+        assert!(output.contains("h2 debug"), "{level}: {output}");
+        assert!(!output.contains("rustls warn"), "{level}: {output}");
+    }
+    // Asked for everything, the operator gets it.
+    let output = capture("debug", LogFormat::Jsonl, say);
+    assert!(output.contains("rustls warn"), "{output}");
+    assert!(output.contains("h2 debug"), "{output}");
+    // Nothing is let through that the filter turned off.
+    for level in ["off", "off,relay=info", "error,relay=info"] {
+        let output = capture(level, LogFormat::Jsonl, say);
+        assert!(!output.contains("h2 warn"), "{level}: {output}");
+        assert!(!output.contains("rustls warn"), "{level}: {output}");
+        assert!(!output.contains("another crate warn"), "{level}: {output}");
+    }
+    let output = capture("off,relay=info", LogFormat::Jsonl, say);
+    assert!(!output.contains("h2 error"), "{output}");
 }
 
 /// Control frames carry secrets; no directive, however specific, lets the WebSocket
