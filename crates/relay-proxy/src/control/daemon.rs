@@ -127,14 +127,16 @@ pub struct ControlPlane {
     sessions_per_ip: Mutex<HashMap<IpAddr, u32>>,
     /// Places for sessions in their handshake.
     handshaking: HandshakePlaces,
-    /// The lines of refused upgrades and rate-limited handshakes, at most one of each every
-    /// [`REFUSAL_LOG_EVERY`]: each refusal costs its sender one request, and must not cost
-    /// the daemon a log line each.
-    refusal_lines: Mutex<[Throttle; 2]>,
+    /// The lines of refused upgrades, rate-limited handshakes and sessions closed for a
+    /// malformed frame before they registered, at most one of each every
+    /// [`REFUSAL_LOG_EVERY`]: each costs its sender one request, and must not cost the
+    /// daemon a log line each.
+    refusal_lines: Mutex<[Throttle; 3]>,
     tasks: Mutex<JoinSet<()>>,
 }
 
-/// How often a refused control upgrade, or a rate-limited handshake, is logged at most.
+/// How often a refused control upgrade, a rate-limited handshake, or a session closed
+/// before it registered is logged at most.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Which refusal line a [`Throttle`] of `refusal_lines` counts.
@@ -142,6 +144,7 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 enum RefusalLine {
     HandshakesFull = 0,
     RateLimited = 1,
+    ClosedBeforeRegistering = 2,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -196,7 +199,7 @@ impl ControlPlane {
             handshakes: Mutex::new(HashMap::new()),
             sessions_per_ip: Mutex::new(HashMap::new()),
             handshaking: HandshakePlaces::new(),
-            refusal_lines: Mutex::new([Throttle::default(), Throttle::default()]),
+            refusal_lines: Mutex::new([Throttle::default(); 3]),
             tasks: Mutex::new(JoinSet::new()),
         })
     }
@@ -435,13 +438,18 @@ impl ControlPlane {
             }
             Err(HandshakeError::Close { code, reason }) => {
                 // A malformed or out-of-order frame is closed with its reason, logged; a
-                // silent one is only closed.
-                if code == CloseCode::Protocol {
+                // silent one is only closed. Loopback peers are not rate-limited, so a
+                // local process could otherwise write thousands of these lines a second.
+                if code == CloseCode::Protocol
+                    && let Some(suppressed) =
+                        self.refusal_line(RefusalLine::ClosedBeforeRegistering)
+                {
                     tracing::warn!(
                         event = "control_session_closed",
                         role = role.as_str(),
                         peer = %ip,
                         reason,
+                        suppressed_since_last_emit = suppressed,
                         "control session closed before it registered"
                     );
                 }
