@@ -269,9 +269,9 @@ const PEER_FACING_LIBRARIES: [&str; 6] = [
 
 /// At the levels a service runs at (`warn` and `info` as the filter's default), the
 /// libraries of [`PEER_FACING_LIBRARIES`] say only errors, unless the filter names them
-/// (`info,h2=debug`). Relay reports refused peers itself, rate-limited. At `debug` and
-/// `trace` the operator asked for everything and gets it; at `error` and `off` there is
-/// nothing to hold.
+/// (`info,h2=debug`); Relay's own lines about what peers do are rate-limited where they
+/// could come in floods. At `debug` and `trace` the operator asked for everything and gets
+/// it; at `error` and `off` there is nothing to hold.
 fn hold_peer_facing_libraries(filter: EnvFilter, directives: &str) -> EnvFilter {
     let directives: Vec<&str> = directives.split(',').map(str::trim).collect();
     let default = directives
