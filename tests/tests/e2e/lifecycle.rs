@@ -11,7 +11,7 @@ use relay_e2e::{Relayd, STOP_TIMEOUT};
 use relay_testkit::{ANTHROPIC_MESSAGES_SSE, Behaviour, REQUEST_ID_HEADER, StandIn, StandInConfig};
 use tokio::net::TcpStream;
 
-use super::support::{EVENT_TIMEOUT, assert_cut, assert_healthy, field, upstream_config};
+use super::support::{EVENT_TIMEOUT, assert_cut, assert_healthy, between, field, upstream_config};
 
 /// How often the refusal check retries a connection.
 const CONNECT_POLL: Duration = Duration::from_millis(20);
@@ -198,7 +198,7 @@ async fn a_stream_longer_than_the_drain_time_is_cut_and_relayd_still_exits_0() -
     assert_cut(res.read_rest(&first).await);
     drop(hold);
     stand_in.wait_for_client_gone(id, EVENT_TIMEOUT).await?;
-    relayd
+    let stopped = relayd
         .wait_for_log_event("daemon_stopped", EVENT_TIMEOUT)
         .await?;
     let warned = relayd.logs().events().into_iter().any(|event| {
@@ -208,6 +208,24 @@ async fn a_stream_longer_than_the_drain_time_is_cut_and_relayd_still_exits_0() -
         warned,
         "no warning that the drain ran out:\n{}",
         relayd.logs().text()
+    );
+    // By relayd's own clock, which the test's scheduling does not move: the drain ran its
+    // one second, and relayd stopped within seconds of the signal.
+    let stopping = relayd
+        .wait_for_log_event("daemon_stopping", EVENT_TIMEOUT)
+        .await?;
+    let passed = relayd
+        .wait_for_log_event("drain_deadline_passed", EVENT_TIMEOUT)
+        .await?;
+    let drained = between(&stopping, &passed);
+    assert!(
+        drained >= Duration::from_millis(990) && drained < Duration::from_secs(5),
+        "the drain ran {drained:?} with drain_secs = 1"
+    );
+    let took = between(&stopping, &stopped);
+    assert!(
+        took < Duration::from_secs(5),
+        "relayd took {took:?} to stop with a 1 s drain"
     );
     Ok(())
 }
