@@ -191,6 +191,7 @@ pub async fn serve<H: Handler>(
     let (stop, _) = watch::channel(());
     let mut tasks = JoinSet::new();
     let mut accept_failures = relay_logging::Throttle::default();
+    let calm_lines = Arc::default();
     tokio::pin!(shutdown);
     loop {
         // Reap finished connections so the set stays small.
@@ -245,6 +246,7 @@ pub async fn serve<H: Handler>(
             options: options.clone(),
             builders: builders.clone(),
             stopping: stop.subscribe(),
+            calm_lines: Arc::clone(&calm_lines),
         };
         // The permit and the address slot live as long as the socket: through an upgrade,
         // and through the lingering close.
@@ -526,6 +528,21 @@ struct Conn {
     /// Changes when the server stops: the connection then finishes its current answer and
     /// closes (HTTP/2: GOAWAY).
     stopping: watch::Receiver<()>,
+    /// The listener's line for HTTP/2 connections closed for breaking h2's limits.
+    calm_lines: Arc<std::sync::Mutex<relay_logging::Throttle>>,
+}
+
+/// Whether a connection ended because its HTTP/2 client broke h2's limits on reset streams
+/// (the rapid-reset attack), which h2 answers with GOAWAY `ENHANCE_YOUR_CALM`.
+fn told_to_calm_down(error: &BoxError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error.as_ref());
+    while let Some(error) = source {
+        if let Some(h2) = error.downcast_ref::<h2::Error>() {
+            return h2.is_go_away() && h2.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM);
+        }
+        source = error.source();
+    }
+    false
 }
 
 impl Conn {
@@ -569,6 +586,7 @@ impl Conn {
             options,
             builders,
             mut stopping,
+            calm_lines,
         } = self;
         let ctx = ConnContext {
             peer,
@@ -624,6 +642,24 @@ impl Conn {
                     Ended::Work(Ok(())) => break Closing::Done,
                     Ended::Work(Err(error)) => {
                         tracing::debug!(error = %error, "connection ended with an error");
+                        // h2's own warning of it is held at a service's levels (a peer
+                        // could send one a frame); this line, at most one every ten
+                        // seconds, is what tells the operator.
+                        if told_to_calm_down(&error)
+                            && let Some(suppressed) =
+                                relay_logging::sync::lock(&calm_lines, "HTTP/2 abuse line")
+                                    .and_then(|mut line| {
+                                        line.admit(Instant::now(), FLOOD_LOG_EVERY)
+                                    })
+                        {
+                            tracing::warn!(
+                                event = "http2_connection_closed",
+                                peer = %peer.ip(),
+                                reason = "too_many_resets",
+                                suppressed_since_last_emit = suppressed,
+                                "closed an HTTP/2 connection whose client reset more streams than it may (a rapid-reset attack?)"
+                            );
+                        }
                         // An answer's body failed (a provider that broke off): the client
                         // must not take the truncated answer for a whole one.
                         let broken = error

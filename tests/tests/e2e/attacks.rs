@@ -22,8 +22,8 @@ use relay_testkit::StandIn;
 use tokio::io::AsyncWriteExt as _;
 
 use super::support::{
-    EVENT_TIMEOUT, INITIALIZE_TIMEOUT, field, fresh_token, metrics, pass_throughs, requests_to,
-    route_status, user_for, worker_config,
+    EVENT_TIMEOUT, INITIALIZE_TIMEOUT, assert_healthy, field, fresh_token, metrics, pass_throughs,
+    requests_to, route_status, user_for, worker_config,
 };
 
 /// Registers `client` as an MCP for `token` and returns its session and the launch grant
@@ -716,5 +716,60 @@ async fn a_peer_cannot_make_relayd_log_a_line_per_handshake_or_frame() -> anyhow
         from_libraries.len(),
         from_libraries.first()
     );
+    Ok(())
+}
+
+/// The rapid-reset attack (streams opened and reset at once, faster than they can be
+/// served): h2 closes the connection with GOAWAY `ENHANCE_YOUR_CALM`, relayd keeps serving,
+/// and says so in a line of its own, at most once every ten seconds, since h2's warning of
+/// each such connection is held back at a service's levels.
+#[tokio::test]
+async fn a_rapid_reset_attack_is_cut_off_and_said_once() -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt as _;
+
+    const CONNECTIONS: usize = 3;
+    const RESETS: u32 = 60;
+    let relayd = Relayd::builder()?.start().await?;
+    let authority = relayd.addr().to_string();
+    for _ in 0..CONNECTIONS {
+        let mut tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
+        let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        frames.extend(h2_frame(4, 0, &[]));
+        // GET / with :authority, from HPACK's static table and one literal.
+        let mut head = vec![0x82, 0x86, 0x84, 0x01, u8::try_from(authority.len())?];
+        head.extend_from_slice(authority.as_bytes());
+        for stream in (1..RESETS * 2).step_by(2) {
+            let mut headers = h2_frame(1, 0x5, &head);
+            headers[5..9].copy_from_slice(&stream.to_be_bytes());
+            let mut reset = h2_frame(3, 0, &8_u32.to_be_bytes());
+            reset[5..9].copy_from_slice(&stream.to_be_bytes());
+            frames.extend(headers);
+            frames.extend(reset);
+        }
+        // relayd may close before it has read everything; what matters is that it closes.
+        let _ = tcp.write_all(&frames).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer)).await?;
+        // A GOAWAY (type 7) with ENHANCE_YOUR_CALM (0xb) is among what relayd sent.
+        let mut at = 0;
+        let mut calm = false;
+        while at + 9 <= answer.len() {
+            let len = u32::from_be_bytes([0, answer[at], answer[at + 1], answer[at + 2]]) as usize;
+            if answer[at + 3] == 7 && answer.len() >= at + 9 + 8 {
+                calm |= answer[at + 13..at + 17] == 0xb_u32.to_be_bytes();
+            }
+            at += 9 + len;
+        }
+        assert!(calm, "no GOAWAY ENHANCE_YOUR_CALM in {answer:?}");
+    }
+    assert_healthy(&relayd).await?;
+
+    let said = relayd
+        .wait_for_log_event("http2_connection_closed", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(field(&said, "reason"), "too_many_resets", "{said}");
+    assert_eq!(said["suppressed_since_last_emit"], 0, "{said}");
+    let lines = relayd.logs().events_named("http2_connection_closed").len();
+    assert_eq!(lines, 1, "{}", relayd.logs().text());
     Ok(())
 }
