@@ -268,10 +268,12 @@ const PEER_FACING_LIBRARIES: [&str; 6] = [
 ];
 
 /// At the levels a service runs at (`warn` and `info` as the filter's default), the
-/// libraries of [`PEER_FACING_LIBRARIES`] say only errors, unless the filter names them
-/// (`info,h2=debug`); Relay's own lines about what peers do are rate-limited where they
-/// could come in floods. At `debug` and `trace` the operator asked for everything and gets
-/// it; at `error` and `off` there is nothing to hold.
+/// libraries of [`PEER_FACING_LIBRARIES`] say only errors, unless a directive sets the
+/// library itself (`info,h2=debug`). A directive for one of its modules or spans
+/// (`rustls::msgs=off`, `h2[conn]=debug`) applies there, being more specific, and leaves the
+/// rest of the library held. Relay's own lines about what peers do are rate-limited where
+/// they could come in floods. At `debug` and `trace` the operator asked for everything and
+/// gets it; at `error` and `off` there is nothing to hold.
 fn hold_peer_facing_libraries(filter: EnvFilter, directives: &str) -> EnvFilter {
     let directives: Vec<&str> = directives.split(',').map(str::trim).collect();
     let default = directives
@@ -282,18 +284,17 @@ fn hold_peer_facing_libraries(filter: EnvFilter, directives: &str) -> EnvFilter 
     if !matches!(default.as_deref(), Some("warn" | "info")) {
         return filter;
     }
-    let named = |library: &str| {
+    // Only a directive with the same target and no span would be replaced by the cap.
+    let set_by_the_filter = |library: &str| {
         directives.iter().any(|directive| {
-            let target = directive.split(['=', '[']).next().unwrap_or_default();
-            target == library
-                || target
-                    .strip_prefix(library)
-                    .is_some_and(|rest| rest.starts_with("::"))
+            directive
+                .split_once('=')
+                .is_some_and(|(target, _)| target == library)
         })
     };
     PEER_FACING_LIBRARIES
         .into_iter()
-        .filter(|library| !named(library))
+        .filter(|library| !set_by_the_filter(library))
         .filter_map(|library| format!("{library}=error").parse().ok())
         .fold(filter, EnvFilter::add_directive)
 }

@@ -92,6 +92,19 @@ fn peer_facing_libraries_say_only_errors_at_a_services_levels() {
         assert!(output.contains("h2 debug"), "{level}: {output}");
         assert!(!output.contains("rustls warn"), "{level}: {output}");
     }
+    // A directive for one module, one span or one companion crate applies there only: the
+    // rest of the library stays held.
+    for level in [
+        "info,rustls::other=off",
+        "info,h2::proto::streams=off",
+        "info,h2[conn]=debug",
+        "info,hyper::client=info",
+    ] {
+        let output = capture(level, LogFormat::Jsonl, say);
+        assert!(!output.contains("rustls warn"), "{level}: {output}");
+        assert!(!output.contains("h2 warn"), "{level}: {output}");
+        assert!(!output.contains("hyper_util warn"), "{level}: {output}");
+    }
     // Asked for everything, the operator gets it.
     let output = capture("debug", LogFormat::Jsonl, say);
     assert!(output.contains("rustls warn"), "{output}");
