@@ -326,6 +326,24 @@ async fn a_handshake_refusal_is_sent_logged_and_closes_the_session() {
     assert_eq!(event["role"], "worker", "{line}");
 }
 
+/// The authority of `daemon` and the URL of its MCP control path, for a raw WebSocket client.
+fn mcp_url(daemon: &Daemon) -> (String, String) {
+    let origin = daemon.address.origin().to_string();
+    let authority = origin.trim_start_matches("http://").to_owned();
+    let url = format!("ws://{authority}{MCP_PATH}");
+    (authority, url)
+}
+
+/// The lines saying a control session was closed before it registered.
+fn closed_before_registering(capture: &LogCapture) -> Vec<serde_json::Value> {
+    capture
+        .contents()
+        .lines()
+        .filter(|line| line.contains("control session closed before it registered"))
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
 /// A first frame that is not a `Hello` (text, garbage, or far too large) closes the session
 /// with a protocol close code and a logged reason.
 #[tokio::test]
@@ -337,9 +355,7 @@ async fn a_malformed_first_frame_closes_the_session_with_a_logged_reason() {
     let (capture, dispatch) = capture_log();
     let _default = tracing::dispatcher::set_default(&dispatch);
     let daemon = start_daemon().await;
-    let origin = daemon.address.origin().to_string();
-    let authority = origin.trim_start_matches("http://").to_owned();
-    let url = format!("ws://{authority}{MCP_PATH}");
+    let (authority, url) = mcp_url(&daemon);
     // A peer that goes away before saying anything is no malformed session (it goes first,
     // so the daemon has long seen it leave when the log is read below).
     let tcp = tokio::net::TcpStream::connect(&authority).await.unwrap();
@@ -375,15 +391,10 @@ async fn a_malformed_first_frame_closes_the_session_with_a_logged_reason() {
     // Said once, with its reason; the two sessions closed after it within ten seconds are
     // only counted, as a local process can open thousands of such sessions a second
     // (loopback peers are not rate-limited).
-    let log = capture.contents();
-    let closed: Vec<serde_json::Value> = log
-        .lines()
-        .filter(|line| line.contains("control session closed before it registered"))
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    assert_eq!(closed.len(), 1, "{log}");
-    assert_eq!(closed[0]["reason"], "expected Hello", "{log}");
-    assert_eq!(closed[0]["suppressed_since_last_emit"], 0, "{log}");
+    let closed = closed_before_registering(&capture);
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0]["reason"], "expected Hello", "{closed:?}");
+    assert_eq!(closed[0]["suppressed_since_last_emit"], 0, "{closed:?}");
 }
 
 /// A local process opening session after session, each closed for a malformed first frame,
@@ -396,9 +407,7 @@ async fn sessions_closed_for_a_malformed_first_frame_are_logged_once_per_interva
     let (capture, dispatch) = capture_log();
     let _default = tracing::dispatcher::set_default(&dispatch);
     let daemon = start_daemon().await;
-    let origin = daemon.address.origin().to_string();
-    let authority = origin.trim_start_matches("http://").to_owned();
-    let url = format!("ws://{authority}{MCP_PATH}");
+    let (authority, url) = mcp_url(&daemon);
     for _ in 0..200 {
         let tcp = tokio::net::TcpStream::connect(&authority).await.unwrap();
         let (mut ws, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
@@ -412,12 +421,8 @@ async fn sessions_closed_for_a_malformed_first_frame_are_logged_once_per_interva
         .await
         .unwrap();
     }
-    let log = capture.contents();
-    let closed = log
-        .lines()
-        .filter(|line| line.contains("control session closed before it registered"))
-        .count();
-    assert_eq!(closed, 1, "{log}");
+    let closed = closed_before_registering(&capture);
+    assert_eq!(closed.len(), 1, "{closed:?}");
 }
 
 /// The attack on the credential tombstones, through real handshakes: a local process mints
