@@ -533,12 +533,15 @@ struct Conn {
 }
 
 /// Whether a connection ended because its HTTP/2 client broke h2's limits on reset streams
-/// (the rapid-reset attack), which h2 answers with GOAWAY `ENHANCE_YOUR_CALM`.
+/// (the rapid-reset attack), which h2 answers with GOAWAY `ENHANCE_YOUR_CALM`: h2's own
+/// GOAWAY, not one a client sent with that code.
 fn told_to_calm_down(error: &BoxError) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error.as_ref());
     while let Some(error) = source {
         if let Some(h2) = error.downcast_ref::<h2::Error>() {
-            return h2.is_go_away() && h2.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM);
+            return h2.is_go_away()
+                && h2.is_library()
+                && h2.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM);
         }
         source = error.source();
     }

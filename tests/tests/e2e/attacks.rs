@@ -771,5 +771,21 @@ async fn a_rapid_reset_attack_is_cut_off_and_said_once() -> anyhow::Result<()> {
     assert_eq!(said["suppressed_since_last_emit"], 0, "{said}");
     let lines = relayd.logs().events_named("http2_connection_closed").len();
     assert_eq!(lines, 1, "{}", relayd.logs().text());
+
+    // A client that itself sends GOAWAY with ENHANCE_YOUR_CALM is not taken for an attack.
+    let mut relayd = Relayd::builder()?.start().await?;
+    let mut tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
+    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frames.extend(h2_frame(4, 0, &[]));
+    frames.extend(h2_frame(7, 0, &[0, 0, 0, 0, 0, 0, 0, 0xb]));
+    tcp.write_all(&frames).await?;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer)).await?;
+    relayd.stop().await?;
+    relayd
+        .wait_for_log_event("daemon_stopped", EVENT_TIMEOUT)
+        .await?;
+    let lines = relayd.logs().events_named("http2_connection_closed");
+    assert!(lines.is_empty(), "{lines:?}");
     Ok(())
 }
