@@ -333,7 +333,8 @@ const MAX_LINKS: usize = 40;
 /// Where a path leads, resolved one entry at a time as the kernel would: the file's real
 /// path, what `lstat` says of it, and the entries on the way ([`DirFacts`]). `None` when
 /// the file does not exist; a symlink that leads to nothing is an error, as an
-/// administrator meant something there.
+/// administrator meant something there, and so is a path that leads to anything but a
+/// regular file (a directory, a FIFO, a device).
 fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, Vec<DirFacts>)>> {
     use std::ffi::OsString;
     use std::path::Component;
@@ -363,6 +364,8 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, Vec<DirF
     while let Some((name, from_link)) = pending.pop() {
         if name == ".." {
             at.pop();
+            // Where this leaves the path is a directory, whatever was looked at last.
+            last = None;
             continue;
         }
         let entry = at.join(&name);
@@ -413,8 +416,7 @@ fn resolve_judged(path: &Path) -> io::Result<Option<(PathBuf, Metadata, Vec<DirF
             last = Some(metadata);
         }
     }
-    // The path named a directory (or `/`): there is no file to give.
-    let Some(metadata) = last else {
+    let Some(metadata) = last.filter(Metadata::is_file) else {
         return Err(io::Error::other(format!(
             "{} is not a regular file",
             at.display()
@@ -435,12 +437,6 @@ pub fn open_trusted(path: &Path) -> io::Result<Option<File>> {
     let Some((real, found, dirs)) = resolve_judged(path)? else {
         return Ok(None);
     };
-    if !found.is_file() {
-        return Err(io::Error::other(format!(
-            "{} is not a regular file",
-            real.display()
-        )));
-    }
     let file = open_nofollow(&real)?;
     let metadata = file.metadata()?;
     if (metadata.dev(), metadata.ino()) != (found.dev(), found.ino()) {

@@ -307,4 +307,7 @@ fn every_entry_on_the_way_to_a_provided_file_is_judged() {
     // A loop is refused as the kernel refuses it.
     symlink("loop", root.join("loop")).unwrap();
     assert!(open_trusted(&root.join("loop")).is_err());
+    // `..` after the file leads to its directory, which is not the file.
+    let refused = refusal(&provided.join(".."));
+    assert!(refused.contains("is not a regular file"), "{refused}");
 }
