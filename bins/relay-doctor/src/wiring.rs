@@ -330,19 +330,23 @@ fn command_in(words: &[String], depth: usize) -> Option<HookCommand> {
         })
     };
     let mut start = 0;
-    while let Some(word) = words.get(start).map(String::as_str) {
-        start += 1;
+    while let Some(word) = words.get(start) {
         if is_assignment(word) {
+            start += 1;
             continue;
         }
-        let Some((_, with_value, operands)) =
+        let Some((name, with_value, operands)) =
             WRAPPERS.iter().find(|(name, ..)| is_named(word, name))
         else {
-            start -= 1;
             break;
         };
+        start += 1;
         // The wrapper's options, then the operands it takes before the command.
         while let Some(option) = words.get(start).filter(|w| w.starts_with('-')) {
+            // `command -v` and `-V` only say where a program is: they run nothing.
+            if *name == "command" && matches!(option.as_str(), "-v" | "-V") {
+                return None;
+            }
             start += if with_value.contains(&option.as_str()) {
                 2
             } else {

@@ -225,6 +225,9 @@ fn a_hook_run_through_env_or_with_assignments_is_read() {
         "sh /opt/relay/bin/relay-hook claude",
         "sh -c 'echo relay-hook' /opt/relay/bin/relay-hook",
         "sh +c '/opt/relay/bin/relay-hook claude'",
+        // `command -v` and `-V` say where a program is and run nothing.
+        "command -v /opt/relay/bin/relay-hook claude",
+        "nohup command -V relay-hook claude",
     ] {
         let value = json!({ "hooks": { "Stop": [{ "hooks": [{ "command": line }] }] } });
         assert!(wiring(&value, "mcp_servers").hooks.is_empty(), "{line}");
