@@ -212,14 +212,14 @@ impl Hold {
 
 /// One held stream's task: opens it (after a permit of `gate`), says so on `opened` when
 /// given one, and checks its frames into `stats` until it is aborted; a stream that ends
-/// before that is counted in `ended`.
+/// before that is counted in `ended` when given one.
 struct Held {
     addr: SocketAddr,
     token: Option<HeaderValue>,
     pace: Duration,
     gate: Arc<Semaphore>,
     stats: Arc<Mutex<FrameStats>>,
-    ended: Arc<AtomicU64>,
+    ended: Option<Arc<AtomicU64>>,
     opened: Option<mpsc::Sender<Result<()>>>,
 }
 
@@ -261,7 +261,9 @@ impl Held {
             }
         }
         // The stream ended or broke while it was meant to stay open: its remaining frames are lost.
-        self.ended.fetch_add(1, Ordering::Relaxed);
+        if let Some(ended) = &self.ended {
+            ended.fetch_add(1, Ordering::Relaxed);
+        }
         if !check.bad {
             self.stats
                 .lock()
@@ -298,7 +300,6 @@ pub(crate) async fn hold_and_check(
     let control_stats = control.map(|control| {
         let stats = Arc::new(Mutex::new(FrameStats::default()));
         let gate = Arc::new(Semaphore::new(CONTROL_STREAMS));
-        let ended = Arc::new(AtomicU64::new(0));
         for _ in 0..CONTROL_STREAMS {
             let held = Held {
                 addr: control,
@@ -306,7 +307,7 @@ pub(crate) async fn hold_and_check(
                 pace,
                 gate: gate.clone(),
                 stats: stats.clone(),
-                ended: ended.clone(),
+                ended: None,
                 opened: None,
             };
             tasks.spawn(held.run());
@@ -320,7 +321,7 @@ pub(crate) async fn hold_and_check(
             pace,
             gate: gate.clone(),
             stats: stats.clone(),
-            ended: ended.clone(),
+            ended: Some(ended.clone()),
             opened: Some(opened_tx.clone()),
         };
         tasks.spawn(held.run());
