@@ -610,12 +610,20 @@ async fn two_hundred_held_hook_bodies_without_a_credential_stay_within_48_mib() 
     Ok(())
 }
 
-/// One HTTP/2 frame: the 9-byte header, then `payload`, on stream 0.
-fn h2_frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+/// What an HTTP/2 client sends first: the preface, then empty SETTINGS.
+fn h2_preface() -> Vec<u8> {
+    let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    preface.extend(h2_frame(4, 0, 0, &[]));
+    preface
+}
+
+/// One HTTP/2 frame on `stream`: the 9-byte header, then `payload`.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = u32::try_from(payload.len())
         .unwrap_or(u32::MAX)
         .to_be_bytes();
-    let mut frame = vec![len[1], len[2], len[3], kind, flags, 0, 0, 0, 0];
+    let mut frame = vec![len[1], len[2], len[3], kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
     frame.extend_from_slice(payload);
     frame
 }
@@ -674,12 +682,11 @@ async fn a_peer_cannot_make_relayd_log_a_line_per_handshake_or_frame() -> anyhow
     let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(server, tcp)
         .await?;
-    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    frames.extend(h2_frame(4, 0, &[]));
+    let mut frames = h2_preface();
     for _ in 0..PINGS {
-        frames.extend(h2_frame(6, 1, &[1; 8]));
+        frames.extend(h2_frame(6, 1, 0, &[1; 8]));
     }
-    frames.extend(h2_frame(6, 0, b"answered"));
+    frames.extend(h2_frame(6, 0, 0, b"answered"));
     tls.write_all(&frames).await?;
     let answered = async {
         let mut header = [0_u8; 9];
@@ -733,18 +740,13 @@ async fn a_rapid_reset_attack_is_cut_off_and_said_once() -> anyhow::Result<()> {
     let authority = relayd.addr().to_string();
     for _ in 0..CONNECTIONS {
         let mut tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
-        let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        frames.extend(h2_frame(4, 0, &[]));
+        let mut frames = h2_preface();
         // GET / with :authority, from HPACK's static table and one literal.
         let mut head = vec![0x82, 0x86, 0x84, 0x01, u8::try_from(authority.len())?];
         head.extend_from_slice(authority.as_bytes());
         for stream in (1..RESETS * 2).step_by(2) {
-            let mut headers = h2_frame(1, 0x5, &head);
-            headers[5..9].copy_from_slice(&stream.to_be_bytes());
-            let mut reset = h2_frame(3, 0, &8_u32.to_be_bytes());
-            reset[5..9].copy_from_slice(&stream.to_be_bytes());
-            frames.extend(headers);
-            frames.extend(reset);
+            frames.extend(h2_frame(1, 0x5, stream, &head));
+            frames.extend(h2_frame(3, 0, stream, &8_u32.to_be_bytes()));
         }
         // relayd may close before it has read everything; what matters is that it closes.
         let _ = tcp.write_all(&frames).await;
@@ -775,9 +777,8 @@ async fn a_rapid_reset_attack_is_cut_off_and_said_once() -> anyhow::Result<()> {
     // A client that itself sends GOAWAY with ENHANCE_YOUR_CALM is not taken for an attack.
     let mut relayd = Relayd::builder()?.start().await?;
     let mut tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
-    let mut frames = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    frames.extend(h2_frame(4, 0, &[]));
-    frames.extend(h2_frame(7, 0, &[0, 0, 0, 0, 0, 0, 0, 0xb]));
+    let mut frames = h2_preface();
+    frames.extend(h2_frame(7, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0xb]));
     tcp.write_all(&frames).await?;
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer)).await?;
