@@ -13,7 +13,7 @@ use relay_identity::{
     provisioned_daemon_key_file, resolve_credential, store, system_config_dir,
 };
 use relay_proxy::config::{Config, ConfigError, ConfigSources, elide_quoted};
-use relay_proxy::plugins::{PluginFile, Plugins};
+use relay_proxy::plugins::{PluginConfigError, PluginFile, Plugins};
 use serde_json::json;
 
 use crate::report::{Check, Mode, Report};
@@ -691,7 +691,6 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
             } else {
                 err.to_string()
             };
-            use relay_proxy::plugins::PluginConfigError;
             let fix = match &err {
                 PluginConfigError::Read { source, .. }
                     if source.kind() == std::io::ErrorKind::PermissionDenied =>
