@@ -2,6 +2,7 @@
 //!
 //! It builds relayd, the client binaries and the testkit binaries in release and runs two phases against a provider stand-in, pinning processes to cores with `taskset` where it can.
 //! The pass-through phase starts a second, paced stand-in, relayd in `--pass-through` in front of both and nginx (module `nginx`) in front of the fast one, and runs `relay-loadgen`, which measures every figure directly, through relayd and through nginx in interleaved blocks, with the CPU time per request of relayd and nginx.
+//! The throughput blocks then run again in three other arrangements, each beside nginx in the same place: in front of an HTTPS provider (module `https`), with relayd and nginx serving HTTPS (module `serving_https`), and with the stand-in off their CPU (module `apart`).
 //! Then relayd, and nginx, each run alone under valgrind's callgrind, which counts the instructions of a request (module `instructions`).
 //! The worker phase (module `worker`) starts relayd in managed mode, times MCP sessions from `relay-mcp`'s start to a ready route, keeps one session live while `relay-loadgen` measures the path relayd → worker → stand-in and while `relay-hook` runs beside `/bin/true` (module `hook`).
 //! It prints every measure of the table in `relay_testkit::measures` beside its target, measured or not (module `report`), and writes the same as JSON to `target/bench/<timestamp>.json` and `target/bench/latest.json`.
@@ -18,6 +19,7 @@ mod nginx;
 mod pinning;
 mod procs;
 mod report;
+mod serving_https;
 mod worker;
 
 use std::{
@@ -87,7 +89,9 @@ const PROCESS_MEASURES: [&str; 2] = ["activation", "hook"];
 const INSTRUCTIONS: &str = "instructions";
 /// relayd and nginx in front of an HTTPS provider, after the plain pass-through measures.
 const HTTPS_PROVIDER: &str = "https-provider";
-/// relayd and nginx with the stand-in off their CPU, after the HTTPS provider.
+/// relayd and nginx serving HTTPS, after the HTTPS provider.
+const SERVING_HTTPS: &str = "serving-https";
+/// relayd and nginx with the stand-in off their CPU, after relayd and nginx serving HTTPS.
 const STAND_IN_APART: &str = "stand-in-apart";
 /// The loadgen's `--scale` of a `--quick` run.
 const QUICK_SCALE: &str = "0.05";
@@ -101,13 +105,15 @@ struct PhaseRows {
 }
 
 /// The loadgen's throughput scenario on `relayd` and its `peer` only (no direct path), with
-/// the run's scale; `what` says what runs, while it runs.
+/// the run's scale, over TLS trusting `tls_ca` when both serve HTTPS; `what` says what runs,
+/// while it runs.
 fn throughput_beside(
     bin_dir: &Path,
     pinning: &Pinning,
     relayd: &Relayd,
     peer: &Nginx,
     options: &Options,
+    tls_ca: Option<&Path>,
     what: &str,
 ) -> Result<Value> {
     let mut args: Vec<OsString> = Vec::new();
@@ -121,6 +127,9 @@ fn throughput_beside(
     }
     for pid in &peer.pids {
         args.extend(["--peer-pid".into(), pid.to_string().into()]);
+    }
+    if let Some(ca) = tls_ca {
+        args.extend(["--tls-ca".into(), ca.into()]);
     }
     args.extend(options.scale_args());
     run_loadgen(
@@ -167,7 +176,7 @@ impl Options {
                         .iter()
                         .chain(&WORKER_SCENARIOS)
                         .chain(&PROCESS_MEASURES)
-                        .chain(&[INSTRUCTIONS, HTTPS_PROVIDER, STAND_IN_APART]);
+                        .chain(&[INSTRUCTIONS, HTTPS_PROVIDER, SERVING_HTTPS, STAND_IN_APART]);
                     if !known.clone().any(|k| k == name) {
                         bail!(
                             "unknown scenario {name:?} for --only; known: {}",
@@ -346,6 +355,13 @@ pub(crate) fn measure(bin_dir: &Path, options: &Options) -> Result<Measured> {
             https::run(bin_dir, &pinning, &fast, &scratch, options),
             "https_provider",
             "the HTTPS provider measures were not taken",
+        );
+    }
+    if options.selected(SERVING_HTTPS) {
+        add(
+            serving_https::run(bin_dir, &pinning, &fast, &scratch, options),
+            "serving_https",
+            "the serving-HTTPS measures were not taken",
         );
     }
     if options.selected(STAND_IN_APART) {

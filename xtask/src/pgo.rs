@@ -27,14 +27,15 @@ use crate::{
 };
 
 /// The scenarios of the training run: the request paths an agent's traffic takes, through
-/// relayd alone (to a plain and to an HTTPS provider) and through the worker, with and
+/// relayd alone (to a plain and to an HTTPS provider, and serving HTTPS) and through the worker, with and
 /// without plugins, and the hook path. The memory, open-streams and instructions measures
 /// add nothing a profile needs and take long.
-const TRAINING: [&str; 10] = [
+const TRAINING: [&str; 11] = [
     "latency",
     "ttfb",
     "throughput",
     "https-provider",
+    "serving-https",
     "worker-latency",
     "worker-plugins",
     "worker-ttfb",

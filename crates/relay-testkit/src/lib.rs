@@ -5,7 +5,7 @@
 //! [`fixture_request`] loads the requests the real harnesses sent, embedded in the crate.
 //! It is not a provider emulator: it does not look at prompts, count tokens or validate request schemas, and it never opens an outbound connection.
 //! The `relay-stand-in` binary serves the same thing from a separate process for benchmarks and end-to-end runs; it and `relay-bare-proxy`, the bench's yardstick, stop on [`shutdown_signal`].
-//! For `cargo xtask bench` and `relay-loadgen` it also holds the table of SPEC §12's measures ([`measures`]) and the one `/proc` reader both use ([`procfs`]).
+//! For `cargo xtask bench` and `relay-loadgen` it also holds the table of SPEC §12's measures ([`measures`]) the one `/proc` reader both use ([`procfs`]), and the client TLS configuration with which both reach a relayd serving HTTPS ([`tls`]).
 
 mod behaviour;
 mod body;
@@ -22,6 +22,7 @@ mod shutdown;
 mod stand_in;
 #[cfg(test)]
 mod test_support;
+pub mod tls;
 mod wait;
 
 pub use behaviour::{Behaviour, CannedResponse};

@@ -50,6 +50,8 @@ pub enum MeasureId {
     RedactorThroughput,
     HttpsThroughputRate,
     HttpsCpuPassThrough,
+    ServingHttpsThroughputRate,
+    ServingHttpsCpuPassThrough,
     ApartThroughputRate,
     ApartCpuPassThrough,
 }
@@ -402,6 +404,22 @@ pub const MEASURES: &[MeasureSpec] = &[
         Unit::Micros,
         None,
         "relayd's user + system time over those throughput blocks divided by the requests it completed, beside nginx's in the same run",
+    ),
+    row(
+        MeasureId::ServingHttpsThroughputRate,
+        "serving_https",
+        "throughput, c=64, tiny responses, pass-through, relayd serving HTTPS (peer: nginx serving HTTPS)",
+        Unit::PerSecond,
+        None,
+        "the throughput blocks again, with the load generator reaching relayd (--tls-cert) and nginx (listen ssl) over TLS 1.3 and HTTP/1.1 keep-alive, both forwarding in plain HTTP to the fast stand-in; completed requests per second",
+    ),
+    row(
+        MeasureId::ServingHttpsCpuPassThrough,
+        "serving_https",
+        "CPU per proxied request, pass-through, c=64, relayd serving HTTPS (peer: nginx serving HTTPS)",
+        Unit::Micros,
+        None,
+        "relayd's user + system time over those throughput blocks divided by the requests it completed, TLS included, beside nginx's in the same run",
     ),
     row(
         MeasureId::ApartThroughputRate,

@@ -3,15 +3,13 @@
 //! The providers agents use are HTTPS and choose HTTP/2 when relayd offers it, so this is the path their requests take; nginx, the peer, reaches an upstream over HTTP/1.1 only, with keep-alive and TLS session reuse.
 //! The front runs on the stand-ins' CPUs; relayd and its peer on relayd's.
 
-use std::fs;
-
 use anyhow::{Context as _, Result};
 use relay_testkit::measures::MeasureId;
 use serde_json::json;
 
 use super::nginx::{self, Nginx, Site};
 use super::pinning::Pinning;
-use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams};
+use super::procs::{Relayd, RelaydMode, Scratch, StandIn, TlsFiles, Upstreams};
 use super::report::rows;
 use super::{Options, PhaseRows, throughput_beside};
 
@@ -30,25 +28,17 @@ pub(super) fn run(
     options: &Options,
 ) -> Result<PhaseRows> {
     let binary = nginx::find_or_install()?;
-    let dir = scratch.path("tls");
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     // relayd checks the address it dials against the IP name; nginx checks `localhost` (it does not match an IP name).
-    let made =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-            .context("making the provider's certificate")?;
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    fs::write(&cert, made.cert.pem()).with_context(|| format!("writing {}", cert.display()))?;
-    fs::write(&key, made.signing_key.serialize_pem())
-        .with_context(|| format!("writing {}", key.display()))?;
-
+    let tls = TlsFiles::make(&scratch.path("tls"), &["127.0.0.1", "localhost"])
+        .context("the HTTPS provider's certificate")?;
+    let cert = &tls.cert;
     let front = Nginx::start(
         &binary,
         pinning.stand_ins.as_deref(),
         nginx::Layout::Workers(1),
         Site::TlsFront {
             upstream: fast.addr,
-            cert: &cert,
-            key: &key,
+            tls: &tls,
         },
         scratch,
         &[],
@@ -60,7 +50,7 @@ pub(super) fn run(
         Upstreams {
             openai: front.addr,
             anthropic: front.addr,
-            trusted: Some(&cert),
+            trusted: Some(cert),
         },
         scratch,
         &[],
@@ -68,7 +58,7 @@ pub(super) fn run(
     let workers = pinning.server_cpu_count();
     let site = Site::PeerOfTls {
         upstream: front.addr,
-        trusted: &cert,
+        trusted: cert,
     };
     let peer = Nginx::peer(&binary, pinning, site, scratch)?;
     println!(
@@ -86,6 +76,7 @@ pub(super) fn run(
         &relayd,
         &peer,
         options,
+        None,
         "relayd and nginx in front of an HTTPS provider, about half a minute",
     )?;
     let measures = rows(&loadgen, &ROWS)?;

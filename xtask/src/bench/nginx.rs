@@ -18,7 +18,7 @@ use relay_testkit::procfs;
 
 use super::debian;
 use super::procs::{
-    PORT_ATTEMPTS, Process, Scratch, free_port, log_tail, start_timeout, wrapped_command,
+    PORT_ATTEMPTS, Process, Scratch, TlsFiles, free_port, log_tail, start_timeout, wrapped_command,
 };
 
 /// How long nginx may take to accept connections and start its workers.
@@ -64,11 +64,15 @@ pub(super) enum Layout {
 pub(super) enum Site<'a> {
     /// relayd's peer: plain HTTP in front of a plain stand-in.
     Peer(SocketAddr),
-    /// An HTTPS provider: TLS with `cert` and `key`, HTTP/2 offered by ALPN beside HTTP/1.1, in front of a plain stand-in.
+    /// An HTTPS provider: TLS with `tls`'s certificate, HTTP/2 offered by ALPN beside HTTP/1.1, in front of a plain stand-in.
     TlsFront {
         upstream: SocketAddr,
-        cert: &'a Path,
-        key: &'a Path,
+        tls: &'a TlsFiles,
+    },
+    /// relayd's peer when relayd serves HTTPS: the same TLS front, in front of the plain stand-in relayd forwards to.
+    PeerServingHttps {
+        upstream: SocketAddr,
+        tls: &'a TlsFiles,
     },
     /// relayd's peer in front of an HTTPS provider: plain HTTP in, HTTP/1.1 over TLS out (nginx speaks no HTTP/2 to an upstream), verifying the provider as `localhost` against `trusted` and resuming TLS sessions.
     PeerOfTls {
@@ -83,6 +87,7 @@ impl Site<'_> {
         match self {
             Site::Peer(_) => "nginx",
             Site::TlsFront { .. } => "nginx-tls-front",
+            Site::PeerServingHttps { .. } => "nginx-peer-serving-https",
             Site::PeerOfTls { .. } => "nginx-peer-of-tls",
         }
     }
@@ -93,18 +98,14 @@ pub(super) fn config(dir: &Path, port: u16, site: Site, layout: Layout, as_root:
     // The `listen` parameters after the address, the upstream, its scheme, and what the server and the location add.
     let (listen, upstream, scheme, server_extra, location_extra) = match site {
         Site::Peer(upstream) => ("", upstream, "http", String::new(), String::new()),
-        Site::TlsFront {
-            upstream,
-            cert,
-            key,
-        } => (
+        Site::TlsFront { upstream, tls } | Site::PeerServingHttps { upstream, tls } => (
             " ssl http2",
             upstream,
             "http",
             format!(
                 "\n        ssl_certificate {};\n        ssl_certificate_key {};",
-                cert.display(),
-                key.display()
+                tls.cert.display(),
+                tls.key.display()
             ),
             String::new(),
         ),

@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use super::http::is_relayd_healthy;
+use super::http::{is_relayd_healthy, is_relayd_healthy_over_tls};
 use crate::command::seconds;
 
 /// How long a stand-in may take to print its address.
@@ -250,22 +250,50 @@ pub(super) fn parse_listening(line: &str) -> Option<SocketAddr> {
     line.trim().strip_prefix("listening ")?.parse().ok()
 }
 
-/// How a bench relayd routes model requests.
+/// How a bench relayd serves and routes model requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum RelaydMode {
+pub(super) enum RelaydMode<'a> {
     /// `--pass-through`: every request goes straight to the stand-ins.
     PassThrough,
+    /// The same, serving HTTPS with these files, as a relayd for remote clients does.
+    PassThroughServingHttps(&'a TlsFiles),
     /// The default managed mode: requests with a credential whose worker is ready go to the worker.
     Managed,
 }
 
-impl RelaydMode {
+impl RelaydMode<'_> {
     /// The scratch subdirectory of this relayd's files, and its name in messages.
     fn label(self) -> &'static str {
         match self {
             RelaydMode::PassThrough => "pass-through",
+            RelaydMode::PassThroughServingHttps(_) => "pass-through-serving-https",
             RelaydMode::Managed => "managed",
         }
+    }
+}
+
+/// A certificate made for the run and its key, as PEM files; the certificate is also the one root a client needs to trust it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TlsFiles {
+    pub(super) cert: PathBuf,
+    pub(super) key: PathBuf,
+}
+
+impl TlsFiles {
+    /// A self-signed certificate for `names` (an IP address becomes an IP name), written into `dir`.
+    pub(super) fn make(dir: &Path, names: &[&str]) -> Result<TlsFiles> {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let names: Vec<String> = names.iter().map(|name| (*name).to_owned()).collect();
+        let made = rcgen::generate_simple_self_signed(names).context("making a certificate")?;
+        let files = TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        };
+        fs::write(&files.cert, made.cert.pem())
+            .with_context(|| format!("writing {}", files.cert.display()))?;
+        fs::write(&files.key, made.signing_key.serialize_pem())
+            .with_context(|| format!("writing {}", files.key.display()))?;
+        Ok(files)
     }
 }
 
@@ -286,7 +314,7 @@ impl Relayd {
     pub(super) fn start(
         bin_dir: &Path,
         cpus: Option<&str>,
-        mode: RelaydMode,
+        mode: RelaydMode<'_>,
         upstreams: Upstreams,
         scratch: &Scratch,
         wrapper: &[OsString],
@@ -317,8 +345,19 @@ impl Relayd {
             let (log, log_file) = scratch.log(&format!("{label}/relayd-{attempt}.stderr"))?;
             let mut command = wrapped_command(wrapper, &bin_dir.join("relayd"), cpus);
             command.args(["--port", &port.to_string()]);
-            if mode == RelaydMode::PassThrough {
-                command.arg("--pass-through");
+            match mode {
+                RelaydMode::PassThrough => {
+                    command.arg("--pass-through");
+                }
+                RelaydMode::PassThroughServingHttps(tls) => {
+                    command
+                        .arg("--pass-through")
+                        .arg("--tls-cert")
+                        .arg(&tls.cert)
+                        .arg("--tls-key")
+                        .arg(&tls.key);
+                }
+                RelaydMode::Managed => {}
             }
             command
                 .arg("--config")
@@ -348,7 +387,13 @@ impl Relayd {
                     }
                     bail!("relayd exited at start-up ({status}); its stderr:\n{last_log}");
                 }
-                if is_relayd_healthy(addr) {
+                let healthy = match mode {
+                    RelaydMode::PassThroughServingHttps(tls) => {
+                        is_relayd_healthy_over_tls(addr, &tls.cert)
+                    }
+                    RelaydMode::PassThrough | RelaydMode::Managed => is_relayd_healthy(addr),
+                };
+                if healthy {
                     return Ok(Relayd {
                         addr,
                         process,

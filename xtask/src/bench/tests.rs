@@ -115,6 +115,97 @@ fn a_listener_that_is_not_relayd_is_not_healthy() {
     server.join().unwrap();
 }
 
+/// A one-connection TLS server with `tls`'s certificate that answers `answer` to the first request.
+fn tls_server_answering(
+    tls: &TlsFiles,
+    answer: &'static [u8],
+) -> (SocketAddr, thread::JoinHandle<()>) {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(&tls.cert)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(&tls.key).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let config = std::sync::Arc::new(config);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        let connection = rustls::ServerConnection::new(config).unwrap();
+        let mut stream = rustls::StreamOwned::new(connection, tcp);
+        let mut request = Vec::new();
+        let mut chunk = [0_u8; 512];
+        // A client that refuses the certificate ends the handshake, and these reads with it.
+        while !request.ends_with(b"\r\n\r\n") {
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(read) => request.extend_from_slice(&chunk[..read]),
+            }
+        }
+        stream.write_all(answer).unwrap();
+        stream.conn.send_close_notify();
+        stream.flush().unwrap();
+    });
+    (addr, server)
+}
+
+#[test]
+fn a_relayd_serving_https_is_healthy_only_behind_a_trusted_certificate() {
+    let scratch = Scratch::create().unwrap();
+    let served = TlsFiles::make(&scratch.path("served"), &["127.0.0.1"]).unwrap();
+    let other = TlsFiles::make(&scratch.path("other"), &["127.0.0.1"]).unwrap();
+    let relayd_answer: &[u8] =
+        b"HTTP/1.1 200 OK\r\ncontent-length: 21\r\n\r\n{\"service\":\"relayd\"}";
+
+    let (addr, server) = tls_server_answering(&served, relayd_answer);
+    assert!(is_relayd_healthy_over_tls(addr, &served.cert));
+    server.join().unwrap();
+
+    // The same answer behind a certificate the bench did not make is not its relayd.
+    let (addr, server) = tls_server_answering(&served, relayd_answer);
+    assert!(!is_relayd_healthy_over_tls(addr, &other.cert));
+    server.join().unwrap();
+
+    // Nor is plain HTTP where HTTPS was asked for.
+    let port = free_port().unwrap();
+    assert!(!is_relayd_healthy_over_tls(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        &served.cert
+    ));
+}
+
+#[test]
+fn nginx_serving_https_beside_relayd_terminates_tls_before_the_plain_stand_in() {
+    let tls = TlsFiles {
+        cert: "/x/served/cert.pem".into(),
+        key: "/x/served/key.pem".into(),
+    };
+    let config = nginx::config(
+        Path::new("/x/peer"),
+        4200,
+        nginx::Site::PeerServingHttps {
+            upstream: SocketAddr::from(([127, 0, 0, 1], 4001)),
+            tls: &tls,
+        },
+        nginx::Layout::Workers(1),
+        false,
+    );
+    assert!(config.contains("listen 127.0.0.1:4200 ssl http2;"));
+    assert!(config.contains("ssl_certificate /x/served/cert.pem;"));
+    assert!(config.contains("ssl_certificate_key /x/served/key.pem;"));
+    assert!(config.contains("proxy_pass http://origin;"));
+    assert!(config.contains("server 127.0.0.1:4001;"));
+}
+
 fn sample_report() -> Value {
     json!({
         "measures": [
@@ -410,13 +501,16 @@ fn the_nginx_config_stays_in_its_directory_and_keeps_upstream_connections() {
 #[test]
 fn nginx_as_an_https_provider_offers_http2_and_its_peer_verifies_it() {
     let stand_in = SocketAddr::from(([127, 0, 0, 1], 4001));
+    let tls = TlsFiles {
+        cert: "/x/tls/cert.pem".into(),
+        key: "/x/tls/key.pem".into(),
+    };
     let front = nginx::config(
         Path::new("/x/front"),
         4443,
         nginx::Site::TlsFront {
             upstream: stand_in,
-            cert: Path::new("/x/tls/cert.pem"),
-            key: Path::new("/x/tls/key.pem"),
+            tls: &tls,
         },
         nginx::Layout::Workers(1),
         false,

@@ -1,7 +1,7 @@
-//! One keep-alive HTTP/1.1 connection of the load generator, and the requests it sends.
+//! One keep-alive HTTP/1.1 connection of the load generator, plain or over TLS, and the requests it sends.
 
 use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -12,8 +12,12 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
 
 /// The longest a single exchange may take before the run fails: far above any sane figure, low enough that a wedged target does not hang the bench.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -117,11 +121,24 @@ impl Drop for Conn {
 
 impl Conn {
     pub(crate) async fn open(addr: SocketAddr) -> Result<Conn> {
-        let tcp = TcpStream::connect(addr)
+        Conn::start(connect(addr).await?, addr).await
+    }
+
+    /// A connection over TLS (HTTP/1.1, as no ALPN is offered), the server checked against `tls`'s roots under the IP address it is dialled at.
+    pub(crate) async fn open_tls(addr: SocketAddr, tls: &Arc<ClientConfig>) -> Result<Conn> {
+        let tcp = connect(addr).await?;
+        let stream = TlsConnector::from(Arc::clone(tls))
+            .connect(ServerName::IpAddress(addr.ip().into()), tcp)
             .await
-            .with_context(|| format!("connecting to {addr}"))?;
-        tcp.set_nodelay(true).context("setting TCP_NODELAY")?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .with_context(|| format!("TLS handshake with {addr}"))?;
+        Conn::start(stream, addr).await
+    }
+
+    async fn start<T>(io: T, addr: SocketAddr) -> Result<Conn>
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .with_context(|| format!("starting HTTP/1.1 with {addr}"))?;
         let driver = tokio::spawn(async move {
@@ -198,6 +215,15 @@ impl Conn {
             .to_bytes();
         String::from_utf8(bytes.to_vec()).context("/metrics is not UTF-8")
     }
+}
+
+/// A TCP connection to `addr` with `TCP_NODELAY`.
+async fn connect(addr: SocketAddr) -> Result<TcpStream> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    tcp.set_nodelay(true).context("setting TCP_NODELAY")?;
+    Ok(tcp)
 }
 
 /// Reads frames until the first non-empty data frame; false when the body ended first.

@@ -6,7 +6,9 @@
 //! The pass-through scenarios send no route credential; the worker scenarios send the one in `RELAY_CLIENT_TOKEN` on the relayd side, so their requests go relayd → worker → stand-in, and they fail when relayd's `/metrics` shows that any of them passed through instead.
 //! It does not start, pin or stop processes (the xtask does, including the MCP session that keeps the worker up), and it does not judge the machine: on shared cores a figure is only as good as the run, which is why the direct baseline sits beside it.
 //!
-//! Modules: `conn` (one connection and its requests), `samples` (paths and histograms), `scenarios` (the request measures), `streams` (memory, with held streams), `metrics` (what `/metrics` and `/proc` say), `limits` (open-file limits).
+//! With `--tls-ca`, relayd and the peer are reached over TLS, as remote clients reach a relayd serving HTTPS (the throughput scenario only).
+//!
+//! Modules: `conn` (one connection, plain or TLS, and its requests), `samples` (paths and histograms), `scenarios` (the request measures), `streams` (memory, with held streams), `metrics` (what `/metrics` and `/proc` say), `limits` (open-file limits).
 // A developer's tool, not a daemon or a hook: a panic on an unwritable stderr is fine here.
 #![allow(clippy::disallowed_macros)]
 
@@ -20,6 +22,8 @@ mod scenarios;
 mod streams;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
@@ -27,6 +31,8 @@ use clap::{Parser, ValueEnum};
 use http::header::HeaderValue;
 use relay_testkit::measures::{Measure, judge_all};
 use relay_testkit::procfs::PidStat;
+use relay_testkit::tls;
+use rustls::ClientConfig;
 use serde::Serialize;
 
 use crate::conn::Conn;
@@ -54,6 +60,9 @@ struct Args {
     /// The peer's processes (repeat for each), whose CPU time is divided by the requests it served.
     #[arg(long, value_name = "PID")]
     peer_pid: Vec<u32>,
+    /// relayd and the peer serve HTTPS: reach both over TLS (HTTP/1.1), trusting only the certificates in this PEM file. The direct path stays plain. Only the throughput scenario.
+    #[arg(long, value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
     /// The paced stand-in's address (relayd's Anthropic upstream), the direct baseline of the open-streams scenario.
     #[arg(long, value_name = "ADDR")]
     paced: Option<SocketAddr>,
@@ -241,6 +250,8 @@ pub(crate) struct Ctx {
     pub(crate) relay_pid: Option<u32>,
     pub(crate) peer: Option<SocketAddr>,
     pub(crate) peer_pids: Vec<u32>,
+    /// Set when relayd and the peer serve HTTPS: the roots their certificates are checked against.
+    pub(crate) tls: Option<Arc<ClientConfig>>,
     pub(crate) stream_stand_in_pid: Option<u32>,
     pub(crate) paced: Option<SocketAddr>,
     pub(crate) stream_pace: Duration,
@@ -261,7 +272,15 @@ impl Ctx {
     /// A connection to relayd that sends the route credential, so its model requests go to the worker.
     pub(crate) async fn worker_conn(&self) -> Result<Conn> {
         let token = self.token()?.clone();
-        Ok(Conn::open(self.relay).await?.with_token(token))
+        Ok(self.front_conn(self.relay).await?.with_token(token))
+    }
+
+    /// A connection to relayd or the peer at `addr`: over TLS when they serve HTTPS.
+    pub(crate) async fn front_conn(&self, addr: SocketAddr) -> Result<Conn> {
+        match &self.tls {
+            Some(tls) => Conn::open_tls(addr, tls).await,
+            None => Conn::open(addr).await,
+        }
     }
 }
 
@@ -335,10 +354,16 @@ async fn run(args: Args) -> Result<Report> {
     } else {
         args.scenario.clone()
     };
+    let only_throughput = scenarios.iter().all(|s| *s == Scenario::Throughput);
     ensure!(
-        args.direct.is_some() || scenarios.iter().all(|s| *s == Scenario::Throughput),
+        args.direct.is_some() || only_throughput,
         "every scenario but throughput needs --direct"
     );
+    ensure!(
+        args.tls_ca.is_none() || only_throughput,
+        "--tls-ca serves the throughput scenario only"
+    );
+    let tls = args.tls_ca.as_deref().map(tls::client_config).transpose()?;
     let token = match std::env::var(TOKEN_ENV) {
         Ok(token) if !token.is_empty() => {
             let mut value = HeaderValue::from_str(&token)
@@ -354,6 +379,7 @@ async fn run(args: Args) -> Result<Report> {
         relay_pid: args.relay_pid,
         peer: args.peer,
         peer_pids: args.peer_pid.clone(),
+        tls,
         stream_stand_in_pid: args.stream_stand_in_pid,
         paced: args.paced,
         stream_pace: Duration::from_millis(args.stream_pace_ms),

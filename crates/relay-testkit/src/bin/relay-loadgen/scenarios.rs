@@ -95,9 +95,9 @@ impl Ctx {
     async fn conn(&self, side: Side, via: Via) -> Result<Conn> {
         match (side, via) {
             (Side::Direct, _) => Conn::open(self.direct.context("no direct address")?).await,
-            (Side::Relay, Via::PassThrough) => Conn::open(self.relay).await,
+            (Side::Relay, Via::PassThrough) => self.front_conn(self.relay).await,
             (Side::Relay, Via::Worker) => self.worker_conn().await,
-            (Side::Peer, _) => Conn::open(self.peer.context("no peer address")?).await,
+            (Side::Peer, _) => self.front_conn(self.peer.context("no peer address")?).await,
         }
     }
 }

@@ -33,6 +33,7 @@ fn ctx_against(addr: SocketAddr, plan: Plan) -> Ctx {
         relay_pid: None,
         peer: None,
         peer_pids: Vec::new(),
+        tls: None,
         stream_stand_in_pid: None,
         paced: None,
         stream_pace: Duration::from_millis(250),
@@ -187,6 +188,85 @@ async fn without_a_direct_address_throughput_runs_on_relayd_alone() {
         assert!(row.relay > 0.0, "{row:?}");
         assert_eq!(row.samples.unwrap().direct, 0);
     }
+}
+
+/// A TLS front for `upstream` on a loopback port, with a certificate made for it (written as PEM to `dir/name.pem`): each connection's TLS ends here and its bytes go on to `upstream`, as a relayd serving HTTPS would take them.
+async fn tls_front(
+    upstream: SocketAddr,
+    dir: &std::path::Path,
+    name: &str,
+) -> (SocketAddr, PathBuf) {
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let pem = dir.join(format!("{name}.pem"));
+    std::fs::write(&pem, made.cert.pem()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(made.signing_key.serialize_der()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![made.cert.der().clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that does not trust the certificate ends its connection here.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut plain = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    (addr, pem)
+}
+
+#[tokio::test]
+async fn with_tls_relayd_and_the_peer_are_reached_over_tls_and_checked() {
+    let stand_in = StandIn::start().await.unwrap();
+    let dir = std::env::temp_dir().join(format!("relay-loadgen-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (relay, relay_pem) = tls_front(stand_in.addr(), &dir, "relay").await;
+    let (peer, peer_pem) = tls_front(stand_in.addr(), &dir, "peer").await;
+    let both = dir.join("both.pem");
+    let pems = [&relay_pem, &peer_pem].map(|pem| std::fs::read_to_string(pem).unwrap());
+    std::fs::write(&both, pems.concat()).unwrap();
+
+    let ctx = Ctx {
+        direct: None,
+        relay,
+        peer: Some(peer),
+        tls: Some(tls::client_config(&both).unwrap()),
+        ..ctx_against(stand_in.addr(), tiny_plan())
+    };
+    let rows = throughput(&ctx).await.unwrap();
+    let samples = rows[0].samples.unwrap();
+    let peer_samples = samples.peer.unwrap();
+    assert!(samples.relay > 0 && peer_samples > 0, "{samples:?}");
+    // Every request the stand-in saw came through one of the two fronts, whole.
+    let records = stand_in.requests();
+    assert!(records.len() as u64 >= samples.relay + peer_samples);
+    assert!(records.iter().all(|record| record.body_complete));
+
+    // A server whose certificate the roots do not hold is refused before any request.
+    let only_relay = tls::client_config(&relay_pem).unwrap();
+    let refused = Conn::open_tls(peer, &only_relay).await.unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("TLS handshake"),
+        "{refused:#}"
+    );
+    let seen = stand_in.requests().len();
+    assert_eq!(seen, records.len());
+    // A roots file that cannot be read is an error, never an empty trust.
+    assert!(tls::client_config(&dir.join("missing.pem")).is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]
