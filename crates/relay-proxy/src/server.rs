@@ -191,7 +191,7 @@ pub async fn serve<H: Handler>(
     let (stop, _) = watch::channel(());
     let mut tasks = JoinSet::new();
     let mut accept_failures = relay_logging::Throttle::default();
-    let calm_lines = Arc::default();
+    let peer_lines = Arc::default();
     tokio::pin!(shutdown);
     loop {
         // Reap finished connections so the set stays small.
@@ -246,7 +246,7 @@ pub async fn serve<H: Handler>(
             options: options.clone(),
             builders: builders.clone(),
             stopping: stop.subscribe(),
-            calm_lines: Arc::clone(&calm_lines),
+            peer_lines: Arc::clone(&peer_lines),
         };
         // The permit and the address slot live as long as the socket: through an upgrade,
         // and through the lingering close.
@@ -528,8 +528,39 @@ struct Conn {
     /// Changes when the server stops: the connection then finishes its current answer and
     /// closes (HTTP/2: GOAWAY).
     stopping: watch::Receiver<()>,
-    /// The listener's line for HTTP/2 connections closed for breaking h2's limits.
-    calm_lines: Arc<std::sync::Mutex<relay_logging::Throttle>>,
+    /// The listener's lines about what its peers did.
+    peer_lines: Arc<PeerLines>,
+}
+
+/// A listener's lines about what its peers did, each at most once every
+/// [`FLOOD_LOG_EVERY`], since a peer can cause them at the rate it connects.
+#[derive(Debug, Default)]
+struct PeerLines {
+    /// HTTP/2 connections closed for breaking h2's limits on reset streams.
+    calm: std::sync::Mutex<relay_logging::Throttle>,
+    /// TLS handshakes that failed.
+    handshakes: std::sync::Mutex<relay_logging::Throttle>,
+}
+
+impl PeerLines {
+    /// Says, or counts, that `peer`'s TLS handshake failed. rustls's own warnings of it are
+    /// held at a service's levels, and a client that refuses the certificate says nothing
+    /// else: this line is how the operator of a daemon serving HTTPS learns that clients
+    /// cannot reach it, and why.
+    fn handshake_failed(&self, peer: SocketAddr, failure: crate::tls::HandshakeFailure) {
+        let admitted = relay_logging::sync::lock(&self.handshakes, "TLS handshake line")
+            .and_then(|mut line| line.admit(Instant::now(), FLOOD_LOG_EVERY));
+        if let Some(suppressed) = admitted {
+            tracing::warn!(
+                event = "tls_handshake_failed",
+                peer = %peer.ip(),
+                reason = failure.reason(),
+                suppressed_since_last_emit = suppressed,
+                "{}",
+                failure.message()
+            );
+        }
+    }
 }
 
 /// Whether a connection ended because its HTTP/2 client broke h2's limits on reset streams
@@ -558,17 +589,23 @@ impl Conn {
         handler: Arc<H>,
     ) {
         let handshake = acceptor.accept(ReadAhead::new(tcp));
-        let Ok(Ok(stream)) = tokio::time::timeout(self.options.handshake_timeout, handshake).await
-        else {
-            return;
+        let failure = match tokio::time::timeout(self.options.handshake_timeout, handshake).await {
+            Ok(Ok(stream)) => {
+                let protocol = match stream.get_ref().1.alpn_protocol() {
+                    Some(b"h2") => Protocol::Http2,
+                    Some(_) => Protocol::Http1,
+                    None => Protocol::FromPreface,
+                };
+                return self
+                    .serve(Gather::new(stream), true, protocol, keep, handler)
+                    .await;
+            }
+            Ok(Err(error)) => crate::tls::HandshakeFailure::of(&error),
+            Err(_) => Some(crate::tls::HandshakeFailure::TimedOut),
         };
-        let protocol = match stream.get_ref().1.alpn_protocol() {
-            Some(b"h2") => Protocol::Http2,
-            Some(_) => Protocol::Http1,
-            None => Protocol::FromPreface,
-        };
-        self.serve(Gather::new(stream), true, protocol, keep, handler)
-            .await;
+        if let Some(failure) = failure {
+            self.peer_lines.handshake_failed(self.peer, failure);
+        }
     }
 
     async fn serve<S, H>(
@@ -589,7 +626,7 @@ impl Conn {
             options,
             builders,
             mut stopping,
-            calm_lines,
+            peer_lines,
         } = self;
         let ctx = ConnContext {
             peer,
@@ -650,7 +687,7 @@ impl Conn {
                         // seconds, is what tells the operator.
                         if told_to_calm_down(&error)
                             && let Some(suppressed) =
-                                relay_logging::sync::lock(&calm_lines, "HTTP/2 abuse line")
+                                relay_logging::sync::lock(&peer_lines.calm, "HTTP/2 abuse line")
                                     .and_then(|mut line| {
                                         line.admit(Instant::now(), FLOOD_LOG_EVERY)
                                     })

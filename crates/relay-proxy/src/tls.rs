@@ -74,6 +74,87 @@ pub fn describe_handshake_error(error: &std::io::Error) -> String {
     format!("{cause}: {error}")
 }
 
+/// Why a client's TLS handshake with one of Relay's listeners failed, for the line that
+/// tells the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    /// The client refused the certificate served (it sent an alert saying so).
+    CertificateRefused,
+    /// The client and the listener share no TLS version, cipher suite or ALPN protocol.
+    NoCommonProtocol,
+    /// The client sent something that is not TLS at all: most often plain HTTP sent to an
+    /// HTTPS address.
+    NotTls,
+    /// The client broke the TLS protocol otherwise.
+    Malformed,
+    /// The handshake did not finish in time.
+    TimedOut,
+}
+
+impl HandshakeFailure {
+    /// What the failed handshake `error` (as tokio-rustls returned it) says of the client;
+    /// `None` when the client only went away, as a TCP health check or a port scan does,
+    /// which is not worth a line.
+    pub fn of(error: &std::io::Error) -> Option<HandshakeFailure> {
+        use rustls::AlertDescription as A;
+        let error = error.get_ref()?.downcast_ref::<rustls::Error>()?;
+        Some(match error {
+            // A client says `decrypt_error` when a signature on the certificate's chain does
+            // not verify (rustls does, for a certificate whose named issuer it trusts but
+            // that issuer did not sign it).
+            rustls::Error::AlertReceived(
+                A::BadCertificate
+                | A::DecryptError
+                | A::UnsupportedCertificate
+                | A::CertificateRevoked
+                | A::CertificateExpired
+                | A::CertificateUnknown
+                | A::UnknownCA,
+            ) => HandshakeFailure::CertificateRefused,
+            rustls::Error::AlertReceived(
+                A::ProtocolVersion
+                | A::HandshakeFailure
+                | A::InsufficientSecurity
+                | A::NoApplicationProtocol,
+            )
+            | rustls::Error::PeerIncompatible(_)
+            | rustls::Error::NoApplicationProtocol => HandshakeFailure::NoCommonProtocol,
+            rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType) => {
+                HandshakeFailure::NotTls
+            }
+            _ => HandshakeFailure::Malformed,
+        })
+    }
+
+    /// The `reason` field of the line.
+    pub fn reason(self) -> &'static str {
+        match self {
+            HandshakeFailure::CertificateRefused => "client_refused_certificate",
+            HandshakeFailure::NoCommonProtocol => "no_common_protocol",
+            HandshakeFailure::NotTls => "not_tls",
+            HandshakeFailure::Malformed => "malformed",
+            HandshakeFailure::TimedOut => "timed_out",
+        }
+    }
+
+    /// The line's message: what happened and what to look at.
+    pub fn message(self) -> &'static str {
+        match self {
+            HandshakeFailure::CertificateRefused => {
+                "a client refused the TLS certificate served here: it does not trust its issuer, or the certificate has expired or does not name the address the client dialled"
+            }
+            HandshakeFailure::NoCommonProtocol => {
+                "a client's TLS handshake failed: it offers no TLS version, cipher suite or protocol this listener accepts (TLS 1.2 or 1.3 are required)"
+            }
+            HandshakeFailure::NotTls => {
+                "a client sent something that is not TLS to this HTTPS listener: most often plain HTTP, from a client whose address begins with http:// instead of https://"
+            }
+            HandshakeFailure::Malformed => "a client's TLS handshake failed: it broke the protocol",
+            HandshakeFailure::TimedOut => "a client's TLS handshake did not finish in time",
+        }
+    }
+}
+
 /// The one crypto provider of the project.
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

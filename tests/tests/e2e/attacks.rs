@@ -20,6 +20,7 @@ use relay_proxy::control::MCP_PATH;
 use relay_proxy::control::client::{ConnectError, Session};
 use relay_testkit::StandIn;
 use tokio::io::AsyncWriteExt as _;
+use tokio_rustls::rustls;
 
 use super::support::{
     EVENT_TIMEOUT, INITIALIZE_TIMEOUT, assert_healthy, field, fresh_token, metrics, pass_throughs,
@@ -637,26 +638,10 @@ fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 #[tokio::test]
 async fn a_peer_cannot_make_relayd_log_a_line_per_handshake_or_frame() -> anyhow::Result<()> {
     use tokio::io::AsyncReadExt as _;
-    use tokio_rustls::rustls;
 
     const HANDSHAKES: usize = 50;
     const PINGS: usize = 500;
-    let builder = Relayd::builder()?;
-    let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut ca_params = rcgen::CertificateParams::new(Vec::new())?;
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &ca)?;
-    let cert_path = builder.write_private_file("relayd.pem", &cert.pem())?;
-    let key_path = builder.write_private_file("relayd-key.pem", &key.serialize_pem())?;
-    let mut relayd = builder
-        .args(["--advertise-address", "https://127.0.0.1:443", "--tls-cert"])
-        .arg(&cert_path)
-        .arg("--tls-key")
-        .arg(&key_path)
-        .start()
-        .await?;
+    let (mut relayd, ca) = relayd_serving_https().await?;
 
     // Application data where a ClientHello belongs: rustls warns of each.
     for _ in 0..HANDSHAKES {
@@ -670,18 +655,9 @@ async fn a_peer_cannot_make_relayd_log_a_line_per_handshake_or_frame() -> anyhow
 
     // Over HTTP/2, acknowledgements of pings relayd never sent: h2 warns of each. A ping of
     // the test's own follows them; once relayd acknowledges it, it has read every one.
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls::pki_types::CertificateDer::from(ca.der().to_vec()))?;
-    let mut config = rustls::ClientConfig::builder_with_provider(relay_proxy::tls::provider())
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let mut config = client_trusting(&ca)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
-    let server = rustls::pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(server, tcp)
-        .await?;
+    let mut tls = tls_connect(&relayd, config).await?;
     let mut frames = h2_preface();
     for _ in 0..PINGS {
         frames.extend(h2_frame(6, 1, 0, &[1; 8]));
@@ -723,7 +699,133 @@ async fn a_peer_cannot_make_relayd_log_a_line_per_handshake_or_frame() -> anyhow
         from_libraries.len(),
         from_libraries.first()
     );
+    // relayd's own line for the failed handshakes comes once, for the first of them.
+    let failed = relayd.logs().events_named("tls_handshake_failed");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(field(&failed[0], "reason"), "malformed", "{failed:?}");
+    assert_eq!(failed[0]["suppressed_since_last_emit"], 0, "{failed:?}");
     Ok(())
+}
+
+/// A client whose TLS handshake fails says nothing relayd would log otherwise: rustls's
+/// own warnings are held back, and a client that refuses the certificate only sends an
+/// alert. relayd says it once, with its cause, so the operator of a daemon serving HTTPS
+/// learns that clients cannot reach it and why; a connection that closes without a byte
+/// (a TCP health check, a port scan) is no failure.
+#[tokio::test]
+async fn a_failed_tls_handshake_is_said_with_its_cause() -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt as _;
+
+    // Plain HTTP sent to the HTTPS address.
+    let (relayd, _ca) = relayd_serving_https().await?;
+    let mut tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await?;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer)).await?;
+    let said = relayd
+        .wait_for_log_event("tls_handshake_failed", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(field(&said, "reason"), "not_tls", "{said}");
+    assert_eq!(field(&said, "peer"), "127.0.0.1", "{said}");
+    assert!(field(&said, "message").contains("http://"), "{said}");
+
+    // A client that does not trust the certificate's issuer.
+    let (mut relayd, _ca) = relayd_serving_https().await?;
+    for _ in 0..3 {
+        drop(tokio::net::TcpStream::connect(relayd.addr()).await?);
+    }
+    let (_, stranger) = test_ca("another CA")?;
+    let refused = tls_connect(&relayd, client_trusting(&stranger)?).await;
+    assert!(
+        refused.is_err(),
+        "a client trusting another CA completed its handshake"
+    );
+    let said = relayd
+        .wait_for_log_event("tls_handshake_failed", EVENT_TIMEOUT)
+        .await?;
+    assert_eq!(
+        field(&said, "reason"),
+        "client_refused_certificate",
+        "{said}"
+    );
+    // The connections closed without a byte were not counted as failures.
+    assert_eq!(said["suppressed_since_last_emit"], 0, "{said}");
+    for _ in 0..3 {
+        let refused = tls_connect(&relayd, client_trusting(&stranger)?).await;
+        assert!(refused.is_err());
+    }
+    relayd.stop().await?;
+    relayd
+        .wait_for_log_event("daemon_stopped", EVENT_TIMEOUT)
+        .await?;
+    let lines = relayd.logs().events_named("tls_handshake_failed");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    Ok(())
+}
+
+/// A CA made for a test, named `name`, and its certificate.
+fn test_ca(
+    name: &str,
+) -> anyhow::Result<(
+    rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    rustls::pki_types::CertificateDer<'static>,
+)> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = rcgen::CertificateParams::new(Vec::new())?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let ca = rcgen::CertifiedIssuer::self_signed(params, key)?;
+    let der = rustls::pki_types::CertificateDer::from(ca.der().to_vec());
+    Ok((ca, der))
+}
+
+/// A relayd serving HTTPS on 127.0.0.1 with a certificate from a CA made for the test, and
+/// that CA's certificate.
+async fn relayd_serving_https()
+-> anyhow::Result<(Relayd, rustls::pki_types::CertificateDer<'static>)> {
+    let builder = Relayd::builder()?;
+    let (ca, ca_der) = test_ca("relayd's CA")?;
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &ca)?;
+    let cert_path = builder.write_private_file("relayd.pem", &cert.pem())?;
+    let key_path = builder.write_private_file("relayd-key.pem", &key.serialize_pem())?;
+    let relayd = builder
+        .args(["--advertise-address", "https://127.0.0.1:443", "--tls-cert"])
+        .arg(&cert_path)
+        .arg("--tls-key")
+        .arg(&key_path)
+        .start()
+        .await?;
+    Ok((relayd, ca_der))
+}
+
+/// A client configuration that trusts only `ca`.
+fn client_trusting(
+    ca: &rustls::pki_types::CertificateDer<'static>,
+) -> anyhow::Result<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone())?;
+    Ok(
+        rustls::ClientConfig::builder_with_provider(relay_proxy::tls::provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+/// A TLS connection to `relayd` as 127.0.0.1.
+async fn tls_connect(
+    relayd: &Relayd,
+    config: rustls::ClientConfig,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
+    let server = rustls::pki_types::ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(server, tcp)
+        .await
 }
 
 /// The rapid-reset attack (streams opened and reset at once, faster than they can be

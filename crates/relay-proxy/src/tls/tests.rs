@@ -29,6 +29,86 @@ fn other_errors_keep_their_own_words() {
     assert_eq!(describe_handshake_error(&error), "reset by peer");
 }
 
+#[test]
+fn a_failed_handshake_is_told_by_what_the_client_did() {
+    use rustls::AlertDescription as A;
+    let cases = [
+        (
+            rustls::Error::AlertReceived(A::UnknownCA),
+            HandshakeFailure::CertificateRefused,
+        ),
+        (
+            rustls::Error::AlertReceived(A::BadCertificate),
+            HandshakeFailure::CertificateRefused,
+        ),
+        (
+            rustls::Error::AlertReceived(A::CertificateExpired),
+            HandshakeFailure::CertificateRefused,
+        ),
+        (
+            rustls::Error::AlertReceived(A::DecryptError),
+            HandshakeFailure::CertificateRefused,
+        ),
+        (
+            rustls::Error::AlertReceived(A::ProtocolVersion),
+            HandshakeFailure::NoCommonProtocol,
+        ),
+        (
+            rustls::Error::PeerIncompatible(rustls::PeerIncompatible::Tls12NotOffered),
+            HandshakeFailure::NoCommonProtocol,
+        ),
+        (
+            rustls::Error::NoApplicationProtocol,
+            HandshakeFailure::NoCommonProtocol,
+        ),
+        (
+            rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType),
+            HandshakeFailure::NotTls,
+        ),
+        (
+            rustls::Error::InappropriateMessage {
+                expect_types: vec![rustls::ContentType::Handshake],
+                got_type: rustls::ContentType::ApplicationData,
+            },
+            HandshakeFailure::Malformed,
+        ),
+        (
+            rustls::Error::AlertReceived(A::DecodeError),
+            HandshakeFailure::Malformed,
+        ),
+    ];
+    for (error, failure) in cases {
+        let said = HandshakeFailure::of(&wrapped(error.clone()));
+        assert_eq!(said, Some(failure), "{error}");
+    }
+    // A client that only went away (a TCP health check, a port scan) is worth no line.
+    for kind in [
+        std::io::ErrorKind::UnexpectedEof,
+        std::io::ErrorKind::ConnectionReset,
+        std::io::ErrorKind::BrokenPipe,
+    ] {
+        assert_eq!(HandshakeFailure::of(&std::io::Error::from(kind)), None);
+    }
+    let reasons = [
+        HandshakeFailure::CertificateRefused,
+        HandshakeFailure::NoCommonProtocol,
+        HandshakeFailure::NotTls,
+        HandshakeFailure::Malformed,
+        HandshakeFailure::TimedOut,
+    ]
+    .map(HandshakeFailure::reason);
+    assert_eq!(
+        reasons,
+        [
+            "client_refused_certificate",
+            "no_common_protocol",
+            "not_tls",
+            "malformed",
+            "timed_out"
+        ]
+    );
+}
+
 /// A CA file that never ends (`/dev/zero`) is refused after a bounded read, not read until
 /// the memory is full.
 #[test]
