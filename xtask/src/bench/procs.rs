@@ -291,7 +291,13 @@ impl TlsFiles {
         };
         fs::write(&files.cert, made.cert.pem())
             .with_context(|| format!("writing {}", files.cert.display()))?;
-        fs::write(&files.key, made.signing_key.serialize_pem())
+        // Written for its owner alone, as relayd wants a key it serves (it warns otherwise).
+        let mut key = fs::OpenOptions::new();
+        std::os::unix::fs::OpenOptionsExt::mode(key.write(true).create_new(true), 0o600);
+        key.open(&files.key)
+            .and_then(|mut file| {
+                std::io::Write::write_all(&mut file, made.signing_key.serialize_pem().as_bytes())
+            })
             .with_context(|| format!("writing {}", files.key.display()))?;
         Ok(files)
     }
