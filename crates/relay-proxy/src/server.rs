@@ -28,6 +28,7 @@ use crate::answers::close_after;
 use crate::body::{ClientBody, ResponseBody};
 use crate::conn::{ConnIo, ConnState, Expiry, Keep};
 use crate::per_address::{Hold, PerAddress};
+use crate::tls::HandshakeFailure;
 use crate::tls_io::{Gather, ReadAhead};
 
 /// Per-stream window and HTTP/1 buffer: at most this much body is buffered per stream
@@ -538,8 +539,9 @@ struct Conn {
 struct PeerLines {
     /// HTTP/2 connections closed for breaking h2's limits on reset streams.
     calm: std::sync::Mutex<relay_logging::Throttle>,
-    /// TLS handshakes that failed.
-    handshakes: std::sync::Mutex<relay_logging::Throttle>,
+    /// TLS handshakes that failed, one line for each cause: scanners sending plain HTTP
+    /// must not hide the clients that refuse the certificate.
+    handshakes: std::sync::Mutex<[relay_logging::Throttle; HandshakeFailure::COUNT]>,
 }
 
 impl PeerLines {
@@ -547,10 +549,8 @@ impl PeerLines {
     /// held at a service's levels, and a client that refuses the certificate says nothing
     /// else: this line is how the operator of a daemon serving HTTPS learns that clients
     /// cannot reach it, and why.
-    fn handshake_failed(&self, peer: SocketAddr, failure: crate::tls::HandshakeFailure) {
-        let admitted = relay_logging::sync::lock(&self.handshakes, "TLS handshake line")
-            .and_then(|mut line| line.admit(Instant::now(), FLOOD_LOG_EVERY));
-        if let Some(suppressed) = admitted {
+    fn handshake_failed(&self, peer: SocketAddr, failure: HandshakeFailure) {
+        if let Some(suppressed) = self.admit_handshake_line(failure, Instant::now()) {
             tracing::warn!(
                 event = "tls_handshake_failed",
                 peer = %peer.ip(),
@@ -560,6 +560,13 @@ impl PeerLines {
                 failure.message()
             );
         }
+    }
+
+    /// `Some(failures of this cause held back since its last line)` when a line may be
+    /// written at `now`.
+    fn admit_handshake_line(&self, failure: HandshakeFailure, now: Instant) -> Option<u64> {
+        let mut lines = relay_logging::sync::lock(&self.handshakes, "TLS handshake lines")?;
+        lines[failure as usize].admit(now, FLOOD_LOG_EVERY)
     }
 }
 
@@ -588,8 +595,16 @@ impl Conn {
         keep: Keep,
         handler: Arc<H>,
     ) {
+        let deadline = tokio::time::Instant::now() + self.options.handshake_timeout;
+        // A connection closed, or held open, before it sends a byte (a TCP health check, a
+        // port scan) did nothing worth a line; it is closed at the deadline all the same.
+        let mut first = [0_u8; 1];
+        let sent = tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await;
+        if !matches!(sent, Ok(Ok(1..))) {
+            return;
+        }
         let handshake = acceptor.accept(ReadAhead::new(tcp));
-        let failure = match tokio::time::timeout(self.options.handshake_timeout, handshake).await {
+        let failure = match tokio::time::timeout_at(deadline, handshake).await {
             Ok(Ok(stream)) => {
                 let protocol = match stream.get_ref().1.alpn_protocol() {
                     Some(b"h2") => Protocol::Http2,
@@ -600,8 +615,8 @@ impl Conn {
                     .serve(Gather::new(stream), true, protocol, keep, handler)
                     .await;
             }
-            Ok(Err(error)) => crate::tls::HandshakeFailure::of(&error),
-            Err(_) => Some(crate::tls::HandshakeFailure::TimedOut),
+            Ok(Err(error)) => HandshakeFailure::of(&error),
+            Err(_) => Some(HandshakeFailure::TimedOut),
         };
         if let Some(failure) = failure {
             self.peer_lines.handshake_failed(self.peer, failure);
@@ -899,3 +914,6 @@ pub fn raise_open_file_limit() -> u64 {
     }
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests;

@@ -77,6 +77,7 @@ pub fn describe_handshake_error(error: &std::io::Error) -> String {
 /// Why a client's TLS handshake with one of Relay's listeners failed, for the line that
 /// tells the operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
 pub enum HandshakeFailure {
     /// The client refused the certificate served (it sent an alert saying so).
     CertificateRefused,
@@ -92,6 +93,9 @@ pub enum HandshakeFailure {
 }
 
 impl HandshakeFailure {
+    /// How many causes there are.
+    pub const COUNT: usize = 5;
+
     /// What the failed handshake `error` (as tokio-rustls returned it) says of the client;
     /// `None` when the client only went away, as a TCP health check or a port scan does,
     /// which is not worth a line.
@@ -101,10 +105,13 @@ impl HandshakeFailure {
         Some(match error {
             // A client says `decrypt_error` when a signature on the certificate's chain does
             // not verify (rustls does, for a certificate whose named issuer it trusts but
-            // that issuer did not sign it).
+            // that issuer did not sign it), and `access_denied` when its own check refused
+            // it (relayd does, for a worker's certificate that is not the one registered).
             rustls::Error::AlertReceived(
                 A::BadCertificate
                 | A::DecryptError
+                | A::AccessDenied
+                | A::BadCertificateStatusResponse
                 | A::UnsupportedCertificate
                 | A::CertificateRevoked
                 | A::CertificateExpired
@@ -141,7 +148,7 @@ impl HandshakeFailure {
     pub fn message(self) -> &'static str {
         match self {
             HandshakeFailure::CertificateRefused => {
-                "a client refused the TLS certificate served here: it does not trust its issuer, or the certificate has expired or does not name the address the client dialled"
+                "a client refused the TLS certificate served here: it does not trust its issuer, the certificate has expired or does not name the address the client dialled, or (at a worker) it is not the certificate the daemon has registered"
             }
             HandshakeFailure::NoCommonProtocol => {
                 "a client's TLS handshake failed: it offers no TLS version, cipher suite or protocol this listener accepts (TLS 1.2 or 1.3 are required)"

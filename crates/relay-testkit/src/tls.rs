@@ -8,7 +8,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::{ClientConfig, RootCertStore};
 
-/// A client configuration that trusts only the certificates in the PEM file `trusted`, on rustls with the ring provider, offering no ALPN (so servers speak HTTP/1.1, as most agents' HTTP clients do).
+/// A client configuration that trusts only the certificates in the PEM file `trusted`, on rustls with the ring provider, offering TLS 1.3 alone (so a server measured beside relayd cannot fall back to TLS 1.2 unnoticed) and no ALPN (so servers speak HTTP/1.1, as most agents' HTTP clients do).
 pub fn client_config(trusted: &Path) -> Result<Arc<ClientConfig>> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(trusted)

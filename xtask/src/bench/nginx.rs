@@ -102,8 +102,10 @@ pub(super) fn config(dir: &Path, port: u16, site: Site, layout: Layout, as_root:
             " ssl http2",
             upstream,
             "http",
+            // nginx before 1.23.4 leaves TLS 1.3 off unless it is named; relayd and the
+            // providers agents use speak it.
             format!(
-                "\n        ssl_certificate {};\n        ssl_certificate_key {};",
+                "\n        ssl_certificate {};\n        ssl_certificate_key {};\n        ssl_protocols TLSv1.2 TLSv1.3;",
                 tls.cert.display(),
                 tls.key.display()
             ),

@@ -289,18 +289,26 @@ impl TlsFiles {
             cert: dir.join("cert.pem"),
             key: dir.join("key.pem"),
         };
-        fs::write(&files.cert, made.cert.pem())
-            .with_context(|| format!("writing {}", files.cert.display()))?;
-        // Written for its owner alone, as relayd wants a key it serves (it warns otherwise).
-        let mut key = fs::OpenOptions::new();
-        std::os::unix::fs::OpenOptionsExt::mode(key.write(true).create_new(true), 0o600);
-        key.open(&files.key)
-            .and_then(|mut file| {
-                std::io::Write::write_all(&mut file, made.signing_key.serialize_pem().as_bytes())
-            })
-            .with_context(|| format!("writing {}", files.key.display()))?;
+        // Both new files: a file already there is not the run's. The key is its owner's
+        // alone, as relayd wants a key it serves (it warns otherwise).
+        write_new(&files.cert, made.cert.pem().as_bytes(), 0o644)?;
+        write_new(
+            &files.key,
+            made.signing_key.serialize_pem().as_bytes(),
+            0o600,
+        )?;
         Ok(files)
     }
+}
+
+/// Writes `contents` into a new file at `path` with `mode`.
+fn write_new(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
+    let mut options = fs::OpenOptions::new();
+    std::os::unix::fs::OpenOptionsExt::mode(options.write(true).create_new(true), mode);
+    options
+        .open(path)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, contents))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// A running relayd.

@@ -202,6 +202,7 @@ fn nginx_serving_https_beside_relayd_terminates_tls_before_the_plain_stand_in() 
     assert!(config.contains("listen 127.0.0.1:4200 ssl http2;"));
     assert!(config.contains("ssl_certificate /x/served/cert.pem;"));
     assert!(config.contains("ssl_certificate_key /x/served/key.pem;"));
+    assert!(config.contains("ssl_protocols TLSv1.2 TLSv1.3;"));
     assert!(config.contains("proxy_pass http://origin;"));
     assert!(config.contains("server 127.0.0.1:4001;"));
 }
@@ -518,6 +519,7 @@ fn nginx_as_an_https_provider_offers_http2_and_its_peer_verifies_it() {
     assert!(front.contains("listen 127.0.0.1:4443 ssl http2;"));
     assert!(front.contains("ssl_certificate /x/tls/cert.pem;"));
     assert!(front.contains("ssl_certificate_key /x/tls/key.pem;"));
+    assert!(front.contains("ssl_protocols TLSv1.2 TLSv1.3;"));
     assert!(front.contains("proxy_pass http://origin;"));
     assert!(front.contains("server 127.0.0.1:4001;"));
     let peer = nginx::config(

@@ -50,6 +50,10 @@ fn a_failed_handshake_is_told_by_what_the_client_did() {
             HandshakeFailure::CertificateRefused,
         ),
         (
+            rustls::Error::AlertReceived(A::AccessDenied),
+            HandshakeFailure::CertificateRefused,
+        ),
+        (
             rustls::Error::AlertReceived(A::ProtocolVersion),
             HandshakeFailure::NoCommonProtocol,
         ),
@@ -89,14 +93,19 @@ fn a_failed_handshake_is_told_by_what_the_client_did() {
     ] {
         assert_eq!(HandshakeFailure::of(&std::io::Error::from(kind)), None);
     }
-    let reasons = [
+    let all = [
         HandshakeFailure::CertificateRefused,
         HandshakeFailure::NoCommonProtocol,
         HandshakeFailure::NotTls,
         HandshakeFailure::Malformed,
         HandshakeFailure::TimedOut,
-    ]
-    .map(HandshakeFailure::reason);
+    ];
+    // Each cause has its own place in a listener's lines.
+    assert_eq!(all.len(), HandshakeFailure::COUNT);
+    for (index, failure) in all.into_iter().enumerate() {
+        assert_eq!(failure as usize, index);
+    }
+    let reasons = all.map(HandshakeFailure::reason);
     assert_eq!(
         reasons,
         [
