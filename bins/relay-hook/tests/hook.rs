@@ -44,6 +44,8 @@ struct Seen {
     headers: HeaderMap,
     body: Bytes,
     peer: SocketAddr,
+    /// When its head arrived.
+    at: Instant,
 }
 
 /// What the stand-in does with a request.
@@ -162,6 +164,7 @@ async fn serve_connection<IO>(
         let seen = seen.clone();
         let responder = responder.clone();
         async move {
+            let at = Instant::now();
             let (parts, body) = request.into_parts();
             let body = body
                 .collect()
@@ -174,6 +177,7 @@ async fn serve_connection<IO>(
                 headers: parts.headers,
                 body,
                 peer,
+                at,
             };
             let reply = {
                 let mut seen = seen.lock().unwrap();
@@ -922,12 +926,19 @@ async fn a_retry_opens_a_new_connection_when_the_daemon_closed_the_last_one() {
     }
 }
 
+/// A worker that stays unavailable: the hook asks again after a pause until its timeout,
+/// then fails closed naming the 503 answers. The pacing is read from when the daemon saw each
+/// attempt and the count from the hook's own message, so a slow machine changes neither; the
+/// timeout leaves 900 ms for the first answer, which is what the second attempt waits on.
 #[tokio::test]
 async fn a_worker_that_stays_unavailable_fails_at_the_timeout() {
+    // The hook's pause between two attempts.
+    const PAUSE: Duration = Duration::from_millis(100);
+    let timeout = Duration::from_millis(1000);
     let daemon = Daemon::script(vec![Reply::worker_unavailable()]).await;
     let run = Hook::new("pi", &daemon.url())
         .token(&new_token())
-        .env("RELAY_HOOK_TIMEOUT_MS", "350")
+        .env("RELAY_HOOK_TIMEOUT_MS", timeout.as_millis().to_string())
         .stdin(fixture("pi", "tool_call-bash.json"))
         .run()
         .await;
@@ -935,9 +946,33 @@ async fn a_worker_that_stays_unavailable_fails_at_the_timeout() {
     assert_eq!(run.stdout, b"");
     assert_eq!(run.stderr_lines().len(), 1, "{run:?}");
     assert!(run.stderr.contains("relay_worker_unavailable"), "{run:?}");
-    let attempts = daemon.seen().len();
-    assert!((2..=5).contains(&attempts), "{attempts} attempts in 350 ms");
-    assert!(run.elapsed < Duration::from_millis(1500), "{run:?}");
+    let attempts: usize = run
+        .stderr
+        .split_once("after ")
+        .and_then(|(_, rest)| rest.split_once(" attempts within 1000 ms"))
+        .and_then(|(count, _)| count.parse().ok())
+        .unwrap_or_else(|| panic!("no count of attempts: {run:?}"));
+    assert!(attempts >= 2, "the hook did not ask again: {run:?}");
+    // Each answered attempt reached the daemon; one more may have been under way when the
+    // timeout cut it.
+    let seen = daemon.seen();
+    assert!(
+        seen.len() == attempts || seen.len() == attempts + 1,
+        "the daemon saw {} attempts: {run:?}",
+        seen.len()
+    );
+    // Paced: each attempt came a whole pause after the answer to the one before.
+    for pair in seen.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= PAUSE, "two attempts {gap:?} apart");
+    }
+    // It gave up at the timeout, not before: it stops early only when another pause would
+    // end past it.
+    assert!(run.elapsed >= timeout - PAUSE, "{run:?}");
+    assert!(
+        run.elapsed < timeout + Duration::from_millis(1150),
+        "{run:?}"
+    );
 }
 
 /// An agent that keeps stdin open past the timeout: the daemon is never asked, the
