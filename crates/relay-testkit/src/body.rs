@@ -5,12 +5,13 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::time::Sleep;
 
 use crate::error::InjectedFailure;
@@ -50,6 +51,9 @@ pub(crate) struct ScriptedBody {
     /// While this counts a hold, frames after the first wait (see `StandIn::hold_answers`).
     hold: Option<watch::Receiver<u32>>,
     held: Option<Released>,
+    /// The frames a test lets through one by one, if it does (see `StandIn::step_answers`).
+    steps: Option<Arc<Semaphore>>,
+    stepping: Option<Stepped>,
     state: State,
     guard: ExchangeGuard,
 }
@@ -63,6 +67,30 @@ impl Released {
             // An error means the stand-in is gone, which lifts the hold too.
             let _ = hold.wait_for(|holds| *holds == 0).await;
         }))
+    }
+}
+
+/// Ready with `true` once a test lets one more frame through, or with `false` once it has
+/// stopped stepping the answer.
+struct Stepped(Pin<Box<dyn Future<Output = bool> + Send>>);
+
+impl Stepped {
+    fn new(steps: Arc<Semaphore>) -> Stepped {
+        Stepped(Box::pin(async move {
+            match steps.acquire_owned().await {
+                Ok(step) => {
+                    step.forget();
+                    true
+                }
+                Err(_closed) => false,
+            }
+        }))
+    }
+}
+
+impl fmt::Debug for Stepped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Stepped")
     }
 }
 
@@ -100,6 +128,8 @@ impl ScriptedBody {
             sleep: None,
             hold: None,
             held: None,
+            steps: None,
+            stepping: None,
             state,
             guard,
         }
@@ -108,6 +138,12 @@ impl ScriptedBody {
     /// Frames after the first wait while `hold` counts a hold.
     pub(crate) fn held_by(mut self, hold: watch::Receiver<u32>) -> ScriptedBody {
         self.hold = Some(hold);
+        self
+    }
+
+    /// Frames after the first wait for a step of `steps`, when there is one.
+    pub(crate) fn stepped_by(mut self, steps: Option<Arc<Semaphore>>) -> ScriptedBody {
+        self.steps = steps;
         self
     }
 
@@ -184,6 +220,21 @@ impl Body for ScriptedBody {
                             return Poll::Pending;
                         }
                         this.held = None;
+                    }
+                    if this.sent > 0
+                        && this.stepping.is_none()
+                        && let Some(steps) = this.steps.as_ref()
+                    {
+                        this.stepping = Some(Stepped::new(steps.clone()));
+                    }
+                    if let Some(stepping) = this.stepping.as_mut() {
+                        let Poll::Ready(stepped) = stepping.0.as_mut().poll(cx) else {
+                            return Poll::Pending;
+                        };
+                        this.stepping = None;
+                        if !stepped {
+                            this.steps = None;
+                        }
                     }
                     let limit_reached = this.fail_after.is_some_and(|limit| this.sent >= limit);
                     if limit_reached || (this.rest.is_empty() && this.fail_after.is_some()) {

@@ -34,5 +34,5 @@ pub use fixtures::{
 pub use formats::{Api, DEFAULT_TEXT, TOOL_COMMAND, TOOL_DONE_TEXT};
 pub use record::Recorded;
 pub use shutdown::shutdown_signal;
-pub use stand_in::{AnswersHeld, REQUEST_ID_HEADER, StandIn, StandInConfig};
+pub use stand_in::{AnswerSteps, AnswersHeld, REQUEST_ID_HEADER, StandIn, StandInConfig};
 pub use wait::{eventually, eventually_some};

@@ -19,7 +19,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::behaviour::Behaviour;
 use crate::body::{Framing, ScriptedBody};
@@ -57,11 +57,20 @@ struct Shared {
     prepared: Mutex<Arc<Prepared>>,
     /// How many [`AnswersHeld`] guards live: answers wait after their first frame while any does.
     hold: watch::Sender<u32>,
+    /// The frames the live [`AnswerSteps`] lets through, if one lives.
+    steps: Mutex<Option<Arc<Semaphore>>>,
 }
 
 impl Shared {
     fn prepared(&self) -> Arc<Prepared> {
         self.prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn steps(&self) -> Option<Arc<Semaphore>> {
+        self.steps
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -105,6 +114,7 @@ impl StandIn {
             recorder: Arc::new(Recorder::new(config.record_requests)),
             prepared: Mutex::new(Arc::new(Prepared::new(config.behaviour))),
             hold: watch::Sender::new(0),
+            steps: Mutex::new(None),
         });
         let (stop, stop_rx) = watch::channel(false);
         let (alive, tasks_ended) = mpsc::channel(1);
@@ -142,6 +152,23 @@ impl StandIn {
         self.shared.hold.send_modify(|holds| *holds += 1);
         AnswersHeld {
             shared: self.shared.clone(),
+        }
+    }
+
+    /// Sends the answers that start while the returned guard lives one frame at a time: the
+    /// first frame goes at once, and each one after it waits for [`AnswerSteps::release`]. A
+    /// test that must see each frame arrive before the next is sent takes this instead of
+    /// pacing the answer and timing the arrivals. Dropping the guard lets the rest go on.
+    pub fn step_answers(&self) -> AnswerSteps {
+        let frames = Arc::new(Semaphore::new(0));
+        *self
+            .shared
+            .steps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(frames.clone());
+        AnswerSteps {
+            shared: self.shared.clone(),
+            frames,
         }
     }
 
@@ -258,6 +285,40 @@ pub struct AnswersHeld {
 impl Drop for AnswersHeld {
     fn drop(&mut self) {
         self.shared.hold.send_modify(|holds| *holds -= 1);
+    }
+}
+
+/// Answers that started while this lives send a frame after their first only when
+/// [`AnswerSteps::release`] lets one through; dropping it lets the rest go on.
+#[derive(Debug)]
+#[must_use = "the answers go on as soon as this is dropped"]
+pub struct AnswerSteps {
+    shared: Arc<Shared>,
+    frames: Arc<Semaphore>,
+}
+
+impl AnswerSteps {
+    /// Lets `frames` more frames through, taken by whichever stepped answer sends next.
+    pub fn release(&self, frames: usize) {
+        self.frames.add_permits(frames);
+    }
+}
+
+impl Drop for AnswerSteps {
+    fn drop(&mut self) {
+        let mut steps = self
+            .shared
+            .steps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if steps
+            .as_ref()
+            .is_some_and(|live| Arc::ptr_eq(live, &self.frames))
+        {
+            *steps = None;
+        }
+        // Answers waiting for a step go on, and no longer wait.
+        self.frames.close();
     }
 }
 
@@ -412,7 +473,8 @@ async fn exchange(
     let pace = behaviour.pace.filter(|_| faults);
     let fail_after = behaviour.fail_after_bytes.filter(|_| faults);
     let scripted = ScriptedBody::new(answer.body, framing, pace, fail_after, !answer.sse, guard)
-        .held_by(shared.hold.subscribe());
+        .held_by(shared.hold.subscribe())
+        .stepped_by(shared.steps());
     let mut res = Response::new(scripted);
     *res.status_mut() = answer.status;
     *res.headers_mut() = answer.headers;

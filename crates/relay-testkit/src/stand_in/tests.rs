@@ -275,6 +275,38 @@ async fn held_answers_stop_after_their_first_frame_until_the_hold_ends() {
 }
 
 #[tokio::test]
+async fn stepped_answers_send_one_frame_per_step_until_the_steps_end() {
+    let stand_in = StandIn::start().await.unwrap();
+    let steps = stand_in.step_answers();
+    let req = http::Request::post(format!("{}/v1/messages", stand_in.base_url()))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(br#"{"stream":true}"#)))
+        .unwrap();
+    let mut body = client().request(req).await.unwrap().into_body();
+    let mut frame = async || loop {
+        if let Some(data) = body.frame().await.unwrap().unwrap().data_ref() {
+            break data.to_vec();
+        }
+    };
+    // One event per frame: the first at once, each next one on its step.
+    let sse = crate::fixtures::ANTHROPIC_MESSAGES_SSE;
+    let mut received = frame().await;
+    for _ in 0..2 {
+        steps.release(1);
+        received.extend_from_slice(&frame().await);
+    }
+    let events = received.windows(2).filter(|w| w == b"\n\n").count();
+    assert_eq!(events, 3);
+    assert!(sse.starts_with(&received));
+    // Without the guard the rest comes unasked.
+    drop(steps);
+    while received.len() < sse.len() {
+        received.extend_from_slice(&frame().await);
+    }
+    assert_eq!(received, sse);
+}
+
+#[tokio::test]
 async fn fail_after_bytes_breaks_the_client_body_read() {
     let stand_in = StandIn::start().await.unwrap();
     stand_in.set_behaviour(Behaviour {
