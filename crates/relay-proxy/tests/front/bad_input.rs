@@ -5,14 +5,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
-use http_body_util::{Full, StreamBody};
+use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::Frame;
-use relay_testkit::{Behaviour, StandIn};
+use relay_testkit::StandIn;
 use tokio::io::AsyncWriteExt;
 
 use crate::support::{
-    Relay, Setup, Tripwire, WAIT, h2c_client, is_closed_within, non_loopback_ip, raw_exchange,
-    read_response,
+    Relay, Setup, Tripwire, WAIT, h2c_client, http1_client, is_closed_within, non_loopback_ip,
+    raw_exchange, read_response,
 };
 
 fn post_head(host: &str, path: &str, extra: &str) -> String {
@@ -371,47 +371,81 @@ async fn a_slow_request_head_is_cut_at_the_header_read_timeout() {
 
 /// An idle keep-alive connection is closed after `keepalive_idle_secs` (not at the shorter
 /// header timeout), and a long stream in flight is never cut by it.
+///
+/// Each "long enough" is told by relayd's own timers: a connection it cut at one of them was
+/// opened after the connection under test went idle (or its stream began), so that one has
+/// been idle (or streaming) longer. The test times nothing it could lose a race against.
 #[tokio::test]
 async fn keepalive_idle_closes_idle_connections_but_not_long_streams() {
     let stand_in = StandIn::start().await.unwrap();
+    let request = |relay: &Relay| {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Content-Length: 2\r\n\r\n{{}}",
+            relay.host()
+        )
+    };
+
+    // Idle past the header timeout: still open, and it serves a second request. The keep-alive
+    // time is long here so that nothing but the header timeout could close it meanwhile.
+    let relay = Setup::new(&stand_in.base_url())
+        .header_read_timeout(0.2)
+        .keepalive_idle(30.0)
+        .start()
+        .await;
+    let mut stream = relay.connect().await;
+    let served = raw_exchange(&mut stream, request(&relay).as_bytes()).await;
+    assert_eq!(served.status, 200);
+    // A connection that sends nothing is cut at the header timeout.
+    let mut gate = relay.connect().await;
+    assert!(is_closed_within(&mut gate, WAIT).await);
+    let served = raw_exchange(&mut stream, request(&relay).as_bytes()).await;
+    assert_eq!(served.status, 200);
+
     let relay = Setup::new(&stand_in.base_url())
         .header_read_timeout(0.2)
         .keepalive_idle(0.6)
         .start()
         .await;
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-         Content-Length: 2\r\n\r\n{{}}",
-        relay.host()
-    );
+    // Idle past the keep-alive time: closed, and not before it. relayd's idle time began
+    // after `sent`, once it had answered.
     let mut stream = relay.connect().await;
-    assert_eq!(
-        raw_exchange(&mut stream, request.as_bytes()).await.status,
-        200
-    );
-    // Idle past the header timeout: still open, and it serves a second request.
-    assert!(!is_closed_within(&mut stream, Duration::from_millis(350)).await);
-    assert_eq!(
-        raw_exchange(&mut stream, request.as_bytes()).await.status,
-        200
-    );
-    // Idle past the keep-alive time: closed.
-    let idle_from = Instant::now();
+    let sent = Instant::now();
+    let served = raw_exchange(&mut stream, request(&relay).as_bytes()).await;
+    assert_eq!(served.status, 200);
     assert!(is_closed_within(&mut stream, Duration::from_secs(3)).await);
-    assert!(idle_from.elapsed() >= Duration::from_millis(500));
+    assert!(sent.elapsed() >= Duration::from_millis(500));
 
-    // A stream that runs for 1.5 s, three times the idle time.
-    stand_in.set_behaviour(Behaviour {
-        stream_events: Some(30),
-        pace: Some(Duration::from_millis(50)),
-        ..Behaviour::default()
-    });
-    let started = Instant::now();
-    let answer = relay.post("/v1/messages", &[], r#"{"stream":true}"#).await;
-    assert_eq!(answer.status, 200);
-    assert!(started.elapsed() > Duration::from_millis(1200));
-    let text = String::from_utf8_lossy(&answer.body);
-    assert!(text.contains("message_stop"), "the stream was cut: {text}");
+    // A stream that the provider holds, silent, for longer than the idle time. A connection
+    // that went idle after the stream began is closed first.
+    let hold = stand_in.hold_answers();
+    let res = http1_client()
+        .request(
+            relay
+                .request(Method::POST, "/v1/messages")
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(br#"{"stream":true}"#)))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let mut received = Vec::new();
+    while received.is_empty() {
+        let frame = tokio::time::timeout(WAIT, body.frame()).await.unwrap();
+        if let Some(data) = frame.unwrap().unwrap().data_ref() {
+            received.extend_from_slice(data);
+        }
+    }
+    let mut gate = relay.connect().await;
+    let served = raw_exchange(&mut gate, request(&relay).as_bytes()).await;
+    assert_eq!(served.status, 200);
+    assert!(is_closed_within(&mut gate, WAIT).await);
+    drop(hold);
+    let rest = tokio::time::timeout(WAIT, body.collect()).await.unwrap();
+    received.extend_from_slice(&rest.expect("the stream was cut").to_bytes());
+    assert_eq!(received, relay_testkit::ANTHROPIC_MESSAGES_SSE);
 }
 
 #[tokio::test]
