@@ -1229,23 +1229,22 @@ async fn an_upload_goes_on_up_its_http2_stream_after_an_early_answer_head() {
 /// takes none of a body the client has sent is cut that long after the request.
 #[tokio::test]
 async fn over_http2_the_response_head_timeout_leaves_out_the_wait_for_the_client() {
-    let limit = Duration::from_millis(200);
-    let timed = |roots| {
+    let timed = |limit, roots| {
         let options = UpstreamOptions {
             response_timeout: Some(limit),
             ..options()
         };
         UpstreamClient::with_tls(&options, client_tls(roots))
     };
-    // A POST whose body comes in five chunks 100 ms apart: its answer, and when the body
-    // ended.
-    let slow_post = |base: String, roots| async move {
-        let client = timed(roots);
+    // A POST whose body comes in five chunks `every` apart, four times that in all: its
+    // answer, and when the body ended.
+    let slow_post = |base: String, roots, limit, every| async move {
+        let client = timed(limit, roots);
         let upload = crate::body::tests::upload().await;
         let body = streamed(upload.incoming, 1 << 20, WAIT);
         let chunks = upload.chunks;
         let slowly = async move {
-            let mut every = tokio::time::interval(Duration::from_millis(100));
+            let mut every = tokio::time::interval(every);
             for _ in 0..5 {
                 every.tick().await;
                 chunks.send(chunk(1000)).await.unwrap();
@@ -1259,10 +1258,20 @@ async fn over_http2_the_response_head_timeout_leaves_out_the_wait_for_the_client
         )
     };
 
+    // The upload takes at least 1.2 s, past a 1 s limit. The provider answers as soon as the
+    // upload has ended, and its answer then has the whole second to arrive.
     let (base, roots, mut seen) = h2_provider_counting_uploads(false).await;
-    let (res, _) = slow_post(base, roots).await;
+    let (res, _) = slow_post(
+        base,
+        roots,
+        Duration::from_secs(1),
+        Duration::from_millis(300),
+    )
+    .await;
     arrived_whole(res.unwrap(), &mut seen, 5000).await;
 
+    // Below, only waits of at least the limit are asserted: it can be short.
+    let limit = Duration::from_millis(200);
     let (base, roots, _) = h2_serving(|_, tls| async move {
         let mut conn = h2::server::handshake(tls).await.unwrap();
         while let Some(Ok((req, respond))) = conn.accept().await {
@@ -1278,7 +1287,7 @@ async fn over_http2_the_response_head_timeout_leaves_out_the_wait_for_the_client
         }
     })
     .await;
-    let (res, ended) = slow_post(base, roots).await;
+    let (res, ended) = slow_post(base, roots, limit, Duration::from_millis(100)).await;
     assert!(
         matches!(res, Err(UpstreamError::ResponseHeadTimeout)),
         "{res:?}"
@@ -1300,7 +1309,7 @@ async fn over_http2_the_response_head_timeout_leaves_out_the_wait_for_the_client
         }
     })
     .await;
-    let client = timed(roots);
+    let client = timed(limit, roots);
     let upload = crate::body::tests::upload().await;
     let body = streamed(upload.incoming, 1 << 20, WAIT);
     upload.chunks.send(chunk(1000)).await.unwrap();
@@ -2111,13 +2120,9 @@ async fn a_provider_that_never_answers_ping_is_shared_once_the_connect_timeout_h
         connections,
         ..
     } = h2_provider_pinged(vec![OnPing::Ignore], true).await;
-    let client = UpstreamClient::with_tls(
-        &UpstreamOptions {
-            connect_timeout: Duration::from_millis(300),
-            ..options()
-        },
-        client_tls(roots),
-    );
+    // The connect timeout of every test here: it covers a debug build's TLS and HTTP/2
+    // handshake on a loaded machine, which a shorter one made a race.
+    let client = UpstreamClient::with_tls(&options(), client_tls(roots));
     let uri = format!("{base}/v1/messages");
     all_answered((0..4).map(|_| client.send(get(&uri)))).await;
     assert_eq!(connections.load(Ordering::SeqCst), 1);
@@ -2126,14 +2131,10 @@ async fn a_provider_that_never_answers_ping_is_shared_once_the_connect_timeout_h
 #[tokio::test]
 async fn a_provider_that_never_answers_ping_has_its_connection_closed_after_the_ping_time() {
     let RawProvider { base, roots, .. } = h2_provider_pinged(vec![OnPing::Ignore], false).await;
-    let mut client = UpstreamClient::with_tls(
-        &UpstreamOptions {
-            connect_timeout: Duration::from_millis(300),
-            ..options()
-        },
-        client_tls(roots),
-    );
-    Arc::get_mut(&mut client.inner).unwrap().http2_ping_after = Duration::from_millis(600);
+    // The connect timeout of every test here, and a ping time as long: the handshake, and
+    // then the answer's head, each have as long as elsewhere to arrive before the cut.
+    let mut client = UpstreamClient::with_tls(&options(), client_tls(roots));
+    Arc::get_mut(&mut client.inner).unwrap().http2_ping_after = options().connect_timeout;
     let res = tokio::time::timeout(WAIT, client.send(get(&format!("{base}/v1/messages"))))
         .await
         .unwrap()
