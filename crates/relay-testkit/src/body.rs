@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 
 use crate::error::InjectedFailure;
@@ -48,26 +48,12 @@ pub(crate) struct ScriptedBody {
     /// Whether the length is announced (`content-length`) instead of chunked framing.
     exact_length: bool,
     sleep: Option<Pin<Box<Sleep>>>,
-    /// While this counts a hold, frames after the first wait (see `StandIn::hold_answers`).
-    hold: Option<watch::Receiver<u32>>,
-    held: Option<Released>,
-    /// The frames a test lets through one by one, if it does (see `StandIn::step_answers`).
+    /// The frames a test lets through one by one, if it does (see `StandIn::step_answers` and
+    /// `StandIn::hold_answers`).
     steps: Option<Arc<Semaphore>>,
     stepping: Option<Stepped>,
     state: State,
     guard: ExchangeGuard,
-}
-
-/// Ready once the hold is lifted (or its sender is gone).
-struct Released(Pin<Box<dyn Future<Output = ()> + Send>>);
-
-impl Released {
-    fn new(mut hold: watch::Receiver<u32>) -> Released {
-        Released(Box::pin(async move {
-            // An error means the stand-in is gone, which lifts the hold too.
-            let _ = hold.wait_for(|holds| *holds == 0).await;
-        }))
-    }
 }
 
 /// Ready with `true` once a test lets one more frame through, or with `false` once it has
@@ -91,12 +77,6 @@ impl Stepped {
 impl fmt::Debug for Stepped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Stepped")
-    }
-}
-
-impl fmt::Debug for Released {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Released")
     }
 }
 
@@ -126,19 +106,11 @@ impl ScriptedBody {
             fail_after,
             exact_length: exact_length && fail_after.is_none(),
             sleep: None,
-            hold: None,
-            held: None,
             steps: None,
             stepping: None,
             state,
             guard,
         }
-    }
-
-    /// Frames after the first wait while `hold` counts a hold.
-    pub(crate) fn held_by(mut self, hold: watch::Receiver<u32>) -> ScriptedBody {
-        self.hold = Some(hold);
-        self
     }
 
     /// Frames after the first wait for a step of `steps`, when there is one.
@@ -208,18 +180,6 @@ impl Body for ScriptedBody {
                             return Poll::Pending;
                         }
                         this.sleep = None;
-                    }
-                    if this.sent > 0
-                        && this.held.is_none()
-                        && let Some(hold) = this.hold.as_ref().filter(|hold| *hold.borrow() > 0)
-                    {
-                        this.held = Some(Released::new(hold.clone()));
-                    }
-                    if let Some(held) = this.held.as_mut() {
-                        if held.0.as_mut().poll(cx).is_pending() {
-                            return Poll::Pending;
-                        }
-                        this.held = None;
                     }
                     if this.sent > 0
                         && this.stepping.is_none()

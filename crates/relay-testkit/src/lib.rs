@@ -5,7 +5,7 @@
 //! [`fixture_request`] loads the requests the real harnesses sent, embedded in the crate.
 //! It is not a provider emulator: it does not look at prompts, count tokens or validate request schemas, and it never opens an outbound connection.
 //! The `relay-stand-in` binary serves the same thing from a separate process for benchmarks and end-to-end runs; it and `relay-bare-proxy`, the bench's yardstick, stop on [`shutdown_signal`].
-//! For `cargo xtask bench` and `relay-loadgen` it also holds the table of SPEC §12's measures ([`measures`]) the one `/proc` reader both use ([`procfs`]), and the client TLS configuration with which both reach a relayd serving HTTPS ([`tls`]).
+//! For `cargo xtask bench` and `relay-loadgen` it also holds the table of SPEC §12's measures ([`measures`]), the one `/proc` reader both use ([`procfs`]), and the client TLS configuration with which both reach a relayd serving HTTPS ([`tls`]).
 
 mod behaviour;
 mod body;
@@ -34,5 +34,5 @@ pub use fixtures::{
 pub use formats::{Api, DEFAULT_TEXT, TOOL_COMMAND, TOOL_DONE_TEXT};
 pub use record::Recorded;
 pub use shutdown::shutdown_signal;
-pub use stand_in::{AnswerSteps, AnswersHeld, REQUEST_ID_HEADER, StandIn, StandInConfig};
+pub use stand_in::{AnswerSteps, REQUEST_ID_HEADER, StandIn, StandInConfig};
 pub use wait::{eventually, eventually_some};

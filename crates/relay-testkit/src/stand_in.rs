@@ -55,8 +55,6 @@ impl Default for StandInConfig {
 struct Shared {
     recorder: Arc<Recorder>,
     prepared: Mutex<Arc<Prepared>>,
-    /// How many [`AnswersHeld`] guards live: answers wait after their first frame while any does.
-    hold: watch::Sender<u32>,
     /// The frames the live [`AnswerSteps`] lets through, if one lives.
     steps: Mutex<Option<Arc<Semaphore>>>,
 }
@@ -113,7 +111,6 @@ impl StandIn {
         let shared = Arc::new(Shared {
             recorder: Arc::new(Recorder::new(config.record_requests)),
             prepared: Mutex::new(Arc::new(Prepared::new(config.behaviour))),
-            hold: watch::Sender::new(0),
             steps: Mutex::new(None),
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -145,14 +142,12 @@ impl StandIn {
         self.shared.set_prepared(behaviour);
     }
 
-    /// Holds every answer after its first frame until the returned guard is dropped, the
-    /// answers already under way included: a test that must act while a stream is certainly
-    /// still open (a stop signal, a drain) takes this instead of racing a pace against a clock.
-    pub fn hold_answers(&self) -> AnswersHeld {
-        self.shared.hold.send_modify(|holds| *holds += 1);
-        AnswersHeld {
-            shared: self.shared.clone(),
-        }
+    /// Holds every answer that starts while the returned guard lives after its first frame,
+    /// until the guard is dropped: a test that must act while a stream is certainly still open
+    /// (a stop signal, a drain) takes this instead of racing a pace against a clock. It is
+    /// [`StandIn::step_answers`] with no step let through.
+    pub fn hold_answers(&self) -> AnswerSteps {
+        self.step_answers()
     }
 
     /// Sends the answers that start while the returned guard lives one frame at a time: the
@@ -272,19 +267,6 @@ impl Drop for StandIn {
     fn drop(&mut self) {
         self.shared.recorder.begin_shutdown();
         self.stop.send_replace(true);
-    }
-}
-
-/// Answers stay held after their first frame while this lives; dropping it lets them go on.
-#[derive(Debug)]
-#[must_use = "the answers go on as soon as this is dropped"]
-pub struct AnswersHeld {
-    shared: Arc<Shared>,
-}
-
-impl Drop for AnswersHeld {
-    fn drop(&mut self) {
-        self.shared.hold.send_modify(|holds| *holds -= 1);
     }
 }
 
@@ -473,7 +455,6 @@ async fn exchange(
     let pace = behaviour.pace.filter(|_| faults);
     let fail_after = behaviour.fail_after_bytes.filter(|_| faults);
     let scripted = ScriptedBody::new(answer.body, framing, pace, fail_after, !answer.sse, guard)
-        .held_by(shared.hold.subscribe())
         .stepped_by(shared.steps());
     let mut res = Response::new(scripted);
     *res.status_mut() = answer.status;

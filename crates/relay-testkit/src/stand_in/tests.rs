@@ -248,8 +248,7 @@ async fn pace_spaces_the_events_the_client_receives() {
 #[tokio::test]
 async fn held_answers_stop_after_their_first_frame_until_the_hold_ends() {
     let stand_in = StandIn::start().await.unwrap();
-    let first_hold = stand_in.hold_answers();
-    let second_hold = stand_in.hold_answers();
+    let hold = stand_in.hold_answers();
     let req = http::Request::post(format!("{}/v1/messages", stand_in.base_url()))
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from_static(br#"{"stream":true}"#)))
@@ -261,11 +260,10 @@ async fn held_answers_stop_after_their_first_frame_until_the_hold_ends() {
         }
     };
     assert!(received.len() < crate::fixtures::ANTHROPIC_MESSAGES_SSE.len());
-    // Unpaced, the next event would follow at once; held, nothing comes while any hold lives.
-    drop(first_hold);
+    // Unpaced, the next event would follow at once; held, nothing comes while the hold lives.
     let waited = tokio::time::timeout(Duration::from_millis(300), body.frame()).await;
     assert!(waited.is_err(), "a frame came while an answer was held");
-    drop(second_hold);
+    drop(hold);
     while let Some(frame) = body.frame().await {
         if let Some(data) = frame.unwrap().data_ref() {
             received.extend_from_slice(data);
