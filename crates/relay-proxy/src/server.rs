@@ -603,6 +603,14 @@ impl Conn {
         if !matches!(sent, Ok(Ok(1..))) {
             return;
         }
+        // A TLS record begins with its type, a byte below 32; an HTTP request with its
+        // method's first letter.
+        if first[0].is_ascii_uppercase() {
+            refuse_plain_http(tcp, deadline).await;
+            self.peer_lines
+                .handshake_failed(self.peer, HandshakeFailure::NotTls);
+            return;
+        }
         let handshake = acceptor.accept(ReadAhead::new(tcp));
         let failure = match tokio::time::timeout_at(deadline, handshake).await {
             Ok(Ok(stream)) => {
@@ -861,6 +869,24 @@ impl<W: Future + Unpin, G: Future + Unpin> Future for Guarded<W, G> {
         }
         Poll::Pending
     }
+}
+
+/// Answers plain HTTP sent to an HTTPS listener 400 in plain HTTP, once, and closes: a
+/// client given an `http://` address then reads why it failed instead of a reset connection.
+async fn refuse_plain_http(tcp: tokio::net::TcpStream, deadline: tokio::time::Instant) {
+    let service = service_fn(|_: Request<Incoming>| async {
+        let mut res = crate::answers::error(
+            http::StatusCode::BAD_REQUEST,
+            relay_proto::ErrorKind::RelayBadRequest,
+            "this address serves HTTPS: plain HTTP was sent to it; use an https:// address",
+        );
+        close_after(&mut res);
+        Ok::<_, Infallible>(res)
+    });
+    let connection = http1::Builder::new()
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(tcp), service);
+    let _ = tokio::time::timeout_at(deadline, connection).await;
 }
 
 /// Lingering close (see [`LINGER_TIME`]): closes the write side, then discards what the

@@ -716,13 +716,18 @@ async fn a_peer_cannot_make_relayd_log_a_line_per_handshake_or_frame() -> anyhow
 async fn a_failed_tls_handshake_is_said_with_its_cause() -> anyhow::Result<()> {
     use tokio::io::AsyncReadExt as _;
 
-    // Plain HTTP sent to the HTTPS address.
+    // Plain HTTP sent to the HTTPS address: answered 400 in plain HTTP, as nginx does.
     let (relayd, _ca) = relayd_serving_https().await?;
     let mut tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
     tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await?;
     let mut answer = Vec::new();
-    let _ = tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer)).await?;
+    tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer)).await??;
+    // Answered in plain HTTP, so the client reads why.
+    let answer = String::from_utf8(answer)?;
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(answer.contains("relay_bad_request"), "{answer}");
+    assert!(answer.contains("https://"), "{answer}");
     let said = relayd
         .wait_for_log_event("tls_handshake_failed", EVENT_TIMEOUT)
         .await?;
