@@ -23,8 +23,8 @@ use tokio::io::AsyncWriteExt as _;
 use tokio_rustls::rustls;
 
 use super::support::{
-    EVENT_TIMEOUT, INITIALIZE_TIMEOUT, assert_healthy, field, fresh_token, metrics, pass_throughs,
-    requests_to, route_status, user_for, worker_config,
+    EVENT_TIMEOUT, INITIALIZE_TIMEOUT, assert_healthy, field, fresh_token, metrics, new_ca,
+    pass_throughs, requests_to, route_status, trusting, user_for, worker_config,
 };
 
 /// Registers `client` as an MCP for `token` and returns its session and the launch grant
@@ -655,7 +655,7 @@ async fn a_peer_cannot_make_relayd_log_a_line_per_handshake_or_frame() -> anyhow
 
     // Over HTTP/2, acknowledgements of pings relayd never sent: h2 warns of each. A ping of
     // the test's own follows them; once relayd acknowledges it, it has read every one.
-    let mut config = client_trusting(&ca)?;
+    let mut config = trusting(&ca)?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     let mut tls = tls_connect(&relayd, config).await?;
     let mut frames = h2_preface();
@@ -740,8 +740,9 @@ async fn a_failed_tls_handshake_is_said_with_its_cause() -> anyhow::Result<()> {
     for _ in 0..3 {
         drop(tokio::net::TcpStream::connect(relayd.addr()).await?);
     }
-    let (_, stranger) = test_ca("another CA")?;
-    let refused = tls_connect(&relayd, client_trusting(&stranger)?).await;
+    let stranger = new_ca("another CA")?;
+    let stranger = rustls::pki_types::CertificateDer::from(stranger.der().to_vec());
+    let refused = tls_connect(&relayd, trusting(&stranger)?).await;
     assert!(
         refused.is_err(),
         "a client trusting another CA completed its handshake"
@@ -757,7 +758,7 @@ async fn a_failed_tls_handshake_is_said_with_its_cause() -> anyhow::Result<()> {
     // The connections closed without a byte were not counted as failures.
     assert_eq!(said["suppressed_since_last_emit"], 0, "{said}");
     for _ in 0..3 {
-        let refused = tls_connect(&relayd, client_trusting(&stranger)?).await;
+        let refused = tls_connect(&relayd, trusting(&stranger)?).await;
         assert!(refused.is_err());
     }
     relayd.stop().await?;
@@ -769,30 +770,12 @@ async fn a_failed_tls_handshake_is_said_with_its_cause() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A CA made for a test, named `name`, and its certificate.
-fn test_ca(
-    name: &str,
-) -> anyhow::Result<(
-    rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-    rustls::pki_types::CertificateDer<'static>,
-)> {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = rcgen::CertificateParams::new(Vec::new())?;
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let ca = rcgen::CertifiedIssuer::self_signed(params, key)?;
-    let der = rustls::pki_types::CertificateDer::from(ca.der().to_vec());
-    Ok((ca, der))
-}
-
 /// A relayd serving HTTPS on 127.0.0.1 with a certificate from a CA made for the test, and
 /// that CA's certificate.
 async fn relayd_serving_https()
 -> anyhow::Result<(Relayd, rustls::pki_types::CertificateDer<'static>)> {
     let builder = Relayd::builder()?;
-    let (ca, ca_der) = test_ca("relayd's CA")?;
+    let ca = new_ca("relayd's CA")?;
     let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
     let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &ca)?;
     let cert_path = builder.write_private_file("relayd.pem", &cert.pem())?;
@@ -804,21 +787,10 @@ async fn relayd_serving_https()
         .arg(&key_path)
         .start()
         .await?;
-    Ok((relayd, ca_der))
-}
-
-/// A client configuration that trusts only `ca`.
-fn client_trusting(
-    ca: &rustls::pki_types::CertificateDer<'static>,
-) -> anyhow::Result<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone())?;
-    Ok(
-        rustls::ClientConfig::builder_with_provider(relay_proxy::tls::provider())
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
+    Ok((
+        relayd,
+        rustls::pki_types::CertificateDer::from(ca.der().to_vec()),
+    ))
 }
 
 /// A TLS connection to `relayd` as 127.0.0.1.

@@ -33,11 +33,11 @@ use relay_e2e::{AGENT_TIMEOUT, AgentCommand, Logs, Mcp, Process, START_TIMEOUT, 
 use relay_testkit::DEFAULT_TEXT;
 use tempfile::TempDir;
 use tokio::io::AsyncWriteExt as _;
-use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 use super::support::{
-    CLI_TIMEOUT, EVENT_TIMEOUT, INITIALIZE_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, field, fresh_token,
+    CLI_TIMEOUT, EVENT_TIMEOUT, INITIALIZE_TIMEOUT, STATUS_POLL, WORKER_TIMEOUT, field,
+    fresh_token, new_ca, trusting,
 };
 
 /// The daemon's port inside the server namespace (nothing else listens there).
@@ -248,10 +248,10 @@ impl Pki {
         let dir = tempfile::Builder::new()
             .prefix("relay-e2e-pki-")
             .tempdir()?;
-        let (ca, ca_pem) = new_ca("relay e2e remote test ca")?;
-        let (_, other_pem) = new_ca("relay e2e unrelated ca")?;
-        std::fs::write(dir.path().join("ca.pem"), &ca_pem)?;
-        std::fs::write(dir.path().join("other-ca.pem"), other_pem)?;
+        let ca = new_ca("relay e2e remote test ca")?;
+        std::fs::write(dir.path().join("ca.pem"), ca.pem())?;
+        let other = new_ca("relay e2e unrelated ca")?;
+        std::fs::write(dir.path().join("other-ca.pem"), other.pem())?;
         for (name, sans) in [
             (
                 "daemon",
@@ -279,18 +279,6 @@ impl Pki {
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
-}
-
-fn new_ca(name: &str) -> anyhow::Result<(rcgen::CertifiedIssuer<'static, rcgen::KeyPair>, String)> {
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
-    let mut params = rcgen::CertificateParams::new(Vec::new())?;
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let ca = rcgen::CertifiedIssuer::self_signed(params, key)?;
-    let pem = ca.pem();
-    Ok((ca, pem))
 }
 
 /// relayd in the server namespace on `0.0.0.0:<port>` (that namespace has only its
@@ -1284,16 +1272,4 @@ async fn remote_one_address_cannot_fill_the_hook_body_budget() -> anyhow::Result
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     drop(stalled);
     Ok(())
-}
-
-/// A TLS client configuration that trusts `ca` only.
-fn trusting(ca: &CertificateDer<'static>) -> anyhow::Result<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone())?;
-    Ok(
-        rustls::ClientConfig::builder_with_provider(relay_proxy::tls::provider())
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
 }

@@ -1,5 +1,6 @@
 //! What several test modules share: timeouts, the config that points relayd at a stand-in,
-//! fresh secrets, and the status, route and metrics reads of the worker tests.
+//! fresh secrets, a CA for the tests that serve HTTPS, and the status, route and metrics
+//! reads of the worker tests.
 
 use std::time::Duration;
 
@@ -613,4 +614,32 @@ pub(crate) fn atof_records(
         .map(serde_json::from_str)
         .collect::<Result<Vec<serde_json::Value>, _>>()?;
     Ok((text, records))
+}
+
+/// A certificate authority made for a test, named `name`: its certificate is `.pem()` or
+/// `.der()`, and it signs the certificates a test's servers present.
+pub(crate) fn new_ca(
+    name: &str,
+) -> anyhow::Result<rcgen::CertifiedIssuer<'static, rcgen::KeyPair>> {
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let mut params = rcgen::CertificateParams::new(Vec::new())?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    Ok(rcgen::CertifiedIssuer::self_signed(params, key)?)
+}
+
+/// A TLS client configuration that trusts `ca` alone.
+pub(crate) fn trusting(
+    ca: &tokio_rustls::rustls::pki_types::CertificateDer<'static>,
+) -> anyhow::Result<tokio_rustls::rustls::ClientConfig> {
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    roots.add(ca.clone())?;
+    Ok(
+        tokio_rustls::rustls::ClientConfig::builder_with_provider(relay_proxy::tls::provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
 }
