@@ -96,16 +96,25 @@ async fn https_serves_http1_and_http2_by_alpn() {
         assert_eq!(recorded[0].body, r#"{"stream":true}"#);
         assert_eq!(recorded[0].path_and_query, "/v1/messages?beta=true");
     }
-    // Plain HTTP on the TLS port is not served.
+    // Plain HTTP on the TLS port is not served: it is told, in plain HTTP, that the address
+    // serves HTTPS, and nothing reaches the provider.
+    stand_in.clear_requests();
     let plain = crate::support::http1_client()
         .request(
             relay
-                .request(Method::GET, "/healthz")
-                .body(Full::default())
+                .request(Method::POST, "/v1/messages")
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(br#"{"stream":true}"#)))
                 .unwrap(),
         )
-        .await;
-    assert!(plain.is_err(), "plain HTTP was answered on the TLS port");
+        .await
+        .unwrap();
+    let answer = Answer::read(plain).await;
+    assert_eq!(answer.status, 400);
+    let body = String::from_utf8_lossy(&answer.body);
+    assert!(body.contains(r#""type":"relay_bad_request""#), "{body}");
+    assert!(body.contains("https://"), "{body}");
+    assert!(stand_in.requests().is_empty());
 }
 
 /// A client that negotiates HTTP/2 by ALPN and then speaks HTTP/1 is not served: the framing
