@@ -606,7 +606,7 @@ impl Conn {
         // A TLS record begins with its type, a byte below 32; an HTTP request with its
         // method's first letter.
         if first[0].is_ascii_uppercase() {
-            refuse_plain_http(tcp, deadline).await;
+            refuse_plain_http(tcp, self.builders.http1.clone(), deadline).await;
             self.peer_lines
                 .handshake_failed(self.peer, HandshakeFailure::NotTls);
             return;
@@ -873,7 +873,13 @@ impl<W: Future + Unpin, G: Future + Unpin> Future for Guarded<W, G> {
 
 /// Answers plain HTTP sent to an HTTPS listener 400 in plain HTTP, once, and closes: a
 /// client given an `http://` address then reads why it failed instead of a reset connection.
-async fn refuse_plain_http(tcp: tokio::net::TcpStream, deadline: tokio::time::Instant) {
+/// The head is read under the front's own limits (`http1`, its builder), and the close
+/// lingers as after any early answer, so a client still writing its body reads the 400.
+async fn refuse_plain_http(
+    tcp: tokio::net::TcpStream,
+    mut http1: http1::Builder,
+    deadline: tokio::time::Instant,
+) {
     let service = service_fn(|_: Request<Incoming>| async {
         let mut res = crate::answers::error(
             http::StatusCode::BAD_REQUEST,
@@ -883,10 +889,13 @@ async fn refuse_plain_http(tcp: tokio::net::TcpStream, deadline: tokio::time::In
         close_after(&mut res);
         Ok::<_, Infallible>(res)
     });
-    let connection = http1::Builder::new()
+    let connection = http1
         .keep_alive(false)
-        .serve_connection(TokioIo::new(tcp), service);
-    let _ = tokio::time::timeout_at(deadline, connection).await;
+        .serve_connection(TokioIo::new(tcp), service)
+        .without_shutdown();
+    if let Ok(Ok(parts)) = tokio::time::timeout_at(deadline, connection).await {
+        linger(parts.io.into_inner()).await;
+    }
 }
 
 /// Lingering close (see [`LINGER_TIME`]): closes the write side, then discards what the

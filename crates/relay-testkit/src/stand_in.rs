@@ -154,6 +154,10 @@ impl StandIn {
     /// first frame goes at once, and each one after it waits for [`AnswerSteps::release`]. A
     /// test that must see each frame arrive before the next is sent takes this instead of
     /// pacing the answer and timing the arrivals. Dropping the guard lets the rest go on.
+    ///
+    /// The steps are shared: while several stepped answers run, a step goes to whichever
+    /// sends next. An answer sent whole (a JSON one) has no frame after its first, and the
+    /// end of a body takes no step, but a failure injected with `fail_after_bytes` does.
     pub fn step_answers(&self) -> AnswerSteps {
         let frames = Arc::new(Semaphore::new(0));
         *self

@@ -27,8 +27,8 @@ pub fn client_config(trusted: &Path) -> Result<Arc<ClientConfig>> {
     );
     let config =
         ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .context("choosing the TLS versions")?
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .context("choosing TLS 1.3")?
             .with_root_certificates(roots)
             .with_no_client_auth();
     Ok(Arc::new(config))

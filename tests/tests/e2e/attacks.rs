@@ -723,6 +723,7 @@ async fn a_failed_tls_handshake_is_said_with_its_cause() -> anyhow::Result<()> {
         .await?;
     let mut answer = Vec::new();
     tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer)).await??;
+    drop(tcp);
     // Answered in plain HTTP, so the client reads why.
     let answer = String::from_utf8(answer)?;
     assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
@@ -734,6 +735,34 @@ async fn a_failed_tls_handshake_is_said_with_its_cause() -> anyhow::Result<()> {
     assert_eq!(field(&said, "reason"), "not_tls", "{said}");
     assert_eq!(field(&said, "peer"), "127.0.0.1", "{said}");
     assert!(field(&said, "message").contains("http://"), "{said}");
+
+    // A client that writes a whole 4 MiB body before it reads still reads the answer: the
+    // close lingers as after any early answer.
+    let mut tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
+    let body = vec![b'x'; 4 << 20];
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await?;
+    tokio::time::timeout(EVENT_TIMEOUT, tcp.write_all(&body)).await??;
+    let mut answer = Vec::new();
+    tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer)).await??;
+    drop(tcp);
+    let answer = String::from_utf8(answer)?;
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+
+    // A head that never ends is held no longer than the front holds one (64 KiB), not up to
+    // hyper's own default of hundreds of KiB until the handshake's deadline.
+    let mut tcp = tokio::net::TcpStream::connect(relayd.addr()).await?;
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: ")
+        .await?;
+    let _ = tcp.write_all(&vec![b'a'; 100 << 10]).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(EVENT_TIMEOUT, tcp.read_to_end(&mut answer)).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 431 "), "{answer}");
+    drop(tcp);
 
     // A client that does not trust the certificate's issuer.
     let (mut relayd, _ca) = relayd_serving_https().await?;

@@ -133,7 +133,9 @@ async fn x_accel_buffering_is_added_only_to_sse_and_never_overrides_the_provider
 }
 
 /// Each event reaches the client while the provider still holds back the next: relayd passes
-/// events on as they come, and none waits for the bytes after it.
+/// events on as they come, and none waits for the bytes after it. (A relayd that held each
+/// event for a bounded time, under the test's wait, would pass; relayd has no such timer, and
+/// a test of one would be a test of the clock.)
 #[tokio::test]
 async fn each_event_arrives_before_the_provider_sends_the_next() {
     let stand_in = StandIn::start().await.unwrap();

@@ -286,15 +286,20 @@ async fn stepped_answers_send_one_frame_per_step_until_the_steps_end() {
             break data.to_vec();
         }
     };
-    // One event per frame: the first at once, each next one on its step.
+    // One event per frame: the first at once, each next one on its step. Read until each is
+    // whole, however the reads split them; ungated, more would have come.
     let sse = crate::fixtures::ANTHROPIC_MESSAGES_SSE;
-    let mut received = frame().await;
-    for _ in 0..2 {
-        steps.release(1);
-        received.extend_from_slice(&frame().await);
+    let events = |bytes: &[u8]| bytes.windows(2).filter(|w| w == b"\n\n").count();
+    let mut received = Vec::new();
+    for step in 0..3 {
+        if step > 0 {
+            steps.release(1);
+        }
+        while events(&received) <= step {
+            received.extend_from_slice(&frame().await);
+        }
     }
-    let events = received.windows(2).filter(|w| w == b"\n\n").count();
-    assert_eq!(events, 3);
+    assert_eq!(events(&received), 3);
     assert!(sse.starts_with(&received));
     // Without the guard the rest comes unasked.
     drop(steps);

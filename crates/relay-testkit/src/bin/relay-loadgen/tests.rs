@@ -190,11 +190,12 @@ async fn without_a_direct_address_throughput_runs_on_relayd_alone() {
     }
 }
 
-/// A TLS front for `upstream` on a loopback port, with a certificate made for it (written as PEM to `dir/name.pem`): each connection's TLS ends here and its bytes go on to `upstream`, as a relayd serving HTTPS would take them.
+/// A TLS front for `upstream` on a loopback port, speaking the TLS `versions`, with a certificate made for it (written as PEM to `dir/name.pem`): each connection's TLS ends here and its bytes go on to `upstream`, as a relayd serving HTTPS would take them.
 async fn tls_front(
     upstream: SocketAddr,
     dir: &std::path::Path,
     name: &str,
+    versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> (SocketAddr, PathBuf) {
     let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
     let pem = dir.join(format!("{name}.pem"));
@@ -203,7 +204,7 @@ async fn tls_front(
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
-    .with_safe_default_protocol_versions()
+    .with_protocol_versions(versions)
     .unwrap()
     .with_no_client_auth()
     .with_single_cert(vec![made.cert.der().clone()], key)
@@ -233,8 +234,9 @@ async fn with_tls_relayd_and_the_peer_are_reached_over_tls_and_checked() {
     let stand_in = StandIn::start().await.unwrap();
     let dir = std::env::temp_dir().join(format!("relay-loadgen-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (relay, relay_pem) = tls_front(stand_in.addr(), &dir, "relay").await;
-    let (peer, peer_pem) = tls_front(stand_in.addr(), &dir, "peer").await;
+    let both_versions = rustls::DEFAULT_VERSIONS;
+    let (relay, relay_pem) = tls_front(stand_in.addr(), &dir, "relay", both_versions).await;
+    let (peer, peer_pem) = tls_front(stand_in.addr(), &dir, "peer", both_versions).await;
     let both = dir.join("both.pem");
     let pems = [&relay_pem, &peer_pem].map(|pem| std::fs::read_to_string(pem).unwrap());
     std::fs::write(&both, pems.concat()).unwrap();
@@ -258,6 +260,15 @@ async fn with_tls_relayd_and_the_peer_are_reached_over_tls_and_checked() {
     // A server whose certificate the roots do not hold is refused before any request.
     let only_relay = tls::client_config(&relay_pem).unwrap();
     let refused = Conn::open_tls(peer, &only_relay).await.unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("TLS handshake"),
+        "{refused:#}"
+    );
+    // So is a server that would speak TLS 1.2 only: the figures beside relayd's are TLS 1.3.
+    let (old, old_pem) = tls_front(stand_in.addr(), &dir, "old", &[&rustls::version::TLS12]).await;
+    let refused = Conn::open_tls(old, &tls::client_config(&old_pem).unwrap())
+        .await
+        .unwrap_err();
     assert!(
         format!("{refused:#}").contains("TLS handshake"),
         "{refused:#}"
