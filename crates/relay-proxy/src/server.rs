@@ -566,7 +566,7 @@ impl PeerLines {
     /// written at `now`.
     fn admit_handshake_line(&self, failure: HandshakeFailure, now: Instant) -> Option<u64> {
         let mut lines = relay_logging::sync::lock(&self.handshakes, "TLS handshake lines")?;
-        lines[failure as usize].admit(now, FLOOD_LOG_EVERY)
+        lines.get_mut(failure as usize)?.admit(now, FLOOD_LOG_EVERY)
     }
 }
 

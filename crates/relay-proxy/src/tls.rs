@@ -88,13 +88,13 @@ pub enum HandshakeFailure {
     NotTls,
     /// The client broke the TLS protocol otherwise.
     Malformed,
-    /// The handshake did not finish in time.
+    /// The handshake did not finish in time. (Kept last: it counts the causes.)
     TimedOut,
 }
 
 impl HandshakeFailure {
-    /// How many causes there are.
-    pub const COUNT: usize = 5;
+    /// How many causes there are (the last one's number, plus one).
+    pub const COUNT: usize = HandshakeFailure::TimedOut as usize + 1;
 
     /// What the failed handshake `error` (as tokio-rustls returned it) says of the client;
     /// `None` when the client only went away, as a TCP health check or a port scan does,
