@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::support::{
     Relay, Setup, Tripwire, WAIT, h2c_client, http1_client, is_closed_within, non_loopback_ip,
-    raw_exchange, read_response,
+    raw_exchange, read_response, stream_request,
 };
 
 fn post_head(host: &str, path: &str, extra: &str) -> String {
@@ -420,13 +420,7 @@ async fn keepalive_idle_closes_idle_connections_but_not_long_streams() {
     // that went idle after the stream began is closed first.
     let hold = stand_in.hold_answers();
     let res = http1_client()
-        .request(
-            relay
-                .request(Method::POST, "/v1/messages")
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from_static(br#"{"stream":true}"#)))
-                .unwrap(),
-        )
+        .request(stream_request(&relay, "/v1/messages"))
         .await
         .unwrap();
     assert_eq!(res.status(), 200);

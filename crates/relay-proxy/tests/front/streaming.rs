@@ -13,24 +13,13 @@ use relay_testkit::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{Relay, Setup, TestClient, WAIT, h2c_client, http1_client};
+use crate::support::{Relay, Setup, TestClient, WAIT, h2c_client, http1_client, stream_request};
 
 const STREAMS: [(&str, &[u8]); 3] = [
     ("/v1/messages?beta=true", ANTHROPIC_MESSAGES_SSE),
     ("/v1/responses", OPENAI_RESPONSES_SSE),
     ("/v1/chat/completions", OPENAI_CHAT_SSE),
 ];
-
-fn stream_request(relay: &Relay, path: &str) -> http::Request<Full<Bytes>> {
-    relay
-        .request(Method::POST, path)
-        .header("content-type", "application/json")
-        .header("authorization", "Bearer caller")
-        .body(Full::new(Bytes::from_static(
-            br#"{"model":"m","stream":true}"#,
-        )))
-        .unwrap()
-}
 
 /// The body frames as they arrived, with their arrival times, and how the body ended.
 struct Received {

@@ -487,3 +487,15 @@ impl Tripwire {
             .is_ok()
     }
 }
+
+/// A streaming model request to `path` on `relay`, with a caller's key.
+pub(crate) fn stream_request(relay: &Relay, path: &str) -> http::Request<Full<Bytes>> {
+    relay
+        .request(Method::POST, path)
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer caller")
+        .body(Full::new(Bytes::from_static(
+            br#"{"model":"m","stream":true}"#,
+        )))
+        .unwrap()
+}

@@ -100,13 +100,7 @@ async fn https_serves_http1_and_http2_by_alpn() {
     // serves HTTPS, and nothing reaches the provider.
     stand_in.clear_requests();
     let plain = crate::support::http1_client()
-        .request(
-            relay
-                .request(Method::POST, "/v1/messages")
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from_static(br#"{"stream":true}"#)))
-                .unwrap(),
-        )
+        .request(crate::support::stream_request(&relay, "/v1/messages"))
         .await
         .unwrap();
     let answer = Answer::read(plain).await;
