@@ -562,6 +562,23 @@ impl PeerLines {
         }
     }
 
+    /// Says, or counts, that h2 closed `peer`'s connection for resetting more streams than
+    /// it may (the rapid-reset attack). h2's own warning of it is held at a service's levels,
+    /// as a peer could send one a frame; this line is what tells the operator.
+    fn too_many_resets(&self, peer: SocketAddr) {
+        let admitted = relay_logging::sync::lock(&self.calm, "HTTP/2 abuse line")
+            .and_then(|mut line| line.admit(Instant::now(), FLOOD_LOG_EVERY));
+        if let Some(suppressed) = admitted {
+            tracing::warn!(
+                event = "http2_connection_closed",
+                peer = %peer.ip(),
+                reason = "too_many_resets",
+                suppressed_since_last_emit = suppressed,
+                "closed an HTTP/2 connection whose client reset more streams than it may (a rapid-reset attack?)"
+            );
+        }
+    }
+
     /// `Some(failures of this cause held back since its last line)` when a line may be
     /// written at `now`.
     fn admit_handshake_line(&self, failure: HandshakeFailure, now: Instant) -> Option<u64> {
@@ -705,23 +722,8 @@ impl Conn {
                     Ended::Work(Ok(())) => break Closing::Done,
                     Ended::Work(Err(error)) => {
                         tracing::debug!(error = %error, "connection ended with an error");
-                        // h2's own warning of it is held at a service's levels (a peer
-                        // could send one a frame); this line, at most one every ten
-                        // seconds, is what tells the operator.
-                        if told_to_calm_down(&error)
-                            && let Some(suppressed) =
-                                relay_logging::sync::lock(&peer_lines.calm, "HTTP/2 abuse line")
-                                    .and_then(|mut line| {
-                                        line.admit(Instant::now(), FLOOD_LOG_EVERY)
-                                    })
-                        {
-                            tracing::warn!(
-                                event = "http2_connection_closed",
-                                peer = %peer.ip(),
-                                reason = "too_many_resets",
-                                suppressed_since_last_emit = suppressed,
-                                "closed an HTTP/2 connection whose client reset more streams than it may (a rapid-reset attack?)"
-                            );
+                        if told_to_calm_down(&error) {
+                            peer_lines.too_many_resets(peer);
                         }
                         // An answer's body failed (a provider that broke off): the client
                         // must not take the truncated answer for a whole one.
