@@ -48,6 +48,10 @@ pub async fn answer_then_close(listener: TcpListener, answer: &[u8]) -> io::Resu
 /// Accepts one connection and, as soon as it has a request head, answers `200` with
 /// `answer_len` bytes while it reads the request body (its `Content-Length`) to the end.
 /// Returns how many body bytes it read.
+///
+/// The answer's last byte waits until the body has been read: a relay may close the
+/// connection once the answer is over (the rest of an upload is then not needed), so an
+/// answer that could end first would make what the provider reads a race.
 pub async fn answer_while_reading(listener: TcpListener, answer_len: usize) -> io::Result<usize> {
     let (stream, _) = listener.accept().await?;
     let (mut read, mut write) = stream.into_split();
@@ -58,10 +62,16 @@ pub async fn answer_while_reading(listener: TcpListener, answer_len: usize) -> i
         .find_map(|line| line.strip_prefix("content-length:"))
         .and_then(|value| value.trim().parse().ok())
         .ok_or_else(|| io::Error::other("the request has no Content-Length"))?;
+    let (read_whole, last_byte) = tokio::sync::oneshot::channel::<()>();
     let answering = tokio::spawn(async move {
         let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {answer_len}\r\n\r\n");
         write.write_all(head.as_bytes()).await?;
-        write.write_all(&vec![b'y'; answer_len]).await?;
+        let answer = vec![b'y'; answer_len];
+        let (most, last) = answer.split_at(answer_len.saturating_sub(1));
+        write.write_all(most).await?;
+        // Sent also when the body ended short, so that the test sees the count, not a hang.
+        let _ = last_byte.await;
+        write.write_all(last).await?;
         Ok::<_, io::Error>(write)
     });
     let mut got = buf.len() - head_len;
@@ -73,6 +83,7 @@ pub async fn answer_while_reading(listener: TcpListener, answer_len: usize) -> i
         }
         got += n;
     }
+    drop(read_whole);
     // Held until the answer is written, so the connection stays open for it.
     let _write = answering.await.map_err(io::Error::other)??;
     Ok(got)
