@@ -18,6 +18,7 @@ pub mod config;
 pub mod conn;
 pub mod control;
 pub mod daemon_http;
+mod driven;
 mod error_chain;
 mod forward;
 pub mod front;

@@ -33,6 +33,7 @@ use tower_service::Service as _;
 
 use crate::BoxError;
 use crate::body::{BodyError, RequestBody, Upload, answer_within};
+use crate::driven::{DriverWaker, unwoken};
 use crate::error_chain::causes;
 use crate::headers::{Toward, strip_request_headers};
 use crate::sockets::{Budget, Budgeted, NoRoom};
@@ -424,6 +425,7 @@ struct Driven {
     /// The `Host` header of a request on it: the host, and the port unless it is the
     /// scheme's default.
     host: HeaderValue,
+    driver: DriverWaker,
 }
 
 impl Driven {
@@ -434,7 +436,11 @@ impl Driven {
 
 impl Lease for Driven {
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
-        poll_open(&mut self.conn, cx)
+        self.driver.poll(cx, |cx| poll_open(&mut self.conn, cx))
+    }
+
+    fn driver(&self) -> &DriverWaker {
+        &self.driver
     }
 
     fn sender(&mut self) -> &mut http1::SendRequest<RequestBody> {
@@ -459,8 +465,10 @@ impl Lease for Driven {
 /// (a provider's, or a worker's in the daemon).
 pub(crate) trait Lease: Send {
     /// Lets the connection make progress; false once it has ended, after which it must not
-    /// be polled again.
+    /// be polled again. It is polled through its [`DriverWaker`].
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool;
+    /// The waker it is polled with.
+    fn driver(&self) -> &DriverWaker;
     /// Where a request is handed to it.
     fn sender(&mut self) -> &mut http1::SendRequest<RequestBody>;
     /// Its response has been read whole: it goes back to its pool if it is idle.
@@ -560,7 +568,11 @@ pub(crate) async fn send_on<L: Lease + 'static>(
         if conn.as_mut().is_some_and(|c| !c.poll_open(cx)) {
             conn = None;
         }
-        answer.as_mut().poll(cx)
+        match conn {
+            // Only the connection, just polled, answers: it would wake this task for nothing.
+            Some(_) => answer.as_mut().poll(&mut unwoken()),
+            None => answer.as_mut().poll(cx),
+        }
     })
     .await?;
     Ok(res.map(|incoming| UpstreamBody::new(incoming, conn.map(|c| c as Box<dyn Lease>), upload)))
@@ -744,7 +756,21 @@ impl Body for UpstreamBody {
         let Some(source) = &mut this.source else {
             return Poll::Ready(None);
         };
-        let Poll::Ready(frame) = Pin::new(&mut *source).poll_frame(cx) else {
+        let polled = match &this.driven {
+            // Only the connection, just polled, fills the body's channel; taking a chunk
+            // from it frees its place, which would wake this task for nothing.
+            Some(driven) => {
+                let (polled, held) = driven
+                    .driver()
+                    .muted(|| Pin::new(&mut *source).poll_frame(&mut unwoken()));
+                if held && polled.is_pending() {
+                    cx.waker().wake_by_ref();
+                }
+                polled
+            }
+            None => Pin::new(&mut *source).poll_frame(cx),
+        };
+        let Poll::Ready(frame) = polled else {
             this.after_frame = false;
             return Poll::Pending;
         };
@@ -756,6 +782,9 @@ impl Body for UpstreamBody {
                     this.alone = None;
                 }
                 this.after_frame = true;
+                if this.driven.is_some() {
+                    return Poll::Ready(Some(Ok(frame.map_data(off_the_read_buffer))));
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Some(Err(error)) => {
@@ -786,6 +815,24 @@ impl Body for UpstreamBody {
     }
 }
 
+/// The largest chunk [`off_the_read_buffer`] copies.
+const COPIED_CHUNK_MAX: usize = 4096;
+
+/// A small chunk of an answer, copied out of the read buffer of the HTTP/1.1 connection
+/// that the body drives. hyper's server writes a chunk out only once the body is pending,
+/// so the connection is driven again, and reads, while the chunk it just handed out is
+/// still queued: sharing the read buffer with that chunk, it cannot reuse it, and allocates
+/// a new one (8 KiB) for every chunk of a stream. Copying a chunk of an event or two, then
+/// letting it go, costs far less; a large chunk is one large read, which a new buffer
+/// costs little beside.
+fn off_the_read_buffer(chunk: Bytes) -> Bytes {
+    if chunk.len() <= COPIED_CHUNK_MAX {
+        Bytes::copy_from_slice(&chunk)
+    } else {
+        chunk
+    }
+}
+
 impl Drop for UpstreamBody {
     /// hyper drops a body as soon as it has ended, never polls one that was empty, and stops
     /// reading one once it has written the length its `Content-Length` declared.
@@ -802,6 +849,8 @@ impl Drop for UpstreamBody {
         if let Some(driven) = self.driven.take()
             && ended
         {
+            // Idle, it keeps no waker of this task.
+            driven.driver().forget();
             driven.give_back();
         }
         if !ended
@@ -1211,6 +1260,7 @@ impl Inner {
                     .build()
                     .map_err(|e| UpstreamError::Failed(Box::new(e)))?,
                 host: host_value(scheme, authority)?,
+                driver: DriverWaker::new(),
             };
             Ok(Lent::Http1(Box::new(driven)))
         }

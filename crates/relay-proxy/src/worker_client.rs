@@ -24,6 +24,7 @@ use std::task::Context;
 use tokio::net::TcpStream;
 
 use crate::body::RequestBody;
+use crate::driven::DriverWaker;
 use crate::headers::WORKER_SECRET;
 use crate::sockets::{Budget, Budgeted, Share};
 use crate::tls_io::{Gather, ReadAhead};
@@ -105,11 +106,16 @@ struct WorkerConn {
     worker_id: Id,
     /// Where it goes back; none for a probe's connection, which is not kept.
     pools: Weak<Pools>,
+    driver: DriverWaker,
 }
 
 impl Lease for WorkerConn {
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
-        poll_open(&mut self.conn, cx)
+        self.driver.poll(cx, |cx| poll_open(&mut self.conn, cx))
+    }
+
+    fn driver(&self) -> &DriverWaker {
+        &self.driver
     }
 
     fn sender(&mut self) -> &mut SendRequest<RequestBody> {
@@ -348,6 +354,7 @@ async fn connect(
         conn,
         worker_id: target.worker_id,
         pools,
+        driver: DriverWaker::new(),
     }))
 }
 

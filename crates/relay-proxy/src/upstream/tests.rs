@@ -195,6 +195,110 @@ async fn requests_one_after_another_share_one_connection_in_origin_form_with_hos
 
 /// An empty POST says `content-length: 0`, which hyper would leave out, so a front end that
 /// requires a length does not answer 411; a GET says nothing.
+/// Wakes that arrive while the future being counted is polled: tokio would poll it once
+/// more for each, for nothing. Wakes between polls go on to the task.
+#[derive(Default)]
+struct WakesInPoll {
+    task: futures_util::task::AtomicWaker,
+    in_poll: AtomicBool,
+    count: AtomicUsize,
+}
+
+impl std::task::Wake for WakesInPoll {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.in_poll.load(Ordering::SeqCst) {
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+        self.task.wake();
+    }
+}
+
+impl WakesInPoll {
+    /// Polls with `poll` until it is ready, counting.
+    async fn poll<T>(
+        self: &Arc<Self>,
+        mut poll: impl FnMut(&mut std::task::Context<'_>) -> std::task::Poll<T>,
+    ) -> T {
+        let waker = std::task::Waker::from(self.clone());
+        std::future::poll_fn(|cx| {
+            self.task.register(cx.waker());
+            self.in_poll.store(true, Ordering::SeqCst);
+            let polled = poll(&mut std::task::Context::from_waker(&waker));
+            self.in_poll.store(false, Ordering::SeqCst);
+            polled
+        })
+        .await
+    }
+}
+
+/// The task that reads an answer drives its connection too, so the answer's head and each
+/// chunk of its body pass from the connection to the body within that task: none of them
+/// may wake it, or each would cost a second poll of the whole client connection. And a
+/// small chunk is handed on apart from the connection's read buffer, which the next read
+/// could otherwise not reuse.
+#[tokio::test]
+async fn reading_a_streamed_answer_wakes_its_task_only_when_the_provider_sends() {
+    const CHUNKS: usize = 20;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (go, mut told) = mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            .await
+            .unwrap();
+        while told.recv().await.is_some() {
+            stream.write_all(b"6\r\nevent\n\r\n").await.unwrap();
+        }
+        stream.write_all(b"0\r\n\r\n").await.unwrap();
+    });
+    let client = client();
+    let wakes = Arc::new(WakesInPoll::default());
+    let mut sending = std::pin::pin!(client.send(get(&format!("http://{addr}/v1/stream"))));
+    let res = wakes.poll(|cx| sending.as_mut().poll(cx)).await.unwrap();
+    assert_eq!(
+        wakes.count.load(Ordering::SeqCst),
+        0,
+        "the head woke the task"
+    );
+    let mut body = res.into_body();
+    for chunk in 0..CHUNKS {
+        go.send(()).unwrap();
+        let frame = wakes
+            .poll(|cx| Pin::new(&mut body).poll_frame(cx))
+            .await
+            .unwrap()
+            .unwrap();
+        let data = frame.into_data().unwrap();
+        assert_eq!(data, "event\n");
+        // Not a view of the connection's read buffer, which could then not be reused.
+        assert!(data.is_unique(), "chunk {chunk} holds the read buffer");
+        assert_eq!(
+            wakes.count.load(Ordering::SeqCst),
+            0,
+            "chunk {chunk} woke the task that took it"
+        );
+    }
+    drop(go);
+    assert!(
+        wakes
+            .poll(|cx| Pin::new(&mut body).poll_frame(cx))
+            .await
+            .is_none()
+    );
+}
+
 #[tokio::test]
 async fn an_empty_post_says_its_length_over_http1() {
     let (base, mut seen) = provider(Close::Never).await;

@@ -1,0 +1,175 @@
+//! The waker of an HTTP/1.1 connection that a request's own task drives (see
+//! [`crate::upstream::Lease`]), which keeps that task from waking itself for nothing.
+//!
+//! hyper's connection and the response it reads are two ends of channels: a response head
+//! goes through a one-shot channel, each chunk of its body through a channel of one place.
+//! Between two tasks each hand-over wakes the other end. Driven by the request's task, both
+//! ends are polled by that task one after the other, so every hand-over woke the task that
+//! was running it, and tokio then polled the whole connection to the client once more for
+//! nothing: about twice per request and once per chunk of a streamed answer.
+//!
+//! So the connection is polled with a waker of its own, which wakes the task unless the
+//! task is taking a chunk from it at that moment (the taking frees the channel's place, which
+//! wakes the connection); and the receiving ends are polled with no waker at all, since
+//! only the connection, polled by the same task just before, can fill them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Context, Wake, Waker};
+
+use futures_util::task::AtomicWaker;
+
+/// Polls a connection on behalf of the task that drives it; see the module's text.
+pub(crate) struct DriverWaker {
+    shared: Arc<Shared>,
+    /// A waker of `shared`, made once.
+    waker: Waker,
+}
+
+struct Shared {
+    /// The task that last polled the connection.
+    task: AtomicWaker,
+    /// [`MUTED`] and [`HELD`].
+    state: AtomicU8,
+}
+
+/// Wakes are held back.
+const MUTED: u8 = 1;
+/// A wake came while muted.
+const HELD: u8 = 2;
+
+impl Wake for Shared {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Marked held either way, atomically with the look at `MUTED`, so that a wake from
+        // another thread as the task unmutes is either passed on here or seen there.
+        if self.state.fetch_or(HELD, Ordering::AcqRel) & MUTED == 0 {
+            self.task.wake();
+        }
+    }
+}
+
+impl DriverWaker {
+    pub(crate) fn new() -> DriverWaker {
+        let shared = Arc::new(Shared {
+            task: AtomicWaker::new(),
+            state: AtomicU8::new(0),
+        });
+        let waker = Waker::from(shared.clone());
+        DriverWaker { shared, waker }
+    }
+
+    /// Runs `poll` (a poll of the connection) for the task polling with `cx`, which the
+    /// connection's wakes then wake.
+    pub(crate) fn poll<R>(&self, cx: &Context<'_>, poll: impl FnOnce(&mut Context<'_>) -> R) -> R {
+        self.shared.task.register(cx.waker());
+        poll(&mut Context::from_waker(&self.waker))
+    }
+
+    /// Drops the waker of the task that polled last, for a connection going idle: it would
+    /// keep that task's memory after the task has ended.
+    pub(crate) fn forget(&self) {
+        drop(self.shared.task.take());
+    }
+
+    /// Runs `take` (the task taking what the connection handed over) with the connection's
+    /// wakes held back, and says whether one came meanwhile. The caller passes a held wake
+    /// on when it returns `Pending`: it may have come from elsewhere (the socket, seen by
+    /// another thread), and nothing else would poll the connection again. Once it has
+    /// taken a chunk, its body is polled again in any case, which polls the connection.
+    pub(crate) fn muted<R>(&self, take: impl FnOnce() -> R) -> (R, bool) {
+        self.shared.state.store(MUTED, Ordering::Release);
+        let taken = take();
+        let held = self.shared.state.swap(0, Ordering::AcqRel) & HELD != 0;
+        (taken, held)
+    }
+}
+
+/// A context that wakes nothing, for polling what only the task's own next poll of the
+/// connection can make ready.
+pub(crate) fn unwoken() -> Context<'static> {
+    Context::from_waker(Waker::noop())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    #[test]
+    fn a_wake_reaches_the_task_that_polled_last() {
+        let driver = DriverWaker::new();
+        let (first, first_waker) = counting();
+        let (second, second_waker) = counting();
+        let registered = driver.poll(&Context::from_waker(&first_waker), |cx| cx.waker().clone());
+        registered.wake_by_ref();
+        assert_eq!(first.0.load(Ordering::SeqCst), 1);
+        driver.poll(&Context::from_waker(&second_waker), |_| ());
+        registered.wake_by_ref();
+        assert_eq!(first.0.load(Ordering::SeqCst), 1);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_wake_while_muted_is_held_and_said() {
+        let driver = DriverWaker::new();
+        let (task, waker) = counting();
+        let registered = driver.poll(&Context::from_waker(&waker), |cx| cx.waker().clone());
+        let ((), held) = driver.muted(|| registered.wake_by_ref());
+        assert!(held);
+        assert_eq!(task.0.load(Ordering::SeqCst), 0);
+        let ((), held) = driver.muted(|| ());
+        assert!(!held, "a wake held once is not said again");
+        // Unmuted, wakes pass again.
+        driver.poll(&Context::from_waker(&waker), |_| ());
+        registered.wake_by_ref();
+        assert_eq!(task.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn forgotten_the_task_is_no_longer_held_or_woken() {
+        let driver = DriverWaker::new();
+        let (task, waker) = counting();
+        let registered = driver.poll(&Context::from_waker(&waker), |cx| cx.waker().clone());
+        drop(waker);
+        assert_eq!(Arc::strong_count(&task), 2);
+        driver.forget();
+        assert_eq!(Arc::strong_count(&task), 1);
+        registered.wake_by_ref();
+        assert_eq!(task.0.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_wake_from_another_thread_is_never_lost() {
+        let driver = DriverWaker::new();
+        let (task, waker) = counting();
+        for _ in 0..2000 {
+            let registered = driver.poll(&Context::from_waker(&waker), |cx| cx.waker().clone());
+            let before = task.0.load(Ordering::SeqCst);
+            let waking = std::thread::spawn(move || registered.wake());
+            let ((), held) = driver.muted(std::thread::yield_now);
+            waking.join().unwrap();
+            let passed = task.0.load(Ordering::SeqCst) - before;
+            assert!(
+                held || passed == 1,
+                "the wake was neither passed on nor held"
+            );
+        }
+    }
+}
