@@ -562,7 +562,11 @@ pub(crate) async fn send_on<L: Lease + 'static>(
             .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
     }
     let upload = req.body().upload();
-    let mut answer = std::pin::pin!(conn.sender().try_send_request(req));
+    // Outside tokio's budget: its one-shot, which brings the head, returns `Pending` to a
+    // task out of budget and wakes the waker it was polled with, here none.
+    let mut answer = std::pin::pin!(tokio::task::unconstrained(
+        conn.sender().try_send_request(req)
+    ));
     let mut conn = Some(conn);
     let res = std::future::poll_fn(|cx| {
         if conn.as_mut().is_some_and(|c| !c.poll_open(cx)) {
@@ -763,7 +767,9 @@ impl Body for UpstreamBody {
                 let (polled, held) = driven
                     .driver()
                     .muted(|| Pin::new(&mut *source).poll_frame(&mut unwoken()));
-                if held && polled.is_pending() {
+                // hyper's body channel spends no tokio budget today; should it ever, a task
+                // out of budget would be told `Pending` and woken through no waker.
+                if polled.is_pending() && (held || !tokio::task::coop::has_budget_remaining()) {
                     cx.waker().wake_by_ref();
                 }
                 polled

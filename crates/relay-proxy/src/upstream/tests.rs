@@ -193,8 +193,6 @@ async fn requests_one_after_another_share_one_connection_in_origin_form_with_hos
     }
 }
 
-/// An empty POST says `content-length: 0`, which hyper would leave out, so a front end that
-/// requires a length does not answer 411; a GET says nothing.
 /// Wakes that arrive while the future being counted is polled: tokio would poll it once
 /// more for each, for nothing. Wakes between polls go on to the task.
 #[derive(Default)]
@@ -202,6 +200,8 @@ struct WakesInPoll {
     task: futures_util::task::AtomicWaker,
     in_poll: AtomicBool,
     count: AtomicUsize,
+    /// Every wake.
+    woken: AtomicUsize,
 }
 
 impl std::task::Wake for WakesInPoll {
@@ -210,6 +210,7 @@ impl std::task::Wake for WakesInPoll {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.fetch_add(1, Ordering::SeqCst);
         if self.in_poll.load(Ordering::SeqCst) {
             self.count.fetch_add(1, Ordering::SeqCst);
         }
@@ -299,6 +300,75 @@ async fn reading_a_streamed_answer_wakes_its_task_only_when_the_provider_sends()
     );
 }
 
+/// Spends tokio's budget down to `left` units, then polls `sending` once with a waker that
+/// counts: the answer's head (written by the provider before) is read with the budget's
+/// last units. Whether the request went on: answered, or its task woken to go on.
+async fn answer_goes_on_with_budget_left(left: usize) -> bool {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (got_tx, mut got) = mpsc::unbounded_channel::<()>();
+    let (written_tx, mut written) = mpsc::unbounded_channel::<()>();
+    let (go, mut told) = mpsc::unbounded_channel::<()>();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        got_tx.send(()).unwrap();
+        told.recv().await;
+        // The head and a first chunk, read at once.
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\nevent\n\r\n")
+            .await
+            .unwrap();
+        written_tx.send(()).unwrap();
+        told.recv().await;
+    });
+    let client = client();
+    let mut sending = Box::pin(client.send(get(&format!("http://{addr}/v1/stream"))));
+    tokio::select! {
+        _ = &mut sending => panic!("answered before the provider wrote"),
+        _ = got.recv() => {}
+    }
+    go.send(()).unwrap();
+    written.recv().await.unwrap();
+    // tokio polls its driver before it runs a task that yielded: the head's arrival is seen.
+    tokio::task::yield_now().await;
+    let woken = Arc::new(WakesInPoll::default());
+    let waker = std::task::Waker::from(woken.clone());
+    let polled = std::future::poll_fn(|cx| {
+        for _ in left..128 {
+            let Poll::Ready(spent) = tokio::task::coop::poll_proceed(cx) else {
+                panic!("the budget ran out before the request was polled");
+            };
+            spent.made_progress();
+        }
+        Poll::Ready(sending.as_mut().poll(&mut Context::from_waker(&waker)))
+    })
+    .await;
+    // A wake tokio defers to a task out of budget is made once the task has yielded.
+    tokio::task::yield_now().await;
+    let _ = go.send(());
+    polled.is_ready() || woken.woken.load(Ordering::SeqCst) > 0
+}
+
+/// The head comes through tokio's one-shot, which answers `Pending` to a task out of budget
+/// and wakes the waker it was polled with; polled with none, the request would wait forever.
+#[tokio::test]
+async fn an_answer_read_with_the_last_of_the_tasks_budget_goes_on() {
+    for left in 1..=4 {
+        assert!(
+            answer_goes_on_with_budget_left(left).await,
+            "with {left} units of budget left the request was neither answered nor woken"
+        );
+    }
+}
+
+/// An empty POST says `content-length: 0`, which hyper would leave out, so a front end that
+/// requires a length does not answer 411; a GET says nothing.
 #[tokio::test]
 async fn an_empty_post_says_its_length_over_http1() {
     let (base, mut seen) = provider(Close::Never).await;
