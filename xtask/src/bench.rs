@@ -2,7 +2,7 @@
 //!
 //! It builds relayd, the client binaries and the testkit binaries in release and runs two phases against a provider stand-in, pinning processes to cores with `taskset` where it can.
 //! The pass-through phase starts a second, paced stand-in, relayd in `--pass-through` in front of both and nginx (module `nginx`) in front of the fast one, and runs `relay-loadgen`, which measures every figure directly, through relayd and through nginx in interleaved blocks, with the CPU time per request of relayd and nginx.
-//! The throughput blocks then run again in three other arrangements, each beside nginx in the same place: in front of an HTTPS provider (module `https`), with relayd and nginx serving HTTPS (module `serving_https`), and with the stand-in off their CPU (module `apart`).
+//! The throughput blocks then run again in four other arrangements, each beside nginx in the same place: in front of an HTTPS provider (module `https`), with relayd and nginx serving HTTPS (module `serving_https`), with the stand-in off their CPU (module `apart`), and asking for streamed answers (module `streams`).
 //! Then relayd, and nginx, each run alone under valgrind's callgrind, which counts the instructions of a request (module `instructions`).
 //! The worker phase (module `worker`) starts relayd in managed mode, times MCP sessions from `relay-mcp`'s start to a ready route, keeps one session live while `relay-loadgen` measures the path relayd → worker → stand-in and while `relay-hook` runs beside `/bin/true` (module `hook`).
 //! It prints every measure of the table in `relay_testkit::measures` beside its target, measured or not (module `report`), and writes the same as JSON to `target/bench/<timestamp>.json` and `target/bench/latest.json`.
@@ -20,6 +20,7 @@ mod pinning;
 mod procs;
 mod report;
 mod serving_https;
+mod streams;
 mod worker;
 
 use std::{
@@ -93,6 +94,8 @@ const HTTPS_PROVIDER: &str = "https-provider";
 const SERVING_HTTPS: &str = "serving-https";
 /// relayd and nginx with the stand-in off their CPU, after relayd and nginx serving HTTPS.
 const STAND_IN_APART: &str = "stand-in-apart";
+/// relayd and nginx passing streamed answers, after the stand-in-apart phase.
+const STREAMED_ANSWERS: &str = "streamed-answers";
 /// The loadgen's `--scale` of a `--quick` run.
 const QUICK_SCALE: &str = "0.05";
 
@@ -105,15 +108,15 @@ struct PhaseRows {
 }
 
 /// The loadgen's throughput scenario on `relayd` and its `peer` only (no direct path), with
-/// the run's scale, over TLS trusting `tls_ca` when both serve HTTPS; `what` says what runs,
-/// while it runs.
+/// the run's scale and the loadgen's `extra` arguments (`--tls-ca` when both serve HTTPS);
+/// `what` says what runs, while it runs.
 fn throughput_beside(
     bin_dir: &Path,
     pinning: &Pinning,
     relayd: &Relayd,
     peer: &Nginx,
     options: &Options,
-    tls_ca: Option<&Path>,
+    extra: &[OsString],
     what: &str,
 ) -> Result<Value> {
     let mut args: Vec<OsString> = Vec::new();
@@ -128,9 +131,7 @@ fn throughput_beside(
     for pid in &peer.pids {
         args.extend(["--peer-pid".into(), pid.to_string().into()]);
     }
-    if let Some(ca) = tls_ca {
-        args.extend(["--tls-ca".into(), ca.into()]);
-    }
+    args.extend_from_slice(extra);
     args.extend(options.scale_args());
     run_loadgen(
         bin_dir,
@@ -176,7 +177,13 @@ impl Options {
                         .iter()
                         .chain(&WORKER_SCENARIOS)
                         .chain(&PROCESS_MEASURES)
-                        .chain(&[INSTRUCTIONS, HTTPS_PROVIDER, SERVING_HTTPS, STAND_IN_APART]);
+                        .chain(&[
+                            INSTRUCTIONS,
+                            HTTPS_PROVIDER,
+                            SERVING_HTTPS,
+                            STAND_IN_APART,
+                            STREAMED_ANSWERS,
+                        ]);
                     if !known.clone().any(|k| k == name) {
                         bail!(
                             "unknown scenario {name:?} for --only; known: {}",
@@ -369,6 +376,13 @@ pub(crate) fn measure(bin_dir: &Path, options: &Options) -> Result<Measured> {
             apart::run(bin_dir, &pinning, options),
             "stand_in_apart",
             "the stand-in-apart measures were not taken",
+        );
+    }
+    if options.selected(STREAMED_ANSWERS) {
+        add(
+            streams::run(bin_dir, &pinning, &scratch, options),
+            "streamed_answers",
+            "the streamed-answer measures were not taken",
         );
     }
     if options.selected(INSTRUCTIONS) {

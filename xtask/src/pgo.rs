@@ -27,15 +27,16 @@ use crate::{
 };
 
 /// The scenarios of the training run: the request paths an agent's traffic takes, through
-/// relayd alone (to a plain and to an HTTPS provider, and serving HTTPS) and through the worker, with and
-/// without plugins, and the hook path. The memory, open-streams and instructions measures
-/// add nothing a profile needs and take long.
-const TRAINING: [&str; 11] = [
+/// relayd alone (to a plain and to an HTTPS provider, serving HTTPS, and passing streamed
+/// answers) and through the worker, with and without plugins, and the hook path. The
+/// memory, open-streams and instructions measures add nothing a profile needs and take long.
+const TRAINING: [&str; 12] = [
     "latency",
     "ttfb",
     "throughput",
     "https-provider",
     "serving-https",
+    "streamed-answers",
     "worker-latency",
     "worker-plugins",
     "worker-ttfb",

@@ -54,6 +54,8 @@ pub enum MeasureId {
     ServingHttpsCpuPassThrough,
     ApartThroughputRate,
     ApartCpuPassThrough,
+    StreamsThroughputRate,
+    StreamsCpuPassThrough,
 }
 
 /// A row of the table.
@@ -436,6 +438,22 @@ pub const MEASURES: &[MeasureSpec] = &[
         Unit::Micros,
         None,
         "relayd's user + system time over those throughput blocks divided by the requests it completed, beside nginx's in the same run",
+    ),
+    row(
+        MeasureId::StreamsThroughputRate,
+        "streamed_answers",
+        "throughput, c=64, streamed answers of 100 events 1 ms apart, pass-through (peer: nginx)",
+        Unit::PerSecond,
+        None,
+        "the throughput blocks again, each request asking a stand-in of their own for a streamed answer of 100 events (about 100 chunks, each written apart) and reading it to its end; completed answers per second, set by the stand-in's pace",
+    ),
+    row(
+        MeasureId::StreamsCpuPassThrough,
+        "streamed_answers",
+        "CPU per streamed answer of 100 events, pass-through, c=64 (peer: nginx)",
+        Unit::Micros,
+        None,
+        "relayd's user + system time over those blocks divided by the answers it completed, beside nginx's in the same run: what a proxy spends on every chunk of the answers agents mostly get",
     ),
 ];
 

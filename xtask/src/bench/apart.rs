@@ -65,7 +65,7 @@ pub(super) fn run(
         &relayd,
         &peer,
         options,
-        None,
+        &[],
         "relayd and nginx with the stand-in off their CPU, about half a minute",
     )?;
     Ok(PhaseRows {

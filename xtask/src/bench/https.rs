@@ -76,7 +76,7 @@ pub(super) fn run(
         &relayd,
         &peer,
         options,
-        None,
+        &[],
         "relayd and nginx in front of an HTTPS provider, about half a minute",
     )?;
     let measures = rows(&loadgen, &ROWS)?;

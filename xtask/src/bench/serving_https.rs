@@ -63,7 +63,7 @@ pub(super) fn run(
         &relayd,
         &peer,
         options,
-        Some(&tls.cert),
+        &["--tls-ca".into(), tls.cert.clone().into()],
         "relayd and nginx serving HTTPS, about half a minute",
     )?;
     let notes = vec![format!(

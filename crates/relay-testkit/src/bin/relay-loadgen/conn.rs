@@ -41,6 +41,8 @@ pub(crate) enum Probe {
     Json,
     /// Streaming Chat Completions request; time until the first body byte (the rest is read, untimed).
     StreamFirstByte,
+    /// Streaming Chat Completions request; time until the whole stream has arrived.
+    WholeStream,
     /// Streaming Messages request to the paced stand-in, held open by the memory scenario.
     HeldStream,
     /// Chat Completions request whose body is [`LARGE_BODY_BYTES`] of JSON; time until the whole answer has arrived.
@@ -57,7 +59,7 @@ impl Probe {
                 "/v1/chat/completions",
                 Bytes::from_static(CHAT_BODY),
             ),
-            Probe::StreamFirstByte => (
+            Probe::StreamFirstByte | Probe::WholeStream => (
                 Method::POST,
                 "/v1/chat/completions",
                 Bytes::from_static(CHAT_STREAM_BODY),
@@ -194,7 +196,11 @@ impl Conn {
                     }
                     Ok(elapsed)
                 }
-                Probe::Json | Probe::HeldStream | Probe::LargeJson | Probe::Metrics => {
+                Probe::Json
+                | Probe::WholeStream
+                | Probe::HeldStream
+                | Probe::LargeJson
+                | Probe::Metrics => {
                     body.collect().await.context("reading the answer")?;
                     Ok(started.elapsed())
                 }

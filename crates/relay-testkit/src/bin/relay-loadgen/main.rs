@@ -35,7 +35,7 @@ use relay_testkit::tls;
 use rustls::ClientConfig;
 use serde::Serialize;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Probe};
 use crate::limits::raise_own_open_file_limit;
 
 /// The route credential of the worker scenarios (the variable relay-mcp and relay-hook read), kept out of argv.
@@ -63,6 +63,9 @@ struct Args {
     /// relayd and the peer serve HTTPS: reach both over TLS (HTTP/1.1), trusting only the certificates in this PEM file. The direct path stays plain. Only the throughput scenario.
     #[arg(long, value_name = "PEM")]
     tls_ca: Option<PathBuf>,
+    /// The throughput scenario asks for streamed answers and reads each to its end, so what a path spends on every chunk counts: for a stand-in whose streams are paced (`--stream-events`, `--pace-ms`). Only the throughput scenario.
+    #[arg(long)]
+    whole_streams: bool,
     /// The paced stand-in's address (relayd's Anthropic upstream), the direct baseline of the open-streams scenario.
     #[arg(long, value_name = "ADDR")]
     paced: Option<SocketAddr>,
@@ -252,6 +255,8 @@ pub(crate) struct Ctx {
     pub(crate) peer_pids: Vec<u32>,
     /// Set when relayd and the peer serve HTTPS: the roots their certificates are checked against.
     pub(crate) tls: Option<Arc<ClientConfig>>,
+    /// What each request of the throughput blocks is.
+    pub(crate) throughput_probe: Probe,
     pub(crate) stream_stand_in_pid: Option<u32>,
     pub(crate) paced: Option<SocketAddr>,
     pub(crate) stream_pace: Duration,
@@ -360,8 +365,8 @@ async fn run(args: Args) -> Result<Report> {
         "every scenario but throughput needs --direct"
     );
     ensure!(
-        args.tls_ca.is_none() || only_throughput,
-        "--tls-ca serves the throughput scenario only"
+        (args.tls_ca.is_none() && !args.whole_streams) || only_throughput,
+        "--tls-ca and --whole-streams serve the throughput scenario only"
     );
     let tls = args.tls_ca.as_deref().map(tls::client_config).transpose()?;
     let token = match std::env::var(TOKEN_ENV) {
@@ -380,6 +385,11 @@ async fn run(args: Args) -> Result<Report> {
         peer: args.peer,
         peer_pids: args.peer_pid.clone(),
         tls,
+        throughput_probe: if args.whole_streams {
+            Probe::WholeStream
+        } else {
+            Probe::Json
+        },
         stream_stand_in_pid: args.stream_stand_in_pid,
         paced: args.paced,
         stream_pace: Duration::from_millis(args.stream_pace_ms),

@@ -256,8 +256,8 @@ struct Block {
     elapsed: Duration,
 }
 
-/// Every connection sends tiny requests back to back until `length` has passed.
-async fn run_block(conns: &mut Vec<Conn>, length: Duration) -> Result<Block> {
+/// Every connection sends `probe`'s requests back to back until `length` has passed.
+async fn run_block(conns: &mut Vec<Conn>, length: Duration, probe: Probe) -> Result<Block> {
     let started = Instant::now();
     let deadline = started + length;
     let mut tasks = JoinSet::new();
@@ -265,7 +265,7 @@ async fn run_block(conns: &mut Vec<Conn>, length: Duration) -> Result<Block> {
         tasks.spawn(async move {
             let mut samples = Samples::new();
             while Instant::now() < deadline {
-                let elapsed = conn.exchange(Probe::Json).await?;
+                let elapsed = conn.exchange(probe).await?;
                 samples.record(elapsed);
             }
             Ok::<_, anyhow::Error>((conn, samples))
@@ -310,6 +310,10 @@ impl Throughput {
 async fn throughput_rounds(ctx: &Ctx, via: Via) -> Result<Throughput> {
     let plan = &ctx.plan;
     let sides = ctx.sides(via);
+    let probe = match via {
+        Via::PassThrough => ctx.throughput_probe,
+        Via::Worker => Probe::Json,
+    };
     let before = match via {
         Via::PassThrough => None,
         Via::Worker => Some(destinations(ctx).await?),
@@ -322,7 +326,7 @@ async fn throughput_rounds(ctx: &Ctx, via: Via) -> Result<Throughput> {
     }
     let mut sent = 0;
     for side in &sides {
-        let warmup = run_block(conns.get_mut(*side), plan.throughput_warmup)
+        let warmup = run_block(conns.get_mut(*side), plan.throughput_warmup, probe)
             .await
             .with_context(|| format!("warming up {side:?}"))?;
         if *side == Side::Relay {
@@ -334,7 +338,7 @@ async fn throughput_rounds(ctx: &Ctx, via: Via) -> Result<Throughput> {
     let mut totals = Sides::<Block>::default();
     for round in 0..plan.throughput_rounds {
         for side in round_order(round, &sides) {
-            let block = run_block(conns.get_mut(side), plan.throughput_block)
+            let block = run_block(conns.get_mut(side), plan.throughput_block, probe)
                 .await
                 .with_context(|| format!("throughput block on {side:?}"))?;
             let total = totals.get_mut(side);

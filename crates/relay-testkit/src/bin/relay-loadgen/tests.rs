@@ -34,6 +34,7 @@ fn ctx_against(addr: SocketAddr, plan: Plan) -> Ctx {
         peer: None,
         peer_pids: Vec::new(),
         tls: None,
+        throughput_probe: Probe::Json,
         stream_stand_in_pid: None,
         paced: None,
         stream_pace: Duration::from_millis(250),
@@ -278,6 +279,36 @@ async fn with_tls_relayd_and_the_peer_are_reached_over_tls_and_checked() {
     // A roots file that cannot be read is an error, never an empty trust.
     assert!(tls::client_config(&dir.join("missing.pem")).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// With `--whole-streams` every request of the throughput blocks asks for a stream, and an
+/// exchange counts only once the stream has ended.
+#[tokio::test]
+async fn whole_streams_throughput_asks_for_streams_and_reads_them_to_their_end() {
+    let stand_in = StandIn::start_with(StandInConfig {
+        behaviour: Behaviour {
+            stream_events: Some(20),
+            ..Behaviour::default()
+        },
+        ..StandInConfig::default()
+    })
+    .await
+    .unwrap();
+    let plan = tiny_plan();
+    let ctx = Ctx {
+        throughput_probe: Probe::WholeStream,
+        ..ctx_against(stand_in.addr(), plan.clone())
+    };
+    let rows = throughput(&ctx).await.unwrap();
+    let counts = rows[0].samples.unwrap();
+    assert!(counts.relay >= plan.throughput_concurrency as u64);
+    let requests = stand_in.requests();
+    assert!(!requests.is_empty());
+    for request in &requests {
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        assert_eq!(body["stream"], true, "{body}");
+        assert!(request.body_complete && !request.client_went_away);
+    }
 }
 
 #[tokio::test]

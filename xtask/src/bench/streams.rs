@@ -1,0 +1,79 @@
+//! relayd and nginx passing streamed answers: the throughput blocks of the pass-through phase again, each request asking a stand-in of their own for a streamed answer whose events it writes apart.
+//!
+//! The other phases ask for tiny answers that arrive whole, so they measure what a request costs; the answers agents mostly get are streams of many small events, each a chunk the proxy reads, frames and writes on its own.
+//! This phase shows what a proxy spends on those chunks, beside nginx. It is informational: SPEC sets no target for it.
+
+use anyhow::Result;
+use relay_testkit::measures::MeasureId;
+use serde_json::json;
+
+use super::PhaseRows;
+use super::nginx::{self, Nginx, Site};
+use super::pinning::Pinning;
+use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams};
+use super::report::rows;
+use super::{Options, throughput_beside};
+
+/// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
+const ROWS: [(MeasureId, MeasureId); 2] = [
+    (MeasureId::ThroughputRate, MeasureId::StreamsThroughputRate),
+    (MeasureId::CpuPassThrough, MeasureId::StreamsCpuPassThrough),
+];
+
+/// The stand-in's streams: 100 content events, one every millisecond, so each is written, read and passed on apart, as a provider's tokens are.
+pub(super) const STREAM_ARGS: [&str; 4] = ["--stream-events", "100", "--pace-ms", "1"];
+
+/// Runs the phase; without nginx it has no peer, and says so.
+pub(super) fn run(
+    bin_dir: &std::path::Path,
+    pinning: &Pinning,
+    scratch: &Scratch,
+    options: &Options,
+) -> Result<PhaseRows> {
+    let binary = nginx::find_or_install()?;
+    let stand_in = StandIn::start(
+        bin_dir,
+        pinning.stand_ins.as_deref(),
+        &STREAM_ARGS,
+        scratch,
+        "streaming",
+    )?;
+    // A directory of its own: the pass-through phase's relayd and nginx may still hold theirs.
+    let dir = Scratch::create()?;
+    let relayd = Relayd::start(
+        bin_dir,
+        pinning.relayd.as_deref(),
+        RelaydMode::PassThrough,
+        Upstreams::plain(stand_in.addr, stand_in.addr),
+        &dir,
+        &[],
+    )?;
+    let workers = pinning.server_cpu_count();
+    let peer = Nginx::peer(&binary, pinning, Site::Peer(stand_in.addr), &dir)?;
+    println!(
+        "==> streaming stand-in {} ({}), relayd {} (pass-through to it, pid {}), nginx {} (its peer, pid {})",
+        stand_in.addr,
+        STREAM_ARGS.join(" "),
+        relayd.addr,
+        relayd.process.pid(),
+        peer.addr,
+        peer.pid(),
+    );
+    let loadgen = throughput_beside(
+        bin_dir,
+        pinning,
+        &relayd,
+        &peer,
+        options,
+        &["--whole-streams".into()],
+        "relayd and nginx passing streamed answers, about half a minute",
+    )?;
+    Ok(PhaseRows {
+        measures: rows(&loadgen, &ROWS)?,
+        notes: vec![format!(
+            "streamed answers: the throughput blocks again, each request asking a stand-in of their own ({}) for a streamed Chat Completions answer read to its end, relayd and nginx ({workers} worker process(es)) in front of it; CPU per answer is over its hundred-odd chunks; informational",
+            STREAM_ARGS.join(" ")
+        )],
+        detail: json!({ "peer_pids": peer.pids, "stand_in_args": STREAM_ARGS, "loadgen": loadgen }),
+    })
+}
