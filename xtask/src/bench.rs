@@ -149,6 +149,27 @@ fn throughput_beside(
     })
 }
 
+/// relayd in `--pass-through` with both base URLs at `provider`, and nginx as its peer in
+/// front of the same provider, both where relayd is pinned, their files in `scratch`.
+fn relayd_and_peer(
+    bin_dir: &Path,
+    pinning: &Pinning,
+    provider: std::net::SocketAddr,
+    scratch: &Scratch,
+) -> Result<(Relayd, Nginx)> {
+    let binary = nginx::find_or_install()?;
+    let relayd = Relayd::start(
+        bin_dir,
+        pinning.relayd.as_deref(),
+        RelaydMode::PassThrough,
+        Upstreams::plain(provider, provider),
+        scratch,
+        &[],
+    )?;
+    let peer = Nginx::peer(&binary, pinning, nginx::Site::Peer(provider), scratch)?;
+    Ok((relayd, peer))
+}
+
 /// What `cargo xtask bench` was asked to run.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Options {
@@ -380,7 +401,7 @@ pub(crate) fn measure(bin_dir: &Path, options: &Options) -> Result<Measured> {
     }
     if options.selected(STREAMED_ANSWERS) {
         add(
-            streams::run(bin_dir, &pinning, &scratch, options),
+            streams::run(bin_dir, &pinning, options),
             "streamed_answers",
             "the streamed-answer measures were not taken",
         );

@@ -8,11 +8,10 @@ use relay_testkit::measures::MeasureId;
 use serde_json::{Value, json};
 
 use super::PhaseRows;
-use super::nginx::{self, Nginx, Site};
 use super::pinning::Pinning;
-use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams};
+use super::procs::{Scratch, StandIn};
 use super::report::rows;
-use super::{Options, throughput_beside};
+use super::{Options, relayd_and_peer, throughput_beside};
 
 /// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
 const ROWS: [(MeasureId, MeasureId); 2] = [
@@ -37,20 +36,11 @@ pub(super) fn run(
     if pinning.relayd.as_ref() != Some(stand_in_cpus) {
         return Ok(nothing("the stand-ins already run off relayd's CPUs"));
     }
-    let binary = nginx::find_or_install()?;
     // A scratch of its own: its relayd and nginx would otherwise share the pass-through phase's directories.
     let scratch = Scratch::create()?;
     let stand_in = StandIn::start(bin_dir, Some(loadgen_cpus), &[], &scratch, "apart")?;
-    let relayd = Relayd::start(
-        bin_dir,
-        pinning.relayd.as_deref(),
-        RelaydMode::PassThrough,
-        Upstreams::plain(stand_in.addr, stand_in.addr),
-        &scratch,
-        &[],
-    )?;
+    let (relayd, peer) = relayd_and_peer(bin_dir, pinning, stand_in.addr, &scratch)?;
     let workers = pinning.server_cpu_count();
-    let peer = Nginx::peer(&binary, pinning, Site::Peer(stand_in.addr), &scratch)?;
     println!(
         "==> stand-in {} (on the load generator's CPU {loadgen_cpus}), relayd {} (pass-through to it, pid {}), nginx {} (its peer, pid {})",
         stand_in.addr,

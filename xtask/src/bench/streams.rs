@@ -8,11 +8,10 @@ use relay_testkit::measures::MeasureId;
 use serde_json::json;
 
 use super::PhaseRows;
-use super::nginx::{self, Nginx, Site};
 use super::pinning::Pinning;
-use super::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams};
+use super::procs::{Scratch, StandIn};
 use super::report::rows;
-use super::{Options, throughput_beside};
+use super::{Options, relayd_and_peer, throughput_beside};
 
 /// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
 const ROWS: [(MeasureId, MeasureId); 2] = [
@@ -23,33 +22,23 @@ const ROWS: [(MeasureId, MeasureId); 2] = [
 /// The stand-in's streams: 100 content events, one every millisecond, so each is written, read and passed on apart, as a provider's tokens are.
 pub(super) const STREAM_ARGS: [&str; 4] = ["--stream-events", "100", "--pace-ms", "1"];
 
-/// Runs the phase; without nginx it has no peer, and says so.
+/// Runs the phase; without nginx it cannot, and says so.
 pub(super) fn run(
     bin_dir: &std::path::Path,
     pinning: &Pinning,
-    scratch: &Scratch,
     options: &Options,
 ) -> Result<PhaseRows> {
-    let binary = nginx::find_or_install()?;
+    // A scratch of its own: its relayd and nginx would otherwise share the pass-through phase's directories.
+    let scratch = Scratch::create()?;
     let stand_in = StandIn::start(
         bin_dir,
         pinning.stand_ins.as_deref(),
         &STREAM_ARGS,
-        scratch,
+        &scratch,
         "streaming",
     )?;
-    // A directory of its own: the pass-through phase's relayd and nginx may still hold theirs.
-    let dir = Scratch::create()?;
-    let relayd = Relayd::start(
-        bin_dir,
-        pinning.relayd.as_deref(),
-        RelaydMode::PassThrough,
-        Upstreams::plain(stand_in.addr, stand_in.addr),
-        &dir,
-        &[],
-    )?;
+    let (relayd, peer) = relayd_and_peer(bin_dir, pinning, stand_in.addr, &scratch)?;
     let workers = pinning.server_cpu_count();
-    let peer = Nginx::peer(&binary, pinning, Site::Peer(stand_in.addr), &dir)?;
     println!(
         "==> streaming stand-in {} ({}), relayd {} (pass-through to it, pid {}), nginx {} (its peer, pid {})",
         stand_in.addr,

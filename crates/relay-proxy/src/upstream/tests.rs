@@ -236,17 +236,20 @@ impl WakesInPoll {
     }
 }
 
-/// The task that reads an answer drives its connection too, so the answer's head and each
-/// chunk of its body pass from the connection to the body within that task: none of them
-/// may wake it, or each would cost a second poll of the whole client connection. And a
-/// small chunk is handed on apart from the connection's read buffer, which the next read
-/// could otherwise not reuse.
-#[tokio::test]
-async fn reading_a_streamed_answer_wakes_its_task_only_when_the_provider_sends() {
-    const CHUNKS: usize = 20;
+/// A provider of one connection: it reads a request head and says so on the receiver it
+/// returns, then writes each of `pieces` when told on the sender, saying so once written,
+/// and keeps the connection open until the sender is dropped.
+async fn provider_writing_when_told(
+    pieces: Vec<&'static [u8]>,
+) -> (
+    String,
+    mpsc::UnboundedSender<()>,
+    mpsc::UnboundedReceiver<()>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (go, mut told) = mpsc::unbounded_channel::<()>();
+    let (said, seen) = mpsc::unbounded_channel::<()>();
     tokio::spawn(async move {
         let (mut stream, _) = listener.accept().await.unwrap();
         let mut head = Vec::new();
@@ -255,18 +258,38 @@ async fn reading_a_streamed_answer_wakes_its_task_only_when_the_provider_sends()
             stream.read_exact(&mut byte).await.unwrap();
             head.push(byte[0]);
         }
-        stream
-            .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-            .await
-            .unwrap();
-        while told.recv().await.is_some() {
-            stream.write_all(b"6\r\nevent\n\r\n").await.unwrap();
+        let _ = said.send(());
+        for piece in pieces {
+            if told.recv().await.is_none() {
+                return;
+            }
+            stream.write_all(piece).await.unwrap();
+            let _ = said.send(());
         }
-        stream.write_all(b"0\r\n\r\n").await.unwrap();
+        let _ = told.recv().await;
     });
+    (format!("http://{addr}/v1/stream"), go, seen)
+}
+
+const CHUNKED_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+const EVENT_CHUNK: &[u8] = b"6\r\nevent\n\r\n";
+
+/// The task that reads an answer drives its connection too, so the answer's head and each
+/// chunk of its body pass from the connection to the body within that task: none of them
+/// may wake it, or each would cost a second poll of the whole client connection. And a
+/// small chunk is handed on apart from the connection's read buffer, which the next read
+/// could otherwise not reuse.
+#[tokio::test]
+async fn reading_a_streamed_answer_wakes_its_task_only_when_the_provider_sends() {
+    const CHUNKS: usize = 20;
+    let mut pieces = vec![CHUNKED_HEAD];
+    pieces.extend([EVENT_CHUNK; CHUNKS]);
+    pieces.push(b"0\r\n\r\n");
+    let (uri, go, _seen) = provider_writing_when_told(pieces).await;
     let client = client();
     let wakes = Arc::new(WakesInPoll::default());
-    let mut sending = std::pin::pin!(client.send(get(&format!("http://{addr}/v1/stream"))));
+    let mut sending = std::pin::pin!(client.send(get(&uri)));
+    go.send(()).unwrap();
     let res = wakes.poll(|cx| sending.as_mut().poll(cx)).await.unwrap();
     assert_eq!(
         wakes.count.load(Ordering::SeqCst),
@@ -291,7 +314,7 @@ async fn reading_a_streamed_answer_wakes_its_task_only_when_the_provider_sends()
             "chunk {chunk} woke the task that took it"
         );
     }
-    drop(go);
+    go.send(()).unwrap();
     assert!(
         wakes
             .poll(|cx| Pin::new(&mut body).poll_frame(cx))
@@ -304,37 +327,19 @@ async fn reading_a_streamed_answer_wakes_its_task_only_when_the_provider_sends()
 /// counts: the answer's head (written by the provider before) is read with the budget's
 /// last units. Whether the request went on: answered, or its task woken to go on.
 async fn answer_goes_on_with_budget_left(left: usize) -> bool {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (got_tx, mut got) = mpsc::unbounded_channel::<()>();
-    let (written_tx, mut written) = mpsc::unbounded_channel::<()>();
-    let (go, mut told) = mpsc::unbounded_channel::<()>();
-    tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.unwrap();
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            let mut byte = [0u8; 1];
-            stream.read_exact(&mut byte).await.unwrap();
-            head.push(byte[0]);
-        }
-        got_tx.send(()).unwrap();
-        told.recv().await;
-        // The head and a first chunk, read at once.
-        stream
-            .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\nevent\n\r\n")
-            .await
-            .unwrap();
-        written_tx.send(()).unwrap();
-        told.recv().await;
-    });
+    // The head and a first chunk, read at once.
+    let (uri, go, mut seen) = provider_writing_when_told(vec![
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\nevent\n\r\n",
+    ])
+    .await;
     let client = client();
-    let mut sending = Box::pin(client.send(get(&format!("http://{addr}/v1/stream"))));
+    let mut sending = Box::pin(client.send(get(&uri)));
     tokio::select! {
         _ = &mut sending => panic!("answered before the provider wrote"),
-        _ = got.recv() => {}
+        _ = seen.recv() => {}
     }
     go.send(()).unwrap();
-    written.recv().await.unwrap();
+    seen.recv().await.unwrap();
     // tokio polls its driver before it runs a task that yielded: the head's arrival is seen.
     tokio::task::yield_now().await;
     let woken = Arc::new(WakesInPoll::default());
@@ -351,7 +356,6 @@ async fn answer_goes_on_with_budget_left(left: usize) -> bool {
     .await;
     // A wake tokio defers to a task out of budget is made once the task has yielded.
     tokio::task::yield_now().await;
-    let _ = go.send(());
     polled.is_ready() || woken.woken.load(Ordering::SeqCst) > 0
 }
 
