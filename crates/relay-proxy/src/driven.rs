@@ -6,7 +6,7 @@
 //! Between two tasks each hand-over wakes the other end. Driven by the request's task, both
 //! ends are polled by that task one after the other, so every hand-over woke the task that
 //! was running it, and tokio then polled the whole connection to the client once more for
-//! nothing: about twice per request and once per chunk of a streamed answer.
+//! nothing: once for the head of every answer, and once for every chunk of a streamed one.
 //!
 //! So the connection is polled with a waker of its own, which wakes the task unless the
 //! task is taking a chunk from it at that moment (the taking frees the channel's place, which
