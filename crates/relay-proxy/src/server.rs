@@ -538,10 +538,18 @@ struct Conn {
 #[derive(Debug, Default)]
 struct PeerLines {
     /// HTTP/2 connections closed for breaking h2's limits on reset streams.
-    calm: std::sync::Mutex<relay_logging::Throttle>,
+    calm: PeerLine,
     /// TLS handshakes that failed, one line for each cause: scanners sending plain HTTP
     /// must not hide the clients that refuse the certificate.
-    handshakes: std::sync::Mutex<[relay_logging::Throttle; HandshakeFailure::COUNT]>,
+    handshakes: [PeerLine; HandshakeFailure::COUNT],
+}
+
+/// One of a listener's lines about its peers.
+type PeerLine = std::sync::Mutex<relay_logging::Throttle>;
+
+/// `Some(lines held back since the last one)` when `line` may be written at `now`.
+fn admit(line: &PeerLine, now: Instant) -> Option<u64> {
+    relay_logging::sync::lock(line, "a line about a listener's peers")?.admit(now, FLOOD_LOG_EVERY)
 }
 
 impl PeerLines {
@@ -550,7 +558,7 @@ impl PeerLines {
     /// else: this line is how the operator of a daemon serving HTTPS learns that clients
     /// cannot reach it, and why.
     fn handshake_failed(&self, peer: SocketAddr, failure: HandshakeFailure) {
-        if let Some(suppressed) = self.admit_handshake_line(failure, Instant::now()) {
+        if let Some(suppressed) = admit(&self.handshakes[failure as usize], Instant::now()) {
             tracing::warn!(
                 event = "tls_handshake_failed",
                 peer = %peer.ip(),
@@ -566,9 +574,7 @@ impl PeerLines {
     /// it may (the rapid-reset attack). h2's own warning of it is held at a service's levels,
     /// as a peer could send one a frame; this line is what tells the operator.
     fn too_many_resets(&self, peer: SocketAddr) {
-        let admitted = relay_logging::sync::lock(&self.calm, "HTTP/2 abuse line")
-            .and_then(|mut line| line.admit(Instant::now(), FLOOD_LOG_EVERY));
-        if let Some(suppressed) = admitted {
+        if let Some(suppressed) = admit(&self.calm, Instant::now()) {
             tracing::warn!(
                 event = "http2_connection_closed",
                 peer = %peer.ip(),
@@ -577,13 +583,6 @@ impl PeerLines {
                 "closed an HTTP/2 connection whose client reset more streams than it may (a rapid-reset attack?)"
             );
         }
-    }
-
-    /// `Some(failures of this cause held back since its last line)` when a line may be
-    /// written at `now`.
-    fn admit_handshake_line(&self, failure: HandshakeFailure, now: Instant) -> Option<u64> {
-        let mut lines = relay_logging::sync::lock(&self.handshakes, "TLS handshake lines")?;
-        lines.get_mut(failure as usize)?.admit(now, FLOOD_LOG_EVERY)
     }
 }
 
