@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::support::{
     Relay, Setup, Tripwire, WAIT, h2c_client, http1_client, is_closed_within, non_loopback_ip,
-    raw_exchange, read_response, stream_request,
+    raw_exchange, read_response, read_to_length, stream_request,
 };
 
 fn post_head(host: &str, path: &str, extra: &str) -> String {
@@ -426,12 +426,7 @@ async fn keepalive_idle_closes_idle_connections_but_not_long_streams() {
     assert_eq!(res.status(), 200);
     let mut body = res.into_body();
     let mut received = Vec::new();
-    while received.is_empty() {
-        let frame = tokio::time::timeout(WAIT, body.frame()).await.unwrap();
-        if let Some(data) = frame.unwrap().unwrap().data_ref() {
-            received.extend_from_slice(data);
-        }
-    }
+    read_to_length(&mut body, &mut received, 1).await;
     let mut gate = relay.connect().await;
     let served = raw_exchange(&mut gate, request(&relay).as_bytes()).await;
     assert_eq!(served.status, 200);

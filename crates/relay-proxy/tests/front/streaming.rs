@@ -13,7 +13,9 @@ use relay_testkit::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{Relay, Setup, TestClient, WAIT, h2c_client, http1_client, stream_request};
+use crate::support::{
+    Relay, Setup, TestClient, WAIT, h2c_client, http1_client, read_to_length, stream_request,
+};
 
 const STREAMS: [(&str, &[u8]); 3] = [
     ("/v1/messages?beta=true", ANTHROPIC_MESSAGES_SSE),
@@ -148,16 +150,7 @@ async fn each_event_arrives_before_the_provider_sends_the_next() {
         let mut received = Vec::new();
         for (n, &sent) in ends.iter().enumerate() {
             // Until the provider's next event is let through, nothing but this one can come.
-            while received.len() < sent {
-                let frame = tokio::time::timeout(WAIT, body.frame())
-                    .await
-                    .unwrap_or_else(|_| panic!("event {n} was held back"))
-                    .expect("the stream ended early")
-                    .unwrap();
-                if let Ok(data) = frame.into_data() {
-                    received.extend_from_slice(&data);
-                }
-            }
+            read_to_length(&mut body, &mut received, sent).await;
             assert_eq!(received, sse[..sent], "event {n}");
             steps.release(1);
         }

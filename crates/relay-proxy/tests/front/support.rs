@@ -488,6 +488,26 @@ impl Tripwire {
     }
 }
 
+/// Reads `body` into `received` until it holds `len` bytes or more; fails when the body
+/// ends or fails first, or a frame takes longer than [`WAIT`].
+pub(crate) async fn read_to_length(body: &mut Incoming, received: &mut Vec<u8>, len: usize) {
+    while received.len() < len {
+        let frame = tokio::time::timeout(WAIT, body.frame())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no frame within {WAIT:?}, {} of {len} bytes read",
+                    received.len()
+                )
+            })
+            .expect("the body ended early")
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            received.extend_from_slice(&data);
+        }
+    }
+}
+
 /// A streaming model request to `path` on `relay`, with a caller's key.
 pub(crate) fn stream_request(relay: &Relay, path: &str) -> http::Request<Full<Bytes>> {
     relay
