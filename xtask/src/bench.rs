@@ -37,6 +37,8 @@ use serde_json::{Value, json};
 use self::cpu::{CpuSnapshot, cpu_ticks_json, other_cpu_share, other_load_note};
 use self::nginx::Nginx;
 use self::pinning::Pinning;
+use relay_testkit::measures::MeasureId;
+
 use self::procs::{Relayd, RelaydMode, Scratch, StandIn, Upstreams, log_tail, run_loadgen};
 use crate::command::{cargo, project_root, seconds, step, target_dir};
 
@@ -107,18 +109,27 @@ struct PhaseRows {
     detail: Value,
 }
 
+/// What a phase runs the throughput blocks for: the loadgen's `extra` arguments (`--tls-ca`
+/// when both serve HTTPS), `what` runs (said while it runs), the table's rows its figures
+/// become, and the phase's note.
+struct Beside<'a> {
+    extra: &'a [OsString],
+    what: &'a str,
+    rows: &'a [(MeasureId, MeasureId)],
+    note: String,
+}
+
 /// The loadgen's throughput scenario on `relayd` and its `peer` only (no direct path), with
-/// the run's scale and the loadgen's `extra` arguments (`--tls-ca` when both serve HTTPS);
-/// `what` says what runs, while it runs.
+/// the run's scale, as a phase's rows; its detail holds the peer's pids and the loadgen's
+/// report.
 fn throughput_beside(
     bin_dir: &Path,
     pinning: &Pinning,
     relayd: &Relayd,
     peer: &Nginx,
     options: &Options,
-    extra: &[OsString],
-    what: &str,
-) -> Result<Value> {
+    beside: Beside<'_>,
+) -> Result<PhaseRows> {
     let mut args: Vec<OsString> = Vec::new();
     for (flag, value) in [
         ("--scenario", "throughput".to_owned()),
@@ -131,14 +142,14 @@ fn throughput_beside(
     for pid in &peer.pids {
         args.extend(["--peer-pid".into(), pid.to_string().into()]);
     }
-    args.extend_from_slice(extra);
+    args.extend_from_slice(beside.extra);
     args.extend(options.scale_args());
-    run_loadgen(
+    let loadgen = run_loadgen(
         bin_dir,
         pinning.loadgen.as_deref(),
         &args,
         &[],
-        what,
+        beside.what,
         LOADGEN_TIMEOUT,
     )
     .with_context(|| {
@@ -146,6 +157,11 @@ fn throughput_beside(
             "the peer's error log:\n{}",
             log_tail(&peer.dir.join("error.log"))
         )
+    })?;
+    Ok(PhaseRows {
+        measures: report::rows(&loadgen, beside.rows)?,
+        notes: vec![beside.note],
+        detail: json!({ "peer_pids": peer.pids, "loadgen": loadgen }),
     })
 }
 

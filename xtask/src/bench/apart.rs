@@ -5,13 +5,12 @@
 
 use anyhow::Result;
 use relay_testkit::measures::MeasureId;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::PhaseRows;
 use super::pinning::Pinning;
 use super::procs::{Scratch, StandIn};
-use super::report::rows;
-use super::{Options, relayd_and_peer, throughput_beside};
+use super::{Beside, Options, relayd_and_peer, throughput_beside};
 
 /// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
 const ROWS: [(MeasureId, MeasureId); 2] = [
@@ -49,20 +48,13 @@ pub(super) fn run(
         peer.addr,
         peer.pid(),
     );
-    let loadgen = throughput_beside(
-        bin_dir,
-        pinning,
-        &relayd,
-        &peer,
-        options,
-        &[],
-        "relayd and nginx with the stand-in off their CPU, about half a minute",
-    )?;
-    Ok(PhaseRows {
-        measures: rows(&loadgen, &ROWS)?,
-        notes: vec![format!(
+    let beside = Beside {
+        extra: &[],
+        what: "relayd and nginx with the stand-in off their CPU, about half a minute",
+        rows: &ROWS,
+        note: format!(
             "stand-in apart: the throughput blocks again with a fast stand-in of their own on CPU {loadgen_cpus}, the load generator's, and relayd and nginx ({workers} worker process(es)) on CPU {stand_in_cpus}, so neither proxy shares its CPU with the provider; informational, the targets are read from the pass-through rows"
-        )],
-        detail: json!({ "peer_pids": peer.pids, "loadgen": loadgen }),
-    })
+        ),
+    };
+    throughput_beside(bin_dir, pinning, &relayd, &peer, options, beside)
 }

@@ -10,8 +10,7 @@ use serde_json::json;
 use super::nginx::{self, Nginx, Site};
 use super::pinning::Pinning;
 use super::procs::{Relayd, RelaydMode, Scratch, StandIn, TlsFiles, Upstreams};
-use super::report::rows;
-use super::{Options, PhaseRows, throughput_beside};
+use super::{Beside, Options, PhaseRows, throughput_beside};
 
 /// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
 const ROWS: [(MeasureId, MeasureId); 2] = [
@@ -70,31 +69,20 @@ pub(super) fn run(
         peer.addr,
         peer.pid(),
     );
-    let loadgen = throughput_beside(
-        bin_dir,
-        pinning,
-        &relayd,
-        &peer,
-        options,
-        &[],
-        "relayd and nginx in front of an HTTPS provider, about half a minute",
-    )?;
-    let measures = rows(&loadgen, &ROWS)?;
     let (front_cpus, peer_cpus) = match pinning.stand_ins {
         Some(_) => ("on the stand-ins' CPUs", "on relayd's CPUs"),
         None => ("unpinned", "unpinned"),
     };
-    let notes = vec![format!(
+    let note = format!(
         "HTTPS provider: nginx with TLS (a certificate made for the run, trusted by relayd through SSL_CERT_FILE and by its peer), HTTP/2 offered by ALPN, 1 worker process {front_cpus}, in front of the fast stand-in; relayd offers HTTP/2 and HTTP/1.1 by ALPN and so speaks HTTP/2 to it, its peer nginx ({workers} worker process(es) {peer_cpus}) HTTP/1.1 with upstream keep-alive and TLS session reuse; the load generator measures no direct path, as it cannot reach the provider over TLS"
-    )];
-    let detail = json!({
-        "front_pids": front.pids,
-        "peer_pids": peer.pids,
-        "loadgen": loadgen,
-    });
-    Ok(PhaseRows {
-        measures,
-        notes,
-        detail,
-    })
+    );
+    let beside = Beside {
+        extra: &[],
+        what: "relayd and nginx in front of an HTTPS provider, about half a minute",
+        rows: &ROWS,
+        note,
+    };
+    let mut phase = throughput_beside(bin_dir, pinning, &relayd, &peer, options, beside)?;
+    phase.detail["front_pids"] = json!(front.pids);
+    Ok(phase)
 }

@@ -4,13 +4,11 @@
 
 use anyhow::{Context as _, Result};
 use relay_testkit::measures::MeasureId;
-use serde_json::json;
 
 use super::nginx::{self, Nginx, Site};
 use super::pinning::Pinning;
 use super::procs::{Relayd, RelaydMode, Scratch, StandIn, TlsFiles, Upstreams};
-use super::report::rows;
-use super::{Options, PhaseRows, throughput_beside};
+use super::{Beside, Options, PhaseRows, throughput_beside};
 
 /// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
 const ROWS: [(MeasureId, MeasureId); 2] = [
@@ -57,21 +55,13 @@ pub(super) fn run(
         peer.pid(),
         fast.addr,
     );
-    let loadgen = throughput_beside(
-        bin_dir,
-        pinning,
-        &relayd,
-        &peer,
-        options,
-        &["--tls-ca".into(), tls.cert.clone().into()],
-        "relayd and nginx serving HTTPS, about half a minute",
-    )?;
-    let notes = vec![format!(
-        "serving HTTPS: relayd (--tls-cert, one event loop per CPU it may use) and nginx ({workers} worker process(es), `listen … ssl`) each terminate TLS 1.3 from the load generator (HTTP/1.1 keep-alive, a certificate made for the run and checked) and forward in plain HTTP to the fast stand-in; the load generator's own TLS work is its own, so only relayd's and nginx's CPU is divided by their requests"
-    )];
-    Ok(PhaseRows {
-        measures: rows(&loadgen, &ROWS)?,
-        notes,
-        detail: json!({ "peer_pids": peer.pids, "loadgen": loadgen }),
-    })
+    let beside = Beside {
+        extra: &["--tls-ca".into(), tls.cert.clone().into()],
+        what: "relayd and nginx serving HTTPS, about half a minute",
+        rows: &ROWS,
+        note: format!(
+            "serving HTTPS: relayd (--tls-cert, one event loop per CPU it may use) and nginx ({workers} worker process(es), `listen … ssl`) each terminate TLS 1.3 from the load generator (HTTP/1.1 keep-alive, a certificate made for the run and checked) and forward in plain HTTP to the fast stand-in; the load generator's own TLS work is its own, so only relayd's and nginx's CPU is divided by their requests"
+        ),
+    };
+    throughput_beside(bin_dir, pinning, &relayd, &peer, options, beside)
 }

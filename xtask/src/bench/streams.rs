@@ -10,8 +10,7 @@ use serde_json::json;
 use super::PhaseRows;
 use super::pinning::Pinning;
 use super::procs::{Scratch, StandIn};
-use super::report::rows;
-use super::{Options, relayd_and_peer, throughput_beside};
+use super::{Beside, Options, relayd_and_peer, throughput_beside};
 
 /// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
 const ROWS: [(MeasureId, MeasureId); 2] = [
@@ -48,21 +47,16 @@ pub(super) fn run(
         peer.addr,
         peer.pid(),
     );
-    let loadgen = throughput_beside(
-        bin_dir,
-        pinning,
-        &relayd,
-        &peer,
-        options,
-        &["--whole-streams".into()],
-        "relayd and nginx passing streamed answers, about half a minute",
-    )?;
-    Ok(PhaseRows {
-        measures: rows(&loadgen, &ROWS)?,
-        notes: vec![format!(
+    let beside = Beside {
+        extra: &["--whole-streams".into()],
+        what: "relayd and nginx passing streamed answers, about half a minute",
+        rows: &ROWS,
+        note: format!(
             "streamed answers: the throughput blocks again, each request asking a stand-in of their own ({}) for a streamed Chat Completions answer read to its end, relayd and nginx ({workers} worker process(es)) in front of it; CPU per answer is over its hundred-odd chunks; informational",
             STREAM_ARGS.join(" ")
-        )],
-        detail: json!({ "peer_pids": peer.pids, "stand_in_args": STREAM_ARGS, "loadgen": loadgen }),
-    })
+        ),
+    };
+    let mut phase = throughput_beside(bin_dir, pinning, &relayd, &peer, options, beside)?;
+    phase.detail["stand_in_args"] = json!(STREAM_ARGS);
+    Ok(phase)
 }
