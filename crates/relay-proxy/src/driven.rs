@@ -9,13 +9,14 @@
 //! nothing: once for the head of every answer, and once for every chunk of a streamed one.
 //!
 //! So the connection is polled with a waker of its own, which wakes the task unless the
-//! task is taking a chunk from it at that moment (the taking frees the channel's place, which
-//! wakes the connection); and the receiving ends are polled with no waker at all, since
-//! only the connection, polled by the same task just before, can fill them.
+//! task is taking what the connection handed over at that moment (taking a chunk frees the
+//! channel's place, which wakes the connection); and the receiving ends are polled with no
+//! waker at all, since only the connection, polled by the same task just before, can fill
+//! them ([`DriverWaker::take`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::task::{Context, Wake, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
 use futures_util::task::AtomicWaker;
 
@@ -75,23 +76,28 @@ impl DriverWaker {
         drop(self.shared.task.take());
     }
 
-    /// Runs `take` (the task taking what the connection handed over) with the connection's
-    /// wakes held back, and says whether one came meanwhile. The caller passes a held wake
-    /// on when it returns `Pending`: it may have come from elsewhere (the socket, seen by
-    /// another thread), and nothing else would poll the connection again. Once it has
-    /// taken a chunk, its body is polled again in any case, which polls the connection.
-    pub(crate) fn muted<R>(&self, take: impl FnOnce() -> R) -> (R, bool) {
+    /// Polls, with `take`, what only the connection fills (an answer's head, a body's
+    /// channel), for the task polling with `cx`, right after polling the connection. It is
+    /// polled with no waker, and the connection's wakes are held back meanwhile.
+    ///
+    /// When `take` finds nothing, the task is woken if a wake was held (it may have come
+    /// from another thread, the socket's, and nothing else would poll the connection again)
+    /// or if tokio's cooperative budget is spent (a tokio channel then answers `Pending`
+    /// without looking and wakes the waker it was given, here none). Once something is
+    /// taken, its taker polls again in any case, which polls the connection.
+    pub(crate) fn take<T>(
+        &self,
+        cx: &Context<'_>,
+        take: impl FnOnce(&mut Context<'_>) -> Poll<T>,
+    ) -> Poll<T> {
         self.shared.state.store(MUTED, Ordering::Release);
-        let taken = take();
+        let taken = take(&mut Context::from_waker(Waker::noop()));
         let held = self.shared.state.swap(0, Ordering::AcqRel) & HELD != 0;
-        (taken, held)
+        if taken.is_pending() && (held || !tokio::task::coop::has_budget_remaining()) {
+            cx.waker().wake_by_ref();
+        }
+        taken
     }
-}
-
-/// A context that wakes nothing, for polling what only the task's own next poll of the
-/// connection can make ready.
-pub(crate) fn unwoken() -> Context<'static> {
-    Context::from_waker(Waker::noop())
 }
 
 #[cfg(test)]
@@ -127,19 +133,45 @@ mod tests {
     }
 
     #[test]
-    fn a_wake_while_muted_is_held_and_said() {
+    fn a_wake_while_taking_is_held_and_passed_on_only_when_nothing_was_taken() {
         let driver = DriverWaker::new();
         let (task, waker) = counting();
-        let registered = driver.poll(&Context::from_waker(&waker), |cx| cx.waker().clone());
-        let ((), held) = driver.muted(|| registered.wake_by_ref());
-        assert!(held);
+        let cx = Context::from_waker(&waker);
+        let registered = driver.poll(&cx, |cx| cx.waker().clone());
+        // Something taken: the wake it caused is not passed on, and the taker is not woken.
+        let taken = driver.take(&cx, |_| {
+            registered.wake_by_ref();
+            Poll::Ready(())
+        });
+        assert!(taken.is_ready());
         assert_eq!(task.0.load(Ordering::SeqCst), 0);
-        let ((), held) = driver.muted(|| ());
-        assert!(!held, "a wake held once is not said again");
-        // Unmuted, wakes pass again.
-        driver.poll(&Context::from_waker(&waker), |_| ());
-        registered.wake_by_ref();
+        // Nothing taken, no wake: nothing to pass on.
+        assert!(driver.take(&cx, |_| Poll::<()>::Pending).is_pending());
+        assert_eq!(task.0.load(Ordering::SeqCst), 0);
+        // Nothing taken while a wake came: the task is woken, once.
+        driver.poll(&cx, |_| ());
+        let taken = driver.take(&cx, |_| {
+            registered.wake_by_ref();
+            Poll::<()>::Pending
+        });
+        assert!(taken.is_pending());
         assert_eq!(task.0.load(Ordering::SeqCst), 1);
+        // And after the take, wakes pass again.
+        driver.poll(&cx, |_| ());
+        registered.wake_by_ref();
+        assert_eq!(task.0.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn what_is_taken_is_polled_with_no_waker() {
+        let driver = DriverWaker::new();
+        let (task, waker) = counting();
+        let cx = Context::from_waker(&waker);
+        let _ = driver.take(&cx, |cx| {
+            cx.waker().wake_by_ref();
+            Poll::Ready(())
+        });
+        assert_eq!(task.0.load(Ordering::SeqCst), 0);
     }
 
     #[test]
@@ -159,16 +191,21 @@ mod tests {
     fn a_wake_from_another_thread_is_never_lost() {
         let driver = DriverWaker::new();
         let (task, waker) = counting();
+        let cx = Context::from_waker(&waker);
         for _ in 0..2000 {
-            let registered = driver.poll(&Context::from_waker(&waker), |cx| cx.waker().clone());
+            let registered = driver.poll(&cx, |cx| cx.waker().clone());
             let before = task.0.load(Ordering::SeqCst);
             let waking = std::thread::spawn(move || registered.wake());
-            let ((), held) = driver.muted(std::thread::yield_now);
+            // Nothing taken: before, during or after, the wake reaches the task once.
+            let _ = driver.take(&cx, |_| {
+                std::thread::yield_now();
+                Poll::<()>::Pending
+            });
             waking.join().unwrap();
-            let passed = task.0.load(Ordering::SeqCst) - before;
-            assert!(
-                held || passed == 1,
-                "the wake was neither passed on nor held"
+            assert_eq!(
+                task.0.load(Ordering::SeqCst) - before,
+                1,
+                "the wake was lost"
             );
         }
     }

@@ -33,7 +33,7 @@ use tower_service::Service as _;
 
 use crate::BoxError;
 use crate::body::{BodyError, RequestBody, Upload, answer_within};
-use crate::driven::{DriverWaker, unwoken};
+use crate::driven::DriverWaker;
 use crate::error_chain::causes;
 use crate::headers::{Toward, strip_request_headers};
 use crate::sockets::{Budget, Budgeted, NoRoom};
@@ -562,19 +562,14 @@ pub(crate) async fn send_on<L: Lease + 'static>(
             .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
     }
     let upload = req.body().upload();
-    // Outside tokio's budget: its one-shot, which brings the head, returns `Pending` to a
-    // task out of budget and wakes the waker it was polled with, here none.
-    let mut answer = std::pin::pin!(tokio::task::unconstrained(
-        conn.sender().try_send_request(req)
-    ));
+    let mut answer = std::pin::pin!(conn.sender().try_send_request(req));
     let mut conn = Some(conn);
     let res = std::future::poll_fn(|cx| {
         if conn.as_mut().is_some_and(|c| !c.poll_open(cx)) {
             conn = None;
         }
-        match conn {
-            // Only the connection, just polled, answers: it would wake this task for nothing.
-            Some(_) => answer.as_mut().poll(&mut unwoken()),
+        match &conn {
+            Some(conn) => conn.driver().take(cx, |cx| answer.as_mut().poll(cx)),
             None => answer.as_mut().poll(cx),
         }
     })
@@ -763,17 +758,9 @@ impl Body for UpstreamBody {
         let polled = match &this.driven {
             // Only the connection, just polled, fills the body's channel; taking a chunk
             // from it frees its place, which would wake this task for nothing.
-            Some(driven) => {
-                let (polled, held) = driven
-                    .driver()
-                    .muted(|| Pin::new(&mut *source).poll_frame(&mut unwoken()));
-                // hyper's body channel spends no tokio budget today; should it ever, a task
-                // out of budget would be told `Pending` and woken through no waker.
-                if polled.is_pending() && (held || !tokio::task::coop::has_budget_remaining()) {
-                    cx.waker().wake_by_ref();
-                }
-                polled
-            }
+            Some(driven) => driven
+                .driver()
+                .take(cx, |cx| Pin::new(&mut *source).poll_frame(cx)),
             None => Pin::new(&mut *source).poll_frame(cx),
         };
         let Poll::Ready(frame) = polled else {
