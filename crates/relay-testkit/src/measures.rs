@@ -56,6 +56,8 @@ pub enum MeasureId {
     ApartCpuPassThrough,
     StreamsThroughputRate,
     StreamsCpuPassThrough,
+    StreamsWorkerThroughputRate,
+    StreamsCpuWorker,
 }
 
 /// A row of the table.
@@ -454,6 +456,22 @@ pub const MEASURES: &[MeasureSpec] = &[
         Unit::Micros,
         None,
         "relayd's user + system time over those blocks divided by the answers it completed, beside nginx's in the same run: what a proxy spends on every chunk of the answers agents mostly get",
+    ),
+    row(
+        MeasureId::StreamsWorkerThroughputRate,
+        "streamed_answers",
+        "throughput, c=64, streamed answers of 100 events 1 ms apart, through the worker",
+        Unit::PerSecond,
+        None,
+        "the same streamed answers with the route credential, through relayd in managed mode and one session's worker (plugins off) to the same stand-in, interleaved with the direct path; completed answers per second, set by the stand-in's pace",
+    ),
+    row(
+        MeasureId::StreamsCpuWorker,
+        "streamed_answers",
+        "CPU per streamed answer of 100 events through the worker (relayd + worker), c=64",
+        Unit::Micros,
+        None,
+        "relayd's and the worker's user + system time over those blocks divided by the answers completed: beside the pass-through row, what the hop to the worker adds to every chunk",
     ),
 ];
 

@@ -1,21 +1,30 @@
 //! relayd and nginx passing streamed answers: the throughput blocks of the pass-through phase again, each request asking a stand-in of their own for a streamed answer whose events it writes apart.
+//! Then the same answers through a worker: relayd in managed mode, one session's worker, the same stand-in.
 //!
 //! The other phases ask for tiny answers that arrive whole, so they measure what a request costs; the answers agents mostly get are streams of many small events, each a chunk the proxy reads, frames and writes on its own.
-//! This phase shows what a proxy spends on those chunks, beside nginx. It is informational: SPEC sets no target for it.
+//! This phase shows what a proxy spends on those chunks, beside nginx, and what the hop to the worker adds to each. It is informational: SPEC sets no target for it.
 
 use anyhow::Result;
 use relay_testkit::measures::MeasureId;
 use serde_json::json;
 
-use super::PhaseRows;
 use super::pinning::Pinning;
 use super::procs::{Scratch, StandIn};
-use super::{Beside, Options, relayd_and_peer, throughput_beside};
+use super::{Beside, Options, PhaseRows, relayd_and_peer, report, throughput_beside, worker};
 
 /// The rows the phase takes from the loadgen's throughput scenario, and the rows they become.
 const ROWS: [(MeasureId, MeasureId); 2] = [
     (MeasureId::ThroughputRate, MeasureId::StreamsThroughputRate),
     (MeasureId::CpuPassThrough, MeasureId::StreamsCpuPassThrough),
+];
+
+/// The rows the phase takes from the loadgen's worker-throughput scenario, and the rows they become.
+const WORKER_ROWS: [(MeasureId, MeasureId); 2] = [
+    (
+        MeasureId::WorkerThroughputRate,
+        MeasureId::StreamsWorkerThroughputRate,
+    ),
+    (MeasureId::CpuWorker, MeasureId::StreamsCpuWorker),
 ];
 
 /// The stand-in's streams: 100 content events, one every millisecond, so each is written, read and passed on apart, as a provider's tokens are.
@@ -58,5 +67,27 @@ pub(super) fn run(
     };
     let mut phase = throughput_beside(bin_dir, pinning, &relayd, &peer, options, beside)?;
     phase.detail["stand_in_args"] = json!(STREAM_ARGS);
+    drop((relayd, peer));
+
+    // A failure through the worker leaves the pass-through rows standing, and says why in a note.
+    let through_worker =
+        worker::streamed_answers(bin_dir, pinning, stand_in.addr, &scratch, options).and_then(
+            |loadgen| {
+                let rows = report::rows(&loadgen, &WORKER_ROWS)?;
+                Ok((rows, loadgen))
+            },
+        );
+    match through_worker {
+        Ok((rows, loadgen)) => {
+            phase.measures.extend(rows);
+            phase.notes.push(
+                "streamed answers through the worker: the same stand-in and blocks, with the route credential, through relayd in managed mode and one session's worker (plugins off), beside the direct path; CPU per answer is relayd's and the worker's together".to_owned(),
+            );
+            phase.detail["worker_loadgen"] = loadgen;
+        }
+        Err(error) => phase.notes.push(format!(
+            "the streamed answers were not measured through the worker: {error:#}"
+        )),
+    }
     Ok(phase)
 }

@@ -144,33 +144,22 @@ fn run_as_client(
     let worker_cpus = procfs::cpus_allowed(worker_pid);
     let (with_plugins, scenarios): (Vec<&str>, Vec<&str>) =
         scenarios.iter().partition(|s| **s == PLUGINS_SCENARIO);
+    let paced_args: Vec<OsString> = [
+        ("--paced", paced.addr.to_string()),
+        ("--stream-stand-in-pid", paced.process.pid().to_string()),
+        ("--stream-pace-ms", PACED_STREAM_PACE_MS.to_owned()),
+    ]
+    .into_iter()
+    .flat_map(|(flag, value)| [flag.into(), value.into()])
+    .collect();
     let loadgen_through = |worker_pid: u32, scenarios: &[&str], label: &str| -> Result<Value> {
-        let mut args: Vec<OsString> = Vec::new();
-        for (flag, value) in [
-            ("--direct", fast.addr.to_string()),
-            ("--relay", relayd.addr.to_string()),
-            ("--relay-pid", relayd.process.pid().to_string()),
-            ("--worker-pid", worker_pid.to_string()),
-            ("--paced", paced.addr.to_string()),
-            ("--stream-stand-in-pid", paced.process.pid().to_string()),
-            ("--stream-pace-ms", PACED_STREAM_PACE_MS.to_owned()),
-        ] {
-            args.push(flag.into());
-            args.push(value.into());
-        }
-        for scenario in scenarios {
-            args.push("--scenario".into());
-            args.push((*scenario).into());
-        }
-        args.extend(options.scale_args());
-        run_loadgen(
-            bin_dir,
-            pinning.loadgen.as_deref(),
-            &args,
-            &[("RELAY_CLIENT_TOKEN", env.token.as_str())],
-            &format!("{label}, pid {worker_pid}, under a minute"),
-            WORKER_LOADGEN_TIMEOUT,
-        )
+        let through = Through {
+            env: &env,
+            relayd: &relayd,
+            direct: fast.addr,
+            worker_pid,
+        };
+        through.loadgen(bin_dir, pinning, options, scenarios, &paced_args, label)
     };
     let loadgen = if scenarios.is_empty() {
         None
@@ -315,6 +304,95 @@ fn run_as_client(
         other_cpu_share,
         notes,
         detail,
+    })
+}
+
+/// A live session's worker, and what the loadgen needs to measure through it.
+struct Through<'a> {
+    env: &'a SessionEnv<'a>,
+    relayd: &'a Relayd,
+    /// The stand-in the worker calls, the direct path beside it.
+    direct: SocketAddr,
+    worker_pid: u32,
+}
+
+impl Through<'_> {
+    /// Runs the loadgen's worker `scenarios` with the session's credential, `extra` arguments after the addresses and the run's scale; `label` says what runs.
+    fn loadgen(
+        &self,
+        bin_dir: &Path,
+        pinning: &Pinning,
+        options: &Options,
+        scenarios: &[&str],
+        extra: &[OsString],
+        label: &str,
+    ) -> Result<Value> {
+        let mut args: Vec<OsString> = Vec::new();
+        for (flag, value) in [
+            ("--direct", self.direct.to_string()),
+            ("--relay", self.relayd.addr.to_string()),
+            ("--relay-pid", self.relayd.process.pid().to_string()),
+            ("--worker-pid", self.worker_pid.to_string()),
+        ] {
+            args.extend([flag.into(), value.into()]);
+        }
+        args.extend_from_slice(extra);
+        for scenario in scenarios {
+            args.extend(["--scenario".into(), (*scenario).into()]);
+        }
+        args.extend(options.scale_args());
+        run_loadgen(
+            bin_dir,
+            pinning.loadgen.as_deref(),
+            &args,
+            &[("RELAY_CLIENT_TOKEN", self.env.token.as_str())],
+            &format!("{label}, pid {}, under a minute", self.worker_pid),
+            WORKER_LOADGEN_TIMEOUT,
+        )
+    }
+}
+
+/// The loadgen's worker-throughput blocks asking `stand_in` for streamed answers (`--whole-streams`) through a worker: relayd in managed mode with both upstreams at `stand_in`, and one MCP session kept live while they run.
+/// Like the worker phase, it runs on a thread pinned where the load generator is, as a client, so relay-mcp and the worker start beside relayd.
+pub(super) fn streamed_answers(
+    bin_dir: &Path,
+    pinning: &Pinning,
+    stand_in: SocketAddr,
+    scratch: &Scratch,
+    options: &Options,
+) -> Result<Value> {
+    on_thread_pinned_to(pinning.loadgen.as_deref(), || {
+        let relayd = Relayd::start(
+            bin_dir,
+            pinning.relayd.as_deref(),
+            RelaydMode::Managed,
+            Upstreams::plain(stand_in, stand_in),
+            scratch,
+            &[],
+        )?;
+        let env = SessionEnv::new(bin_dir, &relayd, pinning.relayd.clone(), scratch)?;
+        let mut session = McpSession::start(&env, "streams")?;
+        let (_, worker_pid) = session
+            .wait_until_ready(&env, ROUTE_READY_TIMEOUT)
+            .context("starting the session whose worker passes the streamed answers")?;
+        let through = Through {
+            env: &env,
+            relayd: &relayd,
+            direct: stand_in,
+            worker_pid,
+        };
+        let loadgen = through.loadgen(
+            bin_dir,
+            pinning,
+            options,
+            &["worker-throughput"],
+            &["--whole-streams".into()],
+            "streamed answers through the worker",
+        )?;
+        session
+            .close()
+            .context("closing the streamed-answers session")?;
+        Ok(loadgen)
     })
 }
 

@@ -63,7 +63,7 @@ struct Args {
     /// relayd and the peer serve HTTPS: reach both over TLS (HTTP/1.1), trusting only the certificates in this PEM file. The direct path stays plain. Only the throughput scenario.
     #[arg(long, value_name = "PEM")]
     tls_ca: Option<PathBuf>,
-    /// The throughput scenario asks for streamed answers and reads each to its end, so what a path spends on every chunk counts: for a stand-in whose streams are paced (`--stream-events`, `--pace-ms`). Only the throughput scenario.
+    /// The throughput blocks ask for streamed answers and read each to its end, so what a path spends on every chunk counts: for a stand-in whose streams are paced (`--stream-events`, `--pace-ms`). Only the throughput and worker-throughput scenarios.
     #[arg(long)]
     whole_streams: bool,
     /// The paced stand-in's address (relayd's Anthropic upstream), the direct baseline of the open-streams scenario.
@@ -365,8 +365,15 @@ async fn run(args: Args) -> Result<Report> {
         "every scenario but throughput needs --direct"
     );
     ensure!(
-        (args.tls_ca.is_none() && !args.whole_streams) || only_throughput,
-        "--tls-ca and --whole-streams serve the throughput scenario only"
+        args.tls_ca.is_none() || only_throughput,
+        "--tls-ca serves the throughput scenario only"
+    );
+    ensure!(
+        !args.whole_streams
+            || scenarios
+                .iter()
+                .all(|s| matches!(s, Scenario::Throughput | Scenario::WorkerThroughput)),
+        "--whole-streams serves the throughput and worker-throughput scenarios only"
     );
     let tls = args.tls_ca.as_deref().map(tls::client_config).transpose()?;
     let token = match std::env::var(TOKEN_ENV) {

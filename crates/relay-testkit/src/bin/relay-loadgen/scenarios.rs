@@ -310,10 +310,7 @@ impl Throughput {
 async fn throughput_rounds(ctx: &Ctx, via: Via) -> Result<Throughput> {
     let plan = &ctx.plan;
     let sides = ctx.sides(via);
-    let probe = match via {
-        Via::PassThrough => ctx.throughput_probe,
-        Via::Worker => Probe::Json,
-    };
+    let probe = ctx.throughput_probe;
     let before = match via {
         Via::PassThrough => None,
         Via::Worker => Some(destinations(ctx).await?),

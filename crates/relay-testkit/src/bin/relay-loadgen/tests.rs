@@ -311,6 +311,51 @@ async fn whole_streams_throughput_asks_for_streams_and_reads_them_to_their_end()
     }
 }
 
+/// `--whole-streams` changes only the throughput blocks, pass-through or through a worker: beside any
+/// other scenario it is refused before anything is sent, as is `--tls-ca` beside a worker scenario.
+#[tokio::test]
+async fn whole_streams_and_tls_are_refused_beside_scenarios_they_do_not_change() {
+    let refused = |extra: &[&str]| {
+        let mut argv = vec![
+            "relay-loadgen",
+            "--relay",
+            "127.0.0.1:9",
+            "--direct",
+            "127.0.0.1:9",
+        ];
+        argv.extend_from_slice(extra);
+        run(Args::parse_from(argv))
+    };
+    for (extra, flag) in [
+        (
+            &[
+                "--whole-streams",
+                "--scenario",
+                "worker-throughput",
+                "--scenario",
+                "latency",
+            ][..],
+            "--whole-streams",
+        ),
+        (
+            &["--whole-streams", "--scenario", "worker-ttfb"][..],
+            "--whole-streams",
+        ),
+        (
+            &[
+                "--tls-ca",
+                "/nonexistent.pem",
+                "--scenario",
+                "worker-throughput",
+            ][..],
+            "--tls-ca",
+        ),
+    ] {
+        let error = refused(extra).await.unwrap_err();
+        assert!(error.to_string().starts_with(flag), "{extra:?}: {error:#}");
+    }
+}
+
 #[tokio::test]
 async fn held_streams_stay_open_until_dropped() {
     let stand_in = StandIn::start_with(StandInConfig {
