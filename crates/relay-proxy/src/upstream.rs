@@ -436,7 +436,10 @@ impl Driven {
 
 impl Lease for Driven {
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
-        self.driver.poll(cx, |cx| poll_open(&mut self.conn, cx))
+        // Not woken since its last poll: still open, as far as it knows.
+        self.driver
+            .poll(cx, |cx| poll_open(&mut self.conn, cx))
+            .unwrap_or(true)
     }
 
     fn driver(&self) -> &DriverWaker {
@@ -562,6 +565,9 @@ pub(crate) async fn send_on<L: Lease + 'static>(
             .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
     }
     let upload = req.body().upload();
+    // The hand-over wakes whatever waker the connection was last polled with, which for a
+    // connection from the pool is none.
+    conn.driver().mark_woken();
     let mut answer = std::pin::pin!(conn.sender().try_send_request(req));
     let mut conn = Some(conn);
     let res = std::future::poll_fn(|cx| {

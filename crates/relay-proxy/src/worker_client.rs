@@ -111,7 +111,10 @@ struct WorkerConn {
 
 impl Lease for WorkerConn {
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
-        self.driver.poll(cx, |cx| poll_open(&mut self.conn, cx))
+        // Not woken since its last poll: still open, as far as it knows.
+        self.driver
+            .poll(cx, |cx| poll_open(&mut self.conn, cx))
+            .unwrap_or(true)
     }
 
     fn driver(&self) -> &DriverWaker {
