@@ -58,6 +58,7 @@ pub enum MeasureId {
     StreamsCpuPassThrough,
     StreamsWorkerThroughputRate,
     StreamsCpuWorker,
+    StreamsCpuWorkerPlugins,
 }
 
 /// A row of the table.
@@ -472,6 +473,14 @@ pub const MEASURES: &[MeasureSpec] = &[
         Unit::Micros,
         None,
         "relayd's and the worker's user + system time over those blocks divided by the answers completed: beside the pass-through row, what the hop to the worker adds to every chunk",
+    ),
+    row(
+        MeasureId::StreamsCpuWorkerPlugins,
+        "streamed_answers",
+        "CPU per streamed answer of 100 events through the worker with plugins on (relayd + worker), c=64",
+        Unit::Micros,
+        None,
+        "the same blocks through a second session's worker running the plugins of the worker-plugins measure, recording each answer with its content: relayd's and the worker's CPU per answer, beside the row above",
     ),
 ];
 

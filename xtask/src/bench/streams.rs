@@ -27,6 +27,10 @@ const WORKER_ROWS: [(MeasureId, MeasureId); 2] = [
     (MeasureId::CpuWorker, MeasureId::StreamsCpuWorker),
 ];
 
+/// The row the phase takes from the same blocks through a worker with plugins on.
+const PLUGINS_ROWS: [(MeasureId, MeasureId); 1] =
+    [(MeasureId::CpuWorker, MeasureId::StreamsCpuWorkerPlugins)];
+
 /// The stand-in's streams: 100 content events, one every millisecond, so each is written, read and passed on apart, as a provider's tokens are.
 pub(super) const STREAM_ARGS: [&str; 4] = ["--stream-events", "100", "--pace-ms", "1"];
 
@@ -72,18 +76,20 @@ pub(super) fn run(
     // A failure through the worker leaves the pass-through rows standing, and says why in a note.
     let through_worker =
         worker::streamed_answers(bin_dir, pinning, stand_in.addr, &scratch, options).and_then(
-            |loadgen| {
-                let rows = report::rows(&loadgen, &WORKER_ROWS)?;
-                Ok((rows, loadgen))
+            |[off, on]| {
+                let mut rows = report::rows(&off, &WORKER_ROWS)?;
+                rows.extend(report::rows(&on, &PLUGINS_ROWS)?);
+                Ok((rows, off, on))
             },
         );
     match through_worker {
-        Ok((rows, loadgen)) => {
+        Ok((rows, off, on)) => {
             phase.measures.extend(rows);
             phase.notes.push(
-                "streamed answers through the worker: the same stand-in and blocks, with the route credential, through relayd in managed mode and one session's worker (plugins off), beside the direct path; CPU per answer is relayd's and the worker's together".to_owned(),
+                "streamed answers through the worker: the same stand-in and blocks, with the route credential, through relayd in managed mode and one session's worker, plugins off and then on (recording with content, redaction of requests, one policy rule), beside the direct path; CPU per answer is relayd's and the worker's together".to_owned(),
             );
-            phase.detail["worker_loadgen"] = loadgen;
+            phase.detail["worker_loadgen"] = off;
+            phase.detail["worker_plugins_loadgen"] = on;
         }
         Err(error) => phase.notes.push(format!(
             "the streamed answers were not measured through the worker: {error:#}"

@@ -201,34 +201,9 @@ fn run_as_client(
     let plugins_loadgen = if with_plugins.is_empty() {
         None
     } else {
-        let plugins_file = env.system_dir.join("plugins.toml");
-        let sink_dir = scratch.path("managed/atof");
-        fs::create_dir_all(&sink_dir)
-            .with_context(|| format!("creating {}", sink_dir.display()))?;
-        fs::set_permissions(
-            &sink_dir,
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )?;
-        fs::write(&plugins_file, plugins_toml(&sink_dir))
-            .with_context(|| format!("writing {}", plugins_file.display()))?;
-        let mut session = McpSession::start(&env, "plugins")?;
-        let (_, pid) = session
-            .wait_until_ready(&env, ROUTE_READY_TIMEOUT)
-            .context("starting the session whose worker runs the plugins")?;
-        let report = loadgen_through(pid, &with_plugins, "through a worker with plugins on");
-        session.close().context("closing the plugins session")?;
-        fs::remove_file(&plugins_file)?;
-        let records = fs::read_dir(&sink_dir)?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| fs::metadata(e.path()).ok())
-            .map(|m| m.len())
-            .sum::<u64>();
-        anyhow::ensure!(
-            records > 0,
-            "the worker with plugins on wrote no ATOF record into {}",
-            sink_dir.display()
-        );
-        Some(report?)
+        Some(with_plugins_on(&env, scratch, |pid| {
+            loadgen_through(pid, &with_plugins, "through a worker with plugins on")
+        })?)
     };
     drop(relayd);
 
@@ -352,7 +327,7 @@ impl Through<'_> {
     }
 }
 
-/// The loadgen's worker-throughput blocks asking `stand_in` for streamed answers (`--whole-streams`) through a worker: relayd in managed mode with both upstreams at `stand_in`, and one MCP session kept live while they run.
+/// The loadgen's worker-throughput blocks asking `stand_in` for streamed answers (`--whole-streams`) through a worker: relayd in managed mode with both upstreams at `stand_in`, one MCP session kept live while they run, then one whose worker runs the plugins. Returns the loadgen's reports, plugins off and on.
 /// Like the worker phase, it runs on a thread pinned where the load generator is, as a client, so relay-mcp and the worker start beside relayd.
 pub(super) fn streamed_answers(
     bin_dir: &Path,
@@ -360,7 +335,7 @@ pub(super) fn streamed_answers(
     stand_in: SocketAddr,
     scratch: &Scratch,
     options: &Options,
-) -> Result<Value> {
+) -> Result<[Value; 2]> {
     on_thread_pinned_to(pinning.loadgen.as_deref(), || {
         let relayd = Relayd::start(
             bin_dir,
@@ -375,25 +350,66 @@ pub(super) fn streamed_answers(
         let (_, worker_pid) = session
             .wait_until_ready(&env, ROUTE_READY_TIMEOUT)
             .context("starting the session whose worker passes the streamed answers")?;
-        let through = Through {
-            env: &env,
-            relayd: &relayd,
-            direct: stand_in,
-            worker_pid,
+        let streams = |worker_pid: u32, label: &str| {
+            let through = Through {
+                env: &env,
+                relayd: &relayd,
+                direct: stand_in,
+                worker_pid,
+            };
+            through.loadgen(
+                bin_dir,
+                pinning,
+                options,
+                &["worker-throughput"],
+                &["--whole-streams".into()],
+                label,
+            )
         };
-        let loadgen = through.loadgen(
-            bin_dir,
-            pinning,
-            options,
-            &["worker-throughput"],
-            &["--whole-streams".into()],
-            "streamed answers through the worker",
-        )?;
+        let plugins_off = streams(worker_pid, "streamed answers through the worker")?;
         session
             .close()
             .context("closing the streamed-answers session")?;
-        Ok(loadgen)
+        let plugins_on = with_plugins_on(&env, scratch, |pid| {
+            streams(pid, "streamed answers through a worker with plugins on")
+        })?;
+        Ok([plugins_off, plugins_on])
     })
+}
+
+/// Runs `run` with the worker of a session of `env` started with the bench's plugins on ([`plugins_toml`]), then closes the session, takes the plugins away, and checks that the recording wrote something.
+fn with_plugins_on<T>(
+    env: &SessionEnv<'_>,
+    scratch: &Scratch,
+    run: impl FnOnce(u32) -> Result<T>,
+) -> Result<T> {
+    let plugins_file = env.system_dir.join("plugins.toml");
+    let sink_dir = scratch.path("managed/atof");
+    fs::create_dir_all(&sink_dir).with_context(|| format!("creating {}", sink_dir.display()))?;
+    fs::set_permissions(
+        &sink_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )?;
+    fs::write(&plugins_file, plugins_toml(&sink_dir))
+        .with_context(|| format!("writing {}", plugins_file.display()))?;
+    let mut session = McpSession::start(env, "plugins")?;
+    let (_, pid) = session
+        .wait_until_ready(env, ROUTE_READY_TIMEOUT)
+        .context("starting the session whose worker runs the plugins")?;
+    let outcome = run(pid);
+    session.close().context("closing the plugins session")?;
+    fs::remove_file(&plugins_file)?;
+    let records = fs::read_dir(&sink_dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| fs::metadata(e.path()).ok())
+        .map(|m| m.len())
+        .sum::<u64>();
+    ensure!(
+        records > 0,
+        "the worker with plugins on wrote no ATOF record into {}",
+        sink_dir.display()
+    );
+    outcome
 }
 
 /// The loadgen scenario that runs through a worker with plugins on.
