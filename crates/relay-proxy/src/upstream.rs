@@ -436,10 +436,7 @@ impl Driven {
 
 impl Lease for Driven {
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
-        // Not woken since its last poll: still open, as far as it knows.
-        self.driver
-            .poll(cx, |cx| poll_open(&mut self.conn, cx))
-            .unwrap_or(true)
+        poll_driven(&self.driver, &mut self.conn, cx)
     }
 
     fn driver(&self) -> &DriverWaker {
@@ -526,6 +523,39 @@ where
     }
 }
 
+/// Polls a connection through the waker it is driven with; false once it has ended. One
+/// that nothing woke since its last poll is not polled, and is open as far as it knows.
+pub(crate) fn poll_driven<T, B>(
+    driver: &DriverWaker,
+    conn: &mut http1::Connection<T, B>,
+    cx: &mut Context<'_>,
+) -> bool
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: Body + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    driver.poll(cx, |cx| poll_open(conn, cx)).unwrap_or(true)
+}
+
+/// Polls `conn`, the connection the polling task drives (dropped once it has ended), then,
+/// with `take`, what only that connection fills: through [`DriverWaker::take`] while it is
+/// open, with the task's own waker once it is gone.
+fn drive_then_take<L: Lease + ?Sized, T>(
+    conn: &mut Option<Box<L>>,
+    cx: &mut Context<'_>,
+    take: impl FnOnce(&mut Context<'_>) -> Poll<T>,
+) -> Poll<T> {
+    if conn.as_mut().is_some_and(|c| !c.poll_open(cx)) {
+        *conn = None;
+    }
+    match conn {
+        Some(conn) => conn.driver().take(cx, take),
+        None => take(cx),
+    }
+}
+
 /// Open and waiting for a request, as far as one look tells. Polled without a waker: an
 /// idle connection waits for nothing, and the request that takes it next polls it with its
 /// own.
@@ -570,16 +600,9 @@ pub(crate) async fn send_on<L: Lease + 'static>(
     conn.driver().mark_woken();
     let mut answer = std::pin::pin!(conn.sender().try_send_request(req));
     let mut conn = Some(conn);
-    let res = std::future::poll_fn(|cx| {
-        if conn.as_mut().is_some_and(|c| !c.poll_open(cx)) {
-            conn = None;
-        }
-        match &conn {
-            Some(conn) => conn.driver().take(cx, |cx| answer.as_mut().poll(cx)),
-            None => answer.as_mut().poll(cx),
-        }
-    })
-    .await?;
+    let res =
+        std::future::poll_fn(|cx| drive_then_take(&mut conn, cx, |cx| answer.as_mut().poll(cx)))
+            .await?;
     Ok(res.map(|incoming| UpstreamBody::new(incoming, conn.map(|c| c as Box<dyn Lease>), upload)))
 }
 
@@ -752,23 +775,15 @@ impl Body for UpstreamBody {
         if let Some(error) = this.held.take() {
             return Poll::Ready(Some(Err(error)));
         }
-        // The connection first: it reads what the body then hands out.
-        if let Some(driven) = &mut this.driven
-            && !driven.poll_open(cx)
-        {
-            this.driven = None;
-        }
         let Some(source) = &mut this.source else {
             return Poll::Ready(None);
         };
-        let polled = match &this.driven {
-            // Only the connection, just polled, fills the body's channel; taking a chunk
-            // from it frees its place, which would wake this task for nothing.
-            Some(driven) => driven
-                .driver()
-                .take(cx, |cx| Pin::new(&mut *source).poll_frame(cx)),
-            None => Pin::new(&mut *source).poll_frame(cx),
-        };
+        // The connection first: it reads what the body then hands out. Only it fills the
+        // body's channel, and taking a chunk frees its place, which would wake this task
+        // for nothing.
+        let polled = drive_then_take(&mut this.driven, cx, |cx| {
+            Pin::new(&mut *source).poll_frame(cx)
+        });
         let Poll::Ready(frame) = polled else {
             this.after_frame = false;
             return Poll::Pending;

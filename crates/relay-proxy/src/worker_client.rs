@@ -28,7 +28,7 @@ use crate::driven::DriverWaker;
 use crate::headers::WORKER_SECRET;
 use crate::sockets::{Budget, Budgeted, Share};
 use crate::tls_io::{Gather, ReadAhead};
-use crate::upstream::{Answered, Lease, UpstreamBody, is_idle, poll_open, run_alone, send_on};
+use crate::upstream::{Answered, Lease, UpstreamBody, is_idle, poll_driven, run_alone, send_on};
 use crate::worker::READY_PATH;
 
 /// Probes get this long (§5.1).
@@ -111,10 +111,7 @@ struct WorkerConn {
 
 impl Lease for WorkerConn {
     fn poll_open(&mut self, cx: &mut Context<'_>) -> bool {
-        // Not woken since its last poll: still open, as far as it knows.
-        self.driver
-            .poll(cx, |cx| poll_open(&mut self.conn, cx))
-            .unwrap_or(true)
+        poll_driven(&self.driver, &mut self.conn, cx)
     }
 
     fn driver(&self) -> &DriverWaker {
