@@ -29,7 +29,8 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "URL")]
     pub(crate) advertise_address: Option<String>,
 
-    /// PEM certificate chain for HTTPS (with --tls-key).
+    /// PEM certificate chain for HTTPS (with --tls-key). Both files are read again every
+    /// minute, and a renewed certificate is served to new connections without a restart.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     pub(crate) tls_cert: Option<PathBuf>,
 

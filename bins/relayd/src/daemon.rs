@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
 use relay_broker::BrokerConfig;
@@ -18,6 +18,7 @@ use relay_proxy::server::{PeerLimit, ServeOptions, serve};
 use relay_proxy::shell::{Saved, Shell};
 use relay_proxy::sockets::Descriptors;
 use relay_proxy::state::StateStore;
+use relay_proxy::tls::{Kept, Reload, ServedCertificate, ServerConfig};
 use relay_proxy::upstream::{UpstreamClient, UpstreamOptions};
 use tokio::net::TcpListener;
 
@@ -32,8 +33,9 @@ struct Prepared {
     config: Config,
     /// The daemon's own provider keys, read from their files or the environment.
     keys: ProviderKeys,
-    /// The HTTPS listener's configuration, from `--tls-cert` and `--tls-key`.
-    tls: Option<Arc<relay_proxy::tls::ServerConfig>>,
+    /// The HTTPS listener's certificate, from `--tls-cert` and `--tls-key`, and its
+    /// configuration.
+    tls: Option<(Arc<ServedCertificate>, Arc<ServerConfig>)>,
     state_dir: PathBuf,
     /// The socket passed by the service manager, taken before any thread starts (taking it
     /// edits the environment).
@@ -112,20 +114,24 @@ fn prepare(cli: &Cli, env: &impl Env) -> Result<(Prepared, bool), String> {
     relay_logging::init(&log, std::io::stderr).map_err(|e| e.to_string())?;
     // Read before anything is created, so that a wrong file is a usage error like any other.
     let keys = provider_keys(&config, env)?;
-    if let Some((cert, key)) = &settings.tls {
-        warn_if_others_can_read(key);
-        warn_if_clients_will_refuse(cert, &settings.advertised.host);
-    }
     let tls = match &settings.tls {
-        Some((cert, key)) => Some(Arc::new(
-            relay_proxy::tls::server_config_from_files(cert, key).map_err(|e| {
-                format!(
-                    "--tls-cert {} and --tls-key {}: {e}",
-                    cert.display(),
-                    key.display()
-                )
-            })?,
-        )),
+        Some((cert, key)) => {
+            warn_if_others_can_read(key);
+            warn_if_clients_will_refuse(cert, &settings.advertised.host);
+            let served = ServedCertificate::from_files(cert, key, &settings.advertised.host)
+                .and_then(|served| {
+                    let config = served.server_config()?;
+                    Ok((served, Arc::new(config)))
+                })
+                .map_err(|e| {
+                    format!(
+                        "--tls-cert {} and --tls-key {}: {e}",
+                        cert.display(),
+                        key.display()
+                    )
+                })?;
+            Some(served)
+        }
         None => None,
     };
     let state_dir = state_dir(cli, env)?;
@@ -211,6 +217,11 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     } = prepared;
     let started = Instant::now();
     let signal = shutdown_signal()?;
+    let (served, tls) = tls.unzip();
+    // Ends with the runtime, when the daemon has stopped.
+    if let Some(served) = served {
+        tokio::spawn(watch_certificate(served, CERTIFICATE_CHECK));
+    }
     let drain = config.daemon.timers.drain_secs.get();
     // Said at once: the stop's next lines come only when the drain has ended, up to
     // drain_secs later.
@@ -578,6 +589,55 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
+/// How often the served certificate's files are looked at for a renewal.
+const CERTIFICATE_CHECK: Duration = Duration::from_secs(60);
+
+/// Looks at the served certificate's files every `every` and serves a renewed certificate
+/// from the next handshake on, so that renewing it takes no restart.
+async fn watch_certificate(served: Arc<ServedCertificate>, every: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        // Off the event loop: a file system that hangs must not hold up requests.
+        let looked = served.clone();
+        if let Ok(reload) =
+            tokio::task::spawn_blocking(move || looked.reload_if_changed(SystemTime::now())).await
+        {
+            report_reload(&served, reload);
+        }
+    }
+}
+
+/// Logs what a look at the served certificate's files did.
+fn report_reload(served: &ServedCertificate, reload: Reload) {
+    let cert = served.cert_path().display();
+    match reload {
+        Reload::Unchanged => {}
+        Reload::Served { problems } => {
+            tracing::info!(
+                event = "tls_certificate_reloaded",
+                file = %cert,
+                "the TLS certificate's files changed: new connections get the certificate they hold now"
+            );
+            warn_if_others_can_read(served.key_path());
+            warn_refused_by_clients(served.cert_path(), served.host(), &problems);
+        }
+        Reload::Kept(Kept::Unreadable(error)) => tracing::warn!(
+            event = "tls_certificate_reload_failed",
+            file = %cert,
+            error = %relay_proxy::error_chain(&error),
+            "the TLS certificate's files changed but cannot be served, so relayd keeps the certificate it has; it tries again when they next change"
+        ),
+        Reload::Kept(Kept::RefusedByClients(problems)) => tracing::warn!(
+            event = "tls_certificate_reload_refused",
+            file = %cert,
+            problems = problems.join("; "),
+            "the TLS certificate's files changed to a certificate clients would refuse, so relayd keeps the one it has, which they accept; it looks again when the files next change"
+        ),
+    }
+}
+
 /// Says so when every user of the machine can read the daemon's TLS key (a key left 0644),
 /// and so could pose as the daemon to its clients. A warning, not a refusal: group access
 /// (`root:relay 0640`) is how keys are commonly shared with a service account.
@@ -602,11 +662,15 @@ fn warn_if_others_can_read(key: &Path) {
 /// only as every client's failed handshake. A warning, not a refusal: a clock can be wrong,
 /// and a renewed certificate may be on its way.
 fn warn_if_clients_will_refuse(cert: &Path, host: &str) {
-    let now = std::time::SystemTime::now();
     // A file that cannot be read is refused with the TLS configuration just after.
-    let Ok(problems) = relay_proxy::tls::served_certificate_problems(cert, host, now) else {
-        return;
-    };
+    if let Ok(problems) =
+        relay_proxy::tls::served_certificate_problems(cert, host, SystemTime::now())
+    {
+        warn_refused_by_clients(cert, host, &problems);
+    }
+}
+
+fn warn_refused_by_clients(cert: &Path, host: &str, problems: &[String]) {
     if !problems.is_empty() {
         tracing::warn!(
             event = "tls_certificate_refused_by_clients",

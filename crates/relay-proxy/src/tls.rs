@@ -1,7 +1,8 @@
 //! TLS configurations, all on rustls with the ring provider (SPEC §11).
 //!
 //! - toward providers: the platform's root certificates;
-//! - the daemon's own listener: `--tls-cert` / `--tls-key` PEM files;
+//! - the daemon's own listener: `--tls-cert` / `--tls-key` PEM files, read again when they
+//!   change ([`ServedCertificate`]);
 //! - clients toward a remote daemon: platform roots plus `RELAY_EXTRA_CA_FILE`
 //!   (verification cannot be turned off, §9);
 //! - the daemon toward a worker: the worker's registered certificate digest, pinned
@@ -19,6 +20,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
+mod served;
+pub use served::{Kept, Reload, ServedCertificate};
+
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("cannot read certificates from {path}: {source}")]
@@ -31,6 +35,8 @@ pub enum TlsError {
     TooLarge { path: PathBuf },
     #[error("{path} holds no certificate")]
     NoCertificate { path: PathBuf },
+    #[error("the private key in {key} is not the key of the certificate in {cert}")]
+    KeyMismatch { cert: PathBuf, key: PathBuf },
     #[error("cannot read the private key from {path}: {source}")]
     PrivateKey {
         path: PathBuf,
@@ -232,8 +238,12 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
 /// The certificates of the PEM file at `path`: at least one, and at most
 /// [`MAX_PEM_BYTES`] read.
 pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = read_pem(path)?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
+    certificates_in(&read_pem(path)?, path)
+}
+
+/// The certificates of `pem`, read from `path`: at least one.
+fn certificates_in(pem: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| TlsError::Certificates {
             path: path.to_owned(),
@@ -247,16 +257,12 @@ pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, Tl
     Ok(certs)
 }
 
-/// Server configuration from a PEM certificate chain and a PKCS#8 PEM key, speaking
-/// HTTP/2 and HTTP/1.1 by ALPN.
-pub fn server_config_from_files(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> {
-    let chain = read_certificates(cert)?;
-    let key =
-        PrivateKeyDer::from_pem_slice(&read_pem(key)?).map_err(|source| TlsError::PrivateKey {
-            path: key.to_owned(),
-            source,
-        })?;
-    server_config(chain, key)
+/// The private key of `pem`, read from `path`.
+fn key_in(pem: &[u8], path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|source| TlsError::PrivateKey {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Why clients will refuse the certificate in `cert` when a daemon serves it for `host`,
@@ -269,21 +275,25 @@ pub fn served_certificate_problems(
     host: &str,
     now: std::time::SystemTime,
 ) -> Result<Vec<String>, TlsError> {
+    Ok(chain_problems(&read_certificates(cert)?, host, now))
+}
+
+/// [`served_certificate_problems`] of a chain already read.
+fn chain_problems(
+    chain: &[CertificateDer<'_>],
+    host: &str,
+    now: std::time::SystemTime,
+) -> Vec<String> {
     let now = UnixTime::since_unix_epoch(
         now.duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default(),
     );
-    let chain = read_certificates(cert)?;
     let Some((leaf, intermediates)) = chain.split_first() else {
-        return Ok(Vec::new());
+        return Vec::new();
     };
     let leaf = match webpki::EndEntityCert::try_from(leaf) {
         Ok(leaf) => leaf,
-        Err(error) => {
-            return Ok(vec![format!(
-                "its first certificate cannot be read ({error})"
-            )]);
-        }
+        Err(error) => return vec![format!("its first certificate cannot be read ({error})")],
     };
     let mut problems = Vec::new();
     // No trust anchor: the certificate's own properties are checked before its issuer is
@@ -320,7 +330,7 @@ pub fn served_certificate_problems(
             "it does not name {host}, the advertised host (an IP address needs an IP subject-alternative name)"
         ));
     }
-    Ok(problems)
+    problems
 }
 
 /// Server configuration from DER values (the worker's generated certificate).
@@ -328,10 +338,21 @@ pub fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<ServerConfig, TlsError> {
-    let mut config = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+    http_server_config(|builder| builder.with_single_cert(chain, key))
+}
+
+/// A server configuration with no client authentication, whose certificate `certify`
+/// gives, speaking HTTP/2 and HTTP/1.1 by ALPN.
+fn http_server_config(
+    certify: impl FnOnce(
+        rustls::ConfigBuilder<ServerConfig, rustls::server::WantsServerCert>,
+    ) -> Result<ServerConfig, rustls::Error>,
+) -> Result<ServerConfig, TlsError> {
+    let mut config = certify(
+        ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth(),
+    )?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }

@@ -4,7 +4,7 @@ use relay_identity::{MapEnv, names};
 use relay_proxy::config::Config;
 use relay_proxy::control::daemon::check_endpoint;
 
-use super::{own_addresses, provider_keys, runtime_threads};
+use super::{CERTIFICATE_CHECK, own_addresses, provider_keys, runtime_threads, watch_certificate};
 
 fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(a, b, c, d))
@@ -160,4 +160,34 @@ fn plain_http_on_loopback_runs_one_event_loop_and_https_a_thread_per_cpu() {
     assert_eq!(runtime_threads(Ipv4Addr::LOCALHOST, true), every_cpu);
     assert_eq!(runtime_threads(Ipv4Addr::new(10, 0, 0, 5), true), every_cpu);
     assert_eq!(runtime_threads(Ipv4Addr::UNSPECIFIED, true), every_cpu);
+}
+
+/// The served certificate's files are looked at once per check: a renewal is served from
+/// the first look after it, and never before a look.
+#[tokio::test(start_paused = true)]
+async fn a_renewed_certificate_is_served_from_the_next_look_at_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let write = || {
+        let generated = rcgen::generate_simple_self_signed(vec!["relay.test".to_owned()]).unwrap();
+        std::fs::write(&cert, generated.cert.pem()).unwrap();
+        std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
+        generated.cert.der().clone()
+    };
+    let first = write();
+    let served =
+        relay_proxy::tls::ServedCertificate::from_files(&cert, &key, "relay.test").unwrap();
+    let leaf = || served.chain()[0].clone();
+    let watching = tokio::spawn(watch_certificate(served.clone(), CERTIFICATE_CHECK));
+    let renewed = write();
+    let second = std::time::Duration::from_secs(1);
+    tokio::time::sleep(CERTIFICATE_CHECK - second).await;
+    assert_eq!(leaf(), first);
+    // The look runs off the event loop; paused time does not move on while it runs.
+    tokio::time::sleep(second * 2).await;
+    assert_eq!(leaf(), renewed);
+    let again = write();
+    tokio::time::sleep(CERTIFICATE_CHECK).await;
+    assert_eq!(leaf(), again);
+    watching.abort();
 }

@@ -725,7 +725,10 @@ async fn tls_listener() -> (
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     std::fs::write(&cert, generated.cert.pem()).unwrap();
     std::fs::write(&key, generated.signing_key.serialize_pem()).unwrap();
-    let server = crate::tls::server_config_from_files(&cert, &key).unwrap();
+    let server = crate::tls::ServedCertificate::from_files(&cert, &key, "localhost")
+        .unwrap()
+        .server_config()
+        .unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(generated.cert.der().clone()).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -26,7 +26,11 @@ fn certificate() -> Certificate {
     let key_path = dir.path().join("key.pem");
     std::fs::write(&cert_path, generated.cert.pem()).unwrap();
     std::fs::write(&key_path, generated.signing_key.serialize_pem()).unwrap();
-    let server = relay_proxy::tls::server_config_from_files(&cert_path, &key_path).unwrap();
+    let server =
+        relay_proxy::tls::ServedCertificate::from_files(&cert_path, &key_path, "localhost")
+            .unwrap()
+            .server_config()
+            .unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(generated.cert.der().clone()).unwrap();
     Certificate {
@@ -143,4 +147,67 @@ async fn http1_on_a_connection_that_negotiated_h2_is_not_served() {
         String::from_utf8_lossy(&answer)
     );
     assert_eq!(stand_in.request_count(), 0, "the request was forwarded");
+}
+
+/// A renewed certificate, read again from its files, is what new connections get; a
+/// connection opened before goes on with the one it began with.
+#[tokio::test]
+async fn a_renewed_certificate_is_served_to_new_connections_and_open_ones_go_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let stand_in = StandIn::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let mut roots = rustls::RootCertStore::empty();
+    let mut generate = || {
+        let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        std::fs::write(&cert_path, generated.cert.pem()).unwrap();
+        std::fs::write(&key_path, generated.signing_key.serialize_pem()).unwrap();
+        roots.add(generated.cert.der().clone()).unwrap();
+        generated.cert.der().clone()
+    };
+    let first = generate();
+    let served =
+        relay_proxy::tls::ServedCertificate::from_files(&cert_path, &key_path, "localhost")
+            .unwrap();
+    let mut setup = Setup::new(&stand_in.base_url());
+    setup.tls = Some(Arc::new(served.server_config().unwrap()));
+    setup.advertised_host = Some("localhost".into());
+    let relay = setup.start().await;
+    let renewed = generate();
+    let config = Arc::new(client_config(&roots));
+    let connect = || async {
+        let tcp = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        tokio_rustls::TlsConnector::from(config.clone())
+            .connect(name, tcp)
+            .await
+            .unwrap()
+    };
+    let presented = |tls: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>| {
+        tls.get_ref().1.peer_certificates().unwrap()[0].clone()
+    };
+    let mut open = connect().await;
+    assert_eq!(presented(&open), first);
+    // The files changed, but nothing has looked at them yet.
+    assert_eq!(presented(&connect().await), first);
+
+    assert!(matches!(
+        served.reload_if_changed(std::time::SystemTime::now()),
+        relay_proxy::tls::Reload::Served { .. }
+    ));
+    assert_eq!(presented(&connect().await), renewed);
+    let port = relay.addr.port();
+    let request =
+        format!("GET /healthz HTTP/1.1\r\nHost: localhost:{port}\r\nConnection: close\r\n\r\n");
+    open.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, open.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
 }

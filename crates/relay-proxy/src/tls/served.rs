@@ -1,0 +1,197 @@
+//! The certificate relayd serves over HTTPS, read from `--tls-cert` and `--tls-key`, and
+//! read again when either file changes: a renewed certificate is served without a restart,
+//! which would otherwise hold new connections back for as long as the drain lasts. New
+//! handshakes get the new certificate; connections already open keep the one they began with.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use ring::digest;
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use super::{
+    ServerConfig, TlsError, certificates_in, chain_problems, http_server_config, key_in, provider,
+    read_pem,
+};
+
+/// The daemon's served certificate and key, and the files they come from.
+pub struct ServedCertificate {
+    cert: PathBuf,
+    key: PathBuf,
+    /// The host clients reach the daemon by, which the certificate must name.
+    host: String,
+    current: Mutex<Arc<CertifiedKey>>,
+    /// What the files held when last read, whether it was taken or not: a change is taken
+    /// or refused once, and not read again until the files change again.
+    seen: Mutex<Seen>,
+}
+
+/// What [`ServedCertificate::reload_if_changed`] did.
+#[derive(Debug)]
+pub enum Reload {
+    /// The files hold what they held at the last look.
+    Unchanged,
+    /// The files' certificate is served from now on. `problems` says why clients may refuse
+    /// it (empty when none is seen): it is served anyway when clients would refuse the one
+    /// it replaces too, as at the daemon's start.
+    Served { problems: Vec<String> },
+    /// The files changed, but the certificate served until now stays.
+    Kept(Kept),
+}
+
+/// Why changed files were not taken.
+#[derive(Debug)]
+pub enum Kept {
+    /// They could not be read, or their key is not the certificate's: often a renewal
+    /// caught between writing its two files, which the next look after it finishes takes.
+    Unreadable(TlsError),
+    /// Clients would refuse the new certificate (these reasons), where they accept the
+    /// current one.
+    RefusedByClients(Vec<String>),
+}
+
+/// What the two files held: a digest of both, so that the key's bytes are kept nowhere
+/// but in the served key itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Read(Vec<u8>),
+    Unreadable,
+}
+
+impl ServedCertificate {
+    /// Reads the certificate chain in `cert` and the private key in `key`, which must be
+    /// the certificate's, to be served to clients that reach the daemon as `host`.
+    pub fn from_files(cert: &Path, key: &Path, host: &str) -> Result<Arc<Self>, TlsError> {
+        let (cert_pem, key_pem) = read_both(cert, key)?;
+        let loaded = certified(&cert_pem, cert, &key_pem, key)?;
+        Ok(Arc::new(ServedCertificate {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            host: host.to_owned(),
+            current: Mutex::new(Arc::new(loaded)),
+            seen: Mutex::new(Seen::Read(fingerprint(&cert_pem, &key_pem))),
+        }))
+    }
+
+    /// The listener's configuration: HTTP/2 and HTTP/1.1 by ALPN, serving whatever this
+    /// holds at each handshake.
+    pub fn server_config(self: &Arc<Self>) -> Result<ServerConfig, TlsError> {
+        http_server_config(|builder| Ok(builder.with_cert_resolver(self.clone())))
+    }
+
+    pub fn cert_path(&self) -> &Path {
+        &self.cert
+    }
+
+    pub fn key_path(&self) -> &Path {
+        &self.key
+    }
+
+    /// The host the certificate must name.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The chain served now; its first certificate is the daemon's own.
+    pub fn chain(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        self.current().map(|c| c.cert.clone()).unwrap_or_default()
+    }
+
+    /// Reads the files again and, if they changed since the last look, serves what they
+    /// hold from the next handshake on, unless it is unreadable, its key is not its
+    /// certificate's, or clients would refuse it at `now` where they accept the current one.
+    pub fn reload_if_changed(&self, now: SystemTime) -> Reload {
+        let read = read_both(&self.cert, &self.key);
+        let seen = match &read {
+            Ok((cert, key)) => Seen::Read(fingerprint(cert, key)),
+            Err(_) => Seen::Unreadable,
+        };
+        {
+            let Some(mut last) = relay_logging::sync::lock(&self.seen, "served certificate") else {
+                return Reload::Unchanged;
+            };
+            if *last == seen {
+                return Reload::Unchanged;
+            }
+            *last = seen;
+        }
+        let loaded =
+            match read.and_then(|(cert, key)| certified(&cert, &self.cert, &key, &self.key)) {
+                Ok(loaded) => loaded,
+                Err(error) => return Reload::Kept(Kept::Unreadable(error)),
+            };
+        let problems = chain_problems(&loaded.cert, &self.host, now);
+        if !problems.is_empty()
+            && self
+                .current()
+                .is_some_and(|current| chain_problems(&current.cert, &self.host, now).is_empty())
+        {
+            return Reload::Kept(Kept::RefusedByClients(problems));
+        }
+        if let Some(mut current) = relay_logging::sync::lock(&self.current, "served certificate") {
+            *current = Arc::new(loaded);
+        }
+        Reload::Served { problems }
+    }
+
+    fn current(&self) -> Option<Arc<CertifiedKey>> {
+        relay_logging::sync::lock(&self.current, "served certificate").map(|c| Arc::clone(&c))
+    }
+}
+
+impl ResolvesServerCert for ServedCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current()
+    }
+}
+
+impl std::fmt::Debug for ServedCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServedCertificate")
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The PEM text of both files.
+fn read_both(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
+    Ok((read_pem(cert)?, read_pem(key)?))
+}
+
+/// The chain of `cert_pem` (from `cert`) with the key of `key_pem` (from `key`), refused
+/// unless the key is the certificate's.
+fn certified(
+    cert_pem: &[u8],
+    cert: &Path,
+    key_pem: &[u8],
+    key: &Path,
+) -> Result<CertifiedKey, TlsError> {
+    CertifiedKey::from_der(
+        certificates_in(cert_pem, cert)?,
+        key_in(key_pem, key)?,
+        &provider(),
+    )
+    .map_err(|error| match error {
+        rustls::Error::InconsistentKeys(_) => TlsError::KeyMismatch {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+        },
+        other => other.into(),
+    })
+}
+
+/// A SHA-256 of both files' bytes, the first's length first, so that no two pairs of
+/// contents give the same input.
+fn fingerprint(cert_pem: &[u8], key_pem: &[u8]) -> Vec<u8> {
+    let mut context = digest::Context::new(&digest::SHA256);
+    context.update(&(cert_pem.len() as u64).to_le_bytes());
+    context.update(cert_pem);
+    context.update(key_pem);
+    context.finish().as_ref().to_vec()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,229 @@
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use rustls::pki_types::CertificateDer;
+
+use super::*;
+
+/// A self-signed certificate naming `names`, valid from `from` to `to` (years), and its key.
+struct Pair {
+    cert: String,
+    key: String,
+    der: CertificateDer<'static>,
+}
+
+fn pair(names: &[&str], years: (i32, i32)) -> Pair {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
+            .unwrap();
+    params.not_before = rcgen::date_time_ymd(years.0, 1, 1);
+    params.not_after = rcgen::date_time_ymd(years.1, 1, 1);
+    let cert = params.self_signed(&key).unwrap();
+    Pair {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+        der: cert.der().clone(),
+    }
+}
+
+/// Valid now, for years to come.
+fn valid(names: &[&str]) -> Pair {
+    pair(names, (2020, 2090))
+}
+
+struct Files {
+    dir: tempfile::TempDir,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Files {
+    fn new() -> Files {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("cert.pem");
+        let key = dir.path().join("key.pem");
+        Files { dir, cert, key }
+    }
+
+    /// Rewrites both files in place, as `cp` or an editor would.
+    fn write(&self, pair: &Pair) {
+        std::fs::write(&self.cert, &pair.cert).unwrap();
+        std::fs::write(&self.key, &pair.key).unwrap();
+    }
+
+    fn served(&self, host: &str) -> Arc<ServedCertificate> {
+        ServedCertificate::from_files(&self.cert, &self.key, host).unwrap()
+    }
+}
+
+fn served_leaf(served: &ServedCertificate) -> CertificateDer<'static> {
+    served.chain().into_iter().next().unwrap()
+}
+
+fn reload(served: &ServedCertificate) -> Reload {
+    served.reload_if_changed(SystemTime::now())
+}
+
+#[test]
+fn a_renewed_certificate_is_served_from_the_look_after_it_is_written() {
+    let files = Files::new();
+    let first = valid(&["relay.test"]);
+    files.write(&first);
+    let served = files.served("relay.test");
+    assert_eq!(served_leaf(&served), first.der);
+    assert!(matches!(reload(&served), Reload::Unchanged));
+
+    let renewed = valid(&["relay.test"]);
+    files.write(&renewed);
+    match reload(&served) {
+        Reload::Served { problems } => assert!(problems.is_empty(), "{problems:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(served_leaf(&served), renewed.der);
+    // Read once: the next look finds nothing new.
+    assert!(matches!(reload(&served), Reload::Unchanged));
+}
+
+#[test]
+fn files_swapped_in_through_links_are_seen() {
+    // As certbot keeps them: `live/` links to numbered files in `archive/`, and a renewal
+    // points the links at new files.
+    let files = Files::new();
+    let archive = files.dir.path().join("archive");
+    std::fs::create_dir(&archive).unwrap();
+    let link = |pair: &Pair, n: u32| {
+        let write = |name: &str, text: &str| -> PathBuf {
+            let path = archive.join(format!("{name}{n}.pem"));
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        for (target, live) in [
+            (write("cert", &pair.cert), &files.cert),
+            (write("key", &pair.key), &files.key),
+        ] {
+            let fresh = live.with_extension("new");
+            std::os::unix::fs::symlink(target, &fresh).unwrap();
+            std::fs::rename(&fresh, live).unwrap();
+        }
+    };
+    let first = valid(&["relay.test"]);
+    link(&first, 1);
+    let served = files.served("relay.test");
+    let renewed = valid(&["relay.test"]);
+    link(&renewed, 2);
+    assert!(matches!(reload(&served), Reload::Served { .. }));
+    assert_eq!(served_leaf(&served), renewed.der);
+}
+
+#[test]
+fn a_key_that_is_not_the_certificates_keeps_the_current_one_until_the_files_change_again() {
+    let files = Files::new();
+    let first = valid(&["relay.test"]);
+    files.write(&first);
+    let served = files.served("relay.test");
+
+    // A renewal caught between its two files: the new certificate beside the old key.
+    let renewed = valid(&["relay.test"]);
+    std::fs::write(&files.cert, &renewed.cert).unwrap();
+    match reload(&served) {
+        Reload::Kept(Kept::Unreadable(TlsError::KeyMismatch { .. })) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(served_leaf(&served), first.der);
+    // Not read again, nor reported again, while the files stay as they are.
+    assert!(matches!(reload(&served), Reload::Unchanged));
+
+    std::fs::write(&files.key, &renewed.key).unwrap();
+    assert!(matches!(reload(&served), Reload::Served { .. }));
+    assert_eq!(served_leaf(&served), renewed.der);
+}
+
+#[test]
+fn files_that_cannot_be_read_keep_the_current_certificate() {
+    let files = Files::new();
+    let first = valid(&["relay.test"]);
+    files.write(&first);
+    let served = files.served("relay.test");
+    let assert_kept = |served: &ServedCertificate| {
+        assert!(
+            matches!(reload(served), Reload::Kept(Kept::Unreadable(_))),
+            "taken"
+        );
+        assert_eq!(served_leaf(served), first.der);
+    };
+
+    std::fs::remove_file(&files.key).unwrap();
+    assert_kept(&served);
+    // Reported once while it stays missing.
+    assert!(matches!(reload(&served), Reload::Unchanged));
+    std::fs::write(&files.key, "not a key").unwrap();
+    assert_kept(&served);
+    std::fs::write(&files.key, &first.key).unwrap();
+    std::fs::write(&files.cert, "").unwrap();
+    assert_kept(&served);
+
+    files.write(&first);
+    assert!(matches!(reload(&served), Reload::Served { .. }));
+}
+
+#[test]
+fn a_certificate_clients_would_refuse_does_not_replace_one_they_accept() {
+    let files = Files::new();
+    let first = valid(&["relay.test"]);
+    files.write(&first);
+    let served = files.served("relay.test");
+
+    for wrong in [
+        valid(&["other.test"]),
+        pair(&["relay.test"], (2020, 2021)),
+        pair(&["relay.test"], (2090, 2091)),
+    ] {
+        files.write(&wrong);
+        match reload(&served) {
+            Reload::Kept(Kept::RefusedByClients(problems)) => {
+                assert_eq!(problems.len(), 1, "{problems:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(served_leaf(&served), first.der);
+    }
+}
+
+#[test]
+fn a_certificate_clients_would_refuse_replaces_one_they_refuse_too() {
+    // An expired certificate, replaced by one for the wrong host: both refused, so the files
+    // are served as they say, as at the daemon's start, and the problems are reported.
+    let files = Files::new();
+    files.write(&pair(&["relay.test"], (2020, 2021)));
+    let served = files.served("relay.test");
+    let wrong_host = valid(&["other.test"]);
+    files.write(&wrong_host);
+    match reload(&served) {
+        Reload::Served { problems } => {
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(
+                problems[0].contains("does not name relay.test"),
+                "{problems:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(served_leaf(&served), wrong_host.der);
+}
+
+#[test]
+fn a_start_with_a_key_that_is_not_the_certificates_is_refused() {
+    let files = Files::new();
+    std::fs::write(&files.cert, valid(&["relay.test"]).cert).unwrap();
+    std::fs::write(&files.key, valid(&["relay.test"]).key).unwrap();
+    let error = ServedCertificate::from_files(&files.cert, &files.key, "relay.test").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "the private key in {} is not the key of the certificate in {}",
+            files.key.display(),
+            files.cert.display()
+        )
+    );
+}
