@@ -299,7 +299,6 @@ impl Drop for Opener {
 /// is settled all the same, as its settings are in by then whether it answers or not.
 struct Settling {
     pool: Weak<Inner>,
-    uri: Uri,
     shared: Shared,
     opener: Option<Opener>,
     /// How long to wait for the answer to that `PING` before settling all the same: the
@@ -310,7 +309,7 @@ struct Settling {
 impl Settling {
     fn settled(self) {
         if let Some(pool) = self.pool.upgrade() {
-            pool.keep(&self.uri, Sender::Http2(self.shared));
+            pool.keep(Sender::Http2(self.shared));
         }
         if let Some(mut opener) = self.opener {
             opener.opened = Opened::Http2;
@@ -349,6 +348,14 @@ impl Sender {
         }
     }
 
+    /// Its origin's scheme and authority.
+    fn origin(&self) -> &Uri {
+        match self {
+            Sender::Http1(driven) => &driven.origin,
+            Sender::Http2(shared) => &shared.origin,
+        }
+    }
+
     /// An HTTP/2 connection with a stream open: not idle, however long ago it was taken.
     fn is_busy(&self) -> bool {
         matches!(self, Sender::Http2(shared) if shared.streams.load(Ordering::Relaxed) != 0)
@@ -363,6 +370,8 @@ type Http2Connection = h2::client::Connection<TokioIo<ProviderIo>, Bytes>;
 /// from its own task.
 struct Shared {
     sender: h2::client::SendRequest<Bytes>,
+    /// Its origin's scheme and authority.
+    origin: Uri,
     /// Requests sent on it whose answers have not been done with: each holds a
     /// [`StreamSlot`].
     streams: Arc<AtomicUsize>,
@@ -451,8 +460,7 @@ impl Lease for Driven {
         if self.is_idle()
             && let Some(pool) = self.pool.upgrade()
         {
-            let origin = self.origin.clone();
-            pool.keep(&origin, Sender::Http1(self));
+            pool.keep(Sender::Http1(self));
         }
     }
 
@@ -1123,12 +1131,12 @@ impl Inner {
         }
     }
 
-    /// Keeps a connection for later requests to `uri`'s origin.
-    fn keep(&self, uri: &Uri, sender: Sender) {
+    /// Keeps a connection for later requests to its origin.
+    fn keep(&self, sender: Sender) {
         let Some(mut origins) = relay_logging::sync::lock(&self.origins, "provider pool") else {
             return;
         };
-        let Some(origin) = Origin::of(&mut origins, uri) else {
+        let Some(origin) = Origin::of(&mut origins, sender.origin()) else {
             return;
         };
         if matches!(sender, Sender::Http2(_)) {
@@ -1227,6 +1235,13 @@ impl Inner {
             .await
             .map_err(|_| UpstreamError::ConnectTimeout)?
             .map_err(connect_error)?;
+        // Scheme and authority only: a query may carry a key.
+        let origin = Uri::builder()
+            .scheme(scheme.clone())
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|e| UpstreamError::Failed(Box::new(e)))?;
         if io.connected().is_negotiated_h2() {
             // Boxed: HTTP/2's handshake state would make every new connection's future,
             // HTTP/1 ones included, larger.
@@ -1244,12 +1259,12 @@ impl Inner {
             .map_err(|e| UpstreamError::Unreachable(Box::new(e)))?;
             let shared = Shared {
                 sender,
+                origin,
                 streams: Arc::default(),
             };
             let lent = shared.lend();
             let settling = Settling {
                 pool: Arc::downgrade(self),
-                uri: uri.clone(),
                 shared,
                 opener: opener.take(),
                 within: self.connect_timeout.min(self.http2_ping_after),
@@ -1266,13 +1281,7 @@ impl Inner {
                 sender,
                 conn,
                 pool: Arc::downgrade(self),
-                // Scheme and authority only: a query may carry a key.
-                origin: Uri::builder()
-                    .scheme(scheme.clone())
-                    .authority(authority.clone())
-                    .path_and_query("/")
-                    .build()
-                    .map_err(|e| UpstreamError::Failed(Box::new(e)))?,
+                origin,
                 host: host_value(scheme, authority)?,
                 driver: DriverWaker::new(),
             };

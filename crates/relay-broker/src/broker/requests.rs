@@ -44,7 +44,8 @@ impl Broker {
         self.last_use_dirty = true;
         let fp = binding.fingerprint;
         let registering = binding.awaiting_write.is_some();
-        let Some(route) = self.routes.get(&fp) else {
+        // Looked up once: the request's own count and mark are made through it below.
+        let Some(route) = self.routes.get_mut(&fp) else {
             return Decision::Unbound;
         };
         if route.in_flight >= self.config.max_requests_per_identity {
@@ -109,7 +110,6 @@ impl Broker {
         };
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
-        let route = self.route_mut(fp);
         route.in_flight += 1;
         if opening && waited && !live {
             route.opening_waited_in_vain = true;
@@ -167,7 +167,8 @@ impl Broker {
     pub fn end_request(&mut self, ticket: Ticket) -> Option<Fingerprint> {
         let entry = self.tickets.remove(&ticket.0)?;
         let fp = entry.fingerprint;
-        if let Some(route) = self.routes.get_mut(&fp) {
+        let mut route = self.routes.get_mut(&fp);
+        if let Some(route) = &mut route {
             route.in_flight = route.in_flight.saturating_sub(1);
         }
         let worker = entry.worker?;
@@ -175,7 +176,7 @@ impl Broker {
         g.in_flight = g.in_flight.saturating_sub(1);
         let idle = g.in_flight == 0;
         let waited_for = matches!(
-            self.routes.get(&fp).map(|r| &r.state),
+            route.map(|r| &r.state),
             Some(RouteState::Draining { worker: w, pending_launch: true, .. }) if *w == worker
         );
         (idle && waited_for).then_some(fp)
