@@ -58,7 +58,11 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve_daemon(prepared, &env)) {
+    let served = runtime.block_on(serve_daemon(prepared, &env));
+    // A look at the certificate's files stuck in a file system that hangs must not keep the
+    // stopped daemon from exiting.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             Lifecycle::DaemonFailed {
@@ -599,12 +603,18 @@ async fn watch_certificate(served: Arc<ServedCertificate>, every: Duration) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        // Off the event loop: a file system that hangs must not hold up requests.
-        let looked = served.clone();
-        if let Ok(reload) =
-            tokio::task::spawn_blocking(move || looked.reload_if_changed(SystemTime::now())).await
-        {
-            report_reload(&served, reload);
+        // Off the event loop: a file system that hangs must not hold up requests. The next
+        // look waits for this one.
+        let served = served.clone();
+        let mut look = tokio::task::spawn_blocking(move || {
+            report_reload(&served, served.reload_if_changed(SystemTime::now()));
+        });
+        if tokio::time::timeout(every, &mut look).await.is_err() {
+            tracing::warn!(
+                event = "tls_certificate_look_stalled",
+                "reading the TLS certificate's files has taken over a minute: their file system may hang; relayd serves the certificate it has meanwhile"
+            );
+            let _ = look.await;
         }
     }
 }

@@ -33,9 +33,13 @@ pub enum TlsError {
     },
     #[error("{path} is larger than {MAX_PEM_BYTES} bytes, more than any certificate or key file")]
     TooLarge { path: PathBuf },
+    #[error("{path} is not a regular file")]
+    NotAFile { path: PathBuf },
     #[error("{path} holds no certificate")]
     NoCertificate { path: PathBuf },
-    #[error("the private key in {key} is not the key of the certificate in {cert}")]
+    #[error(
+        "the private key in {key} is not the key of the first certificate in {cert}, which must be the server's own"
+    )]
     KeyMismatch { cert: PathBuf, key: PathBuf },
     #[error("cannot read the private key from {path}: {source}")]
     PrivateKey {

@@ -23,21 +23,38 @@ pub struct ServedCertificate {
     /// The host clients reach the daemon by, which the certificate must name.
     host: String,
     current: Mutex<Arc<CertifiedKey>>,
-    /// What the files held when last read, whether it was taken or not: a change is taken
-    /// or refused once, and not read again until the files change again.
-    seen: Mutex<Seen>,
+    looked: Mutex<Looked>,
 }
 
-/// What [`ServedCertificate::reload_if_changed`] did.
+/// What the looks at the files found, so that each finding is reported once.
+struct Looked {
+    /// A digest of what the files held when the certificate served now was read from them:
+    /// only a digest, so that the key's bytes are kept nowhere but in the served key itself.
+    served: Vec<u8>,
+    /// Why what the files hold now is not served, as last reported.
+    refused: Option<Refusal>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Refusal {
+    /// The files could not be taken, for this reason (the error's text).
+    Unreadable(String),
+    /// Clients would refuse what the files of this digest hold, for these reasons.
+    RefusedByClients(Vec<u8>, Vec<String>),
+}
+
+/// What [`ServedCertificate::reload_if_changed`] found.
 #[derive(Debug)]
 pub enum Reload {
-    /// The files hold what they held at the last look.
+    /// Nothing to report: the files hold the certificate served now, or what the last look
+    /// reported as not taken.
     Unchanged,
     /// The files' certificate is served from now on. `problems` says why clients may refuse
     /// it (empty when none is seen): it is served anyway when clients would refuse the one
     /// it replaces too, as at the daemon's start.
     Served { problems: Vec<String> },
-    /// The files changed, but the certificate served until now stays.
+    /// The files changed, but the certificate served until now stays; the next looks judge
+    /// the files again, and report only a change.
     Kept(Kept),
 }
 
@@ -48,16 +65,9 @@ pub enum Kept {
     /// caught between writing its two files, which the next look after it finishes takes.
     Unreadable(TlsError),
     /// Clients would refuse the new certificate (these reasons), where they accept the
-    /// current one.
+    /// current one. Judged again at each look: a certificate not valid yet is served once
+    /// it is, or once clients refuse the current one too.
     RefusedByClients(Vec<String>),
-}
-
-/// What the two files held: a digest of both, so that the key's bytes are kept nowhere
-/// but in the served key itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Seen {
-    Read(Vec<u8>),
-    Unreadable,
 }
 
 impl ServedCertificate {
@@ -71,7 +81,10 @@ impl ServedCertificate {
             key: key.to_owned(),
             host: host.to_owned(),
             current: Mutex::new(Arc::new(loaded)),
-            seen: Mutex::new(Seen::Read(fingerprint(&cert_pem, &key_pem))),
+            looked: Mutex::new(Looked {
+                served: fingerprint(&cert_pem, &key_pem),
+                refused: None,
+            }),
         }))
     }
 
@@ -99,41 +112,58 @@ impl ServedCertificate {
         self.current().map(|c| c.cert.clone()).unwrap_or_default()
     }
 
-    /// Reads the files again and, if they changed since the last look, serves what they
-    /// hold from the next handshake on, unless it is unreadable, its key is not its
-    /// certificate's, or clients would refuse it at `now` where they accept the current one.
+    /// Reads the files again and, when they hold another certificate than the one served,
+    /// serves theirs from the next handshake on, unless they cannot be read (or are not
+    /// regular files, which could block the read), their key is not their certificate's,
+    /// or clients would refuse their certificate at `now` where they accept the current one.
     pub fn reload_if_changed(&self, now: SystemTime) -> Reload {
-        let read = read_both(&self.cert, &self.key);
-        let seen = match &read {
-            Ok((cert, key)) => Seen::Read(fingerprint(cert, key)),
-            Err(_) => Seen::Unreadable,
+        let Some(mut looked) = relay_logging::sync::lock(&self.looked, "served certificate") else {
+            return Reload::Unchanged;
         };
-        {
-            let Some(mut last) = relay_logging::sync::lock(&self.seen, "served certificate") else {
-                return Reload::Unchanged;
-            };
-            if *last == seen {
-                return Reload::Unchanged;
+        let (refusal, kept) = match self.judge(&mut looked, now) {
+            Ok(reload) => {
+                looked.refused = None;
+                return reload;
             }
-            *last = seen;
+            Err(refused) => refused,
+        };
+        if looked.refused.as_ref() == Some(&refusal) {
+            return Reload::Unchanged;
         }
-        let loaded =
-            match read.and_then(|(cert, key)| certified(&cert, &self.cert, &key, &self.key)) {
-                Ok(loaded) => loaded,
-                Err(error) => return Reload::Kept(Kept::Unreadable(error)),
-            };
+        looked.refused = Some(refusal);
+        Reload::Kept(kept)
+    }
+
+    /// What the files hold: unchanged or served, or why it is not taken.
+    fn judge(&self, looked: &mut Looked, now: SystemTime) -> Result<Reload, (Refusal, Kept)> {
+        let unreadable = |error: TlsError| {
+            (
+                Refusal::Unreadable(error.to_string()),
+                Kept::Unreadable(error),
+            )
+        };
+        let (cert, key) = read_both(&self.cert, &self.key).map_err(unreadable)?;
+        let digest = fingerprint(&cert, &key);
+        if digest == looked.served {
+            return Ok(Reload::Unchanged);
+        }
+        let loaded = certified(&cert, &self.cert, &key, &self.key).map_err(unreadable)?;
         let problems = chain_problems(&loaded.cert, &self.host, now);
         if !problems.is_empty()
             && self
                 .current()
                 .is_some_and(|current| chain_problems(&current.cert, &self.host, now).is_empty())
         {
-            return Reload::Kept(Kept::RefusedByClients(problems));
+            return Err((
+                Refusal::RefusedByClients(digest, problems.clone()),
+                Kept::RefusedByClients(problems),
+            ));
         }
         if let Some(mut current) = relay_logging::sync::lock(&self.current, "served certificate") {
             *current = Arc::new(loaded);
+            looked.served = digest;
         }
-        Reload::Served { problems }
+        Ok(Reload::Served { problems })
     }
 
     fn current(&self) -> Option<Arc<CertifiedKey>> {
@@ -156,9 +186,17 @@ impl std::fmt::Debug for ServedCertificate {
     }
 }
 
-/// The PEM text of both files.
+/// The PEM text of both files, each a regular file: opening a FIFO would wait for a writer.
 fn read_both(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
-    Ok((read_pem(cert)?, read_pem(key)?))
+    let read = |path: &Path| {
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            return Err(TlsError::NotAFile {
+                path: path.to_owned(),
+            });
+        }
+        read_pem(path)
+    };
+    Ok((read(cert)?, read(key)?))
 }
 
 /// The chain of `cert_pem` (from `cert`) with the key of `key_pem` (from `key`), refused

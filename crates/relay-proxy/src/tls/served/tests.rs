@@ -157,14 +157,87 @@ fn files_that_cannot_be_read_keep_the_current_certificate() {
     assert_kept(&served);
     // Reported once while it stays missing.
     assert!(matches!(reload(&served), Reload::Unchanged));
-    std::fs::write(&files.key, "not a key").unwrap();
+    for (cert, key) in [(first.cert.as_str(), "not a key"), ("", first.key.as_str())] {
+        std::fs::write(&files.cert, cert).unwrap();
+        std::fs::write(&files.key, key).unwrap();
+        assert_kept(&served);
+    }
+    // A device that never ends, then a file too large: each reported.
+    std::fs::remove_file(&files.key).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &files.key).unwrap();
     assert_kept(&served);
-    std::fs::write(&files.key, &first.key).unwrap();
-    std::fs::write(&files.cert, "").unwrap();
+    std::fs::remove_file(&files.key).unwrap();
+    std::fs::write(&files.key, vec![b'A'; 5 << 20]).unwrap();
     assert_kept(&served);
 
+    // Put back as they were: nothing changed, so nothing is served anew.
     files.write(&first);
+    assert!(matches!(reload(&served), Reload::Unchanged));
+    // And the same failure again is a new one to report.
+    std::fs::remove_file(&files.key).unwrap();
+    assert_kept(&served);
+    let renewed = valid(&["relay.test"]);
+    files.write(&renewed);
     assert!(matches!(reload(&served), Reload::Served { .. }));
+    assert_eq!(served_leaf(&served), renewed.der);
+}
+
+/// A FIFO in a file's place would block the read until something wrote to it, and with it
+/// every later look and the daemon's exit: it is refused unopened.
+#[test]
+fn a_fifo_in_a_files_place_is_refused_without_waiting_for_a_writer() {
+    let files = Files::new();
+    let first = valid(&["relay.test"]);
+    files.write(&first);
+    let served = files.served("relay.test");
+    std::fs::remove_file(&files.key).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&files.key)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    match reload(&served) {
+        Reload::Kept(Kept::Unreadable(TlsError::NotAFile { path })) => assert_eq!(path, files.key),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(served_leaf(&served), first.der);
+}
+
+/// A certificate refused for the clock is judged again at every look, not only when its
+/// files change: it is served once it is valid, or once the current one is refused too.
+#[test]
+fn a_certificate_refused_for_the_clock_is_served_once_clients_would_take_it() {
+    let at = |year: i32, seconds: u64| {
+        let start = rcgen::date_time_ymd(year, 1, 1).unix_timestamp();
+        std::time::UNIX_EPOCH
+            + std::time::Duration::from_secs(u64::try_from(start).unwrap() + seconds)
+    };
+    // The new certificate is valid from 2032.
+    for (current_until, early, then) in [
+        // Valid a minute after it was refused, while the current one still is.
+        (2040, at(2031, 0), at(2032, 60)),
+        // Not valid yet, but the current one has expired meanwhile.
+        (2031, at(2030, 0), at(2031, 60)),
+    ] {
+        let files = Files::new();
+        files.write(&pair(&["relay.test"], (2020, current_until)));
+        let served = files.served("relay.test");
+        let renewed = pair(&["relay.test"], (2032, 2090));
+        files.write(&renewed);
+        match served.reload_if_changed(early) {
+            Reload::Kept(Kept::RefusedByClients(problems)) => {
+                assert_eq!(problems, ["it is not valid yet"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Reported once.
+        assert!(matches!(served.reload_if_changed(early), Reload::Unchanged));
+        assert!(matches!(
+            served.reload_if_changed(then),
+            Reload::Served { .. }
+        ));
+        assert_eq!(served_leaf(&served), renewed.der);
+    }
 }
 
 #[test]
@@ -221,7 +294,7 @@ fn a_start_with_a_key_that_is_not_the_certificates_is_refused() {
     assert_eq!(
         error.to_string(),
         format!(
-            "the private key in {} is not the key of the certificate in {}",
+            "the private key in {} is not the key of the first certificate in {}, which must be the server's own",
             files.key.display(),
             files.cert.display()
         )
