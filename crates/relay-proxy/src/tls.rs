@@ -224,11 +224,16 @@ const MAX_PEM_BYTES: u64 = 4 << 20;
 /// Reads a PEM file of at most [`MAX_PEM_BYTES`]: a path such as `/dev/zero` must not make a
 /// hook read without end (and so outlive its agent's timeout) or fill the memory.
 fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
+    read_pem_from(std::fs::File::open(path), path)
+}
+
+/// [`read_pem`] of a file opened from `path`.
+fn read_pem_from(file: std::io::Result<std::fs::File>, path: &Path) -> Result<Vec<u8>, TlsError> {
     let io = |source| TlsError::Certificates {
         path: path.to_owned(),
         source: rustls::pki_types::pem::Error::Io(source),
     };
-    let bytes = std::fs::File::open(path)
+    let bytes = file
         .and_then(|mut file| relay_identity::store::read_bounded(&mut file, MAX_PEM_BYTES))
         .map_err(io)?;
     if bytes.len() as u64 > MAX_PEM_BYTES {

@@ -13,7 +13,7 @@ use rustls::sign::CertifiedKey;
 
 use super::{
     ServerConfig, TlsError, certificates_in, chain_problems, http_server_config, key_in, provider,
-    read_pem,
+    read_pem, read_pem_from,
 };
 
 /// The daemon's served certificate and key, and the files they come from.
@@ -23,6 +23,9 @@ pub struct ServedCertificate {
     /// The host clients reach the daemon by, which the certificate must name.
     host: String,
     current: Mutex<Arc<CertifiedKey>>,
+    /// Whether the files are looked at again: only regular files are. A pipe given at start
+    /// (`--tls-cert <(…)`) has been read to its end.
+    watched: bool,
     looked: Mutex<Looked>,
 }
 
@@ -74,13 +77,16 @@ impl ServedCertificate {
     /// Reads the certificate chain in `cert` and the private key in `key`, which must be
     /// the certificate's, to be served to clients that reach the daemon as `host`.
     pub fn from_files(cert: &Path, key: &Path, host: &str) -> Result<Arc<Self>, TlsError> {
-        let (cert_pem, key_pem) = read_both(cert, key)?;
+        let regular = |path: &Path| std::fs::metadata(path).is_ok_and(|m| m.is_file());
+        let watched = regular(cert) && regular(key);
+        let (cert_pem, key_pem) = (read_pem(cert)?, read_pem(key)?);
         let loaded = certified(&cert_pem, cert, &key_pem, key)?;
         Ok(Arc::new(ServedCertificate {
             cert: cert.to_owned(),
             key: key.to_owned(),
             host: host.to_owned(),
             current: Mutex::new(Arc::new(loaded)),
+            watched,
             looked: Mutex::new(Looked {
                 served: fingerprint(&cert_pem, &key_pem),
                 refused: None,
@@ -117,6 +123,9 @@ impl ServedCertificate {
     /// regular files, which could block the read), their key is not their certificate's,
     /// or clients would refuse their certificate at `now` where they accept the current one.
     pub fn reload_if_changed(&self, now: SystemTime) -> Reload {
+        if !self.watched {
+            return Reload::Unchanged;
+        }
         let Some(mut looked) = relay_logging::sync::lock(&self.looked, "served certificate") else {
             return Reload::Unchanged;
         };
@@ -186,15 +195,25 @@ impl std::fmt::Debug for ServedCertificate {
     }
 }
 
-/// The PEM text of both files, each a regular file: opening a FIFO would wait for a writer.
+/// The PEM text of both files, each a regular file: they are opened without waiting for a
+/// writer (a FIFO put in a file's place would otherwise block the read), and a file that
+/// turns out not to be a regular file is not read.
 fn read_both(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let read = |path: &Path| {
-        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags.bits() as i32)
+            .open(path);
+        if let Ok(file) = &file
+            && file.metadata().is_ok_and(|m| !m.is_file())
+        {
             return Err(TlsError::NotAFile {
                 path: path.to_owned(),
             });
         }
-        read_pem(path)
+        read_pem_from(file, path)
     };
     Ok((read(cert)?, read(key)?))
 }

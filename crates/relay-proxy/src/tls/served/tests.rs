@@ -300,3 +300,23 @@ fn a_start_with_a_key_that_is_not_the_certificates_is_refused() {
         )
     );
 }
+
+/// `--tls-cert <(…)`: a pipe given at start is read to its end, served, and not looked at
+/// again (it has nothing more to give).
+#[test]
+fn pipes_given_at_start_are_served_and_not_looked_at_again() {
+    use std::io::Write as _;
+    use std::os::fd::AsRawFd as _;
+    let first = valid(&["relay.test"]);
+    let (cert_read, mut cert_write) = std::io::pipe().unwrap();
+    let (key_read, mut key_write) = std::io::pipe().unwrap();
+    cert_write.write_all(first.cert.as_bytes()).unwrap();
+    key_write.write_all(first.key.as_bytes()).unwrap();
+    drop((cert_write, key_write));
+    let fd = |read: &std::io::PipeReader| PathBuf::from(format!("/dev/fd/{}", read.as_raw_fd()));
+    let served =
+        ServedCertificate::from_files(&fd(&cert_read), &fd(&key_read), "relay.test").unwrap();
+    assert_eq!(served_leaf(&served), first.der);
+    assert!(matches!(reload(&served), Reload::Unchanged));
+    assert_eq!(served_leaf(&served), first.der);
+}
