@@ -624,6 +624,9 @@ fn report_reload(served: &ServedCertificate, reload: Reload) {
     let cert = served.cert_path().display();
     match reload {
         Reload::Unchanged => {}
+        Reload::ServedRefused { problems } => {
+            warn_refused_by_clients(served.cert_path(), served.host(), &problems);
+        }
         Reload::Served { problems } => {
             tracing::info!(
                 event = "tls_certificate_reloaded",
@@ -637,13 +640,13 @@ fn report_reload(served: &ServedCertificate, reload: Reload) {
             event = "tls_certificate_reload_failed",
             file = %cert,
             error = %relay_proxy::error_chain(&error),
-            "the TLS certificate's files changed but cannot be served, so relayd keeps the certificate it has; it tries again when they next change"
+            "the TLS certificate's files changed but cannot be served, so relayd keeps the certificate it has; it reads them again at every look"
         ),
         Reload::Kept(Kept::RefusedByClients(problems)) => tracing::warn!(
             event = "tls_certificate_reload_refused",
             file = %cert,
             problems = problems.join("; "),
-            "the TLS certificate's files changed to a certificate clients would refuse, so relayd keeps the one it has, which they accept; it looks again when the files next change"
+            "the TLS certificate's files changed to a certificate clients would refuse, so relayd keeps the one it has, which they accept; it judges the files again at every look and serves theirs once clients would take it"
         ),
     }
 }

@@ -89,7 +89,7 @@ pub struct Shell {
     /// True while state cannot be written (§4.4): `/healthz` says `degraded`.
     degraded: std::sync::atomic::AtomicBool,
     /// Serializes state writes (the background writer and `persist_now`).
-    writing: tokio::sync::Mutex<()>,
+    writing: Arc<tokio::sync::Mutex<()>>,
     /// Requests waiting for a route to start (§3.5): each re-asks the broker on every
     /// change, so their number is bounded, per known route and for unknown credentials.
     waiting: Arc<Waiting>,
@@ -134,7 +134,7 @@ impl Shell {
             metrics,
             tasks: Mutex::new(JoinSet::new()),
             degraded: std::sync::atomic::AtomicBool::new(false),
-            writing: tokio::sync::Mutex::new(()),
+            writing: Arc::default(),
             waiting: Arc::new(Waiting::default()),
             grace,
             drain,
@@ -561,10 +561,18 @@ impl Shell {
     /// Takes a snapshot and writes it, one write at a time: a write that starts later always
     /// writes a newer snapshot, so an older one can never land last.
     async fn save_snapshot(&self) -> Result<(), crate::state::StateError> {
-        let _writing = self.writing.lock().await;
+        // Held by the write itself, not by this future: a caller dropped mid-write (an admin
+        // command cut off at the daemon's stop) must not let a newer write start, and then
+        // be overtaken by this older one's rename.
+        let writing = self.writing.clone().lock_owned().await;
         let snapshot = self.with_broker(|b| b.snapshot());
         let store = self.state.clone();
-        match tokio::task::spawn_blocking(move || store.save(&snapshot)).await {
+        let write = move || {
+            let saved = store.save(&snapshot);
+            drop(writing);
+            saved
+        };
+        match tokio::task::spawn_blocking(write).await {
             Ok(result) => result,
             // The blocking task panicked or was cancelled at shutdown: nothing was renamed
             // into place by it, so report the write as failed.

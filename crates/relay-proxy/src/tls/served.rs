@@ -34,6 +34,9 @@ struct Looked {
     /// A digest of what the files held when the certificate served now was read from them:
     /// only a digest, so that the key's bytes are kept nowhere but in the served key itself.
     served: Vec<u8>,
+    /// Why clients would refuse the certificate served now, as last reported: it may
+    /// expire while it is served.
+    served_problems: Vec<String>,
     /// Why what the files hold now is not served, as last reported.
     refused: Option<Refusal>,
 }
@@ -52,6 +55,9 @@ pub enum Reload {
     /// Nothing to report: the files hold the certificate served now, or what the last look
     /// reported as not taken.
     Unchanged,
+    /// The files hold the certificate served now, and clients would now refuse it for these
+    /// reasons, which they did not at the last look: it has expired, and no renewal came.
+    ServedRefused { problems: Vec<String> },
     /// The files' certificate is served from now on. `problems` says why clients may refuse
     /// it (empty when none is seen): it is served anyway when clients would refuse the one
     /// it replaces too, as at the daemon's start.
@@ -81,6 +87,7 @@ impl ServedCertificate {
         let watched = regular(cert) && regular(key);
         let (cert_pem, key_pem) = (read_pem(cert)?, read_pem(key)?);
         let loaded = certified(&cert_pem, cert, &key_pem, key)?;
+        let served_problems = chain_problems(&loaded.cert, host, SystemTime::now());
         Ok(Arc::new(ServedCertificate {
             cert: cert.to_owned(),
             key: key.to_owned(),
@@ -89,6 +96,7 @@ impl ServedCertificate {
             watched,
             looked: Mutex::new(Looked {
                 served: fingerprint(&cert_pem, &key_pem),
+                served_problems,
                 refused: None,
             }),
         }))
@@ -154,7 +162,19 @@ impl ServedCertificate {
         let (cert, key) = read_both(&self.cert, &self.key).map_err(unreadable)?;
         let digest = fingerprint(&cert, &key);
         if digest == looked.served {
-            return Ok(Reload::Unchanged);
+            let problems = self
+                .current()
+                .map(|current| chain_problems(&current.cert, &self.host, now))
+                .unwrap_or_default();
+            if problems == looked.served_problems {
+                return Ok(Reload::Unchanged);
+            }
+            looked.served_problems.clone_from(&problems);
+            return Ok(if problems.is_empty() {
+                Reload::Unchanged
+            } else {
+                Reload::ServedRefused { problems }
+            });
         }
         let loaded = certified(&cert, &self.cert, &key, &self.key).map_err(unreadable)?;
         let problems = chain_problems(&loaded.cert, &self.host, now);
@@ -171,6 +191,7 @@ impl ServedCertificate {
         if let Some(mut current) = relay_logging::sync::lock(&self.current, "served certificate") {
             *current = Arc::new(loaded);
             looked.served = digest;
+            looked.served_problems.clone_from(&problems);
         }
         Ok(Reload::Served { problems })
     }

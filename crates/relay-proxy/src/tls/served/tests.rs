@@ -320,3 +320,30 @@ fn pipes_given_at_start_are_served_and_not_looked_at_again() {
     assert!(matches!(reload(&served), Reload::Unchanged));
     assert_eq!(served_leaf(&served), first.der);
 }
+
+/// A renewal that never came: the certificate served, its files unchanged, expires while
+/// relayd runs, and that is reported once.
+#[test]
+fn a_served_certificate_that_expires_is_reported_once() {
+    let at = |year: i32| {
+        let start = rcgen::date_time_ymd(year, 1, 1).unix_timestamp();
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(start).unwrap())
+    };
+    let files = Files::new();
+    let first = pair(&["relay.test"], (2020, 2031));
+    files.write(&first);
+    let served = files.served("relay.test");
+    assert!(matches!(
+        served.reload_if_changed(at(2030)),
+        Reload::Unchanged
+    ));
+    match served.reload_if_changed(at(2032)) {
+        Reload::ServedRefused { problems } => assert_eq!(problems, ["it has expired"]),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        served.reload_if_changed(at(2033)),
+        Reload::Unchanged
+    ));
+    assert_eq!(served_leaf(&served), first.der);
+}
