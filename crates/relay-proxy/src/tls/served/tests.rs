@@ -61,6 +61,12 @@ fn served_leaf(served: &ServedCertificate) -> CertificateDer<'static> {
     served.chain().into_iter().next().unwrap()
 }
 
+/// `seconds` into the year `year`.
+fn at(year: i32, seconds: u64) -> SystemTime {
+    let start = rcgen::date_time_ymd(year, 1, 1).unix_timestamp();
+    std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(start).unwrap() + seconds)
+}
+
 fn reload(served: &ServedCertificate) -> Reload {
     served.reload_if_changed(SystemTime::now())
 }
@@ -207,11 +213,6 @@ fn a_fifo_in_a_files_place_is_refused_without_waiting_for_a_writer() {
 /// files change: it is served once it is valid, or once the current one is refused too.
 #[test]
 fn a_certificate_refused_for_the_clock_is_served_once_clients_would_take_it() {
-    let at = |year: i32, seconds: u64| {
-        let start = rcgen::date_time_ymd(year, 1, 1).unix_timestamp();
-        std::time::UNIX_EPOCH
-            + std::time::Duration::from_secs(u64::try_from(start).unwrap() + seconds)
-    };
     // The new certificate is valid from 2032.
     for (current_until, early, then) in [
         // Valid a minute after it was refused, while the current one still is.
@@ -325,24 +326,20 @@ fn pipes_given_at_start_are_served_and_not_looked_at_again() {
 /// relayd runs, and that is reported once.
 #[test]
 fn a_served_certificate_that_expires_is_reported_once() {
-    let at = |year: i32| {
-        let start = rcgen::date_time_ymd(year, 1, 1).unix_timestamp();
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::try_from(start).unwrap())
-    };
     let files = Files::new();
     let first = pair(&["relay.test"], (2020, 2031));
     files.write(&first);
     let served = files.served("relay.test");
     assert!(matches!(
-        served.reload_if_changed(at(2030)),
+        served.reload_if_changed(at(2030, 0)),
         Reload::Unchanged
     ));
-    match served.reload_if_changed(at(2032)) {
+    match served.reload_if_changed(at(2032, 0)) {
         Reload::ServedRefused { problems } => assert_eq!(problems, ["it has expired"]),
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        served.reload_if_changed(at(2033)),
+        served.reload_if_changed(at(2033, 0)),
         Reload::Unchanged
     ));
     assert_eq!(served_leaf(&served), first.der);
