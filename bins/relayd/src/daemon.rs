@@ -58,11 +58,11 @@ pub(crate) fn run(cli: &Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let served = runtime.block_on(serve_daemon(prepared, &env));
+    let outcome = runtime.block_on(serve_daemon(prepared, &env));
     // A look at the certificate's files stuck in a file system that hangs must not keep the
     // stopped daemon from exiting.
     runtime.shutdown_timeout(Duration::from_secs(1));
-    match served {
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             Lifecycle::DaemonFailed {
