@@ -631,6 +631,7 @@ fn report_reload(served: &ServedCertificate, reload: Reload) {
             tracing::info!(
                 event = "tls_certificate_reloaded",
                 file = %cert,
+                sha256 = served.sha256_hex(),
                 "the TLS certificate's files changed: new connections get the certificate they hold now"
             );
             warn_if_others_can_read(served.key_path());

@@ -121,6 +121,15 @@ impl ServedCertificate {
         &self.host
     }
 
+    /// The SHA-256 of the certificate served now, in lowercase hex, as
+    /// `openssl x509 -noout -fingerprint -sha256` gives it (there in uppercase, with colons).
+    pub fn sha256_hex(&self) -> String {
+        self.chain()
+            .first()
+            .map(|leaf| hex::encode(super::certificate_sha256(leaf)))
+            .unwrap_or_default()
+    }
+
     /// The chain served now; its first certificate is the daemon's own.
     pub fn chain(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
         self.current().map(|c| c.cert.clone()).unwrap_or_default()

@@ -87,6 +87,8 @@ fn a_renewed_certificate_is_served_from_the_look_after_it_is_written() {
         other => panic!("{other:?}"),
     }
     assert_eq!(served_leaf(&served), renewed.der);
+    let digest = ring::digest::digest(&ring::digest::SHA256, &renewed.der);
+    assert_eq!(served.sha256_hex(), hex::encode(digest.as_ref()));
     // Read once: the next look finds nothing new.
     assert!(matches!(reload(&served), Reload::Unchanged));
 }
