@@ -57,6 +57,14 @@ impl Files {
     }
 }
 
+/// Files holding `pair`, and the certificate served from them for `relay.test`.
+fn serving(pair: &Pair) -> (Files, Arc<ServedCertificate>) {
+    let files = Files::new();
+    files.write(pair);
+    let served = files.served("relay.test");
+    (files, served)
+}
+
 fn served_leaf(served: &ServedCertificate) -> CertificateDer<'static> {
     served.chain().into_iter().next().unwrap()
 }
@@ -73,10 +81,8 @@ fn reload(served: &ServedCertificate) -> Reload {
 
 #[test]
 fn a_renewed_certificate_is_served_from_the_look_after_it_is_written() {
-    let files = Files::new();
     let first = valid(&["relay.test"]);
-    files.write(&first);
-    let served = files.served("relay.test");
+    let (files, served) = serving(&first);
     assert_eq!(served_leaf(&served), first.der);
     assert!(matches!(reload(&served), Reload::Unchanged));
 
@@ -126,10 +132,8 @@ fn files_swapped_in_through_links_are_seen() {
 
 #[test]
 fn a_key_that_is_not_the_certificates_keeps_the_current_one_until_the_files_change_again() {
-    let files = Files::new();
     let first = valid(&["relay.test"]);
-    files.write(&first);
-    let served = files.served("relay.test");
+    let (files, served) = serving(&first);
 
     // A renewal caught between its two files: the new certificate beside the old key.
     let renewed = valid(&["relay.test"]);
@@ -149,10 +153,8 @@ fn a_key_that_is_not_the_certificates_keeps_the_current_one_until_the_files_chan
 
 #[test]
 fn files_that_cannot_be_read_keep_the_current_certificate() {
-    let files = Files::new();
     let first = valid(&["relay.test"]);
-    files.write(&first);
-    let served = files.served("relay.test");
+    let (files, served) = serving(&first);
     let assert_kept = |served: &ServedCertificate| {
         assert!(
             matches!(reload(served), Reload::Kept(Kept::Unreadable(_))),
@@ -194,10 +196,8 @@ fn files_that_cannot_be_read_keep_the_current_certificate() {
 /// every later look and the daemon's exit: it is refused unopened.
 #[test]
 fn a_fifo_in_a_files_place_is_refused_without_waiting_for_a_writer() {
-    let files = Files::new();
     let first = valid(&["relay.test"]);
-    files.write(&first);
-    let served = files.served("relay.test");
+    let (files, served) = serving(&first);
     std::fs::remove_file(&files.key).unwrap();
     let made = std::process::Command::new("mkfifo")
         .arg(&files.key)
@@ -222,9 +222,7 @@ fn a_certificate_refused_for_the_clock_is_served_once_clients_would_take_it() {
         // Not valid yet, but the current one has expired meanwhile.
         (2031, at(2030, 0), at(2031, 60)),
     ] {
-        let files = Files::new();
-        files.write(&pair(&["relay.test"], (2020, current_until)));
-        let served = files.served("relay.test");
+        let (files, served) = serving(&pair(&["relay.test"], (2020, current_until)));
         let renewed = pair(&["relay.test"], (2032, 2090));
         files.write(&renewed);
         match served.reload_if_changed(early) {
@@ -245,10 +243,8 @@ fn a_certificate_refused_for_the_clock_is_served_once_clients_would_take_it() {
 
 #[test]
 fn a_certificate_clients_would_refuse_does_not_replace_one_they_accept() {
-    let files = Files::new();
     let first = valid(&["relay.test"]);
-    files.write(&first);
-    let served = files.served("relay.test");
+    let (files, served) = serving(&first);
 
     for wrong in [
         valid(&["other.test"]),
@@ -270,9 +266,7 @@ fn a_certificate_clients_would_refuse_does_not_replace_one_they_accept() {
 fn a_certificate_clients_would_refuse_replaces_one_they_refuse_too() {
     // An expired certificate, replaced by one for the wrong host: both refused, so the files
     // are served as they say, as at the daemon's start, and the problems are reported.
-    let files = Files::new();
-    files.write(&pair(&["relay.test"], (2020, 2021)));
-    let served = files.served("relay.test");
+    let (files, served) = serving(&pair(&["relay.test"], (2020, 2021)));
     let wrong_host = valid(&["other.test"]);
     files.write(&wrong_host);
     match reload(&served) {
@@ -328,10 +322,8 @@ fn pipes_given_at_start_are_served_and_not_looked_at_again() {
 /// relayd runs, and that is reported once.
 #[test]
 fn a_served_certificate_that_expires_is_reported_once() {
-    let files = Files::new();
     let first = pair(&["relay.test"], (2020, 2031));
-    files.write(&first);
-    let served = files.served("relay.test");
+    let (_files, served) = serving(&first);
     assert!(matches!(
         served.reload_if_changed(at(2030, 0)),
         Reload::Unchanged
