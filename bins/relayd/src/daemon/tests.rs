@@ -162,6 +162,20 @@ fn plain_http_on_loopback_runs_one_event_loop_and_https_a_thread_per_cpu() {
     assert_eq!(runtime_threads(Ipv4Addr::UNSPECIFIED, true), every_cpu);
 }
 
+/// Waits on the paused clock, which does not move on while a look runs off the event loop,
+/// until `leaf` gives `expected`: how long that took, within three looks.
+async fn served_after<T: PartialEq>(leaf: impl Fn() -> T, expected: T) -> std::time::Duration {
+    let start = tokio::time::Instant::now();
+    while leaf() != expected {
+        assert!(
+            start.elapsed() < CERTIFICATE_CHECK * 3,
+            "not served after three looks"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    start.elapsed()
+}
+
 /// The served certificate's files are looked at once per check: a renewal is served from
 /// the first look after it, and never before a look.
 #[tokio::test(start_paused = true)]
@@ -179,15 +193,16 @@ async fn a_renewed_certificate_is_served_from_the_next_look_at_its_files() {
         relay_proxy::tls::ServedCertificate::from_files(&cert, &key, "relay.test").unwrap();
     let leaf = || served.chain()[0].clone();
     let watching = tokio::spawn(watch_certificate(served.clone(), CERTIFICATE_CHECK));
-    let renewed = write();
     let second = std::time::Duration::from_secs(1);
-    tokio::time::sleep(CERTIFICATE_CHECK - second).await;
-    assert_eq!(leaf(), first);
-    // The look runs off the event loop; paused time does not move on while it runs.
-    tokio::time::sleep(second * 2).await;
-    assert_eq!(leaf(), renewed);
+    let renewed = write();
+    assert_ne!(renewed, first);
+    // Served at the first look, a minute after the watch began, and not before; then at
+    // the next, a minute later.
+    let at_a_look = CERTIFICATE_CHECK - second..CERTIFICATE_CHECK + second;
+    let took = served_after(&leaf, renewed).await;
+    assert!(at_a_look.contains(&took), "{took:?}");
     let again = write();
-    tokio::time::sleep(CERTIFICATE_CHECK).await;
-    assert_eq!(leaf(), again);
+    let took = served_after(&leaf, again).await;
+    assert!(at_a_look.contains(&took), "{took:?}");
     watching.abort();
 }
