@@ -20,7 +20,7 @@ use hyper::service::{HttpService, service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{Notify, Semaphore, oneshot, watch};
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::BoxError;
@@ -156,6 +156,10 @@ pub(crate) const LINGER_TIME: Duration = Duration::from_secs(5);
 /// the limit still reads its 413.
 pub(crate) const LINGER_BYTES: u64 = 64 * 1024 * 1024;
 
+/// How long the connections cut off at the end of the drain have to reset their sockets
+/// before their tasks are dropped.
+const CUT_OFF_TIME: Duration = Duration::from_secs(1);
+
 /// How a server stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeReport {
@@ -190,6 +194,8 @@ pub async fn serve<H: Handler>(
     // Each connection holds a receiver until its last answer is written: the stop is sent
     // on it, and the drain ends when every one has been dropped.
     let (stop, _) = watch::channel(());
+    // Told to the connections still answering when the drain time runs out.
+    let cut_off = Arc::new(Notify::new());
     let mut tasks = JoinSet::new();
     let mut accept_failures = relay_logging::Throttle::default();
     let peer_lines = Arc::default();
@@ -247,6 +253,7 @@ pub async fn serve<H: Handler>(
             options: options.clone(),
             builders: builders.clone(),
             stopping: stop.subscribe(),
+            cut_off: Arc::clone(&cut_off),
             peer_lines: Arc::clone(&peer_lines),
         };
         // The permit and the address slot live as long as the socket: through an upgrade,
@@ -282,7 +289,15 @@ pub async fn serve<H: Handler>(
     }
     let unfinished = match tokio::time::timeout(options.drain_timeout, stop.closed()).await {
         Ok(()) => 0,
-        Err(_) => stop.receiver_count(),
+        Err(_) => {
+            let unfinished = stop.receiver_count();
+            // Each connection still answering resets its socket itself, and is given a
+            // moment to: dropped with its task, it would close cleanly, and a client whose
+            // answer ends with its connection (HTTP/1.0) would take the cut one for whole.
+            cut_off.notify_waiters();
+            let _ = tokio::time::timeout(CUT_OFF_TIME, stop.closed()).await;
+            unfinished
+        }
     };
     tasks.shutdown().await;
     ServeReport { unfinished }
@@ -529,6 +544,8 @@ struct Conn {
     /// Changes when the server stops: the connection then finishes its current answer and
     /// closes (HTTP/2: GOAWAY).
     stopping: watch::Receiver<()>,
+    /// Notified when the drain time has run out: the answer in progress is cut off.
+    cut_off: Arc<Notify>,
     /// The listener's lines about what its peers did.
     peer_lines: Arc<PeerLines>,
 }
@@ -665,6 +682,7 @@ impl Conn {
             options,
             builders,
             mut stopping,
+            cut_off,
             peer_lines,
         } = self;
         let ctx = ConnContext {
@@ -702,16 +720,20 @@ impl Conn {
                 options.write_stall,
             ));
             let mut stop = Some(pin!(stopping.changed()));
+            let mut cut = pin!(cut_off.notified());
             // The watchdog and the server's stop, polled only when one of them woke the task.
             let mut guard = poll_fn(|cx| {
                 if let Poll::Ready(expiry) = watchdog.as_mut().poll(cx) {
-                    return Poll::Ready(Some(expiry));
+                    return Poll::Ready(Told::Expired(expiry));
+                }
+                if cut.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Told::CutOff);
                 }
                 match stop.as_mut().map(|stop| stop.as_mut().poll(cx)) {
                     // The sender is gone only when the server is, which is a stop too.
                     Some(Poll::Ready(_)) => {
                         stop = None;
-                        Poll::Ready(None)
+                        Poll::Ready(Told::Stop)
                     }
                     _ => Poll::Pending,
                 }
@@ -735,10 +757,11 @@ impl Conn {
                             Closing::Done
                         };
                     }
-                    Ended::Guard(Some(expiry)) => break Closing::Expired(expiry),
+                    Ended::Guard(Told::Expired(expiry)) => break Closing::Expired(expiry),
+                    Ended::Guard(Told::CutOff) => break Closing::CutOff,
                     // The server stops: no new request on this connection, the current one
                     // runs to its end.
-                    Ended::Guard(None) => connection.graceful_shutdown(),
+                    Ended::Guard(Told::Stop) => connection.graceful_shutdown(),
                 }
             }
         };
@@ -757,9 +780,10 @@ impl Conn {
             }
             // Reset, not closed: an HTTP/1.0 answer ends with its connection, so a clean
             // close would make a truncated one look whole. An answer cut because its client
-            // read nothing is truncated too, and a reset also frees at once what the kernel
-            // still holds for a client that may never read it.
-            Closing::Broken | Closing::Expired(Expiry::WriteStalled) => {
+            // read nothing, or because the drain time ran out, is truncated too, and a reset
+            // also frees at once what the kernel still holds for a client that may never
+            // read it.
+            Closing::Broken | Closing::CutOff | Closing::Expired(Expiry::WriteStalled) => {
                 if let Ok((stream, keep)) = given_back.try_recv() {
                     stream.reset_on_close();
                     drop(stream);
@@ -781,6 +805,8 @@ enum Closing {
     Done,
     /// An answer's body failed part-way.
     Broken,
+    /// The server's drain time ran out before its answers were done.
+    CutOff,
     /// The watchdog ended it.
     Expired(Expiry),
 }
@@ -802,6 +828,16 @@ impl Resettable for Gather<tokio_rustls::server::TlsStream<ReadAhead<tokio::net:
     fn reset_on_close(&self) {
         self.get_ref().get_ref().0.get_ref().reset_on_close();
     }
+}
+
+/// What ends a served connection's wait, or changes it, besides the connection itself.
+enum Told {
+    /// The watchdog's timers.
+    Expired(Expiry),
+    /// The server stops: finish the answer in progress, take no new request.
+    Stop,
+    /// The server's drain time has run out.
+    CutOff,
 }
 
 /// Runs `work` until it ends or `guard` ends first, like a two-branch `select!`, except

@@ -359,6 +359,44 @@ async fn a_provider_breaking_mid_stream_resets_an_http_1_0_connection() {
     assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
 }
 
+/// A stream still running when the drain time runs out is cut off. Over HTTP/1.0 the cut
+/// must reset the connection too: a clean close would let the client read the truncated
+/// stream as complete.
+#[tokio::test]
+async fn a_stream_cut_off_at_the_end_of_the_drain_resets_an_http_1_0_connection() {
+    let stand_in = StandIn::start().await.unwrap();
+    let relay = Setup::new(&stand_in.base_url()).start().await;
+    stand_in.set_behaviour(Behaviour {
+        pace: Some(Duration::from_millis(100)),
+        stream_events: Some(1000),
+        ..Behaviour::default()
+    });
+    let body = r#"{"model":"m","max_tokens":16,"stream":true,"messages":[]}"#;
+    let request = format!(
+        "POST /v1/messages HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         anthropic-version: 2023-06-01\r\nContent-Length: {}\r\n\r\n{body}",
+        relay.host(),
+        body.len()
+    );
+    let mut stream = relay.connect().await;
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.0 200");
+    // The stream runs on past the drain time, which is a second here.
+    let report = tokio::time::timeout(WAIT, relay.stop()).await.unwrap();
+    assert_eq!(report.unfinished, 1);
+    let mut received = Vec::new();
+    let ended = tokio::time::timeout(WAIT, stream.read_to_end(&mut received))
+        .await
+        .expect("the connection stayed open");
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.contains("event: "), "{text}");
+    assert!(!text.contains("message_stop"), "{text}");
+    let error = ended.expect_err("the cut-off HTTP/1.0 stream ended cleanly");
+    assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+}
+
 /// The raw HTTP/1.1 bytes of a truncated chunked stream: no terminating chunk, then the
 /// connection closes.
 #[tokio::test]
