@@ -11,8 +11,9 @@
 //!   also in a list item, under a quoted key or in a diff) and a heredoc (`key = <<EOF`);
 //! - `key` and `sig` in a URL's query;
 //! - a setting given as a name and a value: the text of an XML element named for a
-//!   credential, `<add key="…" value="…" />`, `name: …` followed by `value: …` (a
-//!   Kubernetes container's environment, Terraform's `set` blocks), and a call's first two
+//!   credential, `<add key="…" value="…" />`, `name: …` followed by `value: …` in any
+//!   case (a Kubernetes container's environment, Terraform's `set` blocks, JSON printed
+//!   compact or indented), and a call's first two
 //!   arguments (`define('DB_PASSWORD', '…')`, `os.Setenv("TOKEN", "…")`);
 //! - a URL's password (`postgres://app:…@db`), curl's `-u user:…`, a `.netrc` password,
 //!   `--password …`, and the password after `-p` of sshpass, a registry login, mongosh and
@@ -437,8 +438,10 @@ struct Patterns {
     /// A setting given as attributes (`<add key="ClearTextPassword" value="…" />`, NuGet's
     /// and .NET's), over several lines if a formatter wrapped them.
     setting: Regex,
-    /// `name: …` and then `value: …`, on the next line or after a comma: a Kubernetes
-    /// container's environment, Terraform's `set` blocks, JSON printed as text.
+    /// `name: …` and then `value: …`, in any case, on the next line or after a comma (at
+    /// the end of a line too): a Kubernetes container's environment, Terraform's `set`
+    /// blocks, JSON printed as text, compact or indented (`kubectl get -o json`, AWS's
+    /// `{"Name": …, "Value": …}`).
     name_value: Regex,
     /// A call whose first argument is a quoted name and whose second starts with a quote:
     /// `define('DB_PASSWORD', '…')`, `os.Setenv("TOKEN", "…")`.
@@ -469,9 +472,16 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         setting: compile(
             r#"\b(?:key|name)\s*=\s*(?:"([^"<>]*)"|'([^'<>]*)')\s+value\s*=\s*(?:"([^"]*)"|'([^']*)')"#,
         )?,
-        name_value: compile(
-            r#"\bname["']?[ \t]*[:=][ \t]*(?:"([^"\n]*)"|'([^'\n]*)'|([A-Za-z][A-Za-z0-9_.-]*))[ \t]*(?:,[ \t]*|\r?\n[ \t-]*)["']?value["']?[ \t]*[:=][ \t]*"#,
-        )?,
+        name_value: compile(concat!(
+            // `name` in any case (AWS prints `Name` and `Value`), maybe quoted, and the
+            // name it gives: quoted, or a bare word.
+            r#"\b(?i:name)["']?[ \t]*[:=][ \t]*"#,
+            r#"(?:"([^"\n]*)"|'([^'\n]*)'|([A-Za-z][A-Za-z0-9_.-]*))[ \t]*"#,
+            // A comma, on the same line or ending it (JSON printed with indentation), or
+            // the next line, maybe a list item's.
+            r"(?:,[ \t]*(?:\r?\n[ \t]*)?|\r?\n[ \t-]*)",
+            r#"["']?(?i:value)["']?[ \t]*[:=][ \t]*"#,
+        ))?,
         call: compile(
             r#"\(\s*(?:"([A-Za-z][A-Za-z0-9_.-]*)"|'([A-Za-z][A-Za-z0-9_.-]*)')\s*,\s*["']"#,
         )?,
