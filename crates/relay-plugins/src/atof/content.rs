@@ -44,18 +44,21 @@ pub(super) fn text(redactor: &dyn Redactor, raw: &str, max_bytes: usize) -> (Val
     (Value::String(kept.to_owned()), cut)
 }
 
-/// A text as a record holds it: through the redactor, then without the credentials free
-/// text names ([`named::hide_named_in_text`]) and without anything shaped like a route token
+/// A text as a record holds it: without its URLs' passwords
+/// ([`named::hide_url_passwords`], first, so that no detector takes part of one), through
+/// the redactor, then without the other credentials free text names
+/// ([`named::hide_named_in_text`]) and without anything shaped like a route token
 /// ([`hide_token_shaped`]).
 pub(super) fn redact_text<'a>(redactor: &dyn Redactor, raw: &'a str) -> Cow<'a, str> {
-    let redacted = redactor.redact(raw);
+    let passwordless = named::hide_url_passwords(raw);
+    let redacted = then(passwordless, |text| redactor.redact(text));
     let named = then(redacted, named::hide_named_in_text);
     then(named, hide_token_shaped)
 }
 
 /// `step` applied to `text`: still borrowed when neither changed it, and an owned text that
 /// `step` left alone is kept, not copied.
-fn then<'a>(text: Cow<'a, str>, step: fn(&str) -> Cow<'_, str>) -> Cow<'a, str> {
+fn then<'a>(text: Cow<'a, str>, step: impl Fn(&str) -> Cow<'_, str>) -> Cow<'a, str> {
     match text {
         Cow::Borrowed(text) => step(text),
         Cow::Owned(text) => {

@@ -64,10 +64,11 @@ fn hide_once(text: &str) -> Cow<'_, str> {
         return Cow::Borrowed(text);
     };
     let mut hidden = after_names(text, &p.named);
-    for caps in p.after_user.captures_iter(text) {
-        if let Some(value) = caps.get(1).or_else(|| caps.get(2)) {
-            hidden.push(value.range());
-        }
+    // A URL's password is hidden before the detectors run too (see `hide_url_passwords`),
+    // and again here in case hiding something else joined one.
+    hidden.extend(url_passwords(text, &p.url_password));
+    for caps in p.curl_user.captures_iter(text) {
+        hidden.extend(caps.get(1).map(|value| value.range()));
     }
     let starts = p
         .spaced
@@ -115,6 +116,37 @@ fn hide_once(text: &str) -> Cow<'_, str> {
             hidden.push(start..start + len);
         }
     }
+    replace(text, hidden)
+}
+
+/// `text` with every URL's password written `[REDACTED:credential]`
+/// (`postgres://app:…@db.example.com`).
+///
+/// Run before the detectors: the `email` detector reads the end of such a password, its
+/// `@` and the host as an address (`Passw0rd@db.example.com`), and once that is replaced
+/// the rest of the password (`Secret!`) no longer reads as one.
+pub(super) fn hide_url_passwords(text: &str) -> Cow<'_, str> {
+    let Some(p) = &*PATTERNS else {
+        return Cow::Borrowed(text);
+    };
+    // Most texts hold no URL with a password: passed over without running the pattern.
+    if !text.contains("://") {
+        return Cow::Borrowed(text);
+    }
+    replace(text, url_passwords(text, &p.url_password))
+}
+
+/// Where the passwords of the URLs in `text` lie.
+fn url_passwords(text: &str, url_password: &Regex) -> Vec<Range<usize>> {
+    url_password
+        .captures_iter(text)
+        .filter_map(|caps| caps.get(1).map(|password| password.range()))
+        .collect()
+}
+
+/// `text` with each of `hidden` written `[REDACTED:credential]`; ranges that overlap are
+/// hidden as one.
+fn replace(text: &str, mut hidden: Vec<Range<usize>>) -> Cow<'_, str> {
     if hidden.is_empty() {
         return Cow::Borrowed(text);
     }
@@ -421,9 +453,10 @@ struct Patterns {
     /// index (`os.environ["API_KEY"] = …`), but never a bare bracket, so `vocab[token] =`
     /// and the `credential]` of a value already hidden are not names.
     named: Regex,
-    /// The password after a user: a URL's (`scheme://user:…@`, the user may be empty) and
-    /// curl's (`-u user:…`, `--user=user:…`, `-uuser:…`).
-    after_user: Regex,
+    /// A URL's password (`scheme://user:…@`, the user may be empty).
+    url_password: Regex,
+    /// curl's password after its user (`-u user:…`, `--user=user:…`, `-uuser:…`).
+    curl_user: Regex,
     /// A value after a blank: a command-line flag named for a credential (`--password …`),
     /// and a `.netrc` password (`machine … password …`, or a line of its own).
     spaced: Regex,
@@ -454,9 +487,8 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         named: compile(
             r#"[A-Za-z][A-Za-z0-9_.-]*(?:["']\]?)?[ \t]*(?:=>|:=|\|\|=|\?=|[=:])[ \t]*"#,
         )?,
-        after_user: compile(
-            r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#@]+)@|(?:^|[ \t])(?:-u|--user)[ =]*[^\s:]+:(\S+)",
-        )?,
+        url_password: compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#@]+)@")?,
+        curl_user: compile(r"(?:^|[ \t])(?:-u|--user)[ =]*[^\s:]+:(\S+)")?,
         spaced: compile(
             r"(?m)(?:(?:^|[ \t])--(?:password|passwd|token|secret|api-key|api_key|access-token|auth-token)|^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password)[ \t]+([^\s:=-]\S*)",
         )?,
