@@ -1479,3 +1479,228 @@ fn long_ids_that_share_a_start_stay_apart() {
         assert!(id.starts_with("SSSS") && id.contains('…'), "{id}");
     }
 }
+
+/// The redaction component with its default detectors, `email` among them, as a worker with
+/// a `pii_redaction` component runs it before the credentials free text names are hidden.
+struct DefaultDetectors(crate::redact::Redactor);
+
+impl DefaultDetectors {
+    fn new() -> DefaultDetectors {
+        let config = crate::redact::RedactionConfig::default();
+        DefaultDetectors(crate::redact::Redactor::new(&config, &[7; 32]))
+    }
+}
+
+impl Redactor for DefaultDetectors {
+    fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.0.redact_str(text)
+    }
+}
+
+/// Shapes a black-box test found leaking into records, with and without the detectors: a
+/// name/value pair printed as indented JSON or with AWS's capitalised keys, a URL's password
+/// before a host with a dot (which the `email` detector used to take half of), and JSON
+/// with escaped quotes inside a string, a command line or source code. Each record keeps
+/// the words around the secret, and text that only looks alike keeps all of its own.
+#[test]
+fn credentials_in_indented_escaped_json_and_dotted_urls_are_hidden() {
+    let detectors = DefaultDetectors::new();
+    let redactors: [&dyn Redactor; 2] = [&content::NoRedaction, &detectors];
+    // `json.dumps({"env":[{"name":"DB_PASSWORD","value":"Qz7VmW2pLk9Rt"}]}, indent=4)`, as
+    // `kubectl get pod -o json` prints a container's environment.
+    let indented = "{\n    \"env\": [\n        {\n            \"name\": \"DB_PASSWORD\",\n            \"value\": \"Qz7VmW2pLk9Rt\"\n        }\n    ]\n}";
+    for redactor in redactors {
+        for (raw, secrets, kept) in [
+            (
+                indented,
+                &["Qz7VmW2pLk9Rt"][..],
+                &["\"name\": \"DB_PASSWORD\",\n"][..],
+            ),
+            (
+                &indented.replace('\n', "\r\n"),
+                &["Qz7VmW2pLk9Rt"],
+                &["\"name\": \"DB_PASSWORD\",\r\n"],
+            ),
+            (
+                "[{\"name\": \"API_TOKEN\",\n  \"value\": \"Qz7VmW2pLk9Rt\"}]",
+                &["Qz7VmW2pLk9Rt"],
+                &["\"name\": \"API_TOKEN\",\n  \"value\": "],
+            ),
+            // AWS SSM's shape, compact and indented.
+            (
+                "{\"Name\": \"DB_PASSWORD\", \"Value\": \"Qz7VmW2pLk9Rt\"}",
+                &["Qz7VmW2pLk9Rt"],
+                &["{\"Name\": \"DB_PASSWORD\", \"Value\": "],
+            ),
+            (
+                "{\n  \"Name\": \"DB_PASSWORD\",\n  \"Value\": \"Qz7VmW2pLk9Rt\"\n}",
+                &["Qz7VmW2pLk9Rt"],
+                &["\"Name\": \"DB_PASSWORD\",\n  \"Value\": "],
+            ),
+            // A URL's password before a host with a dot.
+            (
+                "psql postgres://app:Secret!Passw0rd@db.example.com/app",
+                &["Secret!", "Passw0rd"],
+                &["psql postgres://app:", "@db.example.com/app"],
+            ),
+            (
+                "git clone https://user:Tr0ub4dor&3horse@github.com/x",
+                &["Tr0ub4dor", "3horse"],
+                &["git clone https://user:", "@github.com/x"],
+            ),
+            (
+                "DATABASE_URL=mysql://root:pa$$word@host.example.com:3306/db",
+                &["pa$$", "word"],
+                &["DATABASE_URL=mysql://root:", "@host.example.com:3306/db"],
+            ),
+            // JSON with escaped quotes inside a command line, a log line and source code.
+            (
+                "curl -d \"{\\\"password\\\": \\\"Tr0ub4dorXhorse9\\\"}\" http://x",
+                &["Tr0ub4dorXhorse9"],
+                &["curl -d \"{\\\"password\\\": ", "}\" http://x"],
+            ),
+            (
+                "{\"msg\":\"{\\\"password\\\":\\\"s3cr3tValue9\\\"}\"}",
+                &["s3cr3tValue9"],
+                &["{\"msg\":\"{\\\"password\\\":", "}\"}"],
+            ),
+            (
+                "payload = \"{\\\"api_key\\\": \\\"abcDEF123456\\\"}\"",
+                &["abcDEF123456"],
+                &["payload = \"{\\\"api_key\\\": ", "}\""],
+            ),
+            // A quote escaped inside the inner string does not close the value.
+            (
+                "{\"msg\":\"{\\\"password\\\":\\\"ab\\\\\\\"cdTail\\\",\\\"n\\\":1}\"}",
+                &["cdTail"],
+                &["{\"msg\":\"{\\\"password\\\":", ",\\\"n\\\":1}\"}"],
+            ),
+            // The same in single quotes, in Python.
+            (
+                "payload = '{\\'api_key\\': \\'abcDEF123456\\'}'",
+                &["abcDEF123456"],
+                &["payload = '{\\'api_key\\': ", "}'"],
+            ),
+        ] {
+            let (out, _) = content::text(redactor, raw, 1 << 20);
+            let out = out.as_str().unwrap();
+            for secret in secrets {
+                assert!(!out.contains(secret), "{secret} in {out}");
+            }
+            for kept in kept {
+                assert!(out.contains(kept), "{kept} lost from {out}");
+            }
+            assert!(out.contains("[REDACTED:credential]"), "{out}");
+            let (again, _) = content::text(redactor, out, 1 << 20);
+            assert_eq!(again.as_str().unwrap(), out);
+        }
+        // Exactly what a record holds.
+        for (raw, hidden) in [
+            (
+                "psql postgres://app:Secret!Passw0rd@db.example.com/app",
+                "psql postgres://app:[REDACTED:credential]@db.example.com/app",
+            ),
+            (
+                "curl -d \"{\\\"password\\\": \\\"Tr0ub4dorXhorse9\\\"}\" http://x",
+                "curl -d \"{\\\"password\\\": [REDACTED:credential]}\" http://x",
+            ),
+            (
+                "{\"msg\":\"{\\\"password\\\":\\\"s3cr3tValue9\\\"}\"}",
+                "{\"msg\":\"{\\\"password\\\":[REDACTED:credential]}\"}",
+            ),
+        ] {
+            let (out, _) = content::text(redactor, raw, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), hidden);
+        }
+        // Text that only looks alike keeps its words.
+        for plain in [
+            "Give each variable a name and a value, then press Save.",
+            "The name, value and type of each field are shown.",
+            "Name: Region, Value: eu-west-1",
+            "{\n    \"Name\": \"Region\",\n    \"Value\": \"eu-west-1\"\n}",
+            "{\n  \"name\": \"LOG_LEVEL\",\n  \"value\": \"debug\"\n}",
+            "{\\\"tokens\\\": 1234, \\\"max_tokens\\\": 100}",
+            "{\\\"name\\\": \\\"token\\\"}",
+            "see https://docs.example.com/a:b@c and ratio 3:4",
+        ] {
+            let (out, _) = content::text(redactor, plain, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), plain);
+        }
+    }
+    // An e-mail address outside a URL's password is still the `email` detector's.
+    for (raw, redacted) in [
+        (
+            "mail alice@example.com about it",
+            "mail [REDACTED:email] about it",
+        ),
+        (
+            "git clone ssh://git@github.com/org/repo",
+            "git clone ssh://[REDACTED:email]/org/repo",
+        ),
+        (
+            "https://alice@example.com/dashboard",
+            "https://[REDACTED:email]/dashboard",
+        ),
+    ] {
+        let (out, _) = content::text(&detectors, raw, 1 << 20);
+        assert_eq!(out.as_str().unwrap(), redacted);
+        let (out, _) = content::text(&content::NoRedaction, raw, 1 << 20);
+        assert_eq!(out.as_str().unwrap(), raw);
+    }
+    // Linear in the text, however many times it repeats a shape: read again from each one,
+    // these would take minutes.
+    for unit in [
+        "{\n  \"Name\": \"password\",\n  \"Value\": ",
+        "{\\\"password\\\": \\\"",
+        "{\\\"password\\\": \\\"\\\\",
+        "x://u:p@a.b ",
+    ] {
+        let long = unit.repeat(400_000 / unit.len());
+        let (kept, _) = content::text(&detectors, &long, 1 << 20);
+        assert!(
+            kept.as_str().unwrap().contains("[REDACTED:credential]"),
+            "{unit}"
+        );
+    }
+}
+
+/// The same shapes through the recorder, as a Bash tool's command and its output reach a
+/// record with `capture_content` on.
+#[test]
+fn a_bash_round_trip_records_no_secret_in_indented_or_escaped_json() {
+    let config = RecorderConfig {
+        capture_content: true,
+        ..RecorderConfig::default()
+    };
+    let mut s = Scenario::new("01a229cc-ffcf-7013-b162-1d4e94d6144b");
+    s.recorder = Recorder::new(
+        config,
+        Box::new(Counter(0)),
+        Box::new(DefaultDetectors::new()),
+    );
+    let cx = Agent::Codex;
+    let command = "curl -d \"{\\\"password\\\": \\\"Tr0ub4dorXhorse9\\\"}\" http://x && psql postgres://app:Secret!Passw0rd@db.example.com/app && kubectl get pod web -o json";
+    let output = "{\n    \"env\": [\n        {\n            \"name\": \"DB_PASSWORD\",\n            \"value\": \"Qz7VmW2pLk9Rt\"\n        }\n    ]\n}\n";
+    let mut pre = fixture(cx, "PreToolUse-Bash");
+    pre["session_id"] = json!(s.session);
+    pre["tool_input"]["command"] = json!(command);
+    let mut post = fixture(cx, "PostToolUse-Bash");
+    post["session_id"] = json!(s.session);
+    post["tool_input"]["command"] = json!(command);
+    post["tool_response"] = json!(output);
+    s.hook(cx, "SessionStart")
+        .hook_payload(cx, "PreToolUse-Bash", pre)
+        .hook_payload(cx, "PostToolUse-Bash", post)
+        .hook(cx, "SessionEnd");
+    for secret in ["Tr0ub4dorXhorse9", "Secret!", "Passw0rd", "Qz7VmW2pLk9Rt"] {
+        assert!(!s.out.contains(secret), "{secret} in {}", s.out);
+    }
+    for kept in [
+        "curl -d ",
+        "postgres://app:",
+        "DB_PASSWORD",
+        "kubectl get pod web",
+    ] {
+        assert!(s.out.contains(kept), "{kept} lost from {}", s.out);
+    }
+}

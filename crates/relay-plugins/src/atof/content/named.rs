@@ -19,11 +19,11 @@
 //!   `--password …`, and the password after `-p` of sshpass, a registry login, mongosh and
 //!   a MySQL client (`-p…`, attached), and redis-cli's `-a`.
 //!
-//! A value is what a quote opens and closes. Unquoted, after `:` at the start of a line (a
-//! header, YAML) it is the rest of the line; elsewhere it ends at a blank, and also at the
-//! quote that opened just before the name (`"PASSWORD=…"`) or, in a query string, at `&`
-//! and at the characters that end a URL; an authentication scheme (`Basic`, `Bearer`, …)
-//! takes the word after it along.
+//! A value is what a quote opens and closes, also an escaped one (`\"…\"`, JSON inside a
+//! string). Unquoted, after `:` at the start of a line (a header, YAML) it is the rest of
+//! the line; elsewhere it ends at a blank, and also at the quote that opened just before
+//! the name (`"PASSWORD=…"`) or, in a query string, at `&` and at the characters that end
+//! a URL; an authentication scheme (`Basic`, `Bearer`, …) takes the word after it along.
 //!
 //! Applied twice it changes nothing more. Linear in the text: a name inside a value already
 //! hidden is not looked at again, and every value read past its line is bounded.
@@ -326,6 +326,11 @@ fn value_len(rest: &str, end: End) -> usize {
             line_end.unwrap_or_else(|| rest.find('\n').unwrap_or(rest.len()))
         }
         (_, End::LineEnd) => line_len(rest),
+        (Some('\\'), End::Blank { .. })
+            if let Some(quote @ ('"' | '\'')) = rest[1..].chars().next() =>
+        {
+            escaped_quoted_len(rest, quote)
+        }
         (_, End::Blank { quote, in_query }) => {
             let ends = |c: char| {
                 c.is_whitespace()
@@ -346,6 +351,36 @@ fn value_len(rest: &str, end: End) -> usize {
             }
         }
     }
+}
+
+/// The length of a value that `rest` opens with an escaped `quote` (`\"…\"`, JSON inside a
+/// string): to the escaped quote that closes it. Inside, read one level of escaping down
+/// (`\\` a backslash, `\"` a quote), a quote escaped again (`\\\"`) is part of the value.
+/// It also ends where the string around it does, at `quote` unescaped; and one that does
+/// not close on its line hides only the rest of the line, as an unclosed quote does.
+fn escaped_quoted_len(rest: &str, quote: char) -> usize {
+    // Whether the last character, read one level down, was a backslash.
+    let mut inner_escape = false;
+    let mut chars = rest.char_indices().skip(2);
+    while let Some((at, c)) = chars.next() {
+        if at > MAX_SPANNED_VALUE || c == '\n' {
+            break;
+        }
+        if c == quote {
+            return at;
+        }
+        if c != '\\' {
+            inner_escape = false;
+            continue;
+        }
+        match chars.next() {
+            Some((_, '\\')) => inner_escape = !inner_escape,
+            Some((at, c)) if c == quote && !inner_escape => return at + c.len_utf8(),
+            Some((_, '\n')) | None => break,
+            Some(_) => inner_escape = false,
+        }
+    }
+    line_len(rest)
 }
 
 /// The length of the first line of `text`, without its line break.
@@ -449,9 +484,10 @@ fn heredoc_len(rest: &str) -> Option<usize> {
 
 /// The patterns, constants that the tests compile.
 struct Patterns {
-    /// A name and what separates it from its value. The name may close a quote and an
-    /// index (`os.environ["API_KEY"] = …`), but never a bare bracket, so `vocab[token] =`
-    /// and the `credential]` of a value already hidden are not names.
+    /// A name and what separates it from its value. The name may close a quote, escaped
+    /// too (`{\"password\": …}`), and an index (`os.environ["API_KEY"] = …`), but never a
+    /// bare bracket, so `vocab[token] =` and the `credential]` of a value already hidden
+    /// are not names.
     named: Regex,
     /// A URL's password (`scheme://user:…@`, the user may be empty).
     url_password: Regex,
@@ -485,7 +521,9 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
     let compile = |pattern: &str| Regex::new(pattern).ok();
     Some(Patterns {
         named: compile(
-            r#"[A-Za-z][A-Za-z0-9_.-]*(?:["']\]?)?[ \t]*(?:=>|:=|\|\|=|\?=|[=:])[ \t]*"#,
+            // The quote a name may close can be escaped: JSON inside a string, a command
+            // line or source code (`"{\"password\": …}"`).
+            r#"[A-Za-z][A-Za-z0-9_.-]*(?:\\?["']\]?)?[ \t]*(?:=>|:=|\|\|=|\?=|[=:])[ \t]*"#,
         )?,
         url_password: compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#@]+)@")?,
         curl_user: compile(r"(?:^|[ \t])(?:-u|--user)[ =]*[^\s:]+:(\S+)")?,
