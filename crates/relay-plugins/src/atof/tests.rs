@@ -1575,6 +1575,15 @@ fn credentials_in_indented_escaped_json_and_dotted_urls_are_hidden() {
                 &["cdTail"],
                 &["{\"msg\":\"{\\\"password\\\":", ",\\\"n\\\":1}\"}"],
             ),
+            // A name/value pair in JSON inside a string (a log line's message).
+            (
+                "{\"msg\":\"[{\\\"name\\\":\\\"DB_PASSWORD\\\",\\\"value\\\":\\\"Qz7VmW2pLk9Rt\\\"}]\"}",
+                &["Qz7VmW2pLk9Rt"],
+                &[
+                    "{\"msg\":\"[{\\\"name\\\":\\\"DB_PASSWORD\\\",\\\"value\\\":",
+                    "}]\"}",
+                ],
+            ),
             // The same in single quotes, in Python.
             (
                 "payload = '{\\'api_key\\': \\'abcDEF123456\\'}'",
@@ -1621,6 +1630,7 @@ fn credentials_in_indented_escaped_json_and_dotted_urls_are_hidden() {
             "{\n  \"name\": \"LOG_LEVEL\",\n  \"value\": \"debug\"\n}",
             "{\\\"tokens\\\": 1234, \\\"max_tokens\\\": 100}",
             "{\\\"name\\\": \\\"token\\\"}",
+            "{\"msg\":\"{\\\"name\\\":\\\"LOG_LEVEL\\\",\\\"value\\\":\\\"debug\\\"}\"}",
             "see https://docs.example.com/a:b@c and ratio 3:4",
         ] {
             let (out, _) = content::text(redactor, plain, 1 << 20);
@@ -1654,6 +1664,7 @@ fn credentials_in_indented_escaped_json_and_dotted_urls_are_hidden() {
         "{\\\"password\\\": \\\"",
         "{\\\"password\\\": \\\"\\\\",
         "x://u:p@a.b ",
+        "{\\\"name\\\":\\\"password\\\",\\\"value\\\":\\\"",
     ] {
         let long = unit.repeat(400_000 / unit.len());
         let (kept, _) = content::text(&detectors, &long, 1 << 20);

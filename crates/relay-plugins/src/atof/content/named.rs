@@ -510,7 +510,7 @@ struct Patterns {
     /// `name: …` and then `value: …`, in any case, on the next line or after a comma (at
     /// the end of a line too): a Kubernetes container's environment, Terraform's `set`
     /// blocks, JSON printed as text, compact or indented (`kubectl get -o json`, AWS's
-    /// `{"Name": …, "Value": …}`).
+    /// `{"Name": …, "Value": …}`), also inside a string, its quotes escaped.
     name_value: Regex,
     /// A call whose first argument is a quoted name and whose second starts with a quote:
     /// `define('DB_PASSWORD', '…')`, `os.Setenv("TOKEN", "…")`.
@@ -544,13 +544,14 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         )?,
         name_value: compile(concat!(
             // `name` in any case (AWS prints `Name` and `Value`), maybe quoted, and the
-            // name it gives: quoted, or a bare word.
-            r#"\b(?i:name)["']?[ \t]*[:=][ \t]*"#,
-            r#"(?:"([^"\n]*)"|'([^'\n]*)'|([A-Za-z][A-Za-z0-9_.-]*))[ \t]*"#,
+            // name it gives: quoted, or a bare word. A double quote may be escaped (JSON
+            // inside a string: `{\"name\":\"…\",\"value\":…}`).
+            r#"\b(?i:name)(?:\\?["'])?[ \t]*[:=][ \t]*"#,
+            r#"(?:\\?"([^"\n]*?)\\?"|'([^'\n]*)'|([A-Za-z][A-Za-z0-9_.-]*))[ \t]*"#,
             // A comma, on the same line or ending it (JSON printed with indentation), or
             // the next line, maybe a list item's.
             r"(?:,[ \t]*(?:\r?\n[ \t]*)?|\r?\n[ \t-]*)",
-            r#"["']?(?i:value)["']?[ \t]*[:=][ \t]*"#,
+            r#"(?:\\?["'])?(?i:value)(?:\\?["'])?[ \t]*[:=][ \t]*"#,
         ))?,
         call: compile(
             r#"\(\s*(?:"([A-Za-z][A-Za-z0-9_.-]*)"|'([A-Za-z][A-Za-z0-9_.-]*)')\s*,\s*["']"#,
