@@ -27,8 +27,10 @@ mod policy;
 mod redaction;
 
 pub use observability::{
-    DirectoryFacts, FileSink, HttpSink, KEPT_FROM_WORKERS, ObservabilityConfig, OtlpConfig, Sink,
-    SinkDirectoryProblem, check_sink_directory,
+    DirectoryFacts, FINGERPRINT_PLACEHOLDER, FileSink, FilenameProblem, HttpSink,
+    KEPT_FROM_WORKERS, ObservabilityConfig, OtlpConfig, RecordFileFacts, RecordFileProblem, Sink,
+    SinkDirectoryProblem, SinkFiles, USER_PLACEHOLDER, check_record_file, check_sink_directory,
+    render_filename,
 };
 
 /// The failure reason a worker reports for every error here (§5.6, §10.3).
@@ -218,6 +220,30 @@ pub enum PluginConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The same words as the sink's own refusal when it opens the file.
+    #[error("{path}: {field}: the record file {file} is {problem}")]
+    RecordFile {
+        path: PathBuf,
+        field: FieldPath,
+        file: PathBuf,
+        problem: RecordFileProblem,
+    },
+    /// The file cannot be opened, or the directory lets the worker's user create none; the
+    /// same words as the sink's own error when its open fails.
+    #[error("{path}: {field}: cannot open the record file {file}: {source}")]
+    RecordFileUnopenable {
+        path: PathBuf,
+        field: FieldPath,
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {field}: the record file name {problem}")]
+    RecordFileName {
+        path: PathBuf,
+        field: FieldPath,
+        problem: FilenameProblem,
+    },
     #[error("{path}: {field}: cannot be used together with {other}")]
     Conflict {
         path: PathBuf,
@@ -247,6 +273,9 @@ impl PluginConfigError {
             | PluginConfigError::FilenameWithoutIdentity { path, .. }
             | PluginConfigError::SinkDirectory { path, .. }
             | PluginConfigError::SinkDirectoryUnreadable { path, .. }
+            | PluginConfigError::RecordFile { path, .. }
+            | PluginConfigError::RecordFileUnopenable { path, .. }
+            | PluginConfigError::RecordFileName { path, .. }
             | PluginConfigError::Conflict { path, .. } => path,
         }
     }
@@ -271,6 +300,9 @@ impl PluginConfigError {
             | PluginConfigError::FilenameWithoutIdentity { .. }
             | PluginConfigError::SinkDirectory { .. }
             | PluginConfigError::SinkDirectoryUnreadable { .. }
+            | PluginConfigError::RecordFile { .. }
+            | PluginConfigError::RecordFileUnopenable { .. }
+            | PluginConfigError::RecordFileName { .. }
             | PluginConfigError::Conflict { .. } => false,
         }
     }
@@ -361,35 +393,97 @@ impl Plugins {
         &self,
         mut inspect: impl FnMut(&Path) -> std::io::Result<DirectoryFacts>,
     ) -> Result<(), PluginConfigError> {
-        for component in self.enabled() {
-            let Some(ComponentConfig::Observability(config)) = &component.validated else {
-                continue;
+        for sink in self.file_sinks() {
+            sink.check_directory(inspect(&sink.config.directory))?;
+        }
+        Ok(())
+    }
+
+    /// Checks every file sink of the enabled observability component as the sink will find
+    /// it when it opens its record file: the directory ([`check_sink_directory`]), then the
+    /// record file named by `filename` for `user` and `fingerprint` (`None` when not known
+    /// yet, as before the first session made the machine key): an existing file must pass
+    /// [`check_record_file`] and be one the user may open for reading and writing; when
+    /// there is none, or its name is not known, the user must be able to create one in the
+    /// directory. The worker runs this before it starts any sink, and `relay-doctor` runs it
+    /// to say whether the worker would start; each error names the component and the field,
+    /// in the sink's own words about the file. The sink checks the file it opened again.
+    pub fn check_file_sinks(
+        &self,
+        user: &str,
+        fingerprint: Option<&str>,
+        files: &mut impl SinkFiles,
+    ) -> Result<(), PluginConfigError> {
+        for sink in self.file_sinks() {
+            let directory = &sink.config.directory;
+            sink.check_directory(files.directory(directory))?;
+            let filename = &sink.config.filename;
+            let name = match fingerprint {
+                Some(fingerprint) => Some(render_filename(filename, user, fingerprint)),
+                None if filename.contains(FINGERPRINT_PLACEHOLDER) => None,
+                None => Some(render_filename(filename, user, "")),
             };
-            for (position, sink) in config.sinks.iter().enumerate() {
-                let Sink::File(file) = sink else { continue };
-                let field = || {
-                    FieldPath::component(
-                        component.index,
-                        format!("config.sinks[{}].directory", position + 1),
-                    )
-                };
-                let facts = inspect(&file.directory).map_err(|source| {
-                    PluginConfigError::SinkDirectoryUnreadable {
-                        path: component.file.clone(),
-                        field: field(),
-                        source,
-                    }
+            let name = name
+                .transpose()
+                .map_err(|problem| PluginConfigError::RecordFileName {
+                    path: sink.component.file.clone(),
+                    field: sink.field("filename"),
+                    problem,
                 })?;
-                check_sink_directory(&facts).map_err(|problem| {
-                    PluginConfigError::SinkDirectory {
-                        path: component.file.clone(),
-                        field: field(),
+            // Without the name, the file is one the worker will create (the fingerprint is
+            // new): it is shown with its placeholder.
+            let file = directory.join(name.as_deref().unwrap_or(filename));
+            let unopenable = |field, source| PluginConfigError::RecordFileUnopenable {
+                path: sink.component.file.clone(),
+                field: sink.field(field),
+                file: file.clone(),
+                source,
+            };
+            let found = match name {
+                Some(_) => files
+                    .record_file(&file)
+                    .map_err(|source| unopenable("filename", source))?,
+                None => None,
+            };
+            match found {
+                Some(facts) => {
+                    check_record_file(&facts).map_err(|problem| PluginConfigError::RecordFile {
+                        path: sink.component.file.clone(),
+                        field: sink.field("filename"),
+                        file: file.clone(),
                         problem,
-                    }
-                })?;
+                    })?;
+                    files
+                        .may_open(&file)
+                        .map_err(|source| unopenable("filename", source))?;
+                }
+                None => files
+                    .may_create_in(directory)
+                    .map_err(|source| unopenable("directory", source))?,
             }
         }
         Ok(())
+    }
+
+    /// The file sinks of the enabled observability component, with their positions.
+    fn file_sinks(&self) -> impl Iterator<Item = FileSinkAt<'_>> {
+        self.enabled().flat_map(|component| {
+            let sinks = match &component.validated {
+                Some(ComponentConfig::Observability(config)) => config.sinks.as_slice(),
+                _ => &[],
+            };
+            sinks
+                .iter()
+                .enumerate()
+                .filter_map(move |(position, sink)| match sink {
+                    Sink::File(config) => Some(FileSinkAt {
+                        component,
+                        position,
+                        config,
+                    }),
+                    Sink::Http(_) => None,
+                })
+        })
     }
 
     /// The enabled observability component's configuration.
@@ -633,6 +727,40 @@ pub fn toml_syntax_error(text: &str, error: &toml::de::Error) -> (usize, String)
         before.iter().filter(|b| **b == b'\n').count() + 1
     });
     (line, error.message().trim_end().replace('\n', " "))
+}
+
+/// A file sink of a component, where its errors point.
+struct FileSinkAt<'a> {
+    component: &'a Component,
+    /// Counted from 0.
+    position: usize,
+    config: &'a FileSink,
+}
+
+impl FileSinkAt<'_> {
+    fn field(&self, key: &str) -> FieldPath {
+        FieldPath::component(
+            self.component.index,
+            format!("config.sinks[{}].{key}", self.position + 1),
+        )
+    }
+
+    /// The directory rule, on the facts `inspected` gave.
+    fn check_directory(
+        &self,
+        inspected: std::io::Result<DirectoryFacts>,
+    ) -> Result<(), PluginConfigError> {
+        let facts = inspected.map_err(|source| PluginConfigError::SinkDirectoryUnreadable {
+            path: self.component.file.clone(),
+            field: self.field("directory"),
+            source,
+        })?;
+        check_sink_directory(&facts).map_err(|problem| PluginConfigError::SinkDirectory {
+            path: self.component.file.clone(),
+            field: self.field("directory"),
+            problem,
+        })
+    }
 }
 
 #[cfg(test)]

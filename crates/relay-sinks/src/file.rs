@@ -1,7 +1,10 @@
 //! The `file` sink (SPEC §8.1): JSON Lines appended to a per-user or per-route file,
 //! created 0600 without following a symlink, in a directory nobody else can swap files in.
 
-use relay_plugins::config::{DirectoryFacts, SinkDirectoryProblem, check_sink_directory};
+use relay_plugins::config::{
+    DirectoryFacts, FilenameProblem, RecordFileFacts, RecordFileProblem, SinkDirectoryProblem,
+    check_sink_directory,
+};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
@@ -16,10 +19,7 @@ use crate::drops::Counters;
 use crate::error::{SinkError, UnsafePathReason};
 use crate::sinks::Msg;
 
-/// The placeholder replaced by the worker's OS user name.
-pub const USER_PLACEHOLDER: &str = "{user}";
-/// The placeholder replaced by the route fingerprint.
-pub const FINGERPRINT_PLACEHOLDER: &str = "{fingerprint}";
+pub use relay_plugins::config::{FINGERPRINT_PLACEHOLDER, USER_PLACEHOLDER};
 
 /// The metadata the safety checks look at, so they are pure and testable as root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,41 +62,39 @@ pub fn check_directory(facts: &PathFacts) -> Result<(), UnsafePathReason> {
     })
 }
 
-/// The rule for the opened file: a regular file of ours that only we can read. A file that
-/// someone else created in a shared sticky directory would otherwise receive our records.
+/// The rule for the opened file, as `relay_plugins::config::check_record_file` states it
+/// for activation (where `relay-doctor` applies it too): a regular file of ours that only we
+/// can read. A file that someone else created in a shared sticky directory would otherwise
+/// receive our records.
 pub fn check_record_file(facts: &PathFacts, euid: u32) -> Result<(), UnsafePathReason> {
-    if !facts.is_regular_file {
-        return Err(UnsafePathReason::NotRegularFile);
-    }
-    if facts.uid != euid {
-        return Err(UnsafePathReason::NotOwnedByCurrentUser);
-    }
-    if facts.mode & 0o077 != 0 {
-        return Err(UnsafePathReason::InsecurePermissions);
-    }
-    Ok(())
+    let facts = RecordFileFacts {
+        is_regular_file: facts.is_regular_file,
+        mode: facts.mode,
+        owner: facts.uid,
+        euid,
+    };
+    relay_plugins::config::check_record_file(&facts).map_err(|problem| match problem {
+        RecordFileProblem::NotRegularFile => UnsafePathReason::NotRegularFile,
+        RecordFileProblem::NotOwnedByCurrentUser => UnsafePathReason::NotOwnedByCurrentUser,
+        RecordFileProblem::InsecurePermissions => UnsafePathReason::InsecurePermissions,
+    })
 }
 
-/// Substitutes `{user}` and `{fingerprint}`; the template must hold at least one of them
-/// and the result must be one plain path component.
+/// Substitutes `{user}` and `{fingerprint}` with `relay_plugins::config::render_filename`,
+/// the rule activation checks with.
 pub fn render_filename(template: &str, user: &str, fingerprint: &str) -> Result<String, SinkError> {
-    if !template.contains(USER_PLACEHOLDER) && !template.contains(FINGERPRINT_PLACEHOLDER) {
-        return Err(SinkError::FilenamePlaceholderMissing {
-            filename: template.to_owned(),
-        });
-    }
-    let name = template
-        .replace(USER_PLACEHOLDER, user)
-        .replace(FINGERPRINT_PLACEHOLDER, fingerprint);
-    let plain = !name.is_empty()
-        && name != "."
-        && name != ".."
-        && !name.contains('/')
-        && !name.contains('\0');
-    if !plain {
-        return Err(SinkError::FilenameInvalid { filename: name });
-    }
-    Ok(name)
+    relay_plugins::config::render_filename(template, user, fingerprint).map_err(|problem| {
+        match problem {
+            FilenameProblem::PlaceholderMissing => SinkError::FilenamePlaceholderMissing {
+                filename: template.to_owned(),
+            },
+            FilenameProblem::NotPlain => SinkError::FilenameInvalid {
+                filename: template
+                    .replace(USER_PLACEHOLDER, user)
+                    .replace(FINGERPRINT_PLACEHOLDER, fingerprint),
+            },
+        }
+    })
 }
 
 /// An open record file.

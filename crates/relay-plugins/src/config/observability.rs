@@ -1,7 +1,7 @@
 //! The observability component's configuration: sinks, OTLP export, prices.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::PluginConfigError;
 use super::fields::Table;
@@ -140,6 +140,97 @@ pub fn check_sink_directory(facts: &DirectoryFacts) -> Result<(), SinkDirectoryP
         return Err(SinkDirectoryProblem::WritableByOthers);
     }
     Ok(())
+}
+
+/// The placeholder a file sink's `filename` holds for the worker's OS user name.
+pub const USER_PLACEHOLDER: &str = "{user}";
+/// The placeholder a file sink's `filename` holds for the route fingerprint.
+pub const FINGERPRINT_PLACEHOLDER: &str = "{fingerprint}";
+
+/// Why a file sink's `filename` gives no record file name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FilenameProblem {
+    #[error("must contain {{user}} or {{fingerprint}}")]
+    PlaceholderMissing,
+    #[error("is not a plain file name once substituted")]
+    NotPlain,
+}
+
+/// The record file's name: `template` with `{user}` and `{fingerprint}` substituted. The
+/// template must hold at least one of them, and the result must be one plain path component.
+pub fn render_filename(
+    template: &str,
+    user: &str,
+    fingerprint: &str,
+) -> Result<String, FilenameProblem> {
+    if !template.contains(USER_PLACEHOLDER) && !template.contains(FINGERPRINT_PLACEHOLDER) {
+        return Err(FilenameProblem::PlaceholderMissing);
+    }
+    let name = template
+        .replace(USER_PLACEHOLDER, user)
+        .replace(FINGERPRINT_PLACEHOLDER, fingerprint);
+    let plain = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('\0');
+    if !plain {
+        return Err(FilenameProblem::NotPlain);
+    }
+    Ok(name)
+}
+
+/// What is already where a file sink's record file goes (from `symlink_metadata`: the sink
+/// opens it with `O_NOFOLLOW`, so a link there is not followed but refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordFileFacts {
+    pub is_regular_file: bool,
+    /// The permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// The file's owner.
+    pub owner: u32,
+    /// The user the worker runs as.
+    pub euid: u32,
+}
+
+/// Why an existing record file is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecordFileProblem {
+    #[error("not a regular file")]
+    NotRegularFile,
+    #[error("owned by another user")]
+    NotOwnedByCurrentUser,
+    #[error("readable or writable by group or others")]
+    InsecurePermissions,
+}
+
+/// The rule for an existing record file: a regular file of the worker's user that only
+/// that user can read. A file that someone else created in a shared sticky directory would
+/// otherwise receive the user's records, and a file others may read shows them.
+pub fn check_record_file(facts: &RecordFileFacts) -> Result<(), RecordFileProblem> {
+    if !facts.is_regular_file {
+        return Err(RecordFileProblem::NotRegularFile);
+    }
+    if facts.owner != facts.euid {
+        return Err(RecordFileProblem::NotOwnedByCurrentUser);
+    }
+    if facts.mode & 0o077 != 0 {
+        return Err(RecordFileProblem::InsecurePermissions);
+    }
+    Ok(())
+}
+
+/// The file-system questions a file sink's check asks, answered by the caller, so that the
+/// rules stay here and pure (the worker and `relay-doctor` answer them from the disk).
+pub trait SinkFiles {
+    /// The directory's metadata, following links.
+    fn directory(&mut self, directory: &Path) -> std::io::Result<DirectoryFacts>;
+    /// What is at `file`, without following a link; `None` when nothing is there.
+    fn record_file(&mut self, file: &Path) -> std::io::Result<Option<RecordFileFacts>>;
+    /// Whether the worker's user may open `file` for reading and writing; `Err` says why not.
+    fn may_open(&mut self, file: &Path) -> std::io::Result<()>;
+    /// Whether the worker's user may create a file in `directory`; `Err` says why not.
+    fn may_create_in(&mut self, directory: &Path) -> std::io::Result<()>;
 }
 
 pub(super) fn parse(config: &Table<'_>) -> Result<ObservabilityConfig, PluginConfigError> {

@@ -572,3 +572,246 @@ fn sink_directories_are_checked_with_errors_naming_the_field() {
             .is_ok()
     );
 }
+
+#[test]
+fn record_files_must_be_private_regular_files_of_the_user() {
+    let file = |is_regular_file, mode, owner| RecordFileFacts {
+        is_regular_file,
+        mode,
+        owner,
+        euid: 1000,
+    };
+    assert_eq!(check_record_file(&file(true, 0o600, 1000)), Ok(()));
+    assert_eq!(check_record_file(&file(true, 0o400, 1000)), Ok(()));
+    assert_eq!(
+        check_record_file(&file(true, 0o644, 1000)),
+        Err(RecordFileProblem::InsecurePermissions)
+    );
+    assert_eq!(
+        check_record_file(&file(true, 0o606, 1000)),
+        Err(RecordFileProblem::InsecurePermissions)
+    );
+    assert_eq!(
+        check_record_file(&file(true, 0o600, 1001)),
+        Err(RecordFileProblem::NotOwnedByCurrentUser)
+    );
+    // A link, a FIFO or a directory in its place.
+    assert_eq!(
+        check_record_file(&file(false, 0o600, 1000)),
+        Err(RecordFileProblem::NotRegularFile)
+    );
+}
+
+#[test]
+fn record_file_names_are_rendered_into_one_plain_component() {
+    assert_eq!(
+        render_filename("e-{user}.jsonl", "alice", "fp1"),
+        Ok("e-alice.jsonl".to_owned())
+    );
+    assert_eq!(
+        render_filename("{fingerprint}-{user}", "alice", "fp1"),
+        Ok("fp1-alice".to_owned())
+    );
+    assert_eq!(
+        render_filename("e.jsonl", "alice", "fp1"),
+        Err(FilenameProblem::PlaceholderMissing)
+    );
+    for user in ["..", "a/b", ""] {
+        assert_eq!(
+            render_filename("{user}", user, "fp1"),
+            Err(FilenameProblem::NotPlain),
+            "{user}"
+        );
+    }
+}
+
+/// The disk as a test describes it: one directory, at most one file in it, and the
+/// answers access(2) would give.
+struct Disk {
+    directory: DirectoryFacts,
+    file: Option<RecordFileFacts>,
+    may_open: Option<i32>,
+    may_create: Option<i32>,
+    asked: Vec<String>,
+}
+
+impl Disk {
+    /// A private directory of user 1000, with nothing in it, where the user may create.
+    fn new() -> Disk {
+        Disk {
+            directory: DirectoryFacts {
+                is_dir: true,
+                mode: 0o700,
+                owner: 1000,
+                euid: 1000,
+            },
+            file: None,
+            may_open: None,
+            may_create: None,
+            asked: Vec::new(),
+        }
+    }
+
+    fn with_file(mut self, mode: u32, owner: u32) -> Disk {
+        self.file = Some(RecordFileFacts {
+            is_regular_file: true,
+            mode,
+            owner,
+            euid: 1000,
+        });
+        self
+    }
+}
+
+fn answer(errno: Option<i32>) -> std::io::Result<()> {
+    errno.map_or(Ok(()), |errno| {
+        Err(std::io::Error::from_raw_os_error(errno))
+    })
+}
+
+impl SinkFiles for Disk {
+    fn directory(&mut self, directory: &Path) -> std::io::Result<DirectoryFacts> {
+        self.asked
+            .push(format!("directory {}", directory.display()));
+        Ok(self.directory)
+    }
+    fn record_file(&mut self, file: &Path) -> std::io::Result<Option<RecordFileFacts>> {
+        self.asked.push(format!("file {}", file.display()));
+        Ok(self.file)
+    }
+    fn may_open(&mut self, file: &Path) -> std::io::Result<()> {
+        self.asked.push(format!("open {}", file.display()));
+        answer(self.may_open)
+    }
+    fn may_create_in(&mut self, directory: &Path) -> std::io::Result<()> {
+        self.asked
+            .push(format!("create in {}", directory.display()));
+        answer(self.may_create)
+    }
+}
+
+const EACCES: i32 = 13;
+
+fn file_sink_plugins(filename: &str) -> Plugins {
+    parse(&format!(
+        "version = 1\n[[components]]\nkind = \"observability\"\n\
+         [[components.config.sinks]]\ntype = \"http\"\nurl = \"https://c\"\n\
+         [[components.config.sinks]]\ntype = \"file\"\ndirectory = \"/var/log/relay\"\nfilename = \"{filename}\"\n",
+    ))
+    .unwrap()
+}
+
+/// The worker opens its record file after this check, and `relay-doctor` runs it to say
+/// whether the worker will start: what the sink would refuse, the check refuses, in the
+/// sink's words, naming the component and the field.
+#[test]
+fn file_sinks_are_checked_as_the_sink_will_open_its_record_file() {
+    let plugins = file_sink_plugins("e-{user}.jsonl");
+    let check = |disk: &mut Disk| plugins.check_file_sinks("alice", Some("fp1"), disk);
+
+    let mut fresh = Disk::new();
+    assert!(check(&mut fresh).is_ok());
+    assert_eq!(
+        fresh.asked,
+        [
+            "directory /var/log/relay",
+            "file /var/log/relay/e-alice.jsonl",
+            "create in /var/log/relay",
+        ]
+    );
+
+    // A directory of the user's own that the user may not write to (mode 0500): the open
+    // would fail with EACCES, so the check does, though the directory itself is safe.
+    let mut read_only = Disk {
+        may_create: Some(EACCES),
+        ..Disk::new()
+    };
+    assert_eq!(
+        check(&mut read_only).unwrap_err().to_string(),
+        "/etc/relay/plugins.toml: component 1, `config.sinks[2].directory`: cannot open the record file /var/log/relay/e-alice.jsonl: Permission denied (os error 13)"
+    );
+
+    // An existing file that others may read: the worker would refuse it.
+    let mut shared = Disk::new().with_file(0o644, 1000);
+    assert_eq!(
+        check(&mut shared).unwrap_err().to_string(),
+        "/etc/relay/plugins.toml: component 1, `config.sinks[2].filename`: the record file /var/log/relay/e-alice.jsonl is readable or writable by group or others"
+    );
+    let mut theirs = Disk::new().with_file(0o600, 1001);
+    assert!(matches!(
+        check(&mut theirs).unwrap_err(),
+        PluginConfigError::RecordFile {
+            problem: RecordFileProblem::NotOwnedByCurrentUser,
+            ..
+        }
+    ));
+    let mut link = Disk::new();
+    link.file = Some(RecordFileFacts {
+        is_regular_file: false,
+        mode: 0o777,
+        owner: 1000,
+        euid: 1000,
+    });
+    assert!(matches!(
+        check(&mut link).unwrap_err(),
+        PluginConfigError::RecordFile {
+            problem: RecordFileProblem::NotRegularFile,
+            ..
+        }
+    ));
+    // The user's own private file that the user may not write (mode 0400).
+    let mut read_only_file = Disk {
+        may_open: Some(EACCES),
+        ..Disk::new().with_file(0o400, 1000)
+    };
+    assert_eq!(
+        check(&mut read_only_file).unwrap_err().to_string(),
+        "/etc/relay/plugins.toml: component 1, `config.sinks[2].filename`: cannot open the record file /var/log/relay/e-alice.jsonl: Permission denied (os error 13)"
+    );
+
+    // An existing usable file needs no write access to the directory: the open creates
+    // nothing.
+    let mut kept = Disk {
+        may_create: Some(EACCES),
+        ..Disk::new().with_file(0o600, 1000)
+    };
+    assert!(check(&mut kept).is_ok());
+    assert!(!kept.asked.iter().any(|a| a.starts_with("create")));
+
+    // The directory rule comes first, with its own words.
+    let mut open_dir = Disk::new();
+    open_dir.directory.mode = 0o777;
+    assert!(matches!(
+        check(&mut open_dir).unwrap_err(),
+        PluginConfigError::SinkDirectory { .. }
+    ));
+}
+
+/// Before the first session made the machine key, the fingerprint is not known: a file
+/// named for it will be new, so only the directory's write access can be judged.
+#[test]
+fn a_record_file_named_for_an_unknown_fingerprint_needs_a_writable_directory() {
+    let plugins = file_sink_plugins("e-{fingerprint}.jsonl");
+    let mut disk = Disk {
+        may_create: Some(EACCES),
+        ..Disk::new()
+    };
+    let error = plugins
+        .check_file_sinks("alice", None, &mut disk)
+        .unwrap_err();
+    assert_eq!(
+        disk.asked,
+        ["directory /var/log/relay", "create in /var/log/relay"]
+    );
+    assert_eq!(
+        error.to_string(),
+        "/etc/relay/plugins.toml: component 1, `config.sinks[2].directory`: cannot open the record file /var/log/relay/e-{fingerprint}.jsonl: Permission denied (os error 13)"
+    );
+    // A name without the fingerprint is known, and its file looked at.
+    let mut disk = Disk::new().with_file(0o644, 1000);
+    assert!(
+        file_sink_plugins("e-{user}.jsonl")
+            .check_file_sinks("alice", None, &mut disk)
+            .is_err()
+    );
+}
