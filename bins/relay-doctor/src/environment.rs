@@ -13,7 +13,7 @@ use relay_identity::{
     provisioned_daemon_key_file, resolve_credential, store, system_config_dir,
 };
 use relay_proxy::config::{Config, ConfigError, ConfigSources, elide_quoted};
-use relay_proxy::plugins::{PluginConfigError, PluginFile, Plugins};
+use relay_proxy::plugins::{PluginConfigError, PluginFile, Plugins, sink_user_name};
 use serde_json::json;
 
 use crate::report::{Check, Mode, Report};
@@ -605,8 +605,19 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     const ID: &str = "plugins";
     let system = relay_identity::system_plugins_file(inputs.env);
     let user = inputs.paths.as_ref().map(StatePaths::user_plugins_file);
-    let loaded = Plugins::load(&system, user.as_deref())
-        .and_then(|plugins| plugins.check_sink_directories().map(|()| plugins));
+    // The record file is named as the worker will name it: for this user, and for the
+    // machine key's fingerprint once relay-mcp has made the key.
+    let fingerprint = inputs
+        .paths
+        .as_ref()
+        .and_then(|paths| SigningKey::load(&paths.machine_key_file()).ok())
+        .map(|key| key.fingerprint().to_string());
+    let sink_user = sink_user_name(worker_user_variable(inputs.env));
+    let loaded = Plugins::load(&system, user.as_deref()).and_then(|plugins| {
+        plugins
+            .check_file_sinks(&sink_user, fingerprint.as_deref())
+            .map(|()| plugins)
+    });
     match loaded {
         Ok(plugins) => {
             let enabled: Vec<serde_json::Value> = plugins
@@ -701,6 +712,12 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
                     "put a readable regular file of UTF-8 text at that path, or remove what is there"
                 }
                 PluginConfigError::TooLarge { .. } => "shorten the file below its limit",
+                PluginConfigError::RecordFile { .. } => {
+                    "remove the record file named, or make it a regular file of the user the harness runs as with no access for group or others (chmod 600)"
+                }
+                PluginConfigError::RecordFileUnopenable { .. } => {
+                    "let the user the harness runs as create and write the record file named (the directory's owner and mode, and the file's), or choose another directory"
+                }
                 _ => "correct the component and field named here",
             };
             Check::fail(ID, format!("invalid: {message}"))
@@ -715,6 +732,17 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
                 }))
         }
     }
+}
+
+/// The `{user}` variable as the worker sees it: relay-mcp clears the worker's environment
+/// but for its allow list, so the doctor's own `USER` counts only if that list has it.
+fn worker_user_variable(env: &impl Env) -> Option<String> {
+    const USER: &str = "USER";
+    names::WORKER_ENV_ALLOW_LIST
+        .contains(&USER)
+        .then(|| env.var_os(USER))
+        .flatten()
+        .and_then(|value| value.into_string().ok())
 }
 
 fn source_str(source: PluginFile) -> &'static str {

@@ -345,8 +345,12 @@ async fn run(cli: Cli, env: ProcessEnv, config: Config) -> anyhow::Result<()> {
 enum PluginFailure {
     #[error(transparent)]
     Config(#[from] PluginConfigError),
-    #[error("{file}: the observability sinks cannot start: {error}")]
-    Sinks { file: String, error: SinkError },
+    #[error("{file}: component {component} (observability): the sinks cannot start: {error}")]
+    Sinks {
+        file: String,
+        component: usize,
+        error: SinkError,
+    },
     #[error("the system random generator failed to give this generation's hashing key")]
     Random,
 }
@@ -365,14 +369,16 @@ impl PluginFailure {
     }
 }
 
-/// The host of the enabled components, and the recording when observability is on. Sink
-/// directories are checked first, so an unsafe one is named by its field.
+/// The host of the enabled components, and the recording when observability is on. File
+/// sinks are checked first, as `relay-doctor` checks them, so an unsafe directory or a
+/// record file that cannot be used is named by its component and field.
 fn host_plugins(
     plugins: &Plugins,
     config: &Config,
     fingerprint: &str,
 ) -> Result<(PluginHost, Option<Arc<observe::Recording>>), PluginFailure> {
-    plugins.check_sink_directories()?;
+    let user = observe::os_user_name();
+    plugins.check_file_sinks(&user, Some(fingerprint))?;
     let config_of = plugins.config();
     let mut key = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
@@ -382,18 +388,23 @@ fn host_plugins(
         None => None,
         Some(observability) => {
             let ctx = SinkContext {
-                user: observe::os_user_name(),
+                user,
                 fingerprint: fingerprint.to_owned(),
                 tls: None,
             };
-            let file = plugins
+            let (file, component) = plugins
                 .enabled()
                 .find(|c| c.kind == relay_proxy::plugins::ComponentKind::Observability)
-                .map(|c| c.file.display().to_string())
+                .map(|c| (c.file.display().to_string(), c.index))
                 .unwrap_or_default();
             Some(
-                observe::Recording::start(observability, redactors.records, &ctx)
-                    .map_err(|error| PluginFailure::Sinks { file, error })?,
+                observe::Recording::start(observability, redactors.records, &ctx).map_err(
+                    |error| PluginFailure::Sinks {
+                        file,
+                        component,
+                        error,
+                    },
+                )?,
             )
         }
     };

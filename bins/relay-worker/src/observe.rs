@@ -186,31 +186,14 @@ impl Entropy for SystemEntropy {
     }
 }
 
-/// The OS user name of this process, for a file sink's `{user}`: from the password database
-/// by the real uid (so it cannot be chosen through the environment), else `USER`/`USERNAME`,
-/// else the numeric uid.
+/// The OS user name of this process, for a file sink's `{user}`: the rule
+/// `relay-doctor` names the record file with too.
 pub(crate) fn os_user_name() -> String {
     #[cfg(unix)]
-    {
-        let uid = rustix::process::getuid().as_raw();
-        if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
-            for line in passwd.lines() {
-                let mut fields = line.split(':');
-                let (Some(name), Some(_), Some(id)) = (fields.next(), fields.next(), fields.next())
-                else {
-                    continue;
-                };
-                if id.parse::<u32>() == Ok(uid) && !name.is_empty() {
-                    return name.to_owned();
-                }
-            }
-        }
-        std::env::var("USER").unwrap_or_else(|_| uid.to_string())
-    }
+    let variable = "USER";
     #[cfg(not(unix))]
-    {
-        std::env::var("USERNAME").unwrap_or_else(|_| "user".to_owned())
-    }
+    let variable = "USERNAME";
+    relay_proxy::plugins::sink_user_name(std::env::var(variable).ok())
 }
 
 #[cfg(test)]

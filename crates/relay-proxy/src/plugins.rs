@@ -6,6 +6,8 @@
 
 use std::path::Path;
 
+use relay_plugins::config::{DirectoryFacts, RecordFileFacts};
+
 pub use relay_plugins::config::{
     Component, ComponentConfig, ComponentKind, FAILURE_REASON, FieldPath, KEPT_FROM_WORKERS,
     PluginConfigError, PluginFile,
@@ -56,16 +58,134 @@ impl Plugins {
             .check_sink_directories(|dir| Ok(directory_facts(&std::fs::metadata(dir)?)))
     }
 
+    /// Checks every enabled file sink as it will be when the worker opens its record file:
+    /// the directory as [`Plugins::check_sink_directories`] does, then the record file for
+    /// `user` (see [`sink_user_name`]) and `fingerprint` (`None` when there is no machine key
+    /// yet): an existing file the sink would refuse or could not open, or a directory this
+    /// process's user cannot create the file in, is an error in the sink's own words, naming
+    /// the component and the field. The worker runs this before it starts its sinks, and
+    /// `relay-doctor` runs it to say whether the worker would start. It creates nothing: the
+    /// write access is asked with access(2), which judges by the effective user as the
+    /// open does.
+    pub fn check_file_sinks(
+        &self,
+        user: &str,
+        fingerprint: Option<&str>,
+    ) -> Result<(), PluginConfigError> {
+        self.inner.check_file_sinks(user, fingerprint, &mut Disk)
+    }
+
     /// The validated configuration, with the typed component configurations.
     pub fn config(&self) -> &relay_plugins::Plugins {
         &self.inner
     }
 }
 
+/// The OS user name a file sink's `{user}` stands for: from the password database by the
+/// real uid (so that it cannot be chosen through the environment), else `user_variable`
+/// (`USER`; `USERNAME` elsewhere than unix), else the numeric uid. The worker and
+/// `relay-doctor` both name the record file with it.
+pub fn sink_user_name(user_variable: Option<String>) -> String {
+    #[cfg(unix)]
+    {
+        let uid = rustix::process::getuid().as_raw();
+        if let Ok(passwd) = std::fs::read_to_string("/etc/passwd") {
+            for line in passwd.lines() {
+                let mut fields = line.split(':');
+                let (Some(name), Some(_), Some(id)) = (fields.next(), fields.next(), fields.next())
+                else {
+                    continue;
+                };
+                if id.parse::<u32>() == Ok(uid) && !name.is_empty() {
+                    return name.to_owned();
+                }
+            }
+        }
+        user_variable.unwrap_or_else(|| uid.to_string())
+    }
+    #[cfg(not(unix))]
+    {
+        user_variable.unwrap_or_else(|| "user".to_owned())
+    }
+}
+
+/// The sink checks' questions, answered from the disk.
+struct Disk;
+
+impl relay_plugins::config::SinkFiles for Disk {
+    fn directory(&mut self, directory: &Path) -> std::io::Result<DirectoryFacts> {
+        Ok(directory_facts(&std::fs::metadata(directory)?))
+    }
+
+    fn record_file(&mut self, file: &Path) -> std::io::Result<Option<RecordFileFacts>> {
+        match std::fs::symlink_metadata(file) {
+            Ok(metadata) => Ok(Some(record_file_facts(&metadata))),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
+    fn may_open(&mut self, file: &Path) -> std::io::Result<()> {
+        may_access(file, Access::Open)
+    }
+
+    fn may_create_in(&mut self, directory: &Path) -> std::io::Result<()> {
+        may_access(directory, Access::CreateIn)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Access {
+    /// Read and write, as the sink opens its file.
+    Open,
+    /// Write and search, to create a file in a directory.
+    CreateIn,
+}
+
+/// access(2) for the effective user, as an open would judge it (a read-only mount
+/// included), without creating anything.
 #[cfg(unix)]
-fn directory_facts(metadata: &std::fs::Metadata) -> relay_plugins::config::DirectoryFacts {
+fn may_access(path: &Path, access: Access) -> std::io::Result<()> {
+    use rustix::fs::Access as Mode;
+    let mode = match access {
+        Access::Open => Mode::READ_OK | Mode::WRITE_OK,
+        Access::CreateIn => Mode::WRITE_OK | Mode::EXEC_OK,
+    };
+    rustix::fs::accessat(rustix::fs::CWD, path, mode, rustix::fs::AtFlags::EACCESS)
+        .map_err(std::io::Error::from)
+}
+
+/// Elsewhere the open itself is the only judge.
+#[cfg(not(unix))]
+fn may_access(_path: &Path, _access: Access) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(unix)]
+fn record_file_facts(metadata: &std::fs::Metadata) -> RecordFileFacts {
     use std::os::unix::fs::MetadataExt as _;
-    relay_plugins::config::DirectoryFacts {
+    RecordFileFacts {
+        is_regular_file: metadata.is_file(),
+        mode: metadata.mode() & 0o7777,
+        owner: metadata.uid(),
+        euid: relay_identity::store::current_euid(),
+    }
+}
+
+#[cfg(not(unix))]
+fn record_file_facts(metadata: &std::fs::Metadata) -> RecordFileFacts {
+    RecordFileFacts {
+        is_regular_file: metadata.is_file(),
+        mode: 0o600,
+        owner: 0,
+        euid: 0,
+    }
+}
+
+#[cfg(unix)]
+fn directory_facts(metadata: &std::fs::Metadata) -> DirectoryFacts {
+    use std::os::unix::fs::MetadataExt as _;
+    DirectoryFacts {
         is_dir: metadata.is_dir(),
         mode: metadata.mode() & 0o7777,
         owner: metadata.uid(),
@@ -75,8 +195,8 @@ fn directory_facts(metadata: &std::fs::Metadata) -> relay_plugins::config::Direc
 
 /// Elsewhere the directory's ACL is the operating system's business.
 #[cfg(not(unix))]
-fn directory_facts(metadata: &std::fs::Metadata) -> relay_plugins::config::DirectoryFacts {
-    relay_plugins::config::DirectoryFacts {
+fn directory_facts(metadata: &std::fs::Metadata) -> DirectoryFacts {
+    DirectoryFacts {
         is_dir: metadata.is_dir(),
         mode: 0o700,
         owner: 0,

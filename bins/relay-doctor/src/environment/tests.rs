@@ -431,6 +431,82 @@ fn plugins_are_validated_and_the_effective_components_listed() {
     );
 }
 
+/// The worker refuses an existing record file that others may read, or that is not a plain
+/// file; the doctor names it in the worker's words, by the name the worker gives it (for
+/// this user, and for the machine key's fingerprint once there is one).
+#[test]
+fn a_record_file_the_worker_would_refuse_fails_the_plugins_check() {
+    let f = Fixture::new();
+    let env = f.env();
+    let inputs = Inputs::new(&env, euid());
+    let sinks = f.dir.path().join("atof");
+    f.private_dir(&sinks, 0o700);
+    let configure = |filename: &str| {
+        f.write(
+            &f.system().join("plugins.toml"),
+            &format!(
+                "version = 1\n[[components]]\nkind = \"observability\"\n[[components.config.sinks]]\ntype = \"file\"\ndirectory = \"{}\"\nfilename = \"{filename}\"\n",
+                sinks.display()
+            ),
+            0o644,
+        );
+    };
+    configure("e-{user}.jsonl");
+    let record = sinks.join(format!("e-{}.jsonl", sink_user_name(None)));
+    assert_eq!(plugins(&inputs).status, Status::Ok);
+    // Checking created nothing.
+    assert!(!record.exists());
+
+    f.write(&record, "", 0o644);
+    let shared = plugins(&inputs);
+    assert_eq!(shared.status, Status::Fail, "{shared:?}");
+    assert!(
+        shared.summary.contains(&format!(
+            "component 1, `config.sinks[1].filename`: the record file {} is readable or writable by group or others",
+            record.display()
+        )),
+        "{}",
+        shared.summary
+    );
+    assert!(
+        shared
+            .next_step
+            .as_deref()
+            .is_some_and(|n| n.contains("chmod 600")),
+        "{shared:?}"
+    );
+    fs::set_permissions(&record, fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(plugins(&inputs).status, Status::Ok);
+
+    // A directory where the record file would be: not a regular file.
+    fs::remove_file(&record).unwrap();
+    fs::create_dir(&record).unwrap();
+    let not_a_file = plugins(&inputs);
+    assert_eq!(not_a_file.status, Status::Fail);
+    assert!(
+        not_a_file.summary.contains("is not a regular file"),
+        "{}",
+        not_a_file.summary
+    );
+
+    // Named for the fingerprint: judged once the machine key exists, by its fingerprint.
+    configure("e-{fingerprint}.jsonl");
+    assert_eq!(plugins(&inputs).status, Status::Ok);
+    let (key, _) =
+        SigningKey::load_or_create(&f.relay().join("daemon/machine-identity.pk8")).unwrap();
+    let by_fingerprint = sinks.join(format!("e-{}.jsonl", key.fingerprint()));
+    f.write(&by_fingerprint, "", 0o640);
+    let shared = plugins(&inputs);
+    assert_eq!(shared.status, Status::Fail);
+    assert!(
+        shared
+            .summary
+            .contains(&by_fingerprint.display().to_string()),
+        "{}",
+        shared.summary
+    );
+}
+
 /// A collector's secret named by `header_env` must be in the environment relay-mcp hands
 /// the worker: without it the worker cannot start its sinks, refuses to start, and every
 /// session passes through, though the file itself is valid.
