@@ -343,13 +343,19 @@ impl Recorder {
     /// text, and records never hold a credential. Ids of the usual shapes (UUIDs, `toolu_…`,
     /// model names) come through unchanged, so correlation holds; the same id is always
     /// hidden the same way, and a long one is cut with a digest of the whole
-    /// ([`content::id_text`]).
+    /// ([`content::id_text`]). The other short texts a record takes from a caller pass the
+    /// same filter here too: a provider's finish reasons, the cost error (which quotes the
+    /// model names as the request and the answer gave them) and a session's `source` or
+    /// end `reason` (the harness's words).
     fn hide_credentials_in_ids(&self, observation: &mut Observation) {
-        let hide = |id: &mut Option<String>| {
-            if let Some(text) = id.as_mut()
-                && let std::borrow::Cow::Owned(hidden) = content::id_text(&*self.redactor, text)
-            {
+        let hide_text = |text: &mut String| {
+            if let std::borrow::Cow::Owned(hidden) = content::id_text(&*self.redactor, text) {
                 *text = hidden;
+            }
+        };
+        let hide = |id: &mut Option<String>| {
+            if let Some(text) = id.as_mut() {
+                hide_text(text);
             }
         };
         match observation {
@@ -357,6 +363,14 @@ impl Recorder {
                 hide(&mut hook.session_id);
                 hide(&mut hook.tool_name);
                 hide(&mut hook.tool_use_id);
+                if matches!(
+                    role(hook.agent, &hook.event),
+                    Role::SessionStart | Role::SessionEnd
+                ) && let Some(pointer) = hook_reason_pointer(hook)
+                    && let Some(Value::String(reason)) = hook.payload.pointer_mut(pointer)
+                {
+                    hide_text(reason);
+                }
             }
             Observation::ModelRequestStart(start) => {
                 hide(&mut start.session_id);
@@ -365,6 +379,10 @@ impl Recorder {
             Observation::ModelRequestEnd(end) => {
                 hide(&mut end.response_model);
                 hide(&mut end.response_id);
+                end.finish_reasons.iter_mut().for_each(hide_text);
+                if let Some(usage) = end.usage.as_mut() {
+                    hide(&mut usage.cost_error);
+                }
             }
             Observation::PolicyDecision(PolicyDecision {
                 target:
@@ -1088,17 +1106,29 @@ impl Recorder {
 }
 
 /// The `source` of a SessionStart or `reason` of a SessionEnd (pi keeps it under `event`),
-/// kept short: it names a cause, it is not content.
+/// kept short: it names a cause, it is not content. It was filtered as an id when the
+/// observation came in ([`Recorder::hide_credentials_in_ids`]).
 fn hook_reason(hook: &HookEvent) -> Option<&str> {
-    let payload = match hook.agent {
-        Agent::ClaudeCode | Agent::Codex => &hook.payload,
-        Agent::Pi => hook.payload.get("event")?,
-    };
-    payload
-        .get("source")
-        .or_else(|| payload.get("reason"))
+    hook.payload
+        .pointer(hook_reason_pointer(hook)?)
         .and_then(Value::as_str)
         .map(|text| content::truncate(text, 64).0)
+}
+
+/// Where [`hook_reason`] is in the payload: `source`, else `reason`, at its top (pi: under
+/// `event`).
+fn hook_reason_pointer(hook: &HookEvent) -> Option<&'static str> {
+    let (holder, source, reason) = match hook.agent {
+        Agent::ClaudeCode | Agent::Codex => (&hook.payload, "/source", "/reason"),
+        Agent::Pi => (hook.payload.get("event")?, "/event/source", "/event/reason"),
+    };
+    if holder.get("source").is_some() {
+        Some(source)
+    } else if holder.get("reason").is_some() {
+        Some(reason)
+    } else {
+        None
+    }
 }
 
 fn usage_json(usage: &UsageFacts) -> Value {

@@ -1715,3 +1715,90 @@ fn a_bash_round_trip_records_no_secret_in_indented_or_escaped_json() {
         assert!(s.out.contains(kept), "{kept} lost from {}", s.out);
     }
 }
+
+/// The short texts a record takes from a provider or a harness pass the filter the ids
+/// pass: a key sent as the model name is not repeated by the cost error, a provider's
+/// finish reason and a harness's session `source` or end `reason` are filtered too, while
+/// the ordinary values come through exactly as they were.
+#[test]
+fn caller_text_in_costs_finish_reasons_and_session_reasons_is_filtered() {
+    const KEY: &str = "sk-ant-api03-ReqModelSecretYYYYYYYYYYYYYYYY";
+    let end = |id, model: &str, finish: &str, cost_error: String| {
+        Observation::ModelRequestEnd(ModelRequestEnd {
+            request_id: RequestId(id),
+            status: 200,
+            duration_ms: 1,
+            time_to_first_byte_ms: Some(1),
+            usage: Some(UsageFacts {
+                output_tokens: Some(5),
+                cost_error: Some(cost_error),
+                ..UsageFacts::default()
+            }),
+            response_model: Some(model.to_owned()),
+            truncated: false,
+            error: None,
+            response_id: None,
+            finish_reasons: vec![finish.to_owned()],
+            response: None,
+        })
+    };
+    // The cost error as the worker words it, from the model names as they came.
+    let no_price = |model: &str| {
+        crate::CostError::UnknownModel {
+            model: model.to_owned(),
+        }
+        .to_string()
+    };
+
+    let mut secret = Scenario::new("s-secret");
+    let mut start = fixture(Agent::ClaudeCode, "SessionStart");
+    start["session_id"] = json!("s-secret");
+    start["source"] = json!(format!("startup {KEY}"));
+    secret.hook_payload(Agent::ClaudeCode, "SessionStart", start);
+    secret.request(1, KEY, None);
+    secret.step(
+        "end",
+        end(1, KEY, &format!("end_turn {KEY}"), no_price(KEY)),
+    );
+    let mut session_end = fixture(Agent::ClaudeCode, "SessionEnd");
+    session_end["session_id"] = json!("s-secret");
+    session_end["reason"] = json!("password=ZebraCactus77!x");
+    secret.hook_payload(Agent::ClaudeCode, "SessionEnd", session_end);
+    for leak in ["ReqModelSecret", "ZebraCactus77"] {
+        assert!(!secret.out.contains(leak), "{leak} in {}", secret.out);
+    }
+    assert!(
+        secret
+            .out
+            .contains(r#""cost_error":"no price for model \"[REDACTED"#),
+        "{}",
+        secret.out
+    );
+    // pi's end reason, under `event`.
+    let mut pi = Scenario::new("s-pi");
+    pi.hook(Agent::Pi, "session_start");
+    let mut shutdown = fixture(Agent::Pi, "session_shutdown");
+    shutdown["session_id"] = json!("s-pi");
+    shutdown["event"]["reason"] = json!("password=ZebraCactus77!x");
+    pi.hook_payload(Agent::Pi, "session_shutdown", shutdown);
+    assert!(!pi.out.contains("ZebraCactus77"), "{}", pi.out);
+    assert!(pi.out.contains(r#""reason":"#), "{}", pi.out);
+
+    let mut plain = Scenario::new("s-plain");
+    let mut start = fixture(Agent::ClaudeCode, "SessionStart");
+    start["session_id"] = json!("s-plain");
+    start["source"] = json!("startup");
+    plain.hook_payload(Agent::ClaudeCode, "SessionStart", start);
+    plain.request(1, "claude-x", None);
+    plain.step("end", end(1, "claude-x", "end_turn", no_price("claude-x")));
+    plain.hook(Agent::ClaudeCode, "SessionEnd");
+    for kept in [
+        r#""source":"startup""#,
+        r#""finish_reasons":["end_turn"]"#,
+        r#""cost_error":"no price for model \"claude-x\"""#,
+        r#""response_model":"claude-x""#,
+        r#""reason":"other""#,
+    ] {
+        assert!(plain.out.contains(kept), "{kept} not in {}", plain.out);
+    }
+}
