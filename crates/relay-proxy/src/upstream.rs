@@ -573,7 +573,11 @@ fn drive_then_take<L: Lease + ?Sized, T>(
 /// under callgrind, yet at concurrency 1 the load generator measured a longer p99 in each of
 /// 14 alternating runs, and about 1% more CPU per request in 12. One thing the look does:
 /// it leaves hyper's dispatcher holding the no-op waker, not the last request's task's,
-/// which handing over the next request would otherwise wake.
+/// which handing over the next request would otherwise wake. Measured again once a
+/// connection given back had forgotten its task ([`DriverWaker::forget`]), so that no
+/// task could be woken for nothing: 792 instructions fewer per request, no difference in
+/// CPU per request that six alternating runs could tell, and a c=1 p50 higher in 9 of 12
+/// alternating runs (by about 1.3 µs); so the look stays.
 pub(crate) fn is_idle<T, B>(
     conn: &mut http1::Connection<T, B>,
     sender: &http1::SendRequest<B>,
