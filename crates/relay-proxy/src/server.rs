@@ -20,7 +20,7 @@ use hyper::service::{HttpService, service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore, oneshot, watch};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::BoxError;
@@ -194,8 +194,9 @@ pub async fn serve<H: Handler>(
     // Each connection holds a receiver until its last answer is written: the stop is sent
     // on it, and the drain ends when every one has been dropped.
     let (stop, _) = watch::channel(());
-    // Told to the connections still answering when the drain time runs out.
-    let cut_off = Arc::new(Notify::new());
+    // Set when the drain time runs out: every connection still answering then, and one
+    // whose TLS handshake ends later, is cut off.
+    let (cut_off, _) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let mut accept_failures = relay_logging::Throttle::default();
     let peer_lines = Arc::default();
@@ -253,7 +254,7 @@ pub async fn serve<H: Handler>(
             options: options.clone(),
             builders: builders.clone(),
             stopping: stop.subscribe(),
-            cut_off: Arc::clone(&cut_off),
+            cut_off: cut_off.subscribe(),
             peer_lines: Arc::clone(&peer_lines),
         };
         // The permit and the address slot live as long as the socket: through an upgrade,
@@ -294,7 +295,7 @@ pub async fn serve<H: Handler>(
             // Each connection still answering resets its socket itself, and is given a
             // moment to: dropped with its task, it would close cleanly, and a client whose
             // answer ends with its connection (HTTP/1.0) would take the cut one for whole.
-            cut_off.notify_waiters();
+            cut_off.send_replace(true);
             let _ = tokio::time::timeout(CUT_OFF_TIME, stop.closed()).await;
             unfinished
         }
@@ -544,8 +545,8 @@ struct Conn {
     /// Changes when the server stops: the connection then finishes its current answer and
     /// closes (HTTP/2: GOAWAY).
     stopping: watch::Receiver<()>,
-    /// Notified when the drain time has run out: the answer in progress is cut off.
-    cut_off: Arc<Notify>,
+    /// True once the drain time has run out: the answer in progress is cut off.
+    cut_off: watch::Receiver<bool>,
     /// The listener's lines about what its peers did.
     peer_lines: Arc<PeerLines>,
 }
@@ -682,7 +683,7 @@ impl Conn {
             options,
             builders,
             mut stopping,
-            cut_off,
+            mut cut_off,
             peer_lines,
         } = self;
         let ctx = ConnContext {
@@ -720,7 +721,7 @@ impl Conn {
                 options.write_stall,
             ));
             let mut stop = Some(pin!(stopping.changed()));
-            let mut cut = pin!(cut_off.notified());
+            let mut cut = pin!(cut_off.wait_for(|cut| *cut));
             // The watchdog and the server's stop, polled only when one of them woke the task.
             let mut guard = poll_fn(|cx| {
                 if let Poll::Ready(expiry) = watchdog.as_mut().poll(cx) {
