@@ -612,7 +612,7 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
         .as_ref()
         .and_then(|paths| SigningKey::load(&paths.machine_key_file()).ok())
         .map(|key| key.fingerprint().to_string());
-    let sink_user = sink_user_name(worker_user_variable(inputs.env));
+    let sink_user = sink_user_name(|variable| worker_variable(inputs.env, variable));
     let loaded = Plugins::load(&system, user.as_deref()).and_then(|plugins| {
         plugins
             .check_file_sinks(&sink_user, fingerprint.as_deref())
@@ -734,13 +734,12 @@ pub(crate) fn plugins<E: Env>(inputs: &Inputs<'_, E>) -> Check {
     }
 }
 
-/// The `{user}` variable as the worker sees it: relay-mcp clears the worker's environment
-/// but for its allow list, so the doctor's own `USER` counts only if that list has it.
-fn worker_user_variable(env: &impl Env) -> Option<String> {
-    const USER: &str = "USER";
+/// `variable` as the worker sees it: relay-mcp clears the worker's environment but for its
+/// allow list, so the doctor's own value counts only if that list has it.
+fn worker_variable(env: &impl Env, variable: &str) -> Option<String> {
     names::WORKER_ENV_ALLOW_LIST
-        .contains(&USER)
-        .then(|| env.var_os(USER))
+        .contains(&variable)
+        .then(|| env.var_os(variable))
         .flatten()
         .and_then(|value| value.into_string().ok())
 }

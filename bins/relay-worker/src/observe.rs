@@ -189,11 +189,7 @@ impl Entropy for SystemEntropy {
 /// The OS user name of this process, for a file sink's `{user}`: the rule
 /// `relay-doctor` names the record file with too.
 pub(crate) fn os_user_name() -> String {
-    #[cfg(unix)]
-    let variable = "USER";
-    #[cfg(not(unix))]
-    let variable = "USERNAME";
-    relay_proxy::plugins::sink_user_name(std::env::var(variable).ok())
+    relay_proxy::plugins::sink_user_name(|variable| std::env::var(variable).ok())
 }
 
 #[cfg(test)]

@@ -49,24 +49,15 @@ impl Plugins {
         self.inner.allows_user_components()
     }
 
-    /// Checks the directory of every enabled file sink on disk (it must exist, be a
-    /// directory, and not be writable by others unless sticky); the error names the
-    /// component, its `directory` field and the file. The worker runs this before it opens
-    /// any sink, and `relay-doctor` reports the same error.
-    pub fn check_sink_directories(&self) -> Result<(), PluginConfigError> {
-        self.inner
-            .check_sink_directories(|dir| Ok(directory_facts(&std::fs::metadata(dir)?)))
-    }
-
     /// Checks every enabled file sink as it will be when the worker opens its record file:
-    /// the directory as [`Plugins::check_sink_directories`] does, then the record file for
+    /// the directory (it must exist, be a directory, and not be writable by others unless
+    /// sticky), then the record file for
     /// `user` (see [`sink_user_name`]) and `fingerprint` (`None` when there is no machine key
     /// yet): an existing file the sink would refuse or could not open, or a directory this
     /// process's user cannot create the file in, is an error in the sink's own words, naming
     /// the component and the field. The worker runs this before it starts its sinks, and
     /// `relay-doctor` runs it to say whether the worker would start. It creates nothing: the
-    /// write access is asked with access(2), which judges by the effective user as the
-    /// open does.
+    /// write access is asked with access(2).
     pub fn check_file_sinks(
         &self,
         user: &str,
@@ -82,10 +73,11 @@ impl Plugins {
 }
 
 /// The OS user name a file sink's `{user}` stands for: from the password database by the
-/// real uid (so that it cannot be chosen through the environment), else `user_variable`
-/// (`USER`; `USERNAME` elsewhere than unix), else the numeric uid. The worker and
-/// `relay-doctor` both name the record file with it.
-pub fn sink_user_name(user_variable: Option<String>) -> String {
+/// real uid (so that it cannot be chosen through the environment), else the variable
+/// `USER` (`USERNAME` elsewhere than unix) as `variable` reads it, else the numeric uid.
+/// The worker and `relay-doctor` both name the record file with it.
+pub fn sink_user_name(variable: impl FnOnce(&str) -> Option<String>) -> String {
+    let user_variable = variable(if cfg!(unix) { "USER" } else { "USERNAME" });
     #[cfg(unix)]
     {
         let uid = rustix::process::getuid().as_raw();
@@ -151,7 +143,10 @@ fn may_access(path: &Path, access: Access) -> std::io::Result<()> {
         Access::Open => Mode::READ_OK | Mode::WRITE_OK,
         Access::CreateIn => Mode::WRITE_OK | Mode::EXEC_OK,
     };
-    rustix::fs::accessat(rustix::fs::CWD, path, mode, rustix::fs::AtFlags::EACCESS)
+    // By the real ids, which are the effective ones here (nothing of Relay's is setuid):
+    // asking by the effective ones (`AT_EACCESS`) needs faccessat2, which older container
+    // seccomp profiles refuse with EPERM, and that would read as the file being refused.
+    rustix::fs::accessat(rustix::fs::CWD, path, mode, rustix::fs::AtFlags::empty())
         .map_err(std::io::Error::from)
 }
 

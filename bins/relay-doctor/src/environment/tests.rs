@@ -452,7 +452,7 @@ fn a_record_file_the_worker_would_refuse_fails_the_plugins_check() {
         );
     };
     configure("e-{user}.jsonl");
-    let record = sinks.join(format!("e-{}.jsonl", sink_user_name(None)));
+    let record = sinks.join(format!("e-{}.jsonl", sink_user_name(|_| None)));
     assert_eq!(plugins(&inputs).status, Status::Ok);
     // Checking created nothing.
     assert!(!record.exists());
