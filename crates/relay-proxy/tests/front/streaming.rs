@@ -325,6 +325,20 @@ async fn a_provider_breaking_mid_stream_fails_the_client_read() {
     }
 }
 
+/// A connection to `relay` that has sent an HTTP/1.0 request for a streamed answer.
+async fn http_1_0_stream(relay: &Relay) -> tokio::net::TcpStream {
+    let body = r#"{"model":"m","max_tokens":16,"stream":true,"messages":[]}"#;
+    let request = format!(
+        "POST /v1/messages HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         anthropic-version: 2023-06-01\r\nContent-Length: {}\r\n\r\n{body}",
+        relay.host(),
+        body.len()
+    );
+    let mut stream = relay.connect().await;
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+}
+
 /// An HTTP/1.0 answer has neither chunks nor a length to show it was cut: its end is the
 /// connection's end. A provider breaking mid-stream must then reset the connection, never
 /// close it cleanly, or the truncated stream would read as complete.
@@ -336,15 +350,7 @@ async fn a_provider_breaking_mid_stream_resets_an_http_1_0_connection() {
         fail_after_bytes: Some(300),
         ..Behaviour::default()
     });
-    let body = r#"{"model":"m","max_tokens":16,"stream":true,"messages":[]}"#;
-    let request = format!(
-        "POST /v1/messages HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\n\
-         anthropic-version: 2023-06-01\r\nContent-Length: {}\r\n\r\n{body}",
-        relay.host(),
-        body.len()
-    );
-    let mut stream = relay.connect().await;
-    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut stream = http_1_0_stream(&relay).await;
     let mut received = Vec::new();
     let ended = tokio::time::timeout(WAIT, stream.read_to_end(&mut received))
         .await
@@ -371,15 +377,7 @@ async fn a_stream_cut_off_at_the_end_of_the_drain_resets_an_http_1_0_connection(
         stream_events: Some(1000),
         ..Behaviour::default()
     });
-    let body = r#"{"model":"m","max_tokens":16,"stream":true,"messages":[]}"#;
-    let request = format!(
-        "POST /v1/messages HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\n\
-         anthropic-version: 2023-06-01\r\nContent-Length: {}\r\n\r\n{body}",
-        relay.host(),
-        body.len()
-    );
-    let mut stream = relay.connect().await;
-    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut stream = http_1_0_stream(&relay).await;
     let mut head = [0u8; 12];
     stream.read_exact(&mut head).await.unwrap();
     assert_eq!(&head, b"HTTP/1.0 200");
