@@ -1575,6 +1575,18 @@ fn credentials_in_indented_escaped_json_and_dotted_urls_are_hidden() {
                 &["cdTail"],
                 &["{\"msg\":\"{\\\"password\\\":", ",\\\"n\\\":1}\"}"],
             ),
+            // A value opened by an escaped quote ends where the string around it does...
+            (
+                "{\"msg\":\"x \\\"password\\\": \\\"s3cr3tCut\",\"n\":1}",
+                &["s3cr3tCut"],
+                &["{\"msg\":\"x \\\"password\\\": ", "\",\"n\":1}"],
+            ),
+            // ...and, unclosed, at the end of its line.
+            (
+                "curl -d \"{\\\"password\\\": \\\"s3cr3tLine\nnext line kept",
+                &["s3cr3tLine"],
+                &["curl -d \"{\\\"password\\\": ", "\nnext line kept"],
+            ),
             // A name/value pair in JSON inside a string (a log line's message).
             (
                 "{\"msg\":\"[{\\\"name\\\":\\\"DB_PASSWORD\\\",\\\"value\\\":\\\"Qz7VmW2pLk9Rt\\\"}]\"}",
