@@ -3,39 +3,17 @@
 use std::io;
 use std::path::PathBuf;
 
-/// Why a directory or file cannot hold records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum UnsafePathReason {
-    /// The directory path is not a directory.
-    #[error("not a directory")]
-    NotADirectory,
-    /// Others may write to the directory and it has no sticky bit, so anyone could replace
-    /// the file.
-    #[error("writable by others without the sticky bit")]
-    WritableByOthers,
-    /// Another user owns the directory: they could replace or remove the file.
-    #[error("owned by another user, who could replace or remove the record file")]
-    OwnedByAnotherUser,
-    /// The file is not a regular file.
-    #[error("not a regular file")]
-    NotRegularFile,
-    /// The file belongs to another user.
-    #[error("owned by another user")]
-    NotOwnedByCurrentUser,
-    /// The group or others may access the file.
-    #[error("readable or writable by group or others")]
-    InsecurePermissions,
-}
+use relay_plugins::config::{FilenameProblem, RecordFileProblem, SinkDirectoryProblem};
 
 /// A sink that cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
-    /// The file name has neither `{user}` nor `{fingerprint}`.
-    #[error("file name {filename:?} must contain {{user}} or {{fingerprint}}")]
-    FilenamePlaceholderMissing { filename: String },
-    /// The file name, once substituted, is not a single path component.
-    #[error("file name {filename:?} is not a plain file name once substituted")]
-    FilenameInvalid { filename: String },
+    /// The file name gives no record file name (`filename` is the template).
+    #[error("file name {filename:?} {problem}")]
+    Filename {
+        filename: String,
+        problem: FilenameProblem,
+    },
     /// The directory's metadata could not be read.
     #[error("cannot inspect the sink directory {directory}: {source}")]
     DirectoryMetadata {
@@ -46,7 +24,7 @@ pub enum SinkError {
     #[error("the sink directory {directory} is {reason}")]
     DirectoryUnsafe {
         directory: PathBuf,
-        reason: UnsafePathReason,
+        reason: SinkDirectoryProblem,
     },
     /// The file could not be opened (a symlink is refused here).
     #[error("cannot open the record file {path}: {source}")]
@@ -55,7 +33,7 @@ pub enum SinkError {
     #[error("the record file {path} is {reason}")]
     FileUnsafe {
         path: PathBuf,
-        reason: UnsafePathReason,
+        reason: RecordFileProblem,
     },
     /// The file writer's thread could not be started.
     #[error("cannot start the record file writer: {source}")]

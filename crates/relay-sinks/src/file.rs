@@ -2,8 +2,7 @@
 //! created 0600 without following a symlink, in a directory nobody else can swap files in.
 
 use relay_plugins::config::{
-    DirectoryFacts, FilenameProblem, RecordFileFacts, RecordFileProblem, SinkDirectoryProblem,
-    check_sink_directory,
+    DirectoryFacts, RecordFileFacts, RecordFileProblem, SinkDirectoryProblem, check_sink_directory,
 };
 use std::fs::File;
 use std::io::{self, Write};
@@ -16,7 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::config::FileSinkConfig;
 use crate::drops::Counters;
-use crate::error::{SinkError, UnsafePathReason};
+use crate::error::SinkError;
 use crate::sinks::Msg;
 
 pub use relay_plugins::config::{FINGERPRINT_PLACEHOLDER, USER_PLACEHOLDER};
@@ -48,51 +47,37 @@ impl PathFacts {
 
 /// The directory rule of §8.1, as `relay_plugins::config::check_sink_directory` states it
 /// for activation, checked again on the directory the sink actually opens.
-pub fn check_directory(facts: &PathFacts) -> Result<(), UnsafePathReason> {
+pub fn check_directory(facts: &PathFacts) -> Result<(), SinkDirectoryProblem> {
     let facts = DirectoryFacts {
         is_dir: facts.is_dir,
         mode: facts.mode,
         owner: facts.uid,
         euid: rustix::process::geteuid().as_raw(),
     };
-    check_sink_directory(&facts).map_err(|problem| match problem {
-        SinkDirectoryProblem::NotADirectory => UnsafePathReason::NotADirectory,
-        SinkDirectoryProblem::WritableByOthers => UnsafePathReason::WritableByOthers,
-        SinkDirectoryProblem::OwnedByAnotherUser => UnsafePathReason::OwnedByAnotherUser,
-    })
+    check_sink_directory(&facts)
 }
 
 /// The rule for the opened file, as `relay_plugins::config::check_record_file` states it
 /// for activation (where `relay-doctor` applies it too): a regular file of ours that only we
 /// can read. A file that someone else created in a shared sticky directory would otherwise
 /// receive our records.
-pub fn check_record_file(facts: &PathFacts, euid: u32) -> Result<(), UnsafePathReason> {
+pub fn check_record_file(facts: &PathFacts, euid: u32) -> Result<(), RecordFileProblem> {
     let facts = RecordFileFacts {
         is_regular_file: facts.is_regular_file,
         mode: facts.mode,
         owner: facts.uid,
         euid,
     };
-    relay_plugins::config::check_record_file(&facts).map_err(|problem| match problem {
-        RecordFileProblem::NotRegularFile => UnsafePathReason::NotRegularFile,
-        RecordFileProblem::NotOwnedByCurrentUser => UnsafePathReason::NotOwnedByCurrentUser,
-        RecordFileProblem::InsecurePermissions => UnsafePathReason::InsecurePermissions,
-    })
+    relay_plugins::config::check_record_file(&facts)
 }
 
 /// Substitutes `{user}` and `{fingerprint}` with `relay_plugins::config::render_filename`,
 /// the rule activation checks with.
 pub fn render_filename(template: &str, user: &str, fingerprint: &str) -> Result<String, SinkError> {
     relay_plugins::config::render_filename(template, user, fingerprint).map_err(|problem| {
-        match problem {
-            FilenameProblem::PlaceholderMissing => SinkError::FilenamePlaceholderMissing {
-                filename: template.to_owned(),
-            },
-            FilenameProblem::NotPlain => SinkError::FilenameInvalid {
-                filename: template
-                    .replace(USER_PLACEHOLDER, user)
-                    .replace(FINGERPRINT_PLACEHOLDER, fingerprint),
-            },
+        SinkError::Filename {
+            filename: template.to_owned(),
+            problem,
         }
     })
 }

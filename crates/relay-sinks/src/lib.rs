@@ -29,7 +29,7 @@ pub use config::{
     SinksConfig,
 };
 pub use drops::{DROP_LOG_INTERVAL, SinkStats};
-pub use error::{SinkError, UnsafePathReason};
+pub use error::SinkError;
 pub use file::{
     FINGERPRINT_PLACEHOLDER, PathFacts, USER_PLACEHOLDER, check_directory, check_record_file,
     render_filename,

@@ -6,7 +6,8 @@ use super::{
     FileSink, PathFacts, check_directory, check_record_file, render_filename, write_whole,
 };
 use crate::config::FileSinkConfig;
-use crate::error::{SinkError, UnsafePathReason};
+use crate::error::SinkError;
+use relay_plugins::config::{FilenameProblem, RecordFileProblem, SinkDirectoryProblem};
 
 fn dir(mode: u32) -> PathFacts {
     PathFacts {
@@ -41,15 +42,15 @@ fn a_directory_writable_by_others_needs_the_sticky_bit() {
     assert_eq!(check_directory(&dir(0o1777)), Ok(()));
     assert_eq!(
         check_directory(&dir(0o777)),
-        Err(UnsafePathReason::WritableByOthers)
+        Err(SinkDirectoryProblem::WritableByOthers)
     );
     assert_eq!(
         check_directory(&dir(0o733)),
-        Err(UnsafePathReason::WritableByOthers)
+        Err(SinkDirectoryProblem::WritableByOthers)
     );
     assert_eq!(
         check_directory(&file(0o755, 0)),
-        Err(UnsafePathReason::NotADirectory)
+        Err(SinkDirectoryProblem::NotADirectory)
     );
     // Owned by another user than this process's (and not root): they may write in it.
     let theirs = PathFacts {
@@ -58,14 +59,14 @@ fn a_directory_writable_by_others_needs_the_sticky_bit() {
     };
     assert_eq!(
         check_directory(&theirs),
-        Err(UnsafePathReason::OwnedByAnotherUser)
+        Err(SinkDirectoryProblem::OwnedByAnotherUser)
     );
     assert_eq!(
         check_directory(&PathFacts {
             mode: 0o1755,
             ..theirs
         }),
-        Err(UnsafePathReason::OwnedByAnotherUser)
+        Err(SinkDirectoryProblem::OwnedByAnotherUser)
     );
 }
 
@@ -74,19 +75,19 @@ fn the_opened_file_must_be_ours_regular_and_private() {
     assert_eq!(check_record_file(&file(0o600, 1000), 1000), Ok(()));
     assert_eq!(
         check_record_file(&file(0o600, 1001), 1000),
-        Err(UnsafePathReason::NotOwnedByCurrentUser)
+        Err(RecordFileProblem::NotOwnedByCurrentUser)
     );
     assert_eq!(
         check_record_file(&file(0o644, 1000), 1000),
-        Err(UnsafePathReason::InsecurePermissions)
+        Err(RecordFileProblem::InsecurePermissions)
     );
     assert_eq!(
         check_record_file(&file(0o606, 1000), 1000),
-        Err(UnsafePathReason::InsecurePermissions)
+        Err(RecordFileProblem::InsecurePermissions)
     );
     assert_eq!(
         check_record_file(&dir(0o700), 0),
-        Err(UnsafePathReason::NotRegularFile)
+        Err(RecordFileProblem::NotRegularFile)
     );
 }
 
@@ -102,13 +103,19 @@ fn the_file_name_needs_a_placeholder_and_stays_one_component() {
     );
     assert!(matches!(
         render_filename("events.jsonl", "alice", "fp1"),
-        Err(SinkError::FilenamePlaceholderMissing { .. })
+        Err(SinkError::Filename {
+            problem: FilenameProblem::PlaceholderMissing,
+            ..
+        })
     ));
     for user in ["../../etc/x", "..", "a/b", ""] {
         assert!(
             matches!(
                 render_filename("{user}", user, "fp1"),
-                Err(SinkError::FilenameInvalid { .. })
+                Err(SinkError::Filename {
+                    problem: FilenameProblem::NotPlain,
+                    ..
+                })
             ),
             "{user:?}"
         );
@@ -159,7 +166,7 @@ fn a_directory_writable_by_others_is_refused() -> Result<(), Box<dyn std::error:
         matches!(
             opened,
             Err(SinkError::DirectoryUnsafe {
-                reason: UnsafePathReason::WritableByOthers,
+                reason: SinkDirectoryProblem::WritableByOthers,
                 ..
             })
         ),
@@ -184,7 +191,7 @@ fn a_file_planted_readable_by_others_is_refused() -> Result<(), Box<dyn std::err
         matches!(
             opened,
             Err(SinkError::FileUnsafe {
-                reason: UnsafePathReason::InsecurePermissions,
+                reason: RecordFileProblem::InsecurePermissions,
                 ..
             })
         ),
