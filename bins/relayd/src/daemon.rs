@@ -224,7 +224,7 @@ async fn serve_daemon(prepared: Prepared, env: &impl Env) -> anyhow::Result<()> 
     let (served, tls) = tls.unzip();
     // Ends with the runtime, when the daemon has stopped.
     if let Some(served) = served {
-        tokio::spawn(watch_certificate(served, CERTIFICATE_CHECK));
+        tokio::spawn(watch_certificate(served, CERTIFICATE_CHECK, report_reload));
     }
     let drain = config.daemon.timers.drain_secs.get();
     // Said at once: the stop's next lines come only when the drain has ended, up to
@@ -597,17 +597,22 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 const CERTIFICATE_CHECK: Duration = Duration::from_secs(60);
 
 /// Looks at the served certificate's files every `every` and serves a renewed certificate
-/// from the next handshake on, so that renewing it takes no restart.
-async fn watch_certificate(served: Arc<ServedCertificate>, every: Duration) {
+/// from the next handshake on, so that renewing it takes no restart; `report` says what
+/// each look did ([`report_reload`] logs it).
+async fn watch_certificate(
+    served: Arc<ServedCertificate>,
+    every: Duration,
+    report: impl Fn(&ServedCertificate, Reload) + Clone + Send + 'static,
+) {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         // Off the event loop: a file system that hangs must not hold up requests. The next
         // look waits for this one.
-        let served = served.clone();
+        let (served, report) = (served.clone(), report.clone());
         let mut look = tokio::task::spawn_blocking(move || {
-            report_reload(&served, served.reload_if_changed(SystemTime::now()));
+            report(&served, served.reload_if_changed(SystemTime::now()));
         });
         if tokio::time::timeout(every, &mut look).await.is_err() {
             tracing::warn!(

@@ -163,17 +163,17 @@ fn plain_http_on_loopback_runs_one_event_loop_and_https_a_thread_per_cpu() {
 }
 
 /// Waits on the paused clock, which does not move on while a look runs off the event loop,
-/// until `leaf` gives `expected`: how long that took, within three looks.
-async fn served_after<T: PartialEq>(leaf: impl Fn() -> T, expected: T) -> std::time::Duration {
+/// for the next look `looks` reports (true when it served new files), within three looks:
+/// what it did, and how long it took to come.
+async fn next_look(
+    looks: &mut tokio::sync::mpsc::UnboundedReceiver<bool>,
+) -> (bool, std::time::Duration) {
     let start = tokio::time::Instant::now();
-    while leaf() != expected {
-        assert!(
-            start.elapsed() < CERTIFICATE_CHECK * 3,
-            "not served after three looks"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    start.elapsed()
+    let served = tokio::time::timeout(CERTIFICATE_CHECK * 3, looks.recv())
+        .await
+        .expect("no look within three checks")
+        .expect("the watch ended");
+    (served, start.elapsed())
 }
 
 /// The served certificate's files are looked at once per check: a renewal is served from
@@ -192,17 +192,24 @@ async fn a_renewed_certificate_is_served_from_the_next_look_at_its_files() {
     let served =
         relay_proxy::tls::ServedCertificate::from_files(&cert, &key, "relay.test").unwrap();
     let leaf = || served.chain()[0].clone();
-    let watching = tokio::spawn(watch_certificate(served.clone(), CERTIFICATE_CHECK));
+    let (looked, mut looks) = tokio::sync::mpsc::unbounded_channel();
+    let report = move |_: &relay_proxy::tls::ServedCertificate, reload| {
+        let _ = looked.send(matches!(reload, relay_proxy::tls::Reload::Served { .. }));
+    };
+    let watching = tokio::spawn(watch_certificate(served.clone(), CERTIFICATE_CHECK, report));
     let second = std::time::Duration::from_secs(1);
     let renewed = write();
     assert_ne!(renewed, first);
+    assert_eq!(leaf(), first);
     // Served at the first look, a minute after the watch began, and not before; then at
     // the next, a minute later.
     let at_a_look = CERTIFICATE_CHECK - second..CERTIFICATE_CHECK + second;
-    let took = served_after(&leaf, renewed).await;
-    assert!(at_a_look.contains(&took), "{took:?}");
+    let (served_new, took) = next_look(&mut looks).await;
+    assert!(served_new && at_a_look.contains(&took), "{took:?}");
+    assert_eq!(leaf(), renewed);
     let again = write();
-    let took = served_after(&leaf, again).await;
-    assert!(at_a_look.contains(&took), "{took:?}");
+    let (served_new, took) = next_look(&mut looks).await;
+    assert!(served_new && at_a_look.contains(&took), "{took:?}");
+    assert_eq!(leaf(), again);
     watching.abort();
 }
