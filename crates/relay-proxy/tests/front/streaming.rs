@@ -339,6 +339,19 @@ async fn http_1_0_stream(relay: &Relay) -> tokio::net::TcpStream {
     stream
 }
 
+/// What `stream` reads before the connection ends, which must be with a reset: an HTTP/1.0
+/// answer closed cleanly would read as whole.
+async fn read_until_reset(mut stream: tokio::net::TcpStream) -> String {
+    let mut received = Vec::new();
+    let ended = tokio::time::timeout(WAIT, stream.read_to_end(&mut received))
+        .await
+        .expect("the connection stayed open");
+    let text = String::from_utf8_lossy(&received).into_owned();
+    let error = ended.expect_err(&format!("the HTTP/1.0 stream ended cleanly: {text}"));
+    assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+    text
+}
+
 /// An HTTP/1.0 answer has neither chunks nor a length to show it was cut: its end is the
 /// connection's end. A provider breaking mid-stream must then reset the connection, never
 /// close it cleanly, or the truncated stream would read as complete.
@@ -350,19 +363,12 @@ async fn a_provider_breaking_mid_stream_resets_an_http_1_0_connection() {
         fail_after_bytes: Some(300),
         ..Behaviour::default()
     });
-    let mut stream = http_1_0_stream(&relay).await;
-    let mut received = Vec::new();
-    let ended = tokio::time::timeout(WAIT, stream.read_to_end(&mut received))
-        .await
-        .expect("the connection stayed open");
-    let text = String::from_utf8_lossy(&received);
+    let text = read_until_reset(http_1_0_stream(&relay).await).await;
     assert!(text.starts_with("HTTP/1.0 200"), "{text}");
     assert!(
         !text.to_ascii_lowercase().contains("transfer-encoding"),
         "{text}"
     );
-    let error = ended.expect_err("the truncated HTTP/1.0 stream ended cleanly");
-    assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
 }
 
 /// A stream still running when the drain time runs out is cut off. Over HTTP/1.0 the cut
@@ -384,15 +390,9 @@ async fn a_stream_cut_off_at_the_end_of_the_drain_resets_an_http_1_0_connection(
     // The stream runs on past the drain time, which is a second here.
     let report = tokio::time::timeout(WAIT, relay.stop()).await.unwrap();
     assert_eq!(report.unfinished, 1);
-    let mut received = Vec::new();
-    let ended = tokio::time::timeout(WAIT, stream.read_to_end(&mut received))
-        .await
-        .expect("the connection stayed open");
-    let text = String::from_utf8_lossy(&received);
+    let text = read_until_reset(stream).await;
     assert!(text.contains("event: "), "{text}");
     assert!(!text.contains("message_stop"), "{text}");
-    let error = ended.expect_err("the cut-off HTTP/1.0 stream ended cleanly");
-    assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
 }
 
 /// The raw HTTP/1.1 bytes of a truncated chunked stream: no terminating chunk, then the
