@@ -385,20 +385,6 @@ impl Plugins {
         self.allow_user_components
     }
 
-    /// Checks the directory of every file sink of the enabled observability component with
-    /// [`check_sink_directory`]; `inspect` reads a directory's metadata (following links).
-    /// The error names the component, the sink's `directory` field and the file, like every
-    /// other activation error; the sinks call this before opening any file.
-    pub fn check_sink_directories(
-        &self,
-        mut inspect: impl FnMut(&Path) -> std::io::Result<DirectoryFacts>,
-    ) -> Result<(), PluginConfigError> {
-        for sink in self.file_sinks() {
-            sink.check_directory(inspect(&sink.config.directory))?;
-        }
-        Ok(())
-    }
-
     /// Checks every file sink of the enabled observability component as the sink will find
     /// it when it opens its record file: the directory ([`check_sink_directory`]), then the
     /// record file named by `filename` for `user` and `fingerprint` (`None` when not known

@@ -540,15 +540,19 @@ fn sink_directories_are_checked_with_errors_naming_the_field() {
     let mut asked = Vec::new();
     let mut inspect = |mode| {
         asked.clear();
-        plugins.check_sink_directories(|dir| {
-            asked.push(dir.to_owned());
-            Ok(DirectoryFacts {
-                is_dir: true,
-                mode,
-                owner: 0,
-                euid: 0,
-            })
-        })
+        plugins.check_file_sinks(
+            "alice",
+            None,
+            &mut Directories(|dir: &Path| {
+                asked.push(dir.to_owned());
+                Ok(DirectoryFacts {
+                    is_dir: true,
+                    mode,
+                    owner: 0,
+                    euid: 0,
+                })
+            }),
+        )
     };
     assert!(inspect(0o1777).is_ok());
     let error = inspect(0o777).unwrap_err();
@@ -558,7 +562,11 @@ fn sink_directories_are_checked_with_errors_naming_the_field() {
         "/etc/relay/plugins.toml: component 1, `config.sinks[2].directory`: the directory is writable by other users without the sticky bit"
     );
     let error = plugins
-        .check_sink_directories(|_| Err(std::io::ErrorKind::NotFound.into()))
+        .check_file_sinks(
+            "alice",
+            None,
+            &mut Directories(|_: &Path| Err(std::io::ErrorKind::NotFound.into())),
+        )
         .unwrap_err();
     assert!(
         matches!(error, PluginConfigError::SinkDirectoryUnreadable { .. }),
@@ -568,9 +576,32 @@ fn sink_directories_are_checked_with_errors_naming_the_field() {
     assert!(
         parse("version = 1\n")
             .unwrap()
-            .check_sink_directories(|_| panic!("no sink"))
+            .check_file_sinks(
+                "alice",
+                None,
+                &mut Directories(|_: &Path| panic!("no sink"))
+            )
             .is_ok()
     );
+}
+
+/// A disk of which only directories are asked about, through `inspect`: no record file is
+/// there yet, and one may be created.
+struct Directories<F>(F);
+
+impl<F: FnMut(&Path) -> std::io::Result<DirectoryFacts>> SinkFiles for Directories<F> {
+    fn directory(&mut self, directory: &Path) -> std::io::Result<DirectoryFacts> {
+        (self.0)(directory)
+    }
+    fn record_file(&mut self, _: &Path) -> std::io::Result<Option<RecordFileFacts>> {
+        Ok(None)
+    }
+    fn may_open(&mut self, _: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn may_create_in(&mut self, _: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[test]
