@@ -265,7 +265,7 @@ const CREDENTIAL_PARTS: [&[u8]; 9] = [
 
 /// Whole names, and the words a name may end in: `secret_key` matches `SECRET_KEY` and
 /// `STRIPE_SECRET_KEY`.
-pub(super) const CREDENTIAL_WORDS: [&str; 30] = [
+pub(super) const CREDENTIAL_WORDS: [&str; 32] = [
     "apikey",
     "api_key",
     "api_keys",
@@ -296,6 +296,9 @@ pub(super) const CREDENTIAL_WORDS: [&str; 30] = [
     "account_key",
     "encryption_key",
     "connection_string",
+    // AWS Secrets Manager's fields for a secret's value.
+    "secret_string",
+    "secret_binary",
 ];
 /// Endings that need no word boundary before them.
 pub(super) const CREDENTIAL_ENDINGS: [&str; 5] =

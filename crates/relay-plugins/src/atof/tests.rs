@@ -1687,6 +1687,180 @@ fn credentials_in_indented_escaped_json_and_dotted_urls_are_hidden() {
     }
 }
 
+/// More shapes a black-box test found leaking: a parameter as `aws ssm get-parameter` prints
+/// it (a `Type` between its name and its value, a path for a name), a setting whose value
+/// comes before its name, JSON escaped twice (a log line inside a log line), a URL's
+/// password holding an unescaped `@`, and AWS Secrets Manager's `SecretString`.
+#[test]
+fn credentials_in_parameters_reordered_settings_and_deeper_escapes_are_hidden() {
+    let detectors = DefaultDetectors::new();
+    let redactors: [&dyn Redactor; 2] = [&content::NoRedaction, &detectors];
+    let ssm = |name: &str, kind: &str, value: &str| {
+        format!(
+            "{{\n    \"Parameter\": {{\n        \"Name\": \"{name}\",\n        \"Type\": \"{kind}\",\n        \"Value\": \"{value}\",\n        \"Version\": 3,\n        \"LastModifiedDate\": \"2026-11-02T10:14:55.123000+00:00\",\n        \"ARN\": \"arn:aws:ssm:eu-west-1:123456789012:parameter{name}\",\n        \"DataType\": \"text\"\n    }}\n}}"
+        )
+    };
+    for redactor in redactors {
+        for (raw, secrets, kept) in [
+            (
+                ssm("/prod/db/password", "SecureString", "Qz7VmW2pLk9Rt"),
+                &["Qz7VmW2pLk9Rt"][..],
+                &["\"Type\": \"SecureString\",\n        \"Value\": ", "\"Version\": 3"][..],
+            ),
+            // Kept encrypted, the parameter is a secret whatever its name...
+            (
+                ssm("/prod/app/config", "SecureString", "Qz7VmW2pLk9Rt"),
+                &["Qz7VmW2pLk9Rt"],
+                &["\"Name\": \"/prod/app/config\""],
+            ),
+            // ...and a plain one is when its name's last segment names one.
+            (
+                ssm("/prod/app/api-key", "String", "Qz7VmW2pLk9Rt"),
+                &["Qz7VmW2pLk9Rt"],
+                &["\"Name\": \"/prod/app/api-key\""],
+            ),
+            // `az webapp config appsettings list`.
+            (
+                "[\n  {\n    \"name\": \"DB_PASSWORD\",\n    \"slotSetting\": false,\n    \"value\": \"Qz7VmW2pLk9Rt\"\n  }\n]".to_owned(),
+                &["Qz7VmW2pLk9Rt"],
+                &["\"slotSetting\": false,\n    \"value\": "],
+            ),
+            // The value before its name, compact, in YAML and escaped.
+            (
+                "{\"value\": \"Qz7VmW2pLk9Rt\", \"name\": \"DB_PASSWORD\"}".to_owned(),
+                &["Qz7VmW2pLk9Rt"],
+                &["{\"value\": ", ", \"name\": \"DB_PASSWORD\"}"],
+            ),
+            (
+                "env:\n- value: Qz7VmW2pLk9Rt\n  name: API_TOKEN\n".to_owned(),
+                &["Qz7VmW2pLk9Rt"],
+                &["env:\n- value: ", "\n  name: API_TOKEN\n"],
+            ),
+            (
+                "{\"msg\":\"{\\\"value\\\":\\\"Qz7VmW2pLk9Rt\\\",\\\"name\\\":\\\"DB_PASSWORD\\\"}\"}"
+                    .to_owned(),
+                &["Qz7VmW2pLk9Rt"],
+                &["{\"msg\":\"{\\\"value\\\":", ",\\\"name\\\":\\\"DB_PASSWORD\\\"}\"}"],
+            ),
+            // JSON escaped twice: a request body inside a message inside a log line.
+            (
+                "{\"msg\":\"{\\\"body\\\":\\\"{\\\\\\\"password\\\\\\\":\\\\\\\"s3cr3tDeep9\\\\\\\"}\\\"}\"}"
+                    .to_owned(),
+                &["s3cr3tDeep9"],
+                &[
+                    "{\"msg\":\"{\\\"body\\\":\\\"{\\\\\\\"password\\\\\\\":",
+                    "}\\\"}\"}",
+                ],
+            ),
+            // A quote escaped once more inside it is part of the value.
+            (
+                "{\"msg\":\"{\\\\\\\"password\\\\\\\":\\\\\\\"ab\\\\\\\\\\\\\\\"cdTail\\\\\\\",\\\\\\\"n\\\\\\\":1}\"}"
+                    .to_owned(),
+                &["cdTail"],
+                &[",\\\\\\\"n\\\\\\\":1}\"}"],
+            ),
+            // A URL's password with its own `@`.
+            (
+                "psql postgres://app:p@ssW0rdX@db.example.com/app".to_owned(),
+                &["ssW0rdX", "p@ss"],
+                &["psql postgres://app:", "@db.example.com/app"],
+            ),
+            (
+                "redis-cli -u redis://:s3cr@tKey@cache.internal:6379/0".to_owned(),
+                &["s3cr", "tKey"],
+                &["redis://:", "@cache.internal:6379/0"],
+            ),
+            // `aws secretsmanager get-secret-value`.
+            (
+                "{\n    \"Name\": \"prod/db\",\n    \"SecretString\": \"Qz7VmW2pLk9Rt\",\n    \"VersionStages\": [\"AWSCURRENT\"]\n}".to_owned(),
+                &["Qz7VmW2pLk9Rt"],
+                &["\"Name\": \"prod/db\"", "\"VersionStages\""],
+            ),
+        ] {
+            let (out, _) = content::text(redactor, &raw, 1 << 20);
+            let out = out.as_str().unwrap();
+            for secret in secrets {
+                assert!(!out.contains(secret), "{secret} in {out}");
+            }
+            for kept in kept {
+                assert!(out.contains(kept), "{kept} lost from {out}");
+            }
+            assert!(out.contains("[REDACTED:credential]"), "{out}");
+            let (again, _) = content::text(redactor, out, 1 << 20);
+            assert_eq!(again.as_str().unwrap(), out);
+        }
+        // Exactly what a record holds.
+        for (raw, hidden) in [
+            (
+                "{\"value\": \"Qz7VmW2pLk9Rt\", \"name\": \"DB_PASSWORD\"}",
+                "{\"value\": [REDACTED:credential], \"name\": \"DB_PASSWORD\"}",
+            ),
+            (
+                "psql postgres://app:p@ssW0rdX@db.example.com/app",
+                "psql postgres://app:[REDACTED:credential]@db.example.com/app",
+            ),
+        ] {
+            let (out, _) = content::text(redactor, raw, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), hidden);
+        }
+        // Each setting keeps its own value: one that names no credential keeps it, before or
+        // after one that does, and in either order of its fields.
+        for (raw, kept, secret) in [
+            (
+                "- name: LOG_LEVEL\n  value: debug\n- name: DB_PASSWORD\n  value: Qz7VmW2pLk9Rt\n",
+                "value: debug\n",
+                "Qz7VmW2pLk9Rt",
+            ),
+            (
+                "- value: debug\n  name: LOG_LEVEL\n- value: Qz7VmW2pLk9Rt\n  name: DB_PASSWORD\n",
+                "- value: debug\n",
+                "Qz7VmW2pLk9Rt",
+            ),
+            (
+                "- name: DB_PASSWORD\n  value: Qz7VmW2pLk9Rt\n- value: debug\n  name: LOG_LEVEL\n",
+                "- value: debug\n",
+                "Qz7VmW2pLk9Rt",
+            ),
+        ] {
+            let (out, _) = content::text(redactor, raw, 1 << 20);
+            let out = out.as_str().unwrap();
+            assert!(out.contains(kept), "{kept} lost from {out}");
+            assert!(!out.contains(secret), "{secret} in {out}");
+        }
+        // Text that only looks alike keeps its words.
+        for plain in [
+            ssm("/prod/app/region", "String", "eu-west-1"),
+            "[{\"value\": \"eu-west-1\", \"name\": \"Region\"}]".to_owned(),
+            "{\"name\": \"DB_PASSWORD\", \"a\": 1, \"b\": 2, \"c\": 3, \"value\": \"x\"}"
+                .to_owned(),
+            "{\"name\": \"password\", \"valueFrom\": \"arn:aws:ssm:eu-west-1:1:parameter/p\"}"
+                .to_owned(),
+            "{\\\\\\\"tokens\\\\\\\": 1234, \\\\\\\"max_tokens\\\\\\\": 100}".to_owned(),
+            "https://example.com/a@b and mailto:x".to_owned(),
+        ] {
+            let (out, _) = content::text(redactor, &plain, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), plain);
+        }
+    }
+    // Linear in the text, however many times it repeats a shape: read again from each one,
+    // these would take minutes.
+    for (unit, hides) in [
+        (
+            "\"Name\": \"password\", \"Type\": \"SecureString\", ",
+            false,
+        ),
+        ("value: x\n  type: y\n", false),
+        ("- name: password\n  value: ", true),
+        ("{\\\\\\\"password\\\\\\\": \\\\\\\"", true),
+        ("x://u:p@a@b ", true),
+    ] {
+        let long = unit.repeat(200_000 / unit.len());
+        let (out, _) = content::text(&detectors, &long, 1 << 20);
+        let out = out.as_str().unwrap();
+        assert_eq!(out.contains("[REDACTED:credential]"), hides, "{unit}");
+    }
+}
+
 /// The same shapes through the recorder, as a Bash tool's command and its output reach a
 /// record with `capture_content` on.
 #[test]

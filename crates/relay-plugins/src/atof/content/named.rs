@@ -11,16 +11,17 @@
 //!   also in a list item, under a quoted key or in a diff) and a heredoc (`key = <<EOF`);
 //! - `key` and `sig` in a URL's query;
 //! - a setting given as a name and a value: the text of an XML element named for a
-//!   credential, `<add key="…" value="…" />`, `name: …` followed by `value: …` in any
-//!   case (a Kubernetes container's environment, Terraform's `set` blocks, JSON printed
-//!   compact or indented), and a call's first two
-//!   arguments (`define('DB_PASSWORD', '…')`, `os.Setenv("TOKEN", "…")`);
-//! - a URL's password (`postgres://app:…@db`), curl's `-u user:…`, a `.netrc` password,
+//!   credential, `<add key="…" value="…" />`, `name: …` and `value: …` in any case and
+//!   either order, maybe with a field or two between (a Kubernetes container's environment,
+//!   Terraform's `set` blocks, JSON printed compact or indented, `aws ssm get-parameter`),
+//!   and a call's first two arguments (`define('DB_PASSWORD', '…')`,
+//!   `os.Setenv("TOKEN", "…")`);
+//! - a URL's password (`postgres://app:…@db`, to the last `@`), curl's `-u user:…`, a `.netrc` password,
 //!   `--password …`, and the password after `-p` of sshpass, a registry login, mongosh and
 //!   a MySQL client (`-p…`, attached), and redis-cli's `-a`.
 //!
 //! A value is what a quote opens and closes, also an escaped one (`\"…\"`, JSON inside a
-//! string). Unquoted, after `:` at the start of a line (a header, YAML) it is the rest of
+//! string, and deeper: `\\\"…\\\"`). Unquoted, after `:` at the start of a line (a header, YAML) it is the rest of
 //! the line; elsewhere it ends at a blank, and also at the quote that opened just before
 //! the name (`"PASSWORD=…"`) or, in a query string, at `&` and at the characters that end
 //! a URL; an authentication scheme (`Basic`, `Bearer`, …) takes the word after it along.
@@ -29,6 +30,7 @@
 //! hidden is not looked at again, and every value read past its line is bounded.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::ops::Range;
 use std::sync::LazyLock;
 
@@ -68,7 +70,11 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     // and again here in case hiding something else joined one.
     hidden.extend(url_passwords(text, &p.url_password));
     for caps in p.curl_user.captures_iter(text) {
-        hidden.extend(caps.get(1).map(|value| value.range()));
+        // `redis-cli -u redis://…` gives a URL, whose password is the rule above's.
+        let password = caps
+            .get(1)
+            .filter(|value| !value.as_str().starts_with("//"));
+        hidden.extend(password.map(|value| value.range()));
     }
     let starts = p
         .spaced
@@ -95,16 +101,7 @@ fn hide_once(text: &str) -> Cow<'_, str> {
             hidden.extend(non_blank(caps.get(3).or_else(|| caps.get(4))));
         }
     }
-    for caps in p.name_value.captures_iter(text) {
-        let (Some(whole), Some(name)) = (caps.get(0), first_group(&caps)) else {
-            continue;
-        };
-        if names_a_credential_in_text(name.as_str()) {
-            let own_line = whole.as_str().contains('\n');
-            let end = if own_line { End::LineEnd } else { End::blank() };
-            hidden.push(whole.end()..whole.end() + value_len(&text[whole.end()..], end));
-        }
-    }
+    hidden.extend(settings(text, p));
     for caps in p.call.captures_iter(text) {
         let (Some(whole), Some(name)) = (caps.get(0), first_group(&caps)) else {
             continue;
@@ -171,6 +168,88 @@ fn replace(text: &str, mut hidden: Vec<Range<usize>>) -> Cow<'_, str> {
 /// alone, which in prose, printed usage and XML is a count (`Input tokens: 1234`).
 fn names_a_credential_in_text(name: &str) -> bool {
     !name.eq_ignore_ascii_case("tokens") && names_a_credential(name)
+}
+
+/// How many other fields may stand between a setting's name and its value, or its value and
+/// its name: AWS's `Type`, Azure's `slotSetting`.
+const MAX_FIELDS_BETWEEN: usize = 2;
+
+/// Where the values of settings printed as a `name` field and a `value` field lie (see
+/// [`Patterns::setting_key`]), when the name names a credential, or its last segment does
+/// (`/prod/db/api-key`, AWS's parameter names), or a `type` field between them says
+/// `SecureString` (an AWS parameter kept encrypted, whatever its name).
+///
+/// Read field by field from each `name` or `value` key, at most a few fields on: a second
+/// name or value starts the next setting, so the value of one is never taken for another's.
+fn settings(text: &str, p: &Patterns) -> Vec<Range<usize>> {
+    let mut hidden = Vec::new();
+    // Keys before this belong to a setting already read.
+    let mut read_to = 0;
+    for key in p.setting_key.find_iter(text) {
+        if key.start() < read_to {
+            continue;
+        }
+        let (mut name, mut value, mut secure) = (None, None, false);
+        let mut at = key.start();
+        for _ in 0..MAX_FIELDS_BETWEEN + 2 {
+            let rest = &text[at..];
+            if let (Some(name), Some(opening)) = (name, p.value_key.find(rest)) {
+                // A value after its name is read as any named value is: quoted over lines,
+                // or to the end of its line when it has a line of its own.
+                let start = at + opening.end();
+                read_to = start;
+                if secure || names_a_setting(name) {
+                    let own_line = text[key.start()..start].contains('\n');
+                    let end = if own_line { End::LineEnd } else { End::blank() };
+                    let len = value_len(&text[start..], end);
+                    hidden.push(start..start + len);
+                    read_to = start + len;
+                }
+                break;
+            }
+            let Some(field) = p.field.captures(rest) else {
+                break;
+            };
+            let (Some(whole), Some(field_key), Some(field_value)) =
+                (field.get(0), field.get(1), field.get(2))
+            else {
+                break;
+            };
+            let field_key = field_key.as_str();
+            if field_key.eq_ignore_ascii_case("name") {
+                if name.is_some() {
+                    break;
+                }
+                name = Some(field_value.as_str().trim_matches(['"', '\'', '\\']));
+            } else if field_key.eq_ignore_ascii_case("value") {
+                if value.is_some() {
+                    break;
+                }
+                value = Some(at + field_value.start()..at + field_value.end());
+            } else if field_key.eq_ignore_ascii_case("type") {
+                secure |= field_value.as_str().contains("SecureString");
+            }
+            at += whole.end();
+            if let (Some(name), Some(value)) = (name, &value) {
+                // A value before its name (`{"value": …, "name": "DB_PASSWORD"}`) was read
+                // as a field: on one line.
+                if secure || names_a_setting(name) {
+                    hidden.push(value.clone());
+                }
+                read_to = at;
+                break;
+            }
+        }
+    }
+    hidden
+}
+
+/// Whether a setting's name names a credential, whole or by its last segment.
+fn names_a_setting(name: &str) -> bool {
+    names_a_credential_in_text(name)
+        || name
+            .rsplit_once('/')
+            .is_some_and(|(_, last)| names_a_credential_in_text(last))
 }
 
 /// Where `value` lies, unless it holds nothing but blanks (an empty setting).
@@ -327,9 +406,11 @@ fn value_len(rest: &str, end: End) -> usize {
         }
         (_, End::LineEnd) => line_len(rest),
         (Some('\\'), End::Blank { .. })
-            if let Some(quote @ ('"' | '\'')) = rest[1..].chars().next() =>
+            if let run = rest.len() - rest.trim_start_matches('\\').len()
+                && run % 2 == 1
+                && let Some(quote @ ('"' | '\'')) = rest[run..].chars().next() =>
         {
-            escaped_quoted_len(rest, quote)
+            escaped_quoted_len(rest, run, quote)
         }
         (_, End::Blank { quote, in_query }) => {
             let ends = |c: char| {
@@ -353,34 +434,48 @@ fn value_len(rest: &str, end: End) -> usize {
     }
 }
 
-/// The length of a value that `rest` opens with an escaped `quote` (`\"…\"`, JSON inside a
-/// string): to the escaped quote that closes it. Inside, read one level of escaping down
-/// (`\\` a backslash, `\"` a quote), a quote escaped again (`\\\"`) is part of the value.
-/// It also ends where the string around it does, at `quote` unescaped; and one that does
-/// not close on its line hides only the rest of the line, as an unclosed quote does.
-fn escaped_quoted_len(rest: &str, quote: char) -> usize {
-    // Whether the last character, read one level down, was a backslash.
-    let mut inner_escape = false;
-    let mut chars = rest.char_indices().skip(2);
-    while let Some((at, c)) = chars.next() {
+/// The length of a value that `rest` opens with a `quote` escaped by `run` backslashes
+/// (`\"…\"`, JSON inside a string; `\\\"…\\\"`, JSON inside that): to the quote that closes it.
+///
+/// Read one level of escaping at a time, a quote after an even number of backslashes is the
+/// outermost text's own, and one after an odd number `r` lies one level deeper than a quote
+/// after `(r - 1) / 2` (see [`quote_depth`]). The value ends at the first quote at its own
+/// depth, which closes it, or at a shallower one, where a string around it ends; quotes
+/// deeper than it are inside it. One that does not close on its line hides only the rest of
+/// the line, as an unclosed quote does.
+fn escaped_quoted_len(rest: &str, run: usize, quote: char) -> usize {
+    let depth = quote_depth(run);
+    let mut backslashes = 0;
+    for (at, c) in rest.char_indices().skip(run + 1) {
         if at > MAX_SPANNED_VALUE || c == '\n' {
             break;
         }
-        if c == quote {
-            return at;
-        }
-        if c != '\\' {
-            inner_escape = false;
+        if c == '\\' {
+            backslashes += 1;
             continue;
         }
-        match chars.next() {
-            Some((_, '\\')) => inner_escape = !inner_escape,
-            Some((at, c)) if c == quote && !inner_escape => return at + c.len_utf8(),
-            Some((_, '\n')) | None => break,
-            Some(_) => inner_escape = false,
+        if c == quote {
+            match quote_depth(backslashes).cmp(&depth) {
+                Ordering::Equal => return at + 1,
+                Ordering::Less => return at,
+                Ordering::Greater => {}
+            }
         }
+        backslashes = 0;
     }
     line_len(rest)
+}
+
+/// How many levels of escaping down a quote after `run` backslashes lies: none after an
+/// even number, one after `\`, two after `\\\` (a `\` and a `\"` escaped again), three after
+/// seven.
+fn quote_depth(mut run: usize) -> usize {
+    let mut depth = 0;
+    while run % 2 == 1 {
+        depth += 1;
+        run /= 2;
+    }
+    depth
 }
 
 /// The length of the first line of `text`, without its line break.
@@ -489,7 +584,8 @@ struct Patterns {
     /// bare bracket, so `vocab[token] =` and the `credential]` of a value already hidden
     /// are not names.
     named: Regex,
-    /// A URL's password (`scheme://user:…@`, the user may be empty).
+    /// A URL's password (`scheme://user:…@`, the user may be empty), to the last `@` before
+    /// the host: a password's own `@` is often left unescaped (`postgres://app:p@ss@db`).
     url_password: Regex,
     /// curl's password after its user (`-u user:…`, `--user=user:…`, `-uuser:…`).
     curl_user: Regex,
@@ -507,11 +603,19 @@ struct Patterns {
     /// A setting given as attributes (`<add key="ClearTextPassword" value="…" />`, NuGet's
     /// and .NET's), over several lines if a formatter wrapped them.
     setting: Regex,
-    /// `name: …` and then `value: …`, in any case, on the next line or after a comma (at
-    /// the end of a line too): a Kubernetes container's environment, Terraform's `set`
-    /// blocks, JSON printed as text, compact or indented (`kubectl get -o json`, AWS's
-    /// `{"Name": …, "Value": …}`), also inside a string, its quotes escaped.
-    name_value: Regex,
+    /// The key of a setting's `name` or `value` field, in any case (AWS prints `Name` and
+    /// `Value`), maybe quoted, also with its quotes escaped (JSON inside a string): a
+    /// Kubernetes container's environment, Terraform's `set` blocks, JSON printed as text,
+    /// compact or indented (`kubectl get -o json`, `aws ssm get-parameter`). See
+    /// [`settings`].
+    setting_key: Regex,
+    /// A `value` field's key and separator, at the start of the text.
+    value_key: Regex,
+    /// A field of a setting at the start of the text: its key, maybe quoted, and a value on
+    /// its line (quoted, a bare word, `{}` or `[]`), and what separates it from the next: a
+    /// comma, on the same line or ending it (JSON printed with indentation), or a line break,
+    /// maybe to a list item's dash; nothing after the last.
+    field: Regex,
     /// A call whose first argument is a quoted name and whose second starts with a quote:
     /// `define('DB_PASSWORD', '…')`, `os.Setenv("TOKEN", "…")`.
     call: Regex,
@@ -523,9 +627,9 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         named: compile(
             // The quote a name may close can be escaped: JSON inside a string, a command
             // line or source code (`"{\"password\": …}"`).
-            r#"[A-Za-z][A-Za-z0-9_.-]*(?:\\?["']\]?)?[ \t]*(?:=>|:=|\|\|=|\?=|[=:])[ \t]*"#,
+            r#"[A-Za-z][A-Za-z0-9_.-]*(?:\\*["']\]?)?[ \t]*(?:=>|:=|\|\|=|\?=|[=:])[ \t]*"#,
         )?,
-        url_password: compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#@]+)@")?,
+        url_password: compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#]+)@")?,
         curl_user: compile(r"(?:^|[ \t])(?:-u|--user)[ =]*[^\s:]+:(\S+)")?,
         spaced: compile(
             r"(?m)(?:(?:^|[ \t])--(?:password|passwd|token|secret|api-key|api_key|access-token|auth-token)|^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password)[ \t]+([^\s:=-]\S*)",
@@ -542,16 +646,13 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         setting: compile(
             r#"\b(?:key|name)\s*=\s*(?:"([^"<>]*)"|'([^'<>]*)')\s+value\s*=\s*(?:"([^"]*)"|'([^']*)')"#,
         )?,
-        name_value: compile(concat!(
-            // `name` in any case (AWS prints `Name` and `Value`), maybe quoted, and the
-            // name it gives: quoted, or a bare word. A double quote may be escaped (JSON
-            // inside a string: `{\"name\":\"…\",\"value\":…}`).
-            r#"\b(?i:name)(?:\\?["'])?[ \t]*[:=][ \t]*"#,
-            r#"(?:\\?"([^"\n]*?)\\?"|'([^'\n]*)'|([A-Za-z][A-Za-z0-9_.-]*))[ \t]*"#,
-            // A comma, on the same line or ending it (JSON printed with indentation), or
-            // the next line, maybe a list item's.
-            r"(?:,[ \t]*(?:\r?\n[ \t]*)?|\r?\n[ \t-]*)",
-            r#"(?:\\?["'])?(?i:value)(?:\\?["'])?[ \t]*[:=][ \t]*"#,
+        setting_key: compile(r#"\b(?i:name|value)(?:\\*["'])?[ \t]*[:=]"#)?,
+        value_key: compile(r#"\A(?:\\*["'])?(?i:value)(?:\\*["'])?[ \t]*[:=][ \t]*"#)?,
+        field: compile(concat!(
+            r#"\A(?:\\*["'])?([A-Za-z][A-Za-z0-9_]*)(?:\\*["'])?[ \t]*[:=][ \t]*"#,
+            // A quoted value, its quotes escaped as the key's may be; a bare word.
+            r#"("(?:[^"\\\n]|\\.)*"|\\+"[^"\n]*?\\+"|'(?:[^'\\\n]|\\.)*'|\{\}|\[\]|[^\s,"'{}\[\]\\]+)"#,
+            r"[ \t]*(?:,[ \t]*(?:\r?\n[ \t]*)?|\r?\n[ \t-]*)?",
         ))?,
         call: compile(
             r#"\(\s*(?:"([A-Za-z][A-Za-z0-9_.-]*)"|'([A-Za-z][A-Za-z0-9_.-]*)')\s*,\s*["']"#,
