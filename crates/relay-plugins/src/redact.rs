@@ -30,7 +30,9 @@ pub use json::{is_json_object, parse_value};
 pub enum Detector {
     Email,
     /// Provider and platform API keys: `sk-…` (OpenAI, Anthropic `sk-ant-…`), GitHub
-    /// `ghp_…`/`github_pat_…`, Slack `xox?-…`, Google `AIza…`.
+    /// `ghp_…`/`github_pat_…`, Slack `xox?-…`, Google `AIza…` and `ya29.…`, and the tokens
+    /// other platforms print on their own (GitLab, npm, PyPI, Hugging Face, Vault,
+    /// DigitalOcean, Stripe's secret keys, SendGrid, Heroku, Shopify).
     ApiKey,
     /// The token after `Bearer `.
     BearerToken,
@@ -91,7 +93,13 @@ impl Detector {
         match self {
             Detector::Email => r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
             Detector::ApiKey => {
-                r"(?-u:\b)(?:sk-[A-Za-z0-9_-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35})"
+                concat!(
+                    r"(?-u:\b)(?:sk-[A-Za-z0-9_-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{35}",
+                    r"|glpat-[A-Za-z0-9_-]{20,}|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}|hf_[A-Za-z0-9]{30,}",
+                    r"|hv[sbr]\.[A-Za-z0-9_-]{24,}|ya29\.[A-Za-z0-9_-]{20,}|do[opr]_v1_[a-f0-9]{64}",
+                    r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}",
+                    r"|HRKU-[A-Za-z0-9_-]{20,}|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32})",
+                )
             }
             Detector::BearerToken => r"(?:Bearer|bearer|BEARER)[ \t]+([A-Za-z0-9._~+/-]{8,}=*)",
             Detector::Jwt => r"eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*",
@@ -131,7 +139,29 @@ impl Detector {
                 "xoxp-",
                 "xoxr-",
                 "xoxs-",
+                "xapp-",
                 "AIza",
+                "glpat-",
+                "npm_",
+                "pypi-",
+                "hf_",
+                "hvs.",
+                "hvb.",
+                "hvr.",
+                "ya29.",
+                "dop_v1_",
+                "doo_v1_",
+                "dor_v1_",
+                "sk_live_",
+                "sk_test_",
+                "rk_live_",
+                "rk_test_",
+                "SG.",
+                "HRKU-",
+                "shpat_",
+                "shpca_",
+                "shppa_",
+                "shpss_",
             ]),
             Detector::BearerToken => Prefilter::Keywords(&["Bearer", "bearer", "BEARER"]),
             Detector::Jwt => Prefilter::Keywords(&["eyJ"]),

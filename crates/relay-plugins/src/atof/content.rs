@@ -251,8 +251,10 @@ fn names_a_credential(name: &str) -> bool {
 }
 
 /// A part of every word of [`CREDENTIAL_WORDS`] and [`CREDENTIAL_ENDINGS`].
-const CREDENTIAL_PARTS: [&[u8]; 9] = [
+const CREDENTIAL_PARTS: [&[u8]; 11] = [
     b"key",
+    b"secure",
+    b"dockerconfig",
     b"token",
     b"secret",
     b"pass",
@@ -265,7 +267,7 @@ const CREDENTIAL_PARTS: [&[u8]; 9] = [
 
 /// Whole names, and the words a name may end in: `secret_key` matches `SECRET_KEY` and
 /// `STRIPE_SECRET_KEY`.
-pub(super) const CREDENTIAL_WORDS: [&str; 32] = [
+pub(super) const CREDENTIAL_WORDS: [&str; 39] = [
     "apikey",
     "api_key",
     "api_keys",
@@ -299,6 +301,15 @@ pub(super) const CREDENTIAL_WORDS: [&str; 32] = [
     // AWS Secrets Manager's fields for a secret's value.
     "secret_string",
     "secret_binary",
+    // Vault's AppRole secret, Azure's secure values and account keys.
+    "secret_id",
+    "secure_value",
+    "master_key",
+    // A kubeconfig's and a Kubernetes secret's keys.
+    "key_data",
+    "privatekey",
+    "tls_key",
+    "dockerconfigjson",
 ];
 /// Endings that need no word boundary before them.
 pub(super) const CREDENTIAL_ENDINGS: [&str; 5] =

@@ -1861,6 +1861,210 @@ fn credentials_in_parameters_reordered_settings_and_deeper_escapes_are_hidden() 
     }
 }
 
+/// What a second sweep over the shapes real tools print found leaking: credentials given
+/// as a flag's value, set through a `config set` command, printed in a table of names and
+/// values, under a Kubernetes secret's or a kubeconfig's keys, in Azure's and Terraform's
+/// JSON, in YAML with comments or another field between, in a connection string, and in a
+/// URL in JSON with its slashes escaped. Also what it found destroyed (a URL's port through
+/// an e-mail address later in the JSON, an ARN's name) and a second pass that changed a
+/// hidden value again.
+#[test]
+fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
+    let detectors = DefaultDetectors::new();
+    let redactors: [&dyn Redactor; 2] = [&content::NoRedaction, &detectors];
+    for redactor in redactors {
+        for (raw, secrets, kept) in [
+            // Flags named for a credential, and a secret's `--value`.
+            (
+                "az sql server create -g rg -n srv --admin-user sqladmin --admin-password 'Hunter2AzSql!'",
+                &["Hunter2AzSql"][..],
+                &["--admin-user sqladmin --admin-password "][..],
+            ),
+            (
+                "aws rds create-db-instance --master-username admin --master-user-password Hunter2Rds --engine postgres",
+                &["Hunter2Rds"],
+                &[" --engine postgres"],
+            ),
+            (
+                "aws secretsmanager put-secret-value --secret-id prod/stripe --secret-string Hunter2SmPlain",
+                &["Hunter2SmPlain"],
+                &["aws secretsmanager put-secret-value --secret-id "],
+            ),
+            (
+                "aws ssm put-parameter --name /prod/app/config --value Hunter2Ssm --type SecureString",
+                &["Hunter2Ssm"],
+                &["--type SecureString"],
+            ),
+            (
+                "aws ssm put-parameter --name /prod/db/password --value Hunter2SsmName --overwrite",
+                &["Hunter2SsmName"],
+                &["--overwrite"],
+            ),
+            (
+                "az keyvault secret set --vault-name kv --name stripe --value 'rk_Hunter2Kv2'",
+                &["Hunter2Kv2"],
+                &["--vault-name kv --name stripe"],
+            ),
+            (
+                "az storage blob upload --account-name acct --account-key Zm9vSHVudGVyMg== -f x",
+                &["Zm9vSHVudGVyMg=="],
+                &["--account-name acct", " -f x"],
+            ),
+            (
+                "gh secret set API_TOKEN --body \"Hunter2Gh\" && gh secret set B -b Hunter2GhB",
+                &["Hunter2Gh\"", "Hunter2GhB"],
+                &["gh secret set API_TOKEN --body "],
+            ),
+            (
+                "keytool -genkey -alias x -keystore ks.jks -storepass Hunter2Ks -keypass Hunter2Kp",
+                &["Hunter2Ks", "Hunter2Kp"],
+                &["-keystore ks.jks"],
+            ),
+            // `config set` commands.
+            (
+                "aws configure set aws_secret_access_key wJalrXUtnFEMI/K7MDENG/Hunter2Cfg",
+                &["Hunter2Cfg"],
+                &["aws configure set aws_secret_access_key "],
+            ),
+            (
+                "yarn config set npmAuthToken Hunter2Yarn; git config --global github.token ghx_Hunter2GitCfg",
+                &["Hunter2Yarn", "Hunter2GitCfg"],
+                &["git config --global github.token "],
+            ),
+            // `vault kv get` and `vault token create`.
+            (
+                "Key            Value\n---            -----\napi_key        AbCdEf123456SecretApiKey\ndb_password    Hunter2DbPass\nttl            768h",
+                &["AbCdEf123456SecretApiKey", "Hunter2DbPass"],
+                &["Key            Value\n", "ttl            768h"],
+            ),
+            (
+                "Key                  Value\n---                  -----\ntoken                hvs_Hunter2VaultTok\ntoken_accessor       8PZtGvH4DxJ4Sg9vQpLxJqXn",
+                &["Hunter2VaultTok"],
+                &["token_accessor       8PZtGvH4DxJ4Sg9vQpLxJqXn"],
+            ),
+            // A Kubernetes secret's, a kubeconfig's and Azure's keys.
+            (
+                "data:\n  tls.crt: Y2VydGlmaWNhdGU=\n  tls.key: S2V5SHVudGVyMg==\n",
+                &["S2V5SHVudGVyMg=="],
+                &["tls.crt: Y2VydGlmaWNhdGU=\n"],
+            ),
+            (
+                "users:\n- name: admin\n  user:\n    client-key-data: LS0tS2V5SHVudGVyMg==\n",
+                &["LS0tS2V5SHVudGVyMg=="],
+                &["- name: admin\n"],
+            ),
+            (
+                "  .dockerconfigjson: eyJhdXRoc0h1bnRlcjIifQ==\n  ssh-privatekey: U3NoSHVudGVyMg==\n",
+                &["eyJhdXRoc0h1bnRlcjIifQ==", "U3NoSHVudGVyMg=="],
+                &[],
+            ),
+            (
+                "[\n  {\n    \"creationTime\": \"2026-01-01T00:00:00Z\",\n    \"keyName\": \"key1\",\n    \"permissions\": \"FULL\",\n    \"value\": \"Zm9vYmFySHVudGVyMg==\"\n  }\n]",
+                &["Zm9vYmFySHVudGVyMg=="],
+                &["\"keyName\": \"key1\""],
+            ),
+            (
+                "{\"primaryMasterKey\": \"C2y6yHunter2Cosmos==\", \"secureValue\": \"rk_Hunter2Aci\"}",
+                &["Hunter2Cosmos", "Hunter2Aci"],
+                &[],
+            ),
+            // `terraform output -json`: the secret hidden, the object's brackets kept.
+            (
+                "{\n  \"db_password\": {\n    \"sensitive\": true,\n    \"type\": \"string\",\n    \"value\": \"Hunter2DbPass!\"\n  },\n  \"region\": {\n    \"sensitive\": false,\n    \"type\": \"string\",\n    \"value\": \"eu-west-1\"\n  }\n}",
+                &["Hunter2DbPass"],
+                &["\"db_password\": {\n", "\"value\": \"eu-west-1\""],
+            ),
+            (
+                "\"api_keys\": [\"k1Hunter2\", \"k2Hunter2\"], \"n\": 1",
+                &["Hunter2"],
+                &["\"api_keys\": [", "], \"n\": 1"],
+            ),
+            // YAML with another field, a comment or a blank line between, or a folded value.
+            (
+                "- name: DB_PASSWORD\n  description: Database password\n  value: Hunter2Desc\n",
+                &["Hunter2Desc"],
+                &["description: Database password\n"],
+            ),
+            (
+                "- name: API_TOKEN # used by the worker\n  value: Hunter2TrailComment\n",
+                &["Hunter2TrailComment"],
+                &["# used by the worker\n"],
+            ),
+            (
+                "- name: GITHUB_TOKEN\n  # from the secret\n\n  value: ghx_Hunter2Comment\n",
+                &["Hunter2Comment"],
+                &["# from the secret\n"],
+            ),
+            (
+                "  - name: DB_PASSWORD\n    value: >-\n      Hunter2Folded\n  - name: LOG_LEVEL\n    value: debug\n",
+                &["Hunter2Folded"],
+                &["value: debug\n"],
+            ),
+            // A connection string keeps what follows its password, and the quote closing it.
+            (
+                "\"DefaultConnection\": \"Server=db;Database=app;Password=Hunter2Mssql;TrustServerCertificate=True\"",
+                &["Hunter2Mssql"],
+                &[";TrustServerCertificate=True\""],
+            ),
+            // A URL in JSON with its slashes escaped (PHP's `json_encode`).
+            (
+                "{\"url\":\"mysql:\\/\\/root:Hunter2Lara@127.0.0.1\\/app\"}",
+                &["Hunter2Lara"],
+                &["{\"url\":\"mysql:\\/\\/root:", "\\/app\"}"],
+            ),
+            // A presigned URL's signature and an environment's `_KEY`.
+            (
+                "https://b.s3.amazonaws.com/o?X-Amz-Credential=AKID&X-Amz-Signature=abcdef0123456789hunter&x=1",
+                &["abcdef0123456789hunter"],
+                &["&x=1"],
+            ),
+            (
+                "APP_KEY=base64:SHVudGVyMkxhcmF2ZWw=\nRAILS_MASTER_KEY=Hunter2Rails\nSTRIPE_PUBLISHABLE_KEY=pk_live_visible",
+                &["SHVudGVyMkxhcmF2ZWw=", "Hunter2Rails"],
+                &["STRIPE_PUBLISHABLE_KEY=pk_live_visible"],
+            ),
+        ] {
+            let (out, _) = content::text(redactor, raw, 1 << 20);
+            let out = out.as_str().unwrap();
+            for secret in secrets {
+                assert!(!out.contains(secret), "{secret} in {out}");
+            }
+            for kept in kept {
+                assert!(out.contains(kept), "{kept} lost from {out}");
+            }
+            assert!(out.contains("[REDACTED:credential]"), "{out}");
+            let (again, _) = content::text(redactor, out, 1 << 20);
+            assert_eq!(again.as_str().unwrap(), out);
+        }
+        // Text that only looks alike keeps its words.
+        for plain in [
+            "{\"homepage\":\"https://example.com:8443\",\"maintainers\":[{\"email\":\"bob\"}]}",
+            "\"Resource\": \"arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf\",",
+            "git config --global user.email me && npm config set registry https://r.example",
+            "aws ssm put-parameter --name /prod/app/region --value eu-west-1 --type String",
+            "NAME          TYPE     DATA   AGE\ndb-password   Opaque   1      3d",
+            "  --token-file PATH     where the token is read from",
+            "Options:\n  token        TOKEN\n  api_key      KEY",
+            "CACHE_KEY_PREFIX=app SSH_PUBLIC_KEY=ssh-ed25519",
+            "{\"db_password\": {\"sensitive\": true}}",
+        ] {
+            let (out, _) = content::text(redactor, plain, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), plain);
+        }
+        // A hidden value is not read again as a user and a password.
+        let hidden = "curl -u bob[REDACTED:credential] https://x";
+        let (out, _) = content::text(redactor, hidden, 1 << 20);
+        assert_eq!(out.as_str().unwrap(), hidden);
+    }
+    // Linear in the text, however many times it repeats a shape: a line of keys once took
+    // seconds at 20 KB and minutes at 80.
+    for unit in ["name=a&value=b&", "value:", "name=.", "- value: a # b\n\n"] {
+        let long = unit.repeat(200_000 / unit.len());
+        let (out, _) = content::text(&detectors, &long, 1 << 20);
+        assert_eq!(out.as_str().unwrap(), long, "{unit}");
+    }
+}
+
 /// The same shapes through the recorder, as a Bash tool's command and its output reach a
 /// record with `capture_content` on.
 #[test]

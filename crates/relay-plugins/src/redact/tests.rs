@@ -553,3 +553,53 @@ fn what_the_provider_signed_comes_back_unchanged() {
     let text = String::from_utf8(result.body.into_owned()).unwrap();
     assert!(!text.contains("jane@example.org"), "{text}");
 }
+
+/// Tokens that platforms print on their own (`gcloud auth print-access-token`, `vault print
+/// token`, `npm token create`, `heroku auth:token`), with no name before them to say what
+/// they are; and words that only start alike, which stay.
+#[test]
+fn platform_tokens_printed_alone_are_api_keys() {
+    check(
+        RedactAction::Redact,
+        &[
+            "ya29.a0AfB_byC1dEfGhIjKlMnOpQrStUvWxYz0123456789",
+            "hvs.CAESIJ5xsecretvaulttokenvalue1234GiCgpodnMuVnN3",
+            "glpat-xY3zAbCdEfGhIjKlMnOp",
+            "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+            "pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdoLWlqa2wtbW5vcC1xcnN0LXV2d3h5ejAxMjM0",
+            "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+            "dop_v1_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "STRIPE_SECRET=sk_live_51HxyzAbCdEfGhIjKl and rk_test_51HxyzAbCdEfGhIjKl",
+            "SG.AbCdEfGhIjKlMnOpQr.StUvWxYz0123456789AbCd",
+            "HRKU-AbCdEf0123456789-GhIjKl",
+            "shpat_0123456789abcdef0123456789abcdef and xapp-1-A0123-456-abcdef",
+            "pk_live_51HxyzAbCdEfGhIjKl, npm_config_cache, hf_hub, SG.x, ya29.short, hvs.short",
+        ],
+        expect![[r#"
+            "ya29.a0AfB_byC1dEfGhIjKlMnOpQrStUvWxYz0123456789"
+              -> "[REDACTED:api_key]" api_key=1
+            "hvs.CAESIJ5xsecretvaulttokenvalue1234GiCgpodnMuVnN3"
+              -> "[REDACTED:api_key]" api_key=1
+            "glpat-xY3zAbCdEfGhIjKlMnOp"
+              -> "[REDACTED:api_key]" api_key=1
+            "npm_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+              -> "[REDACTED:api_key]" api_key=1
+            "pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdoLWlqa2wtbW5vcC1xcnN0LXV2d3h5ejAxMjM0"
+              -> "[REDACTED:api_key]" api_key=1
+            "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+              -> "[REDACTED:api_key]" api_key=1
+            "dop_v1_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+              -> "[REDACTED:api_key]" api_key=1
+            "STRIPE_SECRET=sk_live_51HxyzAbCdEfGhIjKl and rk_test_51HxyzAbCdEfGhIjKl"
+              -> "STRIPE_SECRET=[REDACTED:api_key] and [REDACTED:api_key]" api_key=2
+            "SG.AbCdEfGhIjKlMnOpQr.StUvWxYz0123456789AbCd"
+              -> "[REDACTED:api_key]" api_key=1
+            "HRKU-AbCdEf0123456789-GhIjKl"
+              -> "[REDACTED:api_key]" api_key=1
+            "shpat_0123456789abcdef0123456789abcdef and xapp-1-A0123-456-abcdef"
+              -> "[REDACTED:api_key] and [REDACTED:api_key]" api_key=2
+            "pk_live_51HxyzAbCdEfGhIjKl, npm_config_cache, hf_hub, SG.x, ya29.short, hvs.short"
+              -> "pk_live_51HxyzAbCdEfGhIjKl, npm_config_cache, hf_hub, SG.x, ya29.short, hvs.short" (borrowed) 
+        "#]],
+    );
+}

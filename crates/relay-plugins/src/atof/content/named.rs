@@ -16,15 +16,16 @@
 //!   Terraform's `set` blocks, JSON printed compact or indented, `aws ssm get-parameter`),
 //!   and a call's first two arguments (`define('DB_PASSWORD', '…')`,
 //!   `os.Setenv("TOKEN", "…")`);
-//! - a URL's password (`postgres://app:…@db`, to the last `@`), curl's `-u user:…`, a `.netrc` password,
-//!   `--password …`, and the password after `-p` of sshpass, a registry login, mongosh and
-//!   a MySQL client (`-p…`, attached), and redis-cli's `-a`.
+//! - a URL's password (`postgres://app:…@db`, to the last `@`), curl's `-u user:…`, a
+//!   `.netrc` password, `--password …`, and the password after `-p` of sshpass, a registry
+//!   login, mongosh and a MySQL client (`-p…`, attached), and redis-cli's `-a`.
 //!
 //! A value is what a quote opens and closes, also an escaped one (`\"…\"`, JSON inside a
-//! string, and deeper: `\\\"…\\\"`). Unquoted, after `:` at the start of a line (a header, YAML) it is the rest of
-//! the line; elsewhere it ends at a blank, and also at the quote that opened just before
-//! the name (`"PASSWORD=…"`) or, in a query string, at `&` and at the characters that end
-//! a URL; an authentication scheme (`Basic`, `Bearer`, …) takes the word after it along.
+//! string, and deeper: `\\\"…\\\"`). Unquoted, after `:` at the start of a line (a header,
+//! YAML) it is the rest of the line; elsewhere it ends at a blank, and also at the quote
+//! that opened just before the name (`"PASSWORD=…"`) or, in a query string, at `&` and at
+//! the characters that end a URL; an authentication scheme (`Basic`, `Bearer`, …) takes the
+//! word after it along.
 //!
 //! Applied twice it changes nothing more. Linear in the text: a name inside a value already
 //! hidden is not looked at again, and every value read past its line is bounded.
@@ -71,19 +72,42 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     hidden.extend(url_passwords(text, &p.url_password));
     for caps in p.curl_user.captures_iter(text) {
         // `redis-cli -u redis://…` gives a URL, whose password is the rule above's.
-        let password = caps
-            .get(1)
-            .filter(|value| !value.as_str().starts_with("//"));
+        // A value already hidden (`bob[REDACTED:credential]`) has no password after its `:`.
+        let password = caps.get(1).filter(|value| {
+            !value.as_str().starts_with("//") && !CREDENTIAL_FIELD.ends_with(value.as_str())
+        });
         hidden.extend(password.map(|value| value.range()));
     }
+    let flags = p.flag.captures_iter(text).filter_map(|caps| {
+        let (flag, value) = (caps.get(1)?, caps.get(2)?);
+        let secret = names_a_credential_in_text(flag.as_str())
+            || (flag.as_str() == "value" && value_flag_is_secret(line_around(text, value.start())));
+        secret.then_some(value)
+    });
+    let config_values = p.config_set.captures_iter(text).filter_map(|caps| {
+        let (name, value) = (caps.get(1)?, caps.get(2)?);
+        names_a_config_setting(name.as_str()).then_some(value)
+    });
     let starts = p
         .spaced
         .captures_iter(text)
         .chain(p.password_flag.captures_iter(text))
         .filter_map(|caps| first_group(&caps))
+        .chain(flags)
+        .chain(config_values)
         .map(|value| value.start());
     for start in starts {
         hidden.push(start..start + value_len(&text[start..], End::blank()));
+    }
+    // Only under a table's header (`Key   Value` over `---   -----`), so that a help text's
+    // aligned columns keep their words, and most texts are not read for rows.
+    let table = text.contains("Value\n---") || text.contains("Value\r\n---");
+    for caps in p.table_row.captures_iter(if table { text } else { "" }) {
+        if let (Some(name), Some(value)) = (caps.get(1), caps.get(2))
+            && names_a_credential_in_text(name.as_str())
+        {
+            hidden.push(value.range());
+        }
     }
     for caps in p.element.captures_iter(text) {
         let (Some(open), Some(close)) = (caps.get(1), caps.get(4)) else {
@@ -164,10 +188,33 @@ fn replace(text: &str, mut hidden: Vec<Range<usize>>) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The names of a URL's query parameters that are credentials there alone.
+const QUERY_CREDENTIALS: [&str; 5] = [
+    "key",
+    "sig",
+    "signature",
+    "x-amz-signature",
+    "x-goog-signature",
+];
+
 /// Whether free text's `name` names a credential: as a JSON field's would, but for `tokens`
-/// alone, which in prose, printed usage and XML is a count (`Input tokens: 1234`).
+/// alone, which in prose, printed usage and XML is a count (`Input tokens: 1234`); and an
+/// environment variable's name ending in `_KEY` (`APP_KEY`, `HMAC_KEY`, `LICENSE_KEY`) but
+/// for a public one's (`STRIPE_PUBLISHABLE_KEY`, `SSH_PUBLIC_KEY`).
 fn names_a_credential_in_text(name: &str) -> bool {
-    !name.eq_ignore_ascii_case("tokens") && names_a_credential(name)
+    !name.eq_ignore_ascii_case("tokens") && (names_a_credential(name) || names_a_secret_key(name))
+}
+
+/// Whether `name` is an environment variable's (capitals, digits and `_`) ending in `_KEY`,
+/// and not a public key's.
+fn names_a_secret_key(name: &str) -> bool {
+    name.ends_with("_KEY")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && !["_PUBLIC_KEY", "_PUBLISHABLE_KEY", "_PUB_KEY"]
+            .iter()
+            .any(|public| name.ends_with(public))
 }
 
 /// How many other fields may stand between a setting's name and its value, or its value and
@@ -176,8 +223,9 @@ const MAX_FIELDS_BETWEEN: usize = 2;
 
 /// Where the values of settings printed as a `name` field and a `value` field lie (see
 /// [`Patterns::setting_key`]), when the name names a credential, or its last segment does
-/// (`/prod/db/api-key`, AWS's parameter names), or a `type` field between them says
-/// `SecureString` (an AWS parameter kept encrypted, whatever its name).
+/// (`/prod/db/api-key`, AWS's parameter names), or a field before the value says it is a
+/// secret whatever the name: `"Type": "SecureString"` (an AWS parameter kept encrypted),
+/// `"sensitive": true` (a Terraform output), `"keyName"` for the name (an Azure account key).
 ///
 /// Read field by field from each `name` or `value` key, at most a few fields on: a second
 /// name or value starts the next setting, so the value of one is never taken for another's.
@@ -192,18 +240,26 @@ fn settings(text: &str, p: &Patterns) -> Vec<Range<usize>> {
         let (mut name, mut value, mut secure) = (None, None, false);
         let mut at = key.start();
         for _ in 0..MAX_FIELDS_BETWEEN + 2 {
-            let rest = &text[at..];
-            if let (Some(name), Some(opening)) = (name, p.value_key.find(rest)) {
+            // A field is read within a bounded slice, so a line of keys is read in linear
+            // time however long it is.
+            let rest = &text[at..floor_char_boundary(text, at + MAX_FIELD_BYTES)];
+            if (name.is_some() || secure)
+                && let Some(opening) = p.value_key.find(rest)
+            {
                 // A value after its name is read as any named value is: quoted over lines,
                 // or to the end of its line when it has a line of its own.
                 let start = at + opening.end();
-                read_to = start;
-                if secure || names_a_setting(name) {
+                if secure || name.is_some_and(names_a_setting) {
                     let own_line = text[key.start()..start].contains('\n');
                     let end = if own_line { End::LineEnd } else { End::blank() };
-                    let len = value_len(&text[start..], end);
+                    let line_start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
+                    let line = &text[line_start..];
+                    let len = block_scalar_len(&text[start..], line, at - line_start)
+                        .unwrap_or_else(|| value_len(&text[start..], end));
                     hidden.push(start..start + len);
-                    read_to = start + len;
+                    at = start + len;
+                } else {
+                    at = start;
                 }
                 break;
             }
@@ -216,11 +272,14 @@ fn settings(text: &str, p: &Patterns) -> Vec<Range<usize>> {
                 break;
             };
             let field_key = field_key.as_str();
-            if field_key.eq_ignore_ascii_case("name") {
+            let keyname = field_key.eq_ignore_ascii_case("keyName");
+            if keyname || field_key.eq_ignore_ascii_case("name") {
                 if name.is_some() {
                     break;
                 }
                 name = Some(field_value.as_str().trim_matches(['"', '\'', '\\']));
+                // An account key as Azure lists it (`"keyName": "key1", …, "value": …`).
+                secure |= keyname;
             } else if field_key.eq_ignore_ascii_case("value") {
                 if value.is_some() {
                     break;
@@ -228,6 +287,9 @@ fn settings(text: &str, p: &Patterns) -> Vec<Range<usize>> {
                 value = Some(at + field_value.start()..at + field_value.end());
             } else if field_key.eq_ignore_ascii_case("type") {
                 secure |= field_value.as_str().contains("SecureString");
+            } else if field_key.eq_ignore_ascii_case("sensitive") {
+                // `terraform output -json`: `"sensitive": true, "type": …, "value": …`.
+                secure |= field_value.as_str() == "true";
             }
             at += whole.end();
             if let (Some(name), Some(value)) = (name, &value) {
@@ -236,12 +298,59 @@ fn settings(text: &str, p: &Patterns) -> Vec<Range<usize>> {
                 if secure || names_a_setting(name) {
                     hidden.push(value.clone());
                 }
-                read_to = at;
                 break;
             }
         }
+        // The keys of the fields read are not read again.
+        read_to = at;
     }
     hidden
+}
+
+/// The longest field of a setting read (its key, its value and what follows it).
+const MAX_FIELD_BYTES: usize = 1024;
+
+/// `at`, or the start of the character it falls in, and at most `text`'s end.
+fn floor_char_boundary(text: &str, mut at: usize) -> usize {
+    if at >= text.len() {
+        return text.len();
+    }
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// Whether a command line's `--value` is a secret's: it sets an AWS parameter kept
+/// encrypted (`--type SecureString`), a secret in a vault (`az keyvault secret set`), or a
+/// setting whose `--name` names a credential (`aws ssm put-parameter --name /prod/db/password`).
+fn value_flag_is_secret(line: &str) -> bool {
+    line.contains("SecureString")
+        || line.contains("secret set")
+        || line.split("--name").skip(1).any(|after| {
+            let name = after.trim_start_matches([' ', '\t', '=']);
+            let name = &name[..name.find(char::is_whitespace).unwrap_or(name.len())];
+            names_a_setting(name.trim_matches(['"', '\'']))
+        })
+}
+
+/// The line of `text` that `at` falls in.
+fn line_around(text: &str, at: usize) -> &str {
+    let start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
+    let end = text[at..]
+        .find('\n')
+        .map_or(text.len(), |newline| at + newline);
+    &text[start..end]
+}
+
+/// Whether a name a `config set` command sets names a credential, whole or by its last
+/// segment (`github.token`, `//registry.npmjs.org/:_authToken`).
+fn names_a_config_setting(name: &str) -> bool {
+    names_a_credential_in_text(name)
+        || name
+            .rsplit(['.', '/', ':'])
+            .next()
+            .is_some_and(names_a_credential_in_text)
 }
 
 /// Whether a setting's name names a credential, whole or by its last segment.
@@ -287,10 +396,13 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         let in_query = matches!(before, Some('?' | '&'))
             || escaped.is_some()
             || before_text.ends_with("&amp;");
-        // `key` and `sig` alone are credentials in a URL's query (`?key=…`, a shared
-        // access signature's `&sig=…`), and ordinary words elsewhere.
-        let in_query_named =
-            in_query && ["key", "sig"].iter().any(|n| name.eq_ignore_ascii_case(n));
+        // `key`, `sig` and a signature alone are credentials in a URL's query (`?key=…`, a
+        // shared access signature's `&sig=…`, a presigned URL's `X-Amz-Signature=…`), and
+        // ordinary words elsewhere.
+        let in_query_named = in_query
+            && QUERY_CREDENTIALS
+                .iter()
+                .any(|n| name.eq_ignore_ascii_case(n));
         if !(names_a_credential_in_text(name) || in_query_named) {
             continue;
         }
@@ -301,9 +413,14 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         if before_text.ends_with(HASH_OPENING) && is_left_hash(&text[found.end()..]) {
             continue;
         }
+        // `arn:aws:secretsmanager:…:secret:prod/db` names a secret, and holds none.
+        if before == Some(':') && word_before(before_text).starts_with("arn:") {
+            continue;
+        }
         let rest = &text[found.end()..];
-        // `token == expected`: a comparison, not a value.
-        if rest.starts_with('=') {
+        // `token == expected`: a comparison, not a value. `"credentials": {` opens an
+        // object, whose own names are read one by one.
+        if rest.starts_with(['=', '{']) {
             continue;
         }
         let separator = head.trim_end_matches([' ', '\t']);
@@ -323,25 +440,36 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
             End::Blank {
                 quote: before.filter(|c| matches!(c, '"' | '\'')),
                 in_query,
+                in_list: before == Some(';'),
             }
         };
         let quoted_key = matches!(before, Some('"' | '\''));
         let key_column = (found.start() - line_start).saturating_sub(usize::from(quoted_key));
-        let len = if by_colon
+        let value = if by_colon
             && let Some(len) = block_scalar_len(rest, &text[line_start..], key_column)
         {
-            len
+            0..len
         } else if let Some(len) = heredoc_len(rest) {
-            len
+            0..len
+        } else if let Some(items) = list_items(rest) {
+            items
         } else {
-            value_len(rest, end)
+            0..value_len(rest, end)
         };
-        if len > 0 {
-            hidden.push(found.end()..found.end() + len);
-            hidden_to = found.end() + len;
+        if !value.is_empty() {
+            hidden.push(found.end() + value.start..found.end() + value.end);
+            hidden_to = found.end() + value.end;
         }
     }
     hidden
+}
+
+/// The word that `before` ends with: after its last blank or quote.
+fn word_before(before: &str) -> &str {
+    let start = before
+        .rfind(|c: char| c.is_whitespace() || matches!(c, '"' | '\''))
+        .map_or(0, |at| at + 1);
+    &before[start..]
 }
 
 /// Where an unquoted value ends.
@@ -349,8 +477,13 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
 enum End {
     /// At the line's end.
     LineEnd,
-    /// At a blank, or at this quote, or in a query string at `&` and at what ends a URL.
-    Blank { quote: Option<char>, in_query: bool },
+    /// At a blank, or at this quote; in a query string also at `&` and at what ends a URL,
+    /// and in a list of settings joined by `;` (a connection string) at `;`.
+    Blank {
+        quote: Option<char>,
+        in_query: bool,
+        in_list: bool,
+    },
 }
 
 impl End {
@@ -358,8 +491,44 @@ impl End {
         End::Blank {
             quote: None,
             in_query: false,
+            in_list: false,
         }
     }
+}
+
+/// Where the items of a list that opens `rest` lie (`["…", "…"]`, also over lines): inside
+/// its brackets, to the `]` that closes it outside quotes (a list inside it, or a value
+/// already hidden, is inside it too), bounded as a quoted value is; to
+/// the end of the line when it does not close by then. `None` when `rest` opens no list, or
+/// holds what a redactor left (`[REDACTED:…]`, `[HASH:…]`).
+fn list_items(rest: &str) -> Option<Range<usize>> {
+    if !rest.starts_with('[') || rest.starts_with("[REDACTED:") || rest.starts_with("[HASH:") {
+        return None;
+    }
+    let mut quote = None;
+    let mut escaped = false;
+    let (mut depth, mut lines) = (0, 0);
+    for (at, c) in rest.char_indices() {
+        if at > MAX_SPANNED_VALUE || lines > MAX_SPANNED_LINES {
+            break;
+        }
+        match (quote, c) {
+            _ if escaped => escaped = false,
+            (_, '\\') => escaped = true,
+            (_, '\n') => lines += 1,
+            (None, '"' | '\'') => quote = Some(c),
+            (Some(open), _) if c == open => quote = None,
+            (None, '[') => depth += 1,
+            (None, ']') => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(1..at);
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(1..line_len(rest))
 }
 
 /// Authentication schemes whose next word is the credential (`Authorization: Basic …`).
@@ -412,11 +581,19 @@ fn value_len(rest: &str, end: End) -> usize {
         {
             escaped_quoted_len(rest, run, quote)
         }
-        (_, End::Blank { quote, in_query }) => {
+        (
+            _,
+            End::Blank {
+                quote,
+                in_query,
+                in_list,
+            },
+        ) => {
             let ends = |c: char| {
                 c.is_whitespace()
                     || Some(c) == quote
                     || (in_query && matches!(c, '&' | '"' | '\'' | '<' | '>' | '#' | '\\'))
+                    || (in_list && c == ';')
             };
             let word = |from: usize| from + rest[from..].find(ends).unwrap_or(rest.len() - from);
             let first = word(0);
@@ -584,27 +761,41 @@ struct Patterns {
     /// bare bracket, so `vocab[token] =` and the `credential]` of a value already hidden
     /// are not names.
     named: Regex,
-    /// A URL's password (`scheme://user:…@`, the user may be empty), to the last `@` before
-    /// the host: a password's own `@` is often left unescaped (`postgres://app:p@ss@db`).
+    /// A URL's password (`scheme://user:…@`, the user may be empty, the slashes may be
+    /// escaped as JSON may write them), to the last `@` before the host: a password's own
+    /// `@` is often left unescaped (`postgres://app:p@ss@db`). It never holds a quote, `<`,
+    /// `>` or `\`, where a URL in JSON or markup ends.
     url_password: Regex,
     /// curl's password after its user (`-u user:…`, `--user=user:…`, `-uuser:…`).
     curl_user: Regex,
-    /// A value after a blank: a command-line flag named for a credential (`--password …`),
-    /// and a `.netrc` password (`machine … password …`, or a line of its own).
+    /// A `.netrc` password (`machine … password …`, or a line of its own).
     spaced: Regex,
+    /// A long flag and the value after it and a blank (`--admin-password …`); the caller
+    /// judges the flag's name.
+    flag: Regex,
+    /// The name and value a `config set` command sets (`aws configure set
+    /// aws_secret_access_key …`, `yarn config set npmAuthToken …`, `git config --global
+    /// github.token …`); the caller judges the name.
+    config_set: Regex,
     /// The password a command takes after a short flag: sshpass's `-p` among its own
     /// options (not the `-p` of the command it runs), a registry login's and mongosh's
-    /// `-p …`, the MySQL clients' `-p…` when attached (`-p` alone asks for it), and
-    /// redis-cli's `-a …`.
+    /// `-p …`, the MySQL clients' `-p…` when attached (`-p` alone asks for it),
+    /// redis-cli's `-a …`, `gh secret set`'s `--body …` and `-b …`, and keytool's and
+    /// jarsigner's `-storepass …` and `-keypass …` (also `-srcstorepass …`).
     password_flag: Regex,
+    /// A row of a table of names and values, aligned by blanks, one value per row (`vault kv
+    /// get`, `vault token create`); the caller reads it only under such a table's header,
+    /// and judges the name.
+    table_row: Regex,
     /// An XML element and its text or CDATA (`<password>…</password>`, Maven's settings);
     /// the caller checks that the closing tag is the opening one's.
     element: Regex,
     /// A setting given as attributes (`<add key="ClearTextPassword" value="…" />`, NuGet's
     /// and .NET's), over several lines if a formatter wrapped them.
     setting: Regex,
-    /// The key of a setting's `name` or `value` field, in any case (AWS prints `Name` and
-    /// `Value`), maybe quoted, also with its quotes escaped (JSON inside a string): a
+    /// The key of a setting's `name` or `value` field, or of a field that says its value is
+    /// a secret (`keyName`, `sensitive`), in any case (AWS prints `Name` and `Value`), maybe
+    /// quoted, also with its quotes escaped (JSON inside a string): a
     /// Kubernetes container's environment, Terraform's `set` blocks, JSON printed as text,
     /// compact or indented (`kubectl get -o json`, `aws ssm get-parameter`). See
     /// [`settings`].
@@ -612,9 +803,10 @@ struct Patterns {
     /// A `value` field's key and separator, at the start of the text.
     value_key: Regex,
     /// A field of a setting at the start of the text: its key, maybe quoted, and a value on
-    /// its line (quoted, a bare word, `{}` or `[]`), and what separates it from the next: a
+    /// its line (quoted, bare words, `{}` or `[]`), and what separates it from the next: a
     /// comma, on the same line or ending it (JSON printed with indentation), or a line break,
-    /// maybe to a list item's dash; nothing after the last.
+    /// maybe after a comment and before blank and comment lines and a list item's dash;
+    /// nothing after the last.
     field: Regex,
     /// A call whose first argument is a quoted name and whose second starts with a quote:
     /// `define('DB_PASSWORD', '…')`, `os.Setenv("TOKEN", "…")`.
@@ -629,30 +821,43 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             // line or source code (`"{\"password\": …}"`).
             r#"[A-Za-z][A-Za-z0-9_.-]*(?:\\*["']\]?)?[ \t]*(?:=>|:=|\|\|=|\?=|[=:])[ \t]*"#,
         )?,
-        url_password: compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#]+)@")?,
+        url_password: compile(
+            r#"[A-Za-z][A-Za-z0-9+.-]*:(?://|\\/\\/)[^\s/?#@:\\]*:([^\s/?#"'<>\\]+)@"#,
+        )?,
         curl_user: compile(r"(?:^|[ \t])(?:-u|--user)[ =]*[^\s:]+:(\S+)")?,
         spaced: compile(
-            r"(?m)(?:(?:^|[ \t])--(?:password|passwd|token|secret|api-key|api_key|access-token|auth-token)|^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password)[ \t]+([^\s:=-]\S*)",
+            r"(?m)^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password[ \t]+([^\s:=-]\S*)",
+        )?,
+        flag: compile(r"(?:^|[ \t])--([A-Za-z][A-Za-z0-9_-]*)[ \t]+([^\s:=-]\S*)")?,
+        config_set: compile(
+            r"\bconfig(?:ure)?(?:[ \t]+set)?(?:[ \t]+--?[A-Za-z][A-Za-z-]*)*[ \t]+([^\s=-][^\s=]*)[ \t]+([^\s-]\S*)",
         )?,
         password_flag: compile(concat!(
             r"\bsshpass(?:[ \t]+(?:-[fdP][ \t]*[^\s-]\S*|-[ev]\S*))*[ \t]+-p[ \t]*([^\s-])",
             r"|\b(?:(?:docker|podman|buildah|nerdctl|oc|az)[ \t]+login|helm[ \t]+registry[ \t]+login|mongosh|mongo)\b[^\n|;&,]*?[ \t]-p[ \t]*([^\s-])",
             r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb|mariadb-dump)\b[^\n|;&,]*?[ \t]-p([^\s-])",
             r"|\bredis-cli\b[^\n|;&,]*?[ \t]-a[ \t]*([^\s-])",
+            r"|\bgh[ \t]+secret[ \t]+set\b[^\n|;&]*?[ \t](?:--body|-b)[ \t=]*([^\s-])",
+            r"|(?:^|[ \t])-(?:src|dest|new)?(?:store|key)pass[ \t]+([^\s-])",
         ))?,
+        table_row: compile(r"(?m)^[ \t]*([A-Za-z][A-Za-z0-9_.-]*)[ \t]{2,}([^\s:=]\S*)[ \t]*\r?$")?,
         element: compile(
             r"<([A-Za-z][A-Za-z0-9_.:-]*)(?:\s[^<>]*)?>(?:<!\[CDATA\[([^\]]*)\]\]>|([^<]*))</([A-Za-z][A-Za-z0-9_.:-]*)\s*>",
         )?,
         setting: compile(
             r#"\b(?:key|name)\s*=\s*(?:"([^"<>]*)"|'([^'<>]*)')\s+value\s*=\s*(?:"([^"]*)"|'([^']*)')"#,
         )?,
-        setting_key: compile(r#"\b(?i:name|value)(?:\\*["'])?[ \t]*[:=]"#)?,
+        setting_key: compile(r#"\b(?i:name|value|keyname|sensitive)(?:\\*["'])?[ \t]*[:=]"#)?,
         value_key: compile(r#"\A(?:\\*["'])?(?i:value)(?:\\*["'])?[ \t]*[:=][ \t]*"#)?,
         field: compile(concat!(
             r#"\A(?:\\*["'])?([A-Za-z][A-Za-z0-9_]*)(?:\\*["'])?[ \t]*[:=][ \t]*"#,
-            // A quoted value, its quotes escaped as the key's may be; a bare word.
-            r#"("(?:[^"\\\n]|\\.)*"|\\+"[^"\n]*?\\+"|'(?:[^'\\\n]|\\.)*'|\{\}|\[\]|[^\s,"'{}\[\]\\]+)"#,
-            r"[ \t]*(?:,[ \t]*(?:\r?\n[ \t]*)?|\r?\n[ \t-]*)?",
+            // A quoted value, its quotes escaped as the key's may be; bare words (YAML's
+            // `description: Database password`).
+            r#"("(?:[^"\\\n]|\\.)*"|\\+"[^"\n]*?\\+"|'(?:[^'\\\n]|\\.)*'|\{\}|\[\]"#,
+            r#"|[^\s,"'{}\[\]\\]+(?:[ \t]+[^\s,"'{}\[\]\\#]+)*)"#,
+            // A comma, or the line's end after a comment, blank and comment lines, and a
+            // list item's dash.
+            r"[ \t]*(?:,[ \t]*(?:\r?\n[ \t]*)?|(?:#[^\n]*)?(?:\r?\n[ \t]*(?:#[^\n]*)?)+[ \t-]*)?",
         ))?,
         call: compile(
             r#"\(\s*(?:"([A-Za-z][A-Za-z0-9_.-]*)"|'([A-Za-z][A-Za-z0-9_.-]*)')\s*,\s*["']"#,
