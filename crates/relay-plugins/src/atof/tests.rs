@@ -1497,6 +1497,22 @@ impl Redactor for DefaultDetectors {
     }
 }
 
+/// Asserts that `raw`, as a record holds it, has none of `secrets` and all of `kept`, that
+/// something in it was hidden, and that hiding it again changes nothing.
+fn assert_hidden(redactor: &dyn Redactor, raw: &str, secrets: &[&str], kept: &[&str]) {
+    let (out, _) = content::text(redactor, raw, 1 << 20);
+    let out = out.as_str().unwrap();
+    for secret in secrets {
+        assert!(!out.contains(secret), "{secret} in {out}");
+    }
+    for kept in kept {
+        assert!(out.contains(kept), "{kept} lost from {out}");
+    }
+    assert!(out.contains("[REDACTED:credential]"), "{out}");
+    let (again, _) = content::text(redactor, out, 1 << 20);
+    assert_eq!(again.as_str().unwrap(), out);
+}
+
 /// Shapes a black-box test found leaking into records, with and without the detectors: a
 /// name/value pair printed as indented JSON or with AWS's capitalised keys, a URL's password
 /// before a host with a dot (which the `email` detector used to take half of), and JSON
@@ -1603,17 +1619,7 @@ fn credentials_in_indented_escaped_json_and_dotted_urls_are_hidden() {
                 &["payload = '{\\'api_key\\': ", "}'"],
             ),
         ] {
-            let (out, _) = content::text(redactor, raw, 1 << 20);
-            let out = out.as_str().unwrap();
-            for secret in secrets {
-                assert!(!out.contains(secret), "{secret} in {out}");
-            }
-            for kept in kept {
-                assert!(out.contains(kept), "{kept} lost from {out}");
-            }
-            assert!(out.contains("[REDACTED:credential]"), "{out}");
-            let (again, _) = content::text(redactor, out, 1 << 20);
-            assert_eq!(again.as_str().unwrap(), out);
+            assert_hidden(redactor, raw, secrets, kept);
         }
         // Exactly what a record holds.
         for (raw, hidden) in [
@@ -1777,17 +1783,7 @@ fn credentials_in_parameters_reordered_settings_and_deeper_escapes_are_hidden() 
                 &["\"Name\": \"prod/db\"", "\"VersionStages\""],
             ),
         ] {
-            let (out, _) = content::text(redactor, &raw, 1 << 20);
-            let out = out.as_str().unwrap();
-            for secret in secrets {
-                assert!(!out.contains(secret), "{secret} in {out}");
-            }
-            for kept in kept {
-                assert!(out.contains(kept), "{kept} lost from {out}");
-            }
-            assert!(out.contains("[REDACTED:credential]"), "{out}");
-            let (again, _) = content::text(redactor, out, 1 << 20);
-            assert_eq!(again.as_str().unwrap(), out);
+            assert_hidden(redactor, &raw, secrets, kept);
         }
         // Exactly what a record holds.
         for (raw, hidden) in [
@@ -2024,17 +2020,7 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
                 &["STRIPE_PUBLISHABLE_KEY=pk_live_visible"],
             ),
         ] {
-            let (out, _) = content::text(redactor, raw, 1 << 20);
-            let out = out.as_str().unwrap();
-            for secret in secrets {
-                assert!(!out.contains(secret), "{secret} in {out}");
-            }
-            for kept in kept {
-                assert!(out.contains(kept), "{kept} lost from {out}");
-            }
-            assert!(out.contains("[REDACTED:credential]"), "{out}");
-            let (again, _) = content::text(redactor, out, 1 << 20);
-            assert_eq!(again.as_str().unwrap(), out);
+            assert_hidden(redactor, raw, secrets, kept);
         }
         // Text that only looks alike keeps its words.
         for plain in [
