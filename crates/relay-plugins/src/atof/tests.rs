@@ -2008,6 +2008,23 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
                 &["Hunter2Lara"],
                 &["{\"url\":\"mysql:\\/\\/root:", "\\/app\"}"],
             ),
+            (
+                "Server=db;User Id=app;Password=My Pa55word!;Encrypt=True",
+                &["My Pa55word!", "Pa55word"],
+                &["User Id=app;Password=", ";Encrypt=True"],
+            ),
+            // `az keyvault secret show`, whose secret's name names no credential.
+            (
+                "{\n  \"id\": \"https://kv1.vault.azure.net/secrets/stripe/0123abcd\",\n  \"managed\": null,\n  \"name\": \"stripe\",\n  \"tags\": {},\n  \"value\": \"rk_Hunter2Kv\"\n}",
+                &["Hunter2Kv"],
+                &["\"name\": \"stripe\""],
+            ),
+            // Cookies given to curl.
+            (
+                "curl -b \"sessionid=Hunter2Sess; csrftoken=Hunter2Csrf\" https://x && curl --cookie sid=Hunter2Sid https://y",
+                &["Hunter2Sess", "Hunter2Csrf", "Hunter2Sid"],
+                &[" https://x && curl --cookie ", " https://y"],
+            ),
             // A presigned URL's signature and an environment's `_KEY`.
             (
                 "https://b.s3.amazonaws.com/o?X-Amz-Credential=AKID&X-Amz-Signature=abcdef0123456789hunter&x=1",

@@ -225,19 +225,23 @@ const MAX_FIELDS_BETWEEN: usize = 2;
 /// [`Patterns::setting_key`]), when the name names a credential, or its last segment does
 /// (`/prod/db/api-key`, AWS's parameter names), or a field before the value says it is a
 /// secret whatever the name: `"Type": "SecureString"` (an AWS parameter kept encrypted),
-/// `"sensitive": true` (a Terraform output), `"keyName"` for the name (an Azure account key).
+/// `"sensitive": true` (a Terraform output), `"keyName"` for the name (an Azure account key);
+/// and every setting of a text that shows an Azure Key Vault secret.
 ///
 /// Read field by field from each `name` or `value` key, at most a few fields on: a second
 /// name or value starts the next setting, so the value of one is never taken for another's.
 fn settings(text: &str, p: &Patterns) -> Vec<Range<usize>> {
     let mut hidden = Vec::new();
+    // `az keyvault secret show` prints one secret, its `id` naming the vault's secret: its
+    // value is one whatever its name.
+    let vault_secret = text.contains(".vault.azure.net/secrets/");
     // Keys before this belong to a setting already read.
     let mut read_to = 0;
     for key in p.setting_key.find_iter(text) {
         if key.start() < read_to {
             continue;
         }
-        let (mut name, mut value, mut secure) = (None, None, false);
+        let (mut name, mut value, mut secure) = (None, None, vault_secret);
         let mut at = key.start();
         for _ in 0..MAX_FIELDS_BETWEEN + 2 {
             // A field is read within a bounded slice, so a line of keys is read in linear
@@ -590,8 +594,12 @@ fn value_len(rest: &str, end: End) -> usize {
             },
         ) => {
             let ends = |c: char| {
-                c.is_whitespace()
-                    || Some(c) == quote
+                // A connection string's value may hold blanks (`Password=My Pa55;`).
+                (if in_list {
+                    c == '\n' || c == '\r'
+                } else {
+                    c.is_whitespace()
+                }) || Some(c) == quote
                     || (in_query && matches!(c, '&' | '"' | '\'' | '<' | '>' | '#' | '\\'))
                     || (in_list && c == ';')
             };
@@ -780,7 +788,7 @@ struct Patterns {
     /// The password a command takes after a short flag: sshpass's `-p` among its own
     /// options (not the `-p` of the command it runs), a registry login's and mongosh's
     /// `-p …`, the MySQL clients' `-p…` when attached (`-p` alone asks for it),
-    /// redis-cli's `-a …`, `gh secret set`'s `--body …` and `-b …`, and keytool's and
+    /// redis-cli's `-a …`, curl's cookies (`-b …`, `--cookie …`), `gh secret set`'s `--body …` and `-b …`, and keytool's and
     /// jarsigner's `-storepass …` and `-keypass …` (also `-srcstorepass …`).
     password_flag: Regex,
     /// A row of a table of names and values, aligned by blanks, one value per row (`vault kv
@@ -837,6 +845,7 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             r"|\b(?:(?:docker|podman|buildah|nerdctl|oc|az)[ \t]+login|helm[ \t]+registry[ \t]+login|mongosh|mongo)\b[^\n|;&,]*?[ \t]-p[ \t]*([^\s-])",
             r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb|mariadb-dump)\b[^\n|;&,]*?[ \t]-p([^\s-])",
             r"|\bredis-cli\b[^\n|;&,]*?[ \t]-a[ \t]*([^\s-])",
+            r"|\bcurl\b[^\n|;&]*?[ \t](?:-b|--cookie)[ \t=]*([^\s-])",
             r"|\bgh[ \t]+secret[ \t]+set\b[^\n|;&]*?[ \t](?:--body|-b)[ \t=]*([^\s-])",
             r"|(?:^|[ \t])-(?:src|dest|new)?(?:store|key)pass[ \t]+([^\s-])",
         ))?,
