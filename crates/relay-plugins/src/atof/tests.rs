@@ -2061,10 +2061,19 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
     }
     // Linear in the text, however many times it repeats a shape: a line of keys once took
     // seconds at 20 KB and minutes at 80.
-    for unit in ["name=a&value=b&", "value:", "name=.", "- value: a # b\n\n"] {
+    for (unit, hides) in [
+        ("name=a&value=b&", false),
+        ("value:", false),
+        ("name=.", false),
+        ("- value: a # b\n\n", false),
+        (" --value x --type SecureString", true),
+        ("a:password:b", true),
+        ("name: password, value: | ", true),
+    ] {
         let long = unit.repeat(200_000 / unit.len());
         let (out, _) = content::text(&detectors, &long, 1 << 20);
-        assert_eq!(out.as_str().unwrap(), long, "{unit}");
+        let out = out.as_str().unwrap();
+        assert_eq!(out.contains("[REDACTED:credential]"), hides, "{unit}");
     }
 }
 

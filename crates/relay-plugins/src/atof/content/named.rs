@@ -78,10 +78,23 @@ fn hide_once(text: &str) -> Cow<'_, str> {
         });
         hidden.extend(password.map(|value| value.range()));
     }
-    let flags = p.flag.captures_iter(text).filter_map(|caps| {
+    // Whether the line of the last `--value` read sets a secret, and where that line ends:
+    // a line of many is judged once.
+    let mut value_line: Option<(usize, bool)> = None;
+    let flags = p.flag.captures_iter(text).filter_map(move |caps| {
         let (flag, value) = (caps.get(1)?, caps.get(2)?);
         let secret = names_a_credential_in_text(flag.as_str())
-            || (flag.as_str() == "value" && value_flag_is_secret(line_around(text, value.start())));
+            || (flag.as_str() == "value" && {
+                let (end, secret) = match value_line {
+                    Some((end, secret)) if value.start() < end => (end, secret),
+                    _ => {
+                        let line = line_around(text, value.start());
+                        (line.end, value_flag_is_secret(&text[line]))
+                    }
+                };
+                value_line = Some((end, secret));
+                secret
+            });
         secret.then_some(value)
     });
     let config_values = p.config_set.captures_iter(text).filter_map(|caps| {
@@ -237,6 +250,8 @@ fn settings(text: &str, p: &Patterns) -> Vec<Range<usize>> {
     let vault_secret = text.contains(".vault.azure.net/secrets/");
     // Keys before this belong to a setting already read.
     let mut read_to = 0;
+    // Where the line of the last value hidden starts, found going forward only.
+    let (mut line_start, mut scanned_to) = (0, 0);
     for key in p.setting_key.find_iter(text) {
         if key.start() < read_to {
             continue;
@@ -256,7 +271,10 @@ fn settings(text: &str, p: &Patterns) -> Vec<Range<usize>> {
                 if secure || name.is_some_and(names_a_setting) {
                     let own_line = text[key.start()..start].contains('\n');
                     let end = if own_line { End::LineEnd } else { End::blank() };
-                    let line_start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
+                    if let Some(newline) = text[scanned_to..at].rfind('\n') {
+                        line_start = scanned_to + newline + 1;
+                    }
+                    scanned_to = at;
                     let line = &text[line_start..];
                     let len = block_scalar_len(&text[start..], line, at - line_start)
                         .unwrap_or_else(|| value_len(&text[start..], end));
@@ -338,13 +356,13 @@ fn value_flag_is_secret(line: &str) -> bool {
         })
 }
 
-/// The line of `text` that `at` falls in.
-fn line_around(text: &str, at: usize) -> &str {
+/// Where the line of `text` that `at` falls in lies.
+fn line_around(text: &str, at: usize) -> Range<usize> {
     let start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
     let end = text[at..]
         .find('\n')
         .map_or(text.len(), |newline| at + newline);
-    &text[start..end]
+    start..end
 }
 
 /// Whether a name a `config set` command sets names a credential, whole or by its last
@@ -468,13 +486,24 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
     hidden
 }
 
-/// The word that `before` ends with: after its last blank or quote.
+/// The word that `before` ends with: after its last blank or quote, within its last
+/// [`MAX_WORD_BEFORE`] bytes.
 fn word_before(before: &str) -> &str {
-    let start = before
+    // Looked for among the last few characters only, so a long word of many names is read
+    // in linear time; an ARN's start is never that far from its names.
+    let mut from = before.len().saturating_sub(MAX_WORD_BEFORE);
+    while !before.is_char_boundary(from) {
+        from += 1;
+    }
+    let window = &before[from..];
+    let start = window
         .rfind(|c: char| c.is_whitespace() || matches!(c, '"' | '\''))
         .map_or(0, |at| at + 1);
-    &before[start..]
+    &window[start..]
 }
+
+/// How far back [`word_before`] looks.
+const MAX_WORD_BEFORE: usize = 256;
 
 /// Where an unquoted value ends.
 #[derive(Clone, Copy)]
@@ -684,11 +713,12 @@ fn block_scalar_len(rest: &str, line: &str, key_column: usize) -> Option<usize> 
     if !is_block_indicator(&rest.as_bytes()[..indicator_len]) {
         return None;
     }
-    let header = &rest[..line_len(rest)];
-    let after = header[indicator_len..].trim_start();
-    if !(after.is_empty() || after.starts_with('#')) {
+    // Only blanks and a comment may follow it on its line; what else follows is not read.
+    let after = rest[indicator_len..].trim_start_matches([' ', '\t']);
+    if !(after.is_empty() || after.starts_with(['\r', '\n', '#'])) {
         return None;
     }
+    let header = &rest[..line_len(rest)];
     let mark = usize::from(line.starts_with(['+', '-', ' ']));
     let key_indent = key_column.saturating_sub(mark);
     // Every line of the scalar is hidden, however many: a name inside it is not read
