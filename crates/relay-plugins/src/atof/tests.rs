@@ -1336,6 +1336,22 @@ fn credentials_named_in_free_text_are_hidden() {
         "[REDACTED:credential]",
         "[REDACTED:api_key]",
         "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "--admin-password ",
+        " --value ",
+        "config set ",
+        "Key   Value\n---   -----\n",
+        "[",
+        "]",
+        ";Password=",
+        "keyName: ",
+        "sensitive: true\n",
+        ".vault.azure.net/secrets/",
+        "curl -b ",
+        "-storepass ",
+        "APP_KEY=",
+        "arn:",
+        "\u{a0}",
+        "\\",
     ];
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..20_000 {
@@ -2025,6 +2041,12 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
                 &["Hunter2Sess", "Hunter2Csrf", "Hunter2Sid"],
                 &[" https://x && curl --cookie ", " https://y"],
             ),
+            // A name after a blank of more than one byte.
+            (
+                "a\u{a0}b:password=Hunter2Nbsp x\u{3000}arn:aws:secretsmanager:us-east-1:1:secret:password:Hunter2Arn",
+                &["Hunter2Nbsp"],
+                &["a\u{a0}b:password="],
+            ),
             // A presigned URL's signature and an environment's `_KEY`.
             (
                 "https://b.s3.amazonaws.com/o?X-Amz-Credential=AKID&X-Amz-Signature=abcdef0123456789hunter&x=1",
@@ -2050,10 +2072,27 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
             "Options:\n  token        TOKEN\n  api_key      KEY",
             "CACHE_KEY_PREFIX=app SSH_PUBLIC_KEY=ssh-ed25519",
             "{\"db_password\": {\"sensitive\": true}}",
+            // Help texts, prose, tables and source code.
+            "  -W, --password           force password prompt\n  -w, --no-password        never prompt for password",
+            "      --with-token           Read token from standard input",
+            "  -k, --ask-pass        ask for connection password",
+            "Options:\n  --token TOKEN   API token to use",
+            "| --token | string | API token |",
+            "ansible-playbook --ask-pass site.yml",
+            "aws secretsmanager get-secret-value --secret-id prod/db/app --region us-east-1",
+            "const STORAGE_KEY = 'todos-vuejs';\nconst ENTER_KEY = 13;\nPRIMARY_KEY = \"id\"",
+            "GPG_KEY=7169605F62C751356D054A26A821E680E5FA6305",
+            "The config auth settings are read at startup.",
+            "kubectl config set-credentials cluster-admin --username=admin",
         ] {
             let (out, _) = content::text(redactor, plain, 1 << 20);
             assert_eq!(out.as_str().unwrap(), plain);
         }
+        // A list that does not close is not closed by what a later step hides.
+        let open = "apikey:[\n\\Passwordapi_keyssk-abcdefghijklmnopapi_keys";
+        let (once, _) = content::text(redactor, open, 1 << 20);
+        let (twice, _) = content::text(redactor, once.as_str().unwrap(), 1 << 20);
+        assert_eq!(once, twice);
         // A hidden value is not read again as a user and a password.
         let hidden = "curl -u bob[REDACTED:credential] https://x";
         let (out, _) = content::text(redactor, hidden, 1 << 20);
@@ -2069,6 +2108,10 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
         (" --value x --type SecureString", true),
         ("a:password:b", true),
         ("name: password, value: | ", true),
+        ("a:token:{", false),
+        ("arn:aws:x:password:", true),
+        ("--name x --value a ", false),
+        ("\"keyName\": \"k\", \"value\": \"x\", ", true),
     ] {
         let long = unit.repeat(200_000 / unit.len());
         let (out, _) = content::text(&detectors, &long, 1 << 20);

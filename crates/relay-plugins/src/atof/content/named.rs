@@ -83,7 +83,7 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     let mut value_line: Option<(usize, bool)> = None;
     let flags = p.flag.captures_iter(text).filter_map(move |caps| {
         let (flag, value) = (caps.get(1)?, caps.get(2)?);
-        let secret = names_a_credential_in_text(flag.as_str())
+        let secret = names_a_secret_flag(flag.as_str(), value.as_str())
             || (flag.as_str() == "value" && {
                 let (end, secret) = match value_line {
                     Some((end, secret)) if value.start() < end => (end, secret),
@@ -211,21 +211,20 @@ const QUERY_CREDENTIALS: [&str; 5] = [
 ];
 
 /// Whether free text's `name` names a credential: as a JSON field's would, but for `tokens`
-/// alone, which in prose, printed usage and XML is a count (`Input tokens: 1234`); and an
-/// environment variable's name ending in `_KEY` (`APP_KEY`, `HMAC_KEY`, `LICENSE_KEY`) but
-/// for a public one's (`STRIPE_PUBLISHABLE_KEY`, `SSH_PUBLIC_KEY`).
+/// alone, which in prose, printed usage and XML is a count (`Input tokens: 1234`).
 fn names_a_credential_in_text(name: &str) -> bool {
-    !name.eq_ignore_ascii_case("tokens") && (names_a_credential(name) || names_a_secret_key(name))
+    !name.eq_ignore_ascii_case("tokens") && names_a_credential(name)
 }
 
-/// Whether `name` is an environment variable's (capitals, digits and `_`) ending in `_KEY`,
-/// and not a public key's.
+/// Whether `name` is an environment variable's (capitals, digits and `_`) ending in `_KEY`
+/// (`APP_KEY`, `HMAC_KEY`, `LICENSE_KEY`), and not a public key's (`STRIPE_PUBLISHABLE_KEY`,
+/// `SSH_PUBLIC_KEY`, a `GPG_KEY` fingerprint).
 fn names_a_secret_key(name: &str) -> bool {
     name.ends_with("_KEY")
         && name
             .bytes()
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-        && !["_PUBLIC_KEY", "_PUBLISHABLE_KEY", "_PUB_KEY"]
+        && !["_PUBLIC_KEY", "_PUBLISHABLE_KEY", "_PUB_KEY", "GPG_KEY"]
             .iter()
             .any(|public| name.ends_with(public))
 }
@@ -343,6 +342,17 @@ fn floor_char_boundary(text: &str, mut at: usize) -> usize {
     at
 }
 
+/// Whether a long flag's value is a secret: its name names a credential, but for a switch
+/// that takes none (`--no-password`, `--ask-pass`, `--with-token`), an identifier
+/// (`--secret-id`), and a help text's placeholder for it (`--token TOKEN`).
+fn names_a_secret_flag(flag: &str, value: &str) -> bool {
+    names_a_credential_in_text(flag)
+        && !["no-", "ask-", "with-"].iter().any(|p| flag.starts_with(p))
+        && !flag.ends_with("-id")
+        && !value.eq_ignore_ascii_case(&flag.replace('-', "_"))
+        && !value.eq_ignore_ascii_case(flag)
+}
+
 /// Whether a command line's `--value` is a secret's: it sets an AWS parameter kept
 /// encrypted (`--type SecureString`), a secret in a vault (`az keyvault secret set`), or a
 /// setting whose `--name` names a credential (`aws ssm put-parameter --name /prod/db/password`).
@@ -425,7 +435,10 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
             && QUERY_CREDENTIALS
                 .iter()
                 .any(|n| name.eq_ignore_ascii_case(n));
-        if !(names_a_credential_in_text(name) || in_query_named) {
+        // `APP_KEY=…` as an environment or a `.env` file sets it; source code's constants
+        // (`const ENTER_KEY = 13`, `STORAGE_KEY = 'todos'`) keep their values.
+        let env_key = head[name_end..].starts_with('=') && names_a_secret_key(name);
+        if !(names_a_credential_in_text(name) || in_query_named || env_key) {
             continue;
         }
         // A hash the redactor left (`[HASH:api_key:0123456789ab]`) names the detector that
@@ -497,8 +510,10 @@ fn word_before(before: &str) -> &str {
     }
     let window = &before[from..];
     let start = window
-        .rfind(|c: char| c.is_whitespace() || matches!(c, '"' | '\''))
-        .map_or(0, |at| at + 1);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| c.is_whitespace() || matches!(c, '"' | '\''))
+        .map_or(0, |(at, c)| at + c.len_utf8());
     &window[start..]
 }
 
@@ -547,7 +562,7 @@ fn list_items(rest: &str) -> Option<Range<usize>> {
         }
         match (quote, c) {
             _ if escaped => escaped = false,
-            (_, '\\') => escaped = true,
+            (Some(_), '\\') => escaped = true,
             (_, '\n') => lines += 1,
             (None, '"' | '\'') => quote = Some(c),
             (Some(open), _) if c == open => quote = None,
@@ -808,11 +823,12 @@ struct Patterns {
     curl_user: Regex,
     /// A `.netrc` password (`machine … password …`, or a line of its own).
     spaced: Regex,
-    /// A long flag and the value after it and a blank (`--admin-password …`); the caller
-    /// judges the flag's name.
+    /// A long flag and the value after one blank (`--admin-password …`; a help text aligns
+    /// its descriptions with more), not a table's `|`; the caller judges the flag's name.
     flag: Regex,
     /// The name and value a `config set` command sets (`aws configure set
-    /// aws_secret_access_key …`, `yarn config set npmAuthToken …`, `git config --global
+    /// aws_secret_access_key …`, `yarn config set npmAuthToken …`, `kubectl config set
+    /// users.x.token …`), and `git config` and `poetry config` (`git config --global
     /// github.token …`); the caller judges the name.
     config_set: Regex,
     /// The password a command takes after a short flag: sshpass's `-p` among its own
@@ -866,9 +882,9 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         spaced: compile(
             r"(?m)^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password[ \t]+([^\s:=-]\S*)",
         )?,
-        flag: compile(r"(?:^|[ \t])--([A-Za-z][A-Za-z0-9_-]*)[ \t]+([^\s:=-]\S*)")?,
+        flag: compile(r"(?:^|[ \t])--([A-Za-z][A-Za-z0-9_-]*) ([^\s:=|-]\S*)")?,
         config_set: compile(
-            r"\bconfig(?:ure)?(?:[ \t]+set)?(?:[ \t]+--?[A-Za-z][A-Za-z-]*)*[ \t]+([^\s=-][^\s=]*)[ \t]+([^\s-]\S*)",
+            r"\b(?:config(?:ure)?[ \t]+set|(?:git|poetry)[ \t]+config)(?:[ \t]+--?[A-Za-z][A-Za-z-]*)*[ \t]+([^\s=-][^\s=]*)[ \t]+([^\s-]\S*)",
         )?,
         password_flag: compile(concat!(
             r"\bsshpass(?:[ \t]+(?:-[fdP][ \t]*[^\s-]\S*|-[ev]\S*))*[ \t]+-p[ \t]*([^\s-])",
