@@ -78,23 +78,11 @@ fn hide_once(text: &str) -> Cow<'_, str> {
         });
         hidden.extend(password.map(|value| value.range()));
     }
-    // Whether the line of the last `--value` read sets a secret, and where that line ends:
-    // a line of many is judged once.
-    let mut value_line: Option<(usize, bool)> = None;
+    let mut value_lines = ValueLines::default();
     let flags = p.flag.captures_iter(text).filter_map(move |caps| {
         let (flag, value) = (caps.get(1)?, caps.get(2)?);
         let secret = names_a_secret_flag(flag.as_str(), value.as_str())
-            || (flag.as_str() == "value" && {
-                let (end, secret) = match value_line {
-                    Some((end, secret)) if value.start() < end => (end, secret),
-                    _ => {
-                        let line = line_around(text, value.start());
-                        (line.end, value_flag_is_secret(&text[line]))
-                    }
-                };
-                value_line = Some((end, secret));
-                secret
-            });
+            || (flag.as_str() == "value" && value_lines.set_a_secret(text, value.start()));
         secret.then_some(value)
     });
     let config_values = p.config_set.captures_iter(text).filter_map(|caps| {
@@ -351,6 +339,29 @@ fn names_a_secret_flag(flag: &str, value: &str) -> bool {
         && !flag.ends_with("-id")
         && !value.eq_ignore_ascii_case(&flag.replace('-', "_"))
         && !value.eq_ignore_ascii_case(flag)
+}
+
+/// Whether the lines of a text's `--value` flags set a secret ([`value_flag_is_secret`]),
+/// each line judged once however many it holds.
+#[derive(Default)]
+struct ValueLines {
+    /// Where the last line judged ends, and its verdict.
+    last: Option<(usize, bool)>,
+}
+
+impl ValueLines {
+    /// Whether the line `at` falls in sets a secret; `at` never goes back.
+    fn set_a_secret(&mut self, text: &str, at: usize) -> bool {
+        if let Some((end, secret)) = self.last
+            && at < end
+        {
+            return secret;
+        }
+        let line = line_around(text, at);
+        let secret = value_flag_is_secret(&text[line.clone()]);
+        self.last = Some((line.end, secret));
+        secret
+    }
 }
 
 /// Whether a command line's `--value` is a secret's: it sets an AWS parameter kept
