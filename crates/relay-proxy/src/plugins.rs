@@ -106,12 +106,16 @@ struct Disk;
 
 impl relay_plugins::config::SinkFiles for Disk {
     fn directory(&mut self, directory: &Path) -> std::io::Result<DirectoryFacts> {
-        Ok(directory_facts(&std::fs::metadata(directory)?))
+        let euid = relay_identity::store::current_euid();
+        Ok(DirectoryFacts::of(&std::fs::metadata(directory)?, euid))
     }
 
     fn record_file(&mut self, file: &Path) -> std::io::Result<Option<RecordFileFacts>> {
         match std::fs::symlink_metadata(file) {
-            Ok(metadata) => Ok(Some(record_file_facts(&metadata))),
+            Ok(metadata) => Ok(Some(RecordFileFacts::of(
+                &metadata,
+                relay_identity::store::current_euid(),
+            ))),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(err) => Err(err),
         }
@@ -154,49 +158,6 @@ fn may_access(path: &Path, access: Access) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn may_access(_path: &Path, _access: Access) -> std::io::Result<()> {
     Ok(())
-}
-
-#[cfg(unix)]
-fn record_file_facts(metadata: &std::fs::Metadata) -> RecordFileFacts {
-    use std::os::unix::fs::MetadataExt as _;
-    RecordFileFacts {
-        is_regular_file: metadata.is_file(),
-        mode: metadata.mode() & 0o7777,
-        owner: metadata.uid(),
-        euid: relay_identity::store::current_euid(),
-    }
-}
-
-#[cfg(not(unix))]
-fn record_file_facts(metadata: &std::fs::Metadata) -> RecordFileFacts {
-    RecordFileFacts {
-        is_regular_file: metadata.is_file(),
-        mode: 0o600,
-        owner: 0,
-        euid: 0,
-    }
-}
-
-#[cfg(unix)]
-fn directory_facts(metadata: &std::fs::Metadata) -> DirectoryFacts {
-    use std::os::unix::fs::MetadataExt as _;
-    DirectoryFacts {
-        is_dir: metadata.is_dir(),
-        mode: metadata.mode() & 0o7777,
-        owner: metadata.uid(),
-        euid: relay_identity::store::current_euid(),
-    }
-}
-
-/// Elsewhere the directory's ACL is the operating system's business.
-#[cfg(not(unix))]
-fn directory_facts(metadata: &std::fs::Metadata) -> DirectoryFacts {
-    DirectoryFacts {
-        is_dir: metadata.is_dir(),
-        mode: 0o700,
-        owner: 0,
-        euid: 0,
-    }
 }
 
 /// The file's text, `None` when it does not exist; at most `MAX_PLUGIN_FILE_BYTES`, read

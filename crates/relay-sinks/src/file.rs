@@ -2,11 +2,10 @@
 //! created 0600 without following a symlink, in a directory nobody else can swap files in.
 
 use relay_plugins::config::{
-    DirectoryFacts, RecordFileFacts, RecordFileProblem, SinkDirectoryProblem, check_sink_directory,
+    DirectoryFacts, RecordFileFacts, check_record_file, check_sink_directory,
 };
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -19,57 +18,6 @@ use crate::error::SinkError;
 use crate::sinks::Msg;
 
 pub use relay_plugins::config::{FINGERPRINT_PLACEHOLDER, USER_PLACEHOLDER};
-
-/// The metadata the safety checks look at, so they are pure and testable as root.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PathFacts {
-    /// The path is a directory.
-    pub is_dir: bool,
-    /// The path is a regular file.
-    pub is_regular_file: bool,
-    /// The permission bits, sticky bit included (`st_mode & 0o7777`).
-    pub mode: u32,
-    /// The owner.
-    pub uid: u32,
-}
-
-impl PathFacts {
-    /// The facts of a file's metadata.
-    pub fn of(metadata: &std::fs::Metadata) -> Self {
-        PathFacts {
-            is_dir: metadata.is_dir(),
-            is_regular_file: metadata.is_file(),
-            mode: metadata.mode() & 0o7777,
-            uid: metadata.uid(),
-        }
-    }
-}
-
-/// The directory rule of §8.1, as `relay_plugins::config::check_sink_directory` states it
-/// for activation, checked again on the directory the sink actually opens.
-pub fn check_directory(facts: &PathFacts) -> Result<(), SinkDirectoryProblem> {
-    let facts = DirectoryFacts {
-        is_dir: facts.is_dir,
-        mode: facts.mode,
-        owner: facts.uid,
-        euid: rustix::process::geteuid().as_raw(),
-    };
-    check_sink_directory(&facts)
-}
-
-/// The rule for the opened file, as `relay_plugins::config::check_record_file` states it
-/// for activation (where `relay-doctor` applies it too): a regular file of ours that only we
-/// can read. A file that someone else created in a shared sticky directory would otherwise
-/// receive our records.
-pub fn check_record_file(facts: &PathFacts, euid: u32) -> Result<(), RecordFileProblem> {
-    let facts = RecordFileFacts {
-        is_regular_file: facts.is_regular_file,
-        mode: facts.mode,
-        owner: facts.uid,
-        euid,
-    };
-    relay_plugins::config::check_record_file(&facts)
-}
 
 /// Substitutes `{user}` and `{fingerprint}` with `relay_plugins::config::render_filename`,
 /// the rule activation checks with.
@@ -109,7 +57,8 @@ impl FileSink {
                 directory: directory.clone(),
                 source,
             })?;
-        check_directory(&PathFacts::of(&metadata)).map_err(|reason| {
+        let euid = rustix::process::geteuid().as_raw();
+        check_sink_directory(&DirectoryFacts::of(&metadata, euid)).map_err(|reason| {
             SinkError::DirectoryUnsafe {
                 directory: directory.clone(),
                 reason,
@@ -124,8 +73,7 @@ impl FileSink {
             path: path.clone(),
             source,
         })?;
-        let euid = rustix::process::geteuid().as_raw();
-        check_record_file(&PathFacts::of(&metadata), euid).map_err(|reason| {
+        check_record_file(&RecordFileFacts::of(&metadata, euid)).map_err(|reason| {
             SinkError::FileUnsafe {
                 path: path.clone(),
                 reason,

@@ -7,7 +7,7 @@
 //! ten seconds, and the request path never waits. [`SinkHandle::flush`] is what a terminal
 //! hook awaits, under a deadline. The `file` sink appends one write per record to a 0600
 //! file opened without following symlinks, in a directory nobody else can swap files in
-//! ([`check_directory`]); the `http` sink posts batches of JSON Lines with retries and a
+//! (`relay_plugins::config::check_sink_directory`, the rule activation checks too); the `http` sink posts batches of JSON Lines with retries and a
 //! capped backoff; the OTLP exporter turns plain [`SpanData`] into the official
 //! `opentelemetry-proto` messages, named and attributed by [`genai_attributes`] after the
 //! GenAI semantic conventions of [`SEMCONV_VERSION`] and OpenInference, under an inbound
@@ -30,10 +30,7 @@ pub use config::{
 };
 pub use drops::{DROP_LOG_INTERVAL, SinkStats};
 pub use error::SinkError;
-pub use file::{
-    FINGERPRINT_PLACEHOLDER, PathFacts, USER_PLACEHOLDER, check_directory, check_record_file,
-    render_filename,
-};
+pub use file::{FINGERPRINT_PLACEHOLDER, USER_PLACEHOLDER, render_filename};
 pub use genai::{GenAiFacts, Operation, SEMCONV_VERSION, genai_attributes, span_name};
 pub use http::{JSON_LINES, backoff, resolve_headers};
 pub use otlp::{

@@ -111,6 +111,32 @@ pub struct DirectoryFacts {
     pub euid: u32,
 }
 
+impl DirectoryFacts {
+    /// The facts of a directory's `metadata`, for the worker's user `euid`. Where there are
+    /// no unix modes, the directory's ACL is the operating system's business.
+    pub fn of(metadata: &std::fs::Metadata, euid: u32) -> DirectoryFacts {
+        let (mode, owner) = unix_mode_and_owner(metadata).unwrap_or((0o700, euid));
+        DirectoryFacts {
+            is_dir: metadata.is_dir(),
+            mode,
+            owner,
+            euid,
+        }
+    }
+}
+
+/// A file's permission bits (with the sticky bit) and owner, where it has them.
+#[cfg(unix)]
+fn unix_mode_and_owner(metadata: &std::fs::Metadata) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt as _;
+    Some((metadata.mode() & 0o7777, metadata.uid()))
+}
+
+#[cfg(not(unix))]
+fn unix_mode_and_owner(_metadata: &std::fs::Metadata) -> Option<(u32, u32)> {
+    None
+}
+
 /// Why a sink directory is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SinkDirectoryProblem {
@@ -191,6 +217,19 @@ pub struct RecordFileFacts {
     pub owner: u32,
     /// The user the worker runs as.
     pub euid: u32,
+}
+
+impl RecordFileFacts {
+    /// The facts of a record file's `metadata`, for the worker's user `euid`.
+    pub fn of(metadata: &std::fs::Metadata, euid: u32) -> RecordFileFacts {
+        let (mode, owner) = unix_mode_and_owner(metadata).unwrap_or((0o600, euid));
+        RecordFileFacts {
+            is_regular_file: metadata.is_file(),
+            mode,
+            owner,
+            euid,
+        }
+    }
 }
 
 /// Why an existing record file is refused.

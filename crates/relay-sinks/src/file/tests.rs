@@ -2,30 +2,10 @@ use std::io::Write as _;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
-use super::{
-    FileSink, PathFacts, check_directory, check_record_file, render_filename, write_whole,
-};
+use super::{FileSink, render_filename, write_whole};
 use crate::config::FileSinkConfig;
 use crate::error::SinkError;
 use relay_plugins::config::{FilenameProblem, RecordFileProblem, SinkDirectoryProblem};
-
-fn dir(mode: u32) -> PathFacts {
-    PathFacts {
-        is_dir: true,
-        is_regular_file: false,
-        mode,
-        uid: 0,
-    }
-}
-
-fn file(mode: u32, uid: u32) -> PathFacts {
-    PathFacts {
-        is_dir: false,
-        is_regular_file: true,
-        mode,
-        uid,
-    }
-}
 
 fn config(directory: &Path) -> FileSinkConfig {
     FileSinkConfig {
@@ -33,62 +13,6 @@ fn config(directory: &Path) -> FileSinkConfig {
         filename: "events-{user}.jsonl".to_owned(),
         queue_capacity: 16,
     }
-}
-
-#[test]
-fn a_directory_writable_by_others_needs_the_sticky_bit() {
-    assert_eq!(check_directory(&dir(0o755)), Ok(()));
-    assert_eq!(check_directory(&dir(0o770)), Ok(()));
-    assert_eq!(check_directory(&dir(0o1777)), Ok(()));
-    assert_eq!(
-        check_directory(&dir(0o777)),
-        Err(SinkDirectoryProblem::WritableByOthers)
-    );
-    assert_eq!(
-        check_directory(&dir(0o733)),
-        Err(SinkDirectoryProblem::WritableByOthers)
-    );
-    assert_eq!(
-        check_directory(&file(0o755, 0)),
-        Err(SinkDirectoryProblem::NotADirectory)
-    );
-    // Owned by another user than this process's (and not root): they may write in it.
-    let theirs = PathFacts {
-        uid: rustix::process::geteuid().as_raw() + 1,
-        ..dir(0o755)
-    };
-    assert_eq!(
-        check_directory(&theirs),
-        Err(SinkDirectoryProblem::OwnedByAnotherUser)
-    );
-    assert_eq!(
-        check_directory(&PathFacts {
-            mode: 0o1755,
-            ..theirs
-        }),
-        Err(SinkDirectoryProblem::OwnedByAnotherUser)
-    );
-}
-
-#[test]
-fn the_opened_file_must_be_ours_regular_and_private() {
-    assert_eq!(check_record_file(&file(0o600, 1000), 1000), Ok(()));
-    assert_eq!(
-        check_record_file(&file(0o600, 1001), 1000),
-        Err(RecordFileProblem::NotOwnedByCurrentUser)
-    );
-    assert_eq!(
-        check_record_file(&file(0o644, 1000), 1000),
-        Err(RecordFileProblem::InsecurePermissions)
-    );
-    assert_eq!(
-        check_record_file(&file(0o606, 1000), 1000),
-        Err(RecordFileProblem::InsecurePermissions)
-    );
-    assert_eq!(
-        check_record_file(&dir(0o700), 0),
-        Err(RecordFileProblem::NotRegularFile)
-    );
 }
 
 #[test]
