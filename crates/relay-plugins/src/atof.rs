@@ -1118,17 +1118,13 @@ fn hook_reason(hook: &HookEvent) -> Option<&str> {
 /// Where [`hook_reason`] is in the payload: `source`, else `reason`, at its top (pi: under
 /// `event`).
 fn hook_reason_pointer(hook: &HookEvent) -> Option<&'static str> {
-    let (holder, source, reason) = match hook.agent {
-        Agent::ClaudeCode | Agent::Codex => (&hook.payload, "/source", "/reason"),
-        Agent::Pi => (hook.payload.get("event")?, "/event/source", "/event/reason"),
+    let pointers = match hook.agent {
+        Agent::ClaudeCode | Agent::Codex => ["/source", "/reason"],
+        Agent::Pi => ["/event/source", "/event/reason"],
     };
-    if holder.get("source").is_some() {
-        Some(source)
-    } else if holder.get("reason").is_some() {
-        Some(reason)
-    } else {
-        None
-    }
+    pointers
+        .into_iter()
+        .find(|pointer| hook.payload.pointer(pointer).is_some())
 }
 
 fn usage_json(usage: &UsageFacts) -> Value {
