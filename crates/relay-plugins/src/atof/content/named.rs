@@ -71,12 +71,7 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     // and again here in case hiding something else joined one.
     hidden.extend(url_passwords(text, &p.url_password));
     for caps in p.curl_user.captures_iter(text) {
-        // `redis-cli -u redis://…` gives a URL, whose password is the rule above's.
-        // A value already hidden (`bob[REDACTED:credential]`) has no password after its `:`.
-        let password = caps.get(1).filter(|value| {
-            !value.as_str().starts_with("//") && !CREDENTIAL_FIELD.ends_with(value.as_str())
-        });
-        hidden.extend(password.map(|value| value.range()));
+        hidden.extend(caps.get(1).map(|value| value.range()));
     }
     let mut value_lines = ValueLines::default();
     let flags = p.flag.captures_iter(text).filter_map(move |caps| {
@@ -87,7 +82,7 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     });
     let config_values = p.config_set.captures_iter(text).filter_map(|caps| {
         let (name, value) = (caps.get(1)?, caps.get(2)?);
-        names_a_config_setting(name.as_str()).then_some(value)
+        names_a_setting(name.as_str()).then_some(value)
     });
     let starts = p
         .spaced
@@ -386,22 +381,15 @@ fn line_around(text: &str, at: usize) -> Range<usize> {
     start..end
 }
 
-/// Whether a name a `config set` command sets names a credential, whole or by its last
-/// segment (`github.token`, `//registry.npmjs.org/:_authToken`).
-fn names_a_config_setting(name: &str) -> bool {
+/// Whether a setting's name names a credential, whole or by its last segment after a `/`,
+/// `.` or `:` (AWS's `/prod/db/api-key`, git's `github.token`, npm's
+/// `//registry.npmjs.org/:_authToken`).
+fn names_a_setting(name: &str) -> bool {
     names_a_credential_in_text(name)
         || name
             .rsplit(['.', '/', ':'])
             .next()
             .is_some_and(names_a_credential_in_text)
-}
-
-/// Whether a setting's name names a credential, whole or by its last segment.
-fn names_a_setting(name: &str) -> bool {
-    names_a_credential_in_text(name)
-        || name
-            .rsplit_once('/')
-            .is_some_and(|(_, last)| names_a_credential_in_text(last))
 }
 
 /// Where `value` lies, unless it holds nothing but blanks (an empty setting).
@@ -830,7 +818,9 @@ struct Patterns {
     /// `@` is often left unescaped (`postgres://app:p@ss@db`). It never holds a quote, `<`,
     /// `>` or `\`, where a URL in JSON or markup ends.
     url_password: Regex,
-    /// curl's password after its user (`-u user:…`, `--user=user:…`, `-uuser:…`).
+    /// curl's password after its user (`-u user:…`, `--user=user:…`, `-uuser:…`); not a
+    /// URL (`redis-cli -u redis://…`, whose password is `url_password`'s), nor a value
+    /// already hidden (`bob[REDACTED:credential]`).
     curl_user: Regex,
     /// A `.netrc` password (`machine … password …`, or a line of its own).
     spaced: Regex,
@@ -889,7 +879,7 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         url_password: compile(
             r#"[A-Za-z][A-Za-z0-9+.-]*:(?://|\\/\\/)[^\s/?#@:\\]*:([^\s/?#"'<>\\]+)@"#,
         )?,
-        curl_user: compile(r"(?:^|[ \t])(?:-u|--user)[ =]*[^\s:]+:(\S+)")?,
+        curl_user: compile(r"(?:^|[ \t])(?:-u|--user)[ =]*[^\s:\[]+:([^\s/]\S*)")?,
         spaced: compile(
             r"(?m)^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password[ \t]+([^\s:=-]\S*)",
         )?,
