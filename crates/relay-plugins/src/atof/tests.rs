@@ -1352,6 +1352,19 @@ fn credentials_named_in_free_text_are_hidden() {
         "arn:",
         "\u{a0}",
         "\\",
+        "h:5432:d:u:",
+        "*:*:*:",
+        "||  ",
+        "  |  ",
+        "  ||",
+        "Type",
+        "SecureString",
+        "\t",
+        "arn:aws:secretsmanager:r:1:secret:s\t1\tn\t",
+        "\t0123456789abcdef0123456789abcdef",
+        "s://u:a/b",
+        "Password=a b",
+        ";Server=",
     ];
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..20_000 {
@@ -2112,11 +2125,107 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
         ("arn:aws:x:password:", true),
         ("--name x --value a ", false),
         ("\"keyName\": \"k\", \"value\": \"x\", ", true),
+        ("a:1:b:c:d\n", true),
+        ("||  Type  |  SecureString  ||\n||  Value  |  x  ||\n", true),
+        ("||  Value  |  x  ||\n", false),
+        ("\tn\tSecureString\tx\n", true),
+        ("s://u:a/b?c#d", false),
+        ("Password=a b;", true),
     ] {
         let long = unit.repeat(200_000 / unit.len());
         let (out, _) = content::text(&detectors, &long, 1 << 20);
         let out = out.as_str().unwrap();
         assert_eq!(out.contains("[REDACTED:credential]"), hides, "{unit}");
+    }
+}
+
+/// Records printed a line at a time, where no name stands right before the value: a
+/// PostgreSQL password file, the AWS CLI's `text` and `table` outputs of a parameter and a
+/// secret; a URL whose password holds `/`, `?` or `#`; and a connection string whose first
+/// setting is a password with a blank. What only looks alike keeps its words.
+#[test]
+fn credentials_in_printed_records_and_unescaped_urls_are_hidden() {
+    let detectors = DefaultDetectors::new();
+    let redactors: [&dyn Redactor; 2] = [&content::NoRedaction, &detectors];
+    let table = "|+----------+---------------------------+|\n\
+                 ||  ARN     |  arn:aws:ssm:us-east-1:1:parameter/prod/app/conf  ||\n\
+                 ||  Name    |  /prod/app/conf           ||\n\
+                 ||  Type    |  SecureString             ||\n\
+                 ||  Value   |  Hunter2Table             ||\n\
+                 ||  Version |  3                        ||\n\
+                 |+----------+---------------------------+|\n\
+                 ||  Name    |  /prod/db/password        ||\n\
+                 ||  Type    |  String                   ||\n\
+                 ||  Value   |  Hunter2TableName         ||\n\
+                 |+----------+---------------------------+|\n\
+                 ||  Name    |  /prod/app/region         ||\n\
+                 ||  Type    |  String                   ||\n\
+                 ||  Value   |  eu-west-1                ||";
+    for redactor in redactors {
+        for (raw, secrets, kept) in [
+            (
+                "db.example.com:5432:app:appuser:Hunter2Pg\n*:*:*:replicator:Hunter2 Pg:x\r\n",
+                &["Hunter2Pg", "Hunter2 Pg"][..],
+                &["db.example.com:5432:app:appuser:", "*:*:*:replicator:"][..],
+            ),
+            (
+                "PARAMETER\tarn:aws:ssm:us-east-1:1:parameter/prod/app/conf\ttext\t1700000000.0\t/prod/app/conf\tSecureString\tHunter2Text\t1\n\
+                 PARAMETERS\tarn:aws:ssm:us-east-1:1:parameter/app/api-key\ttext\t1700000000.0\t/app/api-key\tString\tHunter2TextName\t1\n\
+                 PARAMETERS\tarn:aws:ssm:us-east-1:1:parameter/app/region\ttext\t1700000000.0\t/app/region\tString\teu-west-1\t1",
+                &["Hunter2Text"],
+                &["/prod/app/conf\tSecureString\t", "\t1\n", "\teu-west-1\t1"],
+            ),
+            (
+                "arn:aws:secretsmanager:us-east-1:1:secret:prod/db-AbCdEf\t1700000000.0\tprod/db\tHunter2 Sm\ta1b2c3d4-5678-90ab-cdef-000000000000\nVERSIONSTAGES\tAWSCURRENT",
+                &["Hunter2 Sm"],
+                &[
+                    "\tprod/db\t",
+                    "\ta1b2c3d4-5678-90ab-cdef-000000000000\nVERSIONSTAGES",
+                ],
+            ),
+            (
+                table,
+                &["Hunter2Table"],
+                &["||  Version |  3 ", "  eu-west-1  ", "/prod/db/password"],
+            ),
+            (
+                "||  SecretString  |  Hunter2 TableSm  ||",
+                &["Hunter2 TableSm"],
+                &["||  SecretString  |  "],
+            ),
+            (
+                "postgres://app:Hunter2/Url?x#y@db.example.com:5432/app redis://:Hunter2/Redis@cache:6379",
+                &["Hunter2/Url", "x#y", "Hunter2/Redis"],
+                &["@db.example.com:5432/app", "@cache:6379"],
+            ),
+            (
+                "\"Password=Hunter2 Conn;Server=db;Database=app\"",
+                &["Hunter2 Conn", "Conn;"],
+                &[";Server=db;Database=app\""],
+            ),
+        ] {
+            assert_hidden(redactor, raw, secrets, kept);
+        }
+        for plain in [
+            "https://example.com:8443/users/@bob and https://host:8080/a/b@c",
+            "src/main.rs:12:5: warning: unused variable\nREADME.md:10:https://example.com:8080",
+            "| Option | Description |\n| token | The access token used for authentication |",
+            "PARAMETERS\tarn:aws:ssm:us-east-1:1:parameter/app/region\ttext\t1700000000.0\t/app/region\tString\teu-west-1\t1",
+            "PASSWORD_FILE=/run/pw make build; CI=1 make",
+        ] {
+            let (out, _) = content::text(redactor, plain, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), plain);
+        }
+        // A shell's next assignment does not make a command's words a connection string's.
+        let (out, _) = content::text(
+            redactor,
+            "PASSWORD=Hunter2Sh make build; CI=1 make",
+            1 << 20,
+        );
+        assert_eq!(
+            out.as_str().unwrap(),
+            "PASSWORD=[REDACTED:credential] make build; CI=1 make"
+        );
     }
 }
 

@@ -39,6 +39,8 @@ use regex::{Captures, Regex};
 
 use super::{CREDENTIAL_FIELD, HASH_OPENING, is_left_hash, names_a_credential};
 
+mod printed;
+
 /// How many times a text that changed is read again.
 const MAX_PASSES: usize = 4;
 
@@ -122,6 +124,7 @@ fn hide_once(text: &str) -> Cow<'_, str> {
         }
     }
     hidden.extend(settings(text, p));
+    hidden.extend(printed::printed_credentials(text));
     for caps in p.call.captures_iter(text) {
         let (Some(whole), Some(name)) = (caps.get(0), first_group(&caps)) else {
             continue;
@@ -157,28 +160,45 @@ pub(super) fn hide_url_passwords(text: &str) -> Cow<'_, str> {
 fn url_passwords(text: &str, url_password: &Regex) -> Vec<Range<usize>> {
     url_password
         .captures_iter(text)
-        .filter_map(|caps| caps.get(1).map(|password| password.range()))
+        .filter_map(|caps| {
+            caps.get(1).or_else(|| {
+                // A port and a path (`https://host:8443/users/@bob`) hold no password.
+                caps.get(2).filter(|password| {
+                    let before_path = password.as_str().split(['/', '?', '#']).next();
+                    !before_path.is_some_and(|port| {
+                        !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+                    })
+                })
+            })
+        })
+        .map(|password| password.range())
         .collect()
 }
 
 /// `text` with each of `hidden` written `[REDACTED:credential]`; ranges that overlap are
-/// hidden as one.
+/// hidden as one. Still borrowed when every range is a value hidden before, so a text read
+/// again after hiding is not read a third time.
 fn replace(text: &str, mut hidden: Vec<Range<usize>>) -> Cow<'_, str> {
     if hidden.is_empty() {
         return Cow::Borrowed(text);
     }
     hidden.sort_unstable_by_key(|range| (range.start, range.end));
     let mut out = String::with_capacity(text.len());
-    let mut at = 0;
+    let (mut at, mut changed) = (0, false);
     for Range { start, end } in hidden {
         if start < at {
             // Within one already hidden: it hides on to the further end.
+            changed |= end > at;
             at = at.max(end);
             continue;
         }
+        changed |= &text[start..end] != CREDENTIAL_FIELD;
         out.push_str(&text[at..start]);
         out.push_str(CREDENTIAL_FIELD);
         at = end;
+    }
+    if !changed {
+        return Cow::Borrowed(text);
     }
     out.push_str(&text[at..]);
     Cow::Owned(out)
@@ -474,7 +494,12 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
             End::Blank {
                 quote: before.filter(|c| matches!(c, '"' | '\'')),
                 in_query,
-                in_list: before == Some(';'),
+                in_list: before == Some(';')
+                    || (["password", "pwd"]
+                        .iter()
+                        .any(|n| name.eq_ignore_ascii_case(n))
+                        && head[name_end..].trim() == "="
+                        && setting_follows(rest)),
             }
         };
         let quoted_key = matches!(before, Some('"' | '\''));
@@ -496,6 +521,23 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         }
     }
     hidden
+}
+
+/// Whether the value that `rest` starts is followed on its line by `;` and another setting:
+/// a connection string's first setting (`Password=My Pa55;Server=db`), whose value may hold
+/// blanks as its later ones may. A shell's next assignment is in capitals
+/// (`PASSWORD=… make; CI=1 make`), and its command's words are not the value.
+fn setting_follows(rest: &str) -> bool {
+    let line = &rest[..line_len(&rest[..floor_char_boundary(rest, MAX_FIELD_BYTES)])];
+    line.split_once(';').is_some_and(|(_, after)| {
+        let after = after.trim_start();
+        let name = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, ' ' | '_')))
+            .map_or(after, |end| &after[..end]);
+        after[name.len()..].starts_with('=')
+            && name.starts_with(|c: char| c.is_ascii_alphabetic())
+            && name.contains(|c: char| c.is_ascii_lowercase())
+    })
 }
 
 /// The word that `before` ends with: after its last blank or quote, within its last
@@ -877,7 +919,9 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             r#"[A-Za-z][A-Za-z0-9_.-]*(?:\\*["']\]?)?[ \t]*(?:=>|:=|\|\|=|\?=|[=:])[ \t]*"#,
         )?,
         url_password: compile(
-            r#"[A-Za-z][A-Za-z0-9+.-]*:(?://|\\/\\/)[^\s/?#@:\\]*:([^\s/?#"'<>\\]+)@"#,
+            // A password with `/`, `?` or `#` (which a URL should escape) runs to the first
+            // `@` only, so that a path's or a query's `@` is not taken for its end.
+            r#"[A-Za-z][A-Za-z0-9+.-]*:(?://|\\/\\/)[^\s/?#@:\\]*:(?:([^\s/?#"'<>\\]+)|([^\s"'<>\\@]+))@"#,
         )?,
         curl_user: compile(r"(?:^|[ \t])(?:-u|--user)[ =]*[^\s:\[]+:([^\s/]\S*)")?,
         spaced: compile(

@@ -1,0 +1,124 @@
+//! Credentials in outputs printed a line per record, where no name stands right before the
+//! value: a PostgreSQL password file and the AWS CLI's `text` and `table` outputs.
+
+use std::ops::Range;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::{names_a_credential_in_text, names_a_setting};
+
+/// Where the credentials of the printed records in `text` lie; see the module.
+pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
+    let Some(p) = &*PATTERNS else {
+        return Vec::new();
+    };
+    let mut hidden = Vec::new();
+    // `~/.pgpass`: `host:port:database:user:password`, the password to the line's end.
+    hidden.extend(
+        p.pgpass
+            .captures_iter(text)
+            .filter_map(|caps| caps.get(1).map(|password| password.range())),
+    );
+    // Cheap looks first: most texts hold neither output.
+    if text.contains("String\t") {
+        hidden.extend(aws_text_parameters(text, &p.aws_parameter));
+    }
+    if text.contains("secretsmanager:") {
+        hidden.extend(
+            p.aws_secret
+                .captures_iter(text)
+                .filter_map(|caps| caps.get(1).map(|secret| secret.range())),
+        );
+    }
+    if text.contains("||") {
+        hidden.extend(table_rows(text, &p.table_row));
+    }
+    hidden
+}
+
+/// The values of SSM parameters as `aws ssm get-parameter(s) --output text` prints them:
+/// one tab-separated line per parameter, its columns in the order of their keys (ARN, data
+/// type, date, name, type, value, version). A value is hidden when its type is
+/// `SecureString` or its name (the column before the type) names a credential
+/// (`/prod/db/password`).
+fn aws_text_parameters(text: &str, aws_parameter: &Regex) -> Vec<Range<usize>> {
+    aws_parameter
+        .captures_iter(text)
+        .filter_map(|caps| {
+            let (name, kind, value) = (caps.get(1)?, caps.get(2)?, caps.get(3)?);
+            (kind.as_str() == "SecureString" || names_a_setting(name.as_str()))
+                .then(|| value.range())
+                .filter(|value| !value.is_empty())
+        })
+        .collect()
+}
+
+/// The values of the rows of a table of keys and values as the AWS CLI prints them
+/// (`--output table`: `||  SecretString  |  …  ||`) whose key names a credential, and a
+/// parameter's `Value` row when its `Type` row says `SecureString` or its `Name` row names a
+/// credential. A record's rows follow one another, in the order of their keys; any other
+/// line ends it.
+fn table_rows(text: &str, table_row: &Regex) -> Vec<Range<usize>> {
+    let mut hidden = Vec::new();
+    let (mut secret_name, mut secure) = (false, false);
+    let mut row_end = None;
+    for caps in table_row.captures_iter(text) {
+        let (Some(row), Some(key), Some(value)) = (caps.get(0), caps.get(1), caps.get(2)) else {
+            continue;
+        };
+        // A row that does not follow the last one starts another record.
+        let follows = |end: usize| text[end..row.start()].trim_matches(['\r', '\n']).is_empty();
+        if !row_end.is_some_and(follows) {
+            (secret_name, secure) = (false, false);
+        }
+        row_end = Some(row.end());
+        let key = key.as_str();
+        let hide = if key == "Name" {
+            secret_name = names_a_setting(value.as_str());
+            false
+        } else if key == "Type" {
+            secure = value.as_str() == "SecureString";
+            false
+        } else {
+            names_a_credential_in_text(key) || (key == "Value" && (secure || secret_name))
+        };
+        if hide {
+            hidden.push(value.range());
+        }
+    }
+    hidden
+}
+
+struct Patterns {
+    pgpass: Regex,
+    aws_parameter: Regex,
+    aws_secret: Regex,
+    table_row: Regex,
+}
+
+static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
+    let compile = |pattern: &str| Regex::new(pattern).ok();
+    Some(Patterns {
+        // A host name or address (or `*`), a port (or `*`), then a database and a user
+        // (`\:` escapes a colon in them), each without blanks or `/` (so `grep -n`'s
+        // `file:line:https://host:port` is not read as one).
+        pgpass: compile(concat!(
+            r"(?m)^[ \t]*(?:\*|[A-Za-z0-9][A-Za-z0-9.-]*):(?:\*|[0-9]{1,5})",
+            r":(?:[^:\s\\/]|\\.)+:(?:[^:\s\\/]|\\.)+:([^\s:][^\r\n]*)",
+        ))?,
+        aws_parameter: compile(r"\t([^\t\r\n]*)\t(SecureString|String|StringList)\t([^\t\r\n]*)")?,
+        // `aws secretsmanager get-secret-value --output text`: the ARN, the date, the name,
+        // the secret, its version's identifier.
+        aws_secret: compile(concat!(
+            r"(?m)^arn:aws[a-z-]*:secretsmanager:[^\t\r\n]*\t[0-9.]+\t[^\t\r\n]*",
+            r"\t([^\t\r\n]+)\t[0-9A-Za-z-]{32,36}\r?$",
+        ))?,
+        // A Markdown table's rows (`| token | The access token |`) are not read: they
+        // describe more often than they hold.
+        table_row: compile(concat!(
+            r"(?m)^\|\|+[ \t]+([A-Za-z][A-Za-z0-9_.-]*)[ \t]+\|[ \t]+",
+            r"(\S(?:[^|\r\n]*\S)?)[ \t]+\|+\r?$",
+        ))?,
+    })
+});
