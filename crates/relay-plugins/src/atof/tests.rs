@@ -2141,8 +2141,10 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
 
 /// Records printed a line at a time, where no name stands right before the value: a
 /// PostgreSQL password file, the AWS CLI's `text` and `table` outputs of a parameter and a
-/// secret; a URL whose password holds `/`, `?` or `#`; and a connection string whose first
-/// setting is a password with a blank. What only looks alike keeps its words.
+/// secret; a URL whose password holds `/`, `?` or `#`, or whose slashes JSON escaped (the
+/// `email` detector took the end of its password when nothing else had read it first); and
+/// a connection string whose first setting is a password with a blank. What only looks
+/// alike keeps its words.
 #[test]
 fn credentials_in_printed_records_and_unescaped_urls_are_hidden() {
     let detectors = DefaultDetectors::new();
@@ -2197,6 +2199,11 @@ fn credentials_in_printed_records_and_unescaped_urls_are_hidden() {
                 "postgres://app:Hunter2/Url?x#y@db.example.com:5432/app redis://:Hunter2/Redis@cache:6379",
                 &["Hunter2/Url", "x#y", "Hunter2/Redis"],
                 &["@db.example.com:5432/app", "@cache:6379"],
+            ),
+            (
+                "{\"url\":\"mysql:\\/\\/root:Hun!ter2Esc@db.example.com:3306\\/app\"}",
+                &["Hun!", "ter2Esc"],
+                &["mysql:\\/\\/root:", "@db.example.com:3306\\/app"],
             ),
             (
                 "\"Password=Hunter2 Conn;Server=db;Database=app\"",

@@ -14,13 +14,15 @@ pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
         return Vec::new();
     };
     let mut hidden = Vec::new();
+    // Cheap looks first: most texts hold none of these, and the patterns cost more.
     // `~/.pgpass`: `host:port:database:user:password`, the password to the line's end.
-    hidden.extend(
-        p.pgpass
-            .captures_iter(text)
-            .filter_map(|caps| caps.get(1).map(|password| password.range())),
-    );
-    // Cheap looks first: most texts hold neither output.
+    if text.split('\n').any(starts_as_pgpass) {
+        hidden.extend(
+            p.pgpass
+                .captures_iter(text)
+                .filter_map(|caps| caps.get(1).map(|password| password.range())),
+        );
+    }
     if text.contains("String\t") {
         hidden.extend(aws_text_parameters(text, &p.aws_parameter));
     }
@@ -35,6 +37,23 @@ pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
         hidden.extend(table_rows(text, &p.table_row));
     }
     hidden
+}
+
+/// Whether `line` starts as a password file's line does, with a host (or `*`) and a port
+/// (or `*`), as the `pgpass` pattern reads them.
+fn starts_as_pgpass(line: &str) -> bool {
+    let mut fields = line.trim_start_matches([' ', '\t']).splitn(3, ':');
+    let (Some(host), Some(port), Some(_)) = (fields.next(), fields.next(), fields.next()) else {
+        return false;
+    };
+    let host_ok = host == "*"
+        || (host.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-')));
+    let port_ok =
+        port == "*" || ((1..=5).contains(&port.len()) && port.bytes().all(|b| b.is_ascii_digit()));
+    host_ok && port_ok
 }
 
 /// The values of SSM parameters as `aws ssm get-parameter(s) --output text` prints them:
