@@ -98,7 +98,7 @@ impl Detector {
                     r"|glpat-[A-Za-z0-9_-]{20,}|npm_[A-Za-z0-9]{36}|pypi-[A-Za-z0-9_-]{50,}|hf_[A-Za-z0-9]{30,}",
                     r"|hv[sbr]\.[A-Za-z0-9_-]{24,}|ya29\.[A-Za-z0-9_-]{20,}|do[opr]_v1_[a-f0-9]{64}",
                     r"|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}",
-                    r"|HRKU-[A-Za-z0-9_-]{20,}|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32})",
+                    r"|HRKU-[A-Za-z0-9_-]{20,}|shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}|whsec_[A-Za-z0-9+/=]{24,})",
                 )
             }
             Detector::BearerToken => r"(?:Bearer|bearer|BEARER)[ \t]+([A-Za-z0-9._~+/-]{8,}=*)",
@@ -106,10 +106,15 @@ impl Detector {
             Detector::AwsAccessKeyId => {
                 r"(?-u:\b)(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?-u:\b)"
             }
-            Detector::PrivateKey => {
-                r"-----BEGIN[A-Z ]*PRIVATE KEY-----(?s:.*?)(?:-----END[A-Z ]*PRIVATE KEY-----|\z)"
-            }
-            Detector::CreditCard => r"(?-u:\b)(?:[0-9][ -]?){12,18}[0-9](?-u:\b)",
+            // Also a PGP key block and SSH.com's `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----`.
+            Detector::PrivateKey => concat!(
+                r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\z)",
+                r"|---- BEGIN[A-Z0-9 ]*PRIVATE KEY ----(?s:.*?)(?:---- END[A-Z0-9 ]*PRIVATE KEY ----|\z)",
+            ),
+            // Card numbers start with 2 to 6 (Mastercard, American Express and Diners,
+            // Visa, Mastercard, Discover and UnionPay); a millisecond timestamp (`17…`) or a
+            // nil UUID's zeros that pass the Luhn check are not one.
+            Detector::CreditCard => r"(?-u:\b)[2-6](?:[ -]?[0-9]){12,18}(?-u:\b)",
             Detector::IpAddress => {
                 r"(?-u:\b)(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])(?-u:\b)"
             }
@@ -162,13 +167,14 @@ impl Detector {
                 "shpca_",
                 "shppa_",
                 "shpss_",
+                "whsec_",
             ]),
             Detector::BearerToken => Prefilter::Keywords(&["Bearer", "bearer", "BEARER"]),
             Detector::Jwt => Prefilter::Keywords(&["eyJ"]),
             Detector::AwsAccessKeyId => Prefilter::Keywords(&[
                 "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA",
             ]),
-            Detector::PrivateKey => Prefilter::Keywords(&["-----BEGIN"]),
+            Detector::PrivateKey => Prefilter::Keywords(&["-----BEGIN", "---- BEGIN"]),
             Detector::CreditCard => Prefilter::DigitRun,
             Detector::IpAddress => Prefilter::DigitDotDigit,
         }

@@ -96,7 +96,8 @@ fn hide_token_shaped(text: &str) -> Cow<'_, str> {
         while at < bytes.len() && is_base64url(bytes[at]) {
             at += 1;
         }
-        if is_token_shaped(&bytes[start..at]) {
+        // Padding after it makes it standard base64 (a `go.sum` hash), which a token is not.
+        if is_token_shaped(&bytes[start..at]) && bytes.get(at) != Some(&b'=') {
             out.push_str(&text[copied..start]);
             out.push_str(CREDENTIAL_FIELD);
             copied = at;

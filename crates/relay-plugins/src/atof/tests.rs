@@ -1278,7 +1278,7 @@ fn credentials_named_in_free_text_are_hidden() {
     for unit in [
         "token=",
         "password:",
-        "\"auth\":true,",
+        "\"auth\":1,",
         "password=\"x\n",
         "password: |\n\n",
         "<password>x</password><a ",
@@ -1365,6 +1365,24 @@ fn credentials_named_in_free_text_are_hidden() {
         "s://u:a/b",
         "Password=a b",
         ";Server=",
+        "PASSWORD '",
+        "IDENTIFIED BY ",
+        "> Cookie: ",
+        "auth=(",
+        ": &str = ",
+        "CREDENTIALS\t",
+        "ACCESSKEY\t",
+        "kind: Secret\n",
+        "data:\n  ",
+        "\"data\":{\"",
+        "API key: ",
+        "\"\"\"",
+        "::",
+        "null",
+        "true,",
+        "<T>",
+        "(sensitive value)",
+        "=",
     ];
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..20_000 {
@@ -2131,6 +2149,11 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
         ("\tn\tSecureString\tx\n", true),
         ("s://u:a/b?c#d", false),
         ("Password=a b;", true),
+        ("a key:", false),
+        ("\"data\":{\"kind\": \"Secret\" ", false),
+        ("PASSWORD '", true),
+        ("token: &str = ", true),
+        ("password = \"\"\"", true),
     ] {
         let long = unit.repeat(200_000 / unit.len());
         let (out, _) = content::text(&detectors, &long, 1 << 20);
@@ -2234,6 +2257,120 @@ fn credentials_in_printed_records_and_unescaped_urls_are_hidden() {
             "PASSWORD=[REDACTED:credential] make build; CI=1 make"
         );
     }
+}
+
+/// What a third sweep over the content agents see found: credentials SQL sets, a cookie
+/// header after curl's `> `, a tuple's password, a typed constant's value, the AWS CLI's
+/// `CREDENTIALS` and `ACCESSKEY` lines, a Kubernetes secret's data under keys of any name,
+/// two-word names (`API key:`), Stripe's webhook secret, a PGP private key, Python's triple
+/// quotes; and ordinary text it destroyed: Rust paths, JSON's literals (and the comma after
+/// them), placeholders, a prompt's closing quote, a list of objects, Terraform's
+/// `(sensitive value)`, timestamps and zeros read as card numbers, `go.sum` hashes.
+#[test]
+fn credentials_a_third_sweep_found_are_hidden_and_code_keeps_its_words() {
+    let detectors = DefaultDetectors::new();
+    let redactors: [&dyn Redactor; 2] = [&content::NoRedaction, &detectors];
+    for redactor in redactors {
+        for (raw, secrets, kept) in [
+            (
+                "CREATE USER app WITH PASSWORD 'Hunter2Sql1';\nCREATE USER 'app'@'%' IDENTIFIED BY 'Hunter2Sql2';\n\
+                 ALTER USER 'a'@'%' IDENTIFIED WITH mysql_native_password BY 'Hunter2Sql3';\nCREATE USER scott IDENTIFIED BY Hunter2Sql4;",
+                &["Hunter2Sql"][..],
+                &[
+                    "CREATE USER app WITH PASSWORD ",
+                    "IDENTIFIED WITH mysql_native_password BY ",
+                    ";\nCREATE USER scott",
+                ][..],
+            ),
+            (
+                "> Cookie: theme=dark; session=Hunter2Sess\ncurl -H \"Cookie: theme=dark; sid=Hunter2Sid\" https://x",
+                &["Hunter2Sess", "Hunter2Sid"],
+                &["> Cookie: ", "\" https://x"],
+            ),
+            (
+                "requests.get(url, auth=(\"bob\", \"Hunter2Tuple\"))",
+                &["Hunter2Tuple"],
+                &["requests.get(url, auth=(", "))"],
+            ),
+            (
+                "const API_TOKEN: &str = \"Hunter2Const\";\nconst secret: string = 'Hunter2Ts';",
+                &["Hunter2Const", "Hunter2Ts"],
+                &["const API_TOKEN: &str = ", "const secret: string = "],
+            ),
+            (
+                "CREDENTIALS\tASIAIOSFODNN7EXAMPLE\t2024-01-01T00:00:00Z\twJalrXUtnFEMIHunter2Key\tIQoJb3JpZ2luHunter2Tok\n\
+                 ACCESSKEY\tAKIAIOSFODNN7EXAMPLE\t2015-03-09T18:39:23.411Z\twJalrXUtnFEMIHunter2Acc\tActive\tBob",
+                &["Hunter2Key", "Hunter2Tok", "Hunter2Acc"],
+                &["\t2024-01-01T00:00:00Z\t", "\tActive\tBob"],
+            ),
+            (
+                "apiVersion: v1\ndata:\n  DATABASE_URL: SHVudGVyMkRhdGFiYXNl\n  config.json: eyJIdW50ZXIyIjoxfQ==\n\
+                 kind: Secret\nstringData:\n  STRIPE: Hunter2 Plain\ntype: Opaque",
+                &[
+                    "SHVudGVyMkRhdGFiYXNl",
+                    "eyJIdW50ZXIyIjoxfQ==",
+                    "Hunter2 Plain",
+                ],
+                &[
+                    "  DATABASE_URL: ",
+                    "  config.json: ",
+                    "kind: Secret",
+                    "type: Opaque",
+                ],
+            ),
+            (
+                "{\"data\":{\"DATABASE_URL\":\"SHVudGVyMkRhdGFiYXNl\",\"note\":\"plain words\"},\"kind\":\"Secret\"}",
+                &["SHVudGVyMkRhdGFiYXNl"],
+                &["\"note\":\"plain words\"", "\"kind\":\"Secret\""],
+            ),
+            (
+                "API key: Hunter2Api\nSecret Access Key: wJalrHunter2Sak\n   S3 Secret Key: 8501Hunter2S3",
+                &["Hunter2Api", "Hunter2Sak", "Hunter2S3"],
+                &["API key: ", "Secret Access Key: ", "   S3 Secret Key: "],
+            ),
+            (
+                "password = \"\"\"Hunter2Triple\"\"\"\nuser = 'bob'",
+                &["Hunter2Triple"],
+                &["password = ", "\nuser = 'bob'"],
+            ),
+            (
+                "curl -u \"admin:Hunter2CurlQ\" https://x",
+                &["Hunter2CurlQ"],
+                &["curl -u \"admin:", "\" https://x"],
+            ),
+        ] {
+            assert_hidden(redactor, raw, secrets, kept);
+        }
+        for plain in [
+            "use crate::auth::{Token, verify};\nlet t = Token::new(claims);\nINFO app::auth: password changed",
+            "{\"token\":null,\"secret\":false,\"auth\":true,\"x\":1}",
+            "      --token <TOKEN>  API token\n      --password string   registry password\n  [env: API_TOKEN=]",
+            "read -s -p \"Password: \" PASSWORD",
+            "  + password = (sensitive value)\npassword:  16 bytes",
+            "{\"secrets\":[{\"name\":\"API_TOKEN\",\"created_at\":\"2024\"}]}",
+            "The password is stored in the vault.",
+            "apiVersion: v1\ndata:\n  greeting: hello world\nkind: Secret",
+        ] {
+            let (out, _) = content::text(redactor, plain, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), plain);
+        }
+    }
+    // The detectors: a PGP key block and Stripe's webhook secret go; zeros, millisecond
+    // timestamps and padded base64 hashes stay.
+    let (out, _) = content::text(
+        &detectors,
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF0Hunter2Pgp\n-----END PGP PRIVATE KEY BLOCK-----\n\
+         Your webhook signing secret is whsec_Hunter2abcdefghijklmnopqrstuv (^C to quit)",
+        1 << 20,
+    );
+    assert_eq!(
+        out.as_str().unwrap(),
+        "[REDACTED:private_key]\nYour webhook signing secret is [REDACTED:api_key] (^C to quit)"
+    );
+    let plain = "00000000-0000-0000-0000-000000000000 {\"ts\":1714567890129}\n\
+                 github.com/pkg/mod5 v1.2.5 h1:7y0SfeN7lCuq0GFF5UsMYZofIjJ7LrvPvsePVWSv450=";
+    let (out, _) = content::text(&detectors, plain, 1 << 20);
+    assert_eq!(out.as_str().unwrap(), plain);
 }
 
 /// The same shapes through the recorder, as a Bash tool's command and its output reach a

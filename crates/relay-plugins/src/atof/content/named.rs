@@ -92,6 +92,7 @@ fn hide_once(text: &str) -> Cow<'_, str> {
         .spaced
         .captures_iter(spaced)
         .chain(p.password_flag.captures_iter(text))
+        .chain(p.sql_password.captures_iter(text))
         .filter_map(|caps| first_group(&caps))
         .chain(flags)
         .chain(config_values)
@@ -275,7 +276,7 @@ fn settings(text: &str, p: &Patterns) -> Vec<Range<usize>> {
                 let start = at + opening.end();
                 if secure || name.is_some_and(names_a_setting) {
                     let own_line = text[key.start()..start].contains('\n');
-                    let end = if own_line { End::LineEnd } else { End::blank() };
+                    let end = if own_line { End::Line } else { End::blank() };
                     if let Some(newline) = text[scanned_to..at].rfind('\n') {
                         line_start = scanned_to + newline + 1;
                     }
@@ -357,6 +358,12 @@ fn names_a_secret_flag(flag: &str, value: &str) -> bool {
         && !flag.ends_with("-id")
         && !value.eq_ignore_ascii_case(&flag.replace('-', "_"))
         && !value.eq_ignore_ascii_case(flag)
+        && !holds_nothing(value)
+        // The type a help text gives for the value (cobra's `--password string`).
+        && !matches!(
+            value,
+            "string" | "strings" | "stringArray" | "stringSlice" | "int" | "uint" | "bool" | "duration" | "float"
+        )
 }
 
 /// Whether the lines of a text's `--value` flags set a secret ([`value_flag_is_secret`]),
@@ -460,7 +467,17 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         // `APP_KEY=…` as an environment or a `.env` file sets it; source code's constants
         // (`const ENTER_KEY = 13`, `STORAGE_KEY = 'todos'`) keep their values.
         let env_key = head[name_end..].starts_with('=') && names_a_secret_key(name);
-        if !(names_a_credential_in_text(name) || in_query_named || env_key) {
+        if !(names_a_credential_in_text(name)
+            || in_query_named
+            || env_key
+            || names_with_word_before(before_text, name))
+        {
+            continue;
+        }
+        // `crate::auth::{…}`, `Token::new`, a log's `app::auth:`: a path, not a name.
+        if before_text.ends_with("::")
+            || (head.ends_with(':') && text[found.end()..].starts_with(':'))
+        {
             continue;
         }
         // A hash the redactor left (`[HASH:api_key:0123456789ab]`) names the detector that
@@ -476,8 +493,19 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         }
         let rest = &text[found.end()..];
         // `token == expected`: a comparison, not a value. `"credentials": {` opens an
-        // object, whose own names are read one by one.
-        if rest.starts_with(['=', '{']) {
+        // object, and `"secrets": [{` a list of them, whose own names are read one by one.
+        if rest.starts_with(['=', '{'])
+            || rest
+                .strip_prefix('[')
+                .is_some_and(|items| items.trim_start().starts_with('{'))
+        {
+            continue;
+        }
+        // `"Password: "`, a prompt: the quote after the name closes the string it stands in.
+        if let Some(quote @ ('"' | '\'')) = before
+            && !head.contains(quote)
+            && rest.starts_with(quote)
+        {
             continue;
         }
         let separator = head.trim_end_matches([' ', '\t']);
@@ -491,11 +519,15 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         }
         scanned_to = found.start();
         let by_colon = separator.ends_with(':');
+        let quote = before.filter(|c| matches!(c, '"' | '\''));
         let end = if by_colon && text[line_start..found.start()].trim().is_empty() {
-            End::LineEnd
+            End::Line
+        } else if by_colon && name.to_ascii_lowercase().ends_with("cookie") {
+            // A cookie header's pairs, after curl's `> ` or inside `-H "…"` too.
+            quote.map_or(End::Line, End::LineOrQuote)
         } else {
             End::Blank {
-                quote: before.filter(|c| matches!(c, '"' | '\'')),
+                quote,
                 in_query,
                 in_list: before == Some(';')
                     || (["password", "pwd"]
@@ -515,15 +547,87 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
             0..len
         } else if let Some(items) = list_items(rest) {
             items
+        } else if by_colon && let Some(start) = after_type(rest) {
+            // `API_TOKEN: &str = "…"`: the type stays, the value after it goes.
+            start..start + value_len(&rest[start..], End::blank())
         } else {
-            0..value_len(rest, end)
+            let mut len = value_len(rest, end);
+            // A JSON key's unquoted value (`"pin": 1234,`) ends where the next field starts.
+            if head[name_end..].starts_with(['"', '\'', '\\'])
+                && !rest.starts_with(['"', '\'', '\\', '['])
+            {
+                len = rest[..len].find([',', '}', ']']).unwrap_or(len);
+            }
+            0..len
         };
-        if !value.is_empty() {
+        if !value.is_empty() && !holds_nothing(&rest[value.clone()]) {
             hidden.push(found.end() + value.start..found.end() + value.end);
             hidden_to = found.end() + value.end;
         }
     }
     hidden
+}
+
+/// Whether `name`, with the word before it (one blank between), names a credential when
+/// `name` alone does not: `API key: …`, `Secret Access Key: …`.
+fn names_with_word_before(before: &str, name: &str) -> bool {
+    let Some(before) = before.strip_suffix(' ') else {
+        return false;
+    };
+    // Looked for among the last few bytes only, so a long run of letters is read once.
+    let mut from = before.len().saturating_sub(MAX_WORD_LEN + 1);
+    while !before.is_char_boundary(from) {
+        from += 1;
+    }
+    let before = &before[from..];
+    let start = before
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !c.is_ascii_alphanumeric())
+        .map_or(0, |(at, c)| at + c.len_utf8());
+    let word = &before[start..];
+    !word.is_empty()
+        && word.len() <= MAX_WORD_LEN
+        && name.len() <= MAX_WORD_LEN
+        && names_a_credential_in_text(&format!("{word}_{name}"))
+}
+
+/// The longest word [`names_with_word_before`] joins.
+const MAX_WORD_LEN: usize = 32;
+
+/// Whether a value read after a credential's name holds nothing to hide: JSON's and
+/// Python's literals (`"token": null`, `"auth": true`, `always-auth=false`), an empty
+/// string, a bracket that closes around the name (`[env: API_TOKEN=]`), a help text's
+/// placeholder (`--token <TOKEN>`), Terraform's `(sensitive value)` and `kubectl describe
+/// secret`'s size (`password:  16 bytes`).
+fn holds_nothing(value: &str) -> bool {
+    let value = value.trim_end_matches([',', ';']);
+    matches!(
+        value,
+        "null" | "true" | "false" | "None" | "nil" | "\"\"" | "''"
+    ) || value.starts_with([']', ')', '}'])
+        || value.starts_with("(sensitive")
+        || (value.starts_with('<') && value.ends_with('>') && !value.contains(' '))
+        || value
+            .strip_suffix(" bytes")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Where the value of a name declared with a type starts, after the type and ` = `
+/// (`const API_TOKEN: &str = "…"`, `secret: string = "…"`, `password: str = "…"`); `None`
+/// when what follows the name is no type and `=` on its line.
+fn after_type(rest: &str) -> Option<usize> {
+    let line = &rest[..line_len(&rest[..floor_char_boundary(rest, MAX_FIELD_BYTES)])];
+    let eq = line.find(" = ")?;
+    let ty = &line[..eq];
+    let is_type = ty.starts_with(|c: char| c == '&' || c.is_ascii_alphabetic())
+        && ty.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '_' | '&' | '<' | '>' | '[' | ']' | ':' | '\'' | ',' | ';' | ' ')
+        })
+        // Blanks only inside brackets or after a lifetime (`&'static str`, `Map<K, V>`).
+        && !ty.split(['<', '[']).next().is_some_and(|head| head.trim_end().contains(' ') && !head.contains('\''));
+    let start = eq + " = ".len();
+    (is_type && start < line.len()).then_some(start)
 }
 
 /// Whether the value that `rest` starts is followed on its line by `;` and another setting:
@@ -568,7 +672,9 @@ const MAX_WORD_BEFORE: usize = 256;
 #[derive(Clone, Copy)]
 enum End {
     /// At the line's end.
-    LineEnd,
+    Line,
+    /// At the line's end, or at this quote.
+    LineOrQuote(char),
     /// At a blank, or at this quote; in a query string also at `&` and at what ends a URL,
     /// and in a list of settings joined by `;` (a connection string) at `;`.
     Blank {
@@ -588,15 +694,19 @@ impl End {
     }
 }
 
-/// Where the items of a list that opens `rest` lie (`["…", "…"]`, also over lines): inside
-/// its brackets, to the `]` that closes it outside quotes (a list inside it, or a value
-/// already hidden, is inside it too), bounded as a quoted value is; to
-/// the end of the line when it does not close by then. `None` when `rest` opens no list, or
-/// holds what a redactor left (`[REDACTED:…]`, `[HASH:…]`).
+/// Where the items of a list or a tuple that opens `rest` lie (`["…", "…"]`, also over
+/// lines; `("bob", "…")`): inside its brackets, to the one that closes it outside quotes (a
+/// list inside it, or a value already hidden, is inside it too), bounded as a quoted value
+/// is; to the end of the line when it does not close by then. `None` when `rest` opens
+/// neither, or holds what a redactor left (`[REDACTED:…]`, `[HASH:…]`) or Terraform's
+/// `(sensitive value)`.
 fn list_items(rest: &str) -> Option<Range<usize>> {
-    if !rest.starts_with('[') || rest.starts_with("[REDACTED:") || rest.starts_with("[HASH:") {
-        return None;
-    }
+    let (open, close) = match rest.chars().next()? {
+        // A tuple too (`auth=("bob", "…")`).
+        '(' if !rest.starts_with("(sensitive") => ('(', ')'),
+        '[' if !(rest.starts_with("[REDACTED:") || rest.starts_with("[HASH:")) => ('[', ']'),
+        _ => return None,
+    };
     let mut quote = None;
     let mut escaped = false;
     let (mut depth, mut lines) = (0, 0);
@@ -610,8 +720,8 @@ fn list_items(rest: &str) -> Option<Range<usize>> {
             (_, '\n') => lines += 1,
             (None, '"' | '\'') => quote = Some(c),
             (Some(open), _) if c == open => quote = None,
-            (None, '[') => depth += 1,
-            (None, ']') => {
+            (None, _) if c == open => depth += 1,
+            (None, _) if c == close => {
                 depth -= 1;
                 if depth == 0 {
                     return Some(1..at);
@@ -637,6 +747,14 @@ const MAX_SPANNED_LINES: usize = 64;
 fn value_len(rest: &str, end: End) -> usize {
     if rest.starts_with(CREDENTIAL_FIELD) {
         return CREDENTIAL_FIELD.len();
+    }
+    // Python's triple quotes (`"""…"""`), to the three that close them.
+    if let Some(triple) = ["\"\"\"", "\'\'\'"]
+        .into_iter()
+        .find(|t| rest.starts_with(t))
+        && let Some(close) = rest[3..floor_char_boundary(rest, MAX_SPANNED_VALUE)].find(triple)
+    {
+        return 3 + close + 3;
     }
     match (rest.chars().next(), end) {
         (Some(quote @ ('"' | '\'')), _) => {
@@ -665,7 +783,8 @@ fn value_len(rest: &str, end: End) -> usize {
             }
             line_end.unwrap_or_else(|| rest.find('\n').unwrap_or(rest.len()))
         }
-        (_, End::LineEnd) => line_len(rest),
+        (_, End::Line) => line_len(rest),
+        (_, End::LineOrQuote(quote)) => rest.find([quote, '\r', '\n']).unwrap_or(rest.len()),
         (Some('\\'), End::Blank { .. })
             if let run = rest.len() - rest.trim_start_matches('\\').len()
                 && run % 2 == 1
@@ -883,6 +1002,10 @@ struct Patterns {
     /// redis-cli's `-a …`, curl's cookies (`-b …`, `--cookie …`), `gh secret set`'s `--body …` and `-b …`, and keytool's and
     /// jarsigner's `-storepass …` and `-keypass …` (also `-srcstorepass …`).
     password_flag: Regex,
+    /// A password SQL sets: `CREATE USER … WITH PASSWORD '…'`, `ALTER ROLE … PASSWORD '…'`
+    /// (quoted only, so prose keeps its words) and `IDENTIFIED [WITH plugin] BY …` (MySQL,
+    /// Oracle).
+    sql_password: Regex,
     /// A row of a table of names and values, aligned by blanks, one value per row (`vault kv
     /// get`, `vault token create`); the caller reads it only under such a table's header,
     /// and judges the name.
@@ -926,7 +1049,7 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             // `@` only, so that a path's or a query's `@` is not taken for its end.
             r#"[A-Za-z][A-Za-z0-9+.-]*:(?://|\\/\\/)[^\s/?#@:\\]*:(?:([^\s/?#"'<>\\]+)|([^\s"'<>\\@]+))@"#,
         )?,
-        curl_user: compile(r"(?:^|[ \t])(?:-u|--user)[ =]*[^\s:\[]+:([^\s/]\S*)")?,
+        curl_user: compile(r#"(?:^|[ \t])(?:-u|--user)[ =]*["']?[^\s:\["']+:([^\s/"'][^\s"']*)"#)?,
         spaced: compile(
             r"(?m)^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password[ \t]+([^\s:=-]\S*)",
         )?,
@@ -942,6 +1065,10 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             r"|\bcurl\b[^\n|;&]*?[ \t](?:-b|--cookie)[ \t=]*([^\s-])",
             r"|\bgh[ \t]+secret[ \t]+set\b[^\n|;&]*?[ \t](?:--body|-b)[ \t=]*([^\s-])",
             r"|(?:^|[ \t])-(?:src|dest|new)?(?:store|key)pass[ \t]+([^\s-])",
+        ))?,
+        sql_password: compile(concat!(
+            r#"(?i)\bpassword[ \t]+(['"])"#,
+            r"|(?i)\bidentified(?:[ \t]+with[ \t]+[A-Za-z_]+)?[ \t]+by[ \t]+([^\s;])",
         ))?,
         table_row: compile(r"(?m)^[ \t]*([A-Za-z][A-Za-z0-9_.-]*)[ \t]{2,}([^\s:=]\S*)[ \t]*\r?$")?,
         element: compile(

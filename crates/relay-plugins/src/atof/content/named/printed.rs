@@ -1,12 +1,13 @@
 //! Credentials in outputs printed a line per record, where no name stands right before the
-//! value: a PostgreSQL password file and the AWS CLI's `text` and `table` outputs.
+//! value: a PostgreSQL password file, the AWS CLI's `text` and `table` outputs, and a
+//! Kubernetes secret's data under keys of any name.
 
 use std::ops::Range;
 use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::{names_a_credential_in_text, names_a_setting};
+use super::{MAX_SPANNED_VALUE, floor_char_boundary, names_a_credential_in_text, names_a_setting};
 
 /// Where the credentials of the printed records in `text` lie; see the module.
 pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
@@ -26,6 +27,18 @@ pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
     if text.contains("String\t") {
         hidden.extend(aws_text_parameters(text, &p.aws_parameter));
     }
+    // `aws sts assume-role` (and `get-session-token`) and `aws iam create-access-key`.
+    if text.contains("CREDENTIALS\t") || text.contains("ACCESSKEY\t") {
+        for caps in p.aws_keys.captures_iter(text) {
+            hidden.extend(caps.iter().skip(1).flatten().map(|key| key.range()));
+        }
+    }
+    if text.contains("kind: Secret")
+        || text.contains("\"kind\": \"Secret\"")
+        || text.contains("\"kind\":\"Secret\"")
+    {
+        hidden.extend(kubernetes_secret_data(text, &p.json_data, &p.json_value));
+    }
     if text.contains("secretsmanager:") {
         hidden.extend(
             p.aws_secret
@@ -37,6 +50,79 @@ pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
         hidden.extend(table_rows(text, &p.table_row));
     }
     hidden
+}
+
+/// The values of a Kubernetes secret's `data` and `stringData` (`kubectl get secret -o yaml`
+/// or `-o json`), whatever their keys are named: in a text that shows a secret, every
+/// entry under `stringData`, and every base64 value under `data` (so a ConfigMap's plain
+/// `data` printed beside it keeps its words).
+fn kubernetes_secret_data(text: &str, json_data: &Regex, json_value: &Regex) -> Vec<Range<usize>> {
+    let mut hidden = Vec::new();
+    // YAML: the lines indented under `data:` or `stringData:` (the indentation of that key,
+    // and whether only base64 is read); of an entry, what follows its key.
+    let mut under: Option<(usize, bool)> = None;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let content = line.trim_end_matches(['\r', '\n']);
+        let body = content.trim_start_matches([' ', '\t']);
+        if body.is_empty() {
+            continue;
+        }
+        let indent = content.len() - body.len();
+        if let Some((base, base64_only)) = under
+            && indent > base
+        {
+            let value = match body.find(": ") {
+                Some(colon) if !body[..colon].contains(' ') => colon + 2,
+                _ if body.ends_with(':') => continue,
+                _ => 0,
+            };
+            let value_text = body[value..].trim_end();
+            if !value_text.is_empty()
+                && !matches!(value_text, "|" | ">" | "|-" | ">-")
+                && (!base64_only || is_base64(value_text))
+            {
+                let value_start = start + indent + value;
+                hidden.push(value_start..value_start + value_text.len());
+            }
+            continue;
+        }
+        under = match body {
+            "data:" => Some((indent, true)),
+            "stringData:" => Some((indent, false)),
+            _ => None,
+        };
+    }
+    // JSON: the string values inside `"data": {…}` and `"stringData": {…}`.
+    for data in json_data.captures_iter(text) {
+        let (Some(whole), Some(key)) = (data.get(0), data.get(1)) else {
+            continue;
+        };
+        // Bounded, so that a text of many openings is read in linear time.
+        let inside = &text[whole.end()..floor_char_boundary(text, whole.end() + MAX_SPANNED_VALUE)];
+        let inside = &inside[..inside.find('}').unwrap_or(inside.len())];
+        let base64_only = key.as_str() == "data";
+        hidden.extend(json_value.captures_iter(inside).filter_map(|caps| {
+            let value = caps.get(1)?;
+            (!base64_only || is_base64(value.as_str().trim_matches('"')))
+                .then(|| whole.end() + value.start()..whole.end() + value.end())
+        }));
+    }
+    hidden
+}
+
+/// Whether `value` is base64 as a secret's `data` holds it: whole groups of four of its
+/// characters, padding only at the end.
+fn is_base64(value: &str) -> bool {
+    let digits = value.trim_end_matches('=');
+    !value.is_empty()
+        && value.len().is_multiple_of(4)
+        && value.len() - digits.len() <= 2
+        && digits
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
 }
 
 /// Whether `line` starts as a password file's line does, with a host (or `*`) and a port
@@ -111,6 +197,9 @@ fn table_rows(text: &str, table_row: &Regex) -> Vec<Range<usize>> {
 
 struct Patterns {
     pgpass: Regex,
+    aws_keys: Regex,
+    json_data: Regex,
+    json_value: Regex,
     aws_parameter: Regex,
     aws_secret: Regex,
     table_row: Regex,
@@ -126,6 +215,15 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             r"(?m)^[ \t]*(?:\*|[A-Za-z0-9][A-Za-z0-9.-]*):(?:\*|[0-9]{1,5})",
             r":(?:[^:\s\\/]|\\.)+:(?:[^:\s\\/]|\\.)+:([^\s:][^\r\n]*)",
         ))?,
+        // The secret key and session token of `CREDENTIALS` (the access key's ID, the
+        // expiry, the secret, the token), and the secret key of `ACCESSKEY` (the ID, the
+        // date, the secret, …).
+        aws_keys: compile(concat!(
+            r"(?m)^CREDENTIALS\t[^\t\r\n]*\t[^\t\r\n]*\t([^\t\r\n]+)\t([^\t\r\n]+)",
+            r"|^ACCESSKEY\t[^\t\r\n]*\t[^\t\r\n]*\t([^\t\r\n]+)",
+        ))?,
+        json_data: compile(r#""(data|stringData)"\s*:\s*\{"#)?,
+        json_value: compile(r#""(?:[^"\\]|\\.)*"\s*:\s*("(?:[^"\\]|\\.)*")"#)?,
         aws_parameter: compile(r"\t([^\t\r\n]*)\t(SecureString|String|StringList)\t([^\t\r\n]*)")?,
         // `aws secretsmanager get-secret-value --output text`: the ARN, the date, the name,
         // the secret, its version's identifier.
