@@ -268,7 +268,7 @@ const CREDENTIAL_PARTS: [&[u8]; 11] = [
 
 /// Whole names, and the words a name may end in: `secret_key` matches `SECRET_KEY` and
 /// `STRIPE_SECRET_KEY`.
-pub(super) const CREDENTIAL_WORDS: [&str; 39] = [
+pub(super) const CREDENTIAL_WORDS: [&str; 41] = [
     "apikey",
     "api_key",
     "api_keys",
@@ -311,6 +311,9 @@ pub(super) const CREDENTIAL_WORDS: [&str; 39] = [
     "privatekey",
     "tls_key",
     "dockerconfigjson",
+    // A registry's token in `~/.docker/config.json`, and Yarn's `npmAuthIdent`.
+    "identitytoken",
+    "auth_ident",
 ];
 /// Endings that need no word boundary before them.
 pub(super) const CREDENTIAL_ENDINGS: [&str; 5] =

@@ -1383,6 +1383,15 @@ fn credentials_named_in_free_text_are_hidden() {
         "<T>",
         "(sensitive value)",
         "=",
+        "setx DB_PASSWORD ",
+        "secrets set ",
+        "@tcp(",
+        "sqlplus a/",
+        "Password={",
+        "}",
+        " || '",
+        " or \"",
+        "Authorization: Bot ",
     ];
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..20_000 {
@@ -2154,6 +2163,10 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
         ("PASSWORD '", true),
         ("token: &str = ", true),
         ("password = \"\"\"", true),
+        ("setx API_TOKEN ", true),
+        ("a:b@tcp(", true),
+        ("Password={a", false),
+        ("token = x || ", true),
     ] {
         let long = unit.repeat(200_000 / unit.len());
         let (out, _) = content::text(&detectors, &long, 1 << 20);
@@ -2371,6 +2384,103 @@ fn credentials_a_third_sweep_found_are_hidden_and_code_keeps_its_words() {
                  github.com/pkg/mod5 v1.2.5 h1:7y0SfeN7lCuq0GFF5UsMYZofIjJ7LrvPvsePVWSv450=";
     let (out, _) = content::text(&detectors, plain, 1 << 20);
     assert_eq!(out.as_str().unwrap(), plain);
+}
+
+/// The rest of the third sweep's leaks: a variable set apart from its value (`setx`, fish,
+/// csh, a Dockerfile's `ENV`), secrets managers' `secrets set`, commands that take a
+/// password or token after their own flag or word, data source names without a scheme, a
+/// braced connection-string password, a default after `||` or `or`, other authorization
+/// schemes, a registry's `identitytoken`, and a multi-word value in a YAML list item.
+#[test]
+fn credentials_set_apart_and_in_data_source_names_are_hidden() {
+    let detectors = DefaultDetectors::new();
+    let redactors: [&dyn Redactor; 2] = [&content::NoRedaction, &detectors];
+    for redactor in redactors {
+        for (raw, secrets, kept) in [
+            (
+                "setx API_TOKEN \"Hunter2Setx\"\nsetx /M DB_PASSWORD Hunter2SetxM\nset -gx GITHUB_TOKEN Hunter2Fish\n\
+                 setenv DB_PASSWORD Hunter2Csh\nENV API_KEY Hunter2Env\nENV PATH /usr/local/bin",
+                &["Hunter2Setx", "Hunter2Fish", "Hunter2Csh", "Hunter2Env"][..],
+                &[
+                    "setx /M DB_PASSWORD ",
+                    "set -gx GITHUB_TOKEN ",
+                    "ENV PATH /usr/local/bin",
+                ][..],
+            ),
+            (
+                "dotnet user-secrets set \"Stripe:SecretKey\" \"Hunter2Dotnet\"\n\
+                 doppler secrets set API_TOKEN Hunter2Doppler\nnetlify env:set API_TOKEN Hunter2Netlify",
+                &["Hunter2Dotnet", "Hunter2Doppler", "Hunter2Netlify"],
+                &[
+                    "dotnet user-secrets set \"Stripe:SecretKey\" ",
+                    "netlify env:set API_TOKEN ",
+                ],
+            ),
+            (
+                "redis-server --requirepass Hunter2Redis\nsqlcmd -S db -U sa -P Hunter2Sqlcmd -Q \"select 1\"\n\
+                 ldapsearch -x -D cn=admin -w Hunter2Ldap -b dc=x\ncargo login Hunter2Cargo\n\
+                 ngrok config add-authtoken Hunter2Ngrok\n$pw = ConvertTo-SecureString \"Hunter2Ps\" -AsPlainText\n\
+                 [Server] A temporary password is generated for root@localhost: Hunter2Tmp",
+                &[
+                    "Hunter2Redis",
+                    "Hunter2Sqlcmd",
+                    "Hunter2Ldap",
+                    "Hunter2Cargo",
+                    "Hunter2Ngrok",
+                    "Hunter2Ps",
+                    "Hunter2Tmp",
+                ],
+                &[
+                    " -Q \"select 1\"",
+                    " -b dc=x",
+                    " -AsPlainText",
+                    "generated for root@localhost: ",
+                ],
+            ),
+            (
+                "dsn := \"root:Hunter2Go@tcp(db:3306)/app\"\nsqlplus system/Hunter2Ora@//db:1521/ORCL\n\
+                 jdbc:oracle:thin:app/Hunter2Jdbc@db:1521:orcl\nServer=db;Password={Hunter2;Brace}};x};Encrypt=True",
+                &[
+                    "Hunter2Go",
+                    "Hunter2Ora",
+                    "Hunter2Jdbc",
+                    "Hunter2;Brace",
+                    "x}",
+                ],
+                &[
+                    "\"root:",
+                    "@tcp(db:3306)/app\"",
+                    "@//db:1521/ORCL",
+                    ";Encrypt=True",
+                ],
+            ),
+            (
+                "const secret = process.env.JWT_SECRET || 'Hunter2Or';\ntoken = os.getenv(\"T\") or \"Hunter2Py\"",
+                &["Hunter2Or", "Hunter2Py"],
+                &["const secret = ", ";\ntoken = "],
+            ),
+            (
+                "curl -H \"Authorization: Bot Hunter2Bot\" https://x\n{\"auths\":{\"r\":{\"identitytoken\":\"Hunter2Id\"}}}\n\
+                 npmAuthIdent: \"bob:Hunter2Yarn\"\nenv:\n  - password: Hunter2 correct horse",
+                &["Hunter2Bot", "Hunter2Id", "Hunter2Yarn", "correct horse"],
+                &[
+                    "\" https://x",
+                    "{\"auths\":{\"r\":{\"identitytoken\":",
+                    "  - password: ",
+                ],
+            ),
+        ] {
+            assert_hidden(redactor, raw, secrets, kept);
+        }
+        for plain in [
+            "set the token expiry to 5",
+            "password: {{ .Values.password }}",
+            "helm install x --set image.tag=1.2",
+        ] {
+            let (out, _) = content::text(redactor, plain, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), plain);
+        }
+    }
 }
 
 /// The same shapes through the recorder, as a Bash tool's command and its output reach a

@@ -75,6 +75,9 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     for caps in p.curl_user.captures_iter(text) {
         hidden.extend(caps.get(1).map(|value| value.range()));
     }
+    for caps in p.user_password.captures_iter(text) {
+        hidden.extend(first_group(&caps).map(|value| value.range()));
+    }
     let mut value_lines = ValueLines::default();
     let flags = p.flag.captures_iter(text).filter_map(move |caps| {
         let (flag, value) = (caps.get(1)?, caps.get(2)?);
@@ -84,7 +87,8 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     });
     let config_values = p.config_set.captures_iter(text).filter_map(|caps| {
         let (name, value) = (caps.get(1)?, caps.get(2)?);
-        names_a_setting(name.as_str()).then_some(value)
+        let name = name.as_str().trim_matches(['"', '\'']);
+        (names_a_setting(name) || names_a_secret_key(name)).then_some(value)
     });
     // `password …` (a `.netrc`): looked for only where the word is.
     let spaced = if text.contains("password") { text } else { "" };
@@ -492,6 +496,14 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
             continue;
         }
         let rest = &text[found.end()..];
+        // A connection string's value in braces (`Password={…};`), which may hold `;`.
+        if head.ends_with('=')
+            && let Some(len) = braced_len(rest)
+        {
+            hidden.push(found.end()..found.end() + len);
+            hidden_to = found.end() + len;
+            continue;
+        }
         // `token == expected`: a comparison, not a value. `"credentials": {` opens an
         // object, and `"secrets": [{` a list of them, whose own names are read one by one.
         if rest.starts_with(['=', '{'])
@@ -520,7 +532,13 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         scanned_to = found.start();
         let by_colon = separator.ends_with(':');
         let quote = before.filter(|c| matches!(c, '"' | '\''));
-        let end = if by_colon && text[line_start..found.start()].trim().is_empty() {
+        // At the line's start, also as a YAML list's item (`- password: …`).
+        let key_at_start = text[line_start..found.start()]
+            .trim()
+            .trim_start_matches('-')
+            .trim_start()
+            .is_empty();
+        let end = if by_colon && key_at_start {
             End::Line
         } else if by_colon && name.to_ascii_lowercase().ends_with("cookie") {
             // A cookie header's pairs, after curl's `> ` or inside `-H "…"` too.
@@ -558,7 +576,8 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
             {
                 len = rest[..len].find([',', '}', ']']).unwrap_or(len);
             }
-            0..len
+            // `process.env.JWT_SECRET || '…'`, `os.getenv("X") or "…"`: the default too.
+            0..len + fallback_len(&rest[len..])
         };
         if !value.is_empty() && !holds_nothing(&rest[value.clone()]) {
             hidden.push(found.end() + value.start..found.end() + value.end);
@@ -566,6 +585,44 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         }
     }
     hidden
+}
+
+/// The length of a value in braces that `rest` starts (`{My;Pa55}`, `}}` escaping a brace
+/// inside), as ODBC and Azure SQL connection strings quote a password, when it closes on its
+/// line before `;`, a quote, a blank or the end; `None` for anything else (an object).
+fn braced_len(rest: &str) -> Option<usize> {
+    let inside = rest.strip_prefix('{')?;
+    let mut at = 0;
+    let line = &inside[..line_len(&inside[..floor_char_boundary(inside, MAX_FIELD_BYTES)])];
+    while let Some(close) = line[at..].find('}') {
+        at += close + 1;
+        if line[at..].starts_with('}') {
+            at += 1;
+            continue;
+        }
+        let ends = line[at..].is_empty() || line[at..].starts_with([';', '"', '\'', ' ', '\t']);
+        let holds = &line[..at - 1];
+        return (ends && !holds.is_empty() && !holds.contains(['"', ':', '{'])).then_some(1 + at);
+    }
+    None
+}
+
+/// The length of a quoted default that `rest` gives after a value read from elsewhere
+/// (` || '…'`, ` ?? "…"`, ` or "…"`), or 0.
+fn fallback_len(rest: &str) -> usize {
+    let trimmed = rest.trim_start_matches([' ', '\t']);
+    let Some(after) = ["||", "??", "or"]
+        .iter()
+        .find_map(|op| trimmed.strip_prefix(op))
+        .filter(|after| after.starts_with([' ', '\t']))
+    else {
+        return 0;
+    };
+    let quoted = after.trim_start_matches([' ', '\t']);
+    if !quoted.starts_with(['"', '\'']) {
+        return 0;
+    }
+    rest.len() - quoted.len() + value_len(quoted, End::blank())
 }
 
 /// Whether `name`, with the word before it (one blank between), names a credential when
@@ -734,7 +791,20 @@ fn list_items(rest: &str) -> Option<Range<usize>> {
 }
 
 /// Authentication schemes whose next word is the credential (`Authorization: Basic …`).
-const AUTH_SCHEMES: [&str; 6] = ["basic", "bearer", "digest", "token", "negotiate", "ntlm"];
+const AUTH_SCHEMES: [&str; 12] = [
+    "basic",
+    "bearer",
+    "digest",
+    "token",
+    "negotiate",
+    "ntlm",
+    "bot",
+    "ssws",
+    "apikey",
+    "api-key",
+    "splunk",
+    "geniekey",
+];
 
 /// The longest value hidden past its line (a quoted value to its closing quote, a heredoc
 /// to its end), in bytes and in lines: a 4096-bit RSA key in PEM is about 3.3 KB on 52
@@ -986,6 +1056,9 @@ struct Patterns {
     /// URL (`redis-cli -u redis://…`, whose password is `url_password`'s), nor a value
     /// already hidden (`bob[REDACTED:credential]`).
     curl_user: Regex,
+    /// A password between a user and `@` in a data source name with no scheme: Go's
+    /// `user:…@tcp(host:3306)/db`, and Oracle's `user/…@` after `sqlplus` or in a JDBC URL.
+    user_password: Regex,
     /// A `.netrc` password (`machine … password …`, or a line of its own).
     spaced: Regex,
     /// A long flag and the value after one blank (`--admin-password …`; a help text aligns
@@ -993,8 +1066,10 @@ struct Patterns {
     flag: Regex,
     /// The name and value a `config set` command sets (`aws configure set
     /// aws_secret_access_key …`, `yarn config set npmAuthToken …`, `kubectl config set
-    /// users.x.token …`), and `git config` and `poetry config` (`git config --global
-    /// github.token …`); the caller judges the name.
+    /// users.x.token …`), `git config` and `poetry config` (`git config --global
+    /// github.token …`), a secrets manager's `secrets set`, `user-secrets set` and `env:set`,
+    /// and an environment's variable set apart from its value (`setx`, `set -gx`, `setenv`,
+    /// a Dockerfile's `ENV`); the caller judges the name.
     config_set: Regex,
     /// The password a command takes after a short flag: sshpass's `-p` among its own
     /// options (not the `-p` of the command it runs), a registry login's and mongosh's
@@ -1050,13 +1125,22 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             r#"[A-Za-z][A-Za-z0-9+.-]*:(?://|\\/\\/)[^\s/?#@:\\]*:(?:([^\s/?#"'<>\\]+)|([^\s"'<>\\@]+))@"#,
         )?,
         curl_user: compile(r#"(?:^|[ \t])(?:-u|--user)[ =]*["']?[^\s:\["']+:([^\s/"'][^\s"']*)"#)?,
+        user_password: compile(concat!(
+            r#"(?:^|[\s"'=(])[A-Za-z0-9_.-]+:([^\s@"'/]+)@(?:tcp|unix)\("#,
+            r"|\bsqlplus[ \t]+(?:-[A-Za-z]+[ \t]+)*[^\s/@]+/([^\s@]+)@",
+            r"|\bjdbc:oracle:[a-z]+:[^\s/:@]+/([^\s@]+)@",
+        ))?,
         spaced: compile(
             r"(?m)^[ \t]*(?:(?:machine|default|login|account)[ \t][^\n]*?[ \t])?password[ \t]+([^\s:=-]\S*)",
         )?,
         flag: compile(r"(?:^|[ \t])--([A-Za-z][A-Za-z0-9_-]*) ([^\s:=|-]\S*)")?,
-        config_set: compile(
-            r"\b(?:config(?:ure)?[ \t]+set|(?:git|poetry)[ \t]+config)(?:[ \t]+--?[A-Za-z][A-Za-z-]*)*[ \t]+([^\s=-][^\s=]*)[ \t]+([^\s-]\S*)",
-        )?,
+        config_set: compile(concat!(
+            r"(?m)(?:\b(?:config(?:ure)?[ \t]+set|(?:git|poetry)[ \t]+config|(?:user-)?secrets[ \t]+set|env:set",
+            // An environment's variable set by name and value: Windows' `setx`, fish's
+            // `set -gx`, csh's `setenv`, a Dockerfile's `ENV`.
+            r"|setx|set[ \t]+-[gxUlu]+|setenv)|^[ \t]*ENV)",
+            r"(?:[ \t]+--?[A-Za-z][A-Za-z-]*|[ \t]+/[Mm])*[ \t]+([^\s=-][^\s=]*)[ \t]+([^\s-]\S*)",
+        ))?,
         password_flag: compile(concat!(
             r"\bsshpass(?:[ \t]+(?:-[fdP][ \t]*[^\s-]\S*|-[ev]\S*))*[ \t]+-p[ \t]*([^\s-])",
             r"|\b(?:(?:docker|podman|buildah|nerdctl|oc|az)[ \t]+login|helm[ \t]+registry[ \t]+login|mongosh|mongo)\b[^\n|;&,]*?[ \t]-p[ \t]*([^\s-])",
@@ -1065,6 +1149,14 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             r"|\bcurl\b[^\n|;&]*?[ \t](?:-b|--cookie)[ \t=]*([^\s-])",
             r"|\bgh[ \t]+secret[ \t]+set\b[^\n|;&]*?[ \t](?:--body|-b)[ \t=]*([^\s-])",
             r"|(?:^|[ \t])-(?:src|dest|new)?(?:store|key)pass[ \t]+([^\s-])",
+            r"|\bredis-server\b[^\n|;&]*?[ \t]--(?:requirepass|masterauth)[ \t]+([^\s-])",
+            r"|\bsqlcmd\b[^\n|;&]*?[ \t]-P[ \t]*([^\s-])",
+            r"|\bldap[a-z]+\b[^\n|;&]*?[ \t]-w[ \t]*([^\s-])",
+            r"|\bcargo[ \t]+login[ \t]+([^\s-])",
+            r"|\bngrok[ \t]+(?:config[ \t]+)?add-authtoken[ \t]+([^\s-])",
+            r"|\bConvertTo-SecureString[ \t]+(?:-String[ \t]+)?([\x22'])",
+            // MySQL's first start: `A temporary password is generated for root@localhost: …`.
+            r"|\bpassword is generated for \S+:[ \t]*(\S)",
         ))?,
         sql_password: compile(concat!(
             r#"(?i)\bpassword[ \t]+(['"])"#,
