@@ -2167,6 +2167,8 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
         ("a:b@tcp(", true),
         ("Password={a", false),
         ("token = x || ", true),
+        (" a | token\n---+---\n", true),
+        ("-[ RECORD 1 ]-+-\ntoken | x\n", true),
     ] {
         let long = unit.repeat(200_000 / unit.len());
         let (out, _) = content::text(&detectors, &long, 1 << 20);
@@ -2469,6 +2471,14 @@ fn credentials_set_apart_and_in_data_source_names_are_hidden() {
                     "  - password: ",
                 ],
             ),
+            // Tables with a column named for a credential, and psql's expanded records.
+            (
+                " id | name  | api_token\n----+-------+-----------\n  1 | alice | Hunter2Psql\n(1 row)\n\
+                 +----+-------+\n| id | token |\n+----+-------+\n|  1 | Hunter2Box |\n+----+-------+\n\
+                 -[ RECORD 1 ]-+------\nid            | 1\nsecret_key    | Hunter2Expanded",
+                &["Hunter2Psql", "Hunter2Box", "Hunter2Expanded"],
+                &["  1 | alice | ", "(1 row)", "|  1 | ", "id            | 1"],
+            ),
         ] {
             assert_hidden(redactor, raw, secrets, kept);
         }
@@ -2476,6 +2486,8 @@ fn credentials_set_apart_and_in_data_source_names_are_hidden() {
             "set the token expiry to 5",
             "password: {{ .Values.password }}",
             "helm install x --set image.tag=1.2",
+            "| Option | Description |\n|--------|-------------|\n| token  | The access token |",
+            " id | name\n----+------\n  1 | password",
         ] {
             let (out, _) = content::text(redactor, plain, 1 << 20);
             assert_eq!(out.as_str().unwrap(), plain);

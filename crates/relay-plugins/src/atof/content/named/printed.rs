@@ -46,6 +46,10 @@ pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
                 .filter_map(|caps| caps.get(1).map(|secret| secret.range())),
         );
     }
+    // A rule under a header (`---+---`, `+----+`, `|---|`).
+    if text.contains('|') && (text.contains("-+") || text.contains("+-") || text.contains("-|")) {
+        hidden.extend(column_cells(text));
+    }
     if text.contains("||") {
         hidden.extend(table_rows(text, &p.table_row));
     }
@@ -123,6 +127,84 @@ fn is_base64(value: &str) -> bool {
         && digits
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+}
+
+/// The cells under a column named for a credential in a table drawn with `|` (psql's aligned
+/// output, the MySQL client's boxes, a Markdown table): a header row with such a name among
+/// its cells, a rule right under it, and the rows after it with as many cells; a rule between
+/// rows (a box's bottom) is passed over, and any other line ends the table. Also psql's
+/// expanded records (`-x`), a `name | value` line each under `-[ RECORD 1 ]`.
+fn column_cells(text: &str) -> Vec<Range<usize>> {
+    let mut hidden = Vec::new();
+    let expanded = text.contains("-[ RECORD ");
+    // The header's cell count and its credentials' columns, waiting for the rule under it;
+    // then the table's.
+    let mut header: Option<Columns> = None;
+    let mut table: Option<Columns> = None;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let start = at;
+        at += line.len();
+        let line = line.trim_end_matches(['\r', '\n']);
+        if is_rule(line) {
+            table = table.or(header.take());
+            continue;
+        }
+        let cells = cells(line);
+        if let Some((count, columns)) = &table {
+            if cells.len() == *count {
+                hidden.extend(
+                    columns
+                        .iter()
+                        .map(|&c| start + cells[c].start..start + cells[c].end),
+                );
+                continue;
+            }
+            table = None;
+        }
+        let credentials: Vec<usize> = (0..cells.len())
+            .filter(|&c| names_a_credential_in_text(&line[cells[c].clone()]))
+            .collect();
+        if expanded && cells.len() == 2 && credentials == [0] {
+            hidden.push(start + cells[1].start..start + cells[1].end);
+        }
+        header = (cells.len() > 1 && !credentials.is_empty()).then_some((cells.len(), credentials));
+    }
+    hidden.retain(|cell| !cell.is_empty());
+    hidden
+}
+
+/// A table's cell count, and the columns named for a credential.
+type Columns = (usize, Vec<usize>);
+
+/// Whether `line` is a table's rule: dashes, with `+`, `|`, `:` or blanks between.
+fn is_rule(line: &str) -> bool {
+    line.contains('-')
+        && line
+            .bytes()
+            .all(|b| matches!(b, b'-' | b'+' | b'|' | b':' | b'=' | b' '))
+}
+
+/// Where the cells of a table's row lie in `line`, each without its blanks: between `|`s,
+/// less the empty ones a box's or a Markdown table's outer `|`s leave.
+fn cells(line: &str) -> Vec<Range<usize>> {
+    if !line.contains('|') {
+        return Vec::new();
+    }
+    let mut cells = Vec::new();
+    let mut from = 0;
+    for piece in line.split('|') {
+        let trimmed = piece.trim();
+        let lead = piece.len() - piece.trim_start().len();
+        cells.push(from + lead..from + lead + trimmed.len());
+        from += piece.len() + 1;
+    }
+    let outer = line.trim_start().starts_with('|') && line.trim_end().ends_with('|');
+    if outer && cells.len() >= 2 {
+        cells.pop();
+        cells.remove(0);
+    }
+    cells
 }
 
 /// Whether `line` starts as a password file's line does, with a host (or `*`) and a port
