@@ -631,18 +631,7 @@ fn names_with_word_before(before: &str, name: &str) -> bool {
     let Some(before) = before.strip_suffix(' ') else {
         return false;
     };
-    // Looked for among the last few bytes only, so a long run of letters is read once.
-    let mut from = before.len().saturating_sub(MAX_WORD_LEN + 1);
-    while !before.is_char_boundary(from) {
-        from += 1;
-    }
-    let before = &before[from..];
-    let start = before
-        .char_indices()
-        .rev()
-        .find(|&(_, c)| !c.is_ascii_alphanumeric())
-        .map_or(0, |(at, c)| at + c.len_utf8());
-    let word = &before[start..];
+    let word = last_word(before, MAX_WORD_LEN + 1, |c| !c.is_ascii_alphanumeric());
     !word.is_empty()
         && word.len() <= MAX_WORD_LEN
         && name.len() <= MAX_WORD_LEN
@@ -707,9 +696,16 @@ fn setting_follows(rest: &str) -> bool {
 /// The word that `before` ends with: after its last blank or quote, within its last
 /// [`MAX_WORD_BEFORE`] bytes.
 fn word_before(before: &str) -> &str {
-    // Looked for among the last few characters only, so a long word of many names is read
-    // in linear time; an ARN's start is never that far from its names.
-    let mut from = before.len().saturating_sub(MAX_WORD_BEFORE);
+    // An ARN's start is never that far from its names.
+    last_word(before, MAX_WORD_BEFORE, |c| {
+        c.is_whitespace() || matches!(c, '"' | '\'')
+    })
+}
+
+/// The end of `before` after the last character `ends` holds for, looked for within its last
+/// `window` bytes only, so that a long run of names is read in linear time.
+fn last_word(before: &str, window: usize, ends: impl Fn(char) -> bool) -> &str {
+    let mut from = before.len().saturating_sub(window);
     while !before.is_char_boundary(from) {
         from += 1;
     }
@@ -717,7 +713,7 @@ fn word_before(before: &str) -> &str {
     let start = window
         .char_indices()
         .rev()
-        .find(|&(_, c)| c.is_whitespace() || matches!(c, '"' | '\''))
+        .find(|&(_, c)| ends(c))
         .map_or(0, |(at, c)| at + c.len_utf8());
     &window[start..]
 }
