@@ -2365,6 +2365,8 @@ fn credentials_a_third_sweep_found_are_hidden_and_code_keeps_its_words() {
             "{\"secrets\":[{\"name\":\"API_TOKEN\",\"created_at\":\"2024\"}]}",
             "The password is stored in the vault.",
             "apiVersion: v1\ndata:\n  greeting: hello world\nkind: Secret",
+            "pub struct Config {\n    pub token: String,\n    password: Option<String>,\n}",
+            "interface A { secret: string; }\nclass S(BaseModel):\n    password: SecretStr",
         ] {
             let (out, _) = content::text(redactor, plain, 1 << 20);
             assert_eq!(out.as_str().unwrap(), plain);

@@ -643,21 +643,41 @@ const MAX_WORD_LEN: usize = 32;
 
 /// Whether a value read after a credential's name holds nothing to hide: JSON's and
 /// Python's literals (`"token": null`, `"auth": true`, `always-auth=false`), an empty
-/// string, a bracket that closes around the name (`[env: API_TOKEN=]`), a help text's
-/// placeholder (`--token <TOKEN>`), Terraform's `(sensitive value)` and `kubectl describe
-/// secret`'s size (`password:  16 bytes`).
+/// string, a type (`pub token: String,`, `password: &str)`, `secret: string;`), a bracket
+/// that closes around the name (`[env: API_TOKEN=]`), a help text's placeholder (`--token
+/// <TOKEN>`), Terraform's `(sensitive value)` and `kubectl describe secret`'s size
+/// (`password:  16 bytes`).
 fn holds_nothing(value: &str) -> bool {
-    let value = value.trim_end_matches([',', ';']);
+    let value = value.trim_end_matches([',', ';', ')']);
     matches!(
         value,
         "null" | "true" | "false" | "None" | "nil" | "\"\"" | "''"
-    ) || value.starts_with([']', ')', '}'])
+    ) || TYPE_NAMES.contains(&value)
+        || value.starts_with([']', ')', '}'])
         || value.starts_with("(sensitive")
         || (value.starts_with('<') && value.ends_with('>') && !value.contains(' '))
         || value
             .strip_suffix(" bytes")
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
+
+/// The types source code gives a credential's name, which a value never is.
+const TYPE_NAMES: [&str; 14] = [
+    "String",
+    "string",
+    "str",
+    "&str",
+    "&'static str",
+    "Option<String>",
+    "Option<&str>",
+    "SecretStr",
+    "SecretString",
+    "Secret<String>",
+    "Optional[str]",
+    "number",
+    "bool",
+    "boolean",
+];
 
 /// Where the value of a name declared with a type starts, after the type and ` = `
 /// (`const API_TOKEN: &str = "…"`, `secret: string = "…"`, `password: str = "…"`); `None`
