@@ -2394,7 +2394,7 @@ fn credentials_a_third_sweep_found_are_hidden_and_code_keeps_its_words() {
 /// csh, a Dockerfile's `ENV`), secrets managers' `secrets set`, commands that take a
 /// password or token after their own flag or word, data source names without a scheme, a
 /// braced connection-string password, a default after `||` or `or`, other authorization
-/// schemes, a registry's `identitytoken`, and a multi-word value in a YAML list item.
+/// schemes, a registry's `identitytoken`, and tables with a column named for a credential.
 #[test]
 fn credentials_set_apart_and_in_data_source_names_are_hidden() {
     let detectors = DefaultDetectors::new();
@@ -2465,8 +2465,8 @@ fn credentials_set_apart_and_in_data_source_names_are_hidden() {
             ),
             (
                 "curl -H \"Authorization: Bot Hunter2Bot\" https://x\n{\"auths\":{\"r\":{\"identitytoken\":\"Hunter2Id\"}}}\n\
-                 npmAuthIdent: \"bob:Hunter2Yarn\"\nenv:\n  - password: Hunter2 correct horse",
-                &["Hunter2Bot", "Hunter2Id", "Hunter2Yarn", "correct horse"],
+                 npmAuthIdent: \"bob:Hunter2Yarn\"\nenv:\n  - password: Hunter2Item",
+                &["Hunter2Bot", "Hunter2Id", "Hunter2Yarn", "Hunter2Item"],
                 &[
                     "\" https://x",
                     "{\"auths\":{\"r\":{\"identitytoken\":",

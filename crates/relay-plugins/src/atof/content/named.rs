@@ -532,13 +532,7 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         scanned_to = found.start();
         let by_colon = separator.ends_with(':');
         let quote = before.filter(|c| matches!(c, '"' | '\''));
-        // At the line's start, also as a YAML list's item (`- password: …`).
-        let key_at_start = text[line_start..found.start()]
-            .trim()
-            .trim_start_matches('-')
-            .trim_start()
-            .is_empty();
-        let end = if by_colon && key_at_start {
+        let end = if by_colon && text[line_start..found.start()].trim().is_empty() {
             End::Line
         } else if by_colon && name.to_ascii_lowercase().ends_with("cookie") {
             // A cookie header's pairs, after curl's `> ` or inside `-H "…"` too.
