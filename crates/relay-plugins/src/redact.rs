@@ -106,9 +106,10 @@ impl Detector {
             Detector::AwsAccessKeyId => {
                 r"(?-u:\b)(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?-u:\b)"
             }
-            // Also a PGP key block and SSH.com's `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----`.
+            // Also a PGP key block (`PRIVATE KEY BLOCK`, `SECRET KEY BLOCK`) and SSH.com's
+            // `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----`.
             Detector::PrivateKey => concat!(
-                r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?s:.*?)(?:-----END[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\z)",
+                r"-----BEGIN[A-Z0-9 ]*(?:PRIVATE|SECRET) KEY[A-Z ]*-----(?s:.*?)(?:-----END[A-Z0-9 ]*(?:PRIVATE|SECRET) KEY[A-Z ]*-----|\z)",
                 r"|---- BEGIN[A-Z0-9 ]*PRIVATE KEY ----(?s:.*?)(?:---- END[A-Z0-9 ]*PRIVATE KEY ----|\z)",
             ),
             // Card numbers start with 2 to 6 (Mastercard, American Express and Diners,

@@ -2152,7 +2152,7 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
         ("arn:aws:x:password:", true),
         ("--name x --value a ", false),
         ("\"keyName\": \"k\", \"value\": \"x\", ", true),
-        ("a:1:b:c:d\n", true),
+        ("db:5432:b:c:d\n", true),
         ("||  Type  |  SecureString  ||\n||  Value  |  x  ||\n", true),
         ("||  Value  |  x  ||\n", false),
         ("\tn\tSecureString\tx\n", true),
@@ -2160,7 +2160,7 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
         ("Password=a b;", true),
         ("a key:", false),
         ("\"data\":{\"kind\": \"Secret\" ", false),
-        ("PASSWORD '", true),
+        ("USER x PASSWORD '", true),
         ("token: &str = ", true),
         ("password = \"\"\"", true),
         ("setx API_TOKEN ", true),
@@ -2169,6 +2169,8 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
         ("token = x || ", true),
         (" a | token\n---+---\n", true),
         ("-[ RECORD 1 ]-+-\ntoken | x\n", true),
+        ("user x identified by ", true),
+        ("\"data\":{\"k\":\"YWJjZGVm\",", false),
     ] {
         let long = unit.repeat(200_000 / unit.len());
         let (out, _) = content::text(&detectors, &long, 1 << 20);
@@ -2204,7 +2206,7 @@ fn credentials_in_printed_records_and_unescaped_urls_are_hidden() {
     for redactor in redactors {
         for (raw, secrets, kept) in [
             (
-                "db.example.com:5432:app:appuser:Hunter2Pg\n*:*:*:replicator:Hunter2 Pg:x\r\n",
+                "db.example.com:5432:app:appuser:Hunter2Pg\n*:*:*:replicator:Hunter2 Pg\\:x\r\n",
                 &["Hunter2Pg", "Hunter2 Pg"][..],
                 &["db.example.com:5432:app:appuser:", "*:*:*:replicator:"][..],
             ),
@@ -2495,6 +2497,100 @@ fn credentials_set_apart_and_in_data_source_names_are_hidden() {
             assert_eq!(out.as_str().unwrap(), plain);
         }
     }
+}
+
+/// What an adversarial review of the third sweep's rules found: values they let through
+/// that were hidden before (an assignment to a path, an unclosed triple quote, a password
+/// opening with a bracket, a quoted name joined to its value, the tail of a JSON value),
+/// close variants they missed, and text they destroyed (prose saying "identified by" or
+/// "API key:", a string ending in "password ", `/etc/passwd` and MAC addresses read as a
+/// password file, a URL whose host is an address, a log's cookie, a ConfigMap beside a
+/// secret).
+#[test]
+fn what_a_review_of_the_third_sweep_found_is_mended() {
+    let detectors = DefaultDetectors::new();
+    let redactors: [&dyn Redactor; 2] = [&content::NoRedaction, &detectors];
+    for redactor in redactors {
+        for (raw, secrets, kept) in [
+            (
+                "std::string Config::password = \"Hunter2Path\";\nSettings::API_TOKEN = \"Hunter2Path2\"",
+                &["Hunter2Path"][..],
+                &["std::string Config::password = ", "Settings::API_TOKEN = "][..],
+            ),
+            (
+                "password = \"\"\"Hunter2Open",
+                &["Hunter2Open"],
+                &["password = "],
+            ),
+            (
+                "DB_PASSWORD=)k9Hunter2 password=<Hunter2Angle>",
+                &["k9Hunter2", "Hunter2Angle"],
+                &["DB_PASSWORD="],
+            ),
+            (
+                "curl -d \"password=\"Hunter2Joined\n\"password\": Hunter2,Tail",
+                &["Hunter2Joined", "Tail"],
+                &["curl -d \"password="],
+            ),
+            (
+                "ALTER USER 'a'@'%' IDENTIFIED WITH caching_sha2_password BY 'Hunter2Sha';\n\
+                 SET PASSWORD FOR 'bob'@'localhost' = 'Hunter2SetPw';\nAWS Secret Access Key [None]: wJalrHunter2",
+                &["Hunter2Sha", "Hunter2SetPw", "wJalrHunter2"],
+                &[
+                    "caching_sha2_password BY ",
+                    "SET PASSWORD FOR 'bob'@'localhost' = ",
+                ],
+            ),
+            (
+                "static PASSWORD: &str =\n    \"Hunter2Wrapped\";\nPWD=My Pa55 Hunter2;UID=sa",
+                &["Hunter2Wrapped", "Pa55 Hunter2"],
+                &["static PASSWORD: &str =\n    ", ";UID=sa"],
+            ),
+            (
+                "arn:aws:secretsmanager:us-east-1:1:secret:prod/db-AbCdEf\t2024-05-01T10:00:00.123000+00:00\tprod/db\tHunter2Iso\ta1b2c3d4-5678-90ab-cdef-000000000000",
+                &["Hunter2Iso"],
+                &["\tprod/db\t"],
+            ),
+            (
+                "db_primary:5432:app:app:Hunter2Pg\nkind: Secret\ndata:\n  config: \"SHVudGVyMlF1b3RlZA==\"",
+                &["Hunter2Pg", "SHVudGVyMlF1b3RlZA=="],
+                &["db_primary:5432:app:app:", "  config: "],
+            ),
+        ] {
+            assert_hidden(redactor, raw, secrets, kept);
+        }
+        for plain in [
+            "INFO app::auth: password changed",
+            "print(\"Wrong password \" + user)\n    retries += 1\nreturn \"done\"",
+            "git commit -m \"fix password 'reset' flow\"",
+            "/// Returns the row identified by `id`.\nThe process identified by PID 1234",
+            "1. Create an API key: go to Settings\nRemember the API key: you will need it",
+            "root:*:0:0:System Administrator:/var/root:/bin/sh\n02:42:ac:11:00:02\nuser:1000:profile:name:Alice",
+            "http://[::1]:8080/users/@bob",
+            "kind: Secret\n---\nkind: ConfigMap\ndata:\n  mode: prod\n  enabled: true",
+            "kind: SecretProviderClass\ndata:\n  objectName: SHVudGVyMk5hbWU=",
+            "read -s -p \"Password: \" PASSWORD",
+        ] {
+            let (out, _) = content::text(redactor, plain, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), plain);
+        }
+    }
+    // The address's marker stays whole, and the path after the port keeps its `@`.
+    let (out, _) = content::text(
+        &detectors,
+        "http://127.0.0.1:5173/@id/__x00__react",
+        1 << 20,
+    );
+    assert_eq!(
+        out.as_str().unwrap(),
+        "http://[REDACTED:ip_address]:5173/@id/__x00__react"
+    );
+    let (out, _) = content::text(
+        &detectors,
+        "-----BEGIN PGP SECRET KEY BLOCK-----\nlQOYHunter2Pgp\n-----END PGP SECRET KEY BLOCK-----",
+        1 << 20,
+    );
+    assert_eq!(out.as_str().unwrap(), "[REDACTED:private_key]");
 }
 
 /// The same shapes through the recorder, as a Bash tool's command and its output reach a

@@ -478,10 +478,10 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         {
             continue;
         }
-        // `crate::auth::{…}`, `Token::new`, a log's `app::auth:`: a path, not a name.
-        if before_text.ends_with("::")
-            || (head.ends_with(':') && text[found.end()..].starts_with(':'))
-        {
+        // `crate::auth::{…}`, `Token::new`, a log's `app::auth:`: a path, not a name
+        // (`Config::password = …` assigns, and is read).
+        let colon = head.trim_end_matches([' ', '\t']).ends_with(':');
+        if colon && (before_text.ends_with("::") || text[found.end()..].starts_with(':')) {
             continue;
         }
         // A hash the redactor left (`[HASH:api_key:0123456789ab]`) names the detector that
@@ -513,11 +513,17 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         {
             continue;
         }
-        // `"Password: "`, a prompt: the quote after the name closes the string it stands in.
+        // `"Password: "`, a prompt: the quote after the name closes the string it stands in
+        // (`"password="$PW` joins a value to it, and is read).
         if let Some(quote @ ('"' | '\'')) = before
             && !head.contains(quote)
-            && rest.starts_with(quote)
+            && let Some(after) = rest.strip_prefix(quote)
+            && !after.starts_with(|c: char| c.is_alphanumeric() || c == '$')
         {
+            continue;
+        }
+        // Terraform's `(sensitive value)` in a plan.
+        if rest.starts_with("(sensitive value)") || rest.starts_with("(sensitive)") {
             continue;
         }
         let separator = head.trim_end_matches([' ', '\t']);
@@ -534,8 +540,11 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         let quote = before.filter(|c| matches!(c, '"' | '\''));
         let end = if by_colon && text[line_start..found.start()].trim().is_empty() {
             End::Line
-        } else if by_colon && name.to_ascii_lowercase().ends_with("cookie") {
-            // A cookie header's pairs, after curl's `> ` or inside `-H "…"` too.
+        } else if by_colon
+            && name.to_ascii_lowercase().ends_with("cookie")
+            && (quote.is_some() || matches!(text[line_start..found.start()].trim(), ">" | "<"))
+        {
+            // A cookie header's pairs, after curl's `> ` or `< ` or inside `-H "…"` too.
             quote.map_or(End::Line, End::LineOrQuote)
         } else {
             End::Blank {
@@ -568,7 +577,7 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
             if head[name_end..].starts_with(['"', '\'', '\\'])
                 && !rest.starts_with(['"', '\'', '\\', '['])
             {
-                len = rest[..len].find([',', '}', ']']).unwrap_or(len);
+                len = json_value_len(&rest[..len]);
             }
             // `process.env.JWT_SECRET || '…'`, `os.getenv("X") or "…"`: the default too.
             0..len + fallback_len(&rest[len..])
@@ -601,6 +610,21 @@ fn braced_len(rest: &str) -> Option<usize> {
     None
 }
 
+/// How much of `word`, an unquoted value after a JSON key, is the value: up to a `,` that a
+/// next key's quote follows, or a `}` or `]` that closes around it; all of it otherwise.
+fn json_value_len(word: &str) -> usize {
+    word.char_indices()
+        .find(|&(at, c)| {
+            let after = word[at + 1..].trim_start();
+            match c {
+                ',' => after.is_empty() || after.starts_with(['"', '\\']),
+                '}' | ']' => after.is_empty() || after.starts_with([',', '}', ']', '"', '\\']),
+                _ => false,
+            }
+        })
+        .map_or(word.len(), |(at, _)| at)
+}
+
 /// The length of a quoted default that `rest` gives after a value read from elsewhere
 /// (` || '…'`, ` ?? "…"`, ` or "…"`), or 0.
 fn fallback_len(rest: &str) -> usize {
@@ -620,16 +644,27 @@ fn fallback_len(rest: &str) -> usize {
 }
 
 /// Whether `name`, with the word before it (one blank between), names a credential when
-/// `name` alone does not: `API key: …`, `Secret Access Key: …`.
+/// `name` alone does not, near the start of its line as a label is: `API key: …`, `Secret
+/// Access Key: …`, `   S3 Secret Key: …` (at most one more word before them). In a sentence
+/// (`Create an API key: go to Settings`) they are words.
 fn names_with_word_before(before: &str, name: &str) -> bool {
     let Some(before) = before.strip_suffix(' ') else {
         return false;
     };
     let word = last_word(before, MAX_WORD_LEN + 1, |c| !c.is_ascii_alphanumeric());
-    !word.is_empty()
-        && word.len() <= MAX_WORD_LEN
-        && name.len() <= MAX_WORD_LEN
-        && names_a_credential_in_text(&format!("{word}_{name}"))
+    if word.is_empty()
+        || word.len() > MAX_WORD_LEN
+        || name.len() > MAX_WORD_LEN
+        || !names_a_credential_in_text(&format!("{word}_{name}"))
+    {
+        return false;
+    }
+    // What stands before the two words on their line: blanks, and at most one word.
+    let head = &before[..before.len() - word.len()];
+    let prefix = last_word(head, MAX_WORD_LEN + 2, |c| c == '\n');
+    let starts_line =
+        prefix.len() == head.len() || head[..head.len() - prefix.len()].ends_with('\n');
+    starts_line && prefix.split_whitespace().count() <= 1
 }
 
 /// The longest word [`names_with_word_before`] joins.
@@ -639,17 +674,23 @@ const MAX_WORD_LEN: usize = 32;
 /// Python's literals (`"token": null`, `"auth": true`, `always-auth=false`), an empty
 /// string, a type (`pub token: String,`, `password: &str)`, `secret: string;`), a bracket
 /// that closes around the name (`[env: API_TOKEN=]`), a help text's placeholder (`--token
-/// <TOKEN>`), Terraform's `(sensitive value)` and `kubectl describe secret`'s size
-/// (`password:  16 bytes`).
+/// <TOKEN>`, letters only) and `kubectl describe secret`'s size (`password:  16 bytes`).
 fn holds_nothing(value: &str) -> bool {
     let value = value.trim_end_matches([',', ';', ')']);
     matches!(
         value,
         "null" | "true" | "false" | "None" | "nil" | "\"\"" | "''"
     ) || TYPE_NAMES.contains(&value)
-        || value.starts_with([']', ')', '}'])
-        || value.starts_with("(sensitive")
-        || (value.starts_with('<') && value.ends_with('>') && !value.contains(' '))
+        || matches!(value, "" | "]" | "}")
+        || value
+            .strip_prefix('<')
+            .and_then(|v| v.strip_suffix('>'))
+            .is_some_and(|inside| {
+                !inside.is_empty()
+                    && inside
+                        .bytes()
+                        .all(|b| b.is_ascii_alphabetic() || matches!(b, b'_' | b'-' | b'.'))
+            })
         || value
             .strip_suffix(" bytes")
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
@@ -678,7 +719,9 @@ const TYPE_NAMES: [&str; 14] = [
 /// when what follows the name is no type and `=` on its line.
 fn after_type(rest: &str) -> Option<usize> {
     let line = &rest[..line_len(&rest[..floor_char_boundary(rest, MAX_FIELD_BYTES)])];
-    let eq = line.find(" = ")?;
+    let eq = line
+        .find(" = ")
+        .or_else(|| line.strip_suffix(" =").map(str::len))?;
     let ty = &line[..eq];
     let is_type = ty.starts_with(|c: char| c == '&' || c.is_ascii_alphabetic())
         && ty.chars().all(|c| {
@@ -686,24 +729,36 @@ fn after_type(rest: &str) -> Option<usize> {
         })
         // Blanks only inside brackets or after a lifetime (`&'static str`, `Map<K, V>`).
         && !ty.split(['<', '[']).next().is_some_and(|head| head.trim_end().contains(' ') && !head.contains('\''));
+    if !is_type {
+        return None;
+    }
     let start = eq + " = ".len();
-    (is_type && start < line.len()).then_some(start)
+    if start < line.len() {
+        return Some(start);
+    }
+    // A value wrapped onto the next line (`static PASSWORD: &str =\n    "…";`).
+    let next = rest[line.len()..].trim_start_matches(['\r', '\n']);
+    let value = next.trim_start_matches([' ', '\t']);
+    (!value.is_empty() && next.len() + 2 >= rest.len() - line.len())
+        .then(|| rest.len() - value.len())
 }
 
 /// Whether the value that `rest` starts is followed on its line by `;` and another setting:
 /// a connection string's first setting (`Password=My Pa55;Server=db`), whose value may hold
-/// blanks as its later ones may. A shell's next assignment is in capitals
-/// (`PASSWORD=… make; CI=1 make`), and its command's words are not the value.
+/// blanks as its later ones may (`PWD=My Pa55;UID=sa`). A shell's next assignment is in
+/// capitals after a blank (`PASSWORD=… make; CI=1 make`), and its command's words are not
+/// the value.
 fn setting_follows(rest: &str) -> bool {
     let line = &rest[..line_len(&rest[..floor_char_boundary(rest, MAX_FIELD_BYTES)])];
     line.split_once(';').is_some_and(|(_, after)| {
+        let spaced = after.starts_with([' ', '\t']);
         let after = after.trim_start();
         let name = after
             .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, ' ' | '_')))
             .map_or(after, |end| &after[..end]);
         after[name.len()..].starts_with('=')
             && name.starts_with(|c: char| c.is_ascii_alphabetic())
-            && name.contains(|c: char| c.is_ascii_lowercase())
+            && (!spaced || name.contains(|c: char| c.is_ascii_lowercase()))
     })
 }
 
@@ -765,12 +820,11 @@ impl End {
 /// lines; `("bob", "…")`): inside its brackets, to the one that closes it outside quotes (a
 /// list inside it, or a value already hidden, is inside it too), bounded as a quoted value
 /// is; to the end of the line when it does not close by then. `None` when `rest` opens
-/// neither, or holds what a redactor left (`[REDACTED:…]`, `[HASH:…]`) or Terraform's
-/// `(sensitive value)`.
+/// neither, or holds what a redactor left (`[REDACTED:…]`, `[HASH:…]`).
 fn list_items(rest: &str) -> Option<Range<usize>> {
     let (open, close) = match rest.chars().next()? {
         // A tuple too (`auth=("bob", "…")`).
-        '(' if !rest.starts_with("(sensitive") => ('(', ')'),
+        '(' => ('(', ')'),
         '[' if !(rest.starts_with("[REDACTED:") || rest.starts_with("[HASH:")) => ('[', ']'),
         _ => return None,
     };
@@ -828,13 +882,16 @@ fn value_len(rest: &str, end: End) -> usize {
     if rest.starts_with(CREDENTIAL_FIELD) {
         return CREDENTIAL_FIELD.len();
     }
-    // Python's triple quotes (`"""…"""`), to the three that close them.
+    // Python's triple quotes (`"""…"""`), to the three that close them, or, as an unclosed
+    // quote, to the end of the line.
     if let Some(triple) = ["\"\"\"", "\'\'\'"]
         .into_iter()
         .find(|t| rest.starts_with(t))
-        && let Some(close) = rest[3..floor_char_boundary(rest, MAX_SPANNED_VALUE)].find(triple)
     {
-        return 3 + close + 3;
+        return match rest[3..floor_char_boundary(rest, MAX_SPANNED_VALUE)].find(triple) {
+            Some(close) => 3 + close + 3,
+            None => line_len(rest),
+        };
     }
     match (rest.chars().next(), end) {
         (Some(quote @ ('"' | '\'')), _) => {
@@ -1087,9 +1144,11 @@ struct Patterns {
     /// redis-cli's `-a …`, curl's cookies (`-b …`, `--cookie …`), `gh secret set`'s `--body …` and `-b …`, and keytool's and
     /// jarsigner's `-storepass …` and `-keypass …` (also `-srcstorepass …`).
     password_flag: Regex,
-    /// A password SQL sets: `CREATE USER … WITH PASSWORD '…'`, `ALTER ROLE … PASSWORD '…'`
-    /// (quoted only, so prose keeps its words) and `IDENTIFIED [WITH plugin] BY …` (MySQL,
-    /// Oracle).
+    /// A password SQL sets for a user, role or login: `CREATE USER … WITH PASSWORD '…'`,
+    /// `ALTER ROLE … PASSWORD '…'` (quoted only), `IDENTIFIED [WITH plugin] BY [PASSWORD] …`
+    /// (MySQL, Oracle), and `SET PASSWORD FOR … = '…'`; prose and code that say "password"
+    /// or "identified by" elsewhere keep their words. Also the secret key typed at `aws
+    /// configure`'s prompt.
     sql_password: Regex,
     /// A row of a table of names and values, aligned by blanks, one value per row (`vault kv
     /// get`, `vault token create`); the caller reads it only under such a table's header,
@@ -1132,7 +1191,7 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         url_password: compile(
             // A password with `/`, `?` or `#` (which a URL should escape) runs to the first
             // `@` only, so that a path's or a query's `@` is not taken for its end.
-            r#"[A-Za-z][A-Za-z0-9+.-]*:(?://|\\/\\/)[^\s/?#@:\\]*:(?:([^\s/?#"'<>\\]+)|([^\s"'<>\\@]+))@"#,
+            r#"[A-Za-z][A-Za-z0-9+.-]*:(?://|\\/\\/)[^\s/?#@:\\\[]*:(?:([^\s/?#"'<>\\]+)|([^\s"'<>\\@]+))@"#,
         )?,
         curl_user: compile(r#"(?:^|[ \t])(?:-u|--user)[ =]*["']?[^\s:\["']+:([^\s/"'][^\s"']*)"#)?,
         user_password: compile(concat!(
@@ -1169,8 +1228,13 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             r"|\bpassword is generated for \S+:[ \t]*(\S)",
         ))?,
         sql_password: compile(concat!(
-            r#"(?i)\bpassword[ \t]+(['"])"#,
-            r"|(?i)\bidentified(?:[ \t]+with[ \t]+[A-Za-z_]+)?[ \t]+by[ \t]+([^\s;])",
+            // Within a bounded reach of the user's word, so that a line of many is read in
+            // linear time.
+            r#"(?i)\b(?:user|role|login)\b[^\n;]{0,100}?[ \t]password[ \t]+(['"])"#,
+            r"|(?i)\b(?:user|role|login)\b[^\n;]{0,100}?[ \t]identified(?:[ \t]+with[ \t]+[A-Za-z0-9_]+)?[ \t]+by[ \t]+(?:password[ \t]+)?([^\s;])",
+            r#"|(?i)\bset[ \t]+password\b[^=\n;]*=[ \t]*(?:password[ \t]*\([ \t]*)?(['"])"#,
+            // `aws configure`'s prompt, answered.
+            r"|(?m)^AWS Secret Access Key \[[^\]\n]*\]:[ \t]*([^\s])",
         ))?,
         table_row: compile(r"(?m)^[ \t]*([A-Za-z][A-Za-z0-9_.-]*)[ \t]{2,}([^\s:=]\S*)[ \t]*\r?$")?,
         element: compile(

@@ -18,11 +18,10 @@ pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
     // Cheap looks first: most texts hold none of these, and the patterns cost more.
     // `~/.pgpass`: `host:port:database:user:password`, the password to the line's end.
     if text.split('\n').any(starts_as_pgpass) {
-        hidden.extend(
-            p.pgpass
-                .captures_iter(text)
-                .filter_map(|caps| caps.get(1).map(|password| password.range())),
-        );
+        hidden.extend(p.pgpass.captures_iter(text).filter_map(|caps| {
+            let (line, password) = (caps.get(0)?, caps.get(1)?);
+            starts_as_pgpass(&text[line.start()..]).then(|| password.range())
+        }));
     }
     if text.contains("String\t") {
         hidden.extend(aws_text_parameters(text, &p.aws_parameter));
@@ -33,10 +32,7 @@ pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
             hidden.extend(caps.iter().skip(1).flatten().map(|key| key.range()));
         }
     }
-    if text.contains("kind: Secret")
-        || text.contains("\"kind\": \"Secret\"")
-        || text.contains("\"kind\":\"Secret\"")
-    {
+    if shows_a_secret(text) {
         hidden.extend(kubernetes_secret_data(text, &p.json_data, &p.json_value));
     }
     if text.contains("secretsmanager:") {
@@ -54,6 +50,15 @@ pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
         hidden.extend(table_rows(text, &p.table_row));
     }
     hidden
+}
+
+/// Whether `text` shows a Kubernetes secret: `kind: Secret` ending its line (not
+/// `SecretProviderClass`), or `"kind": "Secret"`.
+fn shows_a_secret(text: &str) -> bool {
+    text.match_indices("kind: Secret").any(|(at, found)| {
+        text[at + found.len()..].starts_with(['\n', '\r']) || at + found.len() == text.len()
+    }) || text.contains("\"kind\": \"Secret\"")
+        || text.contains("\"kind\":\"Secret\"")
 }
 
 /// The values of a Kubernetes secret's `data` and `stringData` (`kubectl get secret -o yaml`
@@ -86,7 +91,7 @@ fn kubernetes_secret_data(text: &str, json_data: &Regex, json_value: &Regex) -> 
             let value_text = body[value..].trim_end();
             if !value_text.is_empty()
                 && !matches!(value_text, "|" | ">" | "|-" | ">-")
-                && (!base64_only || is_base64(value_text))
+                && (!base64_only || is_base64(value_text.trim_matches(['"', '\''])))
             {
                 let value_start = start + indent + value;
                 hidden.push(value_start..value_start + value_text.len());
@@ -99,14 +104,20 @@ fn kubernetes_secret_data(text: &str, json_data: &Regex, json_value: &Regex) -> 
             _ => None,
         };
     }
-    // JSON: the string values inside `"data": {…}` and `"stringData": {…}`.
+    // JSON: the string values inside `"data": {…}` and `"stringData": {…}`; an opening
+    // inside one already read is not read again, so the text is read once.
+    let mut read_to = 0;
     for data in json_data.captures_iter(text) {
         let (Some(whole), Some(key)) = (data.get(0), data.get(1)) else {
             continue;
         };
+        if whole.start() < read_to {
+            continue;
+        }
         // Bounded, so that a text of many openings is read in linear time.
         let inside = &text[whole.end()..floor_char_boundary(text, whole.end() + MAX_SPANNED_VALUE)];
         let inside = &inside[..inside.find('}').unwrap_or(inside.len())];
+        read_to = whole.end() + inside.len();
         let base64_only = key.as_str() == "data";
         hidden.extend(json_value.captures_iter(inside).filter_map(|caps| {
             let value = caps.get(1)?;
@@ -118,10 +129,11 @@ fn kubernetes_secret_data(text: &str, json_data: &Regex, json_value: &Regex) -> 
 }
 
 /// Whether `value` is base64 as a secret's `data` holds it: whole groups of four of its
-/// characters, padding only at the end.
+/// characters, padding only at the end, and at least two groups (so a ConfigMap's `mode:
+/// prod` or `enabled: true` printed beside it is not read as one).
 fn is_base64(value: &str) -> bool {
     let digits = value.trim_end_matches('=');
-    !value.is_empty()
+    value.len() >= 8
         && value.len().is_multiple_of(4)
         && value.len() - digits.len() <= 2
         && digits
@@ -207,8 +219,10 @@ fn cells(line: &str) -> Vec<Range<usize>> {
     cells
 }
 
-/// Whether `line` starts as a password file's line does, with a host (or `*`) and a port
-/// (or `*`), as the `pgpass` pattern reads them.
+/// Whether `line` starts as a password file's line does: a host and a port, one of them
+/// saying it (`*`, `localhost` or a name with a dot for the host, `*` or PostgreSQL's
+/// 5432 to 5439 or PgBouncer's 6432 for the port), so that `user:1000:…`, a MAC address or
+/// `10:20:30:…` are not read as one. The `pgpass` pattern reads the rest.
 fn starts_as_pgpass(line: &str) -> bool {
     let mut fields = line.trim_start_matches([' ', '\t']).splitn(3, ':');
     let (Some(host), Some(port), Some(_)) = (fields.next(), fields.next(), fields.next()) else {
@@ -218,10 +232,18 @@ fn starts_as_pgpass(line: &str) -> bool {
         || (host.starts_with(|c: char| c.is_ascii_alphanumeric())
             && host
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-')));
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_')));
     let port_ok =
         port == "*" || ((1..=5).contains(&port.len()) && port.bytes().all(|b| b.is_ascii_digit()));
-    host_ok && port_ok
+    let says_it = host == "*"
+        || host == "localhost"
+        || host.contains('.')
+        || port == "*"
+        || matches!(
+            port,
+            "5432" | "5433" | "5434" | "5435" | "5436" | "5437" | "5438" | "5439" | "6432"
+        );
+    host_ok && port_ok && says_it
 }
 
 /// The values of SSM parameters as `aws ssm get-parameter(s) --output text` prints them:
@@ -292,10 +314,11 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
     Some(Patterns {
         // A host name or address (or `*`), a port (or `*`), then a database and a user
         // (`\:` escapes a colon in them), each without blanks or `/` (so `grep -n`'s
-        // `file:line:https://host:port` is not read as one).
+        // `file:line:https://host:port` is not read as one), and a password without an
+        // unescaped colon: five fields exactly, where `/etc/passwd` has seven.
         pgpass: compile(concat!(
-            r"(?m)^[ \t]*(?:\*|[A-Za-z0-9][A-Za-z0-9.-]*):(?:\*|[0-9]{1,5})",
-            r":(?:[^:\s\\/]|\\.)+:(?:[^:\s\\/]|\\.)+:([^\s:][^\r\n]*)",
+            r"(?m)^[ \t]*(?:\*|[A-Za-z0-9][A-Za-z0-9._-]*):(?:\*|[0-9]{1,5})",
+            r":(?:[^:\s\\/]|\\.)+:(?:[^:\s\\/]|\\.)+:((?:[^:\s\\]|\\.)(?:[^:\r\n\\]|\\.)*)\r?$",
         ))?,
         // The secret key and session token of `CREDENTIALS` (the access key's ID, the
         // expiry, the secret, the token), and the secret key of `ACCESSKEY` (the ID, the
@@ -310,7 +333,7 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         // `aws secretsmanager get-secret-value --output text`: the ARN, the date, the name,
         // the secret, its version's identifier.
         aws_secret: compile(concat!(
-            r"(?m)^arn:aws[a-z-]*:secretsmanager:[^\t\r\n]*\t[0-9.]+\t[^\t\r\n]*",
+            r"(?m)^arn:aws[a-z-]*:secretsmanager:[^\t\r\n]*\t[0-9][0-9T:.+-]*\t[^\t\r\n]*",
             r"\t([^\t\r\n]+)\t[0-9A-Za-z-]{32,36}\r?$",
         ))?,
         // A Markdown table's rows (`| token | The access token |`) are not read: they
