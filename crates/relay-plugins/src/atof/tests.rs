@@ -1392,6 +1392,16 @@ fn credentials_named_in_free_text_are_hidden() {
         " || '",
         " or \"",
         "Authorization: Bot ",
+        "USER x ",
+        " PASSWORD ",
+        " IDENTIFIED BY ",
+        "SET PASSWORD FOR a = ",
+        "AWS Secret Access Key [None]: ",
+        "Config::",
+        "db:5432:",
+        "\\:",
+        "-[ RECORD 1 ]-+-\n",
+        " | token\n---+---\n",
     ];
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     for _ in 0..20_000 {
