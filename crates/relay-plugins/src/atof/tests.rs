@@ -2170,16 +2170,21 @@ fn credentials_in_flags_tables_and_tool_outputs_are_hidden() {
         ("Password=a b;", true),
         ("a key:", false),
         ("\"data\":{\"kind\": \"Secret\" ", false),
-        ("USER x PASSWORD '", true),
+        ("CREATE USER x PASSWORD '", true),
         ("token: &str = ", true),
         ("password = \"\"\"", true),
         ("setx API_TOKEN ", true),
         ("a:b@tcp(", true),
         ("Password={a", false),
         ("token = x || ", true),
-        (" a | token\n---+---\n", true),
-        ("-[ RECORD 1 ]-+-\ntoken | x\n", true),
-        ("user x identified by ", true),
+        (" a | api_token\n---+---\n", true),
+        ("-[ RECORD 1 ]-+-\napi_token | x\n", true),
+        (
+            "\"password\": x                                      y",
+            true,
+        ),
+        ("\"Cookie\": a=1; b=2; ", true),
+        ("alter user x identified by ", true),
         ("\"data\":{\"k\":\"YWJjZGVm\",", false),
     ] {
         let long = unit.repeat(200_000 / unit.len());
@@ -2434,8 +2439,8 @@ fn credentials_set_apart_and_in_data_source_names_are_hidden() {
             ),
             (
                 "redis-server --requirepass Hunter2Redis\nsqlcmd -S db -U sa -P Hunter2Sqlcmd -Q \"select 1\"\n\
-                 ldapsearch -x -D cn=admin -w Hunter2Ldap -b dc=x\ncargo login Hunter2Cargo\n\
-                 ngrok config add-authtoken Hunter2Ngrok\n$pw = ConvertTo-SecureString \"Hunter2Ps\" -AsPlainText\n\
+                 ldapsearch -x -D cn=admin -w Hunter2Ldap -b dc=x\ncargo login Hunter2CargoToken1\n\
+                 ngrok config add-authtoken Hunter2NgrokToken1\n$pw = ConvertTo-SecureString \"Hunter2Ps\" -AsPlainText\n\
                  [Server] A temporary password is generated for root@localhost: Hunter2Tmp",
                 &[
                     "Hunter2Redis",
@@ -2488,7 +2493,7 @@ fn credentials_set_apart_and_in_data_source_names_are_hidden() {
             // Tables with a column named for a credential, and psql's expanded records.
             (
                 " id | name  | api_token\n----+-------+-----------\n  1 | alice | Hunter2Psql\n(1 row)\n\
-                 +----+-------+\n| id | token |\n+----+-------+\n|  1 | Hunter2Box |\n+----+-------+\n\
+                 +----+------------+\n| id | auth_token |\n+----+------------+\n|  1 | Hunter2Box |\n+----+------------+\n\
                  -[ RECORD 1 ]-+------\nid            | 1\nsecret_key    | Hunter2Expanded",
                 &["Hunter2Psql", "Hunter2Box", "Hunter2Expanded"],
                 &["  1 | alice | ", "(1 row)", "|  1 | ", "id            | 1"],
@@ -2601,6 +2606,87 @@ fn what_a_review_of_the_third_sweep_found_is_mended() {
         1 << 20,
     );
     assert_eq!(out.as_str().unwrap(), "[REDACTED:private_key]");
+}
+
+/// What a second review found: a panic and a quadratic reading in the JSON value's end,
+/// SQL over several lines or far from its user's word, two-word labels mid-line before a
+/// secret, cookie headers anywhere, a secret's `kind` with a comment, password files of
+/// other hosts and ports; and columns, match arms, format placeholders and prose that lost
+/// their words.
+#[test]
+fn what_a_second_review_found_is_mended() {
+    let detectors = DefaultDetectors::new();
+    let redactors: [&dyn Redactor; 2] = [&content::NoRedaction, &detectors];
+    for redactor in redactors {
+        for raw in [
+            "{\"api_key\": é}",
+            "\"token\": \u{2018}abc\u{2019}",
+            "{\"api_key\": 日本,\"a\":1}",
+        ] {
+            let (out, _) = content::text(redactor, raw, 1 << 20);
+            assert!(
+                out.as_str().unwrap().contains("[REDACTED:credential]"),
+                "{out}"
+            );
+        }
+        for (raw, secrets, kept) in [
+            (
+                "CREATE USER bob\n  WITH PASSWORD 'Hunter2Ml';\nALTER USER bob\n  IDENTIFIED BY Hunter2Ml2;\n\
+                 CREATE DATABASE LINK remote CONNECT TO bob IDENTIFIED BY Hunter2Link USING 'orcl';\n\
+                 CREATE SERVER s FOREIGN DATA WRAPPER x OPTIONS (host 'h', password 'Hunter2Srv');\n\
+                 CREATE ROLE app_rw WITH NOSUPERUSER INHERIT NOCREATEDB NOCREATEROLE NOREPLICATION CONNECTION LIMIT 10 VALID UNTIL 'infinity' ENCRYPTED PASSWORD 'Hunter2Far';",
+                &["Hunter2Ml", "Hunter2Link", "Hunter2Srv", "Hunter2Far"][..],
+                &[" USING 'orcl';", "OPTIONS (host 'h', password "][..],
+            ),
+            (
+                "Here is your API key: 9f8e7d6c5b4a39281706\n2024-05-01 INFO API key: 8e7d6c5b4a3928170655",
+                &["9f8e7d6c5b4a39281706", "8e7d6c5b4a3928170655"],
+                &["Here is your API key: ", "2024-05-01 INFO API key: "],
+            ),
+            (
+                "GET / Cookie: a=1; session=Hunter2Get\nDEBUG headers={Cookie: a=1; sessionid=Hunter2Dbg}\n\
+                 Set-Cookie: session=Hunter2Set; Path=/; HttpOnly",
+                &["Hunter2Get", "Hunter2Dbg", "Hunter2Set"],
+                &[
+                    "GET / Cookie: ",
+                    "DEBUG headers={Cookie: ",
+                    "}\nSet-Cookie: ",
+                ],
+            ),
+            (
+                "kind: Secret # app\ndata:\n  pin: SHVudGVyMlBpbg==\n",
+                &["SHVudGVyMlBpbg=="],
+                &["kind: Secret # app", "  pin: "],
+            ),
+            (
+                "db:6543:*:app:Hunter2Pg1\nprod-db:5440:app:app:Hunter2Pg2",
+                &["Hunter2Pg1", "Hunter2Pg2"],
+                &["db:6543:*:app:", "prod-db:5440:app:app:"],
+            ),
+            (
+                " name | password \n------+----------\n alice | Hunter2Col",
+                &["Hunter2Col"],
+                &[" alice | "],
+            ),
+        ] {
+            assert_hidden(redactor, raw, secrets, kept);
+        }
+        for plain in [
+            "user = get()\nprint(\"Wrong password \" + x)",
+            "1. Create an API key: go to Settings",
+            "| Suite | Pass | Fail |\n|---|---|---|\n| unit | 120 | 0 |",
+            "| Endpoint | Method | Auth |\n|---|---|---|\n| /users | GET | Required |",
+            "| Secret | Description |\n|---|---|\n| `NPM_TOKEN` | Used to publish |",
+            " name | auth \n------+------\n alice | ldap",
+            "Credential::Password => \"password\",",
+            "f\"token={token} expires={exp}\"\nprintln!(\"password={password}\")",
+            "Run cargo login first, then publish.\nset -x token here",
+            "user:1000:profile:name:Alice",
+        ] {
+            let (out, _) = content::text(redactor, plain, 1 << 20);
+            assert_eq!(out.as_str().unwrap(), plain);
+        }
+    }
 }
 
 /// The same shapes through the recorder, as a Bash tool's command and its output reach a

@@ -86,7 +86,7 @@ fn hide_once(text: &str) -> Cow<'_, str> {
         secret.then_some(value)
     });
     let config_values = p.config_set.captures_iter(text).filter_map(|caps| {
-        let (name, value) = (caps.get(1)?, caps.get(2)?);
+        let (name, value) = (caps.get(1).or_else(|| caps.get(2))?, caps.get(3)?);
         let name = name.as_str().trim_matches(['"', '\'']);
         (names_a_setting(name) || names_a_secret_key(name)).then_some(value)
     });
@@ -474,14 +474,17 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         if !(names_a_credential_in_text(name)
             || in_query_named
             || env_key
-            || names_with_word_before(before_text, name))
+            || names_with_word_before(before_text, name, &text[found.end()..]))
         {
             continue;
         }
-        // `crate::auth::{…}`, `Token::new`, a log's `app::auth:`: a path, not a name
-        // (`Config::password = …` assigns, and is read).
-        let colon = head.trim_end_matches([' ', '\t']).ends_with(':');
-        if colon && (before_text.ends_with("::") || text[found.end()..].starts_with(':')) {
+        // `crate::auth::{…}`, `Token::new`, a log's `app::auth:`, a match arm's
+        // `Credential::Password => …`: a path, not a name (`Config::password = …` assigns,
+        // and is read).
+        let separator_end = head.trim_end_matches([' ', '\t']);
+        let colon = separator_end.ends_with(':');
+        let in_path = before_text.ends_with("::") && (colon || separator_end.ends_with("=>"));
+        if in_path || (colon && text[found.end()..].starts_with(':')) {
             continue;
         }
         // A hash the redactor left (`[HASH:api_key:0123456789ab]`) names the detector that
@@ -540,12 +543,10 @@ fn after_names(text: &str, named: &Regex) -> Vec<Range<usize>> {
         let quote = before.filter(|c| matches!(c, '"' | '\''));
         let end = if by_colon && text[line_start..found.start()].trim().is_empty() {
             End::Line
-        } else if by_colon
-            && name.to_ascii_lowercase().ends_with("cookie")
-            && (quote.is_some() || matches!(text[line_start..found.start()].trim(), ">" | "<"))
-        {
-            // A cookie header's pairs, after curl's `> ` or `< ` or inside `-H "…"` too.
-            quote.map_or(End::Line, End::LineOrQuote)
+        } else if by_colon && name.to_ascii_lowercase().ends_with("cookie") {
+            // A cookie header's pairs anywhere (curl's `> Cookie: …`, `-H "Cookie: …"`, a
+            // log's `headers={Cookie: …}`), `name=value` joined by `; `.
+            End::Pairs
         } else {
             End::Blank {
                 quote,
@@ -605,7 +606,12 @@ fn braced_len(rest: &str) -> Option<usize> {
         }
         let ends = line[at..].is_empty() || line[at..].starts_with([';', '"', '\'', ' ', '\t']);
         let holds = &line[..at - 1];
-        return (ends && !holds.is_empty() && !holds.contains(['"', ':', '{'])).then_some(1 + at);
+        // `{token}` is a format string's placeholder (`f"token={token}"`), not a value.
+        let placeholder = holds
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.'));
+        return (ends && !holds.is_empty() && !placeholder && !holds.contains(['"', ':', '{']))
+            .then_some(1 + at);
     }
     None
 }
@@ -613,12 +619,16 @@ fn braced_len(rest: &str) -> Option<usize> {
 /// How much of `word`, an unquoted value after a JSON key, is the value: up to a `,` that a
 /// next key's quote follows, or a `}` or `]` that closes around it; all of it otherwise.
 fn json_value_len(word: &str) -> usize {
-    word.char_indices()
-        .find(|&(at, c)| {
-            let after = word[at + 1..].trim_start();
-            match c {
-                ',' => after.is_empty() || after.starts_with(['"', '\\']),
-                '}' | ']' => after.is_empty() || after.starts_with([',', '}', ']', '"', '\\']),
+    // Only the ASCII marks are looked after, each up to the next non-blank: linear.
+    word.bytes()
+        .enumerate()
+        .find(|&(at, b)| {
+            let after = || word[at + 1..].trim_start();
+            match b {
+                b',' => after().is_empty() || after().starts_with(['"', '\\']),
+                b'}' | b']' => {
+                    after().is_empty() || after().starts_with([',', '}', ']', '"', '\\'])
+                }
                 _ => false,
             }
         })
@@ -644,10 +654,11 @@ fn fallback_len(rest: &str) -> usize {
 }
 
 /// Whether `name`, with the word before it (one blank between), names a credential when
-/// `name` alone does not, near the start of its line as a label is: `API key: …`, `Secret
-/// Access Key: …`, `   S3 Secret Key: …` (at most one more word before them). In a sentence
-/// (`Create an API key: go to Settings`) they are words.
-fn names_with_word_before(before: &str, name: &str) -> bool {
+/// `name` alone does not: near the start of its line, as a label is (`API key: …`, `Secret
+/// Access Key: …`, `   S3 Secret Key: …`, at most one more word before them), or anywhere
+/// when what follows has a secret's shape (`Here is your API key: 9f8e7d6c5b4a3928`). In a
+/// sentence (`Create an API key: go to Settings`) they are words.
+fn names_with_word_before(before: &str, name: &str, rest: &str) -> bool {
     let Some(before) = before.strip_suffix(' ') else {
         return false;
     };
@@ -664,7 +675,18 @@ fn names_with_word_before(before: &str, name: &str) -> bool {
     let prefix = last_word(head, MAX_WORD_LEN + 2, |c| c == '\n');
     let starts_line =
         prefix.len() == head.len() || head[..head.len() - prefix.len()].ends_with('\n');
-    starts_line && prefix.split_whitespace().count() <= 1
+    (starts_line && prefix.split_whitespace().count() <= 1) || token_shaped(rest)
+}
+
+/// Whether the word `rest` starts with (after blanks) has a secret's shape: at least 12
+/// characters without blanks, mixing letters and digits (`Here is your API key: 9f8e7d…`,
+/// and not `Create an API key: go to Settings`).
+fn token_shaped(rest: &str) -> bool {
+    let rest = rest.trim_start_matches([' ', '\t']);
+    let word = &rest[..rest.find(char::is_whitespace).unwrap_or(rest.len())];
+    word.len() >= 12
+        && word.bytes().any(|b| b.is_ascii_digit())
+        && word.bytes().any(|b| b.is_ascii_alphabetic())
 }
 
 /// The longest word [`names_with_word_before`] joins.
@@ -795,8 +817,8 @@ const MAX_WORD_BEFORE: usize = 256;
 enum End {
     /// At the line's end.
     Line,
-    /// At the line's end, or at this quote.
-    LineOrQuote(char),
+    /// After the last of `name=value` pairs joined by `;` and blanks (a cookie header's).
+    Pairs,
     /// At a blank, or at this quote; in a query string also at `&` and at what ends a URL,
     /// and in a list of settings joined by `;` (a connection string) at `;`.
     Blank {
@@ -921,7 +943,28 @@ fn value_len(rest: &str, end: End) -> usize {
             line_end.unwrap_or_else(|| rest.find('\n').unwrap_or(rest.len()))
         }
         (_, End::Line) => line_len(rest),
-        (_, End::LineOrQuote(quote)) => rest.find([quote, '\r', '\n']).unwrap_or(rest.len()),
+        (_, End::Pairs) => {
+            // Each pair is read once: to its blank, quote, `}` or `,`.
+            let word_end = |from: usize| {
+                rest[from..]
+                    .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '}' | ','))
+                    .map_or(rest.len(), |end| from + end)
+            };
+            let mut end = word_end(0);
+            if !rest[..end].contains('=') {
+                // No pair (a log's `Session cookie: set for …`): one word, as anywhere.
+                return end;
+            }
+            while rest[..end].ends_with(';') {
+                let next = rest.len() - rest[end..].trim_start_matches([' ', '\t']).len();
+                let next_end = word_end(next);
+                if next == next_end || !rest[next..next_end].contains('=') {
+                    break;
+                }
+                end = next_end;
+            }
+            end
+        }
         (Some('\\'), End::Blank { .. })
             if let run = rest.len() - rest.trim_start_matches('\\').len()
                 && run % 2 == 1
@@ -1144,10 +1187,11 @@ struct Patterns {
     /// redis-cli's `-a …`, curl's cookies (`-b …`, `--cookie …`), `gh secret set`'s `--body …` and `-b …`, and keytool's and
     /// jarsigner's `-storepass …` and `-keypass …` (also `-srcstorepass …`).
     password_flag: Regex,
-    /// A password SQL sets for a user, role or login: `CREATE USER … WITH PASSWORD '…'`,
-    /// `ALTER ROLE … PASSWORD '…'` (quoted only), `IDENTIFIED [WITH plugin] BY [PASSWORD] …`
-    /// (MySQL, Oracle), and `SET PASSWORD FOR … = '…'`; prose and code that say "password"
-    /// or "identified by" elsewhere keep their words. Also the secret key typed at `aws
+    /// A password SQL sets in a statement that creates or alters a user, role, login,
+    /// database link or foreign server, or grants: `CREATE USER … WITH PASSWORD '…'`, `ALTER
+    /// ROLE … PASSWORD '…'` (quoted only), `IDENTIFIED [WITH plugin] BY [PASSWORD] …` (MySQL,
+    /// Oracle), and `SET PASSWORD FOR … = '…'`; prose and code that say "password" or
+    /// "identified by" elsewhere keep their words. Also the secret key typed at `aws
     /// configure`'s prompt.
     sql_password: Regex,
     /// A row of a table of names and values, aligned by blanks, one value per row (`vault kv
@@ -1204,11 +1248,12 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         )?,
         flag: compile(r"(?:^|[ \t])--([A-Za-z][A-Za-z0-9_-]*) ([^\s:=|-]\S*)")?,
         config_set: compile(concat!(
-            r"(?m)(?:\b(?:config(?:ure)?[ \t]+set|(?:git|poetry)[ \t]+config|(?:user-)?secrets[ \t]+set|env:set",
-            // An environment's variable set by name and value: Windows' `setx`, fish's
-            // `set -gx`, csh's `setenv`, a Dockerfile's `ENV`.
-            r"|setx|set[ \t]+-[gxUlu]+|setenv)|^[ \t]*ENV)",
-            r"(?:[ \t]+--?[A-Za-z][A-Za-z-]*|[ \t]+/[Mm])*[ \t]+([^\s=-][^\s=]*)[ \t]+([^\s-]\S*)",
+            r"(?m)(?:\b(?:config(?:ure)?[ \t]+set|(?:git|poetry)[ \t]+config|(?:user-)?secrets[ \t]+set|env:set)",
+            r"(?:[ \t]+--?[A-Za-z][A-Za-z-]*)*[ \t]+([^\s=-][^\s=]*)",
+            // An environment's variable (in capitals) set by name and value: Windows'
+            // `setx`, fish's `set -gx`, csh's `setenv`, a Dockerfile's `ENV`.
+            r"|(?:\b(?:setx|set[ \t]+-[gxUlu]+|setenv)|^[ \t]*ENV)(?:[ \t]+/[Mm])?[ \t]+([A-Z_][A-Z0-9_]*))",
+            r"[ \t]+([^\s-]\S*)",
         ))?,
         password_flag: compile(concat!(
             r"\bsshpass(?:[ \t]+(?:-[fdP][ \t]*[^\s-]\S*|-[ev]\S*))*[ \t]+-p[ \t]*([^\s-])",
@@ -1221,17 +1266,18 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
             r"|\bredis-server\b[^\n|;&]*?[ \t]--(?:requirepass|masterauth)[ \t]+([^\s-])",
             r"|\bsqlcmd\b[^\n|;&]*?[ \t]-P[ \t]*([^\s-])",
             r"|\bldap[a-z]+\b[^\n|;&]*?[ \t]-w[ \t]*([^\s-])",
-            r"|\bcargo[ \t]+login[ \t]+([^\s-])",
-            r"|\bngrok[ \t]+(?:config[ \t]+)?add-authtoken[ \t]+([^\s-])",
+            r"|\bcargo[ \t]+login[ \t]+([A-Za-z0-9_]{16})",
+            r"|\bngrok[ \t]+(?:config[ \t]+)?add-authtoken[ \t]+([A-Za-z0-9_]{16})",
             r"|\bConvertTo-SecureString[ \t]+(?:-String[ \t]+)?([\x22'])",
             // MySQL's first start: `A temporary password is generated for root@localhost: …`.
             r"|\bpassword is generated for \S+:[ \t]*(\S)",
         ))?,
         sql_password: compile(concat!(
-            // Within a bounded reach of the user's word, so that a line of many is read in
-            // linear time.
-            r#"(?i)\b(?:user|role|login)\b[^\n;]{0,100}?[ \t]password[ \t]+(['"])"#,
-            r"|(?i)\b(?:user|role|login)\b[^\n;]{0,100}?[ \t]identified(?:[ \t]+with[ \t]+[A-Za-z0-9_]+)?[ \t]+by[ \t]+(?:password[ \t]+)?([^\s;])",
+            // In the statement that creates or alters a user, role, login, database link or
+            // foreign server (or grants one), within a bounded reach of its start and over
+            // lines, so that a text of many is read in linear time.
+            r"(?i)\b(?:(?:create|alter)(?:[ \t]+public)?[ \t]+(?:user|role|login|database[ \t]+link|server)|grant)\b[^;]{0,300}?\s",
+            r#"(?:password\s+(['"])|identified(?:\s+with\s+[A-Za-z0-9_]+)?\s+by\s+(?:password\s+)?([^\s;]))"#,
             r#"|(?i)\bset[ \t]+password\b[^=\n;]*=[ \t]*(?:password[ \t]*\([ \t]*)?(['"])"#,
             // `aws configure`'s prompt, answered.
             r"|(?m)^AWS Secret Access Key \[[^\]\n]*\]:[ \t]*([^\s])",

@@ -52,11 +52,13 @@ pub(super) fn printed_credentials(text: &str) -> Vec<Range<usize>> {
     hidden
 }
 
-/// Whether `text` shows a Kubernetes secret: `kind: Secret` ending its line (not
-/// `SecretProviderClass`), or `"kind": "Secret"`.
+/// Whether `text` shows a Kubernetes secret: `kind: Secret` ending its line, maybe with a
+/// comment (not `SecretProviderClass`), or `"kind": "Secret"`.
 fn shows_a_secret(text: &str) -> bool {
     text.match_indices("kind: Secret").any(|(at, found)| {
-        text[at + found.len()..].starts_with(['\n', '\r']) || at + found.len() == text.len()
+        // Then the line's end, maybe after blanks or a comment.
+        let after = text[at + found.len()..].trim_start_matches([' ', '\t']);
+        after.is_empty() || after.starts_with(['\n', '\r', '#'])
     }) || text.contains("\"kind\": \"Secret\"")
         || text.contains("\"kind\":\"Secret\"")
 }
@@ -175,7 +177,7 @@ fn column_cells(text: &str) -> Vec<Range<usize>> {
             table = None;
         }
         let credentials: Vec<usize> = (0..cells.len())
-            .filter(|&c| names_a_credential_in_text(&line[cells[c].clone()]))
+            .filter(|&c| names_a_column_of_secrets(&line[cells[c].clone()]))
             .collect();
         if expanded && cells.len() == 2 && credentials == [0] {
             hidden.push(start + cells[1].start..start + cells[1].end);
@@ -188,6 +190,27 @@ fn column_cells(text: &str) -> Vec<Range<usize>> {
 
 /// A table's cell count, and the columns named for a credential.
 type Columns = (usize, Vec<usize>);
+
+/// Whether a table's column named `name` holds credentials: a name of one, but not the
+/// words a column of something else is often named (`Pass` counting tests, `Auth` saying
+/// whether it is required, `Secret` listing secrets' names, `Token` in a lexer's docs).
+fn names_a_column_of_secrets(name: &str) -> bool {
+    const OTHER_COLUMNS: [&str; 9] = [
+        "pass",
+        "auth",
+        "secret",
+        "secrets",
+        "token",
+        "tokens",
+        "key",
+        "credential",
+        "credentials",
+    ];
+    names_a_credential_in_text(name)
+        && !OTHER_COLUMNS
+            .iter()
+            .any(|other| name.eq_ignore_ascii_case(other))
+}
 
 /// Whether `line` is a table's rule: dashes, with `+`, `|`, `:` or blanks between.
 fn is_rule(line: &str) -> bool {
@@ -219,13 +242,14 @@ fn cells(line: &str) -> Vec<Range<usize>> {
     cells
 }
 
-/// Whether `line` starts as a password file's line does: a host and a port, one of them
-/// saying it (`*`, `localhost` or a name with a dot for the host, `*` or PostgreSQL's
-/// 5432 to 5439 or PgBouncer's 6432 for the port), so that `user:1000:…`, a MAC address or
-/// `10:20:30:…` are not read as one. The `pgpass` pattern reads the rest.
+/// Whether `line` starts as a password file's line does: a host and a port, one of them or
+/// the database saying it (`*`, `localhost` or a name with a dot, `-` or `_` for the host,
+/// `*` or PostgreSQL's 5432 to 5439 or PgBouncer's 6432 for the port, `*` for the
+/// database), so that `user:1000:…`, a MAC address or `10:20:30:…` are not read as one. The
+/// `pgpass` pattern reads the rest.
 fn starts_as_pgpass(line: &str) -> bool {
     let mut fields = line.trim_start_matches([' ', '\t']).splitn(3, ':');
-    let (Some(host), Some(port), Some(_)) = (fields.next(), fields.next(), fields.next()) else {
+    let (Some(host), Some(port)) = (fields.next(), fields.next()) else {
         return false;
     };
     let host_ok = host == "*"
@@ -235,10 +259,12 @@ fn starts_as_pgpass(line: &str) -> bool {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_')));
     let port_ok =
         port == "*" || ((1..=5).contains(&port.len()) && port.bytes().all(|b| b.is_ascii_digit()));
+    let database = fields.next().and_then(|rest| rest.split(':').next());
     let says_it = host == "*"
         || host == "localhost"
-        || host.contains('.')
+        || host.contains(['.', '-', '_'])
         || port == "*"
+        || database == Some("*")
         || matches!(
             port,
             "5432" | "5433" | "5434" | "5435" | "5436" | "5437" | "5438" | "5439" | "6432"
