@@ -1,6 +1,7 @@
 //! Credentials in outputs printed a line per record, where no name stands right before the
-//! value: a PostgreSQL password file, the AWS CLI's `text` and `table` outputs, and a
-//! Kubernetes secret's data under keys of any name.
+//! value: a PostgreSQL password file, the AWS CLI's `text` and `table` outputs, a table's
+//! column named for a credential (psql, the MySQL client, Markdown), and a Kubernetes
+//! secret's data under keys of any name.
 
 use std::ops::Range;
 use std::sync::LazyLock;
