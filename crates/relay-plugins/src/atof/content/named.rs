@@ -75,7 +75,15 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     for caps in p.curl_user.captures_iter(text) {
         hidden.extend(caps.get(1).map(|value| value.range()));
     }
-    for caps in p.user_password.captures_iter(text) {
+    // Like the other patterns with no literal to search for first, run only where a text
+    // can hold what it reads.
+    let dsn = ["@tcp(", "@unix(", "sqlplus", "jdbc:oracle:"];
+    let dsn = if dsn.iter().any(|word| text.contains(word)) {
+        text
+    } else {
+        ""
+    };
+    for caps in p.user_password.captures_iter(dsn) {
         hidden.extend(first_group(&caps).map(|value| value.range()));
     }
     let mut value_lines = ValueLines::default();
@@ -85,18 +93,47 @@ fn hide_once(text: &str) -> Cow<'_, str> {
             || (flag.as_str() == "value" && value_lines.set_a_secret(text, value.start()));
         secret.then_some(value)
     });
-    let config_values = p.config_set.captures_iter(text).filter_map(|caps| {
+    let setters = [
+        "config",
+        "secrets set",
+        "env:set",
+        "setx",
+        "set -",
+        "setenv",
+        "ENV",
+    ];
+    let setters = if setters.iter().any(|word| text.contains(word)) {
+        text
+    } else {
+        ""
+    };
+    let config_values = p.config_set.captures_iter(setters).filter_map(|caps| {
         let (name, value) = (caps.get(1).or_else(|| caps.get(2))?, caps.get(3)?);
         let name = name.as_str().trim_matches(['"', '\'']);
         (names_a_setting(name) || names_a_secret_key(name)).then_some(value)
     });
     // `password …` (a `.netrc`): looked for only where the word is.
     let spaced = if text.contains("password") { text } else { "" };
+    // SQL's passwords and `aws configure`'s prompt, likewise: in any case.
+    let sql = if [
+        "assword",
+        "ASSWORD",
+        "dentified",
+        "DENTIFIED",
+        "Secret Access Key [",
+    ]
+    .iter()
+    .any(|word| text.contains(word))
+    {
+        text
+    } else {
+        ""
+    };
     let starts = p
         .spaced
         .captures_iter(spaced)
         .chain(p.password_flag.captures_iter(text))
-        .chain(p.sql_password.captures_iter(text))
+        .chain(p.sql_password.captures_iter(sql))
         .filter_map(|caps| first_group(&caps))
         .chain(flags)
         .chain(config_values)
@@ -659,7 +696,13 @@ fn fallback_len(rest: &str) -> usize {
 /// when what follows has a secret's shape (`Here is your API key: 9f8e7d6c5b4a3928`). In a
 /// sentence (`Create an API key: go to Settings`) they are words.
 fn names_with_word_before(before: &str, name: &str, rest: &str) -> bool {
-    let Some(before) = before.strip_suffix(' ') else {
+    // Only the last words of such names (`key`, `string`, `data`) are looked at: every other
+    // name a text holds is passed over without joining it to anything.
+    let Some(before) = before.strip_suffix(' ').filter(|_| {
+        ["key", "string", "data"]
+            .iter()
+            .any(|w| name.eq_ignore_ascii_case(w))
+    }) else {
         return false;
     };
     let word = last_word(before, MAX_WORD_LEN + 1, |c| !c.is_ascii_alphanumeric());
@@ -1275,10 +1318,12 @@ static PATTERNS: LazyLock<Option<Patterns>> = LazyLock::new(|| {
         sql_password: compile(concat!(
             // In the statement that creates or alters a user, role, login, database link or
             // foreign server (or grants one), within a bounded reach of its start and over
-            // lines, so that a text of many is read in linear time.
-            r"(?i)\b(?:(?:create|alter)(?:[ \t]+public)?[ \t]+(?:user|role|login|database[ \t]+link|server)|grant)\b[^;]{0,300}?\s",
-            r#"(?:password\s+(['"])|identified(?:\s+with\s+[A-Za-z0-9_]+)?\s+by\s+(?:password\s+)?([^\s;]))"#,
-            r#"|(?i)\bset[ \t]+password\b[^=\n;]*=[ \t]*(?:password[ \t]*\([ \t]*)?(['"])"#,
+            // lines, so that a text of many is read in linear time. ASCII classes and word
+            // boundaries keep the pattern small enough for the regex crate's fast engine.
+            r"(?i)(?-u:\b)(?:(?:create|alter)(?:[ \t]+public)?[ \t]+(?:user|role|login|database[ \t]+link|server)|grant)(?-u:\b)",
+            r"[\x00-\x3A\x3C-\x7F]{0,300}?[ \t\r\n]",
+            r#"(?:password[ \t\r\n]+(['"])|identified(?:[ \t\r\n]+with[ \t\r\n]+[A-Za-z0-9_]+)?[ \t\r\n]+by[ \t\r\n]+(?:password[ \t\r\n]+)?([^\s;]))"#,
+            r#"|(?i)(?-u:\b)set[ \t]+password(?-u:\b)[^=\n;]*=[ \t]*(?:password[ \t]*\([ \t]*)?(['"])"#,
             // `aws configure`'s prompt, answered.
             r"|(?m)^AWS Secret Access Key \[[^\]\n]*\]:[ \t]*([^\s])",
         ))?,
