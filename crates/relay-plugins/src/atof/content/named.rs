@@ -81,14 +81,7 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     for caps in p.curl_user.captures_iter(text) {
         hidden.extend(caps.get(1).map(|value| value.range()));
     }
-    // Like the other patterns with no literal to search for first, run only where a text
-    // can hold what it reads.
-    let dsn = ["@tcp(", "@unix(", "sqlplus", "jdbc:oracle:"];
-    let dsn = if dsn.iter().any(|word| text.contains(word)) {
-        text
-    } else {
-        ""
-    };
+    let dsn = holding(text, &["@tcp(", "@unix(", "sqlplus", "jdbc:oracle:"]);
     for caps in p.user_password.captures_iter(dsn) {
         hidden.extend(first_group(&caps).map(|value| value.range()));
     }
@@ -99,42 +92,36 @@ fn hide_once(text: &str) -> Cow<'_, str> {
             || (flag.as_str() == "value" && value_lines.set_a_secret(text, value.start()));
         secret.then_some(value)
     });
-    let setters = [
-        "config",
-        "secrets set",
-        "env:set",
-        "setx",
-        "set -",
-        "setenv",
-        "ENV",
-    ];
-    let setters = if setters.iter().any(|word| text.contains(word)) {
-        text
-    } else {
-        ""
-    };
+    let setters = holding(
+        text,
+        &[
+            "config",
+            "secrets set",
+            "env:set",
+            "setx",
+            "set -",
+            "setenv",
+            "ENV",
+        ],
+    );
     let config_values = p.config_set.captures_iter(setters).filter_map(|caps| {
         let (name, value) = (caps.get(1).or_else(|| caps.get(2))?, caps.get(3)?);
         let name = name.as_str().trim_matches(['"', '\'']);
         (names_a_setting(name) || names_a_secret_key(name)).then_some(value)
     });
-    // `password …` (a `.netrc`): looked for only where the word is.
-    let spaced = if text.contains("password") { text } else { "" };
-    // SQL's passwords and `aws configure`'s prompt, likewise: in any case.
-    let sql = if [
-        "assword",
-        "ASSWORD",
-        "dentified",
-        "DENTIFIED",
-        "Secret Access Key [",
-    ]
-    .iter()
-    .any(|word| text.contains(word))
-    {
-        text
-    } else {
-        ""
-    };
+    // `password …` (a `.netrc`).
+    let spaced = holding(text, &["password"]);
+    // SQL's passwords, in any case, and `aws configure`'s prompt.
+    let sql = holding(
+        text,
+        &[
+            "assword",
+            "ASSWORD",
+            "dentified",
+            "DENTIFIED",
+            "Secret Access Key [",
+        ],
+    );
     let starts = p
         .spaced
         .captures_iter(spaced)
@@ -149,8 +136,8 @@ fn hide_once(text: &str) -> Cow<'_, str> {
     }
     // Only under a table's header (`Key   Value` over `---   -----`), so that a help text's
     // aligned columns keep their words, and most texts are not read for rows.
-    let table = text.contains("Value\n---") || text.contains("Value\r\n---");
-    for caps in p.table_row.captures_iter(if table { text } else { "" }) {
+    let table = holding(text, &["Value\n---", "Value\r\n---"]);
+    for caps in p.table_row.captures_iter(table) {
         if let (Some(name), Some(value)) = (caps.get(1), caps.get(2))
             && names_a_credential_in_text(name.as_str())
         {
@@ -204,13 +191,9 @@ pub(super) fn hide_url_passwords(text: &str) -> Cow<'_, str> {
 
 /// Where the passwords of the URLs in `text` lie.
 fn url_passwords(text: &str, url_password: &Regex) -> Vec<Range<usize>> {
-    // Most texts hold no URL: passed over without running the pattern, which has no literal
-    // to look for first. A URL in JSON may escape its slashes (`mysql:\/\/`).
-    if !(text.contains("://") || text.contains(":\\/\\/")) {
-        return Vec::new();
-    }
+    // A URL in JSON may escape its slashes (`mysql:\/\/`).
     url_password
-        .captures_iter(text)
+        .captures_iter(holding(text, &["://", ":\\/\\/"]))
         .filter_map(|caps| {
             caps.get(1).or_else(|| {
                 // A port and a path (`https://host:8443/users/@bob`) hold no password.
@@ -224,6 +207,16 @@ fn url_passwords(text: &str, url_password: &Regex) -> Vec<Range<usize>> {
         })
         .map(|password| password.range())
         .collect()
+}
+
+/// `text` when it holds one of `words`, and nothing otherwise: a pattern with no literal for
+/// the regex crate to search for first reads every byte, so it runs only where it can match.
+fn holding<'t>(text: &'t str, words: &[&str]) -> &'t str {
+    if words.iter().any(|word| text.contains(word)) {
+        text
+    } else {
+        ""
+    }
 }
 
 /// `text` with each of `hidden` written `[REDACTED:credential]`; ranges that overlap are
